@@ -1,0 +1,4 @@
+#include "commands.hpp"
+namespace normlab::cli {
+void add_bench_gemm(CLI::App& bench) { bench.add_subcommand("gemm", "(placeholder)"); }
+}  // namespace normlab::cli

@@ -1,0 +1,35 @@
+// normlab command line: parse, call the library, print. Exit codes: 0 ok, 2 bad input,
+// 3 training diverged.
+#include <fmt/core.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "commands.hpp"
+#include "normlab/error.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"normlab: train small Transformer encoders and study Layer Normalization"};
+  app.set_version_flag("--version", std::string("normlab ") + NORMLAB_VERSION);
+  app.require_subcommand(1);
+
+  CLI::App* bench = app.add_subcommand("bench", "Micro-benchmarks of normlab's kernels");
+  bench->require_subcommand(1);
+  normlab::cli::add_bench_layernorm(*bench);
+  normlab::cli::add_bench_gemm(*bench);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  } catch (const normlab::InputError& e) {
+    fmt::print(stderr, "normlab: error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "normlab: internal error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
