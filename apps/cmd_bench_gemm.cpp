@@ -1,4 +1,117 @@
+// normlab bench gemm --shape M,K,N [--variant nn|nt|tn] [--threads N] [--repeats R] [--json]
+#include <fmt/core.h>
+
+#include <charconv>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
 #include "commands.hpp"
+#include "normlab/bench_gemm.hpp"
+#include "normlab/error.hpp"
+#include "normlab/parallel.hpp"
+
 namespace normlab::cli {
-void add_bench_gemm(CLI::App& bench) { bench.add_subcommand("gemm", "(placeholder)"); }
+
+namespace {
+
+// Largest element count of any one of A, B, C: three float arrays of this size are 768 MB.
+constexpr int64_t kMaxMatrixElements = int64_t{1} << 26;
+
+struct BenchGemmOptions {
+  std::string shape;
+  std::string variant = "nt";
+  int threads = 0;  // 0: keep the current thread count (OMP_NUM_THREADS or all cores)
+  int repeats = 100;
+  bool json = false;
+};
+
+std::vector<int64_t> parse_shape(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return InputError(fmt::format(
+        "--shape: {} (got \"{}\", expected three positive integers M,K,N like 1040,64,192)", why, text));
+  };
+  std::vector<int64_t> dims;
+  size_t start = 0;
+  while (true) {
+    size_t comma = text.find(',', start);
+    std::string field = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    int64_t value = 0;
+    auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), value);
+    if (field.empty() || ec != std::errc() || end != field.data() + field.size()) {
+      throw bad(fmt::format("\"{}\" is not an integer", field));
+    }
+    if (value <= 0) throw bad(fmt::format("{} is not positive", value));
+    if (value > kMaxMatrixElements) throw bad(fmt::format("{} is too large", value));
+    dims.push_back(value);
+    if (comma == std::string::npos) break;
+    if (dims.size() == 3) throw bad("more than 3 dimensions");
+    start = comma + 1;
+  }
+  if (dims.size() != 3) throw bad(fmt::format("{} dimensions", dims.size()));
+  const int64_t M = dims[0], K = dims[1], N = dims[2];
+  if (M * K > kMaxMatrixElements || K * N > kMaxMatrixElements || M * N > kMaxMatrixElements) {
+    throw bad(fmt::format("M*K, K*N and M*N must each be at most {}", kMaxMatrixElements));
+  }
+  return dims;
+}
+
+void run(const BenchGemmOptions& options) {
+  std::vector<int64_t> shape = parse_shape(options.shape);
+  if (options.variant != "nn" && options.variant != "nt" && options.variant != "tn") {
+    throw InputError(fmt::format("--variant: must be nn, nt or tn (got \"{}\")", options.variant));
+  }
+  if (options.threads < 0 || options.threads > 1024) {
+    throw InputError(fmt::format("--threads: must be between 1 and 1024 (got {})", options.threads));
+  }
+  if (options.repeats < 1 || options.repeats > 100000) {
+    throw InputError(fmt::format("--repeats: must be between 1 and 100000 (got {})", options.repeats));
+  }
+  if (options.threads > 0) set_num_threads(options.threads);
+
+  GemmBenchResult r = bench_gemm(options.variant, shape[0], shape[1], shape[2], options.repeats);
+  if (options.json) {
+    nlohmann::json out = {
+        {"benchmark", "gemm"},
+        {"variant", r.variant},
+        {"shape", {r.M, r.K, r.N}},
+        {"threads", r.threads},
+        {"repeats", r.repeats},
+        {"median_ms", r.median_ms},
+        {"min_ms", r.min_ms},
+        {"flops", r.flops},
+        {"gflops", r.gflops},
+        {"gflops_best", r.gflops_best},
+        {"definition",
+         {{"flops", "2*M*N*K"},
+          {"gflops", "flops / median seconds / 1e9"},
+          {"gflops_best", "flops / min seconds / 1e9"},
+          {"variant", "nn: C = A B, A (M,K), B (K,N); nt: C = A B^T, B stored (N,K); tn: C = A^T B, A stored (K,M)"}}},
+    };
+    fmt::print("{}\n", out.dump());
+    return;
+  }
+  fmt::print("gemm {} M={} K={} N={}, {} thread{}, {} calls\n", r.variant, r.M, r.K, r.N, r.threads,
+             r.threads == 1 ? "" : "s", r.repeats);
+  fmt::print("  median {:9.4f} ms  {:7.1f} GFLOP/s\n", r.median_ms, r.gflops);
+  fmt::print("  min    {:9.4f} ms  {:7.1f} GFLOP/s\n", r.min_ms, r.gflops_best);
+  fmt::print("  (GFLOP/s = 2*M*N*K / seconds / 1e9)\n");
+}
+
+}  // namespace
+
+void add_bench_gemm(CLI::App& bench) {
+  auto options = std::make_shared<BenchGemmOptions>();
+  CLI::App* cmd = bench.add_subcommand("gemm", "Time normlab's GEMM (matmul_nn / nt / tn)");
+  cmd->add_option("--shape", options->shape, "C (M,N) = op(A) (M,K) @ op(B) (K,N), as M,K,N, e.g. 1040,64,192")
+      ->required();
+  cmd->add_option("--variant", options->variant, "nn: A B; nt: A B^T (Linear forward); tn: A^T B (weight grad)")
+      ->capture_default_str();
+  cmd->add_option("--threads", options->threads, "Threads (default: OMP_NUM_THREADS or all cores)");
+  cmd->add_option("--repeats", options->repeats, "Timed calls; the median is reported")->capture_default_str();
+  cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");
+  cmd->callback([options] { run(*options); });
+}
+
 }  // namespace normlab::cli

@@ -1,4 +1,116 @@
+// normlab bench layernorm --shape B,T,C [--threads N] [--repeats R] [--json]
+#include <fmt/core.h>
+
+#include <charconv>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
 #include "commands.hpp"
+#include "normlab/bench_layernorm.hpp"
+#include "normlab/error.hpp"
+#include "normlab/parallel.hpp"
+
 namespace normlab::cli {
-void add_bench_layernorm(CLI::App& bench) { bench.add_subcommand("layernorm", "(placeholder)"); }
+
+namespace {
+
+// Largest B*T*C accepted: five float arrays of this size are 1.3 GB.
+constexpr int64_t kMaxBenchElements = int64_t{1} << 26;
+
+struct BenchLayerNormOptions {
+  std::string shape;
+  int threads = 0;  // 0: keep the current thread count (OMP_NUM_THREADS or all cores)
+  int repeats = 50;
+  bool json = false;
+};
+
+std::vector<int64_t> parse_shape(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return InputError(fmt::format("--shape: {} (got \"{}\", expected three positive integers B,T,C like 64,128,768)",
+                                  why, text));
+  };
+  std::vector<int64_t> dims;
+  size_t start = 0;
+  while (true) {
+    size_t comma = text.find(',', start);
+    std::string field = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    int64_t value = 0;
+    auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), value);
+    if (field.empty() || ec != std::errc() || end != field.data() + field.size()) {
+      throw bad(fmt::format("\"{}\" is not an integer", field));
+    }
+    if (value <= 0) throw bad(fmt::format("{} is not positive", value));
+    if (value > kMaxBenchElements) throw bad(fmt::format("{} is too large", value));
+    dims.push_back(value);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (dims.size() != 3) throw bad(fmt::format("{} dimensions", dims.size()));
+  if (dims[0] * dims[1] > kMaxBenchElements || dims[0] * dims[1] * dims[2] > kMaxBenchElements) {
+    throw bad(fmt::format("B*T*C must be at most {}", kMaxBenchElements));
+  }
+  return dims;
+}
+
+void run(const BenchLayerNormOptions& options) {
+  std::vector<int64_t> shape = parse_shape(options.shape);
+  if (options.threads < 0 || options.threads > 1024) {
+    throw InputError(fmt::format("--threads: must be between 1 and 1024 (got {})", options.threads));
+  }
+  if (options.repeats < 1 || options.repeats > 100000) {
+    throw InputError(fmt::format("--repeats: must be between 1 and 100000 (got {})", options.repeats));
+  }
+  if (options.threads > 0) set_num_threads(options.threads);
+
+  LayerNormBenchResult r = bench_layernorm(shape[0], shape[1], shape[2], options.repeats);
+  if (options.json) {
+    nlohmann::json out = {
+        {"benchmark", "layernorm"},
+        {"shape", {r.B, r.T, r.C}},
+        {"rows", r.B * r.T},
+        {"cols", r.C},
+        {"eps", 1e-12},
+        {"threads", r.threads},
+        {"repeats", r.repeats},
+        {"statistic", "median"},
+        {"forward_ms", r.forward_ms},
+        {"backward_ms", r.backward_ms},
+        {"forward_backward_ms", r.forward_backward_ms},
+        {"forward_gbps", r.forward_gbps},
+        {"forward_backward_gbps", r.forward_backward_gbps},
+        {"forward_bytes", r.forward_bytes},
+        {"backward_bytes", r.backward_bytes},
+        {"bytes_definition",
+         {{"forward", "4 * (read x + write y: 2*rows*cols, read gamma+beta: 2*cols, write mean+rstd: 2*rows)"},
+          {"backward",
+           "4 * (read dout + x: 2*rows*cols, read+write dx (accumulated): 2*rows*cols, read mean+rstd: 2*rows, "
+           "read gamma + write dgamma+dbeta: 3*cols)"},
+          {"gbps", "bytes / median seconds / 1e9; forward_backward_gbps uses forward_bytes + backward_bytes"}}},
+    };
+    fmt::print("{}\n", out.dump());
+    return;
+  }
+  fmt::print("layernorm x [{}, {}, {}] (rows {}, cols {}), eps 1e-12, {} thread{}, median of {}\n", r.B, r.T, r.C,
+             r.B * r.T, r.C, r.threads, r.threads == 1 ? "" : "s", r.repeats);
+  fmt::print("  forward            {:9.3f} ms  {:7.1f} GB/s\n", r.forward_ms, r.forward_gbps);
+  fmt::print("  backward           {:9.3f} ms  {:7.1f} GB/s\n", r.backward_ms,
+             r.backward_bytes / (r.backward_ms * 1e-3) / 1e9);
+  fmt::print("  forward+backward   {:9.3f} ms  {:7.1f} GB/s\n", r.forward_backward_ms, r.forward_backward_gbps);
+  fmt::print("  (GB/s counts each array once: forward x, y; backward dout, x, dx read+write; see --json)\n");
+}
+
+}  // namespace
+
+void add_bench_layernorm(CLI::App& bench) {
+  auto options = std::make_shared<BenchLayerNormOptions>();
+  CLI::App* cmd = bench.add_subcommand("layernorm", "Time the LayerNorm forward and backward kernels");
+  cmd->add_option("--shape", options->shape, "Input shape B,T,C (normalized over C), e.g. 64,128,768")->required();
+  cmd->add_option("--threads", options->threads, "Threads (default: OMP_NUM_THREADS or all cores)");
+  cmd->add_option("--repeats", options->repeats, "Timed calls; the median is reported")->capture_default_str();
+  cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");
+  cmd->callback([options] { run(*options); });
+}
+
 }  // namespace normlab::cli

@@ -6,4 +6,18 @@
 namespace normlab::cli {
 void add_bench_layernorm(CLI::App& bench);  // apps/cmd_bench_layernorm.cpp
 void add_bench_gemm(CLI::App& bench);       // apps/cmd_bench_gemm.cpp
+void add_bench_step(CLI::App& bench);       // apps/cmd_bench_step.cpp
+void add_train(CLI::App& app);              // apps/cmd_train.cpp
+void add_eval(CLI::App& app);               // apps/cmd_eval.cpp
+void add_predict(CLI::App& app);            // apps/cmd_predict.cpp
+void add_compare(CLI::App& app);            // apps/cmd_compare.cpp
+
+// Exit codes shared by all subcommands.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitDiverged = 3;
+// A subcommand that wants a non-zero exit without an error (train: diverged) throws this.
+struct ExitCode {
+  int code;
+};
 }  // namespace normlab::cli

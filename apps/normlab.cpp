@@ -18,12 +18,19 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   normlab::cli::add_bench_layernorm(*bench);
   normlab::cli::add_bench_gemm(*bench);
+  normlab::cli::add_bench_step(*bench);
+  normlab::cli::add_train(app);
+  normlab::cli::add_eval(app);
+  normlab::cli::add_predict(app);
+  normlab::cli::add_compare(app);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;
+  } catch (const normlab::cli::ExitCode& e) {
+    return e.code;
   } catch (const normlab::InputError& e) {
     fmt::print(stderr, "normlab: error: {}\n", e.what());
     return 2;

@@ -1,0 +1,4 @@
+#include "commands.hpp"
+namespace normlab::cli {
+void add_eval(CLI::App& app) { app.add_subcommand("eval", "(not yet implemented)"); }
+}  // namespace normlab::cli

@@ -1,0 +1,60 @@
+#pragma once
+// Reverse-mode automatic differentiation, define-by-run (the micrograd idea, for tensors).
+//
+// Every differentiable op that sees an input requiring a gradient records a Node on its output:
+// the inputs (its parents in the graph) and a `backward` closure that, given d(loss)/d(output),
+// ADDS d(loss)/d(input) into each input's gradient buffer. Adding, not assigning, is what makes a
+// tensor used twice receive the sum of both contributions.
+//
+// backward(root):
+//   1. collect the graph below root in topological order (iterative DFS: no recursion, so a graph
+//      thousands of ops deep cannot overflow the stack);
+//   2. seed d(root)/d(root) = 1;
+//   3. visit nodes from root towards the leaves, calling each node's backward;
+//   4. release each node after it ran (its closure and the activations it captured are freed) and
+//      drop the gradients of intermediate tensors (PyTorch's retain_graph=False behaviour). A second
+//      backward through a released node throws UsageError.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "normlab/tensor.hpp"
+
+namespace normlab {
+
+struct Node {
+  std::string name;            // op name, for error messages and debugging
+  std::vector<Tensor> inputs;  // parents; only those that require grad matter
+  // Receives d(loss)/d(output) (same numel as the output), accumulates into the inputs' grads.
+  std::function<void(const float* grad_output)> backward;
+  bool released = false;
+};
+
+// Is gradient recording on? Off inside a NoGradGuard (evaluation, optimizer updates).
+bool grad_enabled();
+
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// True if an op with these inputs must record a node (grad mode on and some input requires grad).
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+
+// Create `out`'s node. `backward` must not capture `out` itself (that would be a reference cycle).
+void record(Tensor& out, std::string name, std::vector<Tensor> inputs,
+            std::function<void(const float* grad_output)> backward);
+
+// Runs backward from `root`, seeding with `seed` (null means 1, and root must have one element).
+void run_backward(const Tensor& root, const float* seed);
+
+// The number of nodes reachable from `root` (for tests and diagnostics).
+int64_t graph_size(const Tensor& root);
+
+}  // namespace normlab

@@ -1,0 +1,64 @@
+#pragma once
+// The normalization layers the project compares. All act on the last dimension of a packed
+// (tokens, d_model) matrix — except that BatchNorm's statistics cross tokens, which is the point.
+//
+//   LayerNorm  per token:   y = gamma * (x - mean_t) / sqrt(var_t + eps) + beta
+//   RMSNorm    per token:   y = gamma * x / sqrt(mean_t(x^2) + eps)
+//   BatchNorm  per feature: y = gamma * (x - mean_c) / sqrt(var_c + eps) + beta, where mean_c and
+//              var_c are over all real tokens of the batch in training and running averages in eval
+//   DyT        no statistics: y = gamma * tanh(alpha * x) + beta (Zhu et al. 2025)
+#include <memory>
+#include <string>
+
+#include "normlab/nn/module.hpp"
+
+namespace normlab::nn {
+
+class NormLayer : public Module {
+ public:
+  virtual Tensor forward(const Tensor& x) = 0;
+};
+
+// Like torch.nn.LayerNorm: normalized_shape is the trailing shape; weight/bias have that shape.
+class LayerNorm : public NormLayer {
+ public:
+  explicit LayerNorm(Shape normalized_shape, float eps = 1e-12f, bool elementwise_affine = true);
+  Tensor forward(const Tensor& x) override;
+  Shape normalized_shape;
+  float eps;
+  Tensor weight, bias;  // gamma (init 1), beta (init 0); undefined without elementwise_affine
+};
+
+class RMSNorm : public NormLayer {
+ public:
+  explicit RMSNorm(int64_t dim, float eps = 1e-12f);
+  Tensor forward(const Tensor& x) override;
+  float eps;
+  Tensor weight;
+};
+
+class BatchNorm : public NormLayer {
+ public:
+  explicit BatchNorm(int64_t dim, float eps = 1e-5f, float momentum = 0.1f);
+  Tensor forward(const Tensor& x) override;  // x (tokens, dim); statistics over the tokens
+  float eps, momentum;
+  Tensor weight, bias, running_mean, running_var;
+};
+
+class DyT : public NormLayer {
+ public:
+  explicit DyT(int64_t dim, float alpha_init = 0.5f);
+  Tensor forward(const Tensor& x) override;
+  Tensor alpha, weight, bias;
+};
+
+enum class NormKind { layernorm, rmsnorm, batchnorm, dyt, rezero, none };
+NormKind parse_norm_kind(const std::string& name);  // throws UsageError listing the choices
+std::string to_string(NormKind kind);
+// True for the kinds that put a normalization layer in each block (not rezero / none).
+bool has_norm_layer(NormKind kind);
+
+// The layer for kind (layernorm, rmsnorm, batchnorm, dyt); eps applies to the first three.
+std::unique_ptr<NormLayer> make_norm(NormKind kind, int64_t dim, float eps);
+
+}  // namespace normlab::nn

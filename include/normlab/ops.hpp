@@ -1,0 +1,73 @@
+#pragma once
+// Differentiable ops: each one runs a forward kernel, and if any input requires a gradient it
+// records a node whose backward calls the matching backward kernel (autograd.hpp). Shapes follow
+// PyTorch's conventions; mismatches throw UsageError naming the op and both shapes.
+#include <cstdint>
+#include <vector>
+
+#include "normlab/tensor.hpp"
+
+namespace normlab {
+class Rng;
+}
+
+namespace normlab::ops {
+
+// ---- elementwise, with NumPy/PyTorch broadcasting (dims aligned from the right, size 1 stretches)
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add_scalar(const Tensor& a, float s);
+Tensor mul_scalar(const Tensor& a, float s);
+Tensor neg(const Tensor& a);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor relu(const Tensor& a);
+Tensor gelu(const Tensor& a);  // exact: 0.5 x (1 + erf(x / sqrt 2)), PyTorch's default
+Tensor square(const Tensor& a);
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+
+// ---- reductions
+Tensor sum(const Tensor& a);   // all elements -> shape []
+Tensor mean(const Tensor& a);  // all elements -> shape []
+// Over the last `ndims` dims: [..., d1..dk] -> [...] or [..., 1..1] with keepdim.
+Tensor sum_trailing(const Tensor& a, int64_t ndims, bool keepdim = false);
+Tensor mean_trailing(const Tensor& a, int64_t ndims, bool keepdim = false);
+
+// ---- shape
+Tensor reshape(const Tensor& a, const Shape& shape);  // a view: shares storage; one dim may be -1
+
+// ---- linear algebra (our GEMM, kernels/matmul.hpp)
+Tensor matmul(const Tensor& a, const Tensor& b);  // a (..., K) @ b (K, N) -> (..., N)
+// x (..., C), weight (OC, C) as in torch.nn.Linear, bias (OC) or undefined -> (..., OC)
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+// ---- normalization (the subject of the project)
+// LayerNorm over the trailing dims given by normalized_shape (like torch.nn.functional.layer_norm);
+// gamma/beta have shape normalized_shape, or are undefined for elementwise_affine=false.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& gamma, const Tensor& beta,
+                  float eps = 1e-12f);
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& gamma, float eps = 1e-12f);
+// BatchNorm over the rows of x (N, C): statistics per feature across all N tokens of the batch.
+// training: normalize with batch statistics and update the running averages in place (if defined);
+// otherwise normalize with running_mean / running_var.
+Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor running_mean,
+                  Tensor running_var, bool training, float momentum, float eps);
+// Dynamic Tanh: gamma * tanh(alpha * x) + beta, alpha a one-element tensor, gamma/beta (C).
+Tensor dyt(const Tensor& x, const Tensor& alpha, const Tensor& gamma, const Tensor& beta);
+
+// ---- transformer pieces on packed variable-length batches (offsets: (B+1), offsets[B] = tokens)
+Tensor embedding(const std::vector<int32_t>& ids, const Tensor& weight);  // -> (N, C)
+// qkv (T, 3C) -> (T, C): each sequence attends over its own tokens only.
+Tensor attention(const Tensor& qkv, const std::vector<int64_t>& offsets, int64_t num_heads);
+Tensor softmax(const Tensor& x);  // over the last dim
+// Mean over each sequence's tokens: x (T, C) -> (B, C).
+Tensor mean_pool(const Tensor& x, const std::vector<int64_t>& offsets);
+// Mean cross-entropy over targets != -1; logits (N, V), targets (N).
+Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets);
+// Inverted dropout; identity when !training or p == 0.
+Tensor dropout(const Tensor& x, float p, Rng& rng, bool training);
+
+}  // namespace normlab::ops

@@ -1,0 +1,83 @@
+#pragma once
+// Tensor: an N-d array of float32, contiguous and row-major, with shared storage (reshape makes a
+// view, not a copy), an optional gradient buffer, and a link to the autograd node that made it.
+//
+// The autograd idea itself lives in autograd.hpp; ops.hpp wires kernels into it.
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace normlab {
+
+class Rng;
+struct Node;
+
+using Shape = std::vector<int64_t>;
+
+int64_t shape_numel(const Shape& shape);  // product of dims; 1 for a scalar (empty shape)
+std::string shape_str(const Shape& shape);  // "[4, 100, 512]"
+
+struct TensorImpl {
+  Shape shape;
+  std::shared_ptr<std::vector<float>> storage;  // shared by views (reshape)
+  int64_t offset = 0;                           // first element of this tensor inside storage
+  std::shared_ptr<std::vector<float>> grad;     // allocated (zero-filled) on first accumulation
+  bool requires_grad = false;
+  std::shared_ptr<Node> grad_fn;  // the op that produced this tensor; null for leaves
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // Factories. All data is float32; sizes are checked (negative dims, overflow).
+  static Tensor empty(const Shape& shape);  // contents unspecified (zeroed in practice)
+  static Tensor zeros(const Shape& shape);
+  static Tensor ones(const Shape& shape);
+  static Tensor full(const Shape& shape, float value);
+  static Tensor from_data(const Shape& shape, std::vector<float> data);
+  static Tensor scalar(float value);
+  static Tensor normal(const Shape& shape, Rng& rng, float mean = 0.0f, float stddev = 1.0f);
+  static Tensor uniform(const Shape& shape, Rng& rng, float lo, float hi);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  int64_t dim() const { return static_cast<int64_t>(shape().size()); }
+  int64_t size(int64_t d) const;  // negative d counts from the end, like PyTorch
+  int64_t numel() const { return shape_numel(shape()); }
+
+  float* data();
+  const float* data() const;
+  std::vector<float> to_vector() const;
+  float item() const;  // the value of a one-element tensor
+
+  // Autograd state.
+  bool requires_grad() const;
+  Tensor& set_requires_grad(bool on = true);  // only on leaves
+  bool has_grad() const;
+  float* grad_data();  // allocates a zero gradient if there is none yet
+  const float* grad_data() const;  // null if there is no gradient
+  Tensor grad() const;  // a copy of the gradient as a tensor (zeros if none)
+  void zero_grad();     // drop the gradient buffer
+  const std::shared_ptr<Node>& grad_fn() const;
+  bool is_leaf() const { return grad_fn() == nullptr; }
+
+  // Backward from this tensor: it must hold a single element (a loss) unless a gradient of the
+  // same shape is given. See autograd.hpp.
+  void backward();
+  void backward(const Tensor& grad_output);
+
+  Tensor detach() const;  // same storage, no graph
+  Tensor clone() const;   // new storage, no graph
+
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+}  // namespace normlab

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The README's main command: install missing packages, build, then run the LayerNorm comparison
+# (configs/demo.json) and write runs/demo/report.html.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build} bash scripts/setup.sh
+"./${BUILD_DIR:-build}/normlab" compare --config configs/demo.json --out runs/demo "$@"
+echo "normlab: open runs/demo/report.html (tables: runs/demo/report.md, one row per run: runs/demo/runs.csv)"

@@ -1,0 +1,99 @@
+#include "normlab/autograd.hpp"
+
+#include <fmt/format.h>
+
+#include <unordered_set>
+#include <utility>
+
+#include "normlab/error.hpp"
+
+namespace normlab {
+
+namespace {
+thread_local bool g_grad_enabled = true;
+
+// Post-order DFS with an explicit stack: every tensor appears after all tensors it was computed
+// from. Returned order: leaves first, root last.
+std::vector<TensorImpl*> topological_order(TensorImpl* root) {
+  std::vector<TensorImpl*> order;
+  std::unordered_set<TensorImpl*> visited;
+  std::vector<std::pair<TensorImpl*, size_t>> stack;  // (tensor, next input to visit)
+  stack.emplace_back(root, 0);
+  visited.insert(root);
+  while (!stack.empty()) {
+    auto& [impl, next] = stack.back();
+    Node* node = impl->grad_fn.get();
+    if (node && node->released)
+      throw UsageError(fmt::format(
+          "backward through a released graph (op '{}'): the graph is freed after backward; "
+          "run the forward pass again", node->name));
+    if (node && next < node->inputs.size()) {
+      TensorImpl* child = node->inputs[next++].impl();
+      if (child && child->requires_grad && visited.insert(child).second) stack.emplace_back(child, 0);
+      continue;
+    }
+    order.push_back(impl);
+    stack.pop_back();
+  }
+  return order;
+}
+}  // namespace
+
+bool grad_enabled() { return g_grad_enabled; }
+
+NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
+
+bool needs_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!g_grad_enabled) return false;
+  for (const Tensor* t : inputs)
+    if (t && t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+void record(Tensor& out, std::string name, std::vector<Tensor> inputs,
+            std::function<void(const float* grad_output)> backward) {
+  auto node = std::make_shared<Node>();
+  node->name = std::move(name);
+  node->inputs = std::move(inputs);
+  node->backward = std::move(backward);
+  out.impl()->grad_fn = std::move(node);
+  out.impl()->requires_grad = true;
+}
+
+void run_backward(const Tensor& root, const float* seed) {
+  if (!root.defined()) throw UsageError("backward on an undefined tensor");
+  if (!root.requires_grad())
+    throw UsageError("backward on a tensor that does not require grad (no parameter or input in its graph requires grad)");
+  if (!seed && root.numel() != 1)
+    throw UsageError(fmt::format("backward() without a gradient needs a one-element tensor, shape is {}",
+                                 shape_str(root.shape())));
+
+  std::vector<TensorImpl*> order = topological_order(root.impl());
+
+  Tensor root_handle(root.impl_ptr());
+  float* root_grad = root_handle.grad_data();
+  for (int64_t i = 0; i < root.numel(); ++i) root_grad[i] += seed ? seed[i] : 1.0f;
+
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    TensorImpl* impl = *it;
+    std::shared_ptr<Node> node = impl->grad_fn;
+    if (!node) continue;  // a leaf: its gradient stays for the optimizer
+    if (impl->grad) node->backward(impl->grad->data());
+    // Free the closure (and the activations it captured) and this intermediate gradient.
+    node->backward = nullptr;
+    node->inputs.clear();
+    node->released = true;
+    impl->grad.reset();
+  }
+}
+
+int64_t graph_size(const Tensor& root) {
+  if (!root.defined() || !root.grad_fn()) return 0;
+  int64_t count = 0;
+  for (TensorImpl* impl : topological_order(root.impl()))
+    if (impl->grad_fn) ++count;
+  return count;
+}
+
+}  // namespace normlab

@@ -1,0 +1,178 @@
+#include "normlab/nn/encoder.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "normlab/autograd.hpp"
+#include "normlab/error.hpp"
+#include "normlab/ops.hpp"
+
+namespace normlab::nn {
+
+// ---------------------------------------------------------------- attention
+MultiheadAttention::MultiheadAttention(int64_t d_model, int64_t heads, Rng& rng)
+    : num_heads(heads), out_proj(d_model, d_model, true, rng) {
+  // torch.nn.MultiheadAttention: xavier_uniform on the packed (3d, d) projection, zero biases.
+  const float bound = std::sqrt(6.0f / static_cast<float>(d_model + 3 * d_model));
+  in_proj_weight = register_parameter("in_proj_weight", Tensor::uniform({3 * d_model, d_model}, rng, -bound, bound));
+  in_proj_bias = register_parameter("in_proj_bias", Tensor::zeros({3 * d_model}));
+  std::fill(out_proj.bias.data(), out_proj.bias.data() + d_model, 0.0f);
+  register_module("out_proj", out_proj);
+}
+
+Tensor MultiheadAttention::forward(const Tensor& x, const std::vector<int64_t>& offsets) const {
+  Tensor qkv = ops::linear(x, in_proj_weight, in_proj_bias);   // (T, 3d)
+  Tensor heads = ops::attention(qkv, offsets, num_heads);      // (T, d), each sequence on its own
+  return out_proj.forward(heads);                              // (T, d)
+}
+
+// ---------------------------------------------------------------- one block
+EncoderLayer::EncoderLayer(const EncoderOptions& opts, Rng& rng)
+    : options(opts),
+      self_attn(opts.d_model, opts.num_heads, rng),
+      linear1(opts.d_model, opts.dim_feedforward, true, rng),
+      linear2(opts.dim_feedforward, opts.d_model, true, rng) {
+  register_module("self_attn", self_attn);
+  register_module("linear1", linear1);
+  register_module("linear2", linear2);
+  if (has_norm_layer(opts.norm)) {
+    norm1 = make_norm(opts.norm, opts.d_model, opts.norm_eps);
+    norm2 = make_norm(opts.norm, opts.d_model, opts.norm_eps);
+    register_module("norm1", *norm1);
+    register_module("norm2", *norm2);
+  }
+  if (opts.norm == NormKind::rezero) resweight = register_parameter("resweight", Tensor::zeros({1}));
+}
+
+Tensor EncoderLayer::feed_forward(const Tensor& x, Rng& dropout_rng) const {
+  Tensor h = linear1.forward(x);
+  h = options.activation == Activation::gelu ? ops::gelu(h) : ops::relu(h);
+  h = ops::dropout(h, options.dropout, dropout_rng, is_training());
+  return linear2.forward(h);
+}
+
+Tensor EncoderLayer::forward(const Tensor& x, const std::vector<int64_t>& offsets, Rng& dropout_rng) {
+  const bool train = is_training();
+  auto drop = [&](const Tensor& t) { return ops::dropout(t, options.dropout, dropout_rng, train); };
+  auto attn = [&](const Tensor& t) { return drop(self_attn.forward(t, offsets)); };
+  auto ffn = [&](const Tensor& t) { return drop(feed_forward(t, dropout_rng)); };
+
+  if (options.norm == NormKind::none) {  // plain residual stream, nothing keeps its scale in check
+    Tensor h = ops::add(x, attn(x));
+    return ops::add(h, ffn(h));
+  }
+  if (options.norm == NormKind::rezero) {  // x + alpha * f(x), alpha = 0 at init: each block starts as identity
+    Tensor h = ops::add(x, ops::mul(attn(x), resweight));
+    return ops::add(h, ops::mul(ffn(h), resweight));
+  }
+  if (options.placement == Placement::post) {  // original Transformer: normalize the sum
+    Tensor h = norm1->forward(ops::add(x, attn(x)));
+    return norm2->forward(ops::add(h, ffn(h)));
+  }
+  // pre: normalize the sublayer's input; the residual path itself is never normalized
+  Tensor h = ops::add(x, attn(norm1->forward(x)));
+  return ops::add(h, ffn(norm2->forward(h)));
+}
+
+// ---------------------------------------------------------------- the stack
+TransformerEncoder::TransformerEncoder(const EncoderOptions& opts, uint64_t seed)
+    : options(opts), dropout_rng(seed, 3) {
+  if (opts.d_model < 1 || opts.num_heads < 1 || opts.d_model % opts.num_heads != 0)
+    throw UsageError(fmt::format("d_model {} must be a positive multiple of num_heads {}", opts.d_model, opts.num_heads));
+  Rng rng(seed, 1);
+  for (int64_t i = 0; i < opts.num_layers; ++i) {
+    layers.push_back(std::make_unique<EncoderLayer>(opts, rng));
+    register_module(fmt::format("layers.{}", i), *layers.back());
+  }
+  if (opts.placement == Placement::pre && opts.final_norm && has_norm_layer(opts.norm)) {
+    norm = make_norm(opts.norm, opts.d_model, opts.norm_eps);
+    register_module("norm", *norm);
+  }
+}
+
+Tensor TransformerEncoder::forward(const Tensor& x, const std::vector<int64_t>& offsets, Diagnostics* diagnostics) {
+  Tensor h = x;
+  if (diagnostics) diagnostics->residual_rms.clear();
+  for (auto& layer : layers) {
+    h = layer->forward(h, offsets, dropout_rng);
+    if (diagnostics) {
+      const float* v = h.data();
+      double sum_sq = 0.0;
+      for (int64_t i = 0; i < h.numel(); ++i) sum_sq += double(v[i]) * double(v[i]);
+      diagnostics->residual_rms.push_back(h.numel() ? std::sqrt(sum_sq / double(h.numel())) : 0.0);
+    }
+  }
+  if (norm) h = norm->forward(h);
+  return h;
+}
+
+// ---------------------------------------------------------------- the model
+EncoderModel::EncoderModel(const ModelOptions& opts)
+    : TransformerEncoder(opts.encoder, opts.seed),
+      model_options(opts),
+      init_rng_(opts.seed, 2),
+      embedding(opts.vocab_size, opts.encoder.d_model, init_rng_),
+      head(opts.encoder.d_model, opts.num_classes, true, init_rng_) {
+  register_module("embedding", embedding);
+  if (opts.positional == Positional::learned) {
+    pos_embedding.emplace(opts.max_len, opts.encoder.d_model, init_rng_);
+    register_module("pos_embedding", *pos_embedding);
+  } else {
+    pos_table = sinusoidal_table(opts.max_len, opts.encoder.d_model);
+  }
+  register_module("head", head);
+}
+
+Tensor EncoderModel::forward(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets,
+                             Diagnostics* diagnostics) {
+  const int64_t T = static_cast<int64_t>(tokens.size()), d = model_options.encoder.d_model;
+  if (offsets.size() < 2 || offsets.front() != 0 || offsets.back() != T)
+    throw UsageError("EncoderModel::forward: offsets must start at 0 and end at the number of tokens");
+  // Position of each token inside its own sequence.
+  std::vector<int32_t> positions(static_cast<size_t>(T));
+  for (size_t b = 0; b + 1 < offsets.size(); ++b) {
+    if (offsets[b + 1] - offsets[b] > model_options.max_len)
+      throw UsageError(fmt::format("sequence of length {} exceeds model.max_len {}", offsets[b + 1] - offsets[b],
+                                   model_options.max_len));
+    for (int64_t t = offsets[b]; t < offsets[b + 1]; ++t) positions[size_t(t)] = int32_t(t - offsets[b]);
+  }
+  Tensor x = embedding.forward(tokens);  // (T, d)
+  if (pos_embedding) {
+    x = ops::add(x, pos_embedding->forward(positions));
+  } else {
+    Tensor pe = Tensor::empty({T, d});
+    for (int64_t t = 0; t < T; ++t)
+      std::copy_n(pos_table.data() + positions[size_t(t)] * d, d, pe.data() + t * d);
+    x = ops::add(x, pe);
+  }
+  Tensor h = TransformerEncoder::forward(x, offsets, diagnostics);  // (T, d)
+  if (model_options.head == Head::sequence) h = ops::mean_pool(h, offsets);  // (B, d)
+  return head.forward(h);
+}
+
+// ---------------------------------------------------------------- diagnostics
+std::vector<double> per_layer_grad_norms(const Module& model, int64_t num_layers) {
+  std::vector<double> sum_sq(static_cast<size_t>(num_layers), 0.0);
+  for (const auto& [name, t] : model.named_parameters()) {
+    if (name.rfind("layers.", 0) != 0 || !t.has_grad()) continue;
+    const int64_t layer = std::stoll(name.substr(7));
+    if (layer < 0 || layer >= num_layers) continue;
+    const float* g = t.grad_data();
+    for (int64_t i = 0; i < t.numel(); ++i) sum_sq[size_t(layer)] += double(g[i]) * double(g[i]);
+  }
+  for (double& v : sum_sq) v = std::sqrt(v);
+  return sum_sq;
+}
+
+double global_grad_norm(const Module& model) {
+  double sum_sq = 0.0;
+  for (const auto& [name, t] : model.named_parameters()) {
+    if (!t.has_grad()) continue;
+    const float* g = t.grad_data();
+    for (int64_t i = 0; i < t.numel(); ++i) sum_sq += double(g[i]) * double(g[i]);
+  }
+  return std::sqrt(sum_sq);
+}
+
+}  // namespace normlab::nn

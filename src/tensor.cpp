@@ -1,0 +1,154 @@
+#include "normlab/tensor.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "normlab/autograd.hpp"
+#include "normlab/error.hpp"
+#include "normlab/rng.hpp"
+
+namespace normlab {
+
+namespace {
+// 2^34 floats = 64 GiB: far beyond this project's models; refusing it turns a typo into an error
+// instead of a bad_alloc or an OOM kill.
+constexpr int64_t kMaxElements = int64_t(1) << 34;
+
+std::shared_ptr<TensorImpl> make_impl(const Shape& shape) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->storage = std::make_shared<std::vector<float>>(static_cast<size_t>(shape_numel(shape)), 0.0f);
+  return impl;
+}
+}  // namespace
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) throw UsageError(fmt::format("negative dimension in shape {}", shape_str(shape)));
+    if (d != 0 && n > kMaxElements / d)
+      throw UsageError(fmt::format("shape {} is too large", shape_str(shape)));
+    n *= d;
+  }
+  return n;
+}
+
+std::string shape_str(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+Tensor Tensor::empty(const Shape& shape) { return Tensor(make_impl(shape)); }
+Tensor Tensor::zeros(const Shape& shape) { return Tensor(make_impl(shape)); }
+Tensor Tensor::ones(const Shape& shape) { return full(shape, 1.0f); }
+
+Tensor Tensor::full(const Shape& shape, float value) {
+  Tensor t = empty(shape);
+  std::fill(t.impl_->storage->begin(), t.impl_->storage->end(), value);
+  return t;
+}
+
+Tensor Tensor::from_data(const Shape& shape, std::vector<float> data) {
+  if (static_cast<int64_t>(data.size()) != shape_numel(shape))
+    throw UsageError(fmt::format("from_data: {} values do not fill shape {}", data.size(), shape_str(shape)));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->storage = std::make_shared<std::vector<float>>(std::move(data));
+  return Tensor(impl);
+}
+
+Tensor Tensor::scalar(float value) { return full({}, value); }
+
+Tensor Tensor::normal(const Shape& shape, Rng& rng, float mean, float stddev) {
+  Tensor t = empty(shape);
+  for (float& v : *t.impl_->storage) v = rng.normal(mean, stddev);
+  return t;
+}
+
+Tensor Tensor::uniform(const Shape& shape, Rng& rng, float lo, float hi) {
+  Tensor t = empty(shape);
+  for (float& v : *t.impl_->storage) v = rng.uniform(lo, hi);
+  return t;
+}
+
+const Shape& Tensor::shape() const {
+  if (!impl_) throw UsageError("use of an undefined tensor");
+  return impl_->shape;
+}
+
+int64_t Tensor::size(int64_t d) const {
+  int64_t n = dim();
+  int64_t i = d < 0 ? d + n : d;
+  if (i < 0 || i >= n) throw UsageError(fmt::format("dimension {} out of range for shape {}", d, shape_str(shape())));
+  return shape()[static_cast<size_t>(i)];
+}
+
+float* Tensor::data() {
+  if (!impl_) throw UsageError("use of an undefined tensor");
+  return impl_->storage->data() + impl_->offset;
+}
+const float* Tensor::data() const {
+  if (!impl_) throw UsageError("use of an undefined tensor");
+  return impl_->storage->data() + impl_->offset;
+}
+
+std::vector<float> Tensor::to_vector() const { return std::vector<float>(data(), data() + numel()); }
+
+float Tensor::item() const {
+  if (numel() != 1) throw UsageError(fmt::format("item() needs one element, shape is {}", shape_str(shape())));
+  return data()[0];
+}
+
+bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
+
+Tensor& Tensor::set_requires_grad(bool on) {
+  if (!impl_) throw UsageError("use of an undefined tensor");
+  if (impl_->grad_fn) throw UsageError("set_requires_grad is only for leaf tensors (parameters, inputs)");
+  impl_->requires_grad = on;
+  return *this;
+}
+
+bool Tensor::has_grad() const { return impl_ && impl_->grad != nullptr; }
+
+float* Tensor::grad_data() {
+  if (!impl_) throw UsageError("use of an undefined tensor");
+  if (!impl_->grad) impl_->grad = std::make_shared<std::vector<float>>(static_cast<size_t>(numel()), 0.0f);
+  return impl_->grad->data();
+}
+
+const float* Tensor::grad_data() const { return has_grad() ? impl_->grad->data() : nullptr; }
+
+Tensor Tensor::grad() const {
+  Tensor g = zeros(shape());
+  if (has_grad()) std::copy(impl_->grad->begin(), impl_->grad->end(), g.data());
+  return g;
+}
+
+void Tensor::zero_grad() {
+  if (impl_) impl_->grad.reset();
+}
+
+const std::shared_ptr<Node>& Tensor::grad_fn() const {
+  static const std::shared_ptr<Node> none;
+  return impl_ ? impl_->grad_fn : none;
+}
+
+void Tensor::backward() { run_backward(*this, nullptr); }
+
+void Tensor::backward(const Tensor& grad_output) {
+  if (grad_output.shape() != shape())
+    throw UsageError(fmt::format("backward: gradient shape {} does not match tensor shape {}",
+                                 shape_str(grad_output.shape()), shape_str(shape())));
+  run_backward(*this, grad_output.data());
+}
+
+Tensor Tensor::detach() const {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape();
+  impl->storage = impl_->storage;
+  impl->offset = impl_->offset;
+  return Tensor(impl);
+}
+
+Tensor Tensor::clone() const { return from_data(shape(), to_vector()); }
+
+}  // namespace normlab

@@ -1,0 +1,273 @@
+// The encoder: parity with torch.nn.TransformerEncoder(Layer), packed-batch invariance (and its
+// failure for BatchNorm), whole-block gradcheck.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "normlab/autograd.hpp"
+#include "normlab/gradcheck.hpp"
+#include "normlab/io/npy.hpp"
+#include "normlab/nn/encoder.hpp"
+#include "normlab/ops.hpp"
+
+using namespace normlab;
+namespace fs = std::filesystem;
+
+namespace {
+
+// max |a - b| / max |b|: a relative error that does not blow up on elements near zero.
+double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double max_diff = 0.0, max_ref = 1e-12;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_diff = std::max(max_diff, double(std::abs(a[i] - b[i])));
+    max_ref = std::max(max_ref, double(std::abs(b[i])));
+  }
+  return max_diff / max_ref;
+}
+
+// Rows of a padded (B, Tmax, d) array that belong to real tokens, packed into (T, d).
+std::vector<float> pack(const io::NpyArray& padded, const std::vector<int64_t>& lengths) {
+  const int64_t tmax = padded.shape[1], d = padded.shape[2];
+  std::vector<float> packed;
+  for (size_t b = 0; b < lengths.size(); ++b)
+    for (int64_t t = 0; t < lengths[b]; ++t) {
+      const float* row = padded.data.data() + (int64_t(b) * tmax + t) * d;
+      packed.insert(packed.end(), row, row + d);
+    }
+  return packed;
+}
+
+std::vector<int64_t> offsets_of(const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> offsets{0};
+  for (int64_t len : lengths) offsets.push_back(offsets.back() + len);
+  return offsets;
+}
+
+}  // namespace
+
+TEST_CASE("encoder: matches torch.nn.TransformerEncoder outputs and every gradient (golden files)") {
+  const fs::path root = fs::path(NORMLAB_TEST_DATA_DIR) / "encoder";
+  REQUIRE(fs::is_directory(root));
+  int cases = 0;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    if (!entry.is_directory()) continue;
+    const fs::path dir = entry.path();
+    CAPTURE(dir.filename().string());
+    nlohmann::json meta = nlohmann::json::parse(std::ifstream(dir / "meta.json"));
+    nn::EncoderOptions opts;
+    opts.d_model = meta["d_model"];
+    opts.num_heads = meta["nhead"];
+    opts.dim_feedforward = meta["dim_feedforward"];
+    opts.num_layers = meta["num_layers"];
+    opts.activation = meta["activation"] == "gelu" ? nn::Activation::gelu : nn::Activation::relu;
+    opts.placement = meta["norm_first"].get<bool>() ? nn::Placement::pre : nn::Placement::post;
+    opts.norm_eps = meta["layer_norm_eps"];
+    opts.final_norm = meta["final_norm"];
+    opts.norm = nn::NormKind::layernorm;
+    nn::TransformerEncoder encoder(opts, 1);
+
+    // Load every parameter by its PyTorch state_dict name: names and shapes must line up exactly.
+    auto params = encoder.named_parameters();
+    CHECK(params.size() == meta["parameters"].size());
+    for (auto& [name, tensor] : params) {
+      CAPTURE(name);
+      io::NpyArray value = io::read_npy((dir / (name + ".npy")).string());
+      REQUIRE(value.shape == tensor.shape());
+      std::copy(value.data.begin(), value.data.end(), tensor.data());
+    }
+
+    const std::vector<int64_t> lengths = io::read_npy_int((dir / "lengths.npy").string());
+    const std::vector<int64_t> offsets = offsets_of(lengths);
+    io::NpyArray x_padded = io::read_npy((dir / "x.npy").string());
+    const int64_t d = opts.d_model, T = offsets.back();
+    Tensor x = Tensor::from_data({T, d}, pack(x_padded, lengths));
+    x.set_requires_grad();
+
+    Tensor out = encoder.forward(x, offsets);
+    const std::vector<float> expected_out = pack(io::read_npy((dir / "out.npy").string()), lengths);
+    CHECK(relative_error(out.to_vector(), expected_out) < 1e-4);
+
+    Tensor dout = Tensor::from_data({T, d}, pack(io::read_npy((dir / "dout.npy").string()), lengths));
+    out.backward(dout);
+    CHECK(relative_error(x.grad().to_vector(), pack(io::read_npy((dir / "grad.x.npy").string()), lengths)) < 1e-3);
+    for (auto& [name, tensor] : params) {
+      CAPTURE(name);
+      io::NpyArray grad = io::read_npy((dir / ("grad." + name + ".npy")).string());
+      CHECK(relative_error(tensor.grad().to_vector(), grad.data) < 1e-3);
+    }
+    ++cases;
+  }
+  CHECK(cases >= 8);
+}
+
+namespace {
+// A sequence's outputs and input gradients, computed inside a batch with its neighbours.
+struct SeqResult {
+  std::vector<float> out, grad;
+};
+
+SeqResult run_in_batch(nn::TransformerEncoder& encoder, const std::vector<std::vector<float>>& seqs, size_t which,
+                       int64_t d, const std::vector<float>& weights) {
+  std::vector<float> packed;
+  std::vector<int64_t> offsets{0};
+  for (const auto& s : seqs) {
+    packed.insert(packed.end(), s.begin(), s.end());
+    offsets.push_back(offsets.back() + int64_t(s.size()) / d);
+  }
+  Tensor x = Tensor::from_data({offsets.back(), d}, packed);
+  x.set_requires_grad();
+  Tensor out = encoder.forward(x, offsets);
+  // Loss touches only sequence `which`, weighted by fixed random numbers.
+  std::vector<float> g(size_t(out.numel()), 0.0f);
+  std::copy(weights.begin(), weights.end(), g.begin() + offsets[which] * d);
+  out.backward(Tensor::from_data(out.shape(), g));
+  SeqResult r;
+  const std::vector<float> all = out.to_vector(), all_grad = x.grad().to_vector();
+  r.out.assign(all.begin() + offsets[which] * d, all.begin() + offsets[which + 1] * d);
+  r.grad.assign(all_grad.begin() + offsets[which] * d, all_grad.begin() + offsets[which + 1] * d);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("encoder: a sequence's result does not depend on its batch-mates, except with BatchNorm") {
+  const int64_t d = 16;
+  Rng rng(3);
+  auto random_seq = [&](int64_t len) { return Tensor::normal({len, d}, rng).to_vector(); };
+  const std::vector<float> target = random_seq(6);
+  const std::vector<std::vector<float>> batch{random_seq(11), target, random_seq(2), random_seq(17)};
+  const std::vector<float> weights = Tensor::normal({6, d}, rng).to_vector();
+
+  for (nn::NormKind kind : {nn::NormKind::layernorm, nn::NormKind::rmsnorm, nn::NormKind::dyt, nn::NormKind::rezero,
+                            nn::NormKind::none, nn::NormKind::batchnorm}) {
+    for (nn::Placement placement : {nn::Placement::post, nn::Placement::pre}) {
+      CAPTURE(nn::to_string(kind));
+      CAPTURE(int(placement));
+      nn::EncoderOptions opts;
+      opts.d_model = d;
+      opts.num_heads = 4;
+      opts.num_layers = 2;
+      opts.dim_feedforward = 32;
+      opts.norm = kind;
+      opts.placement = placement;
+      nn::TransformerEncoder encoder(opts, 11);
+      if (kind == nn::NormKind::rezero)  // alpha = 0 would make every block the identity
+        for (auto& [name, t] : encoder.named_parameters())
+          if (name.ends_with("resweight")) t.data()[0] = 0.5f;
+      SeqResult alone = run_in_batch(encoder, {target}, 0, d, weights);
+      SeqResult batched = run_in_batch(encoder, batch, 1, d, weights);
+      const double out_diff = relative_error(batched.out, alone.out);
+      const double grad_diff = relative_error(batched.grad, alone.grad);
+      if (kind == nn::NormKind::batchnorm) {
+        // Batch statistics mix the sequences: the same tokens get different outputs.
+        CHECK(out_diff > 1e-2);
+        CHECK(grad_diff > 1e-2);
+      } else {
+        CHECK(out_diff < 1e-5);
+        CHECK(grad_diff < 1e-5);
+      }
+    }
+  }
+}
+
+TEST_CASE("encoder: BatchNorm in eval mode uses running statistics, so batch-mates stop mattering") {
+  const int64_t d = 8;
+  nn::EncoderOptions opts;
+  opts.d_model = d;
+  opts.num_heads = 2;
+  opts.num_layers = 1;
+  opts.dim_feedforward = 16;
+  opts.norm = nn::NormKind::batchnorm;
+  opts.placement = nn::Placement::post;
+  nn::TransformerEncoder encoder(opts, 5);
+  Rng rng(4);
+  Tensor a = Tensor::normal({5, d}, rng), b = Tensor::normal({9, d}, rng);
+  encoder.forward(a, {0, 5});  // one training step's worth of running-average update
+  encoder.eval();
+  NoGradGuard no_grad;
+  std::vector<float> alone = encoder.forward(a, {0, 5}).to_vector();
+  std::vector<float> both_data = a.to_vector();
+  std::vector<float> bv = b.to_vector();
+  both_data.insert(both_data.end(), bv.begin(), bv.end());
+  std::vector<float> both = encoder.forward(Tensor::from_data({14, d}, both_data), {0, 5, 14}).to_vector();
+  both.resize(alone.size());
+  CHECK(relative_error(both, alone) < 1e-6);
+}
+
+TEST_CASE("encoder: whole-block gradcheck for every norm kind and placement") {
+  const int64_t d = 8;
+  for (nn::NormKind kind : {nn::NormKind::layernorm, nn::NormKind::rmsnorm, nn::NormKind::batchnorm,
+                            nn::NormKind::dyt, nn::NormKind::rezero, nn::NormKind::none}) {
+    for (nn::Placement placement : {nn::Placement::post, nn::Placement::pre}) {
+      CAPTURE(nn::to_string(kind));
+      CAPTURE(int(placement));
+      nn::EncoderOptions opts;
+      opts.d_model = d;
+      opts.num_heads = 2;
+      opts.num_layers = 1;
+      opts.dim_feedforward = 12;
+      opts.norm = kind;
+      opts.placement = placement;
+      opts.activation = nn::Activation::gelu;
+      opts.norm_eps = 1e-5f;
+      auto encoder = std::make_shared<nn::TransformerEncoder>(opts, 21);
+      std::vector<Tensor> inputs;
+      Rng rng(8);
+      Tensor x = Tensor::normal({7, d}, rng);
+      x.set_requires_grad();
+      inputs.push_back(x);
+      for (auto& [name, t] : encoder->named_parameters()) {
+        if (name.ends_with("resweight")) t.data()[0] = 0.5f;
+        inputs.push_back(t);
+      }
+      const std::vector<int64_t> offsets{0, 3, 4, 7};
+      GradcheckOptions options;
+      options.max_checks_per_input = 12;
+      options.step = 5e-3;
+      options.atol = 2e-3;
+      options.rtol = 2e-2;
+      GradcheckResult r = gradcheck(
+          [encoder, offsets](const std::vector<Tensor>& in) { return encoder->forward(in[0], offsets); }, inputs,
+          options);
+      INFO(r.worst);
+      CHECK(r.ok);
+    }
+  }
+}
+
+TEST_CASE("encoder: parameter names follow PyTorch's state_dict; diagnostics have one entry per layer") {
+  nn::ModelOptions opts;
+  opts.encoder.num_layers = 3;
+  opts.encoder.placement = nn::Placement::pre;
+  opts.positional = nn::Positional::learned;
+  nn::EncoderModel model(opts);
+  std::vector<std::string> names;
+  for (auto& [name, t] : model.named_parameters()) names.push_back(name);
+  auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  CHECK(has("layers.0.self_attn.in_proj_weight"));
+  CHECK(has("layers.0.self_attn.in_proj_bias"));
+  CHECK(has("layers.2.self_attn.out_proj.weight"));
+  CHECK(has("layers.1.linear1.weight"));
+  CHECK(has("layers.1.linear2.bias"));
+  CHECK(has("layers.0.norm1.weight"));
+  CHECK(has("layers.0.norm2.bias"));
+  CHECK(has("norm.weight"));
+  CHECK(has("embedding.weight"));
+  CHECK(has("pos_embedding.weight"));
+  CHECK(has("head.weight"));
+  for (auto& [name, t] : model.named_parameters())
+    if (name.ends_with("norm1.weight")) CHECK(t.to_vector() == std::vector<float>(64, 1.0f));  // gamma = 1
+
+  nn::Diagnostics diag;
+  Tensor logits = model.forward({1, 2, 3, 4, 5}, {0, 2, 5}, &diag);
+  CHECK(logits.shape() == Shape{5, opts.num_classes});
+  CHECK(diag.residual_rms.size() == 3);
+  ops::cross_entropy(logits, {1, 2, 3, -1, 0}).backward();
+  std::vector<double> norms = nn::per_layer_grad_norms(model, 3);
+  REQUIRE(norms.size() == 3);
+  for (double n : norms) CHECK(n > 0.0);
+}
