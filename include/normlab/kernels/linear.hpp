@@ -1,0 +1,27 @@
+#pragma once
+// Linear (fully connected) layer on raw arrays, PyTorch layout: weight (OC, C), bias (OC),
+//   out = inp @ weight^T + bias
+// Both products go through normlab's GEMM (kernels/matmul.hpp) without transposing anything:
+//   forward  out    = inp  @ weight^T   matmul_nt
+//   backward dinp  += dout @ weight     matmul_nn
+//            dweight += dout^T @ inp    matmul_tn
+//            dbias  += sum over rows of dout
+// Every result is bit-identical run to run and for any thread count (the GEMM guarantees it, and
+// dbias sums each column over the rows in row order on one thread).
+#include <cstdint>
+
+namespace normlab::kernels {
+
+// out = inp @ weight^T (+ bias). bias may be nullptr. Threaded (OpenMP).
+void linear_forward(float* out,                                         // (N, OC)
+                    const float* inp, const float* weight, const float* bias,  // (N, C), (OC, C), (OC)
+                    int64_t N, int64_t C, int64_t OC);
+
+// ACCUMULATES (+=) into dinp, dweight and dbias; any of the three may be nullptr (no gradient
+// wanted). inp and weight are the forward's inputs; inp may be nullptr when dweight is, weight
+// when dinp is.
+void linear_backward(float* dinp, float* dweight, float* dbias,        // (N, C), (OC, C), (OC)
+                     const float* dout, const float* inp, const float* weight,  // (N, OC), (N, C), (OC, C)
+                     int64_t N, int64_t C, int64_t OC);
+
+}  // namespace normlab::kernels

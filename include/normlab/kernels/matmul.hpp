@@ -1,0 +1,43 @@
+#pragma once
+// normlab's own single-precision GEMM (no BLAS). Row-major, all sizes int64_t.
+//
+// Three layouts cover every product the encoder needs without ever materializing a transpose
+// (the packing step reads each operand in whatever layout it is stored):
+//   matmul_nn: C = A B        dX = dY W, attention probs @ V
+//   matmul_nt: C = A B^T      Linear forward y = x W^T, attention scores q k^T
+//   matmul_tn: C = A^T B      weight gradient dW = dY^T X
+//
+// `accumulate` = false: C = product (C's old contents are ignored, so C may be uninitialized).
+// `accumulate` = true:  C += product.
+// K = 0 is allowed: C = 0, or C unchanged when accumulating. M = 0 or N = 0 does nothing.
+//
+// `parallel` = true splits the output tiles over the OpenMP threads (schedule(static)); products
+// smaller than about 2^17 multiply-adds run on the calling thread anyway (a team costs more).
+// `parallel` = false runs on the calling thread only: use it from inside your own OpenMP loop
+// (attention calls one GEMM per sequence and head), since normlab never nests OpenMP regions.
+// The serial path is safe to call from several threads at once.
+//
+// Determinism: every element of C is computed by exactly one thread, as
+//   C[i][j] (+)= sum over K blocks of 256, in order, of (fma chain over k in order),
+// which depends neither on the thread count nor on `parallel`: results are bit-identical run to
+// run and for any number of threads.
+#include <cstdint>
+
+namespace normlab::kernels {
+
+// C (M,N) (+)= A (M,K) @ B (K,N)
+void matmul_nn(float* C,                         // (M, N)
+               const float* A, const float* B,   // (M, K), (K, N)
+               int64_t M, int64_t K, int64_t N, bool accumulate, bool parallel = true);
+
+// C (M,N) (+)= A (M,K) @ B^T, with B stored (N,K)
+void matmul_nt(float* C,                         // (M, N)
+               const float* A, const float* B,   // (M, K), (N, K)
+               int64_t M, int64_t K, int64_t N, bool accumulate, bool parallel = true);
+
+// C (M,N) (+)= A^T @ B, with A stored (K,M) and B (K,N)
+void matmul_tn(float* C,                         // (M, N)
+               const float* A, const float* B,   // (K, M), (K, N)
+               int64_t M, int64_t K, int64_t N, bool accumulate, bool parallel = true);
+
+}  // namespace normlab::kernels

@@ -1,0 +1,111 @@
+#include "normlab/io/atomic_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "normlab/error.hpp"
+
+namespace normlab::io {
+
+namespace {
+
+[[noreturn]] void throw_write_error(const std::string& path, int err) {
+  throw InputError(path + ": cannot write: " + std::strerror(err));
+}
+
+// Unique within this process too, so two threads saving the same path never share a temp file.
+std::string temp_path_for(const std::string& path) {
+  static std::atomic<unsigned long> counter{0};
+  return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+}
+
+// The directory holding `path`, for the fsync that makes the rename itself durable.
+std::string parent_directory(const std::string& path) {
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+// Writes everything or returns the errno of the failure (write may be partial or interrupted).
+int write_all(int fd, const unsigned char* bytes, size_t size) {
+  while (size > 0) {
+    ssize_t written = ::write(fd, bytes, size);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    bytes += written;
+    size -= size_t(written);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const void* data, size_t size) {
+  if (path.empty()) throw InputError("(empty path): cannot write: empty file name");
+  const std::string temp_path = temp_path_for(path);
+
+  int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw_write_error(path, errno);
+
+  int err = write_all(fd, static_cast<const unsigned char*>(data), size);
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  // close() can report a deferred write error (NFS, quota), so its result counts too.
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && ::rename(temp_path.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(temp_path.c_str());
+    throw_write_error(path, err);
+  }
+
+  // Without this the rename may not survive a power cut. Some filesystems cannot fsync a
+  // directory (EINVAL); the data itself is already on disk then, so that is not an error.
+  int dir_fd = ::open(parent_directory(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) throw_write_error(path, errno);
+  if (::fsync(dir_fd) != 0 && errno != EINVAL) {
+    err = errno;
+    ::close(dir_fd);
+    throw_write_error(path, err);
+  }
+  ::close(dir_fd);
+}
+
+void write_file_atomic(const std::string& path, std::string_view contents) {
+  write_file_atomic(path, contents.data(), contents.size());
+}
+
+std::string read_file(const std::string& path, size_t max_bytes) {
+  std::error_code ec;
+  std::filesystem::file_status status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) {
+    throw InputError(path + ": cannot open: " +
+                     (ec ? ec.message() : std::string(std::strerror(ENOENT))));
+  }
+  if (!std::filesystem::is_regular_file(status)) throw InputError(path + ": not a regular file");
+
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open: " + std::strerror(errno));
+  in.seekg(0, std::ios::end);
+  std::streamoff file_size = in.tellg();
+  if (file_size < 0) throw InputError(path + ": cannot read: cannot determine the file size");
+  if (uint64_t(file_size) > max_bytes) {
+    throw InputError(path + ": file is " + std::to_string(file_size) +
+                     " bytes, larger than the limit of " + std::to_string(max_bytes) + " bytes");
+  }
+  in.seekg(0, std::ios::beg);
+  std::string contents(size_t(file_size), '\0');
+  if (file_size > 0 && !in.read(contents.data(), file_size)) {
+    throw InputError(path + ": cannot read: file ended early or read failed");
+  }
+  return contents;
+}
+
+}  // namespace normlab::io

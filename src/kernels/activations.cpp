@@ -1,0 +1,107 @@
+#include "normlab/kernels/activations.hpp"
+
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+namespace normlab::kernels {
+
+void relu_forward(float* out, const float* inp, int64_t N) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+void relu_backward(float* dinp, const float* dout, const float* inp, int64_t N) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; i++) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+namespace {
+constexpr float kInvSqrt2 = 0.70710678118654752440f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+}  // namespace
+
+void gelu_forward(float* out, const float* inp, int64_t N) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; i++) {
+    const float x = inp[i];
+    // Phi(x) = 0.5 erfc(-x / sqrt(2)) = 0.5 (1 + erf(x / sqrt(2))), but without the cancellation
+    // of 1 + erf for negative x (gelu(-3) would lose ~9 bits)
+    out[i] = 0.5f * x * std::erfc(-x * kInvSqrt2);
+  }
+}
+
+void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t N) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; i++) {
+    const float x = inp[i];
+    const float cdf = 0.5f * std::erfc(-x * kInvSqrt2);
+    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x * x);
+    dinp[i] += dout[i] * (cdf + x * pdf);
+  }
+}
+
+void dyt_forward(float* out, const float* inp, const float* alpha, const float* gamma,
+                 const float* beta, int64_t N, int64_t C) {
+  const float a = alpha[0];
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    const float* x = inp + n * C;
+    float* y = out + n * C;
+    for (int64_t c = 0; c < C; c++) y[c] = gamma[c] * std::tanh(a * x[c]) + beta[c];
+  }
+}
+
+void dyt_backward(float* dinp, float* dalpha, float* dgamma, float* dbeta, const float* dout,
+                  const float* inp, const float* alpha, const float* gamma, int64_t N, int64_t C) {
+  const float a = alpha[0];
+  // One partial row per thread of the team: [dgamma (C) | dbeta (C) | dalpha (1)], in double.
+  const int64_t partial_size = 2 * C + 1;
+  std::vector<double> partials;
+#pragma omp parallel
+  {
+#pragma omp single
+    partials.assign(size_t(partial_size) * size_t(omp_get_num_threads()), 0.0);
+    // (implicit barrier after single: every thread sees the buffer)
+    double* mine = partials.data() + size_t(omp_get_thread_num()) * size_t(partial_size);
+    double* pgamma = mine;
+    double* pbeta = mine + C;
+    double dalpha_thread = 0.0;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+      const float* x = inp + n * C;
+      const float* dy = dout + n * C;
+      float* dx = dinp != nullptr ? dinp + n * C : nullptr;
+      float dalpha_row = 0.0f;
+      for (int64_t c = 0; c < C; c++) {
+        const float t = std::tanh(a * x[c]);
+        // d tanh(u)/du = 1 - tanh(u)^2, u = alpha x
+        const float dt = dy[c] * gamma[c] * (1.0f - t * t);
+        pgamma[c] += double(dy[c] * t);
+        pbeta[c] += double(dy[c]);
+        dalpha_row += dt * x[c];
+        if (dx != nullptr) dx[c] += dt * a;
+      }
+      dalpha_thread += double(dalpha_row);
+    }
+    mine[2 * C] = dalpha_thread;
+  }
+  // Combine the partials in thread order.
+  const int64_t num_partials = int64_t(partials.size()) / partial_size;
+  for (int64_t c = 0; c < C; c++) {
+    double gsum = 0.0;
+    double bsum = 0.0;
+    for (int64_t t = 0; t < num_partials; t++) {
+      gsum += partials[size_t(t * partial_size + c)];
+      bsum += partials[size_t(t * partial_size + C + c)];
+    }
+    dgamma[c] += float(gsum);
+    dbeta[c] += float(bsum);
+  }
+  double dalpha_sum = 0.0;
+  for (int64_t t = 0; t < num_partials; t++) dalpha_sum += partials[size_t(t * partial_size + 2 * C)];
+  dalpha[0] += float(dalpha_sum);
+}
+
+}  // namespace normlab::kernels

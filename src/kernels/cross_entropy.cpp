@@ -1,0 +1,89 @@
+#include "normlab/kernels/cross_entropy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "normlab/error.hpp"
+
+namespace normlab::kernels {
+
+namespace {
+constexpr int32_t kIgnore = -1;
+
+int64_t count_targets(const char* where, const int32_t* targets, int64_t N, int64_t V) {
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; n++) {
+    if (targets[n] == kIgnore) continue;
+    if (targets[n] < 0 || targets[n] >= V) {
+      throw UsageError(std::string(where) + ": target " + std::to_string(targets[n]) + " at row " +
+                       std::to_string(n) + " is outside [0, " + std::to_string(V) + ") and not -1");
+    }
+    count++;
+  }
+  return count;
+}
+}  // namespace
+
+float cross_entropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
+                            int64_t N, int64_t V) {
+  const int64_t count = count_targets("cross_entropy_forward", targets, N, V);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    const float* z = logits + n * V;
+    float* p = probs + n * V;
+    float maxval = -INFINITY;
+    for (int64_t v = 0; v < V; v++) maxval = std::max(maxval, z[v]);
+    // sum in double: log(sum) is the loss itself, not just a normalizer
+    double sum = 0.0;
+    for (int64_t v = 0; v < V; v++) {
+      p[v] = std::exp(z[v] - maxval);
+      sum += double(p[v]);
+    }
+    const float inv_sum = float(1.0 / sum);
+    for (int64_t v = 0; v < V; v++) p[v] *= inv_sum;
+    const int32_t target = targets[n];
+    // -log softmax(z)[t] = log sum_v exp(z_v - max) - (z_t - max)
+    losses[n] = target == kIgnore ? 0.0f : float(std::log(sum) - double(z[target] - maxval));
+  }
+  if (count == 0) return 0.0f;
+  double total = 0.0;
+  for (int64_t n = 0; n < N; n++) total += double(losses[n]);
+  return float(total / double(count));
+}
+
+void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* targets, int64_t N,
+                            int64_t V, float dloss) {
+  const int64_t count = count_targets("cross_entropy_backward", targets, N, V);
+  if (count == 0) return;
+  const float scale = dloss / float(count);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    const int32_t target = targets[n];
+    if (target == kIgnore) continue;
+    const float* p = probs + n * V;
+    float* dz = dlogits + n * V;
+    for (int64_t v = 0; v < V; v++) {
+      const float indicator = v == target ? 1.0f : 0.0f;
+      dz[v] += scale * (p[v] - indicator);
+    }
+  }
+}
+
+int64_t count_correct(const float* logits, const int32_t* targets, int64_t N, int64_t V) {
+  count_targets("count_correct", targets, N, V);
+  int64_t correct = 0;
+#pragma omp parallel for schedule(static) reduction(+ : correct)
+  for (int64_t n = 0; n < N; n++) {
+    if (targets[n] == kIgnore) continue;
+    const float* z = logits + n * V;
+    int64_t best = 0;
+    for (int64_t v = 1; v < V; v++) {
+      if (z[v] > z[best]) best = v;
+    }
+    if (best == targets[n]) correct++;
+  }
+  return correct;
+}
+
+}  // namespace normlab::kernels

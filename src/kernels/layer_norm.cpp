@@ -1,0 +1,257 @@
+// LayerNorm forward/backward on raw arrays. Math and derivation: docs/layernorm.md.
+//
+// Precision plan: each row's statistics (mean, variance, and the two row means of the backward)
+// are accumulated in double; the elementwise work (normalize, dx) is float and vectorizes. Sums
+// over a row keep kLanes independent partial sums, each added in index order, then combined in lane
+// order: the compiler can put the lanes in vector registers (so the loop vectorizes without
+// -ffast-math), and the rounding of a row depends only on the row's values, not on its address,
+// its neighbours or the thread that ran it.
+#include "normlab/kernels/layer_norm.hpp"
+
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+namespace normlab::kernels {
+
+namespace {
+
+// Independent partial sums per row reduction: 16 doubles = two AVX-512 or four AVX2 registers.
+constexpr int kLanes = 16;
+// Below this many elements a call runs on one thread: starting a team costs more than it saves.
+constexpr int64_t kMinParallelElements = int64_t{1} << 15;
+
+// Pairwise: lane l gets lane l + width, width = 8, 4, 2, 1. Fixed order, and a few vector adds
+// instead of a chain of 16 dependent scalar ones.
+double sum_lanes(double* lanes) {  // lanes: (kLanes), destroyed
+  for (int width = kLanes / 2; width >= 1; width /= 2) {
+    for (int l = 0; l < width; l++) lanes[l] += lanes[l + width];
+  }
+  return lanes[0];
+}
+
+// sum_i x[i], in double.
+double row_sum(const float* x, int64_t n) {  // x: (n)
+  double lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; l++) lanes[l] += double(x[i + l]);
+  }
+  double total = sum_lanes(lanes);
+  for (; i < n; i++) total += double(x[i]);
+  return total;
+}
+
+// sum_i (x[i] - center)^2, in double. This is the second pass of the two-pass variance: the
+// deviations are formed before squaring, so a row with mean 1e4 and std 1 loses nothing, where
+// E[x^2] - E[x]^2 would subtract two numbers near 1e8 and keep garbage.
+double row_sum_squared_deviation(const float* x, int64_t n, double center) {  // x: (n)
+  double lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; l++) {
+      double deviation = double(x[i + l]) - center;
+      lanes[l] += deviation * deviation;
+    }
+  }
+  double total = sum_lanes(lanes);
+  for (; i < n; i++) {
+    double deviation = double(x[i]) - center;
+    total += deviation * deviation;
+  }
+  return total;
+}
+
+// y = gamma * xhat + beta for one row, in float (gamma, beta may be nullptr). x - mean is formed
+// as (x - mean_hi) - mean_lo with mean = mean_hi + mean_lo to double precision: x - mean_hi is
+// exact when x is near the mean (Sterbenz lemma), so a row with mean 1e4 keeps the precision of its
+// deviations, where float(mean) alone would be off by up to 5e-4.
+void normalize_row(float* __restrict y,                                          // (cols)
+                   const float* __restrict x,                                    // (cols)
+                   const float* __restrict gamma, const float* __restrict beta,  // (cols), (cols)
+                   int64_t cols, double mean, double rstd) {
+  const float mean_hi = float(mean);
+  const float mean_lo = float(mean - double(mean_hi));
+  const float rstd_f = float(rstd);
+  if (gamma != nullptr && beta != nullptr) {
+    for (int64_t i = 0; i < cols; i++) {
+      float xhat = ((x[i] - mean_hi) - mean_lo) * rstd_f;
+      y[i] = xhat * gamma[i] + beta[i];
+    }
+  } else {
+    for (int64_t i = 0; i < cols; i++) {
+      float xhat = ((x[i] - mean_hi) - mean_lo) * rstd_f;
+      float scaled = gamma != nullptr ? xhat * gamma[i] : xhat;
+      y[i] = beta != nullptr ? scaled + beta[i] : scaled;
+    }
+  }
+}
+
+}  // namespace
+
+void layer_norm_forward(float* out, float* mean, float* rstd,                 // (rows, cols), (rows), (rows)
+                        const float* inp, const float* gamma, const float* beta,  // (rows, cols), (cols), (cols)
+                        int64_t rows, int64_t cols, float eps) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kMinParallelElements)
+  for (int64_t r = 0; r < rows; r++) {
+    const float* x = inp + r * cols;  // (cols)
+    float* y = out + r * cols;        // (cols)
+
+    // Two passes over the row (it sits in L1 after the first): the mean, then the biased variance
+    // (divided by cols: the normalizer of this row, not an estimate of a population's).
+    double row_mean = row_sum(x, cols) / double(cols);
+    double row_var = row_sum_squared_deviation(x, cols, row_mean) / double(cols);
+    // A constant row has var 0: rstd = 1/sqrt(eps) and every xhat is exactly 0, so y = beta.
+    double row_rstd = 1.0 / std::sqrt(row_var + double(eps));
+    if (mean != nullptr) mean[r] = float(row_mean);
+    if (rstd != nullptr) rstd[r] = float(row_rstd);
+
+    normalize_row(y, x, gamma, beta, cols, row_mean, row_rstd);
+  }
+}
+
+// ---- Backward ----
+//
+// With xhat = (x - mean) * rstd, y = gamma * xhat + beta and g = dout * gamma (the gradient reaching
+// xhat), the chain rule through mean and rstd gives (derivation in docs/layernorm.md):
+//
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+//
+// Why the two row means: every x[j] of the row moves the row's mean and its variance, and through
+// them every output of the row. mean(g) is the gradient that flows back through the mean (shifting
+// all x by c shifts the mean by c and leaves xhat unchanged, so dx must sum to zero); the
+// xhat * mean(g * xhat) term flows back through rstd (scaling the deviations leaves xhat unchanged,
+// so dx has no component along xhat, up to eps). Only mean and rstd are cached, so xhat is
+// recomputed from x.
+//
+// The row helpers take __restrict pointers: outputs never alias inputs, and saying so lets the
+// compiler vectorize the loops without runtime overlap checks.
+
+namespace {
+
+struct BackwardRowSums {
+  double g = 0.0;       // sum of g
+  double g_xhat0 = 0.0;  // sum of g * xhat0
+  double xhat0 = 0.0;   // sum of xhat0
+};
+
+// Pass 1 of a row: g = dout * gamma (kept in g for pass 2) and three row sums in double lanes.
+// xhat0 is xhat computed with the cached float mean. The forward's mean was a double rounded to
+// float (off by up to half an ulp: 5e-4 for a mean of 1e4), so xhat0 = xhat + shift with one constant
+// shift for the row; the true xhat sums to exactly 0, so shift = mean(xhat0), and pass 2 subtracts
+// it: the gradient does not depend on how well a float holds the mean.
+BackwardRowSums backward_row_sums(float* __restrict g,                                        // (cols)
+                                  const float* __restrict dy, const float* __restrict x,  // (cols), (cols)
+                                  const float* __restrict gamma,                            // (cols) or nullptr
+                                  int64_t cols, float mean, float rstd) {
+  double lanes_g[kLanes] = {};
+  double lanes_g_xhat0[kLanes] = {};
+  double lanes_xhat0[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= cols; i += kLanes) {
+    for (int l = 0; l < kLanes; l++) {
+      float xhat0 = (x[i + l] - mean) * rstd;
+      g[i + l] = gamma != nullptr ? dy[i + l] * gamma[i + l] : dy[i + l];
+      lanes_g[l] += double(g[i + l]);
+      lanes_g_xhat0[l] += double(g[i + l] * xhat0);
+      lanes_xhat0[l] += double(xhat0);
+    }
+  }
+  BackwardRowSums sums;
+  sums.g = sum_lanes(lanes_g);
+  sums.g_xhat0 = sum_lanes(lanes_g_xhat0);
+  sums.xhat0 = sum_lanes(lanes_xhat0);
+  for (; i < cols; i++) {
+    float xhat0 = (x[i] - mean) * rstd;
+    g[i] = gamma != nullptr ? dy[i] * gamma[i] : dy[i];
+    sums.g += double(g[i]);
+    sums.g_xhat0 += double(g[i] * xhat0);
+    sums.xhat0 += double(xhat0);
+  }
+  return sums;
+}
+
+// Pass 2 of a row: dx += rstd * ((g - mean(g)) - xhat * mean(g * xhat)), and the row's share of
+// dgamma (+= dout * xhat) and dbeta (+= dout) into this thread's partial buffers. g is the one pass
+// 1 stored: recomputing dout * gamma here could fuse into an FMA that skips its rounding, and
+// g - mean(g) would be rounding noise times rstd where it must be exactly 0 (e.g. cols = 1).
+// dx or (dgamma_partial and dbeta_partial) may be nullptr.
+void backward_row_update(float* __restrict dx,                                                   // (cols)
+                         double* __restrict dgamma_partial, double* __restrict dbeta_partial,  // (cols), (cols)
+                         const float* __restrict g, const float* __restrict dy,               // (cols), (cols)
+                         const float* __restrict x,                                            // (cols)
+                         int64_t cols, float mean, float rstd, float shift, float mean_g, float mean_g_xhat) {
+  if (dx != nullptr && dgamma_partial != nullptr) {
+    for (int64_t j = 0; j < cols; j++) {
+      float xhat = (x[j] - mean) * rstd - shift;
+      dx[j] += rstd * ((g[j] - mean_g) - xhat * mean_g_xhat);
+      dgamma_partial[j] += double(dy[j] * xhat);
+      dbeta_partial[j] += double(dy[j]);
+    }
+  } else if (dx != nullptr) {
+    for (int64_t j = 0; j < cols; j++) {
+      float xhat = (x[j] - mean) * rstd - shift;
+      dx[j] += rstd * ((g[j] - mean_g) - xhat * mean_g_xhat);
+    }
+  } else if (dgamma_partial != nullptr) {
+    for (int64_t j = 0; j < cols; j++) {
+      float xhat = (x[j] - mean) * rstd - shift;
+      dgamma_partial[j] += double(dy[j] * xhat);
+      dbeta_partial[j] += double(dy[j]);
+    }
+  }
+}
+
+}  // namespace
+
+void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,                // (rows, cols), (cols), (cols)
+                         const float* dout, const float* inp, const float* gamma,  // (rows, cols), (rows, cols), (cols)
+                         const float* mean, const float* rstd,                      // (rows), (rows)
+                         int64_t rows, int64_t cols) {
+  const bool parallel = rows * cols >= kMinParallelElements;
+  const int num_threads = parallel ? omp_get_max_threads() : 1;
+  const size_t width = size_t(cols);
+  // dgamma/dbeta sum over rows: each thread adds its rows into its own (cols) partial buffers, in
+  // double because a column sums thousands of rows; they are combined below in thread order.
+  const bool need_param_grads = dgamma != nullptr || dbeta != nullptr;
+  const size_t partial_size = need_param_grads ? size_t(num_threads) * width : 0;
+  std::vector<double> dgamma_partial(partial_size, 0.0);  // (threads, cols)
+  std::vector<double> dbeta_partial(partial_size, 0.0);   // (threads, cols)
+
+#pragma omp parallel num_threads(num_threads) if (parallel)
+  {
+    const size_t thread = size_t(omp_get_thread_num());
+    double* dgamma_thread = need_param_grads ? dgamma_partial.data() + thread * width : nullptr;  // (cols)
+    double* dbeta_thread = need_param_grads ? dbeta_partial.data() + thread * width : nullptr;    // (cols)
+    std::vector<float> g_row(width);  // (cols): g of the current row, from pass 1 to pass 2
+
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+      const float* x = inp + r * cols;    // (cols)
+      const float* dy = dout + r * cols;  // (cols)
+      BackwardRowSums sums = backward_row_sums(g_row.data(), dy, x, gamma, cols, mean[r], rstd[r]);
+      const double shift = sums.xhat0 / double(cols);
+      const double mean_g = sums.g / double(cols);
+      const double mean_g_xhat = sums.g_xhat0 / double(cols) - shift * mean_g;  // mean(g * (xhat0 - shift))
+      backward_row_update(dinp != nullptr ? dinp + r * cols : nullptr, dgamma_thread, dbeta_thread, g_row.data(), dy,
+                          x, cols, mean[r], rstd[r], float(shift), float(mean_g), float(mean_g_xhat));
+    }
+  }
+
+  // Fixed combination order (thread 0, 1, ...): the same bits on every run with this thread count.
+  if (need_param_grads) {
+    for (size_t j = 0; j < width; j++) {
+      double dgamma_sum = 0.0;
+      double dbeta_sum = 0.0;
+      for (int t = 0; t < num_threads; t++) {
+        dgamma_sum += dgamma_partial[size_t(t) * width + j];
+        dbeta_sum += dbeta_partial[size_t(t) * width + j];
+      }
+      if (dgamma != nullptr) dgamma[j] += float(dgamma_sum);
+      if (dbeta != nullptr) dbeta[j] += float(dbeta_sum);
+    }
+  }
+}
+
+}  // namespace normlab::kernels

@@ -1,0 +1,59 @@
+// Linear forward/backward: thin wiring of the GEMM variants, plus the bias terms.
+#include "normlab/kernels/linear.hpp"
+
+#include <algorithm>
+
+#include "normlab/kernels/matmul.hpp"
+
+namespace normlab::kernels {
+
+namespace {
+// dbias is summed in blocks of this many columns, one block per loop iteration: the partial sums
+// of a block fit in registers, and rows are read in contiguous runs.
+constexpr int64_t kBiasBlock = 32;
+// Below this many elements the bias loops stay on one thread.
+constexpr int64_t kMinParallelElements = int64_t{1} << 15;
+}  // namespace
+
+void linear_forward(float* out,                                         // (N, OC)
+                    const float* inp, const float* weight, const float* bias,  // (N, C), (OC, C), (OC)
+                    int64_t N, int64_t C, int64_t OC) {
+  if (bias == nullptr) {
+    matmul_nt(out, inp, weight, N, C, OC, /*accumulate=*/false);
+    return;
+  }
+  // Start every row from the bias and let the GEMM add inp @ weight^T to it: one write pass
+  // instead of a second read-modify-write pass after the product.
+#pragma omp parallel for schedule(static) if (N * OC >= kMinParallelElements)
+  for (int64_t n = 0; n < N; n++) {
+    float* out_row = out + n * OC;  // (OC)
+    for (int64_t o = 0; o < OC; o++) out_row[o] = bias[o];
+  }
+  matmul_nt(out, inp, weight, N, C, OC, /*accumulate=*/true);
+}
+
+void linear_backward(float* dinp, float* dweight, float* dbias,        // (N, C), (OC, C), (OC)
+                     const float* dout, const float* inp, const float* weight,  // (N, OC), (N, C), (OC, C)
+                     int64_t N, int64_t C, int64_t OC) {
+  // dinp (N,C) += dout (N,OC) @ weight (OC,C)
+  if (dinp != nullptr) matmul_nn(dinp, dout, weight, N, OC, C, /*accumulate=*/true);
+  // dweight (OC,C) += dout^T @ inp: dout is stored (N,OC), i.e. (K,M) for matmul_tn with K = N.
+  if (dweight != nullptr) matmul_tn(dweight, dout, inp, OC, N, C, /*accumulate=*/true);
+  if (dbias == nullptr) return;
+  // dbias[o] += sum_n dout[n][o]. Each column block is summed by one thread over n in order, so
+  // the result does not depend on the thread count.
+  const int64_t blocks = (OC + kBiasBlock - 1) / kBiasBlock;
+#pragma omp parallel for schedule(static) if (N * OC >= kMinParallelElements)
+  for (int64_t b = 0; b < blocks; b++) {
+    const int64_t o_begin = b * kBiasBlock;
+    const int64_t width = std::min(kBiasBlock, OC - o_begin);
+    float sum[kBiasBlock] = {};
+    for (int64_t n = 0; n < N; n++) {
+      const float* dout_row = dout + n * OC + o_begin;  // (width)
+      for (int64_t o = 0; o < width; o++) sum[o] += dout_row[o];
+    }
+    for (int64_t o = 0; o < width; o++) dbias[o_begin + o] += sum[o];
+  }
+}
+
+}  // namespace normlab::kernels

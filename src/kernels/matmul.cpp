@@ -1,0 +1,292 @@
+// normlab's GEMM: the packed, cache-blocked scheme of Goto & van de Geijn ("Anatomy of
+// High-Performance Matrix Multiplication", 2008; the BLIS loop nest), in plain C++ loops that
+// GCC auto-vectorizes.
+//
+//   C (M,N) is cut into micro-tiles of kMR x kNR = 8 x 32. The micro-kernel keeps one micro-tile
+//   in registers and runs over a K block of up to kKC = 256 steps: per step it broadcasts the kMR
+//   values of op(A) in column k and multiplies them with kNR contiguous values of op(B) in row k
+//   (fma). The 8 x 32 accumulator is 16 AVX-512 registers.
+//
+//   B is packed once per call into panels of (K, kNR): kNR columns of C interleaved k by k,
+//   zero-padded past N. This is where nt differs from nn / tn (its B is stored (N,K) and gets
+//   transposed here); nothing else is ever transposed.
+//   A is read in place: the kMR values of a step are either 8 contiguous floats (tn: A stored
+//   (K,M)) or one float from each of 8 rows (nn, nt: A (M,K)); both are a broadcast per value, so
+//   packing A would only cost a copy. A last row panel of fewer than kMR rows is copied,
+//   zero-padded, so the kernel never reads past A.
+//
+//   The output is split into tiles of whole micro-tiles, distributed over threads with
+//   schedule(static). Within a tile: for each K block, for each B panel (its 32 KB slice stays in
+//   L1), for each row panel of A (the tile's rows of the block stay in L2): micro-kernel.
+//
+// On AVX2 (16 ymm) the same code compiles to a 32-register accumulator that GCC partly spills:
+// correct, only slower. Without FMA the multiply-add is a multiply and an add (multiply_add).
+#include "normlab/kernels/matmul.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace normlab::kernels {
+namespace {
+
+constexpr int64_t kMR = 8;    // rows of C per micro-tile
+constexpr int64_t kNR = 32;   // columns of C per micro-tile
+constexpr int64_t kKC = 256;  // K block: a packed B panel slice is kKC * kNR * 4 B = 32 KB (L1)
+// A tile covers at most this many micro-tile rows / columns (96 x 256 of C): the rows of A a tile
+// reads per K block are 96 * kKC * 4 B = 96 KB (L2).
+constexpr int64_t kMaxTileRowPanels = 12;
+constexpr int64_t kMaxTileColPanels = 8;
+// tn reads A (K,M) in place up to this M; beyond it, A's row panels are packed per tile.
+constexpr int64_t kMaxInPlaceTnRows = 256;
+// Below this many multiply-adds a call runs on the calling thread: starting a team costs more.
+constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
+
+// One multiply-add. With hardware FMA (-march=native on x86-64 since Haswell) it is fused: one
+// rounding, and GCC vectorizes std::fma to vfmadd. Without it std::fma would be a slow libm call,
+// so fall back to a separate multiply and add. Either way the result is fixed for a given build.
+inline float multiply_add(float a, float b, float c) {
+#ifdef FP_FAST_FMAF
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+// An operand read as a matrix op(X) with rows r and reduction index k:
+//   op(X)(r, k) = data[r * row_stride + k * k_stride]
+// A (M,K) row-major is {K, 1}; A stored (K,M) and read as A^T is {1, M}; B (K,N) read by column
+// is {1, N}; B stored (N,K) read as B^T is {K, 1}.
+struct Operand {
+  const float* data;
+  int64_t row_stride;
+  int64_t k_stride;
+};
+
+// dst (kc, R): dst[k * R + r] = op(X)(r, k) for the first `rows` rows of a panel starting at
+// `src`; rows >= `rows` are zero, so edge micro-tiles compute on zeros and never read past X.
+template <int64_t R>
+void pack_panel(float* __restrict dst, const float* __restrict src, int64_t row_stride,
+                int64_t k_stride, int64_t rows, int64_t kc) {
+  if (row_stride == 1) {
+    // The R values of one k are contiguous in X: copy them k by k.
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* s = src + k * k_stride;
+      float* d = dst + k * R;
+      if (rows == R) {
+        for (int64_t r = 0; r < R; ++r) d[r] = s[r];
+      } else {
+        for (int64_t r = 0; r < rows; ++r) d[r] = s[r];
+        for (int64_t r = rows; r < R; ++r) d[r] = 0.0f;
+      }
+    }
+  } else {
+    // Each row is contiguous in k (k_stride == 1): read rows, write with stride R.
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* s = src + r * row_stride;
+      for (int64_t k = 0; k < kc; ++k) dst[k * R + r] = s[k * k_stride];
+    }
+    for (int64_t r = rows; r < R; ++r)
+      for (int64_t k = 0; k < kc; ++k) dst[k * R + r] = 0.0f;
+  }
+}
+
+// Row panels [p_begin, p_end) of op(A), steps [k0, k0 + kc), into consecutive (kc, kMR) panels;
+// rows >= M are zero.
+void pack_a_panels(float* __restrict dst, Operand A, int64_t M, int64_t p_begin, int64_t p_end,
+                   int64_t k0, int64_t kc) {
+  if (A.row_stride == 1) {
+    // tn: step k of all the panels is one contiguous run of A (a row of the stored (K,M)), far
+    // from the next step's: visit each row once, k outside, rather than once per panel.
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = A.data + (k0 + k) * A.k_stride;
+      for (int64_t p = p_begin; p < p_end; ++p) {
+        float* d = dst + (p - p_begin) * kc * kMR + k * kMR;
+        const float* s = src + p * kMR;
+        const int64_t rows = std::min(kMR, M - p * kMR);
+        if (rows == kMR) {
+          for (int64_t r = 0; r < kMR; ++r) d[r] = s[r];
+        } else {
+          for (int64_t r = 0; r < rows; ++r) d[r] = s[r];
+          for (int64_t r = rows; r < kMR; ++r) d[r] = 0.0f;
+        }
+      }
+    }
+    return;
+  }
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    pack_panel<kMR>(dst + (p - p_begin) * kc * kMR, A.data + p * kMR * A.row_stride + k0 * A.k_stride,
+                    A.row_stride, A.k_stride, std::min(kMR, M - p * kMR), kc);
+  }
+}
+
+// C (rows, cols) with row stride ldc (+)= op(A) (kMR, kc) @ Bp (kc, kNR), Bp a packed B panel;
+// only the top-left rows x cols of the kMR x kNR micro-tile are stored.
+// A is read in place, in one of two layouts (a template parameter, so each loop is unrolled with
+// constant offsets):
+//   kARowsContiguous = true:  op(A)(i, k) = A[k * a_stride + i]   (A^T of a (K,M) matrix, or a
+//                                                                   packed (kc, kMR) panel)
+//   kARowsContiguous = false: op(A)(i, k) = A[i * a_stride + k]   (a row-major (M,K) matrix)
+template <bool kARowsContiguous>
+void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride,
+                  const float* __restrict Bp, int64_t kc, int64_t rows, int64_t cols, bool add) {
+  // The accumulator is a fixed-size local array: after full unrolling of the i and j loops GCC
+  // keeps it in vector registers (kMR * kNR / 16 = 16 zmm with AVX-512).
+  float acc[kMR][kNR] = {};
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* b = Bp + k * kNR;
+    for (int64_t i = 0; i < kMR; ++i) {
+      const float a_ik = kARowsContiguous ? A[k * a_stride + i] : A[i * a_stride + k];
+      for (int64_t j = 0; j < kNR; ++j) acc[i][j] = multiply_add(a_ik, b[j], acc[i][j]);
+    }
+  }
+  if (rows == kMR && cols == kNR) {
+    if (add) {
+      for (int64_t i = 0; i < kMR; ++i)
+        for (int64_t j = 0; j < kNR; ++j) C[i * ldc + j] += acc[i][j];
+    } else {
+      for (int64_t i = 0; i < kMR; ++i)
+        for (int64_t j = 0; j < kNR; ++j) C[i * ldc + j] = acc[i][j];
+    }
+  } else {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        if (add)
+          C[i * ldc + j] += acc[i][j];
+        else
+          C[i * ldc + j] = acc[i][j];
+      }
+  }
+}
+
+// Scratch buffers reused across calls (grow only). thread_local, so the serial path can run on
+// several threads at once and each OpenMP worker has its own.
+float* thread_buffer(std::vector<float>& buffer, int64_t size) {
+  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(static_cast<size_t>(size));
+  return buffer.data();
+}
+thread_local std::vector<float> t_packed_a;
+thread_local std::vector<float> t_packed_b;
+
+// Split `panels` into `groups` nearly equal contiguous ranges: group g is [begin, end).
+inline int64_t group_begin(int64_t g, int64_t panels, int64_t groups) {
+  return g * panels / groups;
+}
+
+// C (M,N) (+)= op(A) (M,K) @ op(B)^T where op(B) is read with rows = columns of C.
+// A is read in place (kARowsContiguous: see micro_kernel), B is packed.
+template <bool kARowsContiguous>
+void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool accumulate,
+          bool parallel) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    if (!accumulate) std::memset(C, 0, static_cast<size_t>(M * N) * sizeof(float));
+    return;
+  }
+  const int64_t row_panels = (M + kMR - 1) / kMR;
+  const int64_t col_panels = (N + kNR - 1) / kNR;
+  const int64_t a_stride = kARowsContiguous ? A.k_stride : A.row_stride;
+
+  // Tiles: a grid of row_groups x col_groups. With several threads, make the tile count a
+  // multiple of the thread count so that schedule(static) gives every thread the same work. The
+  // grid only decides who computes what, never how an element is summed.
+  int64_t row_groups = (row_panels + kMaxTileRowPanels - 1) / kMaxTileRowPanels;
+  int64_t col_groups = (col_panels + kMaxTileColPanels - 1) / kMaxTileColPanels;
+  if (M * N * K < kMinParallelMacs) parallel = false;
+  const int64_t threads = parallel ? omp_get_max_threads() : 1;
+  while ((row_groups * col_groups) % threads != 0) {
+    if (row_groups < row_panels)
+      ++row_groups;
+    else if (col_groups < col_panels)
+      ++col_groups;
+    else
+      break;
+  }
+  const int64_t tiles = row_groups * col_groups;
+
+  // packed B: col_panels panels of (K, kNR); panel q holds columns [q*kNR, q*kNR + kNR) of C,
+  // zero-padded past N. Packed once per call, also when B's layout would allow reading it in
+  // place (nn, tn): measured as fast or faster, since each panel is then a contiguous 32 KB per
+  // K block that stays in L1 while the row panels of A stream past it.
+  float* packed_b = thread_buffer(t_packed_b, col_panels * K * kNR);
+  auto pack_b = [&](int64_t q) {
+    const int64_t cols = std::min(kNR, N - q * kNR);
+    pack_panel<kNR>(packed_b + q * K * kNR, B.data + q * kNR * B.row_stride, B.row_stride,
+                    B.k_stride, cols, K);
+  };
+
+  // A is read in place, except for tn with many rows: its step k then reads 8 floats at a
+  // stride of M floats, a new page every few steps, and the L1 and TLB miss on every step.
+  const bool pack_a = kARowsContiguous && M > kMaxInPlaceTnRows;
+
+  auto run_tile = [&](int64_t t) {
+    const int64_t row_group = t / col_groups, col_group = t % col_groups;
+    const int64_t p_begin = group_begin(row_group, row_panels, row_groups);
+    const int64_t p_end = group_begin(row_group + 1, row_panels, row_groups);
+    const int64_t q_begin = group_begin(col_group, col_panels, col_groups);
+    const int64_t q_end = group_begin(col_group + 1, col_panels, col_groups);
+    // Row panels [pack_begin, p_end) are copied into (kc, kMR) panels before use: every panel of
+    // the tile when pack_a, else only a last panel of fewer than kMR rows (zero-padded).
+    const bool ragged = p_end == row_panels && M % kMR != 0;
+    const int64_t pack_begin = pack_a ? p_begin : (ragged ? p_end - 1 : p_end);
+    float* packed_a = thread_buffer(t_packed_a, (p_end - pack_begin) * kKC * kMR);
+    for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+      const int64_t kc = std::min(kKC, K - k0);
+      pack_a_panels(packed_a, A, M, pack_begin, p_end, k0, kc);
+      // The first K block overwrites C unless accumulating; later blocks add to it.
+      const bool add = accumulate || k0 > 0;
+      for (int64_t q = q_begin; q < q_end; ++q) {
+        const int64_t cols = std::min(kNR, N - q * kNR);
+        const float* b = packed_b + q * K * kNR + k0 * kNR;
+        for (int64_t p = p_begin; p < p_end; ++p) {
+          float* c = C + p * kMR * N + q * kNR;
+          if (p < pack_begin) {
+            const float* a = A.data + p * kMR * A.row_stride + k0 * A.k_stride;
+            micro_kernel<kARowsContiguous>(c, N, a, a_stride, b, kc, kMR, cols, add);
+          } else {
+            const float* a = packed_a + (p - pack_begin) * kc * kMR;
+            micro_kernel<true>(c, N, a, kMR, b, kc, std::min(kMR, M - p * kMR), cols, add);
+          }
+        }
+      }
+    }
+  };
+
+  if (parallel && threads > 1) {
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+      for (int64_t q = 0; q < col_panels; ++q) pack_b(q);
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < tiles; ++t) run_tile(t);
+    }
+  } else {
+    for (int64_t q = 0; q < col_panels; ++q) pack_b(q);
+    for (int64_t t = 0; t < tiles; ++t) run_tile(t);
+  }
+}
+
+}  // namespace
+
+void matmul_nn(float* C, const float* A, const float* B, int64_t M, int64_t K, int64_t N,
+               bool accumulate, bool parallel) {
+  // A (M,K): A(i,k) = A[i*K + k].  B (K,N): column j of C reads B[k*N + j].
+  gemm<false>(C, Operand{A, K, 1}, Operand{B, 1, N}, M, K, N, accumulate, parallel);
+}
+
+void matmul_nt(float* C, const float* A, const float* B, int64_t M, int64_t K, int64_t N,
+               bool accumulate, bool parallel) {
+  // A (M,K): A(i,k) = A[i*K + k].  B stored (N,K): column j of C reads B[j*K + k].
+  gemm<false>(C, Operand{A, K, 1}, Operand{B, K, 1}, M, K, N, accumulate, parallel);
+}
+
+void matmul_tn(float* C, const float* A, const float* B, int64_t M, int64_t K, int64_t N,
+               bool accumulate, bool parallel) {
+  // A stored (K,M): A^T(i,k) = A[k*M + i].  B (K,N): column j of C reads B[k*N + j].
+  gemm<true>(C, Operand{A, 1, M}, Operand{B, 1, N}, M, K, N, accumulate, parallel);
+}
+
+}  // namespace normlab::kernels

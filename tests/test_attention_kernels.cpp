@@ -1,0 +1,348 @@
+// Packed variable-length multi-head attention against the PyTorch view of the same batch: padded to
+// the longest sequence with a key-padding mask, computed in double.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "normlab/error.hpp"
+#include "normlab/kernels/attention.hpp"
+#include "normlab/parallel.hpp"
+#include "normlab/rng.hpp"
+
+namespace nk = normlab::kernels;
+
+namespace {
+
+std::vector<int64_t> offsets_of(const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> offsets(lengths.size() + 1, 0);
+  for (size_t b = 0; b < lengths.size(); b++) offsets[b + 1] = offsets[b] + lengths[b];
+  return offsets;
+}
+
+std::vector<float> random_vector(size_t n, uint64_t seed, float stddev = 1.0f) {
+  normlab::Rng rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = rng.normal(0.0f, stddev);
+  return v;
+}
+
+// The PyTorch view: scatter the packed rows into a (B, Lmax, 3C) padded batch, run every query row
+// (padding rows too, as PyTorch does) against all Lmax keys with the padding keys masked to -inf,
+// and gather the real rows back. Double throughout. Returns out (T, C); probs (cache layout) if given.
+std::vector<double> reference_attention(const std::vector<double>& qkv, const std::vector<int64_t>& offsets,
+                                        int64_t C, int64_t NH, std::vector<double>* probs = nullptr) {
+  const int64_t B = int64_t(offsets.size()) - 1;
+  const int64_t T = offsets[B];
+  const int64_t hd = C / NH;
+  int64_t Lmax = 0;
+  for (int64_t b = 0; b < B; b++) Lmax = std::max(Lmax, offsets[b + 1] - offsets[b]);
+  std::vector<double> padded(static_cast<size_t>(B * Lmax * 3 * C), 0.0);
+  std::vector<bool> key_padding_mask(size_t(B * Lmax), true);  // true = padding, as in PyTorch
+  for (int64_t b = 0; b < B; b++) {
+    for (int64_t i = 0; i < offsets[b + 1] - offsets[b]; i++) {
+      key_padding_mask[size_t(b * Lmax + i)] = false;
+      for (int64_t c = 0; c < 3 * C; c++) {
+        padded[size_t((b * Lmax + i) * 3 * C + c)] = qkv[size_t((offsets[b] + i) * 3 * C + c)];
+      }
+    }
+  }
+  std::vector<double> padded_out(static_cast<size_t>(B * Lmax * C), 0.0);
+  std::vector<double> padded_probs(static_cast<size_t>(B * NH * Lmax * Lmax), 0.0);
+  const double scale = 1.0 / std::sqrt(double(hd));
+  for (int64_t b = 0; b < B; b++) {
+    for (int64_t h = 0; h < NH; h++) {
+      for (int64_t i = 0; i < Lmax; i++) {
+        std::vector<double> s(static_cast<size_t>(Lmax));
+        double maxval = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < Lmax; j++) {
+          if (key_padding_mask[size_t(b * Lmax + j)]) {
+            s[size_t(j)] = -std::numeric_limits<double>::infinity();
+            continue;
+          }
+          double dot = 0.0;
+          for (int64_t d = 0; d < hd; d++) {
+            dot += padded[size_t((b * Lmax + i) * 3 * C + h * hd + d)] *
+                   padded[size_t((b * Lmax + j) * 3 * C + C + h * hd + d)];
+          }
+          s[size_t(j)] = dot * scale;
+          maxval = std::max(maxval, s[size_t(j)]);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < Lmax; j++) {
+          s[size_t(j)] = std::exp(s[size_t(j)] - maxval);  // exp(-inf) = 0 for padding keys
+          sum += s[size_t(j)];
+        }
+        for (int64_t j = 0; j < Lmax; j++) {
+          const double p = s[size_t(j)] / sum;
+          padded_probs[size_t(((b * NH + h) * Lmax + i) * Lmax + j)] = p;
+          for (int64_t d = 0; d < hd; d++) {
+            padded_out[size_t((b * Lmax + i) * C + h * hd + d)] +=
+                p * padded[size_t((b * Lmax + j) * 3 * C + 2 * C + h * hd + d)];
+          }
+        }
+      }
+    }
+  }
+  std::vector<double> out(static_cast<size_t>(T * C));
+  for (int64_t b = 0; b < B; b++) {
+    for (int64_t i = 0; i < offsets[b + 1] - offsets[b]; i++) {
+      for (int64_t c = 0; c < C; c++) {
+        out[size_t((offsets[b] + i) * C + c)] = padded_out[size_t((b * Lmax + i) * C + c)];
+      }
+    }
+  }
+  if (probs != nullptr) {
+    probs->clear();
+    for (int64_t b = 0; b < B; b++) {
+      const int64_t L = offsets[b + 1] - offsets[b];
+      for (int64_t h = 0; h < NH; h++) {
+        for (int64_t i = 0; i < L; i++) {
+          for (int64_t j = 0; j < L; j++) {
+            probs->push_back(padded_probs[size_t(((b * NH + h) * Lmax + i) * Lmax + j)]);
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+
+}  // namespace
+
+TEST_CASE("attention cache size sums NH * len^2 over sequences") {
+  const std::vector<int64_t> offsets = offsets_of({3, 1, 0, 5});
+  CHECK(nk::attention_cache_size(offsets.data(), 4, 2) == 2 * (9 + 1 + 0 + 25));
+  CHECK(nk::attention_cache_size(offsets.data(), 0, 2) == 0);
+}
+
+TEST_CASE("attention forward matches a padded, key-masked double reference") {
+  const std::vector<int64_t> lengths = {1, 5, 17, 3, 1, 32, 9};
+  const std::vector<int64_t> offsets = offsets_of(lengths);
+  const int64_t B = int64_t(lengths.size());
+  const int64_t T = offsets[B];
+  // head sizes on and off the 8-wide register tiles: 8, 8, 16, 8, 10, 3
+  for (auto [C, NH] : {std::pair<int64_t, int64_t>{32, 4}, {24, 3}, {16, 1}, {64, 8}, {20, 2}, {12, 4}}) {
+    CAPTURE(C);
+    CAPTURE(NH);
+    const std::vector<float> qkv = random_vector(size_t(T * 3 * C), 42 + uint64_t(C));
+    std::vector<float> out(static_cast<size_t>(T * C), -7.0f);
+    std::vector<float> att(static_cast<size_t>(nk::attention_cache_size(offsets.data(), B, NH)), -7.0f);
+    nk::attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), B, C, NH);
+
+    std::vector<double> ref_probs;
+    const std::vector<double> ref = reference_attention(to_double(qkv), offsets, C, NH, &ref_probs);
+    double max_err = 0.0;
+    for (size_t n = 0; n < out.size(); n++) max_err = std::max(max_err, std::abs(double(out[n]) - ref[n]));
+    CHECK(max_err < 2e-6);
+    REQUIRE(ref_probs.size() == att.size());
+    double max_prob_err = 0.0;
+    for (size_t n = 0; n < att.size(); n++) max_prob_err = std::max(max_prob_err, std::abs(double(att[n]) - ref_probs[n]));
+    CHECK(max_prob_err < 1e-6);
+
+    // A sequence of length 1 attends only to itself: its output is its own v.
+    for (int64_t c = 0; c < C; c++) CHECK(out[size_t(c)] == qkv[size_t(2 * C + c)]);
+
+    // The inference path (no cache) gives the same bits.
+    std::vector<float> out_nocache(static_cast<size_t>(T * C), 3.0f);
+    nk::attention_forward(out_nocache.data(), nullptr, qkv.data(), offsets.data(), B, C, NH);
+    CHECK(out_nocache == out);
+  }
+}
+
+TEST_CASE("attention result of a sequence does not depend on its batch-mates") {
+  const std::vector<int64_t> lengths = {7, 1, 20, 4};
+  const std::vector<int64_t> offsets = offsets_of(lengths);
+  const int64_t B = int64_t(lengths.size());
+  const int64_t T = offsets[B];
+  const int64_t C = 32;
+  const int64_t NH = 4;
+  const std::vector<float> qkv = random_vector(size_t(T * 3 * C), 7);
+  const std::vector<float> dout = random_vector(size_t(T * C), 8);
+  std::vector<float> out(static_cast<size_t>(T * C));
+  std::vector<float> att(static_cast<size_t>(nk::attention_cache_size(offsets.data(), B, NH)));
+  nk::attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), B, C, NH);
+  std::vector<float> dqkv(static_cast<size_t>(T * 3 * C), 0.0f);
+  nk::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), offsets.data(), B, C, NH);
+
+  for (int64_t b = 0; b < B; b++) {
+    CAPTURE(b);
+    const int64_t L = lengths[size_t(b)];
+    const int64_t t0 = offsets[size_t(b)];
+    const std::vector<int64_t> alone_offsets = {0, L};
+    const std::vector<float> qkv_alone(qkv.begin() + t0 * 3 * C, qkv.begin() + (t0 + L) * 3 * C);
+    const std::vector<float> dout_alone(dout.begin() + t0 * C, dout.begin() + (t0 + L) * C);
+    std::vector<float> out_alone(static_cast<size_t>(L * C));
+    std::vector<float> att_alone(static_cast<size_t>(NH * L * L));
+    nk::attention_forward(out_alone.data(), att_alone.data(), qkv_alone.data(), alone_offsets.data(), 1, C, NH);
+    std::vector<float> dqkv_alone(static_cast<size_t>(L * 3 * C), 0.0f);
+    nk::attention_backward(dqkv_alone.data(), dout_alone.data(), qkv_alone.data(), att_alone.data(),
+                           alone_offsets.data(), 1, C, NH);
+    CHECK(out_alone == std::vector<float>(out.begin() + t0 * C, out.begin() + (t0 + L) * C));
+    CHECK(dqkv_alone == std::vector<float>(dqkv.begin() + t0 * 3 * C, dqkv.begin() + (t0 + L) * 3 * C));
+  }
+}
+
+namespace {
+
+// loss = sum(out * weights). Checks attention_backward against central differences, both of the
+// float forward itself (loose: float rounding) and of the double reference (tight).
+void check_attention_gradient(const std::vector<int64_t>& lengths, int64_t C, int64_t NH) {
+  const std::vector<int64_t> offsets = offsets_of(lengths);
+  const int64_t B = int64_t(lengths.size());
+  const int64_t T = offsets[B];
+  const std::vector<float> qkv = random_vector(size_t(T * 3 * C), 11);
+  const std::vector<float> weights = random_vector(size_t(T * C), 12);
+
+  // Analytic gradient, accumulated on top of a non-zero dqkv to check the += contract.
+  const std::vector<float> base = random_vector(size_t(T * 3 * C), 13);
+  std::vector<float> out(static_cast<size_t>(T * C));
+  std::vector<float> att(static_cast<size_t>(nk::attention_cache_size(offsets.data(), B, NH)));
+  nk::attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), B, C, NH);
+  std::vector<float> dqkv = base;
+  nk::attention_backward(dqkv.data(), weights.data(), qkv.data(), att.data(), offsets.data(), B, C, NH);
+  std::vector<double> grad(dqkv.size());
+  for (size_t n = 0; n < grad.size(); n++) grad[n] = double(dqkv[n]) - double(base[n]);
+
+  // Thousands of tiny forwards: one thread, so the time goes to the math and not to waking threads.
+  const int saved_threads = normlab::num_threads();
+  normlab::set_num_threads(1);
+  auto float_loss = [&](const std::vector<float>& x) {
+    std::vector<float> y(static_cast<size_t>(T * C));
+    nk::attention_forward(y.data(), nullptr, x.data(), offsets.data(), B, C, NH);
+    double total = 0.0;
+    for (size_t n = 0; n < y.size(); n++) total += double(y[n]) * double(weights[n]);
+    return total;
+  };
+  const std::vector<double> qkv64 = to_double(qkv);
+  auto double_loss = [&](const std::vector<double>& x) {
+    const std::vector<double> y = reference_attention(x, offsets, C, NH);
+    double total = 0.0;
+    for (size_t n = 0; n < y.size(); n++) total += y[n] * double(weights[n]);
+    return total;
+  };
+  const float eps32 = 1e-2f;
+  const double eps64 = 1e-5;
+  double max_err32 = 0.0;
+  double max_rel_err64 = 0.0;
+  double max_grad = 0.0;
+  for (size_t n = 0; n < qkv.size(); n++) {
+    std::vector<float> x = qkv;
+    x[n] = qkv[n] + eps32;
+    const double plus32 = float_loss(x);
+    x[n] = qkv[n] - eps32;
+    const double minus32 = float_loss(x);
+    max_err32 = std::max(max_err32, std::abs((plus32 - minus32) / (2.0 * double(eps32)) - grad[n]));
+
+    std::vector<double> x64 = qkv64;
+    x64[n] = qkv64[n] + eps64;
+    const double plus64 = double_loss(x64);
+    x64[n] = qkv64[n] - eps64;
+    const double minus64 = double_loss(x64);
+    const double numeric64 = (plus64 - minus64) / (2.0 * eps64);
+    max_rel_err64 = std::max(max_rel_err64, std::abs(numeric64 - grad[n]) / (1.0 + std::abs(numeric64)));
+    max_grad = std::max(max_grad, std::abs(grad[n]));
+  }
+  normlab::set_num_threads(saved_threads);
+  CHECK(max_grad > 0.1);
+  CHECK(max_err32 < 2e-3 * std::max(1.0, max_grad));
+  CHECK(max_rel_err64 < 1e-5);
+
+  // Rows of a length-1 sequence: the output is its own v, so q and k get exactly zero gradient.
+  for (int64_t b = 0; b < B; b++) {
+    if (lengths[size_t(b)] != 1) continue;
+    for (int64_t c = 0; c < 2 * C; c++) CHECK(grad[size_t(offsets[size_t(b)] * 3 * C + c)] == 0.0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("attention backward matches central finite differences") {
+  SUBCASE("tiny sequences and heads (partial register tiles only)") { check_attention_gradient({1, 3, 4, 2}, 8, 2); }
+  SUBCASE("lengths and head size that fill whole 8x8 tiles") { check_attention_gradient({9, 1, 17}, 32, 2); }
+}
+
+TEST_CASE("attention is deterministic run to run and across thread counts") {
+  const std::vector<int64_t> lengths = {64, 1, 33, 128, 7, 90, 15, 2};
+  const std::vector<int64_t> offsets = offsets_of(lengths);
+  const int64_t B = int64_t(lengths.size());
+  const int64_t T = offsets[B];
+  const int64_t C = 64;
+  const int64_t NH = 4;
+  const std::vector<float> qkv = random_vector(size_t(T * 3 * C), 21);
+  const std::vector<float> dout = random_vector(size_t(T * C), 22);
+  auto run = [&](std::vector<float>& out, std::vector<float>& dqkv) {
+    out.assign(size_t(T * C), 0.0f);
+    std::vector<float> att(static_cast<size_t>(nk::attention_cache_size(offsets.data(), B, NH)));
+    nk::attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), B, C, NH);
+    dqkv.assign(size_t(T * 3 * C), 0.0f);
+    nk::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), offsets.data(), B, C, NH);
+  };
+  const int saved_threads = normlab::num_threads();
+  std::vector<float> out1, dqkv1, out2, dqkv2, out3, dqkv3;
+  run(out1, dqkv1);
+  run(out2, dqkv2);
+  normlab::set_num_threads(saved_threads == 1 ? 2 : 1);
+  run(out3, dqkv3);
+  normlab::set_num_threads(saved_threads);
+  CHECK(out1 == out2);
+  CHECK(dqkv1 == dqkv2);
+  CHECK(out1 == out3);
+  CHECK(dqkv1 == dqkv3);
+  CHECK(std::all_of(dqkv1.begin(), dqkv1.end(), [](float x) { return std::isfinite(x); }));
+}
+
+TEST_CASE("attention called from inside another parallel region gives the serial result") {
+  // Each caller thread must get its own scratch even when the inner region has a single thread.
+  const std::vector<int64_t> offsets = offsets_of({12, 5, 30});
+  const int64_t B = 3;
+  const int64_t T = offsets[B];
+  const int64_t C = 32;
+  const int64_t NH = 4;
+  const int64_t num_calls = 4;
+  std::vector<std::vector<float>> qkv(num_calls), expected(num_calls), got(num_calls);
+  for (int64_t n = 0; n < num_calls; n++) {
+    qkv[size_t(n)] = random_vector(size_t(T * 3 * C), 100 + uint64_t(n));
+    expected[size_t(n)].assign(size_t(T * C), 0.0f);
+    got[size_t(n)].assign(size_t(T * C), 0.0f);
+    nk::attention_forward(expected[size_t(n)].data(), nullptr, qkv[size_t(n)].data(), offsets.data(), B, C, NH);
+  }
+#pragma omp parallel for schedule(static) num_threads(2)
+  for (int64_t n = 0; n < num_calls; n++) {
+    nk::attention_forward(got[size_t(n)].data(), nullptr, qkv[size_t(n)].data(), offsets.data(), B, C, NH);
+  }
+  for (int64_t n = 0; n < num_calls; n++) CHECK(got[size_t(n)] == expected[size_t(n)]);
+}
+
+TEST_CASE("attention is stable for large scores and rejects bad shapes") {
+  const std::vector<int64_t> offsets = {0, 3};
+  const int64_t C = 4;
+  std::vector<float> qkv(static_cast<size_t>(3 * 3 * C), 0.0f);
+  for (int64_t t = 0; t < 3; t++) {
+    for (int64_t c = 0; c < C; c++) {
+      qkv[size_t(t * 3 * C + c)] = 100.0f * float(t + 1);          // q
+      qkv[size_t(t * 3 * C + C + c)] = 100.0f * float(t + 1);      // k: scores up to 3.6e4
+      qkv[size_t(t * 3 * C + 2 * C + c)] = float(t);               // v
+    }
+  }
+  std::vector<float> out(static_cast<size_t>(3 * C));
+  std::vector<float> att(static_cast<size_t>(9));
+  nk::attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), 1, C, 1);
+  for (float x : out) CHECK(std::isfinite(x));
+  // Every query prefers the largest key by a huge margin: output = v of token 2.
+  for (int64_t t = 0; t < 3; t++) CHECK(out[size_t(t * C)] == doctest::Approx(2.0));
+
+  CHECK_THROWS_AS(nk::attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), 1, C, 3),
+                  normlab::UsageError);
+  const std::vector<int64_t> decreasing = {0, 3, 2};
+  CHECK_THROWS_AS(nk::attention_forward(out.data(), att.data(), qkv.data(), decreasing.data(), 2, C, 1),
+                  normlab::UsageError);
+  std::vector<float> dqkv(qkv.size(), 0.0f);
+  CHECK_THROWS_AS(nk::attention_backward(dqkv.data(), out.data(), qkv.data(), nullptr, offsets.data(), 1, C, 1),
+                  normlab::UsageError);
+}
