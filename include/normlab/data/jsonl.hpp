@@ -1,0 +1,45 @@
+#pragma once
+// JSONL datasets: one JSON object per line, one example per object. Three schemas, chosen by the
+// task (data/README.md has the full description):
+//
+//   per-token tasks     {"tokens":["3","1","2"],"targets":["2","1","3"]}
+//                       targets: one entry per token; null = no target at that position.
+//   per-sequence tasks  {"tokens":["1","0","1"],"label":"1"}
+//   masked-LM text      {"text":"In the beginning God created the heaven and the earth."}
+//
+// Symbols and classes are the task's token strings, so a file is readable and does not depend on
+// how ids are numbered. Loading is strict: an empty file, a blank line, malformed JSON, a missing
+// or extra (or repeated) key, a wrong type, an unknown symbol or class, an empty sequence, one
+// longer than task.max_seq_len, or a targets array whose length differs from tokens is an
+// InputError "PATH:LINE: what is wrong" (lines count from 1). A file larger than max_file_bytes is
+// refused before it is read.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "normlab/data/batch.hpp"
+#include "normlab/data/task.hpp"
+
+namespace normlab::data {
+
+inline constexpr int64_t kMaxJsonlBytes = int64_t{64} << 20;  // 64 MiB
+
+// Masked-LM lines load as raw examples (targets empty); see mlm.hpp.
+std::vector<Example> load_jsonl(const std::string& path, const Task& task, int64_t max_file_bytes = kMaxJsonlBytes);
+
+// The "text" strings of a masked-LM file, for building its vocabulary (make_text_task). Same checks.
+std::vector<std::string> load_text_lines(const std::string& path, int32_t max_chars,
+                                         int64_t max_file_bytes = kMaxJsonlBytes);
+
+// One line of a file; `where` ("PATH:LINE") starts every error message.
+Example parse_jsonl_line(std::string_view line, const Task& task, std::string_view where);
+
+// The JSONL line (no newline) for an example: the inverse of parse_jsonl_line. Masked-LM examples
+// are written as text from their tokens (targets are not stored: masks are drawn at batch time).
+std::string example_to_jsonl(const Example& example, const Task& task);
+
+// Writes all examples, one line each, atomically (io/atomic_file.hpp).
+void write_jsonl(const std::string& path, const std::vector<Example>& examples, const Task& task);
+
+}  // namespace normlab::data

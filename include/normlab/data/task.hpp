@@ -1,0 +1,95 @@
+#pragma once
+// Tasks: what the model reads, what it must predict, and (for the algorithmic ones) a seeded
+// generator of examples. Lengths are drawn uniformly from [min_len, max_len]; every random number
+// comes from normlab::Rng, so a seed gives the same data on every platform.
+//
+//   reverse   (per token)     tokens: digits "0".."9".  target[i] = tokens[T-1-i].
+//             3 1 4 1 5  ->  5 1 4 1 3
+//             An encoder sees the whole sequence and its positions, so it can learn to look at the
+//             mirrored position; longer test sequences ask whether that rule generalizes.
+//
+//   sort      (per token)     tokens: digits "0".."9".  targets = the tokens sorted ascending.
+//             3 1 4 1 5  ->  1 1 3 4 5
+//             Position i needs the i-th smallest token: a counting problem over the whole sequence.
+//
+//   brackets  (per token)     tokens: "(" ")".  target[i] = nesting depth after token i:
+//             classes "0".."14", "15+" (depth 15 or more), and "!" once the prefix has closed more
+//             brackets than it opened (from that position to the end: the string can no longer be
+//             balanced, so depth is meaningless).
+//             ( ( ) ( ) ) )  (  ->  1 2 1 2 1 0 ! !
+//             Generated as a random walk: "(" or ")" with equal odds while open brackets remain; at
+//             depth 0, "(" with probability 15/16 and an invalid ")" with 1/16. The answer at
+//             position i is a prefix count, which attention must reconstruct from positions.
+//
+//   majority  (per sequence)  tokens: "0" "1".  label = the more frequent bit; a tie goes to the
+//             first token's value.
+//             1 0 1 1 0  ->  1        0 1 1 0  ->  0 (tie, starts with 0)
+//
+//   mlm_text  (per token)     character-level masked language modelling on lines of text (the King
+//             James Bible, data/kjv/). tokens: "[MASK]", "[UNK]", then every character of the
+//             training split. There is no generator: examples come from JSONL files as raw text,
+//             and the masks are drawn at batch time (mlm.hpp), so each epoch masks differently.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "normlab/data/batch.hpp"
+#include "normlab/data/vocab.hpp"
+#include "normlab/rng.hpp"
+
+namespace normlab::data {
+
+enum class TaskKind { reverse, sort, brackets, majority, mlm_text };
+
+// How a user's input string becomes tokens (vocab.hpp): symbols "3 1 2" / "(()())", or characters.
+enum class Segmentation { symbols, characters };
+
+struct Task {
+  std::string name;  // "reverse", "sort", "brackets", "majority", "mlm_text"
+  TaskKind kind = TaskKind::reverse;
+  TargetKind target_kind = TargetKind::per_token;
+  Segmentation segmentation = Segmentation::symbols;
+  Vocab input_vocab;   // what the model reads: embedding rows
+  Vocab output_vocab;  // the classes it predicts: head outputs (mlm_text: same as input_vocab)
+  int32_t max_seq_len = 256;  // longest sequence a data file may hold (the loader refuses longer)
+
+  int32_t input_vocab_size() const { return input_vocab.size(); }
+  int32_t num_classes() const { return output_vocab.size(); }
+  bool is_masked_lm() const { return kind == TaskKind::mlm_text; }
+  bool has_generator() const { return kind != TaskKind::mlm_text; }
+
+  // A user's string as input ids (InputError for unknown symbols / empty input).
+  std::vector<int32_t> encode(std::string_view text, std::string_view what = "input") const;
+  // Input ids as a readable string: symbols separated by spaces, characters run together.
+  std::string decode_input(const std::vector<int32_t>& ids) const;
+  // Class ids as a readable string (-1 prints as "_").
+  std::string decode_targets(const std::vector<int32_t>& ids) const;
+};
+
+// The algorithmic tasks, in a fixed order: reverse, sort, brackets, majority.
+const std::vector<std::string>& algorithmic_task_names();
+
+// An algorithmic task by name; InputError naming the known tasks otherwise. "mlm_text" needs its
+// vocabulary from training text: use make_text_task.
+Task make_task(std::string_view name);
+
+// The masked-LM text task; its character vocabulary is every byte that occurs in `train_lines`,
+// in byte order, after "[MASK]" (id 0) and "[UNK]" (id 1).
+Task make_text_task(const std::vector<std::string>& train_lines, int32_t max_seq_len = 512);
+
+// The correct targets for an input sequence under the task's rule (per_token: (T), per_sequence:
+// (1)). UsageError for mlm_text, whose targets come from masking.
+std::vector<int32_t> compute_targets(const Task& task, const std::vector<int32_t>& tokens);
+
+// One example of exactly `length` tokens; the tokens are drawn from rng, the targets computed.
+Example generate_example(const Task& task, int32_t length, Rng& rng);
+
+// `count` examples with lengths uniform in [min_len, max_len], all drawn from Rng(seed).
+std::vector<Example> generate_examples(const Task& task, int64_t count, int32_t min_len, int32_t max_len,
+                                       uint64_t seed);
+
+// Independent seeds for sub-streams (per split, per epoch, per example): splitmix64 of the pair.
+uint64_t derive_seed(uint64_t seed, uint64_t index);
+
+}  // namespace normlab::data

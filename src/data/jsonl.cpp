@@ -1,0 +1,263 @@
+#include "normlab/data/jsonl.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "normlab/error.hpp"
+#include "normlab/io/atomic_file.hpp"
+
+namespace normlab::data {
+
+namespace {
+
+using nlohmann::json;
+
+// The keys each kind of example has, in the order they are written.
+std::vector<std::string> expected_keys(const Task& task) {
+  if (task.is_masked_lm()) return {"text"};
+  if (task.target_kind == TargetKind::per_sequence) return {"tokens", "label"};
+  return {"tokens", "targets"};
+}
+
+std::string quoted_list(const std::vector<std::string>& keys) {
+  std::string out;
+  for (size_t i = 0; i < keys.size(); ++i) out += fmt::format("{}\"{}\"", i > 0 ? ", " : "", keys[i]);
+  return out;
+}
+
+// The JSON value's type as a reader would name it.
+std::string type_name(const json& value) {
+  if (value.is_number()) return "a number";
+  if (value.is_string()) return "a string";
+  if (value.is_array()) return "an array";
+  if (value.is_object()) return "an object";
+  if (value.is_boolean()) return "a boolean";
+  return "null";
+}
+
+std::string joined(const std::vector<std::string>& symbols) {
+  std::string out;
+  for (size_t i = 0; i < symbols.size(); ++i) out += (i > 0 ? " " : "") + symbols[i];
+  return out;
+}
+
+bool is_blank(std::string_view line) {
+  return line.find_first_not_of(" \t\r") == std::string_view::npos;
+}
+
+// Parses one line into an object with exactly the task's keys.
+json parse_object(std::string_view line, const Task& task, std::string_view where) {
+  if (is_blank(line)) throw InputError(fmt::format("{}: blank line (expected one JSON object per line)", where));
+  // nlohmann keeps the last of repeated keys silently; a repeated key in a data file is a mistake.
+  std::string repeated_key;
+  std::set<std::string> seen_keys;
+  json::parser_callback_t watch_keys = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && depth == 1 && parsed.is_string()) {
+      if (!seen_keys.insert(parsed.get<std::string>()).second && repeated_key.empty()) {
+        repeated_key = parsed.get<std::string>();
+      }
+    }
+    return true;
+  };
+  json object;
+  try {
+    object = json::parse(line.begin(), line.end(), watch_keys);
+  } catch (const json::parse_error& e) {
+    std::string message = e.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 9: ..." -> "column 9: ..."
+    if (auto at = message.find("column "); at != std::string::npos) message = message.substr(at);
+    throw InputError(fmt::format("{}: malformed JSON: {}", where, message));
+  }
+  if (!object.is_object()) {
+    throw InputError(fmt::format("{}: expected a JSON object, got {}", where, type_name(object)));
+  }
+  if (!repeated_key.empty()) throw InputError(fmt::format("{}: key \"{}\" appears twice", where, repeated_key));
+  const std::vector<std::string> keys = expected_keys(task);
+  for (const auto& [key, value] : object.items()) {
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+      throw InputError(fmt::format("{}: unexpected key \"{}\" (a {} example has keys {})", where, key, task.name,
+                                   quoted_list(keys)));
+    }
+  }
+  for (const std::string& key : keys) {
+    if (!object.contains(key)) {
+      throw InputError(fmt::format("{}: missing key \"{}\" (a {} example has keys {})", where, key, task.name,
+                                   quoted_list(keys)));
+    }
+  }
+  return object;
+}
+
+std::vector<int32_t> parse_tokens(const json& tokens, const Task& task, std::string_view where) {
+  if (!tokens.is_array()) {
+    throw InputError(fmt::format("{}: tokens: expected an array of strings, got {}", where, type_name(tokens)));
+  }
+  if (tokens.empty()) throw InputError(fmt::format("{}: tokens: empty sequence", where));
+  if (tokens.size() > static_cast<size_t>(task.max_seq_len)) {
+    throw InputError(fmt::format("{}: tokens: {} symbols, more than the limit of {} for task {}", where,
+                                 tokens.size(), task.max_seq_len, task.name));
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const json& symbol = tokens[i];
+    if (!symbol.is_string()) {
+      throw InputError(fmt::format("{}: tokens[{}]: expected a string, got {}", where, i, type_name(symbol)));
+    }
+    auto id = task.input_vocab.find(symbol.get<std::string>());
+    if (!id) {
+      throw InputError(fmt::format("{}: tokens[{}]: unknown symbol \"{}\" for task {} (known: {})", where, i,
+                                   symbol.get<std::string>(), task.name, joined(task.input_vocab.tokens())));
+    }
+    ids.push_back(*id);
+  }
+  return ids;
+}
+
+int32_t parse_class(const json& value, const Task& task, std::string_view where, std::string_view field) {
+  if (!value.is_string()) {
+    throw InputError(fmt::format("{}: {}: expected a string, got {}", where, field, type_name(value)));
+  }
+  auto id = task.output_vocab.find(value.get<std::string>());
+  if (!id) {
+    throw InputError(fmt::format("{}: {}: unknown class \"{}\" for task {} (classes: {})", where, field,
+                                 value.get<std::string>(), task.name,
+                                 joined(task.output_vocab.tokens())));
+  }
+  return *id;
+}
+
+std::vector<int32_t> parse_text(const json& text, const Task& task, std::string_view where) {
+  if (!text.is_string()) throw InputError(fmt::format("{}: text: expected a string, got {}", where, type_name(text)));
+  const std::string& value = text.get_ref<const std::string&>();
+  if (value.empty()) throw InputError(fmt::format("{}: text: empty string", where));
+  std::vector<int32_t> ids = encode_text(task.input_vocab, value, fmt::format("{}: text", where));
+  if (ids.size() > static_cast<size_t>(task.max_seq_len)) {
+    throw InputError(fmt::format("{}: text: {} characters, more than the limit of {} for task {}", where, ids.size(),
+                                 task.max_seq_len, task.name));
+  }
+  return ids;
+}
+
+// Calls `on_line(line, where)` for every line of the file, after the whole-file checks.
+template <typename OnLine>
+void for_each_line(const std::string& path, int64_t max_file_bytes, OnLine on_line) {
+  const std::string contents = io::read_file(path, static_cast<size_t>(max_file_bytes));
+  if (contents.empty()) throw InputError(fmt::format("{}: empty file (expected one JSON object per line)", path));
+  size_t start = 0;
+  int64_t line_number = 0;
+  while (start < contents.size()) {
+    size_t end = contents.find('\n', start);
+    if (end == std::string::npos) end = contents.size();
+    std::string_view line(contents.data() + start, end - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // tolerate CRLF files
+    ++line_number;
+    on_line(line, fmt::format("{}:{}", path, line_number));
+    start = end + 1;  // a final newline ends the last line; it does not start an empty one
+  }
+}
+
+}  // namespace
+
+Example parse_jsonl_line(std::string_view line, const Task& task, std::string_view where) {
+  const json object = parse_object(line, task, where);
+  Example example;
+  if (task.is_masked_lm()) {
+    example.tokens = parse_text(object.at("text"), task, where);
+    return example;
+  }
+  example.tokens = parse_tokens(object.at("tokens"), task, where);
+  if (task.target_kind == TargetKind::per_sequence) {
+    example.targets = {parse_class(object.at("label"), task, where, "label")};
+    return example;
+  }
+  const json& targets = object.at("targets");
+  if (!targets.is_array()) {
+    throw InputError(fmt::format("{}: targets: expected an array of strings or nulls, got {}", where,
+                                 type_name(targets)));
+  }
+  if (targets.size() != example.tokens.size()) {
+    throw InputError(fmt::format("{}: targets: {} entries but tokens has {} (one target per token)", where,
+                                 targets.size(), example.tokens.size()));
+  }
+  example.targets.reserve(targets.size());
+  for (size_t i = 0; i < targets.size(); ++i) {
+    example.targets.push_back(targets[i].is_null() ? -1
+                                                   : parse_class(targets[i], task, where, fmt::format("targets[{}]", i)));
+  }
+  return example;
+}
+
+std::vector<Example> load_jsonl(const std::string& path, const Task& task, int64_t max_file_bytes) {
+  std::vector<Example> examples;
+  for_each_line(path, max_file_bytes, [&](std::string_view line, const std::string& where) {
+    examples.push_back(parse_jsonl_line(line, task, where));
+  });
+  return examples;
+}
+
+std::vector<std::string> load_text_lines(const std::string& path, int32_t max_chars, int64_t max_file_bytes) {
+  // Only the schema matters here; a vocabulary-free text task checks it.
+  Task schema;
+  schema.name = "mlm_text";
+  schema.kind = TaskKind::mlm_text;
+  std::vector<std::string> lines;
+  for_each_line(path, max_file_bytes, [&](std::string_view line, const std::string& where) {
+    const json object = parse_object(line, schema, where);
+    const json& text = object.at("text");
+    if (!text.is_string()) throw InputError(fmt::format("{}: text: expected a string, got {}", where, type_name(text)));
+    std::string value = text.get<std::string>();
+    if (value.empty()) throw InputError(fmt::format("{}: text: empty string", where));
+    if (value.size() > static_cast<size_t>(max_chars)) {
+      throw InputError(fmt::format("{}: text: {} characters, more than the limit of {}", where, value.size(), max_chars));
+    }
+    lines.push_back(std::move(value));
+  });
+  return lines;
+}
+
+std::string example_to_jsonl(const Example& example, const Task& task) {
+  nlohmann::ordered_json object;
+  if (task.is_masked_lm()) {
+    object["text"] = task.input_vocab.decode(example.tokens, "");
+    return object.dump();
+  }
+  nlohmann::ordered_json tokens = nlohmann::ordered_json::array();
+  for (int32_t id : example.tokens) tokens.push_back(task.input_vocab.token(id));
+  object["tokens"] = std::move(tokens);
+  if (task.target_kind == TargetKind::per_sequence) {
+    if (example.targets.size() != 1) {
+      throw UsageError(fmt::format("example_to_jsonl: {} targets for a per-sequence task", example.targets.size()));
+    }
+    object["label"] = task.output_vocab.token(example.targets[0]);
+    return object.dump();
+  }
+  if (example.targets.size() != example.tokens.size()) {
+    throw UsageError(fmt::format("example_to_jsonl: {} targets for {} tokens", example.targets.size(),
+                                 example.tokens.size()));
+  }
+  nlohmann::ordered_json targets = nlohmann::ordered_json::array();
+  for (int32_t id : example.targets) {
+    if (id == -1) {
+      targets.push_back(nullptr);
+    } else {
+      targets.push_back(task.output_vocab.token(id));
+    }
+  }
+  object["targets"] = std::move(targets);
+  return object.dump();
+}
+
+void write_jsonl(const std::string& path, const std::vector<Example>& examples, const Task& task) {
+  std::string contents;
+  for (const Example& example : examples) {
+    contents += example_to_jsonl(example, task);
+    contents += '\n';
+  }
+  io::write_file_atomic(path, contents);
+}
+
+}  // namespace normlab::data

@@ -1,0 +1,201 @@
+#include "normlab/data/task.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+
+#include "normlab/error.hpp"
+
+namespace normlab::data {
+
+namespace {
+
+// Depth classes for "brackets": "0".."14", "15+", then "!" for an invalid prefix.
+constexpr int32_t kMaxDepthClass = 15;
+constexpr int32_t kInvalidDepthClass = kMaxDepthClass + 1;
+// At depth 0 a ")" (which makes the prefix invalid) is drawn with probability 1/16.
+constexpr uint32_t kInvalidCloseOdds = 16;
+
+std::vector<std::string> digit_symbols(int count) {
+  std::vector<std::string> symbols;
+  for (int d = 0; d < count; ++d) symbols.push_back(std::to_string(d));
+  return symbols;
+}
+
+Task symbol_task(std::string name, TaskKind kind, TargetKind target_kind, std::vector<std::string> inputs,
+                 std::vector<std::string> outputs) {
+  Task task;
+  task.name = std::move(name);
+  task.kind = kind;
+  task.target_kind = target_kind;
+  task.segmentation = Segmentation::symbols;
+  task.input_vocab = Vocab({}, std::move(inputs));
+  task.output_vocab = Vocab({}, std::move(outputs));
+  return task;
+}
+
+void check_tokens(const Task& task, const std::vector<int32_t>& tokens) {
+  if (tokens.empty()) throw UsageError(fmt::format("{}: empty sequence", task.name));
+  for (int32_t id : tokens) {
+    if (id < 0 || id >= task.input_vocab_size()) {
+      throw UsageError(fmt::format("{}: token id {} out of range [0, {})", task.name, id, task.input_vocab_size()));
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<int32_t> Task::encode(std::string_view text, std::string_view what) const {
+  return segmentation == Segmentation::symbols ? encode_symbols(input_vocab, text, what)
+                                               : encode_text(input_vocab, text, what);
+}
+
+std::string Task::decode_input(const std::vector<int32_t>& ids) const {
+  return input_vocab.decode(ids, segmentation == Segmentation::symbols ? " " : "");
+}
+
+std::string Task::decode_targets(const std::vector<int32_t>& ids) const {
+  // Character targets (mlm_text) are separated too: "_" marks positions without a target.
+  return output_vocab.decode(ids, " ");
+}
+
+const std::vector<std::string>& algorithmic_task_names() {
+  static const std::vector<std::string> names = {"reverse", "sort", "brackets", "majority"};
+  return names;
+}
+
+Task make_task(std::string_view name) {
+  if (name == "reverse") {
+    return symbol_task("reverse", TaskKind::reverse, TargetKind::per_token, digit_symbols(10), digit_symbols(10));
+  }
+  if (name == "sort") {
+    return symbol_task("sort", TaskKind::sort, TargetKind::per_token, digit_symbols(10), digit_symbols(10));
+  }
+  if (name == "brackets") {
+    std::vector<std::string> depth_classes = digit_symbols(kMaxDepthClass);
+    depth_classes.push_back(fmt::format("{}+", kMaxDepthClass));
+    depth_classes.push_back("!");
+    return symbol_task("brackets", TaskKind::brackets, TargetKind::per_token, {"(", ")"}, std::move(depth_classes));
+  }
+  if (name == "majority") {
+    return symbol_task("majority", TaskKind::majority, TargetKind::per_sequence, {"0", "1"}, {"0", "1"});
+  }
+  if (name == "mlm_text") {
+    throw InputError("task mlm_text: its vocabulary comes from the training text; build it with make_text_task");
+  }
+  throw InputError(fmt::format("unknown task \"{}\" (known: reverse, sort, brackets, majority, mlm_text)", name));
+}
+
+Task make_text_task(const std::vector<std::string>& train_lines, int32_t max_seq_len) {
+  std::array<bool, 256> seen{};
+  for (const std::string& line : train_lines) {
+    for (char c : line) seen[static_cast<unsigned char>(c)] = true;
+  }
+  std::vector<std::string> characters;
+  for (int byte = 0; byte < 256; ++byte) {
+    if (seen[static_cast<size_t>(byte)]) characters.emplace_back(1, static_cast<char>(byte));
+  }
+  // "[" would make "[MASK]" typed by a user ambiguous with the characters "[", "M", ...; encode_text
+  // resolves that in favour of the special token, which is the useful reading.
+  Task task;
+  task.name = "mlm_text";
+  task.kind = TaskKind::mlm_text;
+  task.target_kind = TargetKind::per_token;
+  task.segmentation = Segmentation::characters;
+  task.input_vocab = Vocab({"[MASK]", "[UNK]"}, std::move(characters));
+  task.output_vocab = task.input_vocab;
+  task.max_seq_len = max_seq_len;
+  return task;
+}
+
+std::vector<int32_t> compute_targets(const Task& task, const std::vector<int32_t>& tokens) {
+  check_tokens(task, tokens);
+  const size_t length = tokens.size();
+  switch (task.kind) {
+    case TaskKind::reverse: {
+      // Input and output vocabularies are both "0".."9", so ids carry over unchanged.
+      return std::vector<int32_t>(tokens.rbegin(), tokens.rend());
+    }
+    case TaskKind::sort: {
+      std::vector<int32_t> sorted = tokens;
+      std::sort(sorted.begin(), sorted.end());
+      return sorted;
+    }
+    case TaskKind::brackets: {
+      const int32_t open = task.input_vocab.id("(");
+      std::vector<int32_t> targets(length);
+      int32_t depth = 0;
+      bool invalid = false;
+      for (size_t i = 0; i < length; ++i) {
+        depth += tokens[i] == open ? 1 : -1;
+        if (depth < 0) invalid = true;
+        targets[i] = invalid ? kInvalidDepthClass : std::min(depth, kMaxDepthClass);
+      }
+      return targets;
+    }
+    case TaskKind::majority: {
+      const int32_t one = task.input_vocab.id("1");
+      int64_t ones = std::count(tokens.begin(), tokens.end(), one);
+      int64_t zeros = static_cast<int64_t>(length) - ones;
+      int32_t winner = ones > zeros ? one : ones < zeros ? task.input_vocab.id("0") : tokens[0];
+      // Output classes "0", "1" are spelled like the inputs; map by string, not by id.
+      return {task.output_vocab.id(task.input_vocab.token(winner))};
+    }
+    case TaskKind::mlm_text:
+      break;
+  }
+  throw UsageError(fmt::format("compute_targets: task {} has no rule; its targets come from masking", task.name));
+}
+
+Example generate_example(const Task& task, int32_t length, Rng& rng) {
+  if (!task.has_generator()) throw UsageError(fmt::format("generate_example: task {} has no generator", task.name));
+  if (length < 1) throw UsageError(fmt::format("generate_example: length {} < 1", length));
+  Example example;
+  example.tokens.resize(static_cast<size_t>(length));
+  if (task.kind == TaskKind::brackets) {
+    const int32_t open = task.input_vocab.id("(");
+    const int32_t close = task.input_vocab.id(")");
+    int32_t depth = 0;
+    for (int32_t i = 0; i < length; ++i) {
+      bool opens = depth == 0 ? rng.below(kInvalidCloseOdds) != 0 : rng.below(2) == 0;
+      example.tokens[static_cast<size_t>(i)] = opens ? open : close;
+      depth += opens ? 1 : -1;
+    }
+  } else {
+    const uint32_t alphabet = static_cast<uint32_t>(task.input_vocab_size());
+    for (int32_t& token : example.tokens) token = static_cast<int32_t>(rng.below(alphabet));
+  }
+  example.targets = compute_targets(task, example.tokens);
+  return example;
+}
+
+std::vector<Example> generate_examples(const Task& task, int64_t count, int32_t min_len, int32_t max_len,
+                                       uint64_t seed) {
+  if (count < 0) throw UsageError(fmt::format("generate_examples: count {} < 0", count));
+  if (min_len < 1 || max_len < min_len) {
+    throw UsageError(fmt::format("generate_examples: bad length range [{}, {}]", min_len, max_len));
+  }
+  Rng rng(seed);
+  const uint32_t num_lengths = static_cast<uint32_t>(max_len - min_len + 1);
+  std::vector<Example> examples;
+  examples.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    int32_t length = min_len + static_cast<int32_t>(rng.below(num_lengths));
+    examples.push_back(generate_example(task, length, rng));
+  }
+  return examples;
+}
+
+uint64_t derive_seed(uint64_t seed, uint64_t index) {
+  // splitmix64 (Steele, Lea, Flood 2014) applied twice: nearby (seed, index) pairs give unrelated seeds.
+  auto splitmix = [](uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  };
+  return splitmix(splitmix(seed) ^ index);
+}
+
+}  // namespace normlab::data
