@@ -1,0 +1,216 @@
+#!/usr/bin/python3
+"""PyTorch reference for `normlab bench step`: the time of one training step of a small encoder.
+
+Model: token Embedding(vocab, d_model) + sinusoidal positions + nn.TransformerEncoder of `layers`
+post-LN (or --norm-first pre-LN) nn.TransformerEncoderLayer(d_model, heads, ffn, dropout 0, relu,
+batch_first) + a per-token Linear(d_model, classes). A batch holds `batch` sequences with lengths
+uniform in [min_len, max_len], padded to the batch maximum with src_key_padding_mask; the loss is
+cross-entropy over real tokens only (padding targets are ignore_index); the optimizer is Adam.
+
+A timed step is zero_grad + forward + loss + backward + optimizer step. Batches come from a pool
+generated up front, so data generation is not timed. step_ms is the median over the timed steps;
+tokens_per_s counts REAL tokens only: real tokens of the timed steps / their total time.
+
+    /usr/bin/python3 bench/bench_step_torch.py [--threads 1 2] [--json]
+    /usr/bin/python3 bench/bench_step_torch.py --normlab build/normlab --config configs/bench-step.json
+"""
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+IGNORE_INDEX = -100
+
+
+class TokenEncoder(nn.Module):
+    def __init__(self, vocab, d_model, heads, layers, ffn, classes, norm_first, max_len):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d_model)
+        layer = nn.TransformerEncoderLayer(d_model, heads, dim_feedforward=ffn, dropout=0.0,
+                                           activation="relu", batch_first=True,
+                                           norm_first=norm_first)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d_model, classes)
+        self.register_buffer("positions", sinusoidal_positions(max_len, d_model))
+
+    def forward(self, tokens, padding_mask):  # tokens (B, T) int64, padding_mask (B, T) bool
+        x = self.embed(tokens) + self.positions[: tokens.shape[1]]
+        x = self.encoder(x, src_key_padding_mask=padding_mask)
+        return self.head(x)  # (B, T, classes)
+
+
+def sinusoidal_positions(max_len, d_model):
+    """pe[t, 2i] = sin(t / 10000^(2i/d)), pe[t, 2i+1] = cos(t / 10000^(2i/d)); shape (max_len, d)."""
+    position = torch.arange(max_len, dtype=torch.float32)[:, None]
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(position * inv_freq)
+    pe[:, 1::2] = torch.cos(position * inv_freq)[:, : d_model // 2]
+    return pe
+
+
+def make_batch_pool(args, gen):
+    """Pool of padded batches; the target of a token is the token itself (a learnable task)."""
+    pool = []
+    for _ in range(args.pool):
+        lengths = torch.randint(args.min_len, args.max_len + 1, (args.batch,), generator=gen)
+        t_max = int(lengths.max())
+        tokens = torch.randint(0, args.vocab, (args.batch, t_max), generator=gen)
+        padding_mask = torch.arange(t_max)[None, :] >= lengths[:, None]  # True = padding
+        tokens = tokens.masked_fill(padding_mask, 0)
+        targets = (tokens % args.classes).masked_fill(padding_mask, IGNORE_INDEX)
+        pool.append((tokens, padding_mask, targets, int(lengths.sum())))
+    return pool
+
+
+def bench_threads(args, threads, pool):
+    torch.set_num_threads(threads)
+    torch.manual_seed(args.seed)  # same initial weights for every thread count
+    model = TokenEncoder(args.vocab, args.d_model, args.heads, args.layers, args.ffn, args.classes,
+                         args.norm_first, args.max_len)
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+
+    def step(batch):
+        tokens, padding_mask, targets, _ = batch
+        optimizer.zero_grad(set_to_none=True)
+        logits = model(tokens, padding_mask)
+        loss = F.cross_entropy(logits.reshape(-1, args.classes), targets.reshape(-1),
+                               ignore_index=IGNORE_INDEX)
+        loss.backward()
+        optimizer.step()
+        return float(loss)
+
+    losses = []
+    for i in range(args.warmup):
+        losses.append(step(pool[i % len(pool)]))
+    times, real_tokens = [], 0
+    for i in range(args.steps):
+        batch = pool[(args.warmup + i) % len(pool)]
+        start = time.perf_counter()
+        losses.append(step(batch))
+        times.append(time.perf_counter() - start)
+        real_tokens += batch[3]
+    return {
+        "threads": threads,
+        "step_ms": 1e3 * statistics.median(times),
+        "step_ms_min": 1e3 * min(times),
+        "tokens_per_s": real_tokens / sum(times),
+        "real_tokens_per_step": real_tokens / args.steps,
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+    }
+
+
+def run_normlab(args, threads):
+    """Result dict from `BIN bench step --config FILE --threads N --json`, or None with a message."""
+    command = [args.normlab, "bench", "step", "--config", args.config, "--threads", str(threads), "--json"]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=args.normlab_timeout)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        print("normlab: cannot run {}: {}".format(" ".join(command), error), file=sys.stderr)
+        return None
+    if proc.returncode != 0:
+        print("normlab: {} exited with {}: {}".format(" ".join(command), proc.returncode,
+                                                      proc.stderr.strip() or proc.stdout.strip()),
+              file=sys.stderr)
+        return None
+    # The JSON object is the last non-empty line that parses (log lines may precede it).
+    for line in reversed(proc.stdout.strip().splitlines()):
+        try:
+            result = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(result, dict) and "step_ms" in result and "tokens_per_s" in result:
+            return result
+    try:
+        result = json.loads(proc.stdout)
+        if isinstance(result, dict) and "step_ms" in result and "tokens_per_s" in result:
+            return result
+    except ValueError:
+        pass
+    print("normlab: no JSON with step_ms and tokens_per_s in the output of {}".format(" ".join(command)),
+          file=sys.stderr)
+    return None
+
+
+def main():
+    parser = argparse.ArgumentParser(description="PyTorch reference for `normlab bench step`.")
+    parser.add_argument("--d-model", type=int, default=64)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--ffn", type=int, default=256)
+    parser.add_argument("--vocab", type=int, default=32)
+    parser.add_argument("--classes", type=int, default=32)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--min-len", type=int, default=1)
+    parser.add_argument("--max-len", type=int, default=64)
+    parser.add_argument("--norm-first", action="store_true", help="pre-LN instead of post-LN")
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--steps", type=int, default=30, help="timed steps")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--pool", type=int, default=16, help="pre-generated batches cycled through")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--json", action="store_true", help="print one JSON object only")
+    parser.add_argument("--normlab", metavar="BIN", help="also time `BIN bench step` and compare")
+    parser.add_argument("--config", metavar="FILE", help="config for `BIN bench step`")
+    parser.add_argument("--normlab-timeout", type=float, default=600.0)
+    args = parser.parse_args()
+    if args.normlab and not args.config:
+        parser.error("--normlab needs --config")
+    if not (1 <= args.min_len <= args.max_len) or args.steps < 1 or args.d_model % args.heads:
+        parser.error("need 1 <= min-len <= max-len, steps >= 1, heads dividing d-model")
+
+    torch.set_num_interop_threads(1)
+    pool = make_batch_pool(args, torch.Generator().manual_seed(args.seed))
+    results = [bench_threads(args, threads, pool) for threads in args.threads]
+    best = min(results, key=lambda r: r["step_ms"])
+
+    ours = {}
+    if args.normlab:
+        for threads in args.threads:
+            result = run_normlab(args, threads)
+            if result is not None:
+                ours[threads] = result
+
+    config = {key: getattr(args, key) for key in ("d_model", "heads", "layers", "ffn", "vocab",
+                                                  "classes", "batch", "min_len", "max_len",
+                                                  "norm_first", "lr", "steps", "warmup", "seed")}
+    if args.json:
+        report = {"torch_version": torch.__version__, "config": config, "torch": results,
+                  "best_threads": best["threads"]}
+        if args.normlab:
+            report["normlab"] = [dict(threads=t, **r) for t, r in sorted(ours.items())]
+        print(json.dumps(report))
+        return
+
+    print("torch {}  {}".format(torch.__version__, " ".join("{}={}".format(k, v) for k, v in config.items())))
+    print("{:>7s} {:>10s} {:>10s} {:>12s} {:>12s}".format("threads", "step_ms", "min_ms", "tokens/s", "real tok/step"))
+    for r in results:
+        print("{:7d} {:10.2f} {:10.2f} {:12.0f} {:12.1f}".format(
+            r["threads"], r["step_ms"], r["step_ms_min"], r["tokens_per_s"], r["real_tokens_per_step"]))
+    print("best: {} thread(s), {:.2f} ms/step, {:.0f} real tokens/s (loss {:.3f} -> {:.3f})".format(
+        best["threads"], best["step_ms"], best["tokens_per_s"], best["loss_first"], best["loss_last"]))
+    if args.normlab:
+        if not ours:
+            print("normlab: no results (is `bench step` implemented?)")
+        print("the normlab run uses {}; make sure its model and batch match the arguments above".format(args.config))
+        for r in results:
+            mine = ours.get(r["threads"])
+            if mine is None:
+                continue
+            print("{} thread(s): normlab {:.2f} ms/step, {:.0f} tokens/s; ours/torch step time {:.2f}x, "
+                  "throughput {:.2f}x".format(r["threads"], mine["step_ms"], mine["tokens_per_s"],
+                                             mine["step_ms"] / r["step_ms"], mine["tokens_per_s"] / r["tokens_per_s"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,270 @@
+#include "normlab/optim/optimizer.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <set>
+
+#include "normlab/error.hpp"
+
+namespace normlab::optim {
+
+namespace {
+
+// Below this many elements a parameter is updated by one thread: forking costs more than the loop.
+constexpr int64_t kParallelMinElements = 1 << 15;
+
+// The decimal value a float hyperparameter was written as: 0.9f -> 0.9 (double). PyTorch does its
+// scalar math (1 - beta1, 1 - beta1^t, lr / bias_correction) on Python doubles such as 0.9; doing
+// it on 0.899999976 instead would differ by ~2e-7 relative before any state is touched. fmt prints
+// the shortest decimal that round-trips the float, and that decimal read as a double is the value
+// the config file (or the Python user) meant.
+double decimal(float x) {
+  std::string text = fmt::format("{}", x);
+  double value = static_cast<double>(x);
+  std::from_chars(text.data(), text.data() + text.size(), value);
+  return value;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::vector<std::string> split_dots(const std::string& name) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t dot = name.find('.', start);
+    parts.push_back(name.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return parts;
+}
+
+}  // namespace
+
+void check_optimizer_options(const OptimizerOptions& o) {
+  if (o.name != "sgd" && o.name != "adam" && o.name != "adamw")
+    throw UsageError(fmt::format("optimizer: unknown name '{}' (expected sgd, adam or adamw)", o.name));
+  if (!(std::isfinite(o.lr) && o.lr > 0.0f))
+    throw UsageError(fmt::format("optimizer: lr must be > 0 and finite (got {})", o.lr));
+  if (!(o.beta1 >= 0.0f && o.beta1 < 1.0f))
+    throw UsageError(fmt::format("optimizer: beta1 must be in [0, 1) (got {})", o.beta1));
+  if (!(o.beta2 >= 0.0f && o.beta2 < 1.0f))
+    throw UsageError(fmt::format("optimizer: beta2 must be in [0, 1) (got {})", o.beta2));
+  if (!(std::isfinite(o.eps) && o.eps > 0.0f))
+    throw UsageError(fmt::format("optimizer: eps must be > 0 and finite (got {})", o.eps));
+  if (!(std::isfinite(o.weight_decay) && o.weight_decay >= 0.0f))
+    throw UsageError(fmt::format("optimizer: weight_decay must be >= 0 and finite (got {})", o.weight_decay));
+  if (!(o.momentum >= 0.0f && o.momentum < 1.0f))
+    throw UsageError(fmt::format("optimizer: momentum must be in [0, 1) (got {})", o.momentum));
+}
+
+bool no_decay_name(const std::string& name, const Tensor& param) {
+  if (param.numel() == 1) return true;
+  std::vector<std::string> parts = split_dots(name);
+  const std::string& last = parts.back();
+  if (last == "bias" || ends_with(last, "_bias")) return true;
+  for (const std::string& part : parts) {
+    if (part.rfind("norm", 0) == 0) return true;
+    if (ends_with(part, "embedding")) return true;
+  }
+  return false;
+}
+
+Optimizer::Optimizer(const OptimizerOptions& options, nn::NamedTensors params)
+    : options_(options), params_(std::move(params)) {
+  check_optimizer_options(options_);
+  std::set<std::string> seen;
+  for (const auto& [name, param] : params_) {
+    if (!param.defined()) throw UsageError(fmt::format("optimizer: parameter '{}' is undefined", name));
+    if (!seen.insert(name).second) throw UsageError(fmt::format("optimizer: parameter '{}' given twice", name));
+    decay_.push_back(options_.decay_all || !no_decay_name(name, param));
+  }
+  for (const std::string& kind : state_kinds()) {
+    std::vector<std::vector<float>>& buffers = state_buffers(kind);
+    for (const auto& [name, param] : params_) buffers.emplace_back(static_cast<size_t>(param.numel()), 0.0f);
+  }
+}
+
+std::vector<std::string> Optimizer::state_kinds() const {
+  if (options_.name == "sgd") {
+    if (options_.momentum > 0.0f) return {"momentum_buffer"};
+    return {};
+  }
+  return {"exp_avg", "exp_avg_sq"};
+}
+
+const std::vector<std::vector<float>>& Optimizer::state_buffers(const std::string& kind) const {
+  if (kind == "exp_avg") return exp_avg_;
+  if (kind == "exp_avg_sq") return exp_avg_sq_;
+  if (kind == "momentum_buffer") return momentum_buffer_;
+  throw UsageError(fmt::format("optimizer: unknown state kind '{}'", kind));
+}
+
+std::vector<std::vector<float>>& Optimizer::state_buffers(const std::string& kind) {
+  if (kind == "exp_avg") return exp_avg_;
+  if (kind == "exp_avg_sq") return exp_avg_sq_;
+  if (kind == "momentum_buffer") return momentum_buffer_;
+  throw UsageError(fmt::format("optimizer: unknown state kind '{}'", kind));
+}
+
+void Optimizer::step(float lr) {
+  if (!(std::isfinite(lr) && lr >= 0.0f))
+    throw UsageError(fmt::format("optimizer: step lr must be >= 0 and finite (got {})", lr));
+  step_count_++;
+  for (size_t i = 0; i < params_.size(); i++) {
+    if (!params_[i].second.has_grad()) continue;
+    if (options_.name == "sgd") {
+      step_sgd(i, lr);
+    } else {
+      step_adam(i, lr);
+    }
+  }
+}
+
+// torch.optim.SGD (dampening 0, no nesterov): d = g + wd*p; buf = momentum*buf + d; p -= lr*buf.
+// PyTorch starts buf as a copy of d, which is what momentum*0 + d gives.
+void Optimizer::step_sgd(size_t index, float lr) {
+  Tensor& param = params_[index].second;
+  float* p = param.data();              // (numel)
+  const float* g = param.grad_data();   // (numel)
+  const int64_t n = param.numel();
+  const float weight_decay = decay_[index] ? static_cast<float>(decimal(options_.weight_decay)) : 0.0f;
+  const float momentum = static_cast<float>(decimal(options_.momentum));
+  const float neg_lr = static_cast<float>(-decimal(lr));
+  float* buf = momentum_buffer_.empty() ? nullptr : momentum_buffer_[index].data();  // (numel)
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+  for (int64_t i = 0; i < n; i++) {
+    float d = g[i];
+    if (weight_decay != 0.0f) d = d + weight_decay * p[i];
+    if (buf) {
+      buf[i] = buf[i] * momentum + d;
+      d = buf[i];
+    }
+    p[i] = p[i] + neg_lr * d;
+  }
+}
+
+// torch.optim.Adam / AdamW (amsgrad off), same float32 operation order:
+//   adamw: p *= 1 - lr*wd                 adam: g += wd*p
+//   m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g
+//   p += -(lr / (1-beta1^t)) * m / (sqrt(v) / sqrt(1-beta2^t) + eps)
+// The scalars are computed in double, the state stays float32.
+void Optimizer::step_adam(size_t index, float lr) {
+  Tensor& param = params_[index].second;
+  float* p = param.data();             // (numel)
+  const float* g = param.grad_data();  // (numel)
+  float* m = exp_avg_[index].data();     // (numel)
+  float* v = exp_avg_sq_[index].data();  // (numel)
+  const int64_t n = param.numel();
+
+  const double lr_d = decimal(lr);
+  const double wd_d = decay_[index] ? decimal(options_.weight_decay) : 0.0;
+  const double beta1 = decimal(options_.beta1);
+  const double beta2 = decimal(options_.beta2);
+  const double t = static_cast<double>(step_count_);
+  const double bias_correction1 = 1.0 - std::pow(beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(beta2, t);
+
+  const bool decoupled = options_.name == "adamw";
+  const float param_scale = static_cast<float>(1.0 - lr_d * wd_d);  // adamw
+  const float grad_decay = static_cast<float>(wd_d);                 // adam
+  const float beta1_f = static_cast<float>(beta1);
+  const float beta2_f = static_cast<float>(beta2);
+  const float one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  const float one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  const float eps = static_cast<float>(decimal(options_.eps));
+  const float neg_step_size = static_cast<float>(-(lr_d / bias_correction1));
+
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+  for (int64_t i = 0; i < n; i++) {
+    float grad = g[i];
+    if (decoupled) {
+      if (wd_d != 0.0) p[i] = p[i] * param_scale;
+    } else if (grad_decay != 0.0f) {
+      grad = grad + grad_decay * p[i];
+    }
+    m[i] = m[i] * beta1_f + one_minus_beta1 * grad;
+    v[i] = v[i] * beta2_f + one_minus_beta2 * grad * grad;
+    float denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;
+    p[i] = p[i] + neg_step_size * m[i] / denom;
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (auto& [name, param] : params_) param.zero_grad();
+}
+
+nn::NamedTensors Optimizer::state() const {
+  nn::NamedTensors out;
+  for (const std::string& kind : state_kinds()) {
+    const std::vector<std::vector<float>>& buffers = state_buffers(kind);
+    for (size_t i = 0; i < params_.size(); i++)
+      out.emplace_back(fmt::format("optim.{}.{}", kind, params_[i].first),
+                       Tensor::from_data(params_[i].second.shape(), buffers[i]));
+  }
+  return out;
+}
+
+void Optimizer::load_state(const std::map<std::string, std::vector<float>>& tensors, int64_t step_count,
+                           const std::string& where) {
+  if (step_count < 0)
+    throw InputError(fmt::format("{}: optimizer state: step count must be >= 0 (got {})", where, step_count));
+  // Check everything first so a bad checkpoint leaves the optimizer as it was.
+  std::set<std::string> expected;
+  for (const std::string& kind : state_kinds()) {
+    for (const auto& [name, param] : params_) {
+      std::string key = fmt::format("optim.{}.{}", kind, name);
+      auto it = tensors.find(key);
+      if (it == tensors.end())
+        throw InputError(fmt::format("{}: optimizer state '{}': missing (optimizer '{}')", where, key, options_.name));
+      if (static_cast<int64_t>(it->second.size()) != param.numel())
+        throw InputError(fmt::format("{}: optimizer state '{}': has {} values, parameter {} needs {}", where, key,
+                                     it->second.size(), shape_str(param.shape()), param.numel()));
+      expected.insert(key);
+    }
+  }
+  for (const auto& [key, values] : tensors) {
+    if (key.rfind("optim.", 0) == 0 && !expected.count(key))
+      throw InputError(fmt::format("{}: optimizer state '{}': not expected by optimizer '{}' (another optimizer "
+                                   "or parameter set?)",
+                                   where, key, options_.name));
+  }
+  for (const std::string& kind : state_kinds()) {
+    std::vector<std::vector<float>>& buffers = state_buffers(kind);
+    for (size_t i = 0; i < params_.size(); i++)
+      buffers[i] = tensors.at(fmt::format("optim.{}.{}", kind, params_[i].first));
+  }
+  step_count_ = step_count;
+}
+
+double clip_grad_norm(const nn::NamedTensors& params, double max_norm) {
+  // Sequential on purpose: the sum (and so the norm) is the same at every thread count.
+  double sum_sq = 0.0;
+  for (const auto& [name, param] : params) {
+    const float* g = param.grad_data();  // (numel) or null
+    if (!g) continue;
+    const int64_t n = param.numel();
+    for (int64_t i = 0; i < n; i++) sum_sq += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+  }
+  const double norm = std::sqrt(sum_sq);
+  if (!std::isfinite(norm) || !(max_norm > 0.0)) return norm;
+  const double clip_coef = max_norm / (norm + 1e-6);
+  if (clip_coef >= 1.0) return norm;
+  const float scale = static_cast<float>(clip_coef);
+  for (const auto& [name, param] : params) {
+    if (!param.has_grad()) continue;
+    Tensor handle = param;  // same storage; a non-const handle to write the gradient
+    float* g = handle.grad_data();  // (numel)
+    const int64_t n = handle.numel();
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] * scale;
+  }
+  return norm;
+}
+
+}  // namespace normlab::optim

@@ -1,0 +1,44 @@
+#include "normlab/optim/schedule.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "normlab/error.hpp"
+
+namespace normlab::optim {
+
+void check_schedule_options(const ScheduleOptions& s) {
+  if (s.name != "constant" && s.name != "warmup" && s.name != "warmup_cosine")
+    throw UsageError(
+        fmt::format("schedule: unknown name '{}' (expected constant, warmup or warmup_cosine)", s.name));
+  if (s.warmup_steps < 0)
+    throw UsageError(fmt::format("schedule: warmup_steps must be >= 0 (got {})", s.warmup_steps));
+  if (s.total_steps < 1)
+    throw UsageError(fmt::format("schedule: total_steps must be >= 1 (got {})", s.total_steps));
+  if (!(s.min_lr_ratio >= 0.0f && s.min_lr_ratio <= 1.0f))
+    throw UsageError(fmt::format("schedule: min_lr_ratio must be in [0, 1] (got {})", s.min_lr_ratio));
+}
+
+float lr_factor(const ScheduleOptions& s, int64_t step) {
+  check_schedule_options(s);
+  if (step < 0) throw UsageError(fmt::format("schedule: step must be >= 0 (got {})", step));
+  if (s.name == "constant") return 1.0f;
+  // Step 0 already gets 1/warmup of the lr, and step warmup-1 the full lr, like the usual
+  // LambdaLR(lambda step: (step + 1) / warmup).
+  if (step < s.warmup_steps)
+    return static_cast<float>(static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps));
+  if (s.name == "warmup") return 1.0f;
+
+  const int64_t decay_steps = s.total_steps - s.warmup_steps;
+  double progress = 1.0;
+  if (decay_steps > 0) progress = static_cast<double>(step - s.warmup_steps) / static_cast<double>(decay_steps);
+  progress = std::clamp(progress, 0.0, 1.0);
+  const double min_ratio = s.min_lr_ratio;
+  const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+  return static_cast<float>(min_ratio + (1.0 - min_ratio) * cosine);
+}
+
+}  // namespace normlab::optim
