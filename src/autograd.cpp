@@ -13,13 +13,14 @@ namespace {
 thread_local bool g_grad_enabled = true;
 
 // Post-order DFS with an explicit stack: every tensor appears after all tensors it was computed
-// from. Returned order: leaves first, root last.
-std::vector<TensorImpl*> topological_order(TensorImpl* root) {
-  std::vector<TensorImpl*> order;
+// from. Returned order: leaves first, root last. The order holds owning pointers: backward frees
+// each node's inputs as it goes, and a tensor still to be visited must not die with them.
+std::vector<std::shared_ptr<TensorImpl>> topological_order(const std::shared_ptr<TensorImpl>& root) {
+  std::vector<std::shared_ptr<TensorImpl>> order;
   std::unordered_set<TensorImpl*> visited;
-  std::vector<std::pair<TensorImpl*, size_t>> stack;  // (tensor, next input to visit)
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, size_t>> stack;  // (tensor, next input to visit)
   stack.emplace_back(root, 0);
-  visited.insert(root);
+  visited.insert(root.get());
   while (!stack.empty()) {
     auto& [impl, next] = stack.back();
     Node* node = impl->grad_fn.get();
@@ -28,8 +29,8 @@ std::vector<TensorImpl*> topological_order(TensorImpl* root) {
           "backward through a released graph (op '{}'): the graph is freed after backward; "
           "run the forward pass again", node->name));
     if (node && next < node->inputs.size()) {
-      TensorImpl* child = node->inputs[next++].impl();
-      if (child && child->requires_grad && visited.insert(child).second) stack.emplace_back(child, 0);
+      std::shared_ptr<TensorImpl> child = node->inputs[next++].impl_ptr();
+      if (child && child->requires_grad && visited.insert(child.get()).second) stack.emplace_back(std::move(child), 0);
       continue;
     }
     order.push_back(impl);
@@ -69,14 +70,14 @@ void run_backward(const Tensor& root, const float* seed) {
     throw UsageError(fmt::format("backward() without a gradient needs a one-element tensor, shape is {}",
                                  shape_str(root.shape())));
 
-  std::vector<TensorImpl*> order = topological_order(root.impl());
+  std::vector<std::shared_ptr<TensorImpl>> order = topological_order(root.impl_ptr());
 
   Tensor root_handle(root.impl_ptr());
   float* root_grad = root_handle.grad_data();
   for (int64_t i = 0; i < root.numel(); ++i) root_grad[i] += seed ? seed[i] : 1.0f;
 
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    TensorImpl* impl = *it;
+    TensorImpl* impl = it->get();
     std::shared_ptr<Node> node = impl->grad_fn;
     if (!node) continue;  // a leaf: its gradient stays for the optimizer
     if (impl->grad) node->backward(impl->grad->data());
@@ -85,13 +86,14 @@ void run_backward(const Tensor& root, const float* seed) {
     node->inputs.clear();
     node->released = true;
     impl->grad.reset();
+    it->reset();  // done with this tensor: let its storage go if nothing else holds it
   }
 }
 
 int64_t graph_size(const Tensor& root) {
   if (!root.defined() || !root.grad_fn()) return 0;
   int64_t count = 0;
-  for (TensorImpl* impl : topological_order(root.impl()))
+  for (const auto& impl : topological_order(root.impl_ptr()))
     if (impl->grad_fn) ++count;
   return count;
 }
