@@ -1,4 +1,204 @@
+// normlab compare --config FILE --out DIR [--jobs N] [--report-only]
+//
+// Runs the grid as child processes (`normlab train ... --threads 1`), --jobs at a time, so one
+// crashed or diverged run cannot take the others down, and each run directory is an ordinary run
+// that `normlab eval` can open. Rerunning skips finished runs and resumes interrupted ones.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <thread>
+
 #include "commands.hpp"
+#include "normlab/error.hpp"
+#include "normlab/io/atomic_file.hpp"
+#include "normlab/study/compare.hpp"
+
 namespace normlab::cli {
-void add_compare(CLI::App& app) { app.add_subcommand("compare", "(not yet implemented)"); }
+
+namespace {
+
+namespace fs = std::filesystem;
+volatile std::sig_atomic_t g_interrupted = 0;
+void on_interrupt(int) { g_interrupted = 1; }
+
+struct Options {
+  std::string config, out;
+  int jobs = 0;
+  bool report_only = false;
+};
+
+std::string self_exe() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw InputError("compare: cannot locate the normlab binary (/proc/self/exe)");
+  return p.string();
+}
+
+pid_t launch(const std::string& exe, const std::vector<std::string>& args, const std::string& log_path) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw InputError(fmt::format("compare: fork failed: {}", std::strerror(errno)));
+  if (pid == 0) {
+    const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      ::close(fd);
+    }
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    execv(exe.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string format_duration(double seconds) {
+  if (!(seconds >= 0)) return "?";
+  const int s = int(seconds + 0.5);
+  return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
+}
+
+void run_compare(const Options& options) {
+  const study::ComparePlan plan = study::load_compare_plan(options.config);
+  const fs::path out(options.out);
+  std::error_code ec;
+  fs::create_directories(out / "runs", ec);
+  fs::create_directories(out / "configs", ec);
+  fs::create_directories(out / "logs", ec);
+  if (ec || !fs::is_directory(out / "runs"))
+    throw InputError(fmt::format("{}: cannot create the output directory: {}", options.out, ec.message()));
+
+  const int jobs = options.jobs > 0 ? options.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  const std::string exe = self_exe();
+  const bool tty = isatty(STDERR_FILENO);
+
+  // Decide what each run needs.
+  std::deque<size_t> queue;
+  int already_done = 0;
+  for (size_t i = 0; i < plan.runs.size() && !options.report_only; ++i) {
+    const study::RunSpec& run = plan.runs[i];
+    const fs::path dir = out / "runs" / run.name;
+    if (fs::exists(dir / "summary.json")) {
+      ++already_done;
+      continue;
+    }
+    if (fs::exists(dir) && !fs::exists(dir / "checkpoint.safetensors")) fs::remove_all(dir, ec);  // nothing to resume
+    io::write_file_atomic((out / "configs" / (run.name + ".json")).string(), run.config.dump(2) + "\n");
+    queue.push_back(i);
+  }
+
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
+  std::map<pid_t, std::pair<size_t, std::chrono::steady_clock::time_point>> running;
+  int done = 0, diverged = 0, failed = 0;
+  double busy_seconds = 0;
+  const size_t to_run = queue.size();
+  const auto start = std::chrono::steady_clock::now();
+  std::string last_line;
+  std::string bad_input;  // a run rejected its input: stop launching, report it
+
+  auto progress = [&](bool final_line) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const int finished = done + diverged + failed;
+    std::string eta = "?";
+    if (finished > 0) {
+      const double per_run = busy_seconds / finished;
+      eta = format_duration(per_run * double(to_run - size_t(finished)) / jobs);
+    }
+    const std::string line =
+        fmt::format("compare: {}/{} runs done ({} diverged, {} failed, {} skipped as finished), {} running, "
+                    "elapsed {}, ETA {}",
+                    finished, to_run, diverged, failed, already_done, running.size(), format_duration(elapsed), eta);
+    if (tty) {
+      fmt::print(stderr, "\r\033[K{}{}", line, final_line ? "\n" : "");
+    } else if (line != last_line || final_line) {
+      fmt::print(stderr, "{}\n", line);
+    }
+    last_line = line;
+  };
+
+  auto last_print = std::chrono::steady_clock::now();
+  while ((!queue.empty() && !g_interrupted && bad_input.empty()) || !running.empty()) {
+    while (running.size() < size_t(jobs) && !queue.empty() && !g_interrupted && bad_input.empty()) {
+      const size_t i = queue.front();
+      queue.pop_front();
+      const study::RunSpec& run = plan.runs[i];
+      const fs::path dir = out / "runs" / run.name;
+      std::vector<std::string> args{"train",     "--config", (out / "configs" / (run.name + ".json")).string(),
+                                    "--out",     dir.string(), "--threads", "1"};
+      if (fs::exists(dir / "checkpoint.safetensors")) args.push_back("--resume");
+      const pid_t pid = launch(exe, args, (out / "logs" / (run.name + ".log")).string());
+      running[pid] = {i, std::chrono::steady_clock::now()};
+    }
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0 && running.count(pid)) {
+      const auto [i, started] = running[pid];
+      running.erase(pid);
+      busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (code == kExitOk) {
+        ++done;
+      } else if (code == kExitDiverged) {
+        ++diverged;
+      } else {
+        ++failed;
+        if (code == kExitBadInput && bad_input.empty())
+          bad_input = fmt::format("run {} rejected its input; see {}", plan.runs[i].name,
+                                  (out / "logs" / (plan.runs[i].name + ".log")).string());
+      }
+      progress(false);
+      continue;
+    }
+    if (pid < 0 && errno == ECHILD) running.clear();
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_print > std::chrono::seconds(tty ? 1 : 30)) {
+      progress(false);
+      last_print = now;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!options.report_only) progress(true);
+
+  std::vector<study::RunResult> results;
+  for (const study::RunSpec& run : plan.runs) results.push_back(study::read_run(run, (out / "runs" / run.name).string()));
+  study::write_report(plan, results, out.string());
+  fmt::print("compare: report written to {}\n", (out / "report.html").string());
+  if (!bad_input.empty()) throw InputError(bad_input);
+  if (g_interrupted) throw ExitCode{130};
+  if (failed > 0) {
+    fmt::print(stderr, "compare: {} run(s) failed; their logs are in {}\n", failed, (out / "logs").string());
+    throw ExitCode{1};
+  }
+}
+
+}  // namespace
+
+void add_compare(CLI::App& app) {
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand(
+      "compare", "Train a grid of runs (normalization variant x lr x seed x depth x warmup) and write a report");
+  cmd->add_option("--config", options->config, "Compare config (JSON: base, set, grid); see docs/compare.md")
+      ->required();
+  cmd->add_option("--out", options->out, "Output directory: runs/, report.html, report.md, runs.csv")->required();
+  cmd->add_option("--jobs", options->jobs, "Runs in parallel, each single-threaded (default: one per core)")
+      ->check(CLI::Range(1, 256));
+  cmd->add_flag("--report-only", options->report_only, "Do not train; redraw the report from what is in --out");
+  cmd->callback([options] { run_compare(*options); });
+}
+
 }  // namespace normlab::cli

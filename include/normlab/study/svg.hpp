@@ -1,0 +1,40 @@
+#pragma once
+// A small SVG line-chart writer for the comparison report: axes (linear or log), ticks, labelled
+// axes, lines, min-max bands, point markers, a legend. Output is a self-contained <svg> element —
+// no scripts, no external fonts — so report.html opens anywhere, offline.
+#include <string>
+#include <vector>
+
+namespace normlab::study {
+
+struct Series {
+  std::string label;
+  std::string color;  // CSS colour
+  std::vector<double> x, y;
+  std::vector<double> y_low, y_high;  // optional band (same length as x), drawn under the line
+  bool dashed = false;
+  bool markers = false;               // draw a dot at each point
+  std::vector<bool> crossed;          // optional: draw an X instead of a dot (diverged run) at point i
+};
+
+struct Chart {
+  std::string title;
+  std::string x_label, y_label;
+  bool log_x = false, log_y = false;
+  double width = 560, height = 340;
+  std::vector<Series> series;
+  // Optional shaded x-range with a caption (e.g. "longer than trained").
+  double shade_from = 0, shade_to = 0;
+  std::string shade_label;
+  std::string note;  // small text under the plot area
+};
+
+std::string render_svg(const Chart& chart);
+
+// Distinct, colour-blind-friendly colours (Okabe-Ito order), cycling.
+std::string palette(size_t i);
+
+// Escape &, <, >, " for XML text and attributes.
+std::string xml_escape(const std::string& text);
+
+}  // namespace normlab::study

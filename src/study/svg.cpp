@@ -1,0 +1,220 @@
+#include "normlab/study/svg.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace normlab::study {
+
+std::string palette(size_t i) {
+  static const char* colors[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00",
+                                 "#56B4E9", "#000000", "#F0E442", "#999999"};
+  return colors[i % (sizeof(colors) / sizeof(colors[0]))];
+}
+
+std::string xml_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+struct Axis {
+  bool log = false;
+  double lo = 0, hi = 1;    // data range (log10 values when log)
+  double px0 = 0, px1 = 1;  // pixel range
+  double map(double v) const {
+    double t = log ? std::log10(v) : v;
+    return px0 + (t - lo) / (hi - lo) * (px1 - px0);
+  }
+};
+
+bool usable(double v, bool log) { return std::isfinite(v) && (!log || v > 0); }
+
+// "Nice" tick positions (1, 2, 5 x 10^k) for a linear range; decades for a log range.
+std::vector<double> ticks(const Axis& axis) {
+  std::vector<double> out;
+  if (axis.log) {
+    for (double e = std::floor(axis.lo); e <= std::ceil(axis.hi) + 1e-9; e += 1.0)
+      if (e >= axis.lo - 1e-9 && e <= axis.hi + 1e-9) out.push_back(std::pow(10.0, e));
+    if (out.size() < 2) {  // narrow log range: use 1-2-5 within the decade
+      out.clear();
+      for (double e = std::floor(axis.lo); e <= std::ceil(axis.hi); e += 1.0)
+        for (double m : {1.0, 2.0, 5.0}) {
+          double v = m * std::pow(10.0, e);
+          double l = std::log10(v);
+          if (l >= axis.lo - 1e-9 && l <= axis.hi + 1e-9) out.push_back(v);
+        }
+    }
+    return out;
+  }
+  const double span = axis.hi - axis.lo;
+  const double raw = span / 5.0;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = mag;
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (raw <= m * mag) {
+      step = m * mag;
+      break;
+    }
+  for (double v = std::ceil(axis.lo / step) * step; v <= axis.hi + step * 1e-6; v += step)
+    out.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
+  return out;
+}
+
+std::string tick_label(double v) {
+  if (v == 0) return "0";
+  const double a = std::abs(v);
+  if (a >= 1e4 || a < 1e-3) return fmt::format("{:.0e}", v);
+  if (a >= 100) return fmt::format("{:.0f}", v);
+  return fmt::format("{:.3g}", v);
+}
+
+void fit(Axis& axis, const std::vector<double>& values) {
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (double v : values)
+    if (usable(v, axis.log)) {
+      double t = axis.log ? std::log10(v) : v;
+      lo = std::min(lo, t);
+      hi = std::max(hi, t);
+    }
+  if (!std::isfinite(lo)) lo = 0, hi = 1;
+  if (hi - lo < 1e-12) {
+    lo -= axis.log ? 0.5 : (std::abs(lo) * 0.1 + 0.5);
+    hi += axis.log ? 0.5 : (std::abs(hi) * 0.1 + 0.5);
+  }
+  const double pad = (hi - lo) * 0.04;
+  axis.lo = lo - pad;
+  axis.hi = hi + pad;
+}
+
+}  // namespace
+
+std::string render_svg(const Chart& chart) {
+  const double left = 64, right = 150, top = 30, bottom = chart.note.empty() ? 46 : 62;
+  Axis xa{chart.log_x}, ya{chart.log_y};
+  std::vector<double> xs, ys;
+  for (const Series& s : chart.series) {
+    xs.insert(xs.end(), s.x.begin(), s.x.end());
+    ys.insert(ys.end(), s.y.begin(), s.y.end());
+    ys.insert(ys.end(), s.y_low.begin(), s.y_low.end());
+    ys.insert(ys.end(), s.y_high.begin(), s.y_high.end());
+  }
+  if (chart.shade_to > chart.shade_from) xs.push_back(chart.shade_to);
+  fit(xa, xs);
+  fit(ya, ys);
+  xa.px0 = left;
+  xa.px1 = chart.width - right;
+  ya.px0 = chart.height - bottom;
+  ya.px1 = top;
+
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
+      "font-family=\"sans-serif\" font-size=\"11\">\n",
+      chart.width, chart.height);
+  svg += fmt::format("<rect x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"white\"/>\n", chart.width, chart.height);
+  svg += fmt::format("<text x=\"{}\" y=\"18\" font-size=\"13\" font-weight=\"bold\">{}</text>\n", left,
+                     xml_escape(chart.title));
+  if (chart.shade_to > chart.shade_from) {
+    const double x0 = std::max(xa.px0, xa.map(chart.shade_from)), x1 = std::min(xa.px1, xa.map(chart.shade_to));
+    svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#eeeeee\"/>\n", x0,
+                       ya.px1, std::max(0.0, x1 - x0), ya.px0 - ya.px1);
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#666\" font-size=\"10\">{}</text>\n", x0 + 3,
+                       ya.px1 + 12, xml_escape(chart.shade_label));
+  }
+  // Grid, ticks and tick labels.
+  for (double t : ticks(xa)) {
+    const double px = xa.map(t);
+    svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#e4e4e4\"/>\n", px,
+                       ya.px0, ya.px1);
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", px, ya.px0 + 14,
+                       tick_label(t));
+  }
+  for (double t : ticks(ya)) {
+    const double py = ya.map(t);
+    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e4e4e4\"/>\n", xa.px0,
+                       py, xa.px1, py);
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", xa.px0 - 4, py + 4,
+                       tick_label(t));
+  }
+  svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" stroke=\"#444\"/>\n",
+                     xa.px0, ya.px1, xa.px1 - xa.px0, ya.px0 - ya.px1);
+  svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", (xa.px0 + xa.px1) / 2,
+                     ya.px0 + 30, xml_escape(chart.x_label));
+  svg += fmt::format(
+      "<text transform=\"translate(14 {:.1f}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n", (ya.px0 + ya.px1) / 2,
+      xml_escape(chart.y_label));
+
+  // Clip the data to the plot area so an outlier cannot draw over the legend.
+  static int clip_counter = 0;
+  const std::string clip_id = fmt::format("plot{}", ++clip_counter);
+  svg += fmt::format("<clipPath id=\"{}\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/></clipPath>\n",
+                     clip_id, xa.px0, ya.px1, xa.px1 - xa.px0, ya.px0 - ya.px1);
+  svg += fmt::format("<g clip-path=\"url(#{})\">\n", clip_id);
+  for (const Series& s : chart.series) {
+    const bool band = s.y_low.size() == s.x.size() && s.y_high.size() == s.x.size() && !s.x.empty();
+    if (band) {
+      std::string points;
+      for (size_t i = 0; i < s.x.size(); ++i)
+        if (usable(s.x[i], xa.log) && usable(s.y_high[i], ya.log))
+          points += fmt::format("{:.1f},{:.1f} ", xa.map(s.x[i]), ya.map(s.y_high[i]));
+      for (size_t i = s.x.size(); i-- > 0;)
+        if (usable(s.x[i], xa.log) && usable(s.y_low[i], ya.log))
+          points += fmt::format("{:.1f},{:.1f} ", xa.map(s.x[i]), ya.map(s.y_low[i]));
+      svg += fmt::format("<polygon points=\"{}\" fill=\"{}\" fill-opacity=\"0.18\" stroke=\"none\"/>\n", points, s.color);
+    }
+    std::string path;
+    bool pen_down = false;
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      if (!usable(s.x[i], xa.log) || !usable(s.y[i], ya.log)) {
+        pen_down = false;  // a gap, not a line through a missing value
+        continue;
+      }
+      path += fmt::format("{}{:.1f},{:.1f} ", pen_down ? "L" : "M", xa.map(s.x[i]), ya.map(s.y[i]));
+      pen_down = true;
+    }
+    if (!path.empty())
+      svg += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\"{}/>\n", path, s.color,
+                         s.dashed ? " stroke-dasharray=\"5 3\"" : "");
+    if (s.markers)
+      for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+        if (!usable(s.x[i], xa.log) || !usable(s.y[i], ya.log)) continue;
+        const double px = xa.map(s.x[i]), py = ya.map(s.y[i]);
+        if (i < s.crossed.size() && s.crossed[i])
+          svg += fmt::format(
+              "<path d=\"M{0:.1f},{1:.1f} L{2:.1f},{3:.1f} M{0:.1f},{3:.1f} L{2:.1f},{1:.1f}\" stroke=\"{4}\" "
+              "stroke-width=\"2\"/>\n",
+              px - 4, py - 4, px + 4, py + 4, s.color);
+        else
+          svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", px, py, s.color);
+      }
+  }
+  svg += "</g>\n";
+  // Legend, right of the plot.
+  double ly = top + 8;
+  for (const Series& s : chart.series) {
+    if (s.label.empty()) continue;
+    svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"2.5\"{4}/>\n",
+                       xa.px1 + 10, ly, xa.px1 + 30, s.color, s.dashed ? " stroke-dasharray=\"5 3\"" : "");
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", xa.px1 + 34, ly + 4, xml_escape(s.label));
+    ly += 16;
+  }
+  if (!chart.note.empty())
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#555\" font-size=\"10\">{}</text>\n", left,
+                       chart.height - 8, xml_escape(chart.note));
+  svg += "</svg>\n";
+  return svg;
+}
+
+}  // namespace normlab::study
