@@ -125,7 +125,7 @@ void run_compare(const Options& options) {
                     finished, to_run, diverged, failed, already_done, running.size(), format_duration(elapsed), eta);
     if (tty) {
       fmt::print(stderr, "\r\033[K{}{}", line, final_line ? "\n" : "");
-    } else if (line != last_line || final_line) {
+    } else if (line != last_line) {
       fmt::print(stderr, "{}\n", line);
     }
     last_line = line;

@@ -538,6 +538,7 @@ void write_report(const ComparePlan& plan, const std::vector<RunResult>& results
           chart.title = fmt::format("{} — lr {}, {} layers, {}", what, format_lr(lr), layers,
                                     warmup ? "warmup" : "no warmup");
           chart.x_label = "block";
+          chart.integer_x = true;
           chart.y_label = std::string(what) + " (log)";
           chart.log_y = true;
           for (const std::string& variant : plan.variants) {

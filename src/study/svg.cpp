@@ -43,7 +43,7 @@ struct Axis {
 bool usable(double v, bool log) { return std::isfinite(v) && (!log || v > 0); }
 
 // "Nice" tick positions (1, 2, 5 x 10^k) for a linear range; decades for a log range.
-std::vector<double> ticks(const Axis& axis) {
+std::vector<double> ticks(const Axis& axis, bool integer = false) {
   std::vector<double> out;
   if (axis.log) {
     for (double e = std::floor(axis.lo); e <= std::ceil(axis.hi) + 1e-9; e += 1.0)
@@ -68,6 +68,7 @@ std::vector<double> ticks(const Axis& axis) {
       step = m * mag;
       break;
     }
+  if (integer) step = std::max(1.0, std::round(step));
   for (double v = std::ceil(axis.lo / step) * step; v <= axis.hi + step * 1e-6; v += step)
     out.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
   return out;
@@ -134,7 +135,7 @@ std::string render_svg(const Chart& chart) {
                        ya.px1 + 12, xml_escape(chart.shade_label));
   }
   // Grid, ticks and tick labels.
-  for (double t : ticks(xa)) {
+  for (double t : ticks(xa, chart.integer_x)) {
     const double px = xa.map(t);
     svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#e4e4e4\"/>\n", px,
                        ya.px0, ya.px1);

@@ -21,6 +21,7 @@ struct Chart {
   std::string title;
   std::string x_label, y_label;
   bool log_x = false, log_y = false;
+  bool integer_x = false;  // ticks only at whole numbers (block index)
   double width = 560, height = 340;
   std::vector<Series> series;
   // Optional shaded x-range with a caption (e.g. "longer than trained").
