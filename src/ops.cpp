@@ -29,6 +29,10 @@ namespace normlab::ops {
 
 namespace {
 
+// Below this many iterations an OpenMP region costs more than it saves (and a deep chain of tiny
+// ops would spend its time starting threads).
+constexpr int64_t kParallelGrain = 1 << 14;
+
 // Gradient buffer of t if it takes part in differentiation, else null.
 float* grad_ptr(const Tensor& t) {
   if (!t.defined() || !t.requires_grad()) return nullptr;
@@ -93,7 +97,7 @@ Tensor binary(const Tensor& a, const Tensor& b, BinaryKind kind, const char* nam
     return 0.0f;
   };
   if (flat) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n > kParallelGrain)
     for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
   } else {
     for (int64_t i = 0; i < n; ++i) po[i] = f(pa[(*ia)[i]], pb[(*ib)[i]]);
@@ -123,7 +127,7 @@ Tensor binary(const Tensor& a, const Tensor& b, BinaryKind kind, const char* nam
       return 0.0f;
     };
     if (flat) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n > kParallelGrain)
       for (int64_t i = 0; i < n; ++i) {
         if (da) da[i] += g[i] * dfx(x[i], y[i]);
         if (db) db[i] += g[i] * dfy(x[i], y[i]);
@@ -148,7 +152,7 @@ Tensor unary(const Tensor& a, const char* name, F f, DF dfdx) {
   const int64_t n = a.numel();
   const float* x = a.data();
   float* y = out.data();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
   if (!needs_grad({&a})) return out;
   Tensor y_saved = out.detach();  // the values, not the node: no cycle
@@ -156,7 +160,7 @@ Tensor unary(const Tensor& a, const char* name, F f, DF dfdx) {
     float* da = grad_ptr(a);
     const float* xv = a.data();
     const float* yv = y_saved.data();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n > kParallelGrain)
     for (int64_t i = 0; i < n; ++i) da[i] += g[i] * dfdx(xv[i], yv[i]);
   });
   return out;
@@ -257,7 +261,7 @@ Tensor sum(const Tensor& a) {
   record(out, "sum", {a}, [a, n](const float* g) {
     float* da = grad_ptr(a);
     const float gv = g[0];
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n > kParallelGrain)
     for (int64_t i = 0; i < n; ++i) da[i] += gv;
   });
   return out;
@@ -279,7 +283,7 @@ Tensor sum_trailing(const Tensor& a, int64_t ndims, bool keepdim) {
   Tensor out = Tensor::zeros(out_shape);
   const float* x = a.data();
   float* y = out.data();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(rows * inner > kParallelGrain)
   for (int64_t r = 0; r < rows; ++r) {
     double acc = 0.0;
     for (int64_t j = 0; j < inner; ++j) acc += x[r * inner + j];
@@ -288,7 +292,7 @@ Tensor sum_trailing(const Tensor& a, int64_t ndims, bool keepdim) {
   if (!needs_grad({&a})) return out;
   record(out, "sum_trailing", {a}, [a, rows, inner](const float* g) {
     float* da = grad_ptr(a);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(rows * inner > kParallelGrain)
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < inner; ++j) da[r * inner + j] += g[r];
   });
@@ -329,7 +333,7 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
   const int64_t n = a.numel();
   record(out, "reshape", {a}, [a, n](const float* g) {
     float* da = grad_ptr(a);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n > kParallelGrain)
     for (int64_t i = 0; i < n; ++i) da[i] += g[i];
   });
   return out;
@@ -539,7 +543,7 @@ Tensor mean_pool(const Tensor& x, const std::vector<int64_t>& offsets) {
   Tensor out = Tensor::zeros({B, C});
   const float* xv = x.data();
   float* y = out.data();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(T * C > kParallelGrain)
   for (int64_t b = 0; b < B; ++b) {
     const int64_t len = offsets[b + 1] - offsets[b];
     if (len == 0) continue;
@@ -549,10 +553,10 @@ Tensor mean_pool(const Tensor& x, const std::vector<int64_t>& offsets) {
   }
   if (!needs_grad({&x})) return out;
   auto saved = std::make_shared<std::vector<int64_t>>(offsets);
-  record(out, "mean_pool", {x}, [x, saved, B, C](const float* g) {
+  record(out, "mean_pool", {x}, [x, saved, B, C, T](const float* g) {
     float* dx = grad_ptr(x);
     const auto& off = *saved;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(T * C > kParallelGrain)
     for (int64_t b = 0; b < B; ++b) {
       const int64_t len = off[b + 1] - off[b];
       if (len == 0) continue;
