@@ -1,4 +1,87 @@
+// normlab bench step --config FILE [--threads N] [--repeats R] [--set K=V]... [--json]
+#include <fmt/core.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
 #include "commands.hpp"
+#include "normlab/error.hpp"
+#include "normlab/parallel.hpp"
+#include "normlab/train/bench_step.hpp"
+#include "normlab/train/config.hpp"
+
 namespace normlab::cli {
-void add_bench_step(CLI::App& bench) { bench.add_subcommand("step", "(not yet implemented)"); }
+
+namespace {
+
+struct BenchStepOptions {
+  std::string config;
+  std::vector<std::string> overrides;
+  int threads = -1;  // -1: as the config says
+  int repeats = 20;
+  bool json = false;
+};
+
+void run(const BenchStepOptions& options) {
+  if (options.repeats < 1 || options.repeats > 10000) {
+    throw InputError(fmt::format("--repeats: must be between 1 and 10000 (got {})", options.repeats));
+  }
+  std::vector<std::string> overrides = options.overrides;
+  if (options.threads >= 0) overrides.push_back(fmt::format("train.threads={}", options.threads));
+  train::RunConfig config = train::load_config(options.config, overrides);
+  if (config.train.threads > 0) set_num_threads(static_cast<int>(config.train.threads));
+
+  train::BenchStepResult r = train::bench_step(config, options.repeats);
+  const train::ModelConfig& m = config.model;
+  if (options.json) {
+    nlohmann::json out = {{"benchmark", "step"},
+                          {"config", options.config},
+                          {"task", config.task.name},
+                          {"d_model", m.d_model},
+                          {"heads", m.heads},
+                          {"layers", m.layers},
+                          {"ffn", m.ffn},
+                          {"norm", m.norm},
+                          {"placement", m.placement},
+                          {"optimizer", config.optim.name},
+                          {"batch_size", r.batch_size},
+                          {"lengths", {config.task.min_len, config.task.max_len}},
+                          {"num_parameters", r.num_parameters},
+                          {"threads", r.threads},
+                          {"repeats", r.repeats},
+                          {"warmup", r.warmup},
+                          {"statistic", "median"},
+                          {"step_ms", r.step_ms},
+                          {"min_step_ms", r.min_step_ms},
+                          {"max_step_ms", r.max_step_ms},
+                          {"mean_tokens_per_batch", r.mean_tokens},
+                          {"tokens_per_s", r.tokens_per_s},
+                          {"tokens_per_s_definition", "real (unpadded) tokens of the timed steps / their total time"}};
+    fmt::print("{}\n", out.dump());
+    return;
+  }
+  fmt::print("training step: {} task, d_model {}, {} heads, {} layers, ffn {}, {} {}, {}; batch {} of lengths {}-{}\n",
+             config.task.name, m.d_model, m.heads, m.layers, m.ffn, m.placement, m.norm, config.optim.name,
+             r.batch_size, config.task.min_len, config.task.max_len);
+  fmt::print("  {} parameters, {} thread{}, median of {} steps after {} warmup\n", r.num_parameters, r.threads,
+             r.threads == 1 ? "" : "s", r.repeats, r.warmup);
+  fmt::print("  step        {:9.3f} ms  (min {:.3f}, max {:.3f})\n", r.step_ms, r.min_step_ms, r.max_step_ms);
+  fmt::print("  throughput  {:9.0f} tokens/s  ({:.0f} real tokens per batch)\n", r.tokens_per_s, r.mean_tokens);
+}
+
+}  // namespace
+
+void add_bench_step(CLI::App& bench) {
+  auto options = std::make_shared<BenchStepOptions>();
+  CLI::App* cmd = bench.add_subcommand("step", "Time one training step (forward, backward, optimizer update)");
+  cmd->add_option("--config", options->config, "Config file (e.g. configs/bench-step.json)")->required();
+  cmd->add_option("--set", options->overrides, "Override a config key (repeatable)");
+  cmd->add_option("--threads", options->threads, "Threads (overrides train.threads; 0: all cores)");
+  cmd->add_option("--repeats", options->repeats, "Timed steps; the median is reported")->capture_default_str();
+  cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");
+  cmd->callback([options] { run(*options); });
+}
+
 }  // namespace normlab::cli

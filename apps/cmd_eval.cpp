@@ -1,4 +1,63 @@
+// normlab eval --run DIR [--data FILE] [--json]
+#include <fmt/core.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
 #include "commands.hpp"
+#include "normlab/train/run.hpp"
+
 namespace normlab::cli {
-void add_eval(CLI::App& app) { app.add_subcommand("eval", "(not yet implemented)"); }
+
+namespace {
+
+struct EvalOptions {
+  std::string run_dir;
+  std::string data;
+  bool json = false;
+};
+
+void run(const EvalOptions& options) {
+  train::LoadedRun loaded = train::load_run(options.run_dir);
+  std::optional<std::string> data;
+  if (!options.data.empty()) data = options.data;
+  train::RunEvaluation result = train::evaluate_run(loaded, data);
+  const train::EvalMetrics& m = result.metrics;
+
+  if (options.json) {
+    nlohmann::json out = train::to_json(m);
+    out["run"] = options.run_dir;
+    out["step"] = loaded.step;
+    out["data"] = result.data;
+    out["train_max_len"] = loaded.train_max_len;
+    fmt::print("{}\n", out.dump());
+    return;
+  }
+  fmt::print("run {} ({} task, step {}), data: {}\n", options.run_dir, loaded.task.name, loaded.step, result.data);
+  fmt::print("{:>10} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "lengths", "seqs", "targets", "loss", "accuracy", "seq_acc");
+  bool any_beyond = false;
+  for (const train::BucketMetrics& b : m.buckets) {
+    if (b.sequences == 0) continue;
+    any_beyond = any_beyond || b.bucket.beyond_train_max;
+    fmt::print("{:>10} {:>9} {:>9} {:>9.4f} {:>9.4f} {:>9.4f}\n",
+               b.bucket.label() + (b.bucket.beyond_train_max ? "*" : ""), b.sequences, b.targets, b.loss, b.accuracy,
+               b.sequence_accuracy);
+  }
+  fmt::print("{:>10} {:>9} {:>9} {:>9.4f} {:>9.4f} {:>9.4f}\n", "all", m.sequences, m.targets, m.loss, m.accuracy,
+             m.sequence_accuracy);
+  if (any_beyond) fmt::print("* longer than any training sequence (training max length {})\n", loaded.train_max_len);
+}
+
+}  // namespace
+
+void add_eval(CLI::App& app) {
+  auto options = std::make_shared<EvalOptions>();
+  CLI::App* cmd = app.add_subcommand("eval", "Evaluate a trained run: loss and accuracy per length bucket");
+  cmd->add_option("--run", options->run_dir, "Run directory (holds checkpoint.safetensors)")->required();
+  cmd->add_option("--data", options->data, "JSONL file to evaluate (default: the run's validation set)");
+  cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");
+  cmd->callback([options] { run(*options); });
+}
+
 }  // namespace normlab::cli

@@ -1,4 +1,183 @@
+// normlab train --config FILE [--out DIR] [--set section.key=value]... [--threads N] [--resume [DIR]]
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "commands.hpp"
+#include "normlab/error.hpp"
+#include "normlab/train/config.hpp"
+#include "normlab/train/run.hpp"
+#include "normlab/train/trainer.hpp"
+
 namespace normlab::cli {
-void add_train(CLI::App& app) { app.add_subcommand("train", "(not yet implemented)"); }
+
+namespace {
+
+struct TrainOptions {
+  std::string config;
+  std::string out;
+  std::vector<std::string> overrides;
+  int threads = -1;  // -1: as the config says
+  std::string resume_dir;
+  bool resume = false;
+};
+
+std::string format_duration(double seconds) {
+  if (!(seconds >= 0) || seconds > 1e7) return "?";
+  const int64_t total = static_cast<int64_t>(seconds + 0.5);
+  if (total >= 3600) return fmt::format("{}:{:02}:{:02}", total / 3600, total / 60 % 60, total % 60);
+  return fmt::format("{}:{:02}", total / 60, total % 60);
+}
+
+// Accuracy over the buckets beyond the training length, weighted by targets; nullopt if none.
+std::optional<double> beyond_train_accuracy(const train::EvalMetrics& metrics) {
+  int64_t targets = 0;
+  double correct = 0.0;
+  for (const train::BucketMetrics& b : metrics.buckets) {
+    if (!b.bucket.beyond_train_max || b.targets == 0) continue;
+    targets += b.targets;
+    correct += b.accuracy * double(b.targets);
+  }
+  if (targets == 0) return std::nullopt;
+  return correct / double(targets);
+}
+
+// Progress on stderr: one redrawn line with a bar on a terminal, plain lines every log_every steps
+// otherwise (a log file should not fill with carriage returns).
+class ConsoleLogger : public train::TrainLogger {
+ public:
+  ConsoleLogger(int64_t log_every, bool terminal) : log_every_(log_every), terminal_(terminal) {}
+  ~ConsoleLogger() override { end_line(); }
+
+  void info(const std::string& message) override {
+    end_line();
+    fmt::print(stderr, "{}\n", message);
+  }
+
+  void step(const train::StepRecord& record, int64_t total_steps) override {
+    const auto now = std::chrono::steady_clock::now();
+    if (!first_step_) {
+      first_step_ = record.step;
+      session_start_ = now;
+    }
+    const double elapsed = std::chrono::duration<double>(now - session_start_).count();
+    const int64_t done = record.step - *first_step_ + 1;
+    const double eta = elapsed / double(done) * double(total_steps - record.step);
+    const std::string loss = record.diverged && !std::isfinite(record.loss) ? "nan" : fmt::format("{:.4f}", record.loss);
+    if (terminal_) {
+      const bool last = record.step == total_steps || record.diverged;
+      if (!last && now - last_draw_ < std::chrono::milliseconds(100)) return;
+      last_draw_ = now;
+      constexpr int kWidth = 24;
+      const int filled = static_cast<int>(double(kWidth) * double(record.step) / double(total_steps));
+      fmt::print(stderr, "\r[{}{}] {}/{} loss {} acc {:.3f} lr {:.2e} ETA {}\033[K", std::string(size_t(filled), '#'),
+                 std::string(size_t(kWidth - filled), '.'), record.step, total_steps, loss, record.accuracy, record.lr,
+                 format_duration(eta));
+      std::fflush(stderr);
+      bar_drawn_ = true;
+      return;
+    }
+    if (record.step % log_every_ != 0 && record.step != total_steps && !record.diverged) return;
+    fmt::print(stderr, "step {}/{}  loss {}  acc {:.4f}  lr {:.3e}  grad_norm {:.3f}  tok/s {:.0f}  ETA {}\n",
+               record.step, total_steps, loss, record.accuracy, record.lr, record.grad_norm, record.tokens_per_s,
+               format_duration(eta));
+  }
+
+  void eval(int64_t step, const train::EvalMetrics& metrics) override {
+    end_line();
+    std::optional<double> beyond = beyond_train_accuracy(metrics);
+    fmt::print(stderr, "eval  step {}  valid loss {:.4f}  accuracy {:.4f}  sequence accuracy {:.4f}{}\n", step,
+               metrics.loss, metrics.accuracy, metrics.sequence_accuracy,
+               beyond ? fmt::format("  (beyond training lengths: accuracy {:.4f})", *beyond) : "");
+  }
+
+  void end_line() {
+    if (bar_drawn_) fmt::print(stderr, "\n");
+    bar_drawn_ = false;
+  }
+
+ private:
+  int64_t log_every_;
+  bool terminal_;
+  bool bar_drawn_ = false;
+  std::optional<int64_t> first_step_;
+  std::chrono::steady_clock::time_point session_start_;
+  std::chrono::steady_clock::time_point last_draw_;
+};
+
+void run(const TrainOptions& options) {
+  std::vector<std::string> overrides = options.overrides;
+  if (options.threads >= 0) overrides.push_back(fmt::format("train.threads={}", options.threads));
+  std::optional<std::string> config_path;
+  if (!options.config.empty()) config_path = options.config;
+
+  std::string dir;
+  train::RunConfig config;
+  if (options.resume) {
+    if (!options.resume_dir.empty() && !options.out.empty() &&
+        std::filesystem::path(options.resume_dir) != std::filesystem::path(options.out)) {
+      throw InputError(fmt::format("--resume {} and --out {} name different directories", options.resume_dir,
+                                   options.out));
+    }
+    dir = !options.resume_dir.empty() ? options.resume_dir : options.out;
+    if (dir.empty() && config_path) dir = (std::filesystem::path("runs") / std::filesystem::path(*config_path).stem()).string();
+    if (dir.empty()) throw InputError("--resume: give the run directory (--resume DIR or --out DIR)");
+    config = train::resume_config(dir, config_path, overrides);
+  } else {
+    if (!config_path) throw InputError("--config is required (or --resume DIR to continue a run)");
+    config = train::load_config(*config_path, overrides);
+    dir = !options.out.empty() ? options.out
+                               : (std::filesystem::path("runs") / std::filesystem::path(*config_path).stem()).string();
+  }
+
+  ConsoleLogger logger(config.train.log_every, isatty(fileno(stderr)) == 1);
+  train::Trainer trainer(config, &logger);
+  if (options.resume) {
+    trainer.resume(dir);
+  } else {
+    trainer.start(dir);
+    logger.info(fmt::format("run directory: {}", dir));
+  }
+  train::TrainSummary summary = trainer.run();
+  logger.end_line();
+
+  if (summary.diverged) {
+    fmt::print(stderr, "normlab: training diverged at step {} (non-finite loss or gradient norm); see {}\n",
+               summary.diverged_at_step.value_or(0), train::RunPaths(dir).metrics);
+    throw ExitCode{kExitDiverged};
+  }
+  fmt::print("trained {} steps in {}", summary.steps, format_duration(summary.wall_time_s));
+  if (summary.final_valid) {
+    fmt::print(": valid loss {:.4f}, accuracy {:.4f}, sequence accuracy {:.4f}", summary.final_valid->loss,
+               summary.final_valid->accuracy, summary.final_valid->sequence_accuracy);
+  }
+  fmt::print("\nrun directory: {}\n", dir);
+}
+
+}  // namespace
+
+void add_train(CLI::App& app) {
+  auto options = std::make_shared<TrainOptions>();
+  CLI::App* cmd = app.add_subcommand("train", "Train a model from a JSON config (docs/config.md)");
+  cmd->add_option("--config", options->config, "Config file (JSON: model, task, optim, train)");
+  cmd->add_option("--out", options->out, "Run directory (default: runs/<config name>)");
+  cmd->add_option("--set", options->overrides, "Override a config key: --set optim.lr=0.0003 (repeatable)");
+  cmd->add_option("--threads", options->threads, "Threads (overrides train.threads; 0: all cores)");
+  CLI::Option* resume = cmd->add_option("--resume", options->resume_dir,
+                                        "Continue the run in DIR (or in --out) from its checkpoint")
+                            ->expected(0, 1);
+  cmd->callback([options, resume] {
+    options->resume = resume->count() > 0;
+    run(*options);
+  });
+}
+
 }  // namespace normlab::cli

@@ -1,0 +1,28 @@
+#pragma once
+// `normlab bench step`: the time of one training step (forward, backward, clip, optimizer update)
+// of the model a config describes, on batches of its task. The batches are drawn before the clock
+// starts, so data generation is not timed.
+#include <cstdint>
+
+#include "normlab/train/config.hpp"
+
+namespace normlab::train {
+
+struct BenchStepResult {
+  int threads = 1;
+  int repeats = 0;             // timed steps
+  int warmup = 0;              // untimed steps before them
+  int64_t batch_size = 0;
+  int64_t num_parameters = 0;
+  double mean_tokens = 0.0;    // real tokens per batch, averaged over the timed batches
+  double step_ms = 0.0;        // median over the timed steps
+  double min_step_ms = 0.0;
+  double max_step_ms = 0.0;
+  double tokens_per_s = 0.0;   // all real tokens of the timed steps / their total time
+};
+
+// Uses the config's thread count as it stands (set it with set_num_threads before calling).
+// UsageError if repeats < 1 or warmup < 0.
+BenchStepResult bench_step(const RunConfig& config, int repeats, int warmup = 3);
+
+}  // namespace normlab::train

@@ -1,0 +1,128 @@
+#pragma once
+// A run's configuration: one JSON file with four sections, validated strictly before anything runs.
+//
+//   {"model": {...}, "task": {...}, "optim": {...}, "train": {...}}
+//
+// Every key has a default (docs/config.md lists them all with their ranges), so a file only needs
+// the keys it changes. Validation is strict because a typo must not silently train the wrong model:
+// an unknown key, a duplicate key, a wrong type, a value out of range or an inconsistent
+// combination is an InputError "<where>: <section.key>: <what>", e.g.
+//   "configs/x.json: model.d_modle: unknown key (did you mean 'd_model'?)"
+//   "configs/x.json: optim.lr: must be a number in (0, 10], got -1"
+//   "--set optim.lr=abc: optim.lr: must be a number in (0, 10], got \"abc\""
+//   "configs/x.json: model.d_model: must be divisible by model.heads (got 65 and 4)"
+//
+// File paths inside a config file are relative to the file's directory; paths given with --set
+// are relative to the working directory. The resolved config stores them absolute.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace normlab::train {
+
+struct ModelConfig {
+  int64_t d_model = 64;
+  int64_t heads = 4;
+  int64_t layers = 2;
+  int64_t ffn = 256;
+  double dropout = 0.0;
+  std::string activation = "relu";        // relu | gelu
+  std::string norm = "layernorm";         // layernorm | rmsnorm | batchnorm | dyt | rezero | none
+  std::string placement = "pre";          // pre | post
+  bool final_norm = true;                 // pre placement: a norm after the last block
+  double norm_eps = 1e-12;
+  std::string positional = "sinusoidal";  // sinusoidal | learned
+  int64_t max_len = 128;                  // longest sequence the model accepts
+  std::optional<int64_t> vocab_size;      // embedding rows; null: the task's input vocabulary
+  std::optional<int64_t> num_classes;     // head outputs; null: the task's classes
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct TaskConfig {
+  std::string name = "reverse";           // reverse | sort | brackets | majority | mlm_text
+  std::optional<std::string> train_file;  // null: generate training batches on the fly
+  std::optional<std::string> valid_file;  // null: generate eval_examples validation examples
+  int64_t min_len = 1;                    // training lengths (generated, or a filter on train_file)
+  int64_t max_len = 32;
+  int64_t eval_max_len = 64;              // validation lengths go up to here
+  int64_t eval_examples = 512;            // validation set size (a file: its first N usable lines)
+  int64_t bucket_width = 8;               // lengths per bucket in the evaluation report
+  double select_prob = 0.15;              // mlm_text: fraction of positions with a target
+  double mask_prob = 0.8;                 // mlm_text: of those, replaced by [MASK]
+  double random_prob = 0.1;               // mlm_text: of those, replaced by a random character
+  bool operator==(const TaskConfig&) const = default;
+};
+
+struct OptimConfig {
+  std::string name = "adamw";             // sgd | adam | adamw
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double momentum = 0.0;                  // sgd only
+  double weight_decay = 0.01;
+  bool decay_all = false;                 // false: no decay on biases, norms, embeddings
+  std::string schedule = "warmup_cosine"; // constant | warmup | warmup_cosine
+  int64_t warmup_steps = 100;
+  double min_lr_ratio = 0.0;
+  double clip_grad_norm = 1.0;            // 0: no clipping
+  bool operator==(const OptimConfig&) const = default;
+};
+
+struct TrainConfig {
+  int64_t steps = 1000;
+  int64_t batch_size = 32;
+  int64_t seed = 0;
+  int64_t eval_every = 100;               // 0: evaluate only at the end
+  int64_t log_every = 10;
+  int64_t diagnostics_every = 50;         // 0: never
+  int64_t checkpoint_every = 200;         // 0: only at the end
+  int64_t threads = 1;                    // 0: OMP_NUM_THREADS or all cores
+  bool operator==(const TrainConfig&) const = default;
+};
+
+struct RunConfig {
+  ModelConfig model;
+  TaskConfig task;
+  OptimConfig optim;
+  TrainConfig train;
+  bool operator==(const RunConfig&) const = default;
+};
+
+// Reads and validates a config file, then applies "--set section.key=value" overrides (the value is
+// parsed as JSON when it is valid JSON, else taken as a string) and checks the result as a whole.
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The same validation on an already-parsed object; `where` prefixes errors, relative paths are
+// resolved against `base_dir`. require_files = false skips the check that data files exist (to
+// evaluate a saved run whose training data has moved).
+RunConfig config_from_json(const nlohmann::json& json, const std::string& where, const std::string& base_dir = ".",
+                           bool require_files = true);
+
+// One "--set section.key=value" applied to `config` (validated like a file value). Call
+// check_config afterwards for the cross-field rules.
+void apply_override(RunConfig& config, const std::string& assignment);
+
+// Cross-field rules (divisibility, length ranges, memory bound, ...). `where` prefixes errors.
+void check_config(const RunConfig& config, const std::string& where);
+
+// The resolved config: every key, in documentation order.
+nlohmann::json to_json(const RunConfig& config);
+
+// "section.key" for every key, in documentation order (docs/config.md documents each one).
+std::vector<std::string> config_keys();
+
+// Keys a resumed run may change: how long to train and how often to report. Everything else would
+// make the checkpoint describe a different run.
+const std::vector<std::string>& resume_mutable_keys();
+
+// InputError "<where>: <key>: cannot change on resume (checkpoint has X, requested Y)" for the
+// first key outside resume_mutable_keys() whose value differs.
+void check_resume_compatible(const RunConfig& stored, const RunConfig& requested, const std::string& where);
+
+// Levenshtein distance, for "did you mean" suggestions.
+int64_t edit_distance(const std::string& a, const std::string& b);
+
+}  // namespace normlab::train

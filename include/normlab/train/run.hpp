@@ -1,0 +1,57 @@
+#pragma once
+// A saved run, loaded back for `normlab eval` and `normlab predict`: the config and vocabulary
+// come from the checkpoint's metadata (so the training file is not needed), the weights from its
+// tensors.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "normlab/data/task.hpp"
+#include "normlab/nn/encoder.hpp"
+#include "normlab/train/config.hpp"
+#include "normlab/train/evaluate.hpp"
+#include "normlab/train/trainer.hpp"
+
+namespace normlab::train {
+
+// The config for `normlab train --resume`: DIR/config.json with `overrides` applied, or, when
+// config_path is given, that file with `overrides`, which must agree with DIR/config.json except in
+// resume_mutable_keys() (InputError naming the first key that differs).
+RunConfig resume_config(const std::string& dir, const std::optional<std::string>& config_path,
+                        const std::vector<std::string>& overrides);
+
+struct LoadedRun {
+  RunPaths paths;
+  RunConfig config;
+  data::Task task;
+  std::unique_ptr<nn::EncoderModel> model;  // in eval mode
+  int64_t step = 0;
+  int32_t train_max_len = 0;
+};
+
+// InputError "<dir>: ..." if the directory or its checkpoint is missing or does not match its config.
+LoadedRun load_run(const std::string& dir);
+
+struct RunEvaluation {
+  std::string data;  // what was evaluated: a file path, or a description of the generated set
+  EvalMetrics metrics;
+};
+
+// The run's validation set (as in training), or every line of `data_file`, with buckets of
+// task.bucket_width up to the longest sequence evaluated.
+RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& data_file);
+
+struct Prediction {
+  std::vector<int32_t> tokens;       // the encoded input
+  std::vector<int32_t> predicted;    // per token: one class per position; per sequence: one class
+  std::vector<float> probability;    // softmax probability of each predicted class
+  std::optional<std::vector<int32_t>> expected;  // the task's rule, for the algorithmic tasks
+};
+
+// Encodes `input` with the task's vocabulary (InputError naming an unknown symbol, or a sequence
+// longer than model.max_len) and runs the model on it.
+Prediction predict(LoadedRun& run, const std::string& input);
+
+}  // namespace normlab::train

@@ -1,0 +1,52 @@
+#include "normlab/train/bench_step.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "normlab/error.hpp"
+#include "normlab/parallel.hpp"
+#include "normlab/train/trainer.hpp"
+
+namespace normlab::train {
+
+BenchStepResult bench_step(const RunConfig& config, int repeats, int warmup) {
+  if (repeats < 1 || warmup < 0) {
+    throw UsageError(fmt::format("bench_step: repeats {} must be >= 1 and warmup {} >= 0", repeats, warmup));
+  }
+  Trainer trainer(config);
+  std::vector<data::Batch> batches;
+  for (int i = 0; i < warmup + repeats; ++i) batches.push_back(trainer.next_batch());
+
+  BenchStepResult result;
+  result.threads = num_threads();
+  result.repeats = repeats;
+  result.warmup = warmup;
+  result.batch_size = config.train.batch_size;
+  result.num_parameters = trainer.model().num_parameters();
+  std::vector<double> times_ms;
+  double total_s = 0.0, total_tokens = 0.0;
+  for (int i = 0; i < warmup + repeats; ++i) {
+    const data::Batch& batch = batches[size_t(i)];
+    const auto begin = std::chrono::steady_clock::now();
+    trainer.train_step(batch, false);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    if (i < warmup) continue;
+    times_ms.push_back(seconds * 1e3);
+    total_s += seconds;
+    total_tokens += double(batch.num_real_tokens);
+  }
+  std::vector<double> sorted = times_ms;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  result.step_ms = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  result.min_step_ms = sorted.front();
+  result.max_step_ms = sorted.back();
+  result.mean_tokens = total_tokens / double(repeats);
+  result.tokens_per_s = total_s > 0 ? total_tokens / total_s : 0.0;
+  return result;
+}
+
+}  // namespace normlab::train

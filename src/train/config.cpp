@@ -1,0 +1,523 @@
+#include "normlab/train/config.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <set>
+#include <type_traits>
+
+#include "normlab/data/task.hpp"
+#include "normlab/error.hpp"
+#include "normlab/io/atomic_file.hpp"
+
+namespace normlab::train {
+
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr size_t kMaxConfigBytes = size_t{1} << 20;
+// Largest integer every JSON reader holds exactly (doubles): seeds stay portable to Python/JS.
+constexpr int64_t kMaxSeed = (int64_t{1} << 53) - 1;
+constexpr int64_t kMaxSteps = 100'000'000;
+// A config whose model + activations would need more than this is refused before allocation.
+constexpr double kMaxMemoryBytes = 16.0 * 1024 * 1024 * 1024;
+
+enum class Kind { integer, number, boolean, choice, path };
+
+struct Range {
+  double lo = 0, hi = 0;
+  bool lo_open = false, hi_open = false;
+};
+
+struct Field {
+  std::string section, key;
+  Kind kind = Kind::integer;
+  Range range;
+  std::vector<std::string> choices;
+  bool nullable = false;
+  std::function<void(RunConfig&, const json&)> set;  // the value is already validated
+  std::function<json(const RunConfig&)> get;
+  std::string path() const { return section + "." + key; }
+};
+
+template <class T>
+struct is_optional : std::false_type {};
+template <class T>
+struct is_optional<std::optional<T>> : std::true_type {};
+
+template <class T>
+void assign(T& target, const json& value) {
+  if constexpr (is_optional<T>::value) {
+    if (value.is_null()) {
+      target.reset();
+    } else {
+      typename T::value_type inner{};
+      assign(inner, value);
+      target = inner;
+    }
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    target = value.is_number_unsigned() ? static_cast<int64_t>(value.get<uint64_t>()) : value.get<int64_t>();
+  } else {
+    target = value.get<T>();
+  }
+}
+
+template <class T>
+json read(const T& source) {
+  if constexpr (is_optional<T>::value) {
+    return source ? json(*source) : json(nullptr);
+  } else {
+    return json(source);
+  }
+}
+
+template <class S, class T>
+Field make_field(const char* section, S RunConfig::*part, const char* key, T S::*member, Kind kind, Range range = {},
+                 std::vector<std::string> choices = {}) {
+  Field field;
+  field.section = section;
+  field.key = key;
+  field.kind = kind;
+  field.range = range;
+  field.choices = std::move(choices);
+  field.nullable = is_optional<T>::value;
+  field.set = [part, member](RunConfig& config, const json& value) { assign((config.*part).*member, value); };
+  field.get = [part, member](const RunConfig& config) { return read((config.*part).*member); };
+  return field;
+}
+
+Range closed(double lo, double hi) { return {lo, hi, false, false}; }
+Range open_closed(double lo, double hi) { return {lo, hi, true, false}; }
+Range closed_open(double lo, double hi) { return {lo, hi, false, true}; }
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> table = [] {
+    using R = RunConfig;
+    std::vector<Field> f;
+    // model
+    f.push_back(make_field("model", &R::model, "d_model", &ModelConfig::d_model, Kind::integer, closed(1, 4096)));
+    f.push_back(make_field("model", &R::model, "heads", &ModelConfig::heads, Kind::integer, closed(1, 64)));
+    f.push_back(make_field("model", &R::model, "layers", &ModelConfig::layers, Kind::integer, closed(1, 64)));
+    f.push_back(make_field("model", &R::model, "ffn", &ModelConfig::ffn, Kind::integer, closed(1, 16384)));
+    f.push_back(make_field("model", &R::model, "dropout", &ModelConfig::dropout, Kind::number, closed_open(0, 1)));
+    f.push_back(make_field("model", &R::model, "activation", &ModelConfig::activation, Kind::choice, {},
+                           {"relu", "gelu"}));
+    f.push_back(make_field("model", &R::model, "norm", &ModelConfig::norm, Kind::choice, {},
+                           {"layernorm", "rmsnorm", "batchnorm", "dyt", "rezero", "none"}));
+    f.push_back(make_field("model", &R::model, "placement", &ModelConfig::placement, Kind::choice, {}, {"pre", "post"}));
+    f.push_back(make_field("model", &R::model, "final_norm", &ModelConfig::final_norm, Kind::boolean));
+    f.push_back(make_field("model", &R::model, "norm_eps", &ModelConfig::norm_eps, Kind::number, open_closed(0, 1)));
+    f.push_back(make_field("model", &R::model, "positional", &ModelConfig::positional, Kind::choice, {},
+                           {"sinusoidal", "learned"}));
+    f.push_back(make_field("model", &R::model, "max_len", &ModelConfig::max_len, Kind::integer, closed(1, 4096)));
+    f.push_back(make_field("model", &R::model, "vocab_size", &ModelConfig::vocab_size, Kind::integer, closed(1, 65536)));
+    f.push_back(make_field("model", &R::model, "num_classes", &ModelConfig::num_classes, Kind::integer, closed(1, 65536)));
+    // task
+    f.push_back(make_field("task", &R::task, "name", &TaskConfig::name, Kind::choice, {},
+                           {"reverse", "sort", "brackets", "majority", "mlm_text"}));
+    f.push_back(make_field("task", &R::task, "train_file", &TaskConfig::train_file, Kind::path));
+    f.push_back(make_field("task", &R::task, "valid_file", &TaskConfig::valid_file, Kind::path));
+    f.push_back(make_field("task", &R::task, "min_len", &TaskConfig::min_len, Kind::integer, closed(1, 4096)));
+    f.push_back(make_field("task", &R::task, "max_len", &TaskConfig::max_len, Kind::integer, closed(1, 4096)));
+    f.push_back(make_field("task", &R::task, "eval_max_len", &TaskConfig::eval_max_len, Kind::integer, closed(1, 4096)));
+    f.push_back(make_field("task", &R::task, "eval_examples", &TaskConfig::eval_examples, Kind::integer,
+                           closed(1, 1'000'000)));
+    f.push_back(make_field("task", &R::task, "bucket_width", &TaskConfig::bucket_width, Kind::integer, closed(1, 4096)));
+    f.push_back(make_field("task", &R::task, "select_prob", &TaskConfig::select_prob, Kind::number, open_closed(0, 1)));
+    f.push_back(make_field("task", &R::task, "mask_prob", &TaskConfig::mask_prob, Kind::number, closed(0, 1)));
+    f.push_back(make_field("task", &R::task, "random_prob", &TaskConfig::random_prob, Kind::number, closed(0, 1)));
+    // optim
+    f.push_back(make_field("optim", &R::optim, "name", &OptimConfig::name, Kind::choice, {}, {"sgd", "adam", "adamw"}));
+    f.push_back(make_field("optim", &R::optim, "lr", &OptimConfig::lr, Kind::number, open_closed(0, 10)));
+    f.push_back(make_field("optim", &R::optim, "beta1", &OptimConfig::beta1, Kind::number, closed_open(0, 1)));
+    f.push_back(make_field("optim", &R::optim, "beta2", &OptimConfig::beta2, Kind::number, closed_open(0, 1)));
+    f.push_back(make_field("optim", &R::optim, "eps", &OptimConfig::eps, Kind::number, open_closed(0, 1)));
+    f.push_back(make_field("optim", &R::optim, "momentum", &OptimConfig::momentum, Kind::number, closed_open(0, 1)));
+    f.push_back(make_field("optim", &R::optim, "weight_decay", &OptimConfig::weight_decay, Kind::number, closed(0, 10)));
+    f.push_back(make_field("optim", &R::optim, "decay_all", &OptimConfig::decay_all, Kind::boolean));
+    f.push_back(make_field("optim", &R::optim, "schedule", &OptimConfig::schedule, Kind::choice, {},
+                           {"constant", "warmup", "warmup_cosine"}));
+    f.push_back(make_field("optim", &R::optim, "warmup_steps", &OptimConfig::warmup_steps, Kind::integer,
+                           closed(0, kMaxSteps)));
+    f.push_back(make_field("optim", &R::optim, "min_lr_ratio", &OptimConfig::min_lr_ratio, Kind::number, closed(0, 1)));
+    f.push_back(make_field("optim", &R::optim, "clip_grad_norm", &OptimConfig::clip_grad_norm, Kind::number,
+                           closed(0, 1e6)));
+    // train
+    f.push_back(make_field("train", &R::train, "steps", &TrainConfig::steps, Kind::integer, closed(1, kMaxSteps)));
+    f.push_back(make_field("train", &R::train, "batch_size", &TrainConfig::batch_size, Kind::integer, closed(1, 4096)));
+    f.push_back(make_field("train", &R::train, "seed", &TrainConfig::seed, Kind::integer, closed(0, double(kMaxSeed))));
+    f.push_back(make_field("train", &R::train, "eval_every", &TrainConfig::eval_every, Kind::integer, closed(0, kMaxSteps)));
+    f.push_back(make_field("train", &R::train, "log_every", &TrainConfig::log_every, Kind::integer, closed(1, kMaxSteps)));
+    f.push_back(make_field("train", &R::train, "diagnostics_every", &TrainConfig::diagnostics_every, Kind::integer,
+                           closed(0, kMaxSteps)));
+    f.push_back(make_field("train", &R::train, "checkpoint_every", &TrainConfig::checkpoint_every, Kind::integer,
+                           closed(0, kMaxSteps)));
+    f.push_back(make_field("train", &R::train, "threads", &TrainConfig::threads, Kind::integer, closed(0, 1024)));
+    return f;
+  }();
+  return table;
+}
+
+const std::vector<std::string>& section_names() {
+  static const std::vector<std::string> names = {"model", "task", "optim", "train"};
+  return names;
+}
+
+const Field* find_field(const std::string& section, const std::string& key) {
+  for (const Field& field : fields()) {
+    if (field.section == section && field.key == key) return &field;
+  }
+  return nullptr;
+}
+
+// The candidate nearest to `word`: edit distance, except that a key containing the word or
+// contained in it ("warmup" / "warmup_steps") counts as one edit away.
+std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  int64_t best_distance = std::numeric_limits<int64_t>::max();
+  for (const std::string& candidate : candidates) {
+    const bool contains = !word.empty() && (candidate.find(word) != std::string::npos || word.find(candidate) != std::string::npos);
+    int64_t d = contains ? std::min<int64_t>(1, edit_distance(word, candidate)) : edit_distance(word, candidate);
+    if (d < best_distance) {
+      best_distance = d;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+// "model.d_modle: unknown key (did you mean 'd_model'?)"; a key that exists in another section is
+// suggested with its section ("model.lr" -> 'optim.lr').
+InputError unknown_key(const std::string& where, const std::string& section, const std::string& key) {
+  for (const Field& field : fields()) {
+    if (field.key == key && field.section != section) {
+      return InputError(fmt::format("{}: {}.{}: unknown key (did you mean '{}'?)", where, section, key, field.path()));
+    }
+  }
+  std::vector<std::string> keys;
+  for (const Field& field : fields()) {
+    if (field.section == section) keys.push_back(field.key);
+  }
+  return InputError(
+      fmt::format("{}: {}.{}: unknown key (did you mean '{}'?)", where, section, key, closest(key, keys)));
+}
+
+InputError unknown_section(const std::string& where, const std::string& section) {
+  return InputError(fmt::format("{}: {}: unknown section (did you mean '{}'? sections: model, task, optim, train)",
+                                where, section, closest(section, section_names())));
+}
+
+std::string shown(const json& value) {
+  // Replace invalid UTF-8 rather than throw: the value is being reported as wrong anyway.
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+std::string format_bound(double value, Kind kind) {
+  return kind == Kind::integer ? fmt::format("{}", static_cast<int64_t>(value)) : fmt::format("{}", value);
+}
+
+std::string range_text(const Field& field) {
+  return fmt::format("{}{}, {}{}", field.range.lo_open ? "(" : "[", format_bound(field.range.lo, field.kind),
+                     format_bound(field.range.hi, field.kind), field.range.hi_open ? ")" : "]");
+}
+
+bool in_range(double value, const Range& range) {
+  bool above = range.lo_open ? value > range.lo : value >= range.lo;
+  bool below = range.hi_open ? value < range.hi : value <= range.hi;
+  return above && below;
+}
+
+bool valid_utf8(const std::string& text) {
+  try {
+    (void)json(text).dump();
+    return true;
+  } catch (const json::type_error&) {
+    return false;
+  }
+}
+
+// Checks one value against its field; returns the value to store (paths made absolute).
+json validated(const Field& field, const json& value, const std::string& where, const fs::path& base_dir,
+               bool require_files = true) {
+  const std::string prefix = fmt::format("{}: {}", where, field.path());
+  const char* or_null = field.nullable ? " or null" : "";
+  if (value.is_null() && field.nullable) return value;
+  switch (field.kind) {
+    case Kind::integer: {
+      bool ok = value.is_number_integer();
+      double as_double = ok ? (value.is_number_unsigned() ? double(value.get<uint64_t>()) : double(value.get<int64_t>()))
+                            : 0.0;
+      if (!ok || !in_range(as_double, field.range) ||
+          (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))) {
+        throw InputError(fmt::format("{}: must be an integer in {}{}, got {}", prefix, range_text(field), or_null,
+                                     shown(value)));
+      }
+      return value;
+    }
+    case Kind::number: {
+      if (!value.is_number() || !std::isfinite(value.get<double>()) || !in_range(value.get<double>(), field.range)) {
+        throw InputError(fmt::format("{}: must be a number in {}{}, got {}", prefix, range_text(field), or_null,
+                                     shown(value)));
+      }
+      return json(value.get<double>());
+    }
+    case Kind::boolean:
+      if (!value.is_boolean()) throw InputError(fmt::format("{}: must be true or false, got {}", prefix, shown(value)));
+      return value;
+    case Kind::choice: {
+      std::string list;
+      for (const std::string& choice : field.choices) list += (list.empty() ? "\"" : ", \"") + choice + "\"";
+      if (!value.is_string()) throw InputError(fmt::format("{}: must be one of {}, got {}", prefix, list, shown(value)));
+      const std::string text = value.get<std::string>();
+      if (std::find(field.choices.begin(), field.choices.end(), text) == field.choices.end()) {
+        throw InputError(fmt::format("{}: must be one of {}, got {} (did you mean '{}'?)", prefix, list, shown(value),
+                                     closest(text, field.choices)));
+      }
+      return value;
+    }
+    case Kind::path: {
+      if (!value.is_string() || value.get<std::string>().empty() || !valid_utf8(value.get<std::string>())) {
+        throw InputError(fmt::format("{}: must be a file path (a non-empty UTF-8 string){}, got {}", prefix, or_null,
+                                     shown(value)));
+      }
+      fs::path path(value.get<std::string>());
+      if (path.is_relative()) path = base_dir / path;
+      std::error_code ec;
+      fs::path absolute = fs::absolute(path, ec).lexically_normal();
+      if (ec) absolute = path.lexically_normal();
+      if (require_files && !fs::is_regular_file(absolute, ec)) {
+        throw InputError(fmt::format("{}: no such file: {}", prefix, absolute.string()));
+      }
+      return json(absolute.string());
+    }
+  }
+  return value;
+}
+
+// Parses JSON text, refusing duplicate keys (nlohmann would silently keep the last one).
+json parse_strict(const std::string& text, const std::string& where) {
+  struct Level {
+    std::set<std::string> keys;
+    std::string current;
+  };
+  std::vector<Level> stack;
+  std::string duplicate;
+  auto callback = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      stack.emplace_back();
+    } else if (event == json::parse_event_t::object_end) {
+      if (!stack.empty()) stack.pop_back();
+    } else if (event == json::parse_event_t::key && !stack.empty()) {
+      std::string key = parsed.get<std::string>();
+      stack.back().current = key;
+      if (!stack.back().keys.insert(key).second && duplicate.empty()) {
+        for (const Level& level : stack) duplicate += (duplicate.empty() ? "" : ".") + level.current;
+      }
+    }
+    return true;
+  };
+  // nlohmann's lexer ends the input at a NUL byte; anything after it would be ignored silently.
+  if (text.find('\0') != std::string::npos) throw InputError(fmt::format("{}: invalid JSON: contains a NUL byte", where));
+  json result;
+  try {
+    result = json::parse(text, callback);
+  } catch (const json::exception& e) {  // parse errors, and numbers too large for a double (1e999)
+    std::string message = e.what();
+    // "[json.exception.parse_error.101] parse error at line 3, column 5: ..." -> "parse error at ..."
+    size_t bracket = message.find("] ");
+    if (message.rfind("[json.exception", 0) == 0 && bracket != std::string::npos) message = message.substr(bracket + 2);
+    throw InputError(fmt::format("{}: invalid JSON: {}", where, message));
+  }
+  if (!duplicate.empty()) throw InputError(fmt::format("{}: {}: duplicate key", where, duplicate));
+  return result;
+}
+
+}  // namespace
+
+int64_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<int64_t> previous(b.size() + 1), current(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) previous[j] = static_cast<int64_t>(j);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    current[0] = static_cast<int64_t>(i);
+    for (size_t j = 1; j <= b.size(); ++j) {
+      int64_t substitute = previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, substitute});
+    }
+    std::swap(previous, current);
+  }
+  return previous[b.size()];
+}
+
+namespace {
+
+// Every key of the file checked on its own; the cross-field rules come after the overrides.
+RunConfig parse_sections(const json& config_json, const std::string& where, const std::string& base_dir,
+                         bool require_files = true) {
+  if (!config_json.is_object()) {
+    throw InputError(fmt::format("{}: a config must be a JSON object with sections model, task, optim, train (got {})",
+                                 where, shown(config_json)));
+  }
+  RunConfig config;
+  for (const auto& [section, body] : config_json.items()) {
+    if (std::find(section_names().begin(), section_names().end(), section) == section_names().end()) {
+      throw unknown_section(where, section);
+    }
+    if (!body.is_object()) throw InputError(fmt::format("{}: {}: must be a JSON object, got {}", where, section, shown(body)));
+    for (const auto& [key, value] : body.items()) {
+      const Field* field = find_field(section, key);
+      if (!field) throw unknown_key(where, section, key);
+      field->set(config, validated(*field, value, where, fs::path(base_dir), require_files));
+    }
+  }
+  return config;
+}
+
+}  // namespace
+
+RunConfig config_from_json(const json& config_json, const std::string& where, const std::string& base_dir,
+                           bool require_files) {
+  RunConfig config = parse_sections(config_json, where, base_dir, require_files);
+  check_config(config, where);
+  return config;
+}
+
+void apply_override(RunConfig& config, const std::string& assignment) {
+  if (assignment.find('\0') != std::string::npos) {
+    std::string shown_text = assignment;
+    for (char& c : shown_text) c = c == '\0' ? '?' : c;
+    throw InputError(fmt::format("--set {}: contains a NUL byte", shown_text));
+  }
+  const std::string where = "--set " + assignment;
+  const size_t equals = assignment.find('=');
+  if (equals == std::string::npos) {
+    throw InputError(fmt::format("{}: expected section.key=value, e.g. optim.lr=0.0003", where));
+  }
+  const std::string name = assignment.substr(0, equals);
+  const std::string text = assignment.substr(equals + 1);
+  const size_t dot = name.find('.');
+  if (dot == std::string::npos || name.find('.', dot + 1) != std::string::npos) {
+    std::vector<std::string> paths;
+    for (const Field& field : fields()) paths.push_back(field.path());
+    throw InputError(fmt::format("{}: {}: expected section.key (did you mean '{}'?)", where, name, closest(name, paths)));
+  }
+  const std::string section = name.substr(0, dot), key = name.substr(dot + 1);
+  if (std::find(section_names().begin(), section_names().end(), section) == section_names().end()) {
+    throw unknown_section(where, section);
+  }
+  const Field* field = find_field(section, key);
+  if (!field) throw unknown_key(where, section, key);
+  // JSON when it parses (numbers, true/false, null, quoted strings), otherwise the raw text.
+  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) value = json(text);
+  field->set(config, validated(*field, value, where, fs::current_path()));
+}
+
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  const std::string text = io::read_file(path, kMaxConfigBytes);
+  json parsed = parse_strict(text, path);
+  fs::path base = fs::path(path).parent_path();
+  if (base.empty()) base = ".";
+  RunConfig config = parse_sections(parsed, path, base.string());
+  for (const std::string& assignment : overrides) apply_override(config, assignment);
+  check_config(config, path);
+  return config;
+}
+
+void check_config(const RunConfig& config, const std::string& where) {
+  const ModelConfig& m = config.model;
+  const TaskConfig& t = config.task;
+  auto fail = [&](const std::string& key, const std::string& what) {
+    throw InputError(fmt::format("{}: {}: {}", where, key, what));
+  };
+  if (m.d_model % m.heads != 0) {
+    fail("model.d_model", fmt::format("must be divisible by model.heads (got {} and {})", m.d_model, m.heads));
+  }
+  if (t.max_len < t.min_len) {
+    fail("task.max_len", fmt::format("must be >= task.min_len (got {} and {})", t.max_len, t.min_len));
+  }
+  if (t.eval_max_len < t.min_len) {
+    fail("task.eval_max_len", fmt::format("must be >= task.min_len (got {} and {})", t.eval_max_len, t.min_len));
+  }
+  if (t.max_len > m.max_len) {
+    fail("task.max_len", fmt::format("must be <= model.max_len (got {} and {})", t.max_len, m.max_len));
+  }
+  if (t.eval_max_len > m.max_len) {
+    fail("task.eval_max_len", fmt::format("must be <= model.max_len (got {} and {})", t.eval_max_len, m.max_len));
+  }
+  if (t.mask_prob + t.random_prob > 1.0) {
+    fail("task.random_prob", fmt::format("task.mask_prob + task.random_prob must be <= 1 (got {} + {})", t.mask_prob,
+                                         t.random_prob));
+  }
+  if (t.name == "mlm_text") {
+    if (!t.train_file) fail("task.train_file", "the mlm_text task has no generator: give a JSONL file of {\"text\": ...} lines");
+    if (!t.valid_file) fail("task.valid_file", "the mlm_text task has no generator: give a JSONL file of {\"text\": ...} lines");
+  } else {
+    data::Task task = data::make_task(t.name);
+    if (m.vocab_size && *m.vocab_size < task.input_vocab_size()) {
+      fail("model.vocab_size", fmt::format("must be at least the {} task's {} input symbols (got {})", t.name,
+                                           task.input_vocab_size(), *m.vocab_size));
+    }
+    if (m.num_classes && *m.num_classes < task.num_classes()) {
+      fail("model.num_classes", fmt::format("must be at least the {} task's {} classes (got {})", t.name,
+                                            task.num_classes(), *m.num_classes));
+    }
+  }
+  // Memory bound, so that a typo cannot ask for terabytes: parameters with gradients and two Adam
+  // moments, plus the activations of one training batch at the longest length the run uses
+  // (per token and layer about 12 d_model + 3 ffn floats, plus heads * L attention weights).
+  const double d = double(m.d_model), ffn = double(m.ffn), layers = double(m.layers);
+  const double vocab = double(m.vocab_size.value_or(512)), classes = double(m.num_classes.value_or(512));
+  const double params = layers * (4 * d * d + 2 * d * ffn + 9 * d + ffn) + (vocab + classes + double(m.max_len)) * d;
+  const double length = double(std::max(t.max_len, t.eval_max_len));
+  const double tokens = double(config.train.batch_size) * length;
+  const double activations = layers * tokens * (12 * d + 3 * ffn + double(m.heads) * length) + tokens * (vocab + classes);
+  const double bytes = 4.0 * (4 * params + activations);
+  if (bytes > kMaxMemoryBytes) {
+    fail("model", fmt::format("this model and batch would need about {:.0f} GiB (limit {:.0f} GiB): reduce "
+                              "model.d_model, model.layers, model.ffn, train.batch_size or the task lengths",
+                              bytes / (1024.0 * 1024 * 1024), kMaxMemoryBytes / (1024.0 * 1024 * 1024)));
+  }
+}
+
+json to_json(const RunConfig& config) {
+  json out = json::object();
+  for (const std::string& section : section_names()) out[section] = json::object();
+  for (const Field& field : fields()) out[field.section][field.key] = field.get(config);
+  return out;
+}
+
+std::vector<std::string> config_keys() {
+  std::vector<std::string> keys;
+  for (const Field& field : fields()) keys.push_back(field.path());
+  return keys;
+}
+
+const std::vector<std::string>& resume_mutable_keys() {
+  static const std::vector<std::string> keys = {"train.steps",       "train.eval_every",       "train.log_every",
+                                                "train.diagnostics_every", "train.checkpoint_every", "train.threads"};
+  return keys;
+}
+
+void check_resume_compatible(const RunConfig& stored, const RunConfig& requested, const std::string& where) {
+  for (const Field& field : fields()) {
+    const std::string path = field.path();
+    if (std::find(resume_mutable_keys().begin(), resume_mutable_keys().end(), path) != resume_mutable_keys().end()) {
+      continue;
+    }
+    json a = field.get(stored), b = field.get(requested);
+    if (a != b) {
+      throw InputError(fmt::format("{}: {}: cannot change on resume (the run has {}, requested {}); only {} may change",
+                                   where, path, shown(a), shown(b), fmt::join(resume_mutable_keys(), ", ")));
+    }
+  }
+}
+
+}  // namespace normlab::train

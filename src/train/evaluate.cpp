@@ -1,0 +1,152 @@
+#include "normlab/train/evaluate.hpp"
+
+#include <fmt/format.h>
+
+#include "normlab/autograd.hpp"
+#include "normlab/error.hpp"
+#include "normlab/kernels/cross_entropy.hpp"
+
+namespace normlab::train {
+
+namespace {
+
+struct Totals {
+  int64_t sequences = 0, targets = 0, correct = 0, sequences_correct = 0;
+  double loss_sum = 0.0;
+};
+
+void fill(double& loss, double& accuracy, double& sequence_accuracy, const Totals& t) {
+  loss = t.targets ? t.loss_sum / double(t.targets) : 0.0;
+  accuracy = t.targets ? double(t.correct) / double(t.targets) : 0.0;
+  sequence_accuracy = t.sequences ? double(t.sequences_correct) / double(t.sequences) : 0.0;
+}
+
+}  // namespace
+
+EvalMetrics evaluate(nn::EncoderModel& model, const std::vector<data::Batch>& batches,
+                     const std::vector<data::LengthBucket>& buckets) {
+  const bool was_training = model.is_training();
+  model.eval();
+  NoGradGuard no_grad;
+  Totals total;
+  std::vector<Totals> per_bucket(buckets.size());
+  std::vector<float> losses, probs;
+  for (const data::Batch& batch : batches) {
+    Tensor logits = model.forward(batch.tokens, batch.offsets);  // (rows, V)
+    const int64_t rows = logits.size(0), V = logits.size(1);
+    losses.assign(static_cast<size_t>(rows), 0.0f);
+    probs.assign(static_cast<size_t>(rows * V), 0.0f);
+    kernels::cross_entropy_forward(losses.data(), probs.data(), logits.data(), batch.targets.data(), rows, V);
+    const bool per_sequence = batch.target_kind == data::TargetKind::per_sequence;
+    for (int64_t b = 0; b < batch.batch_size(); ++b) {
+      // Rows of sequence b: its tokens, or its single pooled row.
+      const int64_t first = per_sequence ? b : batch.offsets[size_t(b)];
+      const int64_t last = per_sequence ? b + 1 : batch.offsets[size_t(b) + 1];
+      Totals seq;
+      seq.sequences = 1;
+      for (int64_t row = first; row < last; ++row) {
+        if (batch.targets[size_t(row)] < 0) continue;
+        seq.targets += 1;
+        seq.loss_sum += double(losses[size_t(row)]);
+        seq.correct += kernels::count_correct(logits.data() + row * V, batch.targets.data() + row, 1, V);
+      }
+      seq.sequences_correct = seq.correct == seq.targets ? 1 : 0;
+      auto add = [&seq](Totals& into) {
+        into.sequences += seq.sequences;
+        into.targets += seq.targets;
+        into.correct += seq.correct;
+        into.sequences_correct += seq.sequences_correct;
+        into.loss_sum += seq.loss_sum;
+      };
+      add(total);
+      int64_t index = data::find_bucket(buckets, static_cast<int32_t>(batch.length(b)));
+      if (index >= 0) add(per_bucket[size_t(index)]);
+    }
+  }
+  model.train(was_training);
+
+  EvalMetrics metrics;
+  metrics.sequences = total.sequences;
+  metrics.targets = total.targets;
+  fill(metrics.loss, metrics.accuracy, metrics.sequence_accuracy, total);
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    BucketMetrics bucket;
+    bucket.bucket = buckets[i];
+    bucket.sequences = per_bucket[i].sequences;
+    bucket.targets = per_bucket[i].targets;
+    fill(bucket.loss, bucket.accuracy, bucket.sequence_accuracy, per_bucket[i]);
+    metrics.buckets.push_back(bucket);
+  }
+  return metrics;
+}
+
+nlohmann::json to_json(const EvalMetrics& metrics) {
+  nlohmann::json buckets = nlohmann::json::array();
+  for (const BucketMetrics& b : metrics.buckets) {
+    const bool empty = b.targets == 0;
+    buckets.push_back({{"min_len", b.bucket.min_len},
+                       {"max_len", b.bucket.max_len},
+                       {"beyond_train", b.bucket.beyond_train_max},
+                       {"loss", empty ? nlohmann::json(nullptr) : nlohmann::json(b.loss)},
+                       {"accuracy", empty ? nlohmann::json(nullptr) : nlohmann::json(b.accuracy)},
+                       {"sequence_accuracy", b.sequences == 0 ? nlohmann::json(nullptr) : nlohmann::json(b.sequence_accuracy)},
+                       {"count", b.sequences},
+                       {"targets", b.targets}});
+  }
+  return {{"loss", metrics.loss},
+          {"accuracy", metrics.accuracy},
+          {"sequence_accuracy", metrics.sequence_accuracy},
+          {"sequences", metrics.sequences},
+          {"targets", metrics.targets},
+          {"buckets", buckets}};
+}
+
+namespace {
+
+const nlohmann::json& member(const nlohmann::json& json, const char* key, const std::string& where) {
+  if (!json.is_object() || !json.contains(key)) throw InputError(fmt::format("{}: missing key \"{}\"", where, key));
+  return json.at(key);
+}
+
+double number_or_zero(const nlohmann::json& json, const char* key, const std::string& where) {
+  const nlohmann::json& value = member(json, key, where);
+  if (value.is_null()) return 0.0;
+  if (!value.is_number()) throw InputError(fmt::format("{}: {}: expected a number", where, key));
+  return value.get<double>();
+}
+
+int64_t integer(const nlohmann::json& json, const char* key, const std::string& where) {
+  const nlohmann::json& value = member(json, key, where);
+  if (!value.is_number_integer()) throw InputError(fmt::format("{}: {}: expected an integer", where, key));
+  return value.get<int64_t>();
+}
+
+}  // namespace
+
+EvalMetrics eval_metrics_from_json(const nlohmann::json& json, const std::string& where) {
+  EvalMetrics metrics;
+  metrics.loss = number_or_zero(json, "loss", where);
+  metrics.accuracy = number_or_zero(json, "accuracy", where);
+  metrics.sequence_accuracy = number_or_zero(json, "sequence_accuracy", where);
+  metrics.sequences = integer(json, "sequences", where);
+  metrics.targets = integer(json, "targets", where);
+  const nlohmann::json& buckets = member(json, "buckets", where);
+  if (!buckets.is_array()) throw InputError(fmt::format("{}: buckets: expected an array", where));
+  for (const nlohmann::json& b : buckets) {
+    BucketMetrics bucket;
+    bucket.bucket.min_len = static_cast<int32_t>(integer(b, "min_len", where));
+    bucket.bucket.max_len = static_cast<int32_t>(integer(b, "max_len", where));
+    const nlohmann::json& beyond = member(b, "beyond_train", where);
+    if (!beyond.is_boolean()) throw InputError(fmt::format("{}: beyond_train: expected true or false", where));
+    bucket.bucket.beyond_train_max = beyond.get<bool>();
+    bucket.loss = number_or_zero(b, "loss", where);
+    bucket.accuracy = number_or_zero(b, "accuracy", where);
+    bucket.sequence_accuracy = number_or_zero(b, "sequence_accuracy", where);
+    bucket.sequences = integer(b, "count", where);
+    bucket.targets = integer(b, "targets", where);
+    metrics.buckets.push_back(bucket);
+  }
+  return metrics;
+}
+
+}  // namespace normlab::train

@@ -1,0 +1,118 @@
+#include "normlab/train/run.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "normlab/autograd.hpp"
+#include "normlab/error.hpp"
+#include "normlab/train/checkpoint.hpp"
+#include "normlab/train/setup.hpp"
+
+namespace normlab::train {
+
+RunConfig resume_config(const std::string& dir, const std::optional<std::string>& config_path,
+                        const std::vector<std::string>& overrides) {
+  RunPaths paths(dir);
+  if (!std::filesystem::is_regular_file(paths.config)) {
+    throw InputError(fmt::format("{}: no config.json: not a run directory", dir));
+  }
+  RunConfig stored = load_config(paths.config);
+  if (config_path) {
+    RunConfig requested = load_config(*config_path, overrides);
+    check_resume_compatible(stored, requested, fmt::format("{} (vs {})", *config_path, paths.config));
+    return requested;
+  }
+  RunConfig requested = stored;
+  for (const std::string& assignment : overrides) apply_override(requested, assignment);
+  check_config(requested, paths.config);
+  check_resume_compatible(stored, requested, paths.config);
+  return requested;
+}
+
+LoadedRun load_run(const std::string& dir) {
+  RunPaths paths(dir);
+  if (!std::filesystem::is_directory(dir)) throw InputError(fmt::format("{}: no such run directory", dir));
+  if (!std::filesystem::is_regular_file(paths.checkpoint)) {
+    throw InputError(fmt::format("{}: no checkpoint.safetensors (has the run saved a checkpoint yet?)", dir));
+  }
+  io::SafetensorsFile file = read_checkpoint(paths.checkpoint);
+  RunConfig config =
+      config_from_json(metadata_json(file, "config"), paths.checkpoint + ": metadata 'config'", ".", false);
+  data::Task task = [&] {
+    if (config.task.name != "mlm_text") return build_task(config);
+    nlohmann::json characters = metadata_json(file, "task_characters");
+    if (!characters.is_array()) {
+      throw InputError(fmt::format("{}: metadata 'task_characters' must be an array of bytes", paths.checkpoint));
+    }
+    std::vector<uint8_t> bytes;
+    for (const nlohmann::json& c : characters) {
+      if (!c.is_number_unsigned() || c.get<uint64_t>() > 255) {
+        throw InputError(fmt::format("{}: metadata 'task_characters' must be an array of bytes", paths.checkpoint));
+      }
+      bytes.push_back(static_cast<uint8_t>(c.get<uint64_t>()));
+    }
+    return build_text_task(bytes);
+  }();
+  auto model = std::make_unique<nn::EncoderModel>(build_model_options(config, task));
+  load_model_state(file, *model);
+  model->eval();
+  const int64_t step = metadata_int(file, "step");
+  const int32_t train_max_len = static_cast<int32_t>(metadata_int(file, "train_max_len"));
+  return LoadedRun{paths, std::move(config), std::move(task), std::move(model), step, train_max_len};
+}
+
+RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& data_file) {
+  std::optional<data::Dataset> dataset;
+  std::string description;
+  if (data_file) {
+    dataset.emplace(load_eval_file(*data_file, run.config, run.task));
+    description = *data_file;
+  } else {
+    dataset.emplace(load_valid_set(run.config, run.task));
+    description = run.config.task.valid_file
+                      ? *run.config.task.valid_file
+                      : fmt::format("generated validation set ({} examples, lengths {}-{})", dataset->size(),
+                                    run.config.task.min_len, run.config.task.eval_max_len);
+  }
+  const int32_t longest = std::max<int32_t>(1, dataset->max_length());
+  std::vector<data::LengthBucket> buckets =
+      data::make_length_buckets(longest, static_cast<int32_t>(run.config.task.bucket_width), run.train_max_len);
+  EvalMetrics metrics = evaluate(*run.model, evaluation_batches(*dataset, run.config), buckets);
+  return RunEvaluation{description, std::move(metrics)};
+}
+
+Prediction predict(LoadedRun& run, const std::string& input) {
+  Prediction prediction;
+  prediction.tokens = run.task.encode(input, "--input");
+  const int64_t length = static_cast<int64_t>(prediction.tokens.size());
+  if (length > run.config.model.max_len) {
+    throw InputError(fmt::format("--input: {} tokens is longer than this model's model.max_len {}", length,
+                                 run.config.model.max_len));
+  }
+  run.model->eval();
+  NoGradGuard no_grad;
+  Tensor logits = run.model->forward(prediction.tokens, {0, length});  // (rows, V)
+  const int64_t rows = logits.size(0), V = logits.size(1);
+  const float* values = logits.data();
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* z = values + row * V;
+    // Among the task's classes only: a model with extra head outputs (model.num_classes) never
+    // predicts a class the task cannot name.
+    const int64_t classes = std::min<int64_t>(V, run.task.num_classes());
+    int64_t best = 0;
+    for (int64_t v = 1; v < classes; ++v) {
+      if (z[v] > z[best]) best = v;
+    }
+    double sum = 0.0;
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(double(z[v]) - double(z[best]));
+    prediction.predicted.push_back(static_cast<int32_t>(best));
+    prediction.probability.push_back(static_cast<float>(1.0 / sum));
+  }
+  if (run.task.has_generator()) prediction.expected = data::compute_targets(run.task, prediction.tokens);
+  return prediction;
+}
+
+}  // namespace normlab::train

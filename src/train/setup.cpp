@@ -1,0 +1,138 @@
+#include "normlab/train/setup.hpp"
+
+#include <fmt/format.h>
+
+#include "normlab/data/jsonl.hpp"
+#include "normlab/error.hpp"
+
+namespace normlab::train {
+
+namespace {
+
+nn::Activation parse_activation(const std::string& name) {
+  return name == "gelu" ? nn::Activation::gelu : nn::Activation::relu;
+}
+
+}  // namespace
+
+data::Task build_task(const RunConfig& config) {
+  if (config.task.name != "mlm_text") {
+    data::Task task = data::make_task(config.task.name);
+    task.max_seq_len = kMaxFileSequence;
+    return task;
+  }
+  // Validation guarantees a training file for mlm_text.
+  std::vector<std::string> lines = data::load_text_lines(*config.task.train_file, kMaxFileSequence);
+  return data::make_text_task(lines, kMaxFileSequence);
+}
+
+data::Task build_text_task(const std::vector<uint8_t>& characters) {
+  // make_text_task collects the distinct bytes of its lines in byte order: one line holding every
+  // character gives back the same vocabulary.
+  std::string all(characters.begin(), characters.end());
+  return data::make_text_task({all}, kMaxFileSequence);
+}
+
+std::vector<uint8_t> text_task_characters(const data::Task& task) {
+  std::vector<uint8_t> characters;
+  const data::Vocab& vocab = task.input_vocab;
+  for (int32_t id = vocab.num_specials(); id < vocab.size(); ++id) {
+    characters.push_back(static_cast<uint8_t>(vocab.token(id)[0]));
+  }
+  return characters;
+}
+
+nn::ModelOptions build_model_options(const RunConfig& config, const data::Task& task) {
+  const ModelConfig& m = config.model;
+  nn::ModelOptions options;
+  options.encoder.d_model = m.d_model;
+  options.encoder.num_heads = m.heads;
+  options.encoder.num_layers = m.layers;
+  options.encoder.dim_feedforward = m.ffn;
+  options.encoder.dropout = static_cast<float>(m.dropout);
+  options.encoder.activation = parse_activation(m.activation);
+  options.encoder.norm = nn::parse_norm_kind(m.norm);
+  options.encoder.placement = m.placement == "post" ? nn::Placement::post : nn::Placement::pre;
+  options.encoder.norm_eps = static_cast<float>(m.norm_eps);
+  options.encoder.final_norm = m.final_norm;
+  if (m.vocab_size && *m.vocab_size < task.input_vocab_size()) {
+    throw InputError(fmt::format("model.vocab_size: must be at least the {} task's {} input symbols (got {})",
+                                 task.name, task.input_vocab_size(), *m.vocab_size));
+  }
+  if (m.num_classes && *m.num_classes < task.num_classes()) {
+    throw InputError(fmt::format("model.num_classes: must be at least the {} task's {} classes (got {})", task.name,
+                                 task.num_classes(), *m.num_classes));
+  }
+  options.vocab_size = m.vocab_size.value_or(task.input_vocab_size());
+  options.num_classes = m.num_classes.value_or(task.num_classes());
+  options.max_len = m.max_len;
+  options.positional = m.positional == "learned" ? nn::Positional::learned : nn::Positional::sinusoidal;
+  options.head = task.target_kind == data::TargetKind::per_sequence ? nn::Head::sequence : nn::Head::token;
+  options.seed = static_cast<uint64_t>(config.train.seed);
+  return options;
+}
+
+data::MaskConfig build_mask_config(const RunConfig& config) {
+  data::MaskConfig mask;
+  mask.select_prob = static_cast<float>(config.task.select_prob);
+  mask.mask_prob = static_cast<float>(config.task.mask_prob);
+  mask.random_prob = static_cast<float>(config.task.random_prob);
+  return mask;
+}
+
+std::optional<data::Dataset> load_train_set(const RunConfig& config, const data::Task& task) {
+  if (!config.task.train_file) return std::nullopt;
+  const std::string& path = *config.task.train_file;
+  std::vector<data::Example> all = data::load_jsonl(path, task);
+  std::vector<data::Example> kept;
+  for (data::Example& example : all) {
+    const int64_t length = static_cast<int64_t>(example.tokens.size());
+    if (length >= config.task.min_len && length <= config.task.max_len) kept.push_back(std::move(example));
+  }
+  if (kept.empty()) {
+    throw InputError(fmt::format("{}: no example has a length in [task.min_len, task.max_len] = [{}, {}]", path,
+                                 config.task.min_len, config.task.max_len));
+  }
+  return data::Dataset(task, std::move(kept));
+}
+
+data::Dataset load_valid_set(const RunConfig& config, const data::Task& task) {
+  const TaskConfig& t = config.task;
+  if (!t.valid_file) {
+    return data::Dataset(task, data::generate_examples(task, t.eval_examples, static_cast<int32_t>(t.min_len),
+                                                       static_cast<int32_t>(t.eval_max_len), kValidSeed));
+  }
+  std::vector<data::Example> all = data::load_jsonl(*t.valid_file, task);
+  std::vector<data::Example> kept;
+  for (data::Example& example : all) {
+    if (static_cast<int64_t>(kept.size()) == t.eval_examples) break;
+    if (static_cast<int64_t>(example.tokens.size()) <= t.eval_max_len) kept.push_back(std::move(example));
+  }
+  if (kept.empty()) {
+    throw InputError(fmt::format("{}: no example has a length of at most task.eval_max_len = {}", *t.valid_file,
+                                 t.eval_max_len));
+  }
+  return data::Dataset(task, std::move(kept));
+}
+
+data::Dataset load_eval_file(const std::string& path, const RunConfig& config, const data::Task& task) {
+  std::vector<data::Example> examples = data::load_jsonl(path, task);
+  for (size_t i = 0; i < examples.size(); ++i) {
+    // load_jsonl refuses blank lines, so example i is on line i + 1.
+    if (static_cast<int64_t>(examples[i].tokens.size()) > config.model.max_len) {
+      throw InputError(fmt::format("{}:{}: sequence of length {} is longer than this model's model.max_len {}", path,
+                                   i + 1, examples[i].tokens.size(), config.model.max_len));
+    }
+  }
+  return data::Dataset(task, std::move(examples));
+}
+
+int32_t train_max_length(const RunConfig& config, const std::optional<data::Dataset>& train_set) {
+  return train_set ? train_set->max_length() : static_cast<int32_t>(config.task.max_len);
+}
+
+std::vector<data::Batch> evaluation_batches(const data::Dataset& dataset, const RunConfig& config) {
+  return data::ordered_batches(dataset, config.train.batch_size, kValidMaskSeed, build_mask_config(config));
+}
+
+}  // namespace normlab::train

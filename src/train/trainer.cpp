@@ -1,0 +1,521 @@
+#include "normlab/train/trainer.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+
+#include "normlab/error.hpp"
+#include "normlab/io/atomic_file.hpp"
+#include "normlab/kernels/cross_entropy.hpp"
+#include "normlab/ops.hpp"
+#include "normlab/parallel.hpp"
+#include "normlab/train/checkpoint.hpp"
+#include "normlab/train/setup.hpp"
+
+namespace normlab::train {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr size_t kMaxMetricsBytes = size_t{4} << 30;
+
+// A float as the double with the same shortest decimal form: 0.001f is written "0.001", not
+// "0.0010000000474974513". Still a pure function of the float, so records stay bit-reproducible.
+double shortest(float value) {
+  if (!std::isfinite(value)) return double(value);
+  char buffer[32];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  *end = '\0';
+  return std::strtod(buffer, nullptr);
+}
+
+json finite_or_null(double value) { return std::isfinite(value) ? json(value) : json(nullptr); }
+
+double number_or_nan(const json& object, const char* key) {
+  if (!object.contains(key) || !object.at(key).is_number()) return std::numeric_limits<double>::quiet_NaN();
+  return object.at(key).get<double>();
+}
+
+json to_json(const ValidPoint& point) {
+  return {{"step", point.step},
+          {"loss", point.loss},
+          {"accuracy", point.accuracy},
+          {"sequence_accuracy", point.sequence_accuracy}};
+}
+
+std::optional<ValidPoint> valid_point_from_json(const json& value, const std::string& where) {
+  if (value.is_null()) return std::nullopt;
+  if (!value.is_object() || !value.contains("step") || !value.at("step").is_number_integer()) {
+    throw InputError(fmt::format("{}: malformed validation point {}", where, value.dump()));
+  }
+  ValidPoint point;
+  point.step = value.at("step").get<int64_t>();
+  point.loss = number_or_nan(value, "loss");
+  point.accuracy = number_or_nan(value, "accuracy");
+  point.sequence_accuracy = number_or_nan(value, "sequence_accuracy");
+  return point;
+}
+
+uint64_t json_u64(const json& object, const char* key, const std::string& where) {
+  if (!object.is_object() || !object.contains(key) || !object.at(key).is_number_unsigned()) {
+    if (object.is_object() && object.contains(key) && object.at(key).is_number_integer() &&
+        object.at(key).get<int64_t>() >= 0) {
+      return static_cast<uint64_t>(object.at(key).get<int64_t>());
+    }
+    throw InputError(fmt::format("{}: \"{}\" must be a non-negative integer", where, key));
+  }
+  return object.at(key).get<uint64_t>();
+}
+
+void write_json_file(const std::string& path, const nlohmann::ordered_json& value) {
+  io::write_file_atomic(path, value.dump(2) + "\n");
+}
+
+// A metrics record with "step" (and "split") first, so metrics.jsonl reads well; the rest is sorted.
+std::string record_line(const json& record) {
+  nlohmann::ordered_json line;
+  for (const char* key : {"step", "split"}) {
+    if (record.contains(key)) line[key] = record.at(key);
+  }
+  for (const auto& [key, value] : record.items()) {
+    if (key != "step" && key != "split") line[key] = value;
+  }
+  return line.dump();
+}
+
+// config.json with sections and keys in documentation order (docs/config.md).
+nlohmann::ordered_json ordered_config(const RunConfig& config) {
+  const json resolved = to_json(config);
+  nlohmann::ordered_json out;
+  for (const std::string& path : config_keys()) {
+    const size_t dot = path.find('.');
+    const std::string section = path.substr(0, dot), key = path.substr(dot + 1);
+    out[section][key] = resolved.at(section).at(key);
+  }
+  return out;
+}
+
+}  // namespace
+
+RunPaths::RunPaths(const std::string& run_dir)
+    : dir(run_dir),
+      config((fs::path(run_dir) / "config.json").string()),
+      metrics((fs::path(run_dir) / "metrics.jsonl").string()),
+      checkpoint((fs::path(run_dir) / "checkpoint.safetensors").string()),
+      summary((fs::path(run_dir) / "summary.json").string()) {}
+
+json to_json(const StepRecord& record) {
+  json out = {{"step", record.step},
+              {"loss", finite_or_null(record.loss)},
+              {"accuracy", record.accuracy},
+              {"lr", record.lr},
+              {"grad_norm", finite_or_null(record.grad_norm)},
+              {"tokens_per_s", record.tokens_per_s}};
+  if (!record.residual_rms.empty()) {
+    json values = json::array();
+    for (double v : record.residual_rms) values.push_back(finite_or_null(v));
+    out["residual_rms"] = values;
+  }
+  if (!record.layer_grad_norms.empty()) {
+    json values = json::array();
+    for (double v : record.layer_grad_norms) values.push_back(finite_or_null(v));
+    out["layer_grad_norms"] = values;
+  }
+  if (record.diverged) out["diverged"] = true;
+  return out;
+}
+
+StepRecord step_record_from_json(const json& value, const std::string& where) {
+  if (!value.is_object() || !value.contains("step") || !value.at("step").is_number_integer()) {
+    throw InputError(fmt::format("{}: malformed step record {}", where, value.dump()));
+  }
+  StepRecord record;
+  record.step = value.at("step").get<int64_t>();
+  record.loss = number_or_nan(value, "loss");
+  record.accuracy = number_or_nan(value, "accuracy");
+  record.lr = number_or_nan(value, "lr");
+  record.grad_norm = number_or_nan(value, "grad_norm");
+  record.tokens_per_s = number_or_nan(value, "tokens_per_s");
+  auto read_list = [&](const char* key, std::vector<double>& into) {
+    if (!value.contains(key)) return;
+    for (const json& v : value.at(key)) into.push_back(v.is_number() ? v.get<double>() : std::nan(""));
+  };
+  read_list("residual_rms", record.residual_rms);
+  read_list("layer_grad_norms", record.layer_grad_norms);
+  record.diverged = value.value("diverged", false);
+  return record;
+}
+
+json to_json(const TrainSummary& summary) {
+  json final_valid = nullptr;
+  if (summary.final_valid) {
+    final_valid = to_json(*summary.final_valid);
+    final_valid["step"] = summary.final_valid_step.value_or(0);
+  }
+  json final_train = nullptr;
+  if (summary.final_train) {
+    const StepRecord& r = *summary.final_train;
+    final_train = {{"step", r.step},
+                   {"loss", finite_or_null(r.loss)},
+                   {"accuracy", r.accuracy},
+                   {"lr", r.lr},
+                   {"grad_norm", finite_or_null(r.grad_norm)}};
+  }
+  return {{"steps", summary.steps},
+          {"planned_steps", summary.planned_steps},
+          {"diverged", summary.diverged},
+          {"diverged_at_step", summary.diverged_at_step ? json(*summary.diverged_at_step) : json(nullptr)},
+          {"wall_time_s", summary.wall_time_s},
+          {"threads", summary.threads},
+          {"num_parameters", summary.num_parameters},
+          {"train_max_len", summary.train_max_len},
+          {"final_train", final_train},
+          {"final_valid", final_valid},
+          {"best_valid", summary.best_valid ? to_json(*summary.best_valid) : json(nullptr)},
+          {"best_valid_accuracy", summary.best_valid_accuracy ? to_json(*summary.best_valid_accuracy) : json(nullptr)}};
+}
+
+// ---------------------------------------------------------------- construction
+
+Trainer::Trainer(RunConfig config, TrainLogger* logger)
+    : config_(std::move(config)),
+      logger_(logger ? logger : &null_logger_),
+      task_(build_task(config_)),
+      train_set_(load_train_set(config_, task_)),
+      valid_set_(load_valid_set(config_, task_)) {
+  valid_batches_ = evaluation_batches(valid_set_, config_);
+  train_max_len_ = train_max_length(config_, train_set_);
+  buckets_ = data::make_length_buckets(static_cast<int32_t>(config_.task.eval_max_len),
+                                       static_cast<int32_t>(config_.task.bucket_width), train_max_len_);
+
+  // The data stream gets its own seed, so changing the model's initialization does not change the batches.
+  const uint64_t data_seed = data::derive_seed(static_cast<uint64_t>(config_.train.seed), 1);
+  if (train_set_) {
+    data::SamplerOptions options;
+    options.batch_size = config_.train.batch_size;
+    options.shuffle = true;
+    options.drop_last = false;
+    options.seed = data_seed;
+    options.mask = build_mask_config(config_);
+    batch_sampler_ = std::make_unique<data::BatchSampler>(*train_set_, options);
+  } else {
+    data::GeneratorOptions options;
+    options.batch_size = config_.train.batch_size;
+    options.min_len = static_cast<int32_t>(config_.task.min_len);
+    options.max_len = static_cast<int32_t>(config_.task.max_len);
+    options.seed = data_seed;
+    generator_ = std::make_unique<data::GeneratorSampler>(task_, options);
+  }
+
+  model_ = std::make_unique<nn::EncoderModel>(build_model_options(config_, task_));
+  model_->train();
+
+  optim::OptimizerOptions optimizer_options;
+  optimizer_options.name = config_.optim.name;
+  optimizer_options.lr = static_cast<float>(config_.optim.lr);
+  optimizer_options.momentum = static_cast<float>(config_.optim.momentum);
+  optimizer_options.beta1 = static_cast<float>(config_.optim.beta1);
+  optimizer_options.beta2 = static_cast<float>(config_.optim.beta2);
+  optimizer_options.eps = static_cast<float>(config_.optim.eps);
+  optimizer_options.weight_decay = static_cast<float>(config_.optim.weight_decay);
+  optimizer_options.decay_all = config_.optim.decay_all;
+  optimizer_ = std::make_unique<optim::Optimizer>(optimizer_options, model_->named_parameters());
+
+  schedule_.name = config_.optim.schedule;
+  schedule_.warmup_steps = config_.optim.warmup_steps;
+  schedule_.total_steps = config_.train.steps;
+  schedule_.min_lr_ratio = static_cast<float>(config_.optim.min_lr_ratio);
+}
+
+Trainer::~Trainer() = default;
+
+// ---------------------------------------------------------------- one step
+
+data::Batch Trainer::next_batch() { return batch_sampler_ ? batch_sampler_->next() : generator_->next(); }
+
+StepRecord Trainer::train_step(const data::Batch& batch, bool diagnostics) {
+  StepRecord record;
+  record.step = step_ + 1;
+  record.tokens = batch.num_real_tokens;
+  const float lr = static_cast<float>(config_.optim.lr) * optim::lr_factor(schedule_, step_);
+  record.lr = shortest(lr);
+
+  model_->train();
+  nn::Diagnostics diag;
+  Tensor logits = model_->forward(batch.tokens, batch.offsets, diagnostics ? &diag : nullptr);  // (rows, V)
+  Tensor loss = ops::cross_entropy(logits, batch.targets);
+  const float loss_value = loss.item();
+  record.loss = shortest(loss_value);
+  const int64_t rows = logits.size(0), V = logits.size(1);
+  const int64_t correct = kernels::count_correct(logits.data(), batch.targets.data(), rows, V);
+  record.accuracy = batch.num_targets ? double(correct) / double(batch.num_targets) : 0.0;
+  if (diagnostics) record.residual_rms = diag.residual_rms;
+  if (!std::isfinite(loss_value)) {
+    record.diverged = true;
+    record.grad_norm = std::numeric_limits<double>::quiet_NaN();
+    return record;
+  }
+
+  optimizer_->zero_grad();
+  loss.backward();
+  if (diagnostics) record.layer_grad_norms = nn::per_layer_grad_norms(*model_, config_.model.layers);
+  record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
+  if (!std::isfinite(record.grad_norm)) {
+    record.diverged = true;
+    optimizer_->zero_grad();
+    return record;
+  }
+  optimizer_->step(lr);
+  ++step_;
+  return record;
+}
+
+EvalMetrics Trainer::evaluate_valid() { return evaluate(*model_, valid_batches_, buckets_); }
+
+// ---------------------------------------------------------------- checkpoints
+
+json Trainer::trainer_state() const {
+  const double session = std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
+  return {{"wall_time_s", previous_wall_time_s_ + session},
+          {"last_record", last_record_ ? to_json(*last_record_) : json(nullptr)},
+          {"last_eval_step", last_eval_step_ ? json(*last_eval_step_) : json(nullptr)},
+          {"last_eval", last_eval_ ? to_json(*last_eval_) : json(nullptr)},
+          {"best_valid", best_loss_ ? to_json(*best_loss_) : json(nullptr)},
+          {"best_valid_accuracy", best_accuracy_ ? to_json(*best_accuracy_) : json(nullptr)}};
+}
+
+void Trainer::restore_trainer_state(const json& state, const std::string& where) {
+  if (!state.is_object()) throw InputError(fmt::format("{}: metadata 'trainer' must be a JSON object", where));
+  auto get = [&](const char* key) -> const json& {
+    if (!state.contains(key)) throw InputError(fmt::format("{}: metadata 'trainer': missing \"{}\"", where, key));
+    return state.at(key);
+  };
+  const json& wall = get("wall_time_s");
+  previous_wall_time_s_ = wall.is_number() ? wall.get<double>() : 0.0;
+  const json& record = get("last_record");
+  last_record_.reset();
+  if (!record.is_null()) last_record_ = step_record_from_json(record, where + ": metadata 'trainer'");
+  const json& eval_step = get("last_eval_step");
+  last_eval_step_.reset();
+  last_eval_.reset();
+  if (!eval_step.is_null()) {
+    if (!eval_step.is_number_integer()) throw InputError(fmt::format("{}: metadata 'trainer': bad last_eval_step", where));
+    last_eval_step_ = eval_step.get<int64_t>();
+    last_eval_ = eval_metrics_from_json(get("last_eval"), where + ": metadata 'trainer': last_eval");
+  }
+  best_loss_ = valid_point_from_json(get("best_valid"), where);
+  best_accuracy_ = valid_point_from_json(get("best_valid_accuracy"), where);
+}
+
+void Trainer::save_checkpoint(const std::string& path) const {
+  std::map<std::string, std::string> metadata;
+  metadata["normlab_version"] = NORMLAB_VERSION;
+  metadata["config"] = to_json(config_).dump();
+  metadata["step"] = std::to_string(step_);
+  metadata["optimizer_step_count"] = std::to_string(optimizer_->step_count());
+  metadata["train_max_len"] = std::to_string(train_max_len_);
+  metadata["dropout_rng"] = json{{"state", model_->dropout_rng.state()}, {"inc", model_->dropout_rng.increment()}}.dump();
+  if (batch_sampler_) {
+    metadata["sampler"] = json{{"kind", "dataset"}, {"state", data::sampler_state_to_json(batch_sampler_->state())}}.dump();
+  } else {
+    metadata["sampler"] = json{{"kind", "generator"}, {"state", data::generator_state_to_json(generator_->state())}}.dump();
+  }
+  if (task_.is_masked_lm()) metadata["task_characters"] = json(text_task_characters(task_)).dump();
+  metadata["trainer"] = trainer_state().dump();
+  write_checkpoint(path, *model_, optimizer_.get(), std::move(metadata));
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  io::SafetensorsFile file = read_checkpoint(path);
+  // The checkpoint's own config must describe this run (up to how long / how often).
+  RunConfig saved = config_from_json(metadata_json(file, "config"), path + ": metadata 'config'", ".", false);
+  check_resume_compatible(saved, config_, path);
+  if (task_.is_masked_lm()) {
+    json characters = metadata_json(file, "task_characters");
+    if (characters != json(text_task_characters(task_))) {
+      throw InputError(fmt::format("{}: the characters of {} changed since this checkpoint was written", path,
+                                   config_.task.train_file.value_or("the training file")));
+    }
+  }
+  const int64_t step = metadata_int(file, "step");
+  if (step > config_.train.steps) {
+    throw InputError(fmt::format("{}: checkpoint is at step {}, beyond train.steps = {}", path, step,
+                                 config_.train.steps));
+  }
+  // Parse and check every piece before changing anything.
+  std::map<std::string, std::vector<float>> optimizer_state = optimizer_tensors(file, *optimizer_);
+  const int64_t optimizer_steps = metadata_int(file, "optimizer_step_count");
+  const json rng = metadata_json(file, "dropout_rng");
+  const uint64_t rng_state = json_u64(rng, "state", path + ": metadata 'dropout_rng'");
+  const uint64_t rng_inc = json_u64(rng, "inc", path + ": metadata 'dropout_rng'");
+  const json sampler = metadata_json(file, "sampler");
+  const std::string where = path + ": metadata 'sampler'";
+  const std::string kind = sampler.is_object() ? sampler.value("kind", "") : "";
+  if (kind != (batch_sampler_ ? "dataset" : "generator") || !sampler.contains("state")) {
+    throw InputError(fmt::format("{}: expected a {} sampler state", where, batch_sampler_ ? "dataset" : "generator"));
+  }
+  const json saved_state = metadata_json(file, "trainer");
+
+  load_model_state(file, *model_);
+  optimizer_->load_state(optimizer_state, optimizer_steps, path);
+  model_->dropout_rng.set_state(rng_state, rng_inc);
+  if (batch_sampler_) {
+    batch_sampler_->restore(data::sampler_state_from_json(sampler.at("state"), where));
+  } else {
+    generator_->restore(data::generator_state_from_json(sampler.at("state"), where));
+  }
+  step_ = step;
+  restore_trainer_state(saved_state, path);
+  last_checkpoint_step_ = step_;
+}
+
+// ---------------------------------------------------------------- the run directory
+
+void Trainer::open_metrics(bool truncate) {
+  metrics_.close();
+  metrics_.clear();
+  metrics_.open(paths_->metrics, truncate ? std::ios::out | std::ios::trunc : std::ios::out | std::ios::app);
+  if (!metrics_) throw InputError(fmt::format("{}: cannot open for writing", paths_->metrics));
+}
+
+void Trainer::write_metrics(const json& record) {
+  metrics_ << record_line(record) << '\n';
+  metrics_.flush();
+  if (!metrics_) throw InputError(fmt::format("{}: write failed", paths_->metrics));
+}
+
+void Trainer::start(const std::string& dir) {
+  RunPaths paths(dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) {
+    throw InputError(fmt::format("{}: cannot create the run directory: {}", dir, ec ? ec.message() : "not a directory"));
+  }
+  if (fs::exists(paths.checkpoint)) {
+    throw InputError(fmt::format("{}: already holds a run (checkpoint.safetensors); resume it with --resume or "
+                                 "choose another output directory",
+                                 dir));
+  }
+  write_json_file(paths.config, ordered_config(config_));
+  fs::remove(paths.summary, ec);
+  paths_ = paths;
+  open_metrics(true);
+}
+
+void Trainer::resume(const std::string& dir) {
+  RunPaths paths(dir);
+  if (!fs::is_regular_file(paths.checkpoint)) {
+    throw InputError(fmt::format("{}: no checkpoint.safetensors to resume from", dir));
+  }
+  load_checkpoint(paths.checkpoint);
+  write_json_file(paths.config, ordered_config(config_));
+  std::error_code ec;
+  if (fs::exists(paths.metrics)) truncate_metrics(paths.metrics, step_);
+  fs::remove(paths.summary, ec);
+  paths_ = paths;
+  open_metrics(false);
+  logger_->info(fmt::format("resumed {} at step {}", dir, step_));
+}
+
+int64_t truncate_metrics(const std::string& path, int64_t step) {
+  const std::string text = io::read_file(path, kMaxMetricsBytes);
+  size_t keep = 0;
+  while (keep < text.size()) {
+    const size_t newline = text.find('\n', keep);
+    if (newline == std::string::npos) break;  // a torn last line
+    json record = json::parse(text.substr(keep, newline - keep), nullptr, /*allow_exceptions=*/false);
+    if (record.is_discarded() || !record.is_object() || !record.contains("step") ||
+        !record.at("step").is_number_integer() || record.at("step").get<int64_t>() > step) {
+      break;
+    }
+    keep = newline + 1;
+  }
+  if (keep != text.size()) fs::resize_file(path, keep);
+  return static_cast<int64_t>(keep);
+}
+
+// ---------------------------------------------------------------- the loop
+
+void Trainer::record_eval() {
+  EvalMetrics metrics = evaluate_valid();
+  json record = to_json(metrics);
+  record["step"] = step_;
+  record["split"] = "valid";
+  write_metrics(record);
+  logger_->eval(step_, metrics);
+  last_eval_step_ = step_;
+  last_eval_ = metrics;
+  ValidPoint point{step_, metrics.loss, metrics.accuracy, metrics.sequence_accuracy};
+  if (!best_loss_ || metrics.loss < best_loss_->loss) best_loss_ = point;
+  if (!best_accuracy_ || metrics.accuracy > best_accuracy_->accuracy) best_accuracy_ = point;
+}
+
+TrainSummary Trainer::run() {
+  if (!paths_) throw UsageError("Trainer::run: call start() or resume() first");
+  if (config_.train.threads > 0) set_num_threads(static_cast<int>(config_.train.threads));
+  session_start_ = std::chrono::steady_clock::now();
+  const TrainConfig& t = config_.train;
+  logger_->info(fmt::format("{} task, {} parameters, {} threads; training on {}, validating on {} examples", task_.name,
+                            model_->num_parameters(), num_threads(),
+                            train_set_ ? fmt::format("{} examples of {}", train_set_->size(), *config_.task.train_file)
+                                       : fmt::format("generated sequences of lengths {}-{}", config_.task.min_len,
+                                                     config_.task.max_len),
+                            valid_set_.size()));
+
+  std::optional<int64_t> diverged_at;
+  while (step_ < t.steps) {
+    const bool diagnostics = t.diagnostics_every > 0 && (step_ + 1) % t.diagnostics_every == 0;
+    data::Batch batch = next_batch();
+    const auto begin = std::chrono::steady_clock::now();
+    StepRecord record = train_step(batch, diagnostics);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    record.tokens_per_s = seconds > 0 ? double(record.tokens) / seconds : 0.0;
+    write_metrics(to_json(record));
+    last_record_ = record;
+    logger_->step(record, t.steps);
+    if (record.diverged) {
+      diverged_at = record.step;
+      break;
+    }
+    if (t.eval_every > 0 && step_ % t.eval_every == 0) record_eval();
+    if (t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) {
+      save_checkpoint(paths_->checkpoint);
+      last_checkpoint_step_ = step_;
+      logger_->checkpoint(step_, paths_->checkpoint);
+    }
+  }
+  if (!diverged_at) {
+    if (last_eval_step_ != step_) record_eval();
+    if (last_checkpoint_step_ != step_) {
+      save_checkpoint(paths_->checkpoint);
+      last_checkpoint_step_ = step_;
+      logger_->checkpoint(step_, paths_->checkpoint);
+    }
+  }
+
+  TrainSummary summary;
+  summary.steps = step_;
+  summary.planned_steps = t.steps;
+  summary.diverged = diverged_at.has_value();
+  summary.diverged_at_step = diverged_at;
+  summary.wall_time_s =
+      previous_wall_time_s_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
+  summary.threads = num_threads();
+  summary.num_parameters = model_->num_parameters();
+  summary.train_max_len = train_max_len_;
+  summary.final_train = last_record_;
+  summary.final_valid_step = last_eval_step_;
+  summary.final_valid = last_eval_;
+  summary.best_valid = best_loss_;
+  summary.best_valid_accuracy = best_accuracy_;
+  write_json_file(paths_->summary, to_json(summary));
+  return summary;
+}
+
+}  // namespace normlab::train

@@ -1,0 +1,214 @@
+// Tests of the real `normlab` binary: exit codes, error lines, and the train / eval / predict /
+// bench step verbs end to end on a tiny config.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() / ("normlab_test_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string sub(const std::string& name) const { return (path / name).string(); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path / name) << text;
+    return sub(name);
+  }
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+  int64_t err_lines() const {
+    int64_t n = 0;
+    for (char c : err) n += c == '\n';
+    return n;
+  }
+};
+
+// Runs `normlab ARGS` (in `cwd` if given) with stdout and stderr captured in files.
+Result run_cli(const TempDir& dir, const std::string& args, const std::string& cwd = "") {
+  const std::string out = dir.sub("stdout.txt"), err = dir.sub("stderr.txt");
+  std::string command = std::string("\"") + NORMLAB_BINARY + "\" " + args + " >\"" + out + "\" 2>\"" + err + "\"";
+  if (!cwd.empty()) command = "cd \"" + cwd + "\" && " + command;
+  const int status = std::system(command.c_str());
+  Result result;
+  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.out = read_text(out);
+  result.err = read_text(err);
+  return result;
+}
+
+const char* kTinyConfig = R"({
+  "model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32, "max_len": 16},
+  "task": {"name": "reverse", "min_len": 1, "max_len": 8, "eval_max_len": 12, "eval_examples": 32, "bucket_width": 4},
+  "optim": {"lr": 0.01, "warmup_steps": 2},
+  "train": {"steps": 8, "batch_size": 8, "eval_every": 4, "log_every": 2, "diagnostics_every": 4,
+            "checkpoint_every": 4, "threads": 1}
+})";
+
+}  // namespace
+
+TEST_CASE("cli: --help works for the program and each verb") {
+  TempDir dir;
+  Result top = run_cli(dir, "--help");
+  CHECK(top.code == 0);
+  CHECK(top.out.find("train") != std::string::npos);
+  Result train = run_cli(dir, "train --help");
+  CHECK(train.code == 0);
+  CHECK(train.out.find("--config") != std::string::npos);
+  CHECK(train.out.find("--resume") != std::string::npos);
+  for (const char* verb : {"eval --help", "predict --help", "bench step --help"}) {
+    INFO(verb);
+    CHECK(run_cli(dir, verb).code == 0);
+  }
+}
+
+TEST_CASE("cli: a bad config exits 2 with one line naming the file and the key") {
+  TempDir dir;
+  const std::string path = dir.write("bad.json", R"({"model": {"d_modle": 64}})");
+  Result r = run_cli(dir, "train --config " + path + " --out " + dir.sub("run"));
+  CHECK(r.code == 2);
+  CHECK(r.err_lines() == 1);
+  CHECK(r.err.find(path + ": model.d_modle: unknown key (did you mean 'd_model'?)") != std::string::npos);
+  CHECK(!fs::exists(dir.sub("run")));
+
+  Result set = run_cli(dir, "train --config " + dir.write("ok.json", kTinyConfig) + " --set optim.lr=abc --out " +
+                                dir.sub("run"));
+  CHECK(set.code == 2);
+  CHECK(set.err_lines() == 1);
+  CHECK(set.err.find("--set optim.lr=abc: optim.lr: must be a number in (0, 10], got \"abc\"") != std::string::npos);
+}
+
+TEST_CASE("cli: a missing config file exits 2") {
+  TempDir dir;
+  Result r = run_cli(dir, "train --config " + dir.sub("nope.json"));
+  CHECK(r.code == 2);
+  CHECK(r.err_lines() == 1);
+  CHECK(r.err.find(dir.sub("nope.json")) != std::string::npos);
+  CHECK(run_cli(dir, "train").code == 2);  // neither --config nor --resume
+  CHECK(run_cli(dir, "eval --run " + dir.sub("nothing")).code == 2);
+}
+
+TEST_CASE("cli: train, eval and predict on a tiny config") {
+  TempDir dir;
+  const std::string config = dir.write("tiny.json", kTinyConfig);
+  const std::string run = dir.sub("run");
+  Result train = run_cli(dir, "train --config " + config + " --out " + run);
+  INFO(train.err);
+  REQUIRE(train.code == 0);
+  for (const char* file : {"config.json", "metrics.jsonl", "checkpoint.safetensors", "summary.json"}) {
+    INFO(file);
+    CHECK(fs::is_regular_file(fs::path(run) / file));
+  }
+  CHECK(train.out.find("trained 8 steps") != std::string::npos);
+  json summary = json::parse(read_text(run + "/summary.json"));
+  CHECK(summary["steps"] == 8);
+  CHECK(summary["diverged"] == false);
+  // Not a terminal: plain progress lines every log_every steps.
+  CHECK(train.err.find("step 2/8") != std::string::npos);
+  CHECK(train.err.find("step 3/8") == std::string::npos);
+
+  Result eval = run_cli(dir, "eval --run " + run);
+  CHECK(eval.code == 0);
+  CHECK(eval.out.find("lengths") != std::string::npos);
+  CHECK(eval.out.find("9-12*") != std::string::npos);  // beyond the training maximum of 8
+  CHECK(eval.out.find("all") != std::string::npos);
+  Result eval_json = run_cli(dir, "eval --run " + run + " --json");
+  CHECK(eval_json.code == 0);
+  json metrics = json::parse(eval_json.out);
+  CHECK(metrics["sequences"] == 32);
+  CHECK(metrics["loss"].get<double>() == doctest::Approx(summary["final_valid"]["loss"].get<double>()));
+
+  const std::string data = dir.write("data.jsonl", "{\"tokens\":[\"1\",\"2\"],\"targets\":[\"2\",\"1\"]}\n");
+  Result eval_data = run_cli(dir, "eval --run " + run + " --data " + data + " --json");
+  CHECK(eval_data.code == 0);
+  CHECK(json::parse(eval_data.out)["sequences"] == 1);
+  const std::string too_long = dir.write(
+      "long.jsonl", "{\"tokens\":[\"1\"],\"targets\":[\"1\"]}\n{\"tokens\":" + json(std::vector<std::string>(20, "1")).dump() +
+                        ",\"targets\":" + json(std::vector<std::string>(20, "1")).dump() + "}\n");
+  Result eval_long = run_cli(dir, "eval --run " + run + " --data " + too_long);
+  CHECK(eval_long.code == 2);
+  CHECK(eval_long.err.find(too_long + ":2:") != std::string::npos);
+
+  Result predict = run_cli(dir, "predict --run " + run + " --input '1 2 3'");
+  CHECK(predict.code == 0);
+  CHECK(predict.out.find("input:     1 2 3") != std::string::npos);
+  CHECK(predict.out.find("predicted: ") != std::string::npos);
+  CHECK(predict.out.find("expected:  3 2 1") != std::string::npos);
+  Result unknown = run_cli(dir, "predict --run " + run + " --input '1 2 x'");
+  CHECK(unknown.code == 2);
+  CHECK(unknown.err_lines() == 1);
+  CHECK(unknown.err.find("unknown symbol") != std::string::npos);
+
+  // An existing run is not overwritten; it can be resumed, but only to train longer or report differently.
+  Result again = run_cli(dir, "train --config " + config + " --out " + run);
+  CHECK(again.code == 2);
+  CHECK(again.err.find("already holds a run") != std::string::npos);
+  Result changed = run_cli(dir, "train --resume " + run + " --set optim.lr=0.5");
+  CHECK(changed.code == 2);
+  CHECK(changed.err.find("optim.lr: cannot change on resume") != std::string::npos);
+  Result resumed = run_cli(dir, "train --resume --out " + run + " --set train.steps=12");
+  CHECK(resumed.code == 0);
+  CHECK(json::parse(read_text(run + "/summary.json"))["steps"] == 12);
+  CHECK(json::parse(read_text(run + "/config.json"))["train"]["steps"] == 12);
+
+  // Without --out the run goes to runs/<config name> under the working directory.
+  Result default_out = run_cli(dir, "train --config tiny.json --set train.steps=2", dir.path.string());
+  CHECK(default_out.code == 0);
+  CHECK(fs::is_regular_file(dir.path / "runs" / "tiny" / "summary.json"));
+}
+
+TEST_CASE("cli: a diverging run exits 3") {
+  TempDir dir;
+  const std::string config = dir.write("tiny.json", kTinyConfig);
+  Result r = run_cli(dir, "train --config " + config + " --out " + dir.sub("run") +
+                              " --set model.norm=none --set optim.name=sgd --set optim.lr=10 --set optim.schedule=constant"
+                              " --set optim.clip_grad_norm=0 --set train.steps=300 --set model.layers=2");
+  CHECK(r.code == 3);
+  CHECK(r.err.find("diverged at step") != std::string::npos);
+  CHECK(json::parse(read_text(dir.sub("run") + "/summary.json"))["diverged"] == true);
+}
+
+TEST_CASE("cli: bench step prints step time and throughput") {
+  TempDir dir;
+  const std::string config = dir.write("tiny.json", kTinyConfig);
+  Result r = run_cli(dir, "bench step --config " + config + " --repeats 3 --json");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  json out = json::parse(r.out);
+  CHECK(out["step_ms"].get<double>() > 0);
+  CHECK(out["tokens_per_s"].get<double>() > 0);
+  CHECK(out["repeats"] == 3);
+  Result table = run_cli(dir, "bench step --config " + config + " --repeats 2");
+  CHECK(table.code == 0);
+  CHECK(table.out.find("tokens/s") != std::string::npos);
+  CHECK(run_cli(dir, "bench step --config " + config + " --repeats 0").code == 2);
+}

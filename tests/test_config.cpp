@@ -1,0 +1,257 @@
+// Tests for the run configuration: strict validation, overrides, defaults, documentation.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "normlab/error.hpp"
+#include "normlab/train/config.hpp"
+
+namespace fs = std::filesystem;
+using namespace normlab;
+using namespace normlab::train;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("normlab_test_config_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path / name) << text;
+    return (path / name).string();
+  }
+};
+
+// The InputError message of load_config(path, overrides), or "" if it succeeds.
+std::string load_error(const std::string& path, const std::vector<std::string>& overrides = {}) {
+  try {
+    load_config(path, overrides);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string config_error(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  TempDir dir;
+  return load_error(dir.write("x.json", text), overrides);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+}  // namespace
+
+TEST_CASE("config: defaults round-trip through JSON") {
+  RunConfig defaults;
+  nlohmann::json json = to_json(defaults);
+  CHECK(json.size() == 4);
+  CHECK(json["model"]["d_model"] == 64);
+  CHECK(json["task"]["train_file"].is_null());
+  CHECK(config_from_json(json, "defaults") == defaults);
+  // An empty object means every default; so does an empty section.
+  CHECK(config_from_json(nlohmann::json::object(), "empty") == defaults);
+  CHECK(config_from_json(nlohmann::json{{"model", nlohmann::json::object()}}, "empty") == defaults);
+
+  // A changed config survives the round trip too (every field is read back).
+  RunConfig changed;
+  changed.model.d_model = 32;
+  changed.model.heads = 2;
+  changed.model.norm = "rmsnorm";
+  changed.model.vocab_size = 40;
+  changed.optim.lr = 0.0003;
+  changed.optim.decay_all = true;
+  changed.train.seed = 12345;
+  changed.task.mask_prob = 0.5;
+  RunConfig back = config_from_json(to_json(changed), "changed");
+  CHECK(back == changed);
+  CHECK(back.model.vocab_size == 40);
+}
+
+TEST_CASE("config: unknown keys are errors naming the closest valid key") {
+  CHECK(config_error(R"({"model": {"d_modle": 64}})").find("x.json: model.d_modle: unknown key (did you mean 'd_model'?)") !=
+        std::string::npos);
+  CHECK(config_error(R"({"optim": {"warmup": 10}})").find("optim.warmup: unknown key (did you mean 'warmup_steps'?)") !=
+        std::string::npos);
+  // A key that lives in another section is suggested with its section.
+  CHECK(config_error(R"({"model": {"lr": 0.1}})").find("model.lr: unknown key (did you mean 'optim.lr'?)") !=
+        std::string::npos);
+  CHECK(config_error(R"({"modle": {}})").find("modle: unknown section (did you mean 'model'?") != std::string::npos);
+  CHECK(config_error(R"([1, 2])").find("must be a JSON object") != std::string::npos);
+  CHECK(config_error(R"({"model": 3})").find("model: must be a JSON object, got 3") != std::string::npos);
+}
+
+TEST_CASE("config: wrong types name the path and the expected type") {
+  CHECK(config_error(R"({"optim": {"lr": "fast"}})").find("x.json: optim.lr: must be a number in (0, 10], got \"fast\"") !=
+        std::string::npos);
+  CHECK(config_error(R"({"model": {"d_model": 64.5}})").find("model.d_model: must be an integer in [1, 4096], got 64.5") !=
+        std::string::npos);
+  CHECK(config_error(R"({"model": {"final_norm": 1}})").find("model.final_norm: must be true or false, got 1") !=
+        std::string::npos);
+  CHECK(config_error(R"({"model": {"norm": "layernrom"}})").find("did you mean 'layernorm'?") != std::string::npos);
+  CHECK(config_error(R"({"model": {"norm": 3}})").find("model.norm: must be one of \"layernorm\"") != std::string::npos);
+  CHECK(config_error(R"({"task": {"train_file": 3}})").find("task.train_file: must be a file path") != std::string::npos);
+  CHECK(config_error(R"({"model": {"d_model": null}})").find("model.d_model: must be an integer") != std::string::npos);
+}
+
+TEST_CASE("config: out-of-range values give the allowed range") {
+  TempDir dir;
+  const std::string path = dir.write("x.json", R"({"optim": {"lr": -1}})");
+  CHECK(load_error(path) == path + ": optim.lr: must be a number in (0, 10], got -1");
+  CHECK(config_error(R"({"model": {"d_model": 5000}})").find("model.d_model: must be an integer in [1, 4096], got 5000") !=
+        std::string::npos);
+  CHECK(config_error(R"({"model": {"dropout": 1.0}})").find("model.dropout: must be a number in [0, 1), got 1.0") !=
+        std::string::npos);
+  CHECK(config_error(R"({"train": {"steps": 0}})").find("train.steps: must be an integer in [1, 100000000], got 0") !=
+        std::string::npos);
+  CHECK(config_error(R"({"train": {"batch_size": 100000}})").find("train.batch_size") != std::string::npos);
+  CHECK(config_error(R"({"train": {"seed": -1}})").find("train.seed: must be an integer in [0, ") != std::string::npos);
+  CHECK(config_error(R"({"model": {"vocab_size": 0}})").find("model.vocab_size: must be an integer in [1, 65536] or null") !=
+        std::string::npos);
+  // Boundaries: closed ends are accepted, open ends refused.
+  CHECK(config_error(R"({"optim": {"lr": 10}})").empty());
+  CHECK(config_error(R"({"optim": {"beta2": 0}})").empty());
+  CHECK(!config_error(R"({"optim": {"beta2": 1}})").empty());
+}
+
+TEST_CASE("config: cross-field rules") {
+  CHECK(config_error(R"({"model": {"d_model": 65, "heads": 4}})")
+            .find("x.json: model.d_model: must be divisible by model.heads (got 65 and 4)") != std::string::npos);
+  CHECK(config_error(R"({"task": {"min_len": 5, "max_len": 3}})")
+            .find("task.max_len: must be >= task.min_len (got 3 and 5)") != std::string::npos);
+  CHECK(config_error(R"({"task": {"eval_max_len": 200}, "model": {"max_len": 128}})")
+            .find("task.eval_max_len: must be <= model.max_len (got 200 and 128)") != std::string::npos);
+  CHECK(config_error(R"({"task": {"max_len": 64}, "model": {"max_len": 32}})")
+            .find("task.max_len: must be <= model.max_len (got 64 and 32)") != std::string::npos);
+  CHECK(config_error(R"({"task": {"name": "mlm_text"}})").find("task.train_file: the mlm_text task has no generator") !=
+        std::string::npos);
+  CHECK(config_error(R"({"task": {"mask_prob": 0.8, "random_prob": 0.3}})").find("task.random_prob") != std::string::npos);
+  CHECK(config_error(R"({"model": {"vocab_size": 5}})")
+            .find("model.vocab_size: must be at least the reverse task's 10 input symbols (got 5)") != std::string::npos);
+  // Every size within its own range, but together far too large to allocate.
+  std::string huge = config_error(R"({"model": {"d_model": 4096, "heads": 64, "layers": 64, "ffn": 16384, "max_len": 4096},
+                                      "task": {"max_len": 4096, "eval_max_len": 4096}, "train": {"batch_size": 4096}})");
+  CHECK(huge.find("GiB") != std::string::npos);
+  CHECK(huge.find("x.json: model:") != std::string::npos);
+}
+
+TEST_CASE("config: --set overrides are parsed as JSON or strings and validated") {
+  TempDir dir;
+  const std::string path = dir.write("x.json", R"({"model": {"d_model": 32, "heads": 4}})");
+  RunConfig config = load_config(path, {"optim.lr=0.01", "model.norm=rmsnorm", "train.seed=7", "model.final_norm=false",
+                                        "model.vocab_size=12"});
+  CHECK(config.optim.lr == doctest::Approx(0.01));
+  CHECK(config.model.norm == "rmsnorm");
+  CHECK(config.train.seed == 7);
+  CHECK(config.model.final_norm == false);
+  CHECK(config.model.vocab_size == 12);
+  CHECK(load_config(path, {"model.vocab_size=null"}).model.vocab_size == std::nullopt);
+  // A later --set wins.
+  CHECK(load_config(path, {"train.steps=5", "train.steps=6"}).train.steps == 6);
+
+  CHECK(load_error(path, {"optim.lr=abc"}) == "--set optim.lr=abc: optim.lr: must be a number in (0, 10], got \"abc\"");
+  CHECK(load_error(path, {"optim.lr"}).find("--set optim.lr: expected section.key=value") != std::string::npos);
+  CHECK(load_error(path, {"lr=0.1"}).find("--set lr=0.1: lr: expected section.key (did you mean 'optim.lr'?)") !=
+        std::string::npos);
+  CHECK(load_error(path, {"model.d_modle=3"}).find("--set model.d_modle=3: model.d_modle: unknown key (did you mean 'd_model'?)") !=
+        std::string::npos);
+  CHECK(load_error(path, {"train.data_file=x"}).find("unknown key") != std::string::npos);
+  // Cross-field rules apply to the result: a --set can repair or break the file's combination.
+  CHECK(load_error(path, {"model.heads=5"}).find("model.d_model: must be divisible by model.heads (got 32 and 5)") !=
+        std::string::npos);
+  const std::string odd = dir.write("odd.json", R"({"model": {"d_model": 30, "heads": 4}})");
+  CHECK(!load_error(odd).empty());
+  CHECK(load_config(odd, {"model.d_model=32"}).model.d_model == 32);
+}
+
+TEST_CASE("config: file errors name the file") {
+  TempDir dir;
+  const std::string missing = (dir.path / "missing.json").string();
+  CHECK(load_error(missing).find(missing) == 0);
+  std::string bad = config_error("{\"model\": {\"d_model\": 64,}}");
+  CHECK(bad.find("x.json: invalid JSON: parse error at line 1") != std::string::npos);
+  CHECK(config_error(R"({"model": {"d_model": 64, "d_model": 32}})").find("x.json: model.d_model: duplicate key") !=
+        std::string::npos);
+  CHECK(config_error(R"({"model": {}, "model": {}})").find("x.json: model: duplicate key") != std::string::npos);
+}
+
+TEST_CASE("config: data paths are relative to the config file and must exist") {
+  TempDir dir;
+  fs::create_directories(dir.path / "configs");
+  fs::create_directories(dir.path / "data");
+  dir.write("data/train.jsonl", "{\"tokens\":[\"1\"],\"targets\":[\"1\"]}\n");
+  const std::string path = dir.write("configs/x.json", R"({"task": {"train_file": "../data/train.jsonl"}})");
+  RunConfig config = load_config(path);
+  REQUIRE(config.task.train_file);
+  CHECK(fs::path(*config.task.train_file).is_absolute());
+  CHECK(fs::equivalent(*config.task.train_file, dir.path / "data" / "train.jsonl"));
+  // The resolved config reloads to the same thing from anywhere.
+  CHECK(config_from_json(to_json(config), "resolved") == config);
+
+  const std::string bad = dir.write("configs/y.json", R"({"task": {"valid_file": "nope.jsonl"}})");
+  CHECK(load_error(bad).find("y.json: task.valid_file: no such file: ") != std::string::npos);
+  // Without the existence check (a saved run whose data moved) the path is kept as written.
+  nlohmann::json saved = {{"task", {{"valid_file", "/nowhere/valid.jsonl"}}}};
+  CHECK(*config_from_json(saved, "saved", ".", false).task.valid_file == "/nowhere/valid.jsonl");
+}
+
+TEST_CASE("config: resume may change only how long and how often") {
+  RunConfig stored;
+  RunConfig requested = stored;
+  requested.train.steps = 5000;
+  requested.train.threads = 2;
+  requested.train.log_every = 1;
+  CHECK_NOTHROW(check_resume_compatible(stored, requested, "run"));
+  requested.optim.lr = 0.5;
+  try {
+    check_resume_compatible(stored, requested, "run");
+    FAIL("expected an InputError");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("run: optim.lr: cannot change on resume (the run has 0.001, requested 0.5)") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("config: edit distance") {
+  CHECK(edit_distance("", "") == 0);
+  CHECK(edit_distance("kitten", "sitting") == 3);
+  CHECK(edit_distance("d_modle", "d_model") == 2);
+  CHECK(edit_distance("abc", "") == 3);
+}
+
+TEST_CASE("config: docs/config.md documents every key") {
+  const std::string docs = read_text(std::string(NORMLAB_SOURCE_DIR) + "/docs/config.md");
+  REQUIRE(!docs.empty());
+  for (const std::string& key : config_keys()) {
+    INFO(key);
+    CHECK(docs.find("`" + key + "`") != std::string::npos);
+  }
+}
+
+TEST_CASE("config: the shipped configs load") {
+  for (const char* name : {"reverse", "sort", "brackets", "majority", "kjv-mlm", "bench-step"}) {
+    INFO(name);
+    const std::string path = std::string(NORMLAB_SOURCE_DIR) + "/configs/" + name + ".json";
+    RunConfig config;
+    CHECK_NOTHROW(config = load_config(path));
+    CHECK(config.train.steps <= 2000);
+  }
+}
