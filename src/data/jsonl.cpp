@@ -51,6 +51,8 @@ bool is_blank(std::string_view line) {
 // Parses one line into an object with exactly the task's keys.
 json parse_object(std::string_view line, const Task& task, std::string_view where) {
   if (is_blank(line)) throw InputError(fmt::format("{}: blank line (expected one JSON object per line)", where));
+  // nlohmann's parser stops at a NUL byte and would accept a line with junk after it.
+  if (line.find('\0') != std::string_view::npos) throw InputError(fmt::format("{}: NUL byte in line", where));
   // nlohmann keeps the last of repeated keys silently; a repeated key in a data file is a mistake.
   std::string repeated_key;
   std::set<std::string> seen_keys;
@@ -65,7 +67,7 @@ json parse_object(std::string_view line, const Task& task, std::string_view wher
   json object;
   try {
     object = json::parse(line.begin(), line.end(), watch_keys);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
     std::string message = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 9: ..." -> "column 9: ..."
     if (auto at = message.find("column "); at != std::string::npos) message = message.substr(at);

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets in fuzz/ and runs each one for a bounded time (docs/RELIABILITY.md).
+#
+#   bash scripts/fuzz.sh --ci                 # every target for 30 s: what CI runs
+#   bash scripts/fuzz.sh 600                  # every target for 10 minutes
+#   bash scripts/fuzz.sh 300 jsonl config     # only these targets
+#   bash scripts/fuzz.sh --build-only
+#
+# Targets: npy safetensors jsonl config config_set (fuzz/fuzz_<target>.cpp; the input layouts are
+# described in fuzz/fuzz_inputs.hpp). Each run starts from a copy of fuzz/corpus/<target>/ in a
+# temporary directory, so the repository is never modified. A crash, sanitizer report, leak,
+# timeout (> 2 s for one input) or out-of-memory (> 2 GB) fails the script; the offending input is
+# copied to build-fuzz/crashes/<target>/ and its path printed. To keep it as a regression test, copy
+# it to tests/data/fuzz-regressions/<target>/ (tests/test_fuzz_regressions.cpp replays every file
+# there in the normal suite).
+#
+# Environment: BUILD_DIR (default build-fuzz), CXX (default clang++-14), JOBS (default nproc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BUILD_DIR=${BUILD_DIR:-build-fuzz}
+CXX=${CXX:-clang++-14}
+JOBS=${JOBS:-$(nproc)}
+ALL_TARGETS=(npy safetensors jsonl config config_set)
+
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
+
+seconds=60
+ci=0
+build_only=0
+targets=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --ci) ci=1; seconds=30 ;;
+    --build-only) build_only=1 ;;
+    -h|--help) usage; exit 0 ;;
+    [0-9]*) seconds=$1 ;;
+    *)
+      if [[ " ${ALL_TARGETS[*]} " != *" $1 "* ]]; then
+        echo "fuzz.sh: unknown target '$1' (targets: ${ALL_TARGETS[*]})" >&2
+        exit 2
+      fi
+      targets+=("$1") ;;
+  esac
+  shift
+done
+[[ ${#targets[@]} -eq 0 ]] && targets=("${ALL_TARGETS[@]}")
+
+# ------------------------------------------------------------------------------- toolchain check
+if ! command -v "$CXX" >/dev/null; then
+  echo "fuzz.sh: $CXX not found. Install it with: apt-get install -y clang-14 libclang-rt-14-dev" >&2
+  exit 2
+fi
+mkdir -p "$BUILD_DIR/obj" "$BUILD_DIR/crashes"
+probe="$BUILD_DIR/probe"
+if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' |
+     "$CXX" -x c++ - -fsanitize=fuzzer,address,undefined -o "$probe" 2>/dev/null; then
+  # libFuzzer and the sanitizer runtimes live in compiler-rt, a separate Debian package.
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "fuzz.sh: libFuzzer runtime missing; installing libclang-rt-14-dev" >&2
+    apt-get install -y libclang-rt-14-dev >&2
+  else
+    echo "fuzz.sh: libFuzzer runtime missing. Install it with: sudo apt-get install -y libclang-rt-14-dev" >&2
+    exit 2
+  fi
+fi
+
+# ------------------------------------------------------------------------------------------ build
+# The parsers and what they call: the I/O and data layers and the config loader. They go into an
+# archive, so each target links only the objects it uses.
+LIB_SOURCES=(src/io/*.cpp src/data/*.cpp src/train/config.cpp)
+# Library code gets coverage instrumentation (fuzzer-no-link); only the targets link libFuzzer's
+# main. -fno-sanitize-recover: a UBSan report must be a crash, or the fuzzer would not save the input.
+SAN_FLAGS=(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
+CXXFLAGS=(-std=c++20 -g -O1 -Iinclude -Wall -Wextra "${SAN_FLAGS[@]}")
+
+# Recompiles an object when it is missing or older than any file in its depfile.
+needs_build() {
+  local object=$1 depfile=$2
+  [[ -f $object && -f $depfile ]] || return 0
+  local dep
+  for dep in $(sed -e 's/^[^:]*://' -e 's/\\$//' "$depfile"); do
+    [[ $dep -nt $object ]] && return 0
+  done
+  return 1
+}
+
+echo "fuzz.sh: building in $BUILD_DIR with $CXX"
+objects=()
+pids=()
+for source in "${LIB_SOURCES[@]}"; do
+  object="$BUILD_DIR/obj/$(echo "${source%.cpp}" | tr '/' '_').o"
+  objects+=("$object")
+  if needs_build "$object" "${object%.o}.d"; then
+    "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer-no-link -MMD -MF "${object%.o}.d" -c "$source" -o "$object" &
+    pids+=($!)
+    if [[ ${#pids[@]} -ge $JOBS ]]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+  fi
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+rm -f "$BUILD_DIR/libnormlab_fuzz.a"
+ar rcs "$BUILD_DIR/libnormlab_fuzz.a" "${objects[@]}"
+
+for target in "${targets[@]}"; do
+  binary="$BUILD_DIR/fuzz_$target"
+  "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer "fuzz/fuzz_$target.cpp" "$BUILD_DIR/libnormlab_fuzz.a" -lfmt -o "$binary"
+done
+echo "fuzz.sh: built ${targets[*]}"
+[[ $build_only -eq 1 ]] && exit 0
+
+# -------------------------------------------------------------------------------------------- run
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$ROOT/scripts/lsan.supp:print_suppressions=0}
+
+failed=()
+for target in "${targets[@]}"; do
+  work=$(mktemp -d "${TMPDIR:-/tmp}/normlab-fuzz-$target-XXXXXX")
+  mkdir -p "$work/corpus" "$work/artifacts"
+  if [[ -d fuzz/corpus/$target ]]; then cp -r "fuzz/corpus/$target/." "$work/corpus/"; fi
+  seeds=$(find "$work/corpus" -type f | wc -l)
+  echo "fuzz.sh: $target for ${seconds}s from $seeds seeds (log: $work/log)"
+  set +e
+  "$BUILD_DIR/fuzz_$target" "$work/corpus" \
+    -max_total_time="$seconds" -timeout=2 -rss_limit_mb=2048 \
+    -artifact_prefix="$work/artifacts/" -print_final_stats=1 >"$work/log" 2>&1
+  status=$?
+  set -e
+  grep -E '^stat::number_of_executed_units|^#[0-9]+.*DONE' "$work/log" | tail -2 | sed "s/^/  $target: /"
+  artifacts=$(find "$work/artifacts" -type f)
+  if [[ $status -ne 0 || -n $artifacts ]]; then
+    failed+=("$target")
+    mkdir -p "$BUILD_DIR/crashes/$target"
+    echo "fuzz.sh: $target FAILED (exit $status). Report:" >&2
+    grep -E 'ERROR|SUMMARY|fuzz: unexpected|runtime error|==[0-9]+==' "$work/log" | head -20 | sed 's/^/  /' >&2
+    for artifact in $artifacts; do
+      cp "$artifact" "$BUILD_DIR/crashes/$target/"
+      echo "  crash input: $ROOT/$BUILD_DIR/crashes/$target/$(basename "$artifact")" >&2
+    done
+    echo "  full log: $work/log" >&2
+  else
+    rm -rf "$work"
+  fi
+done
+
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "fuzz.sh: failures in: ${failed[*]}" >&2
+  exit 1
+fi
+echo "fuzz.sh: no crashes in ${targets[*]} (${seconds}s each)"
