@@ -21,7 +21,8 @@ constexpr int64_t kMaxBenchElements = int64_t{1} << 26;
 
 struct BenchLayerNormOptions {
   std::string shape;
-  int threads = 0;  // 0: keep the current thread count (OMP_NUM_THREADS or all cores)
+  int threads = 0;
+  bool threads_given = false;  // otherwise keep the current thread count (OMP_NUM_THREADS or all cores)
   int repeats = 50;
   bool json = false;
 };
@@ -56,13 +57,13 @@ std::vector<int64_t> parse_shape(const std::string& text) {
 
 void run(const BenchLayerNormOptions& options) {
   std::vector<int64_t> shape = parse_shape(options.shape);
-  if (options.threads < 0 || options.threads > 1024) {
+  if (options.threads_given && (options.threads < 1 || options.threads > 1024)) {
     throw InputError(fmt::format("--threads: must be between 1 and 1024 (got {})", options.threads));
   }
   if (options.repeats < 1 || options.repeats > 100000) {
     throw InputError(fmt::format("--repeats: must be between 1 and 100000 (got {})", options.repeats));
   }
-  if (options.threads > 0) set_num_threads(options.threads);
+  if (options.threads_given) set_num_threads(options.threads);
 
   LayerNormBenchResult r = bench_layernorm(shape[0], shape[1], shape[2], options.repeats);
   if (options.json) {
@@ -107,10 +108,14 @@ void add_bench_layernorm(CLI::App& bench) {
   auto options = std::make_shared<BenchLayerNormOptions>();
   CLI::App* cmd = bench.add_subcommand("layernorm", "Time the LayerNorm forward and backward kernels");
   cmd->add_option("--shape", options->shape, "Input shape B,T,C (normalized over C), e.g. 64,128,768")->required();
-  cmd->add_option("--threads", options->threads, "Threads (default: OMP_NUM_THREADS or all cores)");
+  CLI::Option* threads =
+      cmd->add_option("--threads", options->threads, "Threads (default: OMP_NUM_THREADS or all cores)");
   cmd->add_option("--repeats", options->repeats, "Timed calls; the median is reported")->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");
-  cmd->callback([options] { run(*options); });
+  cmd->callback([options, threads] {
+    options->threads_given = threads->count() > 0;
+    run(*options);
+  });
 }
 
 }  // namespace normlab::cli

@@ -10,10 +10,12 @@
 //   B is packed once per call into panels of (K, kNR): kNR columns of C interleaved k by k,
 //   zero-padded past N. This is where nt differs from nn / tn (its B is stored (N,K) and gets
 //   transposed here); nothing else is ever transposed.
-//   A is read in place: the kMR values of a step are either 8 contiguous floats (tn: A stored
-//   (K,M)) or one float from each of 8 rows (nn, nt: A (M,K)); both are a broadcast per value, so
-//   packing A would only cost a copy. A last row panel of fewer than kMR rows is copied,
-//   zero-padded, so the kernel never reads past A.
+//   A is mostly read in place: the kMR values of a step are either 8 contiguous floats (tn: A
+//   stored (K,M)) or one float from each of 8 rows (nn, nt: A (M,K)); the kernel broadcasts each
+//   value anyway, so packing A would mostly cost a copy (measured: in place is faster on the
+//   encoder's shapes). Two exceptions are packed per tile and K block into (kc, kMR) panels: a
+//   last row panel of fewer than kMR rows (zero-padded, so the kernel never reads past A), and
+//   tn with M > 256, whose steps are a page apart in A.
 //
 //   The output is split into tiles of whole micro-tiles, distributed over threads with
 //   schedule(static). Within a tile: for each K block, for each B panel (its 32 KB slice stays in
@@ -118,8 +120,9 @@ void pack_a_panels(float* __restrict dst, Operand A, int64_t M, int64_t p_begin,
     return;
   }
   for (int64_t p = p_begin; p < p_end; ++p) {
-    pack_panel<kMR>(dst + (p - p_begin) * kc * kMR, A.data + p * kMR * A.row_stride + k0 * A.k_stride,
-                    A.row_stride, A.k_stride, std::min(kMR, M - p * kMR), kc);
+    const float* src = A.data + p * kMR * A.row_stride + k0 * A.k_stride;
+    pack_panel<kMR>(dst + (p - p_begin) * kc * kMR, src, A.row_stride, A.k_stride,
+                    std::min(kMR, M - p * kMR), kc);
   }
 }
 
@@ -176,8 +179,9 @@ inline int64_t group_begin(int64_t g, int64_t panels, int64_t groups) {
   return g * panels / groups;
 }
 
-// C (M,N) (+)= op(A) (M,K) @ op(B)^T where op(B) is read with rows = columns of C.
-// A is read in place (kARowsContiguous: see micro_kernel), B is packed.
+// C (M,N) (+)= op(A) (M,K) @ op(B) (K,N). The Operand B describes op(B)^T: its rows are the
+// columns of C. kARowsContiguous is A.row_stride == 1 (tn), as a template parameter for the
+// kernel.
 template <bool kARowsContiguous>
 void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool accumulate,
           bool parallel) {

@@ -12,14 +12,16 @@ namespace normlab::kernels {
 
 namespace {
 
-constexpr int kLanes = 32;  // independent partial sums per row reduction (see layer_norm.cpp)
+constexpr int kLanes = 16;  // independent partial sums per row reduction (see layer_norm.cpp)
 constexpr int64_t kMinParallelElements = int64_t{1} << 15;
 
-double sum_lanes(double* lanes) {  // lanes: (kLanes), destroyed; pairwise in a fixed order
-  for (int width = kLanes / 2; width >= 1; width /= 2) {
-    for (int l = 0; l < width; l++) lanes[l] += lanes[l + width];
+double sum_lanes(const double* lanes) {  // lanes: (kLanes); pairwise in a fixed order (layer_norm.cpp)
+  double pairs[kLanes / 2];
+  for (int l = 0; l < kLanes / 2; l++) pairs[l] = lanes[l] + lanes[l + kLanes / 2];
+  for (int width = kLanes / 4; width >= 1; width /= 2) {
+    for (int l = 0; l < width; l++) pairs[l] += pairs[l + width];
   }
-  return lanes[0];
+  return pairs[0];
 }
 
 // sum_i x[i]^2, in double.

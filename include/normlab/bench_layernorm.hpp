@@ -1,0 +1,33 @@
+#pragma once
+// Micro-benchmark of the LayerNorm kernels (normlab bench layernorm; bench/bench_layernorm.py
+// compares it with PyTorch). Timing: std::chrono::steady_clock around each call, median over
+// `repeats` calls after warmup calls, at the current normlab::num_threads().
+#include <cstdint>
+
+namespace normlab {
+
+struct LayerNormBenchResult {
+  int64_t B = 0, T = 0, C = 0;  // x is (B, T, C), normalized over C: rows = B*T, cols = C
+  int threads = 0;
+  int repeats = 0;
+  double forward_ms = 0;           // median of layer_norm_forward
+  double backward_ms = 0;          // median of layer_norm_backward alone
+  double forward_backward_ms = 0;  // median of forward then backward, timed together
+  // Effective bandwidth = bytes below / median time. Counted once per array an ideal kernel must
+  // move, in bytes (float32):
+  //   forward:  read x (rows*cols) + write y (rows*cols) + read gamma, beta (cols each)
+  //             + write mean, rstd (rows each)
+  //   backward: read dout, x (rows*cols each) + read mean, rstd (rows each) + read gamma (cols)
+  //             + read and write dx (rows*cols, twice: the kernel accumulates dx += ...)
+  //             + write dgamma, dbeta (cols each)
+  double forward_bytes = 0;
+  double backward_bytes = 0;
+  double forward_gbps = 0;           // forward_bytes / forward_ms, 1 GB = 1e9 bytes
+  double forward_backward_gbps = 0;  // (forward_bytes + backward_bytes) / forward_backward_ms
+};
+
+// Inputs are seeded normals (x, dout) and gamma ~ 1 + 0.1 N(0,1), beta ~ 0.1 N(0,1); eps = 1e-12.
+// Throws normlab::UsageError for non-positive sizes or repeats.
+LayerNormBenchResult bench_layernorm(int64_t B, int64_t T, int64_t C, int repeats);
+
+}  // namespace normlab
