@@ -79,6 +79,9 @@ void run(const BenchLayerNormOptions& options) {
         {"forward_ms", r.forward_ms},
         {"backward_ms", r.backward_ms},
         {"forward_backward_ms", r.forward_backward_ms},
+        {"forward_cpu_ms", r.forward_cpu_ms},
+        {"backward_cpu_ms", r.backward_cpu_ms},
+        {"forward_backward_cpu_ms", r.forward_backward_cpu_ms},
         {"forward_gbps", r.forward_gbps},
         {"forward_backward_gbps", r.forward_backward_gbps},
         {"forward_bytes", r.forward_bytes},
@@ -88,17 +91,21 @@ void run(const BenchLayerNormOptions& options) {
           {"backward",
            "4 * (read dout + x: 2*rows*cols, read+write dx (accumulated): 2*rows*cols, read mean+rstd: 2*rows, "
            "read gamma + write dgamma+dbeta: 3*cols)"},
-          {"gbps", "bytes / median seconds / 1e9; forward_backward_gbps uses forward_bytes + backward_bytes"}}},
+          {"gbps", "bytes / median seconds / 1e9; forward_backward_gbps uses forward_bytes + backward_bytes"},
+          {"cpu_ms", "median CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID): the kernel's own time at "
+                     "1 thread on a busy machine; misses worker threads when threads > 1"}}},
     };
     fmt::print("{}\n", out.dump());
     return;
   }
   fmt::print("layernorm x [{}, {}, {}] (rows {}, cols {}), eps 1e-12, {} thread{}, median of {}\n", r.B, r.T, r.C,
              r.B * r.T, r.C, r.threads, r.threads == 1 ? "" : "s", r.repeats);
-  fmt::print("  forward            {:9.3f} ms  {:7.1f} GB/s\n", r.forward_ms, r.forward_gbps);
-  fmt::print("  backward           {:9.3f} ms  {:7.1f} GB/s\n", r.backward_ms,
-             r.backward_bytes / (r.backward_ms * 1e-3) / 1e9);
-  fmt::print("  forward+backward   {:9.3f} ms  {:7.1f} GB/s\n", r.forward_backward_ms, r.forward_backward_gbps);
+  fmt::print("  {:19}{:>12}  {:>7}   {:>12}\n", "", "wall", "GB/s", "thread CPU");
+  fmt::print("  forward            {:9.3f} ms  {:7.1f}   {:9.3f} ms\n", r.forward_ms, r.forward_gbps, r.forward_cpu_ms);
+  fmt::print("  backward           {:9.3f} ms  {:7.1f}   {:9.3f} ms\n", r.backward_ms,
+             r.backward_bytes / (r.backward_ms * 1e-3) / 1e9, r.backward_cpu_ms);
+  fmt::print("  forward+backward   {:9.3f} ms  {:7.1f}   {:9.3f} ms\n", r.forward_backward_ms, r.forward_backward_gbps,
+             r.forward_backward_cpu_ms);
   fmt::print("  (GB/s counts each array once: forward x, y; backward dout, x, dx read+write; see --json)\n");
 }
 

@@ -7,7 +7,13 @@ forward alone (under no_grad) and forward+backward (torch.autograd.grad of the o
 dout w.r.t. x, weight and bias: fresh gradients, no accumulation into .grad).
 The ratio column is torch_ms / normlab_ms: above 1 means normlab is faster.
 On a shared machine, --rounds N alternates normlab and torch N times per configuration and keeps
-each side's lowest median (default 3), so a burst of load hits both sides alike.
+each side's lowest median (default 3), so a burst of load hits both sides alike. At 1 thread the
+script also compares CPU time of the calling thread (normlab's *_cpu_ms, Python's
+time.thread_time): when other processes compete for the cores, wall time counts the scheduler's
+slices given to them, CPU time does not. At 2 threads only wall time means something. Under such
+load, also set OMP_WAIT_POLICY=PASSIVE (inherited by both sides): libgomp's default spin-waiting
+otherwise lets a waiting thread burn whole scheduler slices while the thread it waits for is
+descheduled (seen as 0.3 ms kernels taking 12 ms).
 
 PyTorch allocates its outputs and gradients afresh on every call. With glibc's defaults a 25 MB
 buffer is mmap'ed and returned to the system on each call, so every call pays page faults for it
@@ -58,17 +64,21 @@ def torch_bench(B, T, C, threads, repeats):
         y = F.layer_norm(xr, (C,), wr, br, EPS)
         torch.autograd.grad(y, (xr, wr, br), dout)
 
-    def median_ms(body):
+    def median_ms(body):  # (wall, CPU time of this thread), medians in ms
         for _ in range(warmup):
             body()
-        times = []
+        wall, cpu = [], []
         for _ in range(repeats):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.thread_time()
             body()
-            times.append((time.perf_counter() - start) * 1e3)
-        return statistics.median(times)
+            cpu.append((time.thread_time() - start_cpu) * 1e3)
+            wall.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(wall), statistics.median(cpu)
 
-    return {"forward_ms": median_ms(forward), "forward_backward_ms": median_ms(forward_backward)}
+    forward_ms, forward_cpu_ms = median_ms(forward)
+    forward_backward_ms, forward_backward_cpu_ms = median_ms(forward_backward)
+    return {"forward_ms": forward_ms, "forward_backward_ms": forward_backward_ms,
+            "forward_cpu_ms": forward_cpu_ms, "forward_backward_cpu_ms": forward_backward_cpu_ms}
 
 
 def normlab_bench(binary, B, T, C, threads, repeats):
@@ -118,7 +128,10 @@ def main():
                    "normlab_forward_ms": ours["forward_ms"], "torch_forward_ms": theirs["forward_ms"],
                    "normlab_forward_backward_ms": ours["forward_backward_ms"],
                    "torch_forward_backward_ms": theirs["forward_backward_ms"],
-                   "normlab_forward_gbps": ours["forward_gbps"]}
+                   "normlab_forward_gbps": ours["forward_gbps"],
+                   "normlab_forward_cpu_ms": ours["forward_cpu_ms"], "torch_forward_cpu_ms": theirs["forward_cpu_ms"],
+                   "normlab_forward_backward_cpu_ms": ours["forward_backward_cpu_ms"],
+                   "torch_forward_backward_cpu_ms": theirs["forward_backward_cpu_ms"]}
             rows.append(row)
             print(f"{f'{B}x{T}x{C}':>14} {threads:>3} | "
                   f"{ours['forward_ms']:>8.3f} ms {theirs['forward_ms']:>6.3f} ms "
@@ -126,6 +139,12 @@ def main():
                   f"{ours['forward_backward_ms']:>8.3f} ms {theirs['forward_backward_ms']:>6.3f} ms "
                   f"{theirs['forward_backward_ms'] / ours['forward_backward_ms']:>5.2f} | "
                   f"{ours['forward_gbps']:>8.1f}", flush=True)
+            if threads == 1:
+                print(f"{'(1-thread CPU)':>18} | "
+                      f"{ours['forward_cpu_ms']:>8.3f} ms {theirs['forward_cpu_ms']:>6.3f} ms "
+                      f"{theirs['forward_cpu_ms'] / ours['forward_cpu_ms']:>5.2f} | "
+                      f"{ours['forward_backward_cpu_ms']:>8.3f} ms {theirs['forward_backward_cpu_ms']:>6.3f} ms "
+                      f"{theirs['forward_backward_cpu_ms'] / ours['forward_backward_cpu_ms']:>5.2f} |", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -2,6 +2,8 @@
 
 #include <fmt/core.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -21,12 +23,22 @@ double median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+double thread_cpu_ms() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return double(now.tv_sec) * 1e3 + double(now.tv_nsec) * 1e-6;
+}
+
+// Runs body once; appends its wall time and its CPU time (calling thread) in ms.
 template <typename F>
-double time_ms(F&& body) {
-  auto start = std::chrono::steady_clock::now();
+void time_call(F&& body, std::vector<double>& wall_ms, std::vector<double>& cpu_ms) {
+  const double cpu_start = thread_cpu_ms();
+  const auto start = std::chrono::steady_clock::now();
   body();
-  auto stop = std::chrono::steady_clock::now();
-  return std::chrono::duration<double, std::milli>(stop - start).count();
+  const auto stop = std::chrono::steady_clock::now();
+  const double cpu_stop = thread_cpu_ms();
+  wall_ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
+  cpu_ms.push_back(cpu_stop - cpu_start);
 }
 
 }  // namespace
@@ -68,14 +80,14 @@ LayerNormBenchResult bench_layernorm(int64_t B, int64_t T, int64_t C, int repeat
     backward();
   }
   std::vector<double> forward_times, backward_times, forward_backward_times;
-  for (int i = 0; i < repeats; i++) forward_times.push_back(time_ms(forward));
-  for (int i = 0; i < repeats; i++) backward_times.push_back(time_ms(backward));
-  for (int i = 0; i < repeats; i++) {
-    forward_backward_times.push_back(time_ms([&] {
-      forward();
-      backward();
-    }));
-  }
+  std::vector<double> forward_cpu, backward_cpu, forward_backward_cpu;
+  auto forward_backward = [&] {
+    forward();
+    backward();
+  };
+  for (int i = 0; i < repeats; i++) time_call(forward, forward_times, forward_cpu);
+  for (int i = 0; i < repeats; i++) time_call(backward, backward_times, backward_cpu);
+  for (int i = 0; i < repeats; i++) time_call(forward_backward, forward_backward_times, forward_backward_cpu);
 
   LayerNormBenchResult result;
   result.B = B;
@@ -86,6 +98,9 @@ LayerNormBenchResult bench_layernorm(int64_t B, int64_t T, int64_t C, int repeat
   result.forward_ms = median(forward_times);
   result.backward_ms = median(backward_times);
   result.forward_backward_ms = median(forward_backward_times);
+  result.forward_cpu_ms = median(forward_cpu);
+  result.backward_cpu_ms = median(backward_cpu);
+  result.forward_backward_cpu_ms = median(forward_backward_cpu);
   const double f = sizeof(float);
   const double elements = double(rows) * double(cols);
   result.forward_bytes = f * (2.0 * elements + 2.0 * double(cols) + 2.0 * double(rows));

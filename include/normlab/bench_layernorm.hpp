@@ -13,6 +13,12 @@ struct LayerNormBenchResult {
   double forward_ms = 0;           // median of layer_norm_forward
   double backward_ms = 0;          // median of layer_norm_backward alone
   double forward_backward_ms = 0;  // median of forward then backward, timed together
+  // The same medians in CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID). With one thread
+  // this is the kernel's own time even when other processes compete for the cores (wall time then
+  // also counts the slices the scheduler gave to them); with more threads it misses the workers.
+  double forward_cpu_ms = 0;
+  double backward_cpu_ms = 0;
+  double forward_backward_cpu_ms = 0;
   // Effective bandwidth = bytes below / median time. Counted once per array an ideal kernel must
   // move, in bytes (float32):
   //   forward:  read x (rows*cols) + write y (rows*cols) + read gamma, beta (cols each)

@@ -242,15 +242,15 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
   // dgamma/dbeta sum over rows: each thread adds its rows into its own (cols) partial buffers, in
   // double because a column sums thousands of rows; they are combined below in thread order.
   const bool need_param_grads = dgamma != nullptr || dbeta != nullptr;
-  const size_t partial_size = need_param_grads ? size_t(num_threads) * width : 0;
-  std::vector<double> dgamma_partial(partial_size, 0.0);  // (threads, cols)
-  std::vector<double> dbeta_partial(partial_size, 0.0);   // (threads, cols)
+  // One allocation per thread, made by that thread: the two threads' buffers never share a page.
+  auto partials = std::vector<std::vector<double>>(size_t(num_threads));  // (threads) x (2, cols)
 
 #pragma omp parallel num_threads(num_threads) if (parallel)
   {
     const size_t thread = size_t(omp_get_thread_num());
-    double* dgamma_thread = need_param_grads ? dgamma_partial.data() + thread * width : nullptr;  // (cols)
-    double* dbeta_thread = need_param_grads ? dbeta_partial.data() + thread * width : nullptr;    // (cols)
+    if (need_param_grads) partials[thread].assign(2 * width, 0.0);
+    double* dgamma_thread = need_param_grads ? partials[thread].data() : nullptr;         // (cols)
+    double* dbeta_thread = need_param_grads ? partials[thread].data() + width : nullptr;  // (cols)
     std::vector<float> g_row(width);  // (cols): g of the current row, from pass 1 to pass 2
 
 #pragma omp for schedule(static) nowait  // the region ends here: its own barrier is enough
@@ -276,8 +276,8 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
       double dgamma_sum = 0.0;
       double dbeta_sum = 0.0;
       for (int t = 0; t < num_threads; t++) {
-        dgamma_sum += dgamma_partial[size_t(t) * width + j];
-        dbeta_sum += dbeta_partial[size_t(t) * width + j];
+        dgamma_sum += partials[size_t(t)][j];
+        dbeta_sum += partials[size_t(t)][width + j];
       }
       if (dgamma != nullptr) dgamma[j] += float(dgamma_sum);
       if (dbeta != nullptr) dbeta[j] += float(dbeta_sum);
