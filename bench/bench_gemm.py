@@ -18,7 +18,7 @@ the one OpenBLAS picks for this CPU). Threads are set with threadpoolctl when it
 with openblas_set_num_threads from the loaded library.
 
 Usage: /usr/bin/python3 bench/bench_gemm.py [build/normlab] [--threads 1 2] [--repeats R]
-                                            [--rounds N] [--json OUT]
+                                            [--rounds N] [--only LABEL_TEXT] [--json OUT]
 """
 import argparse
 import ctypes
@@ -114,8 +114,10 @@ def main():
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", help="run only the shapes whose label contains this text")
     parser.add_argument("--json", help="also write all figures to this file")
     args = parser.parse_args()
+    shapes = [s for s in MODEL_SHAPES + BIG_SHAPES if args.only is None or args.only in s[0]]
 
     blas = OpenBlas()
     print(blas.describe())
@@ -129,7 +131,7 @@ def main():
         print(header)
         print("-" * len(header))
         model_ratios = []
-        for label, variant, M, K, N in MODEL_SHAPES + BIG_SHAPES:
+        for label, variant, M, K, N in shapes:
             ours_ms, theirs_ms = [], []
             for _ in range(args.rounds):
                 # OpenBLAS's idle threads spin for a moment after a call: let them go to sleep
@@ -148,8 +150,9 @@ def main():
                          "normlab_gflops": ours, "openblas_gflops": theirs, "ratio": ratio})
             print(f"{label:<22} {variant:>3} {f'{M},{K},{N}':>15} | {ours:>7.1f} {theirs:>8.1f}         | "
                   f"{ratio:>5.2f}", flush=True)
-        geomean = float(np.exp(np.mean(np.log(model_ratios))))
-        print(f"model shapes: geometric mean ratio {geomean:.2f}, min {min(model_ratios):.2f}")
+        if model_ratios:
+            geomean = float(np.exp(np.mean(np.log(model_ratios))))
+            print(f"model shapes: geometric mean ratio {geomean:.2f}, min {min(model_ratios):.2f}")
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
     if args.json:
         with open(args.json, "w") as f:

@@ -156,7 +156,7 @@ TEST_CASE("matmul: K = 0 gives zeros, or leaves C unchanged when accumulating") 
   matmul_tn(nullptr, nullptr, nullptr, 0, 0, 0, false);
 }
 
-TEST_CASE("matmul: bit-identical across runs, thread counts 1 and 2, and the serial path") {
+TEST_CASE("matmul: bit-identical across runs, thread counts 1, 2, 3, and the serial path") {
   ThreadCountGuard guard;
   Rng rng(11);
   const Shape shapes[] = {{1040, 64, 192}, {64, 1040, 256}, {130, 513, 70}, {300, 257, 100}};
@@ -166,15 +166,19 @@ TEST_CASE("matmul: bit-identical across runs, thread counts 1 and 2, and the ser
     for (char variant : {'n', 't', 'T'}) {
       CAPTURE(describe(variant, s));
       const size_t bytes = static_cast<size_t>(s.M * s.N) * sizeof(float);
-      std::vector<float> first(s.M * s.N), again(s.M * s.N), two(s.M * s.N), serial(s.M * s.N);
+      std::vector<float> first(s.M * s.N), again(s.M * s.N), two(s.M * s.N), three(s.M * s.N),
+          serial(s.M * s.N);
       set_num_threads(1);
       run(variant, first.data(), A, B, s, false);
       run(variant, again.data(), A, B, s, false);
       set_num_threads(2);
       run(variant, two.data(), A, B, s, false);
       run(variant, serial.data(), A, B, s, false, /*parallel=*/false);
+      set_num_threads(3);  // another split of the tiles (more threads than cores is fine)
+      run(variant, three.data(), A, B, s, false);
       CHECK(std::memcmp(first.data(), again.data(), bytes) == 0);
       CHECK(std::memcmp(first.data(), two.data(), bytes) == 0);
+      CHECK(std::memcmp(first.data(), three.data(), bytes) == 0);
       CHECK(std::memcmp(first.data(), serial.data(), bytes) == 0);
     }
   }

@@ -7,9 +7,9 @@
 //   values of op(A) in column k and multiplies them with kNR contiguous values of op(B) in row k
 //   (fma). The 8 x 32 accumulator is 16 AVX-512 registers.
 //
-//   B is packed once per call into panels of (K, kNR): kNR columns of C interleaved k by k,
-//   zero-padded past N. This is where nt differs from nn / tn (its B is stored (N,K) and gets
-//   transposed here); nothing else is ever transposed.
+//   B is packed into panels of (K, kNR): kNR columns of C interleaved k by k, zero-padded past N.
+//   This is where nt differs from nn / tn (its B is stored (N,K) and gets transposed here);
+//   nothing else is ever transposed.
 //   A is mostly read in place: the kMR values of a step are either 8 contiguous floats (tn: A
 //   stored (K,M)) or one float from each of 8 rows (nn, nt: A (M,K)); the kernel broadcasts each
 //   value anyway, so packing A would mostly cost a copy (measured: in place is faster on the
@@ -18,11 +18,13 @@
 //   tn with M > 256, whose steps are a page apart in A.
 //
 //   The output is split into tiles of whole micro-tiles, distributed over threads with
-//   schedule(static). Within a tile: for each K block, for each B panel (its 32 KB slice stays in
-//   L1), for each row panel of A (the tile's rows of the block stay in L2): micro-kernel.
+//   schedule(static); each thread packs the B panels of its tile's columns into its own buffer.
+//   Within a tile: for each K block, for each B panel (its 32 KB slice stays in L1), for each
+//   row panel of A (the tile's rows of the block stay in L2): micro-kernel.
 //
 // On AVX2 (16 ymm) the same code compiles to a 32-register accumulator that GCC partly spills:
-// correct, only slower. Without FMA the multiply-add is a multiply and an add (multiply_add).
+// correct, only slower (about 75 GFLOP/s with -march=haswell on the EPYC where AVX-512 gives
+// ~200). Without FMA the multiply-add is a multiply and an add (multiply_add). No intrinsics.
 #include "normlab/kernels/matmul.hpp"
 
 #include <omp.h>
@@ -194,15 +196,22 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
   const int64_t col_panels = (N + kNR - 1) / kNR;
   const int64_t a_stride = kARowsContiguous ? A.k_stride : A.row_stride;
 
-  // Tiles: a grid of row_groups x col_groups. With several threads, make the tile count a
-  // multiple of the thread count so that schedule(static) gives every thread the same work. The
-  // grid only decides who computes what, never how an element is summed.
+  // Tiles: a grid of row_groups x col_groups, each tile packs the B panels of its columns itself
+  // (no barrier, and the packed panels sit in the cache of the core that uses them). With several
+  // threads, refine the grid until the tile count is a multiple of the thread count, so that
+  // schedule(static) gives every thread the same work. Split the columns when N >= M: every
+  // thread then reads all of A (M x K) but packs only its share of B; split the rows otherwise:
+  // every thread packs all of B (K x N), the smaller operand. The grid only decides who computes
+  // what, never how an element is summed.
   int64_t row_groups = (row_panels + kMaxTileRowPanels - 1) / kMaxTileRowPanels;
   int64_t col_groups = (col_panels + kMaxTileColPanels - 1) / kMaxTileColPanels;
   if (M * N * K < kMinParallelMacs) parallel = false;
   const int64_t threads = parallel ? omp_get_max_threads() : 1;
+  const bool split_columns_first = N >= M;
   while ((row_groups * col_groups) % threads != 0) {
-    if (row_groups < row_panels)
+    if (split_columns_first && col_groups < col_panels)
+      ++col_groups;
+    else if (row_groups < row_panels)
       ++row_groups;
     else if (col_groups < col_panels)
       ++col_groups;
@@ -210,28 +219,35 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
       break;
   }
   const int64_t tiles = row_groups * col_groups;
-
-  // packed B: col_panels panels of (K, kNR); panel q holds columns [q*kNR, q*kNR + kNR) of C,
-  // zero-padded past N. Packed once per call, also when B's layout would allow reading it in
-  // place (nn, tn): measured as fast or faster, since each panel is then a contiguous 32 KB per
-  // K block that stays in L1 while the row panels of A stream past it.
-  float* packed_b = thread_buffer(t_packed_b, col_panels * K * kNR);
-  auto pack_b = [&](int64_t q) {
-    const int64_t cols = std::min(kNR, N - q * kNR);
-    pack_panel<kNR>(packed_b + q * K * kNR, B.data + q * kNR * B.row_stride, B.row_stride,
-                    B.k_stride, cols, K);
-  };
+  const int64_t max_tile_col_panels = (col_panels + col_groups - 1) / col_groups;
 
   // A is read in place, except for tn with many rows: its step k then reads 8 floats at a
   // stride of M floats, a new page every few steps, and the L1 and TLB miss on every step.
   const bool pack_a = kARowsContiguous && M > kMaxInPlaceTnRows;
 
-  auto run_tile = [&](int64_t t) {
-    const int64_t row_group = t / col_groups, col_group = t % col_groups;
+  // Tile t covers column group t / row_groups and row group t % row_groups: the consecutive
+  // tiles a thread gets under schedule(static) mostly share their columns, and packed_col_group
+  // (the group whose B panels the thread's buffer holds) lets them reuse the packed panels.
+  auto run_tile = [&](int64_t t, int64_t& packed_col_group) {
+    const int64_t col_group = t / row_groups, row_group = t % row_groups;
     const int64_t p_begin = group_begin(row_group, row_panels, row_groups);
     const int64_t p_end = group_begin(row_group + 1, row_panels, row_groups);
     const int64_t q_begin = group_begin(col_group, col_panels, col_groups);
     const int64_t q_end = group_begin(col_group + 1, col_panels, col_groups);
+
+    // packed B: the tile's column panels, each (K, kNR), zero-padded past N. B is packed even
+    // when its layout would allow reading it in place (nn, tn): measured as fast or faster, since
+    // a panel's slice for one K block is then a contiguous 32 KB that stays in L1 while the row
+    // panels of A stream past it. This is also where nt's B (stored (N,K)) gets transposed.
+    float* packed_b = thread_buffer(t_packed_b, max_tile_col_panels * K * kNR);
+    if (packed_col_group != col_group) {
+      for (int64_t q = q_begin; q < q_end; ++q) {
+        pack_panel<kNR>(packed_b + (q - q_begin) * K * kNR, B.data + q * kNR * B.row_stride,
+                        B.row_stride, B.k_stride, std::min(kNR, N - q * kNR), K);
+      }
+      packed_col_group = col_group;
+    }
+
     // Row panels [pack_begin, p_end) are copied into (kc, kMR) panels before use: every panel of
     // the tile when pack_a, else only a last panel of fewer than kMR rows (zero-padded).
     const bool ragged = p_end == row_panels && M % kMR != 0;
@@ -244,7 +260,7 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
       const bool add = accumulate || k0 > 0;
       for (int64_t q = q_begin; q < q_end; ++q) {
         const int64_t cols = std::min(kNR, N - q * kNR);
-        const float* b = packed_b + q * K * kNR + k0 * kNR;
+        const float* b = packed_b + (q - q_begin) * K * kNR + k0 * kNR;
         for (int64_t p = p_begin; p < p_end; ++p) {
           float* c = C + p * kMR * N + q * kNR;
           if (p < pack_begin) {
@@ -262,14 +278,13 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
   if (parallel && threads > 1) {
 #pragma omp parallel
     {
+      int64_t packed_col_group = -1;
 #pragma omp for schedule(static)
-      for (int64_t q = 0; q < col_panels; ++q) pack_b(q);
-#pragma omp for schedule(static)
-      for (int64_t t = 0; t < tiles; ++t) run_tile(t);
+      for (int64_t t = 0; t < tiles; ++t) run_tile(t, packed_col_group);
     }
   } else {
-    for (int64_t q = 0; q < col_panels; ++q) pack_b(q);
-    for (int64_t t = 0; t < tiles; ++t) run_tile(t);
+    int64_t packed_col_group = -1;
+    for (int64_t t = 0; t < tiles; ++t) run_tile(t, packed_col_group);
   }
 }
 

@@ -2,7 +2,7 @@
 // normlab's own single-precision GEMM (no BLAS). Row-major, all sizes int64_t.
 //
 // Three layouts cover every product the encoder needs without ever materializing a transpose
-// (the packing step reads each operand in whatever layout it is stored):
+// (the packing and the micro-kernel read each operand in the layout it is stored in):
 //   matmul_nn: C = A B        dX = dY W, attention probs @ V
 //   matmul_nt: C = A B^T      Linear forward y = x W^T, attention scores q k^T
 //   matmul_tn: C = A^T B      weight gradient dW = dY^T X
@@ -20,7 +20,9 @@
 // Determinism: every element of C is computed by exactly one thread, as
 //   C[i][j] (+)= sum over K blocks of 256, in order, of (fma chain over k in order),
 // which depends neither on the thread count nor on `parallel`: results are bit-identical run to
-// run and for any number of threads.
+// run and for any number of threads. (The multiply-add is fused where the CPU has FMA, as with
+// -march=native here, and a multiply then an add otherwise: a build without FMA rounds
+// differently, consistently.)
 #include <cstdint>
 
 namespace normlab::kernels {
