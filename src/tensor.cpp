@@ -16,10 +16,11 @@ namespace {
 // instead of a bad_alloc or an OOM kill.
 constexpr int64_t kMaxElements = int64_t(1) << 34;
 
-std::shared_ptr<TensorImpl> make_impl(const Shape& shape) {
+std::shared_ptr<TensorImpl> make_impl(const Shape& shape, bool zero) {
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
-  impl->storage = std::make_shared<std::vector<float>>(static_cast<size_t>(shape_numel(shape)), 0.0f);
+  const auto n = static_cast<size_t>(shape_numel(shape));
+  impl->storage = zero ? std::make_shared<Storage>(n, 0.0f) : std::make_shared<Storage>(n);
   return impl;
 }
 }  // namespace
@@ -37,8 +38,8 @@ int64_t shape_numel(const Shape& shape) {
 
 std::string shape_str(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
-Tensor Tensor::empty(const Shape& shape) { return Tensor(make_impl(shape)); }
-Tensor Tensor::zeros(const Shape& shape) { return Tensor(make_impl(shape)); }
+Tensor Tensor::empty(const Shape& shape) { return Tensor(make_impl(shape, /*zero=*/false)); }
+Tensor Tensor::zeros(const Shape& shape) { return Tensor(make_impl(shape, /*zero=*/true)); }
 Tensor Tensor::ones(const Shape& shape) { return full(shape, 1.0f); }
 
 Tensor Tensor::full(const Shape& shape, float value) {
@@ -52,7 +53,7 @@ Tensor Tensor::from_data(const Shape& shape, std::vector<float> data) {
     throw UsageError(fmt::format("from_data: {} values do not fill shape {}", data.size(), shape_str(shape)));
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
-  impl->storage = std::make_shared<std::vector<float>>(std::move(data));
+  impl->storage = std::make_shared<Storage>(data.begin(), data.end());
   return Tensor(impl);
 }
 
@@ -111,7 +112,7 @@ bool Tensor::has_grad() const { return impl_ && impl_->grad != nullptr; }
 
 float* Tensor::grad_data() {
   if (!impl_) throw UsageError("use of an undefined tensor");
-  if (!impl_->grad) impl_->grad = std::make_shared<std::vector<float>>(static_cast<size_t>(numel()), 0.0f);
+  if (!impl_->grad) impl_->grad = std::make_shared<Storage>(static_cast<size_t>(numel()), 0.0f);
   return impl_->grad->data();
 }
 

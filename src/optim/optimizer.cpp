@@ -115,14 +115,25 @@ void Optimizer::step(float lr) {
   if (!(std::isfinite(lr) && lr >= 0.0f))
     throw UsageError(fmt::format("optimizer: step lr must be >= 0 and finite (got {})", lr));
   step_count_++;
-  for (size_t i = 0; i < params_.size(); i++) {
-    if (!params_[i].second.has_grad()) continue;
+  auto update = [&](size_t i) {
     if (options_.name == "sgd") {
       step_sgd(i, lr);
     } else {
       step_adam(i, lr);
     }
+  };
+  // A small model's parameters are mostly below the size where one tensor's loop is worth a
+  // thread team; run those tensors side by side instead (each element's update is independent, so
+  // the result is the same for any split), and the large ones one at a time, each split over threads.
+  std::vector<size_t> small, large;
+  for (size_t i = 0; i < params_.size(); i++) {
+    if (!params_[i].second.has_grad()) continue;
+    (params_[i].second.numel() < kParallelMinElements ? small : large).push_back(i);
   }
+  const auto num_small = static_cast<int64_t>(small.size());
+#pragma omp parallel for schedule(dynamic, 1) if (num_small > 1)
+  for (int64_t k = 0; k < num_small; k++) update(small[size_t(k)]);
+  for (size_t i : large) update(i);
 }
 
 // torch.optim.SGD (dampening 0, no nesterov): d = g + wd*p; buf = momentum*buf + d; p -= lr*buf.
