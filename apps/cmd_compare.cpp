@@ -28,8 +28,8 @@ namespace normlab::cli {
 namespace {
 
 namespace fs = std::filesystem;
-volatile std::sig_atomic_t g_interrupted = 0;
-void on_interrupt(int) { g_interrupted = 1; }
+volatile std::sig_atomic_t g_interrupted = 0;  // the signal number, once one arrives
+void on_interrupt(int signal_number) { g_interrupted = signal_number; }
 
 struct Options {
   std::string config, out;
@@ -52,6 +52,9 @@ pid_t launch(const std::string& exe, const std::vector<std::string>& args, const
   const pid_t pid = fork();
   if (pid < 0) throw InputError(fmt::format("compare: fork failed: {}", std::strerror(errno)));
   if (pid == 0) {
+    // Its own process group: a Ctrl-C at the terminal reaches compare only, which then sends each
+    // run one SIGTERM (a run that got both would take the second as "stop at once").
+    setpgid(0, 0);
     const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
@@ -104,7 +107,8 @@ void run_compare(const Options& options) {
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
   std::map<pid_t, std::pair<size_t, std::chrono::steady_clock::time_point>> running;
-  int done = 0, diverged = 0, failed = 0;
+  int done = 0, diverged = 0, failed = 0, interrupted = 0;
+  bool forwarded = false;
   double busy_seconds = 0;
   const size_t to_run = queue.size();
   const auto start = std::chrono::steady_clock::now();
@@ -120,9 +124,11 @@ void run_compare(const Options& options) {
       eta = format_duration(per_run * double(to_run - size_t(finished)) / jobs);
     }
     const std::string line =
-        fmt::format("compare: {}/{} runs done ({} diverged, {} failed, {} skipped as finished), {} running, "
+        fmt::format("compare: {}/{} runs done ({} diverged, {} failed, {} skipped as finished{}), {} running, "
                     "elapsed {}, ETA {}",
-                    finished, to_run, diverged, failed, already_done, running.size(), format_duration(elapsed), eta);
+                    finished, to_run, diverged, failed, already_done,
+                    interrupted > 0 ? fmt::format(", {} stopped with a checkpoint", interrupted) : "",
+                    running.size(), format_duration(elapsed), eta);
     if (tty) {
       fmt::print(stderr, "\r\033[K{}{}", line, final_line ? "\n" : "");
     } else if (line != last_line) {
@@ -144,6 +150,13 @@ void run_compare(const Options& options) {
       const pid_t pid = launch(exe, args, (out / "logs" / (run.name + ".log")).string());
       running[pid] = {i, std::chrono::steady_clock::now()};
     }
+    if (g_interrupted && !forwarded) {
+      // Each run finishes its step, writes a checkpoint and exits 130/143; rerunning resumes it.
+      for (const auto& entry : running) kill(entry.first, SIGTERM);
+      forwarded = true;
+      if (!running.empty())
+        fmt::print(stderr, "\ncompare: stopping: {} running run(s) write a checkpoint and exit\n", running.size());
+    }
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid > 0 && running.count(pid)) {
@@ -155,6 +168,8 @@ void run_compare(const Options& options) {
         ++done;
       } else if (code == kExitDiverged) {
         ++diverged;
+      } else if ((code == kExitInterrupted || code == kExitTerminated) && g_interrupted) {
+        ++interrupted;  // stopped on our request, checkpointed: not a failure
       } else {
         ++failed;
         if (code == kExitBadInput && bad_input.empty())
@@ -179,7 +194,10 @@ void run_compare(const Options& options) {
   study::write_report(plan, results, out.string());
   fmt::print("compare: report written to {}\n", (out / "report.html").string());
   if (!bad_input.empty()) throw InputError(bad_input);
-  if (g_interrupted) throw ExitCode{130};
+  if (g_interrupted) {
+    fmt::print(stderr, "compare: interrupted; run the same command again to resume the unfinished runs\n");
+    throw ExitCode{g_interrupted == SIGTERM ? kExitTerminated : kExitInterrupted};
+  }
   if (failed > 0) {
     fmt::print(stderr, "compare: {} run(s) failed; their logs are in {}\n", failed, (out / "logs").string());
     throw ExitCode{1};

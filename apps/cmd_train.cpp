@@ -1,7 +1,9 @@
 // normlab train --config FILE [--out DIR] [--set section.key=value]... [--threads N] [--resume [DIR]]
 #include <fmt/core.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -113,6 +115,29 @@ class ConsoleLogger : public train::TrainLogger {
   std::chrono::steady_clock::time_point last_draw_;
 };
 
+// SIGINT / SIGTERM: the handler only records the signal; the trainer finishes its step, writes a
+// checkpoint and returns, and run() exits 130 / 143. SA_RESETHAND restores the default action, so
+// a second Ctrl-C stops at once (the last checkpoint and complete metrics lines survive that too).
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
+
+extern "C" void on_stop_signal(int signal_number) {
+  g_stop_signal.store(signal_number);
+  static const char message[] =
+      "\nnormlab: stopping after this step and writing a checkpoint (send the signal again to stop at once)\n";
+  ssize_t ignored = ::write(STDERR_FILENO, message, sizeof(message) - 1);  // async-signal-safe
+  (void)ignored;
+}
+
+void install_stop_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESETHAND;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
 void run(const TrainOptions& options) {
   std::vector<std::string> overrides = options.overrides;
   if (options.threads >= 0) overrides.push_back(fmt::format("train.threads={}", options.threads));
@@ -146,8 +171,18 @@ void run(const TrainOptions& options) {
     trainer.start(dir);
     logger.info(fmt::format("run directory: {}", dir));
   }
+  trainer.set_stop_flag(&g_stop_signal);
+  install_stop_handlers();
   train::TrainSummary summary = trainer.run();
   logger.end_line();
+
+  if (summary.interrupted) {
+    const bool term = summary.stop_request == SIGTERM;
+    fmt::print(stderr, "normlab: {} after step {} of {}; checkpoint written to {}; continue with: normlab train --resume {}\n",
+               term ? "terminated (SIGTERM)" : "interrupted (SIGINT)", summary.steps, summary.planned_steps,
+               train::RunPaths(dir).checkpoint, dir);
+    throw ExitCode{term ? kExitTerminated : kExitInterrupted};
+  }
 
   if (summary.diverged) {
     fmt::print(stderr, "normlab: training diverged at step {} (non-finite loss or gradient norm); see {}\n",

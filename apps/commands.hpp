@@ -16,6 +16,9 @@ void add_compare(CLI::App& app);            // apps/cmd_compare.cpp
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitDiverged = 3;
+// train stopped by SIGINT / SIGTERM after checkpointing: 128 + the signal, as a shell reports it.
+inline constexpr int kExitInterrupted = 130;  // SIGINT
+inline constexpr int kExitTerminated = 143;   // SIGTERM
 // A subcommand that wants a non-zero exit without an error (train: diverged) throws this.
 struct ExitCode {
   int code;

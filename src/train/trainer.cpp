@@ -144,11 +144,16 @@ StepRecord step_record_from_json(const json& value, const std::string& where) {
   record.tokens_per_s = number_or_nan(value, "tokens_per_s");
   auto read_list = [&](const char* key, std::vector<double>& into) {
     if (!value.contains(key)) return;
+    if (!value.at(key).is_array()) throw InputError(fmt::format("{}: step record: \"{}\" must be a list", where, key));
     for (const json& v : value.at(key)) into.push_back(v.is_number() ? v.get<double>() : std::nan(""));
   };
   read_list("residual_rms", record.residual_rms);
   read_list("layer_grad_norms", record.layer_grad_norms);
-  record.diverged = value.value("diverged", false);
+  if (value.contains("diverged")) {
+    if (!value.at("diverged").is_boolean())
+      throw InputError(fmt::format("{}: step record: \"diverged\" must be true or false", where));
+    record.diverged = value.at("diverged").get<bool>();
+  }
   return record;
 }
 
@@ -356,7 +361,8 @@ void Trainer::load_checkpoint(const std::string& path) {
   const uint64_t rng_inc = json_u64(rng, "inc", path + ": metadata 'dropout_rng'");
   const json sampler = metadata_json(file, "sampler");
   const std::string where = path + ": metadata 'sampler'";
-  const std::string kind = sampler.is_object() ? sampler.value("kind", "") : "";
+  const std::string kind =
+      sampler.is_object() && sampler.contains("kind") && sampler.at("kind").is_string() ? sampler.at("kind").get<std::string>() : "";
   if (kind != (batch_sampler_ ? "dataset" : "generator") || !sampler.contains("state")) {
     throw InputError(fmt::format("{}: expected a {} sampler state", where, batch_sampler_ ? "dataset" : "generator"));
   }
@@ -408,6 +414,24 @@ void Trainer::start(const std::string& dir) {
   open_metrics(true);
 }
 
+// A process killed while writing a file atomically leaves its temporary (`<file>.tmp.<pid>.<n>`,
+// see io/atomic_file.hpp) behind: never read, but a checkpoint's worth of disk. One run directory
+// has one writer, so on resume every such file of ours is stale.
+namespace {
+void remove_stale_temp_files(const RunPaths& paths) {
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(paths.dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    for (const std::string& file : {paths.checkpoint, paths.config, paths.summary}) {
+      const std::string prefix = fs::path(file).filename().string() + ".tmp.";
+      if (name.rfind(prefix, 0) == 0 && entry.is_regular_file(ec)) stale.push_back(entry.path());
+    }
+  }
+  for (const fs::path& path : stale) fs::remove(path, ec);
+}
+}  // namespace
+
 void Trainer::resume(const std::string& dir) {
   RunPaths paths(dir);
   if (!fs::is_regular_file(paths.checkpoint)) {
@@ -418,6 +442,7 @@ void Trainer::resume(const std::string& dir) {
   std::error_code ec;
   if (fs::exists(paths.metrics)) truncate_metrics(paths.metrics, step_);
   fs::remove(paths.summary, ec);
+  remove_stale_temp_files(paths);
   paths_ = paths;
   open_metrics(false);
   logger_->info(fmt::format("resumed {} at step {}", dir, step_));
@@ -469,7 +494,11 @@ TrainSummary Trainer::run() {
                             valid_set_.size()));
 
   std::optional<int64_t> diverged_at;
+  int stop_request = 0;
   while (step_ < t.steps) {
+    // Checked between steps only: a step is never cut in half, and the checkpoint below then
+    // holds exactly the state after the last step in metrics.jsonl.
+    if (stop_flag_ != nullptr && (stop_request = stop_flag_->load()) != 0) break;
     const bool diagnostics = t.diagnostics_every > 0 && (step_ + 1) % t.diagnostics_every == 0;
     data::Batch batch = next_batch();
     const auto begin = std::chrono::steady_clock::now();
@@ -489,6 +518,25 @@ TrainSummary Trainer::run() {
       last_checkpoint_step_ = step_;
       logger_->checkpoint(step_, paths_->checkpoint);
     }
+  }
+  if (stop_request != 0) {
+    TrainSummary summary;
+    summary.steps = step_;
+    summary.planned_steps = t.steps;
+    summary.interrupted = true;
+    summary.stop_request = stop_request;
+    if (last_checkpoint_step_ != step_) {
+      save_checkpoint(paths_->checkpoint);
+      last_checkpoint_step_ = step_;
+      logger_->checkpoint(step_, paths_->checkpoint);
+    }
+    summary.wall_time_s =
+        previous_wall_time_s_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
+    summary.threads = num_threads();
+    summary.num_parameters = model_->num_parameters();
+    summary.train_max_len = train_max_len_;
+    summary.final_train = last_record_;
+    return summary;
   }
   if (!diverged_at) {
     if (last_eval_step_ != step_) record_eval();

@@ -12,6 +12,7 @@
 // says "diverged": true and summary.json records the step.
 //
 // The library never prints: progress goes to a TrainLogger the caller supplies.
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
@@ -72,6 +73,8 @@ struct ValidPoint {
 struct TrainSummary {
   int64_t steps = 0;          // updates made
   int64_t planned_steps = 0;  // train.steps
+  bool interrupted = false;   // stopped on request (stop_flag) before train.steps: checkpointed, no summary.json
+  int stop_request = 0;       // the value the stop flag held (the signal number, from the CLI)
   bool diverged = false;
   std::optional<int64_t> diverged_at_step;
   double wall_time_s = 0.0;  // summed over every session of a resumed run
@@ -115,7 +118,13 @@ class Trainer {
   void resume(const std::string& dir);
   // Trains until train.steps updates (or divergence), evaluating, checkpointing and logging as
   // configured; writes summary.json. Sets the thread count to train.threads when it is not 0.
+  // If a stop flag is set and becomes non-zero, run() finishes the step in flight, writes a
+  // checkpoint and returns with summary.interrupted (no summary.json: the run is not finished and
+  // `resume` continues it).
   TrainSummary run();
+  // The flag run() polls between steps; a signal handler may store to it (it is lock-free).
+  // nullptr (the default): never stop early.
+  void set_stop_flag(const std::atomic<int>* flag) { stop_flag_ = flag; }
 
   // The pieces of run(), for tests and benchmarks.
   data::Batch next_batch();
@@ -165,6 +174,7 @@ class Trainer {
   std::optional<EvalMetrics> last_eval_;
   std::optional<ValidPoint> best_loss_, best_accuracy_;
   int64_t last_checkpoint_step_ = -1;
+  const std::atomic<int>* stop_flag_ = nullptr;
   std::chrono::steady_clock::time_point session_start_ = std::chrono::steady_clock::now();
 };
 

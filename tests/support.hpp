@@ -1,0 +1,119 @@
+#pragma once
+// Helpers shared by the test files: a temporary directory that cleans up after itself, reading a
+// whole file, and running the real `normlab` binary as a child process.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace normlab::test {
+
+// A fresh directory under the system temp dir, removed with everything in it at the end of scope.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& prefix = "normlab_test") {
+    static int counter = 0;
+    path = std::filesystem::temp_directory_path() /
+           (prefix + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string sub(const std::string& name) const { return (path / name).string(); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path / name, std::ios::binary) << text;
+    return sub(name);
+  }
+};
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// `normlab ARGS...` started with fork + execv, stdout and stderr appended to files. `before_exec`
+// runs in the child between fork and exec (set a resource limit, drop privileges); it must only
+// make async-signal-safe calls.
+class Child {
+ public:
+  Child(const std::vector<std::string>& args, const std::string& stdout_path, const std::string& stderr_path,
+        const std::function<void()>& before_exec = {}) {
+    std::vector<std::string> all{NORMLAB_BINARY};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int out = ::open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      const int err = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (out >= 0) ::dup2(out, STDOUT_FILENO);
+      if (err >= 0) ::dup2(err, STDERR_FILENO);
+      if (before_exec) before_exec();
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+  }
+  ~Child() {
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool started() const { return pid_ > 0; }
+  void signal(int signal_number) const { ::kill(pid_, signal_number); }
+
+  // The exit code, 128 + the signal for a killed child, or -1 if it was still running after
+  // `timeout` (it is then killed).
+  int wait(std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    int status = 0;
+    while (true) {
+      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) break;
+      if (r < 0) return -1;
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, nullptr, 0);
+        reaped_ = true;
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    reaped_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+// Runs `normlab ARGS...` to completion; returns its exit code (see Child::wait).
+inline int run_normlab(const std::vector<std::string>& args, const std::string& stdout_path,
+                       const std::string& stderr_path) {
+  Child child(args, stdout_path, stderr_path);
+  return child.wait();
+}
+
+}  // namespace normlab::test
