@@ -6,8 +6,8 @@
 #   bash scripts/fuzz.sh 300 jsonl config     # only these targets
 #   bash scripts/fuzz.sh --build-only
 #
-# Targets: npy safetensors jsonl config config_set (fuzz/fuzz_<target>.cpp; the input layouts are
-# described in fuzz/fuzz_inputs.hpp). Each run starts from a copy of fuzz/corpus/<target>/ in a
+# Targets: npy safetensors jsonl config config_set checkpoint (fuzz/fuzz_<target>.cpp; the input
+# layouts are described in fuzz/fuzz_inputs.hpp and fuzz/fuzz_checkpoint.hpp). Each run starts from a copy of fuzz/corpus/<target>/ in a
 # temporary directory, so the repository is never modified. A crash, sanitizer report, leak,
 # timeout (> 2 s for one input) or out-of-memory (> 2 GB) fails the script; the offending input is
 # copied to build-fuzz/crashes/<target>/ and its path printed. To keep it as a regression test, copy
@@ -21,7 +21,7 @@ ROOT=$(pwd)
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 CXX=${CXX:-clang++-14}
 JOBS=${JOBS:-$(nproc)}
-ALL_TARGETS=(npy safetensors jsonl config config_set)
+ALL_TARGETS=(npy safetensors jsonl config config_set checkpoint)
 
 usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
 
@@ -66,13 +66,16 @@ if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned 
 fi
 
 # ------------------------------------------------------------------------------------------ build
-# The parsers and what they call: the I/O and data layers and the config loader. They go into an
-# archive, so each target links only the objects it uses.
-LIB_SOURCES=(src/io/*.cpp src/data/*.cpp src/train/config.cpp)
+# The parsers and what they call (the I/O and data layers and the config loader) go into one
+# archive; the checkpoint target needs the whole library (model, optimizer, samplers), which goes
+# into a second one and is only compiled when that target is asked for. An archive lets each target
+# link only the objects it uses.
+PARSER_SOURCES=(src/io/*.cpp src/data/*.cpp src/train/config.cpp)
+mapfile -t ALL_SOURCES < <(find src -name '*.cpp' | sort)
 # Library code gets coverage instrumentation (fuzzer-no-link); only the targets link libFuzzer's
 # main. -fno-sanitize-recover: a UBSan report must be a crash, or the fuzzer would not save the input.
 SAN_FLAGS=(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
-CXXFLAGS=(-std=c++20 -g -O1 -Iinclude -Wall -Wextra "${SAN_FLAGS[@]}")
+CXXFLAGS=(-std=c++20 -g -O1 -fopenmp -Iinclude -DNORMLAB_VERSION=\"fuzz\" -Wall -Wextra "${SAN_FLAGS[@]}")
 
 # Recompiles an object when it is missing or older than any file in its depfile.
 needs_build() {
@@ -85,25 +88,42 @@ needs_build() {
   return 1
 }
 
+object_for() { echo "$BUILD_DIR/obj/$(echo "${1%.cpp}" | tr '/' '_').o"; }
+
+# Compiles the given sources (JOBS at a time) and archives their objects into $1.
+build_archive() {
+  local archive=$1
+  shift
+  local objects=() pids=() source object
+  for source in "$@"; do
+    object=$(object_for "$source")
+    objects+=("$object")
+    if needs_build "$object" "${object%.o}.d"; then
+      "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer-no-link -MMD -MF "${object%.o}.d" -c "$source" -o "$object" &
+      pids+=($!)
+      if [[ ${#pids[@]} -ge $JOBS ]]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+    fi
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+  rm -f "$archive"
+  ar rcs "$archive" "${objects[@]}"
+}
+
 echo "fuzz.sh: building in $BUILD_DIR with $CXX"
-objects=()
-pids=()
-for source in "${LIB_SOURCES[@]}"; do
-  object="$BUILD_DIR/obj/$(echo "${source%.cpp}" | tr '/' '_').o"
-  objects+=("$object")
-  if needs_build "$object" "${object%.o}.d"; then
-    "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer-no-link -MMD -MF "${object%.o}.d" -c "$source" -o "$object" &
-    pids+=($!)
-    if [[ ${#pids[@]} -ge $JOBS ]]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
-  fi
-done
-for pid in "${pids[@]}"; do wait "$pid"; done
-rm -f "$BUILD_DIR/libnormlab_fuzz.a"
-ar rcs "$BUILD_DIR/libnormlab_fuzz.a" "${objects[@]}"
+# Objects built with other flags are stale even if no source changed.
+if [[ "$(cat "$BUILD_DIR/flags" 2>/dev/null)" != "$CXX ${CXXFLAGS[*]}" ]]; then
+  rm -f "$BUILD_DIR"/obj/*.o
+  echo "$CXX ${CXXFLAGS[*]}" >"$BUILD_DIR/flags"
+fi
+build_archive "$BUILD_DIR/libnormlab_parsers.a" "${PARSER_SOURCES[@]}"
+if [[ " ${targets[*]} " == *" checkpoint "* ]]; then
+  build_archive "$BUILD_DIR/libnormlab_full.a" "${ALL_SOURCES[@]}"
+fi
 
 for target in "${targets[@]}"; do
-  binary="$BUILD_DIR/fuzz_$target"
-  "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer "fuzz/fuzz_$target.cpp" "$BUILD_DIR/libnormlab_fuzz.a" -lfmt -o "$binary"
+  archive="$BUILD_DIR/libnormlab_parsers.a"
+  [[ $target == checkpoint ]] && archive="$BUILD_DIR/libnormlab_full.a"
+  "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer "fuzz/fuzz_$target.cpp" "$archive" -lfmt -o "$BUILD_DIR/fuzz_$target"
 done
 echo "fuzz.sh: built ${targets[*]}"
 [[ $build_only -eq 1 ]] && exit 0
@@ -112,6 +132,8 @@ echo "fuzz.sh: built ${targets[*]}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$ROOT/scripts/lsan.supp:print_suppressions=0}
+# One thread: the checkpoint target's kernels would otherwise start an OpenMP team per input.
+export OMP_NUM_THREADS=1
 
 failed=()
 for target in "${targets[@]}"; do
@@ -121,7 +143,8 @@ for target in "${targets[@]}"; do
   seeds=$(find "$work/corpus" -type f | wc -l)
   echo "fuzz.sh: $target for ${seconds}s from $seeds seeds (log: $work/log)"
   set +e
-  "$BUILD_DIR/fuzz_$target" "$work/corpus" \
+  # TMPDIR: the targets' scratch files go inside the work directory, removed with it.
+  TMPDIR="$work" "$BUILD_DIR/fuzz_$target" "$work/corpus" \
     -max_total_time="$seconds" -timeout=2 -rss_limit_mb=2048 \
     -artifact_prefix="$work/artifacts/" -print_final_stats=1 >"$work/log" 2>&1
   status=$?

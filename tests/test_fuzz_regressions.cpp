@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../fuzz/fuzz_checkpoint.hpp"
 #include "../fuzz/fuzz_inputs.hpp"
 
 namespace {
@@ -81,6 +82,10 @@ TEST_CASE("fuzz regression: config files are loaded or refused with InputError")
 
 TEST_CASE("fuzz regression: --set overrides are applied or refused with InputError") {
   replay("config_set", normlab::fuzz::run_config_set);
+}
+
+TEST_CASE("fuzz regression: checkpoints are loaded or refused with InputError") {
+  replay("checkpoint", normlab::fuzz::run_checkpoint);
 }
 
 TEST_CASE("fuzz regression: the replay catches what it must") {
