@@ -9,7 +9,14 @@
 #include <vector>
 
 #include "normlab/error.hpp"
+#include "normlab/io/json_depth.hpp"
 #include "normlab/train/config.hpp"
+
+#include "support.hpp"
+
+using normlab::test::TempDir;
+using normlab::test::read_text;
+
 
 namespace fs = std::filesystem;
 using namespace normlab;
@@ -17,24 +24,6 @@ using namespace normlab::train;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("normlab_test_config_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path / name) << text;
-    return (path / name).string();
-  }
-};
 
 // The InputError message of load_config(path, overrides), or "" if it succeeds.
 std::string load_error(const std::string& path, const std::vector<std::string>& overrides = {}) {
@@ -51,12 +40,6 @@ std::string config_error(const std::string& text, const std::vector<std::string>
   return load_error(dir.write("x.json", text), overrides);
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 }  // namespace
 
@@ -254,4 +237,25 @@ TEST_CASE("config: the shipped configs load") {
     CHECK_NOTHROW(config = load_config(path));
     CHECK(config.train.steps <= 2000);
   }
+}
+
+TEST_CASE("json depth: brackets in strings do not count; deep nesting is refused before parsing") {
+  using normlab::io::json_nesting_depth;
+  CHECK(json_nesting_depth("") == 0);
+  CHECK(json_nesting_depth("3") == 0);
+  CHECK(json_nesting_depth(R"({"a": [1, {"b": [2]}]})") == 4);
+  CHECK(json_nesting_depth(R"({"a": "[[[[{{{{", "b": "\"[[["})") == 1);
+  CHECK(json_nesting_depth("]]]][[") == 2);  // stray closers do not go below zero
+
+  // 200 000 levels: parsing is fine for nlohmann, but dumping or copying such a value recursed once
+  // per level and overflowed the stack (seen under AddressSanitizer with a fuzz regression input).
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  const std::string message = config_error(R"({"model": )" + deep + "}");
+  CHECK(message.find("x.json: JSON nested deeper than 64 levels") != std::string::npos);
+  // 64 levels (the outer object and 63 lists) are within the bound: refused, but for the type.
+  const std::string at_limit = config_error(R"({"model": )" + std::string(63, '[') + std::string(63, ']') + "}");
+  CHECK(at_limit.find("nested deeper") == std::string::npos);
+  CHECK(at_limit.find("model") != std::string::npos);
+  CHECK(load_error(TempDir().write("ok.json", "{}"), {"model.d_model=" + deep}).find("model.d_model") !=
+        std::string::npos);  // a too-deep --set value is taken as a string, then refused as one
 }

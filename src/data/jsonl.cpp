@@ -8,6 +8,7 @@
 
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
+#include "normlab/io/json_depth.hpp"
 
 namespace normlab::data {
 
@@ -64,6 +65,7 @@ json parse_object(std::string_view line, const Task& task, std::string_view wher
     }
     return true;
   };
+  io::require_json_depth(line, where);
   json object;
   try {
     object = json::parse(line.begin(), line.end(), watch_keys);

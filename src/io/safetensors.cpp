@@ -13,6 +13,7 @@
 
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
+#include "normlab/io/json_depth.hpp"
 
 namespace normlab::io {
 
@@ -177,6 +178,7 @@ ParsedHeader parse_header(const std::string& path, const std::string& header,
   if (header.find('\0') != std::string::npos) {
     throw InputError(path + ": header is not valid JSON: it contains a NUL byte");
   }
+  require_json_depth(header, path + ": header");
   DuplicateKeyFinder duplicates;
   json root;
   try {

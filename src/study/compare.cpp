@@ -14,6 +14,7 @@
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/study/svg.hpp"
 #include "normlab/train/config.hpp"
+#include "normlab/io/json_depth.hpp"
 
 namespace normlab::study {
 
@@ -93,6 +94,7 @@ ComparePlan load_compare_plan(const std::string& path) {
   ComparePlan plan;
   plan.source = path;
   std::string text = io::read_file(path, 1 << 20);
+  io::require_json_depth(text, path);
   json root;
   try {
     root = json::parse(text);
@@ -115,7 +117,9 @@ ComparePlan load_compare_plan(const std::string& path) {
     base_where = base_path.string();
     base_dir = base_path.parent_path();
     try {
-      plan.base = json::parse(io::read_file(base_path.string(), 1 << 20));
+      const std::string base_text = io::read_file(base_path.string(), 1 << 20);
+      io::require_json_depth(base_text, base_path.string());
+      plan.base = json::parse(base_text);
     } catch (const json::exception& e) {
       throw InputError(fmt::format("{}: not valid JSON: {}", base_path.string(), e.what()));
     }
@@ -237,6 +241,7 @@ RunResult read_run(const RunSpec& spec, const std::string& run_dir) {
   std::string line;
   bool have_init_diag = false;
   while (std::getline(metrics, line)) {
+    if (io::json_nesting_depth(line) > io::kMaxJsonDepth) continue;  // not a record of ours
     json rec = json::parse(line, nullptr, false);
     if (rec.is_discarded() || !rec.is_object()) continue;  // a torn last line of a killed run
     if (rec.contains("split")) {

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "normlab/error.hpp"
+#include "normlab/io/json_depth.hpp"
 
 namespace normlab::train {
 
@@ -91,6 +92,7 @@ const std::string& metadata_value(const io::SafetensorsFile& file, const std::st
 
 nlohmann::json metadata_json(const io::SafetensorsFile& file, const std::string& key) {
   const std::string& text = metadata_value(file, key);
+  io::require_json_depth(text, fmt::format("{}: metadata '{}'", file.path, key));
   nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded() || text.find('\0') != std::string::npos) throw InputError(fmt::format("{}: metadata '{}' is not valid JSON", file.path, key));
   return value;

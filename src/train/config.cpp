@@ -13,6 +13,7 @@
 #include "normlab/data/task.hpp"
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
+#include "normlab/io/json_depth.hpp"
 
 namespace normlab::train {
 
@@ -326,6 +327,7 @@ json parse_strict(const std::string& text, const std::string& where) {
   };
   // nlohmann's lexer ends the input at a NUL byte; anything after it would be ignored silently.
   if (text.find('\0') != std::string::npos) throw InputError(fmt::format("{}: invalid JSON: contains a NUL byte", where));
+  io::require_json_depth(text, where);
   json result;
   try {
     result = json::parse(text, callback);
@@ -415,7 +417,9 @@ void apply_override(RunConfig& config, const std::string& assignment) {
   const Field* field = find_field(section, key);
   if (!field) throw unknown_key(where, section, key);
   // JSON when it parses (numbers, true/false, null, quoted strings), otherwise the raw text.
-  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json value = io::json_nesting_depth(text) > io::kMaxJsonDepth
+                   ? json(json::value_t::discarded)
+                   : json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) value = json(text);
   field->set(config, validated(*field, value, where, fs::current_path()));
 }

@@ -10,6 +10,7 @@
 
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
+#include "normlab/io/json_depth.hpp"
 #include "normlab/kernels/cross_entropy.hpp"
 #include "normlab/ops.hpp"
 #include "normlab/parallel.hpp"
@@ -454,7 +455,9 @@ int64_t truncate_metrics(const std::string& path, int64_t step) {
   while (keep < text.size()) {
     const size_t newline = text.find('\n', keep);
     if (newline == std::string::npos) break;  // a torn last line
-    json record = json::parse(text.substr(keep, newline - keep), nullptr, /*allow_exceptions=*/false);
+    const std::string_view line = std::string_view(text).substr(keep, newline - keep);
+    if (io::json_nesting_depth(line) > io::kMaxJsonDepth) break;  // not a record of ours
+    json record = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (record.is_discarded() || !record.is_object() || !record.contains("step") ||
         !record.at("step").is_number_integer() || record.at("step").get<int64_t>() > step) {
       break;
@@ -493,6 +496,11 @@ TrainSummary Trainer::run() {
                                                      config_.task.max_len),
                             valid_set_.size()));
 
+  auto checkpoint = [&] {
+    save_checkpoint(paths_->checkpoint);
+    last_checkpoint_step_ = step_;
+    logger_->checkpoint(step_, paths_->checkpoint);
+  };
   std::optional<int64_t> diverged_at;
   int stop_request = 0;
   while (step_ < t.steps) {
@@ -513,43 +521,18 @@ TrainSummary Trainer::run() {
       break;
     }
     if (t.eval_every > 0 && step_ % t.eval_every == 0) record_eval();
-    if (t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) {
-      save_checkpoint(paths_->checkpoint);
-      last_checkpoint_step_ = step_;
-      logger_->checkpoint(step_, paths_->checkpoint);
-    }
+    if (t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) checkpoint();
   }
-  if (stop_request != 0) {
-    TrainSummary summary;
-    summary.steps = step_;
-    summary.planned_steps = t.steps;
-    summary.interrupted = true;
-    summary.stop_request = stop_request;
-    if (last_checkpoint_step_ != step_) {
-      save_checkpoint(paths_->checkpoint);
-      last_checkpoint_step_ = step_;
-      logger_->checkpoint(step_, paths_->checkpoint);
-    }
-    summary.wall_time_s =
-        previous_wall_time_s_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
-    summary.threads = num_threads();
-    summary.num_parameters = model_->num_parameters();
-    summary.train_max_len = train_max_len_;
-    summary.final_train = last_record_;
-    return summary;
-  }
-  if (!diverged_at) {
-    if (last_eval_step_ != step_) record_eval();
-    if (last_checkpoint_step_ != step_) {
-      save_checkpoint(paths_->checkpoint);
-      last_checkpoint_step_ = step_;
-      logger_->checkpoint(step_, paths_->checkpoint);
-    }
-  }
+  // Finished: a last evaluation. Finished or stopped on request: a checkpoint of the final state
+  // (a diverged run keeps its last periodic one: the broken state is not worth resuming).
+  if (!diverged_at && stop_request == 0 && last_eval_step_ != step_) record_eval();
+  if (!diverged_at && last_checkpoint_step_ != step_) checkpoint();
 
   TrainSummary summary;
   summary.steps = step_;
   summary.planned_steps = t.steps;
+  summary.interrupted = stop_request != 0;
+  summary.stop_request = stop_request;
   summary.diverged = diverged_at.has_value();
   summary.diverged_at_step = diverged_at;
   summary.wall_time_s =
@@ -562,6 +545,7 @@ TrainSummary Trainer::run() {
   summary.final_valid = last_eval_;
   summary.best_valid = best_loss_;
   summary.best_valid_accuracy = best_accuracy_;
+  if (summary.interrupted) return summary;  // not finished: no summary.json, so resume continues it
   write_json_file(paths_->summary, to_json(summary));
   return summary;
 }
