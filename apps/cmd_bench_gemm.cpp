@@ -108,7 +108,8 @@ void add_bench_gemm(CLI::App& bench) {
       ->required();
   cmd->add_option("--variant", options->variant, "nn: A B; nt: A B^T (Linear forward); tn: A^T B (weight grad)")
       ->capture_default_str();
-  cmd->add_option("--threads", options->threads, "Threads (default: OMP_NUM_THREADS or all cores)");
+  cmd->add_option("--threads", options->threads, "Threads (default: OMP_NUM_THREADS or all cores)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--repeats", options->repeats, "Timed calls; the median is reported")->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");
   cmd->callback([options] { run(*options); });

@@ -116,7 +116,8 @@ void add_bench_layernorm(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand("layernorm", "Time the LayerNorm forward and backward kernels");
   cmd->add_option("--shape", options->shape, "Input shape B,T,C (normalized over C), e.g. 64,128,768")->required();
   CLI::Option* threads =
-      cmd->add_option("--threads", options->threads, "Threads (default: OMP_NUM_THREADS or all cores)");
+      cmd->add_option("--threads", options->threads, "Threads (default: OMP_NUM_THREADS or all cores)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--repeats", options->repeats, "Timed calls; the median is reported")->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");
   cmd->callback([options, threads] {

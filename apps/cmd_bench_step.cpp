@@ -78,7 +78,8 @@ void add_bench_step(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand("step", "Time one training step (forward, backward, optimizer update)");
   cmd->add_option("--config", options->config, "Config file (e.g. configs/bench-step.json)")->required();
   cmd->add_option("--set", options->overrides, "Override a config key (repeatable)");
-  cmd->add_option("--threads", options->threads, "Threads (overrides train.threads; 0: all cores)");
+  cmd->add_option("--threads", options->threads, "Threads (overrides train.threads; 0: all cores)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("--repeats", options->repeats, "Timed steps; the median is reported")->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");
   cmd->callback([options] { run(*options); });

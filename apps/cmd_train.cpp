@@ -205,7 +205,8 @@ void add_train(CLI::App& app) {
   cmd->add_option("--config", options->config, "Config file (JSON: model, task, optim, train)");
   cmd->add_option("--out", options->out, "Run directory (default: runs/<config name>)");
   cmd->add_option("--set", options->overrides, "Override a config key: --set optim.lr=0.0003 (repeatable)");
-  cmd->add_option("--threads", options->threads, "Threads (overrides train.threads; 0: all cores)");
+  cmd->add_option("--threads", options->threads, "Threads (overrides train.threads; 0: all cores)")
+      ->check(CLI::Range(0, 1024));
   CLI::Option* resume = cmd->add_option("--resume", options->resume_dir,
                                         "Continue the run in DIR (or in --out) from its checkpoint")
                             ->expected(0, 1);

@@ -12,36 +12,18 @@
 #include <string>
 #include <vector>
 
+#include "support.hpp"
+
+using normlab::test::TempDir;
+using normlab::test::read_text;
+
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / ("normlab_test_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string sub(const std::string& name) const { return (path / name).string(); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path / name) << text;
-    return sub(name);
-  }
-};
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 struct Result {
   int code = -1;
@@ -211,4 +193,18 @@ TEST_CASE("cli: bench step prints step time and throughput") {
   CHECK(table.code == 0);
   CHECK(table.out.find("tokens/s") != std::string::npos);
   CHECK(run_cli(dir, "bench step --config " + config + " --repeats 0").code == 2);
+}
+
+TEST_CASE("cli: out-of-range --threads is refused with exit 2 before anything runs") {
+  TempDir dir;
+  const std::string config = dir.write("ok.json", kTinyConfig);
+  for (const char* threads : {"-1", "-7", "1025"}) {
+    INFO("--threads " << threads);
+    Result r = run_cli(dir, "train --config " + config + " --out " + dir.sub("run") + " --threads=" + threads);
+    CHECK(r.code == 2);
+    CHECK(r.err.find("--threads") != std::string::npos);
+    CHECK(!fs::exists(dir.sub("run")));
+  }
+  CHECK(run_cli(dir, "bench layernorm --shape 2,3,4 --threads=0").code == 2);
+  CHECK(run_cli(dir, "bench gemm --shape 8,8,8 --threads=-1").code == 2);
 }

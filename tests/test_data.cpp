@@ -23,6 +23,11 @@
 #include "normlab/data/vocab.hpp"
 #include "normlab/error.hpp"
 
+#include "support.hpp"
+
+using normlab::test::TempDir;
+
+
 namespace fs = std::filesystem;
 using namespace normlab;
 using namespace normlab::data;
@@ -30,21 +35,6 @@ using namespace normlab::data;
 namespace {
 
 // A fresh directory under the system temp dir, removed when the test ends.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("normlab_test_data_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -61,7 +51,7 @@ void write_all(const std::string& path, const std::string& contents) {
 // The InputError message from loading `contents` as a JSONL file of `task` ("" if it loaded).
 std::string load_error(const TempDir& dir, const std::string& contents, const Task& task,
                        int64_t max_bytes = kMaxJsonlBytes) {
-  const std::string path = dir.file("case.jsonl");
+  const std::string path = dir.sub("case.jsonl");
   write_all(path, contents);
   try {
     load_jsonl(path, task, max_bytes);
@@ -287,7 +277,7 @@ TEST_CASE("data jsonl: round trip for every kind of task") {
     CAPTURE(name);
     Task task = make_task(name);
     std::vector<Example> examples = generate_examples(task, 50, 1, 20, 5);
-    const std::string path = dir.file(name + ".jsonl");
+    const std::string path = dir.sub(name + ".jsonl");
     write_jsonl(path, examples, task);
     std::vector<Example> loaded = load_jsonl(path, task);
     REQUIRE(loaded.size() == examples.size());
@@ -309,22 +299,22 @@ TEST_CASE("data jsonl: round trip for every kind of task") {
 
   // Text: lines come back as the same characters; characters outside the vocabulary become [UNK].
   Task text = make_text_task(sample_lines());
-  const std::string path = dir.file("text.jsonl");
+  const std::string path = dir.sub("text.jsonl");
   write_all(path, "{\"text\":\"In the beginning\"}\r\n{\"text\":\"Zion & light\"}\n");
   std::vector<Example> loaded = load_jsonl(path, text);
   REQUIRE(loaded.size() == 2);
   CHECK(text.decode_input(loaded[0].tokens) == "In the beginning");
   CHECK(loaded[0].targets.empty());
   CHECK(text.decode_input(loaded[1].tokens) == "[UNK]ion [UNK] light");
-  write_jsonl(dir.file("text2.jsonl"), loaded, text);
-  std::vector<Example> reloaded = load_jsonl(dir.file("text2.jsonl"), text);
+  write_jsonl(dir.sub("text2.jsonl"), loaded, text);
+  std::vector<Example> reloaded = load_jsonl(dir.sub("text2.jsonl"), text);
   CHECK(reloaded[1].tokens == loaded[1].tokens);
   CHECK(load_text_lines(path, 100) == std::vector<std::string>{"In the beginning", "Zion & light"});
 }
 
 TEST_CASE("data jsonl: every malformed file is an InputError naming file and line") {
   TempDir dir;
-  const std::string path = dir.file("case.jsonl");
+  const std::string path = dir.sub("case.jsonl");
   Task reverse = make_task("reverse");
   Task majority = make_task("majority");
   Task text = make_text_task(sample_lines());
@@ -386,8 +376,8 @@ TEST_CASE("data jsonl: every malformed file is an InputError naming file and lin
   std::string too_big = load_error(dir, good + good, reverse, static_cast<int64_t>(good.size()));
   CHECK(too_big.find(path) == 0);
   CHECK(too_big.find("bytes") != std::string::npos);
-  CHECK_THROWS_WITH_AS(load_jsonl(dir.file("missing.jsonl"), reverse),
-                       doctest::Contains(dir.file("missing.jsonl").c_str()), InputError);
+  CHECK_THROWS_WITH_AS(load_jsonl(dir.sub("missing.jsonl"), reverse),
+                       doctest::Contains(dir.sub("missing.jsonl").c_str()), InputError);
   // A file without a final newline and a CRLF file are fine.
   CHECK(load_error(dir, good + good.substr(0, good.size() - 1), reverse).empty());
   CHECK(load_error(dir, R"({"tokens":["3"],"targets":["3"]})" "\r\n", reverse).empty());
@@ -648,12 +638,12 @@ TEST_CASE("data shipped task splits: regenerate byte for byte, valid, longer tes
   for (const std::string& name : algorithmic_task_names()) {
     CAPTURE(name);
     Task task = make_task(name);
-    write_task_splits(task, dir.file(name));
+    write_task_splits(task, dir.sub(name));
     for (const char* split : {"train", "valid", "test"}) {
       CAPTURE(split);
       const std::string shipped = data_dir + "/" + name + "/" + split + ".jsonl";
       REQUIRE(fs::exists(shipped));
-      CHECK(read_all(shipped) == read_all(dir.file(name) + "/" + split + ".jsonl"));
+      CHECK(read_all(shipped) == read_all(dir.sub(name) + "/" + split + ".jsonl"));
       Dataset dataset = Dataset::load(shipped, task);
       for (const Example& example : dataset.examples()) {
         REQUIRE(example.targets == compute_targets(task, example.tokens));
@@ -674,11 +664,11 @@ TEST_CASE("data text splits: references dropped, length filter, block split") {
     if (text.size() >= 16) kept.push_back(text);
     verses += "Ge1:" + std::to_string(i + 1) + " " + text + " \n";
   }
-  write_all(dir.file("verses.txt"), verses);
-  write_text_splits(dir.file("verses.txt"), dir.file("out"));
-  std::vector<std::string> train = load_text_lines(dir.file("out/train.jsonl"), 160);
-  std::vector<std::string> valid = load_text_lines(dir.file("out/valid.jsonl"), 160);
-  std::vector<std::string> test = load_text_lines(dir.file("out/test.jsonl"), 160);
+  write_all(dir.sub("verses.txt"), verses);
+  write_text_splits(dir.sub("verses.txt"), dir.sub("out"));
+  std::vector<std::string> train = load_text_lines(dir.sub("out/train.jsonl"), 160);
+  std::vector<std::string> valid = load_text_lines(dir.sub("out/valid.jsonl"), 160);
+  std::vector<std::string> test = load_text_lines(dir.sub("out/test.jsonl"), 160);
   REQUIRE(kept.size() == 245);
   // Blocks of 100 kept verses: 80 train, 10 valid, 10 test; the last, partial block is all train.
   CHECK(train.size() == 80 + 80 + 45);
@@ -690,10 +680,10 @@ TEST_CASE("data text splits: references dropped, length filter, block split") {
   CHECK(train[80] == kept[100]);
   CHECK(test.back() == kept[199]);
 
-  write_all(dir.file("bad.txt"), "Ge1:1 In the beginning God created the heaven.\nNoReference\n");
-  CHECK_THROWS_WITH_AS(write_text_splits(dir.file("bad.txt"), dir.file("out2")),
-                       doctest::Contains((dir.file("bad.txt") + ":2: ").c_str()), InputError);
-  CHECK_THROWS_AS(write_text_splits(dir.file("missing.txt"), dir.file("out3")), InputError);
+  write_all(dir.sub("bad.txt"), "Ge1:1 In the beginning God created the heaven.\nNoReference\n");
+  CHECK_THROWS_WITH_AS(write_text_splits(dir.sub("bad.txt"), dir.sub("out2")),
+                       doctest::Contains((dir.sub("bad.txt") + ":2: ").c_str()), InputError);
+  CHECK_THROWS_AS(write_text_splits(dir.sub("missing.txt"), dir.sub("out3")), InputError);
 }
 
 TEST_CASE("data shipped kjv splits: load, vocabulary, size, and regenerate when bible is installed") {
@@ -723,11 +713,11 @@ TEST_CASE("data shipped kjv splits: load, vocabulary, size, and regenerate when 
     return;
   }
   TempDir dir;
-  const std::string command = "/usr/bin/bible -f Ge1:1-De34:12 > '" + dir.file("verses.txt") + "' 2>/dev/null";
+  const std::string command = "/usr/bin/bible -f Ge1:1-De34:12 > '" + dir.sub("verses.txt") + "' 2>/dev/null";
   REQUIRE(std::system(command.c_str()) == 0);
-  write_text_splits(dir.file("verses.txt"), dir.file("kjv"));
+  write_text_splits(dir.sub("verses.txt"), dir.sub("kjv"));
   for (const char* split : {"train", "valid", "test"}) {
     CAPTURE(split);
-    CHECK(read_all(kjv + "/" + split + ".jsonl") == read_all(dir.file("kjv") + "/" + split + ".jsonl"));
+    CHECK(read_all(kjv + "/" + split + ".jsonl") == read_all(dir.sub("kjv") + "/" + split + ".jsonl"));
   }
 }

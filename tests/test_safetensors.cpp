@@ -19,6 +19,11 @@
 #include "normlab/io/safetensors.hpp"
 #include "normlab/rng.hpp"
 
+#include "support.hpp"
+
+using normlab::test::TempDir;
+
+
 namespace fs = std::filesystem;
 using namespace normlab;
 using namespace normlab::io;
@@ -26,21 +31,6 @@ using namespace normlab::io;
 namespace {
 
 // A fresh directory per test, removed afterwards.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("normlab_st_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   // Unlink rather than truncate: ext4 flushes a truncated-and-rewritten file on close, which made
@@ -105,7 +95,7 @@ TEST_CASE("safetensors writer output matches a hand-built byte layout") {
   const float a[2] = {1.0f, -2.5f};
   const int64_t b[1] = {-2};
   std::vector<TensorRecord> tensors = {make_f32("a", {2}, a), make_i64("b", {1}, b)};
-  write_safetensors(dir.file("tiny.safetensors"), {{"k", "v"}}, tensors);
+  write_safetensors(dir.sub("tiny.safetensors"), {{"k", "v"}}, tensors);
 
   // 133 bytes of JSON padded with 3 spaces to 136 = 0x88, then 8 bytes of b (8-byte elements
   // first, for alignment), then 8 bytes of a.
@@ -121,7 +111,7 @@ TEST_CASE("safetensors writer output matches a hand-built byte layout") {
   expected += header;
   expected.append(reinterpret_cast<const char*>(data), 16);
 
-  std::string written = slurp(dir.file("tiny.safetensors"));
+  std::string written = slurp(dir.sub("tiny.safetensors"));
   CHECK(written.size() == 8 + 136 + 16);
   CHECK(written == expected);
   CHECK(serialize_safetensors({{"k", "v"}}, tensors) == expected);
@@ -157,7 +147,7 @@ TEST_CASE("safetensors round trip keeps names, dtypes, shapes, exact bits and me
   };
   const std::map<std::string, std::string> metadata = {
       {"format", "pt"}, {"config", R"({"d_model": 8, "quote": "a\"b\\c"})"}, {"ünïcode", "✓\n"}};
-  const std::string path = dir.file("model.safetensors");
+  const std::string path = dir.sub("model.safetensors");
   write_safetensors(path, metadata, tensors);
 
   SafetensorsFile file = read_safetensors(path);
@@ -192,7 +182,7 @@ TEST_CASE("safetensors round trip keeps names, dtypes, shapes, exact bits and me
   CHECK(file.floats("empty", {0, 3}).empty());
 
   // Reading and rewriting gives the same bytes (the writer is a pure function of the content).
-  const std::string copy = dir.file("copy.safetensors");
+  const std::string copy = dir.sub("copy.safetensors");
   write_safetensors(copy, file.metadata, file.tensors);
   CHECK(slurp(copy) == slurp(path));
 }
@@ -224,8 +214,8 @@ TEST_CASE("safetensors reads a file from an independent writer (scripts/check_sa
 TEST_CASE("safetensors accepts valid edge cases") {
   TempDir dir;
   SUBCASE("no tensors, no buffer") {
-    write_bytes(dir.file("e.st"), st_bytes("{}", ""));
-    SafetensorsFile file = read_safetensors(dir.file("e.st"));
+    write_bytes(dir.sub("e.st"), st_bytes("{}", ""));
+    SafetensorsFile file = read_safetensors(dir.sub("e.st"));
     CHECK(file.tensors.empty());
     CHECK(file.metadata.empty());
   }
@@ -235,8 +225,8 @@ TEST_CASE("safetensors accepts valid edge cases") {
         R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
         R"("z0":{"dtype":"I64","shape":[3,0],"data_offsets":[0,0]},)"
         R"("b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}}       )";
-    write_bytes(dir.file("z.st"), st_bytes(header, zeros(6)));
-    SafetensorsFile file = read_safetensors(dir.file("z.st"));
+    write_bytes(dir.sub("z.st"), st_bytes(header, zeros(6)));
+    SafetensorsFile file = read_safetensors(dir.sub("z.st"));
     REQUIRE(file.tensors.size() == 4);
     CHECK(file.tensors[0].name == "z0");
     CHECK(file.tensors[1].name == "a");
@@ -344,12 +334,12 @@ TEST_CASE("safetensors rejects malformed files with one line naming the file and
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     CAPTURE(cases[i].label);
-    const std::string path = dir.file("bad" + std::to_string(i) + ".safetensors");
+    const std::string path = dir.sub("bad" + std::to_string(i) + ".safetensors");
     write_bytes(path, cases[i].bytes);
     check_rejected(path, cases[i].fragment);
   }
 
-  check_rejected(dir.file("does_not_exist.safetensors"), "cannot open: No such file or directory");
+  check_rejected(dir.sub("does_not_exist.safetensors"), "cannot open: No such file or directory");
   check_rejected(dir.path.string(), "not a regular file");
 }
 
@@ -359,7 +349,7 @@ TEST_CASE("safetensors: every truncation and header byte corruption gives InputE
   const int64_t step[1] = {9};
   const std::string good = serialize_safetensors(
       {{"k", "v"}}, {make_f32("w", {2, 3}, weight), make_i64("step", {1}, step)});
-  const std::string path = dir.file("t.safetensors");
+  const std::string path = dir.sub("t.safetensors");
 
   for (size_t length = 0; length < good.size(); ++length) {
     CAPTURE(length);
@@ -390,7 +380,7 @@ TEST_CASE("safetensors floats()/int64s() check presence, dtype and shape") {
   TempDir dir;
   const float values[6] = {0, 1, 2, 3, 4, 5};
   const int64_t ids[2] = {4, 5};
-  const std::string path = dir.file("m.safetensors");
+  const std::string path = dir.sub("m.safetensors");
   write_safetensors(path, {}, {make_f32("linear1.weight", {2, 3}, values), make_i64("ids", {2}, ids)});
   SafetensorsFile file = read_safetensors(path);
 
@@ -418,7 +408,7 @@ TEST_CASE("safetensors floats()/int64s() check presence, dtype and shape") {
 
 TEST_CASE("safetensors writer rejects inconsistent records as UsageError and writes nothing") {
   TempDir dir;
-  const std::string path = dir.file("out.safetensors");
+  const std::string path = dir.sub("out.safetensors");
   write_file_atomic(path, std::string("previous"));
   const float values[2] = {1, 2};
   TensorRecord good = make_f32("w", {2}, values);
@@ -447,7 +437,7 @@ TEST_CASE("safetensors writer rejects inconsistent records as UsageError and wri
 
 TEST_CASE("atomic write replaces the target and leaves no temporary files") {
   TempDir dir;
-  const std::string path = dir.file("summary.json");
+  const std::string path = dir.sub("summary.json");
   write_file_atomic(path, std::string("first version, longer than the second"));
   CHECK(slurp(path) == "first version, longer than the second");
   write_file_atomic(path, std::string("second"));
@@ -470,7 +460,7 @@ TEST_CASE("atomic write replaces the target and leaves no temporary files") {
   fs::current_path(dir.path);
   write_file_atomic("bare.txt", std::string("x"));
   fs::current_path(previous_cwd);
-  CHECK(slurp(dir.file("bare.txt")) == "x");
+  CHECK(slurp(dir.sub("bare.txt")) == "x");
 }
 
 TEST_CASE("atomic write failures throw InputError and leave the previous file intact") {
@@ -485,30 +475,30 @@ TEST_CASE("atomic write failures throw InputError and leave the previous file in
   };
 
   SUBCASE("parent is a regular file (blocks root too, unlike chmod)") {
-    write_bytes(dir.file("blocker"), "i am a file");
-    const std::string path = dir.file("blocker") + "/out.bin";
+    write_bytes(dir.sub("blocker"), "i am a file");
+    const std::string path = dir.sub("blocker") + "/out.bin";
     CHECK(message_of([&] { write_file_atomic(path, std::string("data")); }) ==
           path + ": cannot write: Not a directory");
-    CHECK(slurp(dir.file("blocker")) == "i am a file");
+    CHECK(slurp(dir.sub("blocker")) == "i am a file");
   }
   SUBCASE("parent does not exist") {
-    const std::string path = dir.file("no/such/dir/out.bin");
+    const std::string path = dir.sub("no/such/dir/out.bin");
     CHECK(message_of([&] { write_file_atomic(path, std::string("data")); }) ==
           path + ": cannot write: No such file or directory");
   }
   SUBCASE("target is a directory: the rename fails after the temp file was written") {
-    const std::string path = dir.file("target");
+    const std::string path = dir.sub("target");
     fs::create_directory(path);
-    write_bytes(dir.file("target/inside"), "kept");
+    write_bytes(dir.sub("target/inside"), "kept");
     std::string message = message_of([&] { write_file_atomic(path, std::string("data")); });
     CHECK(message.rfind(path + ": cannot write: ", 0) == 0);
-    CHECK(slurp(dir.file("target/inside")) == "kept");
+    CHECK(slurp(dir.sub("target/inside")) == "kept");
     int entries = 0;
     for ([[maybe_unused]] const auto& entry : fs::directory_iterator(dir.path)) ++entries;
     CHECK(entries == 1);  // only "target": the temp file was removed
   }
   SUBCASE("write fails midway (file size limit): old checkpoint survives, temp removed") {
-    const std::string path = dir.file("checkpoint.safetensors");
+    const std::string path = dir.sub("checkpoint.safetensors");
     const float old_values[2] = {1, 2};
     write_safetensors(path, {}, {make_f32("w", {2}, old_values)});
     const std::string old_bytes = slurp(path);
@@ -539,12 +529,12 @@ TEST_CASE("atomic write failures throw InputError and leave the previous file in
 
 TEST_CASE("atomic read_file rejects missing files, directories and files over the limit") {
   TempDir dir;
-  const std::string path = dir.file("data.txt");
+  const std::string path = dir.sub("data.txt");
   write_bytes(path, "0123456789");
   CHECK(read_file(path, 10) == "0123456789");
   CHECK(read_file(path, 1000) == "0123456789");
-  write_bytes(dir.file("empty.txt"), "");
-  CHECK(read_file(dir.file("empty.txt"), 0).empty());
+  write_bytes(dir.sub("empty.txt"), "");
+  CHECK(read_file(dir.sub("empty.txt"), 0).empty());
 
   auto message_of = [](const std::string& file, size_t limit) -> std::string {
     try {
@@ -555,9 +545,9 @@ TEST_CASE("atomic read_file rejects missing files, directories and files over th
     return "NO ERROR";
   };
   CHECK(message_of(path, 9) == path + ": file is 10 bytes, larger than the limit of 9 bytes");
-  CHECK(message_of(dir.file("missing.txt"), 100) ==
-        dir.file("missing.txt") + ": cannot open: No such file or directory");
+  CHECK(message_of(dir.sub("missing.txt"), 100) ==
+        dir.sub("missing.txt") + ": cannot open: No such file or directory");
   CHECK(message_of(dir.path.string(), 100) == dir.path.string() + ": not a regular file");
-  write_bytes(dir.file("blocker"), "x");
-  CHECK(message_of(dir.file("blocker") + "/x", 100).rfind(dir.file("blocker") + "/x: cannot open: ", 0) == 0);
+  write_bytes(dir.sub("blocker"), "x");
+  CHECK(message_of(dir.sub("blocker") + "/x", 100).rfind(dir.sub("blocker") + "/x: cannot open: ", 0) == 0);
 }

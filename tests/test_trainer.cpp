@@ -22,6 +22,11 @@
 #include "normlab/train/run.hpp"
 #include "normlab/train/trainer.hpp"
 
+#include "support.hpp"
+
+using normlab::test::TempDir;
+
+
 namespace fs = std::filesystem;
 using namespace normlab;
 using namespace normlab::train;
@@ -29,21 +34,6 @@ using nlohmann::json;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("normlab_test_trainer_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string sub(const std::string& name) const { return (path / name).string(); }
-};
 
 // A model small enough that a step takes well under a millisecond.
 RunConfig tiny_config() {

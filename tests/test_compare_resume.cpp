@@ -1,0 +1,117 @@
+// `normlab compare` as a user runs it: interrupted with Ctrl-C (SIGINT) halfway through its grid,
+// then run again: finished runs are skipped, stopped ones resume from their checkpoints, and the
+// result is the same table as an uninterrupted compare's.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support.hpp"
+
+namespace fs = std::filesystem;
+using normlab::test::Child;
+using normlab::test::read_text;
+using normlab::test::run_normlab;
+using normlab::test::TempDir;
+
+namespace {
+
+const char* kBase = R"({
+  "model": {"d_model": 32, "heads": 2, "layers": 2, "ffn": 64, "max_len": 24},
+  "task": {"name": "reverse", "min_len": 1, "max_len": 16, "eval_max_len": 24, "eval_examples": 32, "bucket_width": 8},
+  "optim": {"lr": 0.003, "warmup_steps": 10},
+  "train": {"steps": 150, "batch_size": 32, "eval_every": 50, "log_every": 50, "diagnostics_every": 25,
+            "checkpoint_every": 10, "threads": 1}
+})";
+
+const char* kCompare = R"({
+  "base": "base.json",
+  "grid": {"variants": ["post-ln", "pre-ln"], "lr": [0.003], "seeds": [0, 1]}
+})";
+
+// runs.csv without its wall_time_s column, keyed by run name.
+std::map<std::string, std::string> runs_without_time(const std::string& csv_path) {
+  std::istringstream in(read_text(csv_path));
+  std::string header, line;
+  std::getline(in, header);
+  REQUIRE(header.substr(header.rfind(',') + 1) == "wall_time_s");
+  std::map<std::string, std::string> rows;
+  while (std::getline(in, line)) {
+    const std::string row = line.substr(0, line.rfind(','));
+    rows[row.substr(0, row.find(','))] = row;
+  }
+  return rows;
+}
+
+int count_with(const std::string& runs_dir, const std::string& file) {
+  int n = 0;
+  for (const auto& entry : fs::directory_iterator(runs_dir)) n += fs::exists(entry.path() / file);
+  return n;
+}
+
+// The name of a run that is not finished but has a checkpoint, once another run has finished;
+// "" until then.
+std::string in_flight_run(const std::string& runs_dir) {
+  if (!fs::exists(runs_dir)) return "";
+  bool one_finished = false;
+  std::string running;
+  for (const auto& entry : fs::directory_iterator(runs_dir)) {
+    if (fs::exists(entry.path() / "summary.json")) {
+      one_finished = true;
+    } else if (fs::exists(entry.path() / "checkpoint.safetensors")) {
+      running = entry.path().filename().string();
+    }
+  }
+  return one_finished ? running : "";
+}
+
+}  // namespace
+
+TEST_CASE("compare: SIGINT midway stops every run with a checkpoint (exit 130); rerunning skips and resumes to the same table") {
+  TempDir dir("normlab_test_compare");
+  dir.write("base.json", kBase);
+  const std::string config = dir.write("compare.json", kCompare);
+
+  const std::string clean = dir.sub("clean");
+  REQUIRE(run_normlab({"compare", "--config", config, "--out", clean, "--jobs", "1"}, dir.sub("out.txt"),
+                      dir.sub("err.txt")) == 0);
+  REQUIRE(count_with(clean + "/runs", "summary.json") == 4);
+
+  const std::string out = dir.sub("interrupted");
+  const std::string err = dir.sub("interrupted_err.txt");
+  {
+    Child child({"compare", "--config", config, "--out", out, "--jobs", "1"}, dir.sub("out.txt"), err);
+    REQUIRE(child.started());
+    // Wait until one run has finished and the next is well under way (past a checkpoint).
+    for (int i = 0; i < 60000 && in_flight_run(out + "/runs").empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    child.signal(SIGINT);
+    const int code = child.wait();
+    INFO(read_text(err));
+    REQUIRE(code == 130);
+  }
+  CHECK(read_text(err).find("compare: interrupted; run the same command again to resume") != std::string::npos);
+  const int finished = count_with(out + "/runs", "summary.json");
+  const int checkpointed = count_with(out + "/runs", "checkpoint.safetensors");
+  CHECK(finished >= 1);
+  CHECK(finished < 4);
+  CHECK(checkpointed > finished);  // the run in flight stopped with a checkpoint
+  for (const auto& entry : fs::directory_iterator(out + "/runs")) {
+    if (fs::exists(entry.path() / "summary.json") || !fs::exists(entry.path() / "checkpoint.safetensors")) continue;
+    const std::string name = entry.path().filename().string();
+    CHECK_MESSAGE(read_text(out + "/logs/" + name + ".log").find("checkpoint written to") != std::string::npos, name);
+  }
+
+  const std::string again_err = dir.sub("again_err.txt");
+  REQUIRE(run_normlab({"compare", "--config", config, "--out", out, "--jobs", "1"}, dir.sub("out.txt"), again_err) ==
+          0);
+  CHECK(read_text(again_err).find(std::to_string(finished) + " skipped as finished") != std::string::npos);
+  CHECK(count_with(out + "/runs", "summary.json") == 4);
+  CHECK(runs_without_time(out + "/runs.csv") == runs_without_time(clean + "/runs.csv"));
+}
