@@ -216,6 +216,9 @@ void add_compare(CLI::App& app) {
   cmd->add_option("--jobs", options->jobs, "Runs in parallel, each single-threaded (default: one per core)")
       ->check(CLI::Range(1, 256));
   cmd->add_flag("--report-only", options->report_only, "Do not train; redraw the report from what is in --out");
+  cmd->footer(
+      "Rerunning with the same --out skips finished runs and resumes interrupted ones. Ctrl-C stops every\n"
+      "running run with a checkpoint (exit 130).");
   cmd->callback([options] { run_compare(*options); });
 }
 

@@ -210,6 +210,10 @@ void add_train(CLI::App& app) {
   CLI::Option* resume = cmd->add_option("--resume", options->resume_dir,
                                         "Continue the run in DIR (or in --out) from its checkpoint")
                             ->expected(0, 1);
+  cmd->footer(
+      "Ctrl-C (SIGINT) or SIGTERM: the step in flight finishes, a checkpoint is written, exit 130 / 143;\n"
+      "continue with: normlab train --resume DIR. A second signal stops at once (the last checkpoint stays).\n"
+      "Exit codes: 0 done, 2 bad input, 3 diverged.");
   cmd->callback([options, resume] {
     options->resume = resume->count() > 0;
     run(*options);
