@@ -433,8 +433,10 @@ void write_report(const ComparePlan& plan, const std::vector<RunResult>& results
     sec.title = "Summary: medians over seeds";
     sec.text = "Final train loss is the mean over the last 10% of steps (training mode: BatchNorm uses batch "
                "statistics). Valid loss and accuracy come from the last evaluation (eval mode: BatchNorm uses its "
-               "running averages, every other variant computes exactly what it computed in training). A diverged "
-               "run stopped on a non-finite loss or gradient.";
+               "running averages, every other variant computes exactly what it computed in training). 'finished' "
+               "counts the runs that have ended (summary.json written), diverged ones included; a diverged run "
+               "stopped on a non-finite loss or gradient and is left out of the medians (they are over the seeds that "
+               "did not diverge).";
     std::vector<std::vector<std::string>> rows;
     for (const Group& g : groups) {
       std::vector<double> train_loss, valid_loss, valid_acc;
