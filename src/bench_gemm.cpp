@@ -10,18 +10,9 @@
 #include "normlab/kernels/matmul.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/rng.hpp"
+#include "normlab/stats.hpp"
 
 namespace normlab {
-
-namespace {
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-}  // namespace
 
 GemmBenchResult bench_gemm(std::string_view variant, int64_t M, int64_t K, int64_t N, int repeats) {
   if (variant != "nn" && variant != "nt" && variant != "tn") {

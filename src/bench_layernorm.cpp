@@ -12,16 +12,11 @@
 #include "normlab/kernels/layer_norm.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/rng.hpp"
+#include "normlab/stats.hpp"
 
 namespace normlab {
 
 namespace {
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 double thread_cpu_ms() {
   timespec now{};

@@ -15,6 +15,7 @@
 #include "normlab/study/svg.hpp"
 #include "normlab/train/config.hpp"
 #include "normlab/io/json_depth.hpp"
+#include "normlab/stats.hpp"
 
 namespace normlab::study {
 
@@ -71,14 +72,6 @@ std::vector<T> read_axis(const json& grid, const std::string& key, const std::st
     fail(where, "grid." + key, "must be a non-empty list of at most 64 values");
   for (const json& item : list) out.push_back(convert(item));
   return out;
-}
-
-double median(std::vector<double> v) {
-  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); }), v.end());
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 std::vector<double> json_doubles(const json& j) {

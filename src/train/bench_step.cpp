@@ -8,6 +8,7 @@
 
 #include "normlab/error.hpp"
 #include "normlab/parallel.hpp"
+#include "normlab/stats.hpp"
 #include "normlab/train/trainer.hpp"
 
 namespace normlab::train {
@@ -38,12 +39,10 @@ BenchStepResult bench_step(const RunConfig& config, int repeats, int warmup) {
     total_s += seconds;
     total_tokens += double(batch.num_real_tokens);
   }
-  std::vector<double> sorted = times_ms;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t n = sorted.size();
-  result.step_ms = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-  result.min_step_ms = sorted.front();
-  result.max_step_ms = sorted.back();
+  result.step_ms = median(times_ms);
+  const auto [fastest, slowest] = std::minmax_element(times_ms.begin(), times_ms.end());
+  result.min_step_ms = *fastest;
+  result.max_step_ms = *slowest;
   result.mean_tokens = total_tokens / double(repeats);
   result.tokens_per_s = total_s > 0 ? total_tokens / total_s : 0.0;
   return result;
