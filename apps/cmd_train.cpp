@@ -176,7 +176,7 @@ void run(const TrainOptions& options) {
   train::TrainSummary summary = trainer.run();
   logger.end_line();
 
-  if (summary.interrupted) {
+  if (summary.interrupted()) {
     const bool term = summary.stop_request == SIGTERM;
     fmt::print(stderr, "normlab: {} after step {} of {}; checkpoint written to {}; continue with: normlab train --resume {}\n",
                term ? "terminated (SIGTERM)" : "interrupted (SIGINT)", summary.steps, summary.planned_steps,

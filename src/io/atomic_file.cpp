@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "normlab/error.hpp"
 
@@ -21,10 +22,12 @@ namespace {
   throw InputError(path + ": cannot write: " + std::strerror(err));
 }
 
+constexpr const char* kTempMarker = ".tmp.";  // "<path>.tmp.<pid>.<n>"
+
 // Unique within this process too, so two threads saving the same path never share a temp file.
 std::string temp_path_for(const std::string& path) {
   static std::atomic<unsigned long> counter{0};
-  return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+  return path + kTempMarker + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
 }
 
 // The directory holding `path`, for the fsync that makes the rename itself durable.
@@ -80,6 +83,19 @@ void write_file_atomic(const std::string& path, const void* data, size_t size) {
 
 void write_file_atomic(const std::string& path, std::string_view contents) {
   write_file_atomic(path, contents.data(), contents.size());
+}
+
+void remove_stale_temp_files(const std::string& path) {
+  const std::filesystem::path target(path);
+  const std::string prefix = target.filename().string() + kTempMarker;
+  std::error_code ec;
+  std::vector<std::filesystem::path> stale;
+  for (const auto& entry : std::filesystem::directory_iterator(parent_directory(path), ec)) {
+    if (entry.path().filename().string().rfind(prefix, 0) == 0 && entry.is_regular_file(ec)) {
+      stale.push_back(entry.path());
+    }
+  }
+  for (const std::filesystem::path& temp : stale) std::filesystem::remove(temp, ec);
 }
 
 std::string read_file(const std::string& path, size_t max_bytes) {

@@ -415,24 +415,6 @@ void Trainer::start(const std::string& dir) {
   open_metrics(true);
 }
 
-// A process killed while writing a file atomically leaves its temporary (`<file>.tmp.<pid>.<n>`,
-// see io/atomic_file.hpp) behind: never read, but a checkpoint's worth of disk. One run directory
-// has one writer, so on resume every such file of ours is stale.
-namespace {
-void remove_stale_temp_files(const RunPaths& paths) {
-  std::error_code ec;
-  std::vector<fs::path> stale;
-  for (const auto& entry : fs::directory_iterator(paths.dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    for (const std::string& file : {paths.checkpoint, paths.config, paths.summary}) {
-      const std::string prefix = fs::path(file).filename().string() + ".tmp.";
-      if (name.rfind(prefix, 0) == 0 && entry.is_regular_file(ec)) stale.push_back(entry.path());
-    }
-  }
-  for (const fs::path& path : stale) fs::remove(path, ec);
-}
-}  // namespace
-
 void Trainer::resume(const std::string& dir) {
   RunPaths paths(dir);
   if (!fs::is_regular_file(paths.checkpoint)) {
@@ -443,7 +425,8 @@ void Trainer::resume(const std::string& dir) {
   std::error_code ec;
   if (fs::exists(paths.metrics)) truncate_metrics(paths.metrics, step_);
   fs::remove(paths.summary, ec);
-  remove_stale_temp_files(paths);
+  // One run directory has one writer: temporaries a killed session left behind are stale.
+  for (const std::string& file : {paths.checkpoint, paths.config, paths.summary}) io::remove_stale_temp_files(file);
   paths_ = paths;
   open_metrics(false);
   logger_->info(fmt::format("resumed {} at step {}", dir, step_));
@@ -531,7 +514,6 @@ TrainSummary Trainer::run() {
   TrainSummary summary;
   summary.steps = step_;
   summary.planned_steps = t.steps;
-  summary.interrupted = stop_request != 0;
   summary.stop_request = stop_request;
   summary.diverged = diverged_at.has_value();
   summary.diverged_at_step = diverged_at;
@@ -545,7 +527,7 @@ TrainSummary Trainer::run() {
   summary.final_valid = last_eval_;
   summary.best_valid = best_loss_;
   summary.best_valid_accuracy = best_accuracy_;
-  if (summary.interrupted) return summary;  // not finished: no summary.json, so resume continues it
+  if (summary.interrupted()) return summary;  // not finished: no summary.json, so resume continues it
   write_json_file(paths_->summary, to_json(summary));
   return summary;
 }

@@ -14,6 +14,11 @@ namespace normlab::io {
 void write_file_atomic(const std::string& path, const void* data, size_t size);
 void write_file_atomic(const std::string& path, std::string_view contents);
 
+// A process killed between creating and renaming the temp file leaves "<path>.tmp.<pid>.<n>"
+// behind: never read, but as large as the file. Removes every such temporary of `path`. Only for
+// a file with one writer at a time (a run directory), where any of them is stale.
+void remove_stale_temp_files(const std::string& path);
+
 // Reads a whole regular file. Throws InputError("<path>: ...") if it is missing, not a regular file,
 // unreadable, or larger than `max_bytes` (checked before anything is allocated).
 std::string read_file(const std::string& path, size_t max_bytes);

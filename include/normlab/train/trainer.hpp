@@ -73,8 +73,10 @@ struct ValidPoint {
 struct TrainSummary {
   int64_t steps = 0;          // updates made
   int64_t planned_steps = 0;  // train.steps
-  bool interrupted = false;   // stopped on request (stop_flag) before train.steps: checkpointed, no summary.json
-  int stop_request = 0;       // the value the stop flag held (the signal number, from the CLI)
+  // Non-zero: stopped on request (the stop flag's value: the signal number, from the CLI) before
+  // train.steps; checkpointed, no summary.json.
+  int stop_request = 0;
+  bool interrupted() const { return stop_request != 0; }
   bool diverged = false;
   std::optional<int64_t> diverged_at_step;
   double wall_time_s = 0.0;  // summed over every session of a resumed run
@@ -119,7 +121,7 @@ class Trainer {
   // Trains until train.steps updates (or divergence), evaluating, checkpointing and logging as
   // configured; writes summary.json. Sets the thread count to train.threads when it is not 0.
   // If a stop flag is set and becomes non-zero, run() finishes the step in flight, writes a
-  // checkpoint and returns with summary.interrupted (no summary.json: the run is not finished and
+  // checkpoint and returns with summary.interrupted() (no summary.json: the run is not finished and
   // `resume` continues it).
   TrainSummary run();
   // The flag run() polls between steps; a signal handler may store to it (it is lock-free).
