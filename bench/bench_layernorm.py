@@ -30,17 +30,17 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
+import torch_malloc  # bench/torch_malloc.py
+
 SHAPES = [(32, 64, 512), (64, 128, 768)]
 THREADS = [1, 2]
 EPS = 1e-12
 # 32 MiB is glibc's largest mmap threshold on 64-bit: allocations up to that size stay in the heap.
-MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296"
 
 
 def torch_bench(B, T, C, threads, repeats):
@@ -97,12 +97,9 @@ def main():
     parser.add_argument("--shapes", default=";".join(",".join(map(str, s)) for s in SHAPES),
                         help="semicolon-separated B,T,C shapes")
     parser.add_argument("--json", help="also write all figures to this file")
-    parser.add_argument("--default-malloc", action="store_true",
-                        help="do not set GLIBC_TUNABLES for torch (see the module docstring)")
+    torch_malloc.add_argument(parser)
     args = parser.parse_args()
-    if not args.default_malloc and os.environ.get("GLIBC_TUNABLES") != MALLOC_TUNABLES:
-        os.environ["GLIBC_TUNABLES"] = MALLOC_TUNABLES
-        os.execv(sys.executable, [sys.executable] + sys.argv)
+    torch_malloc.reexec_with_tunables(args)
 
     rows = []
     malloc = os.environ.get("GLIBC_TUNABLES", "glibc defaults")

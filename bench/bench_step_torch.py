@@ -34,8 +34,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import torch_malloc  # bench/torch_malloc.py
+
 IGNORE_INDEX = -100
-MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296"
 
 
 class TokenEncoder(nn.Module):
@@ -172,12 +173,9 @@ def main():
     parser.add_argument("--normlab", metavar="BIN", help="also time `BIN bench step` and compare")
     parser.add_argument("--config", metavar="FILE", help="config for `BIN bench step`")
     parser.add_argument("--normlab-timeout", type=float, default=600.0)
-    parser.add_argument("--default-malloc", action="store_true",
-                        help="do not set GLIBC_TUNABLES (see the module docstring)")
+    torch_malloc.add_argument(parser)
     args = parser.parse_args()
-    if not args.default_malloc and os.environ.get("GLIBC_TUNABLES") != MALLOC_TUNABLES:
-        os.environ["GLIBC_TUNABLES"] = MALLOC_TUNABLES
-        os.execv(sys.executable, [sys.executable] + sys.argv)
+    torch_malloc.reexec_with_tunables(args)
     if args.normlab and not args.config:
         parser.error("--normlab needs --config")
     if not (1 <= args.min_len <= args.max_len) or args.steps < 1 or args.d_model % args.heads:
