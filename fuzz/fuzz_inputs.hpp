@@ -3,11 +3,12 @@
 // built by scripts/fuzz.sh) and the regression test (tests/test_fuzz_regressions.cpp), so a saved
 // crash input is replayed through exactly the code that found it.
 //
-// The contract under test: every parser either accepts its input or throws normlab::InputError
-// (UsageError where the API allows it). A run_* function returns which of the two happened. Anything
-// else escapes: a foreign exception type (nlohmann::json::exception, std::bad_alloc, ...) or a
-// PropertyViolation when an accepted input breaks a round trip (parse -> write -> parse must give
-// the same value back). Crashes, sanitizer reports and hangs are caught by the tools around it.
+// The contract under test: every parser either accepts its input or throws normlab::InputError,
+// the one exception the CLI reports as bad input (exit 2). A run_* function returns which of the two
+// happened. Anything else escapes and is a finding: UsageError (the CLI calls that an internal
+// error, exit 1, so user input must never cause it), a foreign exception type
+// (nlohmann::json::exception, std::bad_alloc, ...) or a PropertyViolation when an accepted input
+// breaks a round trip (parse -> write -> parse must give the same value back). Crashes, sanitizer reports and hangs are caught by the tools around it.
 //
 // Input layouts (what a file under fuzz/corpus/<target>/ holds):
 //   npy          the bytes of a .npy file
@@ -78,7 +79,7 @@ class Scratch {
   std::string dir_;
 };
 
-// Runs `parse`; InputError and UsageError mean "rejected", anything else propagates. An InputError
+// Runs `parse`; InputError means "rejected", anything else (UsageError included) propagates. An InputError
 // must say where the problem is: its message starts with one of `prefixes` (the file path, or
 // "--set <assignment>"), or the input is reported as a PropertyViolation.
 template <class F>
@@ -91,8 +92,6 @@ Outcome expect_clean(const std::vector<std::string>& prefixes, F&& parse) {
     bool located = false;
     for (const std::string& prefix : prefixes) located = located || message.substr(0, prefix.size()) == prefix;
     require(located, "InputError does not start with the file or flag it is about: " + std::string(message));
-    return Outcome::rejected;
-  } catch (const UsageError&) {
     return Outcome::rejected;
   }
 }
@@ -248,7 +247,7 @@ inline int fuzz_one(Outcome (*run)(std::string_view, const Scratch&), const uint
   try {
     run(std::string_view(reinterpret_cast<const char*>(data), size), scratch);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "\nfuzz: unexpected exception (not InputError/UsageError): %s\n", e.what());
+    std::fprintf(stderr, "\nfuzz: unexpected exception (not InputError): %s\n", e.what());
     __builtin_trap();
   } catch (...) {
     std::fprintf(stderr, "\nfuzz: unexpected exception of unknown type\n");

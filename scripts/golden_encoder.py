@@ -57,6 +57,15 @@ def make_cases():
     cases.append(dict(name="pre_gelu_eps1e-05_L2_finalnorm", nhead=4, activation="gelu",
                       norm_first=True, layer_norm_eps=1e-5, num_layers=2, final_norm=True,
                       lengths=[4, 7, 1]))
+    # Small-variance tokens (0.5 + 1e-3 * noise: var ~1e-6 per token) where eps 1e-5 vs 1e-12 changes
+    # the outputs by O(1), so a layer that ignored the configured eps fails. Pre: norm1 sees x
+    # itself. Post: the attention output is scaled down 1000x so norm1 sees a small-variance sum.
+    for norm_first, activation, eps in ((True, "relu", 1e-5), (True, "gelu", 1e-12),
+                                        (False, "gelu", 1e-5), (False, "relu", 1e-12)):
+        name = "{}_{}_eps{:.0e}_smallvar".format("pre" if norm_first else "post", activation, eps)
+        cases.append(dict(name=name, nhead=4, activation=activation, norm_first=norm_first,
+                          layer_norm_eps=eps, num_layers=1, final_norm=False, lengths=[3, 6, 2],
+                          small_variance=True))
     return cases
 
 
@@ -82,6 +91,10 @@ def build_model(case, gen):
             else:
                 fan_in = shape[1]
                 param.copy_(torch.randn(shape, generator=gen) / math.sqrt(fan_in))
+        if case.get("small_variance") and not case["norm_first"]:
+            for key, param in model.named_parameters():
+                if "out_proj" in key:
+                    param.mul_(1e-3)
     model.train()  # training mode: see forbid_fast_paths()
     return model
 
@@ -95,7 +108,10 @@ def make_inputs(case, gen):
     # Padding rows get large finite junk: if padding leaked anywhere, outputs would move a lot.
     # (NaN junk would poison PyTorch itself: 0 * NaN through the masked attention weights.)
     junk = 50.0 * (2.0 * torch.rand(batch, t_max, D_MODEL, generator=gen) - 1.0)
-    x = torch.where(real[:, :, None], torch.randn(batch, t_max, D_MODEL, generator=gen), junk)
+    tokens = torch.randn(batch, t_max, D_MODEL, generator=gen)
+    if case.get("small_variance"):
+        tokens = 0.5 + 1e-3 * tokens
+    x = torch.where(real[:, :, None], tokens, junk)
     dout = torch.randn(batch, t_max, D_MODEL, generator=gen) * real[:, :, None]
     padding_mask = ~real
     return x, dout, padding_mask
@@ -200,14 +216,15 @@ def check_against_numpy(case, params64, x64, out64):
     return worst
 
 
-def check_directional_derivative(model64, x64, dout64, padding_mask, grads64, gen):
-    """Central difference of the float64 loss along one random direction vs sum(grad * dir)."""
+def check_directional_derivative(model64, x64, dout64, padding_mask, grads64, gen, step=1e-6):
+    """Central difference of the float64 loss along one random direction vs sum(grad * dir).
+
+    Small-variance cases curve on the scale of their 1e-3 spread and need a smaller step."""
     real = (~padding_mask)[:, :, None].double()
     dirs = {"x": torch.randn(x64.shape, generator=gen, dtype=torch.float64) * real}
     for key, param in model64.named_parameters():
         dirs[key] = torch.randn(param.shape, generator=gen, dtype=torch.float64)
     predicted = sum(float((grads64[key] * d).sum()) for key, d in dirs.items())
-    step = 1e-6
     params = dict(model64.named_parameters())
     originals = {key: p.detach().clone() for key, p in params.items()}
 
@@ -272,7 +289,7 @@ def main():
         params64_np = {k: v.detach().double().numpy() for k, v in model64.state_dict().items()}
         np_diff = check_against_numpy(case, params64_np, x.double().numpy(), out64.numpy())
         fd_rel = check_directional_derivative(model64, x.double(), dout.double(), padding_mask,
-                                              grads64, gen)
+                                              grads64, gen, 1e-9 if case.get("small_variance") else 1e-6)
         if fd_rel > 1e-6:
             sys.exit("{}: finite-difference check failed, rel {:.3e}".format(case["name"], fd_rel))
 
@@ -304,6 +321,7 @@ def main():
             "layer_norm_eps": case["layer_norm_eps"],
             "num_layers": case["num_layers"],
             "final_norm": case["final_norm"],
+            "small_variance": bool(case.get("small_variance", False)),
             "batch": len(case["lengths"]),
             "lengths": case["lengths"],
             "parameters": list(params32.keys()),

@@ -89,12 +89,13 @@ TEST_CASE("fuzz regression: checkpoints are loaded or refused with InputError") 
 }
 
 TEST_CASE("fuzz regression: the replay catches what it must") {
-  // The harness itself: an exception that is not InputError/UsageError escapes, and an InputError
-  // that does not name its file is a violation.
+  // The harness itself: an exception that is not InputError escapes (UsageError too: the CLI reports
+  // it as an internal error, exit 1), and an InputError that does not name its file is a violation.
   using normlab::fuzz::expect_clean;
   CHECK(expect_clean({"f.npy"}, [] { throw normlab::InputError("f.npy: bad"); }) == Outcome::rejected);
   CHECK(expect_clean({"f.npy"}, [] {}) == Outcome::accepted);
   CHECK_THROWS_AS(expect_clean({"f.npy"}, [] { throw std::out_of_range("json"); }), std::out_of_range);
+  CHECK_THROWS_AS(expect_clean({"f.npy"}, [] { throw normlab::UsageError("f.npy: misuse"); }), normlab::UsageError);
   CHECK_THROWS_AS(expect_clean({"f.npy"}, [] { throw normlab::InputError("bad"); }),
                   normlab::fuzz::PropertyViolation);
 }

@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# Mutation check: does the test suite notice plausible bugs?
+#
+#   scripts/mutants.sh [--scratch DIR] [--only 1,5,7] [--list]
+#
+# Copies the current sources (tracked and untracked, as they are in the working tree) into a scratch
+# directory (default /tmp/normlab-mutants) with its own build directory, then for each mutant below:
+# applies ONE small text replacement to ONE source file, rebuilds normlab + normlab_tests (ccache
+# makes the unchanged files cache hits), runs the mutant's focus tests and, if they all pass, the
+# whole doctest suite; restores the file. A mutant is KILLED when a test fails (or the build
+# fails, or a run exceeds the timeout), SURVIVED when the whole suite passes.
+#
+# Each replacement must match its file exactly once; otherwise the script stops with
+# "mutant N: pattern not found" (or "found K times"): a refactoring that moved the code must update
+# the pattern here, never make a mutant silently test nothing. Exit status: 0 when every mutant was
+# killed, 1 when one survived, 2 on a setup error (pattern, baseline failure).
+#
+# Not part of CI: one rebuild per mutant. The last run's results are in docs/TESTING.md. The
+# load_checkpoint_torch ctest entry (PyTorch) is not run here.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+scratch=/tmp/normlab-mutants
+only=""
+list=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --scratch) scratch="$2"; shift 2 ;;
+    --only) only=",$2,"; shift 2 ;;
+    --list) list=1; shift ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) echo "mutants.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+# ------------------------------------------------------------------------------------------ mutants
+# mutant NAME FILE OLD NEW FOCUS   (FOCUS: a doctest -tc filter run first, to kill quickly)
+# mutant_all ...: the same, replacing every occurrence (at least one), for a change that must be
+# consistent in several places (forward and backward).
+names=(); files=(); olds=(); news=(); focus=(); every=()
+mutant() { names+=("$1"); files+=("$2"); olds+=("$3"); news+=("$4"); focus+=("$5"); every+=(0); }
+mutant_all() { names+=("$1"); files+=("$2"); olds+=("$3"); news+=("$4"); focus+=("$5"); every+=(1); }
+
+mutant "GELU backward: tanh-approximation derivative under the exact erf forward" \
+  src/kernels/activations.cpp \
+  'dinp[i] += dout[i] * (cdf + x * pdf);' \
+  '(void)cdf; (void)pdf; const float u = 0.7978845608f * (x + 0.044715f * x * x * x), th = std::tanh(u); dinp[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * 0.7978845608f * (1.0f + 0.134145f * x * x));' \
+  '*f64*,*golden*'
+mutant "LayerNorm: eps outside the square root" \
+  src/kernels/layer_norm.cpp \
+  'double row_rstd = 1.0 / std::sqrt(row_var + double(eps));' \
+  'double row_rstd = 1.0 / (std::sqrt(row_var) + double(eps));' \
+  '*f64*,*golden*,*layer_norm*,*layernorm*'
+mutant "make_norm: rmsnorm builds a LayerNorm" \
+  src/nn/norm.cpp \
+  'case NormKind::rmsnorm: return std::make_unique<RMSNorm>(dim, eps);' \
+  'case NormKind::rmsnorm: return std::make_unique<LayerNorm>(Shape{dim}, eps);' \
+  '*golden*'
+mutant "RMSNorm: square of the mean instead of the mean square" \
+  src/kernels/rms_norm.cpp \
+  'double mean_square = row_sum_squares(x, cols) / double(cols);' \
+  'double mean_square = 0.0; for (int64_t c = 0; c < cols; c++) mean_square += x[c]; mean_square = (mean_square / double(cols)) * (mean_square / double(cols));' \
+  '*golden*,*f64*,*rms*'
+mutant "BatchNorm: normalizes with the unbiased variance" \
+  src/kernels/batch_norm.cpp \
+  'batch_var[k] = sum_squared_deviation / double(N);' \
+  'batch_var[k] = sum_squared_deviation / double(N > 1 ? N - 1 : N);' \
+  '*golden*,*f64*,*batch*'
+mutant "BatchNorm: running variance from the biased batch variance" \
+  src/kernels/batch_norm.cpp \
+  'const double unbiased_var = sum_squared_deviation / double(N - 1);' \
+  'const double unbiased_var = sum_squared_deviation / double(N);' \
+  '*golden*,*batch*'
+mutant "BatchNorm: momentum applied the wrong way round (running = m * running + (1 - m) * batch)" \
+  src/kernels/batch_norm.cpp \
+  'running_mean[c] = float((1.0 - double(momentum)) * double(running_mean[c]) + double(momentum) * batch_mean[k]);' \
+  'running_mean[c] = float(double(momentum) * double(running_mean[c]) + (1.0 - double(momentum)) * batch_mean[k]);' \
+  '*golden*,*batch*'
+mutant_all "attention: scores scaled by 1/hd instead of 1/sqrt(hd), forward and backward alike" \
+  src/kernels/attention.cpp \
+  'const float scale = 1.0f / std::sqrt(float(hd));' \
+  'const float scale = 1.0f / float(hd);' \
+  '*f64*,*golden*,*attention*,*encoder*'
+mutant "Adam: no bias correction of the first moment" \
+  src/optim/optimizer.cpp \
+  'const float neg_step_size = static_cast<float>(-(lr_d / bias_correction1));' \
+  'const float neg_step_size = static_cast<float>(-lr_d);' \
+  '*optim*,*adam*'
+mutant "Adam: eps inside the square root" \
+  src/optim/optimizer.cpp \
+  'float denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;' \
+  'float denom = std::sqrt(v[i] + eps) / bias_correction2_sqrt;' \
+  '*optim*,*adam*'
+mutant "AdamW: weight decay added to the gradient (Adam's L2) instead of decoupled" \
+  src/optim/optimizer.cpp \
+  '    if (decoupled) {
+      if (wd_d != 0.0) p[i] = p[i] * param_scale;
+    } else if (grad_decay != 0.0f) {' \
+  '    if (decoupled) {
+      if (wd_d != 0.0) grad = grad + static_cast<float>(wd_d) * p[i];
+    } else if (grad_decay != 0.0f) {' \
+  '*optim*,*adam*'
+mutant "positions: sin and cos swapped" \
+  src/nn/layers.cpp \
+  'table[size_t(pos * dim + i)] = float(std::sin(angle));
+      if (i + 1 < dim) table[size_t(pos * dim + i + 1)] = float(std::cos(angle));' \
+  'table[size_t(pos * dim + i)] = float(std::cos(angle));
+      if (i + 1 < dim) table[size_t(pos * dim + i + 1)] = float(std::sin(angle));' \
+  '*golden*,*position*'
+mutant "trainer: gradient clipping applied after the optimizer step" \
+  src/train/trainer.cpp \
+  '  record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
+  if (!std::isfinite(record.grad_norm)) {
+    record.diverged = true;
+    optimizer_->zero_grad();
+    return record;
+  }
+  optimizer_->step(lr);' \
+  '  optimizer_->step(lr);
+  record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
+  if (!std::isfinite(record.grad_norm)) {
+    record.diverged = true;
+    optimizer_->zero_grad();
+    return record;
+  }' \
+  '*train step*,*clip*'
+mutant "clip_grad_norm: scales gradients up when the norm is below max_norm" \
+  src/optim/optimizer.cpp \
+  '  if (clip_coef >= 1.0) return norm;' \
+  '' \
+  '*clip*,*train step*'
+mutant "cross-entropy: mean over all rows, ignored ones included" \
+  src/kernels/cross_entropy.cpp \
+  '  return float(total / double(count));' \
+  '  return float(total / double(N));' \
+  '*f64*,*cross*'
+mutant "embedding backward: a repeated token's gradient overwritten instead of summed" \
+  src/kernels/embedding.cpp \
+  'for (int64_t c = c0; c < c1; c++) drow[c] += dy[c];' \
+  'for (int64_t c = c0; c < c1; c++) drow[c] = dy[c];' \
+  '*f64*,*golden*,*embedding*'
+mutant "mean_pool: divides by the longest sequence, not each sequence's length" \
+  src/ops.cpp \
+  '    for (int64_t c = 0; c < C; ++c) y[b * C + c] /= static_cast<float>(len);' \
+  '    for (int64_t c = 0; c < C; ++c) y[b * C + c] /= static_cast<float>(T > len ? T : len);' \
+  '*f64*,*golden*'
+mutant "dropout: survivors not rescaled by 1/(1-p)" \
+  src/kernels/dropout.cpp \
+  'const float scale = 1.0f / (1.0f - p);' \
+  'const float scale = 1.0f;' \
+  '*f64*,*dropout*'
+mutant "ReZero: the feed-forward branch skips its alpha" \
+  src/nn/encoder.cpp \
+  'return ops::add(h, ops::mul(ffn(h), resweight));' \
+  'return ops::add(h, ffn(h));' \
+  '*golden*,*encoder*'
+mutant "pre-norm stack: the final norm is never applied" \
+  src/nn/encoder.cpp \
+  '  if (norm) h = norm->forward(h);' \
+  '' \
+  '*golden*,*encoder*'
+mutant "DyT backward: dalpha misses the x factor" \
+  src/kernels/activations.cpp \
+  'dalpha_row += dt * x[c];' \
+  'dalpha_row += dt;' \
+  '*f64*,*golden*,*dyt*'
+mutant "warmup: step 0 gets no learning rate ((step) / warmup instead of (step + 1) / warmup)" \
+  src/optim/schedule.cpp \
+  'return static_cast<float>(static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps));' \
+  'return static_cast<float>(static_cast<double>(step) / static_cast<double>(s.warmup_steps));' \
+  '*optim*,*schedule*'
+
+count=${#names[@]}
+if [ "$list" = 1 ]; then
+  for ((i = 0; i < count; i++)); do printf '%2d  %-40s %s\n' $((i + 1)) "${files[$i]}" "${names[$i]}"; done
+  exit 0
+fi
+
+# ----------------------------------------------------------------------------------- scratch copy
+echo "mutants.sh: copying $here to $scratch"
+mkdir -p "$scratch"
+find "$scratch" -mindepth 1 -maxdepth 1 ! -name build -exec rm -rf {} +
+(cd "$here" && git ls-files -z -co --exclude-standard | grep -zv '^build/' | tar --null -T - -cf -) | tar -xf - -C "$scratch"
+
+# ccache: paths relative to the scratch dir hash like the worktree's own build, so unchanged files
+# are cache hits.
+export CCACHE_BASEDIR="$scratch"
+cmake -S "$scratch" -B "$scratch/build" -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_BUILD_TYPE=Release >/dev/null
+build() { timeout 1800 cmake --build "$scratch/build" -j2 --target normlab_tests >"$scratch/build.log" 2>&1; }
+suite() {  # $1: doctest -tc filter or "" for everything; exit status 0 = all passed
+  local filter=()
+  [ -n "$1" ] && filter=("-tc=$1")
+  (cd "$scratch/build" && timeout 900 ./normlab_tests --no-intro --abort-after=1 "${filter[@]}" >"$scratch/test.log" 2>&1)
+}
+
+echo "mutants.sh: baseline build and suite (must pass)"
+if ! build; then tail -30 "$scratch/build.log"; echo "mutants.sh: baseline build failed" >&2; exit 2; fi
+if ! suite ""; then tail -30 "$scratch/test.log"; echo "mutants.sh: baseline suite fails" >&2; exit 2; fi
+
+# Replace OLD by NEW in FILE; exactly one occurrence required (at least one when $4 is 1).
+apply() {
+  MUT_FILE="$1" MUT_OLD="$2" MUT_NEW="$3" MUT_ALL="$4" python3 - <<'PY'
+import os, sys
+path, old, new = os.environ["MUT_FILE"], os.environ["MUT_OLD"], os.environ["MUT_NEW"]
+text = open(path).read()
+n = text.count(old)
+if n == 0 or (n > 1 and os.environ["MUT_ALL"] != "1"):
+    print("not found" if n == 0 else "found {} times".format(n))
+    sys.exit(1)
+open(path, "w").write(text.replace(old, new))
+PY
+}
+
+killed=0; survived=0
+results=()
+for ((i = 0; i < count; i++)); do
+  n=$((i + 1))
+  if [ -n "$only" ] && [[ "$only" != *",$n,"* ]]; then continue; fi
+  file="$scratch/${files[$i]}"
+  if [ ! -f "$file" ]; then echo "mutant $n: file ${files[$i]} not found" >&2; exit 2; fi
+  cp -p "$file" "$file.orig"
+  if ! why=$(apply "$file" "${olds[$i]}" "${news[$i]}" "${every[$i]}"); then
+    mv "$file.orig" "$file"
+    echo "mutant $n: pattern $why in ${files[$i]} (${names[$i]})" >&2
+    exit 2
+  fi
+  start=$(date +%s)
+  verdict="SURVIVED"; by="-"
+  if ! build; then
+    verdict="KILLED"; by="build error"
+  elif ! suite "${focus[$i]}"; then
+    verdict="KILLED"; by=$(grep -m1 -o 'TEST CASE: .*' "$scratch/test.log" | sed 's/TEST CASE: *//' || true)
+  elif ! suite ""; then
+    verdict="KILLED"; by=$(grep -m1 -o 'TEST CASE: .*' "$scratch/test.log" | sed 's/TEST CASE: *//' || true)
+  fi
+  [ -z "$by" ] && by="timeout or crash"
+  mv "$file.orig" "$file"
+  touch "$file"
+  if [ "$verdict" = KILLED ]; then killed=$((killed + 1)); else survived=$((survived + 1)); fi
+  line=$(printf '%2d  %-8s %4ss  %s  [%s]  by: %s' "$n" "$verdict" $(( $(date +%s) - start )) "${names[$i]}" "${files[$i]}" "$by")
+  echo "$line"
+  results+=("$line")
+done
+
+# Leave the scratch build matching the pristine sources.
+build || true
+echo
+echo "mutants.sh: $killed killed, $survived survived (of $((killed + survived)))"
+[ "$survived" -eq 0 ]
