@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -134,6 +135,8 @@ TEST_CASE("encoder: matches torch.nn.TransformerEncoder outputs and every gradie
       CAPTURE(error);
       CAPTURE(tolerance);
       CHECK(error <= tolerance);
+      if (std::getenv("NORMLAB_SHOW_ERRORS"))
+        MESSAGE(fmt::format("{} {}: error {:.2e}, tolerance {:.2e}", dir.filename().string(), key, error, tolerance));
     };
     const std::vector<float> expected_out = pack(io::read_npy((dir / "out.npy").string()), lengths);
     check("out", run.out, expected_out);

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -71,6 +72,9 @@ struct Golden {
     CAPTURE(noise);
     CAPTURE(max_ref);
     CHECK(max_diff <= tolerance);
+    if (std::getenv("NORMLAB_SHOW_ERRORS"))
+      MESSAGE(fmt::format("{} {}: error {:.2e} = {:.2f} x noise {:.2e} (max {:.2e})", file.path, ref_key, max_diff,
+                          noise > 0 ? max_diff / noise : 0.0, noise, max_ref));
     compared.insert(ref_key);
   }
 
