@@ -508,3 +508,37 @@ TEST_CASE("f64 gradients: the comparison itself sees a derivative that is wrong 
                                          unary_ref([](double v) { return gelu64(v) + 1e-4 * std::sin(v); }), {g});
   CHECK(off.grad_error > 2e-5);
 }
+
+namespace {
+// The exact GELU forward with the tanh approximation's derivative in its backward: the mistake the
+// old tolerances let through (worst gradient error 9.3e-4 on the encoder golden data).
+Tensor gelu_with_tanh_derivative(const Tensor& a) {
+  Tensor out;
+  {
+    NoGradGuard values_only;
+    out = ops::gelu(a);
+  }
+  record(out, "gelu_tanh_derivative", {a}, [a](const float* g) {
+    Tensor handle = a;
+    float* da = handle.grad_data();
+    const float* x = a.data();
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const double k = std::sqrt(2.0 / M_PI), u = k * (x[i] + 0.044715 * x[i] * x[i] * x[i]), t = std::tanh(u);
+      da[i] += g[i] * float(0.5 * (1.0 + t) + 0.5 * x[i] * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x[i] * x[i]));
+    }
+  });
+  return out;
+}
+}  // namespace
+
+TEST_CASE("f64 gradients: the tanh-approximation GELU derivative under the exact forward fails the check") {
+  Tensor a = param({4, 9}, 5, 1.5f);
+  const F64Result right = compare_with_f64([](const Inputs& in) { return ops::gelu(in[0]); }, unary_ref(gelu64), {a});
+  const F64Result wrong =
+      compare_with_f64([](const Inputs& in) { return gelu_with_tanh_derivative(in[0]); }, unary_ref(gelu64), {a});
+  CAPTURE(right.grad_error);
+  CAPTURE(wrong.grad_error);
+  CHECK(right.grad_error < 2e-6);  // the tolerance "f64 gradients: unary ops" uses
+  CHECK(wrong.grad_error > 1e-4);  // 50x beyond it
+  CHECK(wrong.forward_error < 1e-6);  // the forward is the same: only the derivative is wrong
+}
