@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "normlab/error.hpp"
+#include "normlab/kernels/dispatch.hpp"
 
 int main(int argc, char** argv) {
   // Activations are freed and reallocated every training step. With glibc's defaults each buffer
@@ -18,7 +19,15 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   mallopt(M_TOP_PAD, 64 << 20);
   CLI::App app{"normlab: train small Transformer encoders and study Layer Normalization"};
-  app.set_version_flag("--version", std::string("normlab ") + NORMLAB_VERSION);
+  std::string kernels_line;  // "kernels: avx2": NORMLAB_ISA or the best path this CPU runs
+  try {
+    kernels_line = std::string("kernels: ") + normlab::kernels::active_isa_name();
+    if (std::string note = normlab::kernels::isa_note(); !note.empty()) fmt::print(stderr, "normlab: note: {}\n", note);
+  } catch (const normlab::InputError& e) {
+    fmt::print(stderr, "normlab: error: {}\n", e.what());
+    return 2;
+  }
+  app.set_version_flag("--version", std::string("normlab ") + NORMLAB_VERSION + "\n" + kernels_line);
   app.require_subcommand(1);
 
   CLI::App* bench = app.add_subcommand("bench", "Micro-benchmarks of normlab's kernels");

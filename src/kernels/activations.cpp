@@ -1,11 +1,14 @@
 #include "normlab/kernels/activations.hpp"
+#include "isa_kernels.hpp"
 
 #include <omp.h>
 
 #include <cmath>
 #include <vector>
 
-namespace normlab::kernels {
+#include "normlab/kernels/math.hpp"
+
+namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 void relu_forward(float* out, const float* inp, int64_t N) {
 #pragma omp parallel for schedule(static)
@@ -28,7 +31,7 @@ void gelu_forward(float* out, const float* inp, int64_t N) {
     const float x = inp[i];
     // Phi(x) = 0.5 erfc(-x / sqrt(2)) = 0.5 (1 + erf(x / sqrt(2))), but without the cancellation
     // of 1 + erf for negative x (gelu(-3) would lose ~9 bits)
-    out[i] = 0.5f * x * std::erfc(-x * kInvSqrt2);
+    out[i] = 0.5f * x * math::erfc(-x * kInvSqrt2);
   }
 }
 
@@ -36,8 +39,8 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t N) 
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; i++) {
     const float x = inp[i];
-    const float cdf = 0.5f * std::erfc(-x * kInvSqrt2);
-    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x * x);
+    const float cdf = 0.5f * math::erfc(-x * kInvSqrt2);
+    const float pdf = kInvSqrt2Pi * math::exp(-0.5f * x * x);
     dinp[i] += dout[i] * (cdf + x * pdf);
   }
 }
@@ -49,7 +52,7 @@ void dyt_forward(float* out, const float* inp, const float* alpha, const float* 
   for (int64_t n = 0; n < N; n++) {
     const float* x = inp + n * C;
     float* y = out + n * C;
-    for (int64_t c = 0; c < C; c++) y[c] = gamma[c] * std::tanh(a * x[c]) + beta[c];
+    for (int64_t c = 0; c < C; c++) y[c] = gamma[c] * math::tanh(a * x[c]) + beta[c];
   }
 }
 
@@ -75,7 +78,7 @@ void dyt_backward(float* dinp, float* dalpha, float* dgamma, float* dbeta, const
       float* dx = dinp != nullptr ? dinp + n * C : nullptr;
       float dalpha_row = 0.0f;
       for (int64_t c = 0; c < C; c++) {
-        const float t = std::tanh(a * x[c]);
+        const float t = math::tanh(a * x[c]);
         // d tanh(u)/du = 1 - tanh(u)^2, u = alpha x
         const float dt = dy[c] * gamma[c] * (1.0f - t * t);
         pgamma[c] += double(dy[c] * t);
@@ -104,4 +107,4 @@ void dyt_backward(float* dinp, float* dalpha, float* dgamma, float* dbeta, const
   dalpha[0] += float(dalpha_sum);
 }
 
-}  // namespace normlab::kernels
+}  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

@@ -1,4 +1,5 @@
 #include "normlab/kernels/attention.hpp"
+#include "isa_kernels.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,8 +8,13 @@
 #include <vector>
 
 #include "normlab/error.hpp"
+#include "normlab/kernels/math.hpp"
 
-namespace normlab::kernels {
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 namespace {
 
@@ -48,35 +54,45 @@ std::vector<int64_t> cache_starts(const int64_t* offsets, int64_t B, int64_t NH)
 
 // The per-head products are small (L <= a few hundred, hd 8..64), serial (the threads already run
 // over (sequence, head) pairs) and have row-major operands with arbitrary row strides, so they get
-// their own matmul rather than the library's. An 8x8 block of C is accumulated in eight 8-float
-// registers while k runs over K: one load of B and eight broadcasts of A feed 64 multiply-adds,
-// instead of a load and a store of C for each. Every entry is the plain sum over k = 0..K-1 in order.
+// their own matmul rather than the library's. An 8x8 block of C is accumulated in registers while
+// k runs over K. Every entry is the fma chain over k = 0..K-1 in order, on every path.
 constexpr int64_t kTileRows = 8;
 constexpr int64_t kTileCols = 8;
-// GCC/Clang vector extension: one AVX register (two SSE registers without AVX). Spelled out because
-// left to itself the vectorizer runs the 8 lanes over the tile's rows (a gather) instead of its
-// columns.
-typedef float Float8 __attribute__((vector_size(kTileCols * sizeof(float))));
-
-inline Float8 load8(const float* p) {
-  Float8 x;
-  std::memcpy(&x, p, sizeof x);
-  return x;
-}
 
 // One full kTileRows x kTileCols tile of C = A @ B (or C += A @ B).
+#if defined(__AVX2__)
+// Spelled out with intrinsics: left to itself the vectorizer runs the 8 lanes over the tile's rows
+// (a gather) instead of its columns.
 inline void matmul_tile(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
                         int64_t ldb, int64_t K, bool accumulate) {
-  Float8 acc[kTileRows] = {};
+  __m256 acc[kTileRows];
+  for (int64_t ii = 0; ii < kTileRows; ii++) acc[ii] = _mm256_setzero_ps();
   for (int64_t k = 0; k < K; k++) {
-    const Float8 bk = load8(b + k * ldb);
-    for (int64_t ii = 0; ii < kTileRows; ii++) acc[ii] += a[ii * lda + k] * bk;
+    const __m256 bk = _mm256_loadu_ps(b + k * ldb);
+    for (int64_t ii = 0; ii < kTileRows; ii++) acc[ii] = _mm256_fmadd_ps(_mm256_set1_ps(a[ii * lda + k]), bk, acc[ii]);
   }
   for (int64_t ii = 0; ii < kTileRows; ii++) {
-    const Float8 result = accumulate ? load8(c + ii * ldc) + acc[ii] : acc[ii];
-    std::memcpy(c + ii * ldc, &result, sizeof result);
+    const __m256 result = accumulate ? _mm256_add_ps(_mm256_loadu_ps(c + ii * ldc), acc[ii]) : acc[ii];
+    _mm256_storeu_ps(c + ii * ldc, result);
   }
 }
+#else
+inline void matmul_tile(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
+                        int64_t ldb, int64_t K, bool accumulate) {
+  float acc[kTileRows][kTileCols] = {};
+  for (int64_t k = 0; k < K; k++) {
+    const float* bk = b + k * ldb;
+    for (int64_t ii = 0; ii < kTileRows; ii++) {
+      const float aik = a[ii * lda + k];
+      for (int64_t jj = 0; jj < kTileCols; jj++) acc[ii][jj] = std::fma(aik, bk[jj], acc[ii][jj]);
+    }
+  }
+  for (int64_t ii = 0; ii < kTileRows; ii++) {
+    float* cii = c + ii * ldc;
+    for (int64_t jj = 0; jj < kTileCols; jj++) cii[jj] = accumulate ? cii[jj] + acc[ii][jj] : acc[ii][jj];
+  }
+}
+#endif
 
 // A partial tile at the bottom or right edge of C: rows <= kTileRows, cols <= kTileCols.
 inline void matmul_edge_tile(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
@@ -86,7 +102,7 @@ inline void matmul_edge_tile(float* c, int64_t ldc, const float* a, int64_t lda,
     const float* bk = b + k * ldb;
     for (int64_t ii = 0; ii < rows; ii++) {
       const float aik = a[ii * lda + k];
-      for (int64_t jj = 0; jj < cols; jj++) acc[ii][jj] += aik * bk[jj];
+      for (int64_t jj = 0; jj < cols; jj++) acc[ii][jj] = std::fma(aik, bk[jj], acc[ii][jj]);
     }
   }
   for (int64_t ii = 0; ii < rows; ii++) {
@@ -143,7 +159,7 @@ void attention_head_forward(float* out, float* probs,                         //
     for (int64_t j = 1; j < L; j++) maxval = std::max(maxval, p[j]);
     float sum = 0.0f;
     for (int64_t j = 0; j < L; j++) {
-      p[j] = std::exp((p[j] - maxval) * scale);
+      p[j] = math::exp((p[j] - maxval) * scale);
       sum += p[j];
     }
     const float inv_sum = 1.0f / sum;
@@ -255,4 +271,4 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   }
 }
 
-}  // namespace normlab::kernels
+}  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

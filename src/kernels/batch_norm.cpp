@@ -3,13 +3,14 @@
 // partial buffer in double, and the buffers are added in thread order (deterministic at a fixed
 // thread count). Math: docs/layernorm.md, "BatchNorm".
 #include "normlab/kernels/batch_norm.hpp"
+#include "isa_kernels.hpp"
 
 #include <omp.h>
 
 #include <cmath>
 #include <vector>
 
-namespace normlab::kernels {
+namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 namespace {
 
@@ -198,4 +199,4 @@ void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,              
   }
 }
 
-}  // namespace normlab::kernels
+}  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

@@ -1,12 +1,14 @@
 #include "normlab/kernels/cross_entropy.hpp"
+#include "isa_kernels.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "normlab/error.hpp"
+#include "normlab/kernels/math.hpp"
 
-namespace normlab::kernels {
+namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 namespace {
 constexpr int32_t kIgnore = -1;
@@ -37,7 +39,7 @@ float cross_entropy_forward(float* losses, float* probs, const float* logits, co
     // sum in double: log(sum) is the loss itself, not just a normalizer
     double sum = 0.0;
     for (int64_t v = 0; v < V; v++) {
-      p[v] = std::exp(z[v] - maxval);
+      p[v] = math::exp(z[v] - maxval);
       sum += double(p[v]);
     }
     const float inv_sum = float(1.0 / sum);
@@ -86,4 +88,4 @@ int64_t count_correct(const float* logits, const int32_t* targets, int64_t N, in
   return correct;
 }
 
-}  // namespace normlab::kernels
+}  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

@@ -1,10 +1,11 @@
 #include "normlab/kernels/dropout.hpp"
+#include "isa_kernels.hpp"
 
 #include <string>
 
 #include "normlab/error.hpp"
 
-namespace normlab::kernels {
+namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 void dropout_forward(float* out, float* mask, const float* inp, int64_t N, float p, Rng& rng) {
   if (!(p >= 0.0f && p <= 1.0f)) {
@@ -27,4 +28,4 @@ void dropout_backward(float* dinp, const float* dout, const float* mask, int64_t
   for (int64_t i = 0; i < N; i++) dinp[i] += dout[i] * mask[i];
 }
 
-}  // namespace normlab::kernels
+}  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

@@ -1,4 +1,5 @@
 #include "normlab/kernels/embedding.hpp"
+#include "isa_kernels.hpp"
 
 #include <omp.h>
 
@@ -6,7 +7,7 @@
 
 #include "normlab/error.hpp"
 
-namespace normlab::kernels {
+namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 namespace {
 // Checked before any thread starts: an exception cannot leave an OpenMP region.
@@ -49,4 +50,4 @@ void embedding_backward(float* dweight, const float* dout, const int32_t* ids, i
   }
 }
 
-}  // namespace normlab::kernels
+}  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

@@ -1,11 +1,12 @@
 // Linear forward/backward: thin wiring of the GEMM variants, plus the bias terms.
 #include "normlab/kernels/linear.hpp"
+#include "isa_kernels.hpp"
 
 #include <algorithm>
 
 #include "normlab/kernels/matmul.hpp"
 
-namespace normlab::kernels {
+namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 namespace {
 // dbias is summed in blocks of this many columns, one block per loop iteration: the partial sums
@@ -19,7 +20,7 @@ void linear_forward(float* out,                                         // (N, O
                     const float* inp, const float* weight, const float* bias,  // (N, C), (OC, C), (OC)
                     int64_t N, int64_t C, int64_t OC) {
   if (bias == nullptr) {
-    matmul_nt(out, inp, weight, N, C, OC, /*accumulate=*/false);
+    matmul_nt(out, inp, weight, N, C, OC, /*accumulate=*/false, /*parallel=*/true);
     return;
   }
   // Start every row from the bias and let the GEMM add inp @ weight^T to it: one write pass
@@ -29,16 +30,16 @@ void linear_forward(float* out,                                         // (N, O
     float* out_row = out + n * OC;  // (OC)
     for (int64_t o = 0; o < OC; o++) out_row[o] = bias[o];
   }
-  matmul_nt(out, inp, weight, N, C, OC, /*accumulate=*/true);
+  matmul_nt(out, inp, weight, N, C, OC, /*accumulate=*/true, /*parallel=*/true);
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias,        // (N, C), (OC, C), (OC)
                      const float* dout, const float* inp, const float* weight,  // (N, OC), (N, C), (OC, C)
                      int64_t N, int64_t C, int64_t OC) {
   // dinp (N,C) += dout (N,OC) @ weight (OC,C)
-  if (dinp != nullptr) matmul_nn(dinp, dout, weight, N, OC, C, /*accumulate=*/true);
+  if (dinp != nullptr) matmul_nn(dinp, dout, weight, N, OC, C, /*accumulate=*/true, /*parallel=*/true);
   // dweight (OC,C) += dout^T @ inp: dout is stored (N,OC), i.e. (K,M) for matmul_tn with K = N.
-  if (dweight != nullptr) matmul_tn(dweight, dout, inp, OC, N, C, /*accumulate=*/true);
+  if (dweight != nullptr) matmul_tn(dweight, dout, inp, OC, N, C, /*accumulate=*/true, /*parallel=*/true);
   if (dbias == nullptr) return;
   // dbias[o] += sum_n dout[n][o]. Each column block is summed by one thread over n in order, so
   // the result does not depend on the thread count.
@@ -56,4 +57,4 @@ void linear_backward(float* dinp, float* dweight, float* dbias,        // (N, C)
   }
 }
 
-}  // namespace normlab::kernels
+}  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

@@ -1,31 +1,29 @@
 // normlab's GEMM: the packed, cache-blocked scheme of Goto & van de Geijn ("Anatomy of
 // High-Performance Matrix Multiplication", 2008; the BLIS loop nest), in plain C++ loops that
-// GCC auto-vectorizes.
+// GCC auto-vectorizes (no intrinsics). Compiled once per kernel path (dispatch.hpp).
 //
-//   C (M,N) is cut into micro-tiles of kMR x kNR = 8 x 32. The micro-kernel keeps one micro-tile
-//   in registers and runs over a K block of up to kKC = 256 steps: per step it broadcasts the kMR
-//   values of op(A) in column k and multiplies them with kNR contiguous values of op(B) in row k
-//   (fma). The 8 x 32 accumulator is 16 AVX-512 registers.
+//   C (M,N) is cut into micro-tiles of kMR x kNR (8 x 32 on avx512, 6 x 16 on avx2, 4 x 16 on
+//   generic). The micro-kernel keeps one micro-tile in registers and runs over a K block of up to
+//   kKC = 256 steps: per step it broadcasts the kMR values of op(A) in column k and multiplies
+//   them with kNR contiguous values of op(B) in row k (fma).
 //
 //   B is packed into panels of (K, kNR): kNR columns of C interleaved k by k, zero-padded past N.
 //   This is where nt differs from nn / tn (its B is stored (N,K) and gets transposed here);
 //   nothing else is ever transposed.
-//   A is mostly read in place: the kMR values of a step are either 8 contiguous floats (tn: A
-//   stored (K,M)) or one float from each of 8 rows (nn, nt: A (M,K)); the kernel broadcasts each
-//   value anyway, so packing A would mostly cost a copy (measured: in place is faster on the
-//   encoder's shapes). Two exceptions are packed per tile and K block into (kc, kMR) panels: a
-//   last row panel of fewer than kMR rows (zero-padded, so the kernel never reads past A), and
-//   tn with M > 256, whose steps are a page apart in A.
+//   A is read in place: the kernel broadcasts each of its values anyway, so packing A would only
+//   cost a copy. Two exceptions are packed per tile and K block into (kc, kMR) panels: a last row
+//   panel of fewer than kMR rows (zero-padded, so the kernel never reads past A), and tn with
+//   M > 256, whose steps are a page apart in A.
 //
 //   The output is split into tiles of whole micro-tiles, distributed over threads with
 //   schedule(static); each thread packs the B panels of its tile's columns into its own buffer.
-//   Within a tile: for each K block, for each B panel (its 32 KB slice stays in L1), for each
-//   row panel of A (the tile's rows of the block stay in L2): micro-kernel.
+//   Within a tile: for each K block, for each B panel (its slice stays in L1), for each row panel
+//   of A (the tile's rows of the block stay in L2): micro-kernel.
 //
-// On AVX2 (16 ymm) the same code compiles to a 32-register accumulator that GCC partly spills:
-// correct, only slower (about 75 GFLOP/s with -march=haswell on the EPYC where AVX-512 gives
-// ~200). Without FMA the multiply-add is a multiply and an add (multiply_add). No intrinsics.
+// The sum for one element of C does not depend on the tile shape, the thread count or the path:
+// an fma chain over k per K block, the blocks added to C in order.
 #include "normlab/kernels/matmul.hpp"
+#include "isa_kernels.hpp"
 
 #include <omp.h>
 
@@ -34,31 +32,40 @@
 #include <cstring>
 #include <vector>
 
-namespace normlab::kernels {
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 namespace {
 
+// The micro-tile per path, sized to its vector registers: the kMR x kNR accumulator plus a row of
+// B and a broadcast of A must fit without spilling.
+#if defined(__AVX512F__)
 constexpr int64_t kMR = 8;    // rows of C per micro-tile
-constexpr int64_t kNR = 32;   // columns of C per micro-tile
-constexpr int64_t kKC = 256;  // K block: a packed B panel slice is kKC * kNR * 4 B = 32 KB (L1)
-// A tile covers at most this many micro-tile rows / columns (96 x 256 of C): the rows of A a tile
-// reads per K block are 96 * kKC * 4 B = 96 KB (L2).
-constexpr int64_t kMaxTileRowPanels = 12;
-constexpr int64_t kMaxTileColPanels = 8;
+constexpr int64_t kNR = 32;   // columns of C per micro-tile: 8 x 2 zmm = 16 of the 32 zmm
+#elif defined(__AVX2__)
+constexpr int64_t kMR = 6;    // 6 x 2 ymm = 12 of the 16 ymm (BLIS's Haswell kernel)
+constexpr int64_t kNR = 16;
+#else
+constexpr int64_t kMR = 4;    // generic: each multiply-add is a std::fma call anyway
+constexpr int64_t kNR = 16;
+#endif
+// The K block is the same on every path: it decides where a partial sum is added to C, so it is
+// part of the rounding (the tile sizes are not).
+constexpr int64_t kKC = 256;  // K block: a packed B panel slice is kKC * kNR * 4 B <= 32 KB (L1)
+// A tile covers at most 96 x 256 of C: the rows of A a tile reads per K block are
+// 96 * kKC * 4 B = 96 KB (L2).
+constexpr int64_t kMaxTileRowPanels = 96 / kMR;
+constexpr int64_t kMaxTileColPanels = 256 / kNR;
 // tn reads A (K,M) in place up to this M; beyond it, A's row panels are packed per tile.
 constexpr int64_t kMaxInPlaceTnRows = 256;
 // Below this many multiply-adds a call runs on the calling thread: starting a team costs more.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
 
-// One multiply-add. With hardware FMA (-march=native on x86-64 since Haswell) it is fused: one
-// rounding, and GCC vectorizes std::fma to vfmadd. Without it std::fma would be a slow libm call,
-// so fall back to a separate multiply and add. Either way the result is fixed for a given build.
-inline float multiply_add(float a, float b, float c) {
-#ifdef FP_FAST_FMAF
-  return std::fma(a, b, c);
-#else
-  return a * b + c;
-#endif
-}
+// One fused multiply-add, one rounding, on every path: vfmadd on avx2/avx512, glibc's exact fmaf
+// (hardware FMA when the CPU has it, software otherwise) on generic.
+inline float multiply_add(float a, float b, float c) { return std::fma(a, b, c); }
 
 // An operand read as a matrix op(X) with rows r and reduction index k:
 //   op(X)(r, k) = data[r * row_stride + k * k_stride]
@@ -128,6 +135,70 @@ void pack_a_panels(float* __restrict dst, Operand A, int64_t M, int64_t p_begin,
   }
 }
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// The avx2 micro-kernel is spelled out with intrinsics: GCC vectorizes the plain loops below into
+// 128-bit pieces with shuffles for a 6 x 16 tile. Same arithmetic: acc = fma(a_ik, b_kj, acc) for
+// k in order, then C = acc or C += acc.
+template <bool kARowsContiguous>
+void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride,
+                  const float* __restrict Bp, int64_t kc, int64_t rows, int64_t cols, bool add) {
+  static_assert(kMR == 6 && kNR == 16);
+  // Twelve named accumulators, not an array: with an array GCC stores it to the stack every step.
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  const int64_t row_step = kARowsContiguous ? 1 : a_stride;  // distance between A(i, k) and A(i+1, k)
+  const int64_t k_step = kARowsContiguous ? a_stride : 1;    // distance between A(i, k) and A(i, k+1)
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(Bp + k * kNR);
+    const __m256 b1 = _mm256_loadu_ps(Bp + k * kNR + 8);
+    const float* a = A + k * k_step;
+    __m256 a_ik = _mm256_broadcast_ss(a);
+    c00 = _mm256_fmadd_ps(a_ik, b0, c00);
+    c01 = _mm256_fmadd_ps(a_ik, b1, c01);
+    a_ik = _mm256_broadcast_ss(a + row_step);
+    c10 = _mm256_fmadd_ps(a_ik, b0, c10);
+    c11 = _mm256_fmadd_ps(a_ik, b1, c11);
+    a_ik = _mm256_broadcast_ss(a + 2 * row_step);
+    c20 = _mm256_fmadd_ps(a_ik, b0, c20);
+    c21 = _mm256_fmadd_ps(a_ik, b1, c21);
+    a_ik = _mm256_broadcast_ss(a + 3 * row_step);
+    c30 = _mm256_fmadd_ps(a_ik, b0, c30);
+    c31 = _mm256_fmadd_ps(a_ik, b1, c31);
+    a_ik = _mm256_broadcast_ss(a + 4 * row_step);
+    c40 = _mm256_fmadd_ps(a_ik, b0, c40);
+    c41 = _mm256_fmadd_ps(a_ik, b1, c41);
+    a_ik = _mm256_broadcast_ss(a + 5 * row_step);
+    c50 = _mm256_fmadd_ps(a_ik, b0, c50);
+    c51 = _mm256_fmadd_ps(a_ik, b1, c51);
+  }
+  alignas(32) float tile[kMR][kNR];
+  const __m256 acc[kMR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+  if (rows == kMR && cols == kNR) {
+    for (int i = 0; i < kMR; ++i) {
+      float* c = C + i * ldc;
+      if (add) {
+        _mm256_storeu_ps(c, _mm256_add_ps(_mm256_loadu_ps(c), acc[i][0]));
+        _mm256_storeu_ps(c + 8, _mm256_add_ps(_mm256_loadu_ps(c + 8), acc[i][1]));
+      } else {
+        _mm256_storeu_ps(c, acc[i][0]);
+        _mm256_storeu_ps(c + 8, acc[i][1]);
+      }
+    }
+    return;
+  }
+  for (int i = 0; i < kMR; ++i) {
+    _mm256_store_ps(tile[i], acc[i][0]);
+    _mm256_store_ps(tile[i] + 8, acc[i][1]);
+  }
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      if (add)
+        C[i * ldc + j] += tile[i][j];
+      else
+        C[i * ldc + j] = tile[i][j];
+    }
+}
+#else
 // C (rows, cols) with row stride ldc (+)= op(A) (kMR, kc) @ Bp (kc, kNR), Bp a packed B panel;
 // only the top-left rows x cols of the kMR x kNR micro-tile are stored.
 // A is read in place, in one of two layouts (a template parameter, so each loop is unrolled with
@@ -139,7 +210,7 @@ template <bool kARowsContiguous>
 void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride,
                   const float* __restrict Bp, int64_t kc, int64_t rows, int64_t cols, bool add) {
   // The accumulator is a fixed-size local array: after full unrolling of the i and j loops GCC
-  // keeps it in vector registers (kMR * kNR / 16 = 16 zmm with AVX-512).
+  // keeps it in vector registers.
   float acc[kMR][kNR] = {};
   for (int64_t k = 0; k < kc; ++k) {
     const float* b = Bp + k * kNR;
@@ -166,6 +237,7 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
       }
   }
 }
+#endif
 
 // Scratch buffers reused across calls (grow only). thread_local, so the serial path can run on
 // several threads at once and each OpenMP worker has its own.
@@ -235,10 +307,9 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
     const int64_t q_begin = group_begin(col_group, col_panels, col_groups);
     const int64_t q_end = group_begin(col_group + 1, col_panels, col_groups);
 
-    // packed B: the tile's column panels, each (K, kNR), zero-padded past N. B is packed even
-    // when its layout would allow reading it in place (nn, tn): measured as fast or faster, since
-    // a panel's slice for one K block is then a contiguous 32 KB that stays in L1 while the row
-    // panels of A stream past it. This is also where nt's B (stored (N,K)) gets transposed.
+    // packed B: the tile's column panels, each (K, kNR), zero-padded past N. Packed even when its
+    // layout would allow reading it in place (nn, tn): a panel's slice for one K block is then
+    // contiguous and stays in L1 while the row panels of A stream past it.
     float* packed_b = thread_buffer(t_packed_b, max_tile_col_panels * K * kNR);
     if (packed_col_group != col_group) {
       for (int64_t q = q_begin; q < q_end; ++q) {
@@ -308,4 +379,4 @@ void matmul_tn(float* C, const float* A, const float* B, int64_t M, int64_t K, i
   gemm<true>(C, Operand{A, 1, M}, Operand{B, 1, N}, M, K, N, accumulate, parallel);
 }
 
-}  // namespace normlab::kernels
+}  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

@@ -2,13 +2,14 @@
 // Same precision plan as layer_norm.cpp: row sums in double lanes with a fixed combination order,
 // elementwise work in float.
 #include "normlab/kernels/rms_norm.hpp"
+#include "isa_kernels.hpp"
 
 #include <omp.h>
 
 #include <cmath>
 #include <vector>
 
-namespace normlab::kernels {
+namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 namespace {
 
@@ -117,4 +118,4 @@ void rms_norm_backward(float* dinp, float* dgamma,                             /
   }
 }
 
-}  // namespace normlab::kernels
+}  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

@@ -1,9 +1,12 @@
 #include "normlab/kernels/softmax.hpp"
+#include "isa_kernels.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-namespace normlab::kernels {
+#include "normlab/kernels/math.hpp"
+
+namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols) {
 #pragma omp parallel for schedule(static)
@@ -14,7 +17,7 @@ void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols) {
     for (int64_t c = 0; c < cols; c++) maxval = std::max(maxval, x[c]);
     float sum = 0.0f;
     for (int64_t c = 0; c < cols; c++) {
-      y[c] = std::exp(x[c] - maxval);
+      y[c] = math::exp(x[c] - maxval);
       sum += y[c];
     }
     const float inv_sum = 1.0f / sum;
@@ -34,4 +37,4 @@ void softmax_backward(float* dinp, const float* dout, const float* out, int64_t 
   }
 }
 
-}  // namespace normlab::kernels
+}  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

@@ -1,0 +1,207 @@
+// Every fast kernel on every path this CPU has (generic, avx2, avx512), compared bit for bit with
+// the generic path: the paths differ in vector width and GEMM micro-tile, never in the numbers.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "isa_support.hpp"
+#include "normlab/kernels/activations.hpp"
+#include "normlab/kernels/attention.hpp"
+#include "normlab/kernels/batch_norm.hpp"
+#include "normlab/kernels/cross_entropy.hpp"
+#include "normlab/kernels/dropout.hpp"
+#include "normlab/kernels/embedding.hpp"
+#include "normlab/kernels/layer_norm.hpp"
+#include "normlab/kernels/linear.hpp"
+#include "normlab/kernels/matmul.hpp"
+#include "normlab/kernels/rms_norm.hpp"
+#include "normlab/kernels/softmax.hpp"
+#include "normlab/parallel.hpp"
+#include "normlab/rng.hpp"
+
+using namespace normlab;
+using namespace normlab::kernels;
+
+namespace {
+
+using Buffers = std::vector<std::vector<float>>;
+
+std::vector<float> randn(int64_t n, uint64_t seed, float scale = 1.0f) {
+  Rng rng(seed);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = scale * rng.normal();
+  return v;
+}
+
+// Runs `compute` (which returns every buffer the kernels wrote) on each available path and checks
+// each buffer against the generic path's, bit for bit, at 1 and at 2 threads.
+void check_every_path(const std::string& what, const std::function<Buffers()>& compute) {
+  const int saved_threads = num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    Buffers reference;
+    {
+      test::ScopedIsa generic(Isa::generic);
+      reference = compute();
+    }
+    for (Isa isa : test::available_isas()) {
+      if (isa == Isa::generic) continue;
+      test::ScopedIsa scoped(isa);
+      const Buffers got = compute();
+      REQUIRE(got.size() == reference.size());
+      for (size_t b = 0; b < got.size(); b++) {
+        INFO(what << " on " << isa_name(isa) << ", " << threads << " threads, output " << b);
+        REQUIRE(got[b].size() == reference[b].size());
+        size_t first_difference = got[b].size();
+        for (size_t i = 0; i < got[b].size(); i++) {
+          if (std::memcmp(&got[b][i], &reference[b][i], sizeof(float)) != 0) {
+            first_difference = i;
+            break;
+          }
+        }
+        INFO("first difference at " << first_difference);
+        CHECK(first_difference == got[b].size());
+      }
+    }
+  }
+  set_num_threads(saved_threads);
+}
+
+}  // namespace
+
+TEST_CASE("bit identity across paths: GEMM, all layouts, edges, several K blocks, accumulate") {
+  struct Shape {
+    int64_t M, K, N;
+  };
+  // Edge sizes for every micro-tile (4x16, 6x16, 8x32), K over one and several 256-blocks, and
+  // tn with M > 256 (A packed).
+  for (Shape s : {Shape{1, 1, 1}, Shape{7, 5, 33}, Shape{13, 300, 17}, Shape{50, 64, 70}, Shape{300, 40, 20},
+                  Shape{97, 513, 65}}) {
+    for (bool accumulate : {false, true}) {
+      const std::string what = "matmul M=" + std::to_string(s.M) + " K=" + std::to_string(s.K) +
+                               " N=" + std::to_string(s.N) + (accumulate ? " accumulate" : "");
+      check_every_path(what, [&] {
+        const auto a = randn(s.M * s.K, 1), b = randn(s.K * s.N, 2);
+        auto nn = randn(s.M * s.N, 3), nt = nn, tn = nn;
+        matmul_nn(nn.data(), a.data(), b.data(), s.M, s.K, s.N, accumulate);
+        matmul_nt(nt.data(), a.data(), b.data(), s.M, s.K, s.N, accumulate);  // b read as (N, K)
+        matmul_tn(tn.data(), a.data(), b.data(), s.M, s.K, s.N, accumulate);  // a read as (K, M)
+        return Buffers{nn, nt, tn};
+      });
+    }
+  }
+}
+
+TEST_CASE("bit identity across paths: Linear forward and backward") {
+  const int64_t N = 45, C = 40, OC = 72;
+  check_every_path("linear", [&] {
+    const auto x = randn(N * C, 4), w = randn(OC * C, 5, 0.2f), bias = randn(OC, 6), dy = randn(N * OC, 7);
+    std::vector<float> y(N * OC);
+    auto dx = randn(N * C, 8), dw = randn(OC * C, 9), db = randn(OC, 10);
+    linear_forward(y.data(), x.data(), w.data(), bias.data(), N, C, OC);
+    linear_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), N, C, OC);
+    return Buffers{y, dx, dw, db};
+  });
+}
+
+TEST_CASE("bit identity across paths: LayerNorm and RMSNorm forward and backward") {
+  for (int64_t cols : {1, 7, 16, 67, 768}) {
+    const int64_t rows = cols == 768 ? 48 : 53;
+    check_every_path("norms cols=" + std::to_string(cols), [&] {
+      auto x = randn(rows * cols, 11, 3.0f);
+      for (auto& v : x) v += 100.0f;  // a large mean: the split-mean trick must agree too
+      const auto gamma = randn(cols, 12), beta = randn(cols, 13), dy = randn(rows * cols, 14);
+      std::vector<float> y(rows * cols), mean(rows), rstd(rows), ry(rows * cols), rrstd(rows);
+      auto dx = randn(rows * cols, 15), dgamma = randn(cols, 16), dbeta = randn(cols, 17);
+      auto rdx = dx, rdgamma = dgamma;
+      layer_norm_forward(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), rows, cols, 1e-5f);
+      layer_norm_backward(dx.data(), dgamma.data(), dbeta.data(), dy.data(), x.data(), gamma.data(), mean.data(),
+                          rstd.data(), rows, cols);
+      rms_norm_forward(ry.data(), rrstd.data(), x.data(), gamma.data(), rows, cols, 1e-6f);
+      rms_norm_backward(rdx.data(), rdgamma.data(), dy.data(), x.data(), gamma.data(), rrstd.data(), rows, cols);
+      return Buffers{y, mean, rstd, dx, dgamma, dbeta, ry, rrstd, rdx, rdgamma};
+    });
+  }
+}
+
+TEST_CASE("bit identity across paths: BatchNorm train, eval and backward") {
+  const int64_t N = 70, C = 37;
+  check_every_path("batch_norm", [&] {
+    const auto x = randn(N * C, 18, 2.0f), gamma = randn(C, 19), beta = randn(C, 20), dy = randn(N * C, 21);
+    std::vector<float> y(N * C), mean(C), rstd(C), running_mean(C, 0.0f), running_var(C, 1.0f), ye(N * C);
+    auto dx = randn(N * C, 22), dgamma = randn(C, 23), dbeta = randn(C, 24);
+    batch_norm_forward_train(y.data(), mean.data(), rstd.data(), running_mean.data(), running_var.data(), x.data(),
+                             gamma.data(), beta.data(), N, C, 1e-5f, 0.1f);
+    batch_norm_forward_eval(ye.data(), x.data(), running_mean.data(), running_var.data(), gamma.data(), beta.data(),
+                            N, C, 1e-5f);
+    batch_norm_backward(dx.data(), dgamma.data(), dbeta.data(), dy.data(), x.data(), gamma.data(), mean.data(),
+                        rstd.data(), N, C);
+    return Buffers{y, mean, rstd, running_mean, running_var, ye, dx, dgamma, dbeta};
+  });
+}
+
+TEST_CASE("bit identity across paths: activations (ReLU, GELU, DyT), softmax, dropout") {
+  const int64_t N = 33, C = 61;
+  check_every_path("activations", [&] {
+    const auto x = randn(N * C, 25, 4.0f), dy = randn(N * C, 26);
+    std::vector<float> relu(N * C), gelu(N * C), dyt(N * C), soft(N * C), drop(N * C), mask(N * C);
+    auto drelu = randn(N * C, 27), dgelu = drelu, ddyt = drelu, dsoft = drelu, ddrop = drelu;
+    const std::vector<float> alpha{0.7f};
+    const auto gamma = randn(C, 28), beta = randn(C, 29);
+    std::vector<float> dalpha{0.5f};
+    auto dgamma = randn(C, 30), dbeta = randn(C, 31);
+    relu_forward(relu.data(), x.data(), N * C);
+    relu_backward(drelu.data(), dy.data(), x.data(), N * C);
+    gelu_forward(gelu.data(), x.data(), N * C);
+    gelu_backward(dgelu.data(), dy.data(), x.data(), N * C);
+    dyt_forward(dyt.data(), x.data(), alpha.data(), gamma.data(), beta.data(), N, C);
+    dyt_backward(ddyt.data(), dalpha.data(), dgamma.data(), dbeta.data(), dy.data(), x.data(), alpha.data(),
+                 gamma.data(), N, C);
+    softmax_forward(soft.data(), x.data(), N, C);
+    softmax_backward(dsoft.data(), dy.data(), soft.data(), N, C);
+    Rng rng(32);
+    dropout_forward(drop.data(), mask.data(), x.data(), N * C, 0.3f, rng);
+    dropout_backward(ddrop.data(), dy.data(), mask.data(), N * C);
+    return Buffers{relu, drelu, gelu, dgelu, dyt, ddyt, dalpha, dgamma, dbeta, soft, dsoft, drop, mask, ddrop};
+  });
+}
+
+TEST_CASE("bit identity across paths: cross-entropy, embedding") {
+  const int64_t N = 29, V = 50, C = 24;
+  check_every_path("cross_entropy+embedding", [&] {
+    const auto logits = randn(N * V, 33, 5.0f);
+    std::vector<int32_t> targets(N), ids(N);
+    for (int64_t n = 0; n < N; n++) {
+      targets[n] = n % 7 == 3 ? -1 : int32_t((n * 13) % V);
+      ids[n] = int32_t((n * 5) % V);
+    }
+    std::vector<float> losses(N), probs(N * V), loss(1), correct(1), emb(N * C);
+    auto dlogits = randn(N * V, 34);
+    const auto table = randn(V * C, 35), dy = randn(N * C, 36);
+    auto dtable = randn(V * C, 37);
+    loss[0] = cross_entropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N, V);
+    cross_entropy_backward(dlogits.data(), probs.data(), targets.data(), N, V, 0.75f);
+    correct[0] = float(count_correct(logits.data(), targets.data(), N, V));
+    embedding_forward(emb.data(), ids.data(), table.data(), N, V, C);
+    embedding_backward(dtable.data(), dy.data(), ids.data(), N, V, C);
+    return Buffers{losses, probs, loss, dlogits, correct, emb, dtable};
+  });
+}
+
+TEST_CASE("bit identity across paths: attention forward and backward over a packed batch") {
+  const int64_t C = 48, NH = 3;  // head dim 16: full 8x8 tiles and edge tiles for lengths 1..21
+  const std::vector<int64_t> offsets{0, 1, 9, 30, 30, 43};
+  const int64_t B = int64_t(offsets.size()) - 1, T = offsets.back();
+  check_every_path("attention", [&] {
+    const auto qkv = randn(T * 3 * C, 38), dout = randn(T * C, 39);
+    std::vector<float> out(T * C), att(attention_cache_size(offsets.data(), B, NH));
+    auto dqkv = randn(T * 3 * C, 40);
+    attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), B, C, NH);
+    attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), offsets.data(), B, C, NH);
+    return Buffers{out, att, dqkv};
+  });
+}
