@@ -1,6 +1,7 @@
 // normlab bench gemm --shape M,K,N [--variant nn|nt|tn] [--threads N] [--repeats R] [--json]
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <charconv>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,8 @@ namespace {
 
 // Largest element count of any one of A, B, C: three float arrays of this size are 768 MB.
 constexpr int64_t kMaxMatrixElements = int64_t{1} << 26;
+// Longest run `bench gemm` starts, by its lower-bound estimate.
+constexpr double kMaxBenchSeconds = 600;
 
 struct BenchGemmOptions {
   std::string shape;
@@ -69,6 +72,16 @@ void run(const BenchGemmOptions& options) {
     throw InputError(fmt::format("--repeats: must be between 1 and 100000 (got {})", options.repeats));
   }
   if (options.threads > 0) set_num_threads(options.threads);
+  // Refuse what would run for hours: 2*M*K*N flops per call, (repeats + warmup) calls, at a rate no
+  // core of a current x86 machine beats (50 GFLOP/s per thread), so the estimate errs short.
+  const double calls = double(options.repeats) + std::max(3.0, double(options.repeats / 10));
+  const double seconds = 2.0 * double(shape[0]) * double(shape[1]) * double(shape[2]) * calls / (50e9 * num_threads());
+  if (seconds > kMaxBenchSeconds) {
+    throw InputError(fmt::format("--shape {} with --repeats {}: would take at least {:.0f} s (limit {:.0f} s); use "
+                                 "fewer --repeats (e.g. --repeats {}) or a smaller shape",
+                                 options.shape, options.repeats, seconds, kMaxBenchSeconds,
+                                 std::max(1, int(double(options.repeats) * kMaxBenchSeconds / seconds / 2))));
+  }
 
   GemmBenchResult r = bench_gemm(options.variant, shape[0], shape[1], shape[2], options.repeats);
   if (options.json) {

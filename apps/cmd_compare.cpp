@@ -21,6 +21,8 @@
 #include "commands.hpp"
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
+#include "normlab/io/dir_lock.hpp"
+#include "normlab/io/paths.hpp"
 #include "normlab/study/compare.hpp"
 
 namespace normlab::cli {
@@ -79,11 +81,9 @@ void run_compare(const Options& options) {
   const study::ComparePlan plan = study::load_compare_plan(options.config);
   const fs::path out(options.out);
   std::error_code ec;
-  fs::create_directories(out / "runs", ec);
-  fs::create_directories(out / "configs", ec);
-  fs::create_directories(out / "logs", ec);
-  if (ec || !fs::is_directory(out / "runs"))
-    throw InputError(fmt::format("{}: cannot create the output directory: {}", options.out, ec.message()));
+  for (const char* sub : {"runs", "configs", "logs"}) io::make_directories((out / sub).string(), "output directory");
+  // One compare per output directory; released by the kernel if this process dies.
+  const io::DirLock lock = io::DirLock::acquire(options.out, "compare output directory");
 
   const int jobs = options.jobs > 0 ? options.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
   const std::string exe = self_exe();

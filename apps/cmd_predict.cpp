@@ -5,7 +5,7 @@
 #include <string>
 
 #include "commands.hpp"
-#include "normlab/train/run.hpp"
+#include "normlab/train/saved_run.hpp"
 
 namespace normlab::cli {
 

@@ -16,7 +16,8 @@
 #include "commands.hpp"
 #include "normlab/error.hpp"
 #include "normlab/train/config.hpp"
-#include "normlab/train/run.hpp"
+#include "normlab/train/saved_run.hpp"
+#include "normlab/io/stop.hpp"
 #include "normlab/train/trainer.hpp"
 
 namespace normlab::cli {
@@ -115,16 +116,18 @@ class ConsoleLogger : public train::TrainLogger {
   std::chrono::steady_clock::time_point last_draw_;
 };
 
-// SIGINT / SIGTERM: the handler only records the signal; the trainer finishes its step, writes a
-// checkpoint and returns, and run() exits 130 / 143. SA_RESETHAND restores the default action, so
-// a second Ctrl-C stops at once (the last checkpoint and complete metrics lines survive that too).
+// SIGINT / SIGTERM: the handler only records the signal. Loading data stops with nothing written;
+// training finishes its step (or abandons an evaluation), writes a checkpoint and returns; either
+// way run() exits 130 / 143. SA_RESETHAND restores the default action, so a second Ctrl-C stops at
+// once (the last checkpoint and complete metrics lines survive that too).
 std::atomic<int> g_stop_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
 
 extern "C" void on_stop_signal(int signal_number) {
   g_stop_signal.store(signal_number);
   static const char message[] =
-      "\nnormlab: stopping after this step and writing a checkpoint (send the signal again to stop at once)\n";
+      "\nnormlab: stopping: a step in flight finishes and a checkpoint is written (send the signal again to stop at "
+      "once)\n";
   ssize_t ignored = ::write(STDERR_FILENO, message, sizeof(message) - 1);  // async-signal-safe
   (void)ignored;
 }
@@ -138,7 +141,10 @@ void install_stop_handlers() {
   sigaction(SIGTERM, &action, nullptr);
 }
 
+int exit_code_for(int signal_number) { return signal_number == SIGTERM ? kExitTerminated : kExitInterrupted; }
+
 void run(const TrainOptions& options) {
+  install_stop_handlers();
   std::vector<std::string> overrides = options.overrides;
   if (options.threads >= 0) overrides.push_back(fmt::format("train.threads={}", options.threads));
   std::optional<std::string> config_path;
@@ -156,6 +162,15 @@ void run(const TrainOptions& options) {
     if (dir.empty() && config_path) dir = (std::filesystem::path("runs") / std::filesystem::path(*config_path).stem()).string();
     if (dir.empty()) throw InputError("--resume: give the run directory (--resume DIR or --out DIR)");
     config = train::resume_config(dir, config_path, overrides);
+    if (const std::optional<int64_t> done = train::finished_steps(dir); done && *done >= config.train.steps) {
+      fmt::print(stderr,
+                 "normlab: {} already finished its {} steps; nothing to do. To train it further: normlab train "
+                 "--resume {} --set train.steps=N (N > {})\n",
+                 dir, *done, dir, *done);
+      return;
+    }
+    // The checkpoint must describe this run before a model of the requested size is built.
+    train::check_resume_checkpoint(dir, config);
   } else {
     if (!config_path) throw InputError("--config is required (or --resume DIR to continue a run)");
     config = train::load_config(*config_path, overrides);
@@ -164,16 +179,23 @@ void run(const TrainOptions& options) {
   }
 
   ConsoleLogger logger(config.train.log_every, isatty(fileno(stderr)) == 1);
-  train::Trainer trainer(config, &logger);
+  std::optional<train::Trainer> built;
+  try {
+    built.emplace(config, &logger, &g_stop_signal);
+  } catch (const io::StopRequested& stop) {
+    logger.end_line();
+    fmt::print(stderr, "normlab: stopped ({}) while loading the data; nothing was written\n",
+               stop.signal_number() == SIGTERM ? "SIGTERM" : "SIGINT");
+    throw ExitCode{exit_code_for(stop.signal_number())};
+  }
+  train::Trainer& trainer = *built;
   if (options.resume) {
     trainer.resume(dir);
   } else {
     trainer.start(dir);
     logger.info(fmt::format("run directory: {}", dir));
   }
-  trainer.set_stop_flag(&g_stop_signal);
-  install_stop_handlers();
-  train::TrainSummary summary = trainer.run();
+  train::TrainSummary summary = trainer.fit();
   logger.end_line();
 
   if (summary.interrupted()) {
@@ -181,7 +203,7 @@ void run(const TrainOptions& options) {
     fmt::print(stderr, "normlab: {} after step {} of {}; checkpoint written to {}; continue with: normlab train --resume {}\n",
                term ? "terminated (SIGTERM)" : "interrupted (SIGINT)", summary.steps, summary.planned_steps,
                train::RunPaths(dir).checkpoint, dir);
-    throw ExitCode{term ? kExitTerminated : kExitInterrupted};
+    throw ExitCode{exit_code_for(summary.stop_request)};
   }
 
   if (summary.diverged) {

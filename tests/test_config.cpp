@@ -10,6 +10,7 @@
 
 #include "normlab/error.hpp"
 #include "normlab/io/json_depth.hpp"
+#include "normlab/io/suggest.hpp"
 #include "normlab/train/config.hpp"
 
 #include "support.hpp"
@@ -213,11 +214,13 @@ TEST_CASE("config: resume may change only how long and how often") {
   }
 }
 
-TEST_CASE("config: edit distance") {
-  CHECK(edit_distance("", "") == 0);
-  CHECK(edit_distance("kitten", "sitting") == 3);
-  CHECK(edit_distance("d_modle", "d_model") == 2);
-  CHECK(edit_distance("abc", "") == 3);
+TEST_CASE("io: edit distance and the closest candidate") {
+  CHECK(io::edit_distance("", "") == 0);
+  CHECK(io::edit_distance("kitten", "sitting") == 3);
+  CHECK(io::edit_distance("d_modle", "d_model") == 2);
+  CHECK(io::edit_distance("abc", "") == 3);
+  CHECK(io::closest("warmup", {"warmup_steps", "lr"}) == "warmup_steps");
+  CHECK(io::closest("d_modle", {"heads", "d_model"}) == "d_model");
 }
 
 TEST_CASE("config: docs/config.md documents every key") {

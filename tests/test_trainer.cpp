@@ -19,7 +19,7 @@
 #include "normlab/io/safetensors.hpp"
 #include "normlab/train/checkpoint.hpp"
 #include "normlab/train/config.hpp"
-#include "normlab/train/run.hpp"
+#include "normlab/train/saved_run.hpp"
 #include "normlab/train/trainer.hpp"
 
 #include "support.hpp"
@@ -91,7 +91,7 @@ json summary_without_time(const std::string& path) {
 TrainSummary train_in(const RunConfig& config, const std::string& dir, TrainLogger* logger = nullptr) {
   Trainer trainer(config, logger);
   trainer.start(dir);
-  return trainer.run();
+  return trainer.fit();
 }
 
 struct CrashAt : TrainLogger {
@@ -128,7 +128,7 @@ void check_resume_matches(const RunConfig& config) {
     Trainer trainer(config);
     trainer.resume(resumed);
     CHECK(trainer.step() == config.train.checkpoint_every);
-    trainer.run();
+    trainer.fit();
   }
   const std::vector<std::string> a = deterministic_lines(RunPaths(straight).metrics);
   const std::vector<std::string> b = deterministic_lines(RunPaths(resumed).metrics);
@@ -259,7 +259,7 @@ TEST_CASE("trainer: a NaN stops the run and is recorded as divergence") {
   for (auto& [name, tensor] : trainer.model().named_parameters()) {
     if (name == "head.bias") tensor.data()[0] = std::numeric_limits<float>::quiet_NaN();
   }
-  TrainSummary summary = trainer.run();
+  TrainSummary summary = trainer.fit();
   CHECK(summary.diverged);
   CHECK(summary.diverged_at_step == 1);
   CHECK(summary.steps == 0);
@@ -368,7 +368,7 @@ TEST_CASE("trainer: a run directory with a checkpoint is not overwritten; resume
   config.train.steps = 4;
   Trainer trainer(config);
   trainer.resume(dir.sub("run"));
-  TrainSummary summary = trainer.run();
+  TrainSummary summary = trainer.fit();
   CHECK(summary.steps == 4);
   std::vector<json> records = read_metrics(RunPaths(dir.sub("run")).metrics);
   std::vector<int64_t> steps;
@@ -403,7 +403,7 @@ TEST_CASE("trainer: evaluation matches a float64 reference loop over single sequ
   RunConfig config = tiny_config();
   Trainer trainer(config);
   for (int i = 0; i < 5; ++i) trainer.train_step(trainer.next_batch(), false);
-  EvalMetrics metrics = trainer.evaluate_valid();
+  EvalMetrics metrics = *trainer.evaluate_valid();
   CHECK(trainer.model().is_training());  // evaluation restores the mode
 
   nn::EncoderModel& model = trainer.model();

@@ -132,18 +132,19 @@ SamplerState BatchSampler::state() const {
   return state;
 }
 
-void BatchSampler::restore(const SamplerState& state) {
+void BatchSampler::restore(const SamplerState& state, const std::string& where) {
   if (state.dataset_size != dataset_->size() || state.batch_size != options_.batch_size) {
     throw InputError(fmt::format(
-        "sampler state: saved for {} examples in batches of {}, but this run has {} examples in batches of {}",
-        state.dataset_size, state.batch_size, dataset_->size(), options_.batch_size));
+        "{}: saved for {} examples in batches of {}, but this run has {} examples in batches of {} (did the "
+        "training file change?)",
+        where, state.dataset_size, state.batch_size, dataset_->size(), options_.batch_size));
   }
   if (state.seed != options_.seed) {
-    throw InputError(fmt::format("sampler state: saved with seed {}, but this run has seed {}", state.seed,
+    throw InputError(fmt::format("{}: saved with seed {}, but this run has seed {}", where, state.seed,
                                  options_.seed));
   }
   if (state.position >= static_cast<uint64_t>(dataset_->size())) {
-    throw InputError(fmt::format("sampler state: position {} is past the end of the dataset ({} examples)",
+    throw InputError(fmt::format("{}: position {} is past the end of the dataset ({} examples)", where,
                                  state.position, dataset_->size()));
   }
   epoch_ = state.epoch;
@@ -181,7 +182,7 @@ void GeneratorSampler::restore(const GeneratorState& state) {
 }
 
 std::vector<Batch> ordered_batches(const Dataset& dataset, int64_t batch_size, uint64_t mask_seed,
-                                   const MaskConfig& mask) {
+                                   const MaskConfig& mask, io::StopFlag stop) {
   if (batch_size < 1) throw UsageError(fmt::format("ordered_batches: batch_size {} < 1", batch_size));
   const Task& task = dataset.task();
   std::vector<Example> masked;
@@ -189,6 +190,7 @@ std::vector<Batch> ordered_batches(const Dataset& dataset, int64_t batch_size, u
   const std::vector<Example>& source = task.is_masked_lm() ? masked : dataset.examples();
   std::vector<Batch> batches;
   for (int64_t start = 0; start < dataset.size(); start += batch_size) {
+    io::throw_if_stopped(stop);
     std::vector<const Example*> chosen;
     for (int64_t i = start; i < std::min(dataset.size(), start + batch_size); ++i) {
       chosen.push_back(&source[static_cast<size_t>(i)]);

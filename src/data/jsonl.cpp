@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/io/json_depth.hpp"
+#include "normlab/io/json_strict.hpp"
 
 namespace normlab::data {
 
@@ -39,6 +39,10 @@ std::string type_name(const json& value) {
   return "null";
 }
 
+// A string from the file as JSON shows it: quoted, control characters escaped ("\u0000" cannot cut
+// the message short), invalid UTF-8 replaced.
+std::string json_quoted(const std::string& text) { return json(text).dump(-1, ' ', false, json::error_handler_t::replace); }
+
 std::string joined(const std::vector<std::string>& symbols) {
   std::string out;
   for (size_t i = 0; i < symbols.size(); ++i) out += (i > 0 ? " " : "") + symbols[i];
@@ -54,21 +58,18 @@ json parse_object(std::string_view line, const Task& task, std::string_view wher
   if (is_blank(line)) throw InputError(fmt::format("{}: blank line (expected one JSON object per line)", where));
   // nlohmann's parser stops at a NUL byte and would accept a line with junk after it.
   if (line.find('\0') != std::string_view::npos) throw InputError(fmt::format("{}: NUL byte in line", where));
-  // nlohmann keeps the last of repeated keys silently; a repeated key in a data file is a mistake.
-  std::string repeated_key;
-  std::set<std::string> seen_keys;
-  json::parser_callback_t watch_keys = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::key && depth == 1 && parsed.is_string()) {
-      if (!seen_keys.insert(parsed.get<std::string>()).second && repeated_key.empty()) {
-        repeated_key = parsed.get<std::string>();
-      }
-    }
-    return true;
-  };
+  // No valid example needs a longer line; checked before parsing builds anything from it.
+  const int64_t limit = max_jsonl_line_bytes(task.max_seq_len);
+  if (static_cast<int64_t>(line.size()) > limit) {
+    throw InputError(fmt::format("{}: line of {} bytes, longer than any {} example can be ({} bytes for {} symbols)",
+                                 where, line.size(), task.name, limit, task.max_seq_len));
+  }
   io::require_json_depth(line, where);
+  // nlohmann keeps the last of repeated keys silently; a repeated key in a data file is a mistake.
+  std::vector<std::string> repeated;
   json object;
   try {
-    object = json::parse(line.begin(), line.end(), watch_keys);
+    object = io::parse_json_linear(line, &repeated);
   } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
     std::string message = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 9: ..." -> "column 9: ..."
@@ -78,11 +79,11 @@ json parse_object(std::string_view line, const Task& task, std::string_view wher
   if (!object.is_object()) {
     throw InputError(fmt::format("{}: expected a JSON object, got {}", where, type_name(object)));
   }
-  if (!repeated_key.empty()) throw InputError(fmt::format("{}: key \"{}\" appears twice", where, repeated_key));
+  if (!repeated.empty()) throw InputError(fmt::format("{}: key {} appears twice", where, json_quoted(repeated.back())));
   const std::vector<std::string> keys = expected_keys(task);
   for (const auto& [key, value] : object.items()) {
     if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-      throw InputError(fmt::format("{}: unexpected key \"{}\" (a {} example has keys {})", where, key, task.name,
+      throw InputError(fmt::format("{}: unexpected key {} (a {} example has keys {})", where, json_quoted(key), task.name,
                                    quoted_list(keys)));
     }
   }
@@ -113,8 +114,8 @@ std::vector<int32_t> parse_tokens(const json& tokens, const Task& task, std::str
     }
     auto id = task.input_vocab.find(symbol.get<std::string>());
     if (!id) {
-      throw InputError(fmt::format("{}: tokens[{}]: unknown symbol \"{}\" for task {} (known: {})", where, i,
-                                   symbol.get<std::string>(), task.name, joined(task.input_vocab.tokens())));
+      throw InputError(fmt::format("{}: tokens[{}]: unknown symbol {} for task {} (known: {})", where, i,
+                                   json_quoted(symbol.get<std::string>()), task.name, joined(task.input_vocab.tokens())));
     }
     ids.push_back(*id);
   }
@@ -127,8 +128,8 @@ int32_t parse_class(const json& value, const Task& task, std::string_view where,
   }
   auto id = task.output_vocab.find(value.get<std::string>());
   if (!id) {
-    throw InputError(fmt::format("{}: {}: unknown class \"{}\" for task {} (classes: {})", where, field,
-                                 value.get<std::string>(), task.name,
+    throw InputError(fmt::format("{}: {}: unknown class {} for task {} (classes: {})", where, field,
+                                 json_quoted(value.get<std::string>()), task.name,
                                  joined(task.output_vocab.tokens())));
   }
   return *id;
@@ -148,7 +149,7 @@ std::vector<int32_t> parse_text(const json& text, const Task& task, std::string_
 
 // Calls `on_line(line, where)` for every line of the file, after the whole-file checks.
 template <typename OnLine>
-void for_each_line(const std::string& path, int64_t max_file_bytes, OnLine on_line) {
+void for_each_line(const std::string& path, int64_t max_file_bytes, io::StopFlag stop, OnLine on_line) {
   const std::string contents = io::read_file(path, static_cast<size_t>(max_file_bytes));
   if (contents.empty()) throw InputError(fmt::format("{}: empty file (expected one JSON object per line)", path));
   size_t start = 0;
@@ -159,6 +160,7 @@ void for_each_line(const std::string& path, int64_t max_file_bytes, OnLine on_li
     std::string_view line(contents.data() + start, end - start);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // tolerate CRLF files
     ++line_number;
+    if (line_number % 1024 == 0) io::throw_if_stopped(stop);
     on_line(line, fmt::format("{}:{}", path, line_number));
     start = end + 1;  // a final newline ends the last line; it does not start an empty one
   }
@@ -195,28 +197,32 @@ Example parse_jsonl_line(std::string_view line, const Task& task, std::string_vi
   return example;
 }
 
-std::vector<Example> load_jsonl(const std::string& path, const Task& task, int64_t max_file_bytes) {
+std::vector<Example> load_jsonl(const std::string& path, const Task& task, int64_t max_file_bytes,
+                                io::StopFlag stop) {
   std::vector<Example> examples;
-  for_each_line(path, max_file_bytes, [&](std::string_view line, const std::string& where) {
+  for_each_line(path, max_file_bytes, stop, [&](std::string_view line, const std::string& where) {
     examples.push_back(parse_jsonl_line(line, task, where));
   });
   return examples;
 }
 
-std::vector<std::string> load_text_lines(const std::string& path, int32_t max_chars, int64_t max_file_bytes) {
+std::vector<std::string> load_text_lines(const std::string& path, int32_t max_chars, int64_t max_file_bytes,
+                                         io::StopFlag stop) {
   // Only the schema matters here; a vocabulary-free text task checks it.
   Task schema;
   schema.name = "mlm_text";
   schema.kind = TaskKind::mlm_text;
+  schema.max_seq_len = max_chars;
   std::vector<std::string> lines;
-  for_each_line(path, max_file_bytes, [&](std::string_view line, const std::string& where) {
+  for_each_line(path, max_file_bytes, stop, [&](std::string_view line, const std::string& where) {
     const json object = parse_object(line, schema, where);
     const json& text = object.at("text");
     if (!text.is_string()) throw InputError(fmt::format("{}: text: expected a string, got {}", where, type_name(text)));
     std::string value = text.get<std::string>();
     if (value.empty()) throw InputError(fmt::format("{}: text: empty string", where));
-    if (value.size() > static_cast<size_t>(max_chars)) {
-      throw InputError(fmt::format("{}: text: {} characters, more than the limit of {}", where, value.size(), max_chars));
+    const size_t characters = utf8_characters(value, fmt::format("{}: text", where)).size();
+    if (characters > static_cast<size_t>(max_chars)) {
+      throw InputError(fmt::format("{}: text: {} characters, more than the limit of {}", where, characters, max_chars));
     }
     lines.push_back(std::move(value));
   });

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <set>
 
 #include "normlab/error.hpp"
 
@@ -88,14 +89,12 @@ Task make_task(std::string_view name) {
 }
 
 Task make_text_task(const std::vector<std::string>& train_lines, int32_t max_seq_len) {
-  std::array<bool, 256> seen{};
+  // Byte order of UTF-8 strings is code point order.
+  std::set<std::string_view> seen;
   for (const std::string& line : train_lines) {
-    for (char c : line) seen[static_cast<unsigned char>(c)] = true;
+    for (std::string_view character : utf8_characters(line, "mlm_text: training text")) seen.insert(character);
   }
-  std::vector<std::string> characters;
-  for (int byte = 0; byte < 256; ++byte) {
-    if (seen[static_cast<size_t>(byte)]) characters.emplace_back(1, static_cast<char>(byte));
-  }
+  std::vector<std::string> characters(seen.begin(), seen.end());
   // "[" would make "[MASK]" typed by a user ambiguous with the characters "[", "M", ...; encode_text
   // resolves that in favour of the special token, which is the useful reading.
   Task task;
@@ -171,7 +170,7 @@ Example generate_example(const Task& task, int32_t length, Rng& rng) {
 }
 
 std::vector<Example> generate_examples(const Task& task, int64_t count, int32_t min_len, int32_t max_len,
-                                       uint64_t seed) {
+                                       uint64_t seed, io::StopFlag stop) {
   if (count < 0) throw UsageError(fmt::format("generate_examples: count {} < 0", count));
   if (min_len < 1 || max_len < min_len) {
     throw UsageError(fmt::format("generate_examples: bad length range [{}, {}]", min_len, max_len));
@@ -181,6 +180,7 @@ std::vector<Example> generate_examples(const Task& task, int64_t count, int32_t 
   std::vector<Example> examples;
   examples.reserve(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
+    if (i % 1024 == 0) io::throw_if_stopped(stop);
     int32_t length = min_len + static_cast<int32_t>(rng.below(num_lengths));
     examples.push_back(generate_example(task, length, rng));
   }

@@ -10,15 +10,20 @@ namespace {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
-// A character as it should appear in an error message: printable ASCII as itself, the rest as hex.
+// Text as it should appear in an error message: printable ASCII and whole UTF-8 characters as
+// themselves, control characters and stray bytes as hex.
 std::string printable(std::string_view text) {
   std::string out;
-  for (char c : text) {
-    unsigned char u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f) {
-      out += c;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const unsigned char u = static_cast<unsigned char>(text[pos]);
+    const size_t length = utf8_char_length(text, pos);
+    if (length > 1 || (u >= 0x20 && u < 0x7f)) {
+      out += text.substr(pos, length);
+      pos += length;
     } else {
       out += fmt::format("\\x{:02x}", u);
+      ++pos;
     }
   }
   return out;
@@ -41,6 +46,42 @@ std::string list_symbols(const Vocab& vocab) {
 }
 
 }  // namespace
+
+size_t utf8_char_length(std::string_view text, size_t pos) {
+  auto byte = [&](size_t i) { return pos + i < text.size() ? static_cast<unsigned char>(text[pos + i]) : 0u; };
+  auto continuation = [&](size_t i, unsigned lo = 0x80, unsigned hi = 0xbf) { return byte(i) >= lo && byte(i) <= hi; };
+  const unsigned lead = byte(0);
+  if (pos >= text.size()) return 0;
+  if (lead < 0x80) return 1;
+  if (lead >= 0xc2 && lead <= 0xdf) return continuation(1) ? 2 : 0;
+  if (lead >= 0xe0 && lead <= 0xef) {
+    // No overlong forms (E0 80..9F) and no UTF-16 surrogates (ED A0..BF).
+    const bool second = lead == 0xe0 ? continuation(1, 0xa0) : lead == 0xed ? continuation(1, 0x80, 0x9f) : continuation(1);
+    return second && continuation(2) ? 3 : 0;
+  }
+  if (lead >= 0xf0 && lead <= 0xf4) {
+    // No overlong forms (F0 80..8F) and nothing past U+10FFFF (F4 90..).
+    const bool second = lead == 0xf0 ? continuation(1, 0x90) : lead == 0xf4 ? continuation(1, 0x80, 0x8f) : continuation(1);
+    return second && continuation(2) && continuation(3) ? 4 : 0;
+  }
+  return 0;
+}
+
+std::vector<std::string_view> utf8_characters(std::string_view text, std::string_view what) {
+  std::vector<std::string_view> characters;
+  characters.reserve(text.size());
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t length = utf8_char_length(text, pos);
+    if (length == 0) {
+      throw InputError(fmt::format("{}: invalid UTF-8 (byte 0x{:02x} at byte {})", what,
+                                   static_cast<unsigned char>(text[pos]), pos + 1));
+    }
+    characters.push_back(text.substr(pos, length));
+    pos += length;
+  }
+  return characters;
+}
 
 Vocab::Vocab(std::vector<std::string> specials, std::vector<std::string> symbols) {
   tokens_ = std::move(specials);
@@ -112,34 +153,36 @@ std::vector<int32_t> encode_symbols(const Vocab& vocab, std::string_view text, s
 
 std::vector<int32_t> encode_text(const Vocab& vocab, std::string_view text, std::string_view what) {
   std::optional<int32_t> unk = vocab.find("[UNK]");
+  const std::vector<std::string_view> characters = utf8_characters(text, what);
   std::vector<int32_t> ids;
-  ids.reserve(text.size());
-  size_t pos = 0;
-  while (pos < text.size()) {
+  ids.reserve(characters.size());
+  size_t index = 0;
+  while (index < characters.size()) {
     // A special token written out, e.g. "[MASK]", stands for itself rather than for six characters.
     bool matched_special = false;
-    if (text[pos] == '[') {
+    if (characters[index] == "[") {
+      const size_t offset = static_cast<size_t>(characters[index].data() - text.data());
       for (int32_t id = 0; id < vocab.num_specials(); ++id) {
         const std::string& special = vocab.token(id);
-        if (text.substr(pos, special.size()) == special) {
+        if (text.substr(offset, special.size()) == special) {
           ids.push_back(id);
-          pos += special.size();
+          index += special.size();  // specials are ASCII: one character a byte
           matched_special = true;
           break;
         }
       }
     }
     if (matched_special) continue;
-    auto id = vocab.find(text.substr(pos, 1));
+    auto id = vocab.find(characters[index]);
     if (id) {
       ids.push_back(*id);
     } else if (unk) {
       ids.push_back(*unk);
     } else {
-      throw InputError(fmt::format("{}: unknown character \"{}\" at character {}", what,
-                                   printable(text.substr(pos, 1)), pos + 1));
+      throw InputError(fmt::format("{}: unknown character \"{}\" at character {}", what, printable(characters[index]),
+                                   index + 1));
     }
-    ++pos;
+    ++index;
   }
   if (ids.empty()) throw InputError(fmt::format("{}: the text is empty", what));
   return ids;

@@ -56,7 +56,8 @@ void write_file_atomic(const std::string& path, const void* data, size_t size) {
   if (path.empty()) throw InputError("(empty path): cannot write: empty file name");
   const std::string temp_path = temp_path_for(path);
 
-  int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // O_EXCL | O_NOFOLLOW: never write through a link or into a file someone else placed there.
+  int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) throw_write_error(path, errno);
 
   int err = write_all(fd, static_cast<const unsigned char*>(data), size);

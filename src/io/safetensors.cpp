@@ -14,6 +14,7 @@
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/io/json_depth.hpp"
+#include "normlab/io/json_strict.hpp"
 
 namespace normlab::io {
 
@@ -67,40 +68,15 @@ struct ParsedHeader {
 };
 
 // nlohmann::json keeps the last of duplicate keys silently; a checkpoint with two tensors of the
-// same name is corrupt, so the parse callback records the first duplicate key at any depth.
-struct DuplicateKeyFinder {
-  struct Frame {
-    std::set<std::string> keys;
-    std::string last_key;
-  };
-  std::vector<Frame> frames;
-  std::string message;  // empty while no duplicate was seen
-
-  bool on_event(json::parse_event_t event, const json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      frames.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      if (!frames.empty()) frames.pop_back();
-    } else if (event == json::parse_event_t::key && !frames.empty()) {
-      const std::string& key = parsed.get_ref<const std::string&>();
-      if (!frames.back().keys.insert(key).second && message.empty()) {
-        if (frames.size() == 1 && key == "__metadata__") {
-          message = "duplicate key '__metadata__'";
-        } else if (frames.size() == 1) {
-          message = "duplicate tensor name " + single_quoted(key);
-        } else if (frames.size() == 2 && frames[0].last_key == "__metadata__") {
-          message = "__metadata__: duplicate key " + single_quoted(key);
-        } else if (frames.size() == 2) {
-          message = "tensor " + single_quoted(frames[0].last_key) + ": duplicate key " + single_quoted(key);
-        } else {
-          message = "duplicate key " + single_quoted(key);
-        }
-      }
-      frames.back().last_key = key;
-    }
-    return true;
-  }
-};
+// same name is corrupt. `path` holds the object keys leading to the first repeated key.
+std::string duplicate_message(const std::vector<std::string>& path) {
+  const std::string& key = path.back();
+  if (path.size() == 1 && key == "__metadata__") return "duplicate key '__metadata__'";
+  if (path.size() == 1) return "duplicate tensor name " + single_quoted(key);
+  if (path.size() == 2 && path[0] == "__metadata__") return "__metadata__: duplicate key " + single_quoted(key);
+  if (path.size() == 2) return "tensor " + single_quoted(path[0]) + ": duplicate key " + single_quoted(key);
+  return "duplicate key " + single_quoted(key);
+}
 
 // A JSON integer in [0, 2^64), the only kind of number shapes and offsets may hold.
 bool as_unsigned(const json& value, uint64_t* out) {
@@ -179,21 +155,15 @@ ParsedHeader parse_header(const std::string& path, const std::string& header,
     throw InputError(path + ": header is not valid JSON: it contains a NUL byte");
   }
   require_json_depth(header, path + ": header");
-  DuplicateKeyFinder duplicates;
+  std::vector<std::string> duplicate;
   json root;
   try {
-    root = json::parse(header, [&duplicates](int, json::parse_event_t event, json& parsed) {
-      return duplicates.on_event(event, parsed);
-    });
+    root = parse_json_linear(header, &duplicate);
   } catch (const json::exception& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 9: ..."
-    std::string what = e.what();
-    size_t bracket = what.find("] ");
-    throw InputError(path + ": header is not valid JSON: " +
-                     (bracket == std::string::npos ? what : what.substr(bracket + 2)));
+    throw InputError(path + ": header is not valid JSON: " + json_error_message(e));
   }
   if (!root.is_object()) throw InputError(path + ": header is not a JSON object");
-  if (!duplicates.message.empty()) throw InputError(path + ": " + duplicates.message);
+  if (!duplicate.empty()) throw InputError(path + ": " + duplicate_message(duplicate));
 
   ParsedHeader parsed;
   for (auto it = root.begin(); it != root.end(); ++it) {
@@ -325,7 +295,9 @@ std::vector<int64_t> SafetensorsFile::int64s(const std::string& name,
   return values;
 }
 
-SafetensorsFile read_safetensors(const std::string& path) {
+namespace {
+
+SafetensorsFile read_file_checked(const std::string& path, bool with_data) {
   std::error_code ec;
   std::filesystem::file_status status = std::filesystem::status(path, ec);
   if (ec || !std::filesystem::exists(status)) {
@@ -380,6 +352,10 @@ SafetensorsFile read_safetensors(const std::string& path) {
     record.name = std::move(entry.name);
     record.dtype = std::move(entry.dtype);
     record.shape = std::move(entry.shape);
+    if (!with_data) {
+      file.tensors.push_back(std::move(record));
+      continue;
+    }
     record.bytes.resize(size_t(entry.end - entry.begin));
     if (!record.bytes.empty() &&
         !in.read(reinterpret_cast<char*>(record.bytes.data()),
@@ -391,6 +367,12 @@ SafetensorsFile read_safetensors(const std::string& path) {
   }
   return file;
 }
+
+}  // namespace
+
+SafetensorsFile read_safetensors(const std::string& path) { return read_file_checked(path, true); }
+
+SafetensorsFile read_safetensors_header(const std::string& path) { return read_file_checked(path, false); }
 
 std::string serialize_safetensors(const std::map<std::string, std::string>& metadata,
                                   const std::vector<TensorRecord>& tensors) {

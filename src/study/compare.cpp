@@ -12,9 +12,11 @@
 
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
+#include "normlab/io/json_strict.hpp"
 #include "normlab/study/svg.hpp"
 #include "normlab/train/config.hpp"
 #include "normlab/io/json_depth.hpp"
+#include "normlab/io/json_strict.hpp"
 #include "normlab/stats.hpp"
 
 namespace normlab::study {
@@ -86,14 +88,7 @@ std::vector<double> json_doubles(const json& j) {
 ComparePlan load_compare_plan(const std::string& path) {
   ComparePlan plan;
   plan.source = path;
-  std::string text = io::read_file(path, 1 << 20);
-  io::require_json_depth(text, path);
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", path, e.what()));
-  }
+  const json root = io::parse_strict(io::read_file(path, 1 << 20), path);
   if (!root.is_object()) throw InputError(fmt::format("{}: must be a JSON object", path));
   for (const auto& [key, value] : root.items())
     if (key != "base" && key != "set" && key != "grid")
@@ -109,13 +104,7 @@ ComparePlan load_compare_plan(const std::string& path) {
     const fs::path base_path = dir / base.get<std::string>();
     base_where = base_path.string();
     base_dir = base_path.parent_path();
-    try {
-      const std::string base_text = io::read_file(base_path.string(), 1 << 20);
-      io::require_json_depth(base_text, base_path.string());
-      plan.base = json::parse(base_text);
-    } catch (const json::exception& e) {
-      throw InputError(fmt::format("{}: not valid JSON: {}", base_path.string(), e.what()));
-    }
+    plan.base = io::parse_strict(io::read_file(base_path.string(), 1 << 20), base_path.string());
   } else if (base.is_object()) {
     plan.base = base;
   } else {

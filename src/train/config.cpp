@@ -14,6 +14,8 @@
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/io/json_depth.hpp"
+#include "normlab/io/json_strict.hpp"
+#include "normlab/io/suggest.hpp"
 
 namespace normlab::train {
 
@@ -177,22 +179,6 @@ const Field* find_field(const std::string& section, const std::string& key) {
   return nullptr;
 }
 
-// The candidate nearest to `word`: edit distance, except that a key containing the word or
-// contained in it ("warmup" / "warmup_steps") counts as one edit away.
-std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
-  std::string best;
-  int64_t best_distance = std::numeric_limits<int64_t>::max();
-  for (const std::string& candidate : candidates) {
-    const bool contains = !word.empty() && (candidate.find(word) != std::string::npos || word.find(candidate) != std::string::npos);
-    int64_t d = contains ? std::min<int64_t>(1, edit_distance(word, candidate)) : edit_distance(word, candidate);
-    if (d < best_distance) {
-      best_distance = d;
-      best = candidate;
-    }
-  }
-  return best;
-}
-
 // "model.d_modle: unknown key (did you mean 'd_model'?)"; a key that exists in another section is
 // suggested with its section ("model.lr" -> 'optim.lr').
 InputError unknown_key(const std::string& where, const std::string& section, const std::string& key) {
@@ -206,12 +192,12 @@ InputError unknown_key(const std::string& where, const std::string& section, con
     if (field.section == section) keys.push_back(field.key);
   }
   return InputError(
-      fmt::format("{}: {}.{}: unknown key (did you mean '{}'?)", where, section, key, closest(key, keys)));
+      fmt::format("{}: {}.{}: unknown key (did you mean '{}'?)", where, section, key, io::closest(key, keys)));
 }
 
 InputError unknown_section(const std::string& where, const std::string& section) {
   return InputError(fmt::format("{}: {}: unknown section (did you mean '{}'? sections: model, task, optim, train)",
-                                where, section, closest(section, section_names())));
+                                where, section, io::closest(section, section_names())));
 }
 
 std::string shown(const json& value) {
@@ -268,7 +254,17 @@ json validated(const Field& field, const json& value, const std::string& where, 
         throw InputError(fmt::format("{}: must be a number in {}{}, got {}", prefix, range_text(field), or_null,
                                      shown(value)));
       }
-      return json(value.get<double>());
+      // Every number is used as a float32: check the value the code will compute with. 1e-46 is 0
+      // there, 0.99999999999 is 1, and a subnormal loses its precision (and underflows under a
+      // schedule factor).
+      const double wanted = value.get<double>();
+      const float used = static_cast<float>(wanted);
+      if (!in_range(double(used), field.range) || (wanted != 0.0 && std::fabs(used) < std::numeric_limits<float>::min())) {
+        throw InputError(fmt::format("{}: must be a number in {}{}, got {}, which is {} in float32, the precision "
+                                     "normlab computes in",
+                                     prefix, range_text(field), or_null, shown(value), double(used)));
+      }
+      return json(wanted);
     }
     case Kind::boolean:
       if (!value.is_boolean()) throw InputError(fmt::format("{}: must be true or false, got {}", prefix, shown(value)));
@@ -280,7 +276,7 @@ json validated(const Field& field, const json& value, const std::string& where, 
       const std::string text = value.get<std::string>();
       if (std::find(field.choices.begin(), field.choices.end(), text) == field.choices.end()) {
         throw InputError(fmt::format("{}: must be one of {}, got {} (did you mean '{}'?)", prefix, list, shown(value),
-                                     closest(text, field.choices)));
+                                     io::closest(text, field.choices)));
       }
       return value;
     }
@@ -288,6 +284,10 @@ json validated(const Field& field, const json& value, const std::string& where, 
       if (!value.is_string() || value.get<std::string>().empty() || !valid_utf8(value.get<std::string>())) {
         throw InputError(fmt::format("{}: must be a file path (a non-empty UTF-8 string){}, got {}", prefix, or_null,
                                      shown(value)));
+      }
+      // The system ends a path at a NUL byte: "data/train.jsonl\u0000x" would open data/train.jsonl.
+      if (value.get<std::string>().find('\0') != std::string::npos) {
+        throw InputError(fmt::format("{}: a file path cannot contain a NUL byte (\\u0000), got {}", prefix, shown(value)));
       }
       fs::path path(value.get<std::string>());
       if (path.is_relative()) path = base_dir / path;
@@ -302,63 +302,6 @@ json validated(const Field& field, const json& value, const std::string& where, 
   }
   return value;
 }
-
-// Parses JSON text, refusing duplicate keys (nlohmann would silently keep the last one).
-json parse_strict(const std::string& text, const std::string& where) {
-  struct Level {
-    std::set<std::string> keys;
-    std::string current;
-  };
-  std::vector<Level> stack;
-  std::string duplicate;
-  auto callback = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      stack.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      if (!stack.empty()) stack.pop_back();
-    } else if (event == json::parse_event_t::key && !stack.empty()) {
-      std::string key = parsed.get<std::string>();
-      stack.back().current = key;
-      if (!stack.back().keys.insert(key).second && duplicate.empty()) {
-        for (const Level& level : stack) duplicate += (duplicate.empty() ? "" : ".") + level.current;
-      }
-    }
-    return true;
-  };
-  // nlohmann's lexer ends the input at a NUL byte; anything after it would be ignored silently.
-  if (text.find('\0') != std::string::npos) throw InputError(fmt::format("{}: invalid JSON: contains a NUL byte", where));
-  io::require_json_depth(text, where);
-  json result;
-  try {
-    result = json::parse(text, callback);
-  } catch (const json::exception& e) {  // parse errors, and numbers too large for a double (1e999)
-    std::string message = e.what();
-    // "[json.exception.parse_error.101] parse error at line 3, column 5: ..." -> "parse error at ..."
-    size_t bracket = message.find("] ");
-    if (message.rfind("[json.exception", 0) == 0 && bracket != std::string::npos) message = message.substr(bracket + 2);
-    throw InputError(fmt::format("{}: invalid JSON: {}", where, message));
-  }
-  if (!duplicate.empty()) throw InputError(fmt::format("{}: {}: duplicate key", where, duplicate));
-  return result;
-}
-
-}  // namespace
-
-int64_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<int64_t> previous(b.size() + 1), current(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) previous[j] = static_cast<int64_t>(j);
-  for (size_t i = 1; i <= a.size(); ++i) {
-    current[0] = static_cast<int64_t>(i);
-    for (size_t j = 1; j <= b.size(); ++j) {
-      int64_t substitute = previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, substitute});
-    }
-    std::swap(previous, current);
-  }
-  return previous[b.size()];
-}
-
-namespace {
 
 // Every key of the file checked on its own; the cross-field rules come after the overrides.
 RunConfig parse_sections(const json& config_json, const std::string& where, const std::string& base_dir,
@@ -408,7 +351,7 @@ void apply_override(RunConfig& config, const std::string& assignment) {
   if (dot == std::string::npos || name.find('.', dot + 1) != std::string::npos) {
     std::vector<std::string> paths;
     for (const Field& field : fields()) paths.push_back(field.path());
-    throw InputError(fmt::format("{}: {}: expected section.key (did you mean '{}'?)", where, name, closest(name, paths)));
+    throw InputError(fmt::format("{}: {}: expected section.key (did you mean '{}'?)", where, name, io::closest(name, paths)));
   }
   const std::string section = name.substr(0, dot), key = name.substr(dot + 1);
   if (std::find(section_names().begin(), section_names().end(), section) == section_names().end()) {
@@ -426,13 +369,27 @@ void apply_override(RunConfig& config, const std::string& assignment) {
 
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
   const std::string text = io::read_file(path, kMaxConfigBytes);
-  json parsed = parse_strict(text, path);
+  json parsed = io::parse_strict(text, path);
   fs::path base = fs::path(path).parent_path();
   if (base.empty()) base = ".";
-  RunConfig config = parse_sections(parsed, path, base.string());
+  const RunConfig from_file = parse_sections(parsed, path, base.string());
+  RunConfig config = from_file;
   for (const std::string& assignment : overrides) apply_override(config, assignment);
-  check_config(config, path);
+  check_overridden_config(from_file, config, path, overrides);
   return config;
+}
+
+void check_overridden_config(const RunConfig& before, const RunConfig& after, const std::string& file,
+                             const std::vector<std::string>& overrides) {
+  if (overrides.empty()) return check_config(after, file);
+  bool file_alone_ok = true;
+  try {
+    check_config(before, file);
+  } catch (const InputError&) {
+    file_alone_ok = false;
+  }
+  // The file passes on its own: what broke the rules came in through --set.
+  check_config(after, file_alone_ok ? fmt::format("--set {}", fmt::join(overrides, " --set ")) : file);
 }
 
 void check_config(const RunConfig& config, const std::string& where) {
@@ -456,7 +413,7 @@ void check_config(const RunConfig& config, const std::string& where) {
   if (t.eval_max_len > m.max_len) {
     fail("task.eval_max_len", fmt::format("must be <= model.max_len (got {} and {})", t.eval_max_len, m.max_len));
   }
-  if (t.mask_prob + t.random_prob > 1.0) {
+  if (t.mask_prob + t.random_prob > 1.0 || static_cast<float>(t.mask_prob) + static_cast<float>(t.random_prob) > 1.0f) {
     fail("task.random_prob", fmt::format("task.mask_prob + task.random_prob must be <= 1 (got {} + {})", t.mask_prob,
                                          t.random_prob));
   }

@@ -4,7 +4,7 @@
 
 #include "normlab/autograd.hpp"
 #include "normlab/error.hpp"
-#include "normlab/kernels/cross_entropy.hpp"
+#include "normlab/train/metrics.hpp"
 
 namespace normlab::train {
 
@@ -25,18 +25,25 @@ void fill(double& loss, double& accuracy, double& sequence_accuracy, const Total
 
 EvalMetrics evaluate(nn::EncoderModel& model, const std::vector<data::Batch>& batches,
                      const std::vector<data::LengthBucket>& buckets) {
+  return *evaluate_unless_stopped(model, batches, buckets, nullptr);
+}
+
+std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, const std::vector<data::Batch>& batches,
+                                                   const std::vector<data::LengthBucket>& buckets,
+                                                   io::StopFlag stop) {
   const bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;
   Totals total;
   std::vector<Totals> per_bucket(buckets.size());
-  std::vector<float> losses, probs;
   for (const data::Batch& batch : batches) {
+    if (io::stop_signal(stop) != 0) {
+      model.train(was_training);
+      return std::nullopt;
+    }
     Tensor logits = model.forward(batch.tokens, batch.offsets);  // (rows, V)
-    const int64_t rows = logits.size(0), V = logits.size(1);
-    losses.assign(static_cast<size_t>(rows), 0.0f);
-    probs.assign(static_cast<size_t>(rows * V), 0.0f);
-    kernels::cross_entropy_forward(losses.data(), probs.data(), logits.data(), batch.targets.data(), rows, V);
+    const int64_t V = logits.size(1);
+    const float* values = logits.data();
     const bool per_sequence = batch.target_kind == data::TargetKind::per_sequence;
     for (int64_t b = 0; b < batch.batch_size(); ++b) {
       // Rows of sequence b: its tokens, or its single pooled row.
@@ -47,8 +54,9 @@ EvalMetrics evaluate(nn::EncoderModel& model, const std::vector<data::Batch>& ba
       for (int64_t row = first; row < last; ++row) {
         if (batch.targets[size_t(row)] < 0) continue;
         seq.targets += 1;
-        seq.loss_sum += double(losses[size_t(row)]);
-        seq.correct += kernels::count_correct(logits.data() + row * V, batch.targets.data() + row, 1, V);
+        const int32_t target = batch.targets[size_t(row)];
+        seq.loss_sum += row_cross_entropy(values + row * V, V, target);
+        seq.correct += argmax_row(values + row * V, V) == target ? 1 : 0;
       }
       seq.sequences_correct = seq.correct == seq.targets ? 1 : 0;
       auto add = [&seq](Totals& into) {

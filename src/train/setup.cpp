@@ -15,20 +15,20 @@ nn::Activation parse_activation(const std::string& name) {
 
 }  // namespace
 
-data::Task build_task(const RunConfig& config) {
+data::Task build_task(const RunConfig& config, io::StopFlag stop) {
   if (config.task.name != "mlm_text") {
     data::Task task = data::make_task(config.task.name);
     task.max_seq_len = kMaxFileSequence;
     return task;
   }
   // Validation guarantees a training file for mlm_text.
-  std::vector<std::string> lines = data::load_text_lines(*config.task.train_file, kMaxFileSequence);
+  std::vector<std::string> lines = data::load_text_lines(*config.task.train_file, kMaxFileSequence, data::kMaxJsonlBytes, stop);
   return data::make_text_task(lines, kMaxFileSequence);
 }
 
 data::Task build_text_task(const std::vector<uint8_t>& characters) {
-  // make_text_task collects the distinct bytes of its lines in byte order: one line holding every
-  // character gives back the same vocabulary.
+  // make_text_task collects the distinct characters of its lines in code point order: one line
+  // holding every character gives back the same vocabulary.
   std::string all(characters.begin(), characters.end());
   return data::make_text_task({all}, kMaxFileSequence);
 }
@@ -37,7 +37,7 @@ std::vector<uint8_t> text_task_characters(const data::Task& task) {
   std::vector<uint8_t> characters;
   const data::Vocab& vocab = task.input_vocab;
   for (int32_t id = vocab.num_specials(); id < vocab.size(); ++id) {
-    characters.push_back(static_cast<uint8_t>(vocab.token(id)[0]));
+    for (char byte : vocab.token(id)) characters.push_back(static_cast<uint8_t>(byte));
   }
   return characters;
 }
@@ -56,8 +56,13 @@ nn::ModelOptions build_model_options(const RunConfig& config, const data::Task& 
   options.encoder.norm_eps = static_cast<float>(m.norm_eps);
   options.encoder.final_norm = m.final_norm;
   if (m.vocab_size && *m.vocab_size < task.input_vocab_size()) {
-    throw InputError(fmt::format("model.vocab_size: must be at least the {} task's {} input symbols (got {})",
-                                 task.name, task.input_vocab_size(), *m.vocab_size));
+    // mlm_text's vocabulary comes from the training file: name it, since the config alone cannot say.
+    const std::string source =
+        task.is_masked_lm() && config.task.train_file
+            ? fmt::format(" (the characters of {} plus [MASK] and [UNK])", *config.task.train_file)
+            : "";
+    throw InputError(fmt::format("model.vocab_size: must be at least the {} task's {} input symbols{} (got {})",
+                                 task.name, task.input_vocab_size(), source, *m.vocab_size));
   }
   if (m.num_classes && *m.num_classes < task.num_classes()) {
     throw InputError(fmt::format("model.num_classes: must be at least the {} task's {} classes (got {})", task.name,
@@ -80,10 +85,10 @@ data::MaskConfig build_mask_config(const RunConfig& config) {
   return mask;
 }
 
-std::optional<data::Dataset> load_train_set(const RunConfig& config, const data::Task& task) {
+std::optional<data::Dataset> load_train_set(const RunConfig& config, const data::Task& task, io::StopFlag stop) {
   if (!config.task.train_file) return std::nullopt;
   const std::string& path = *config.task.train_file;
-  std::vector<data::Example> all = data::load_jsonl(path, task);
+  std::vector<data::Example> all = data::load_jsonl(path, task, data::kMaxJsonlBytes, stop);
   std::vector<data::Example> kept;
   for (data::Example& example : all) {
     const int64_t length = static_cast<int64_t>(example.tokens.size());
@@ -96,13 +101,13 @@ std::optional<data::Dataset> load_train_set(const RunConfig& config, const data:
   return data::Dataset(task, std::move(kept));
 }
 
-data::Dataset load_valid_set(const RunConfig& config, const data::Task& task) {
+data::Dataset load_valid_set(const RunConfig& config, const data::Task& task, io::StopFlag stop) {
   const TaskConfig& t = config.task;
   if (!t.valid_file) {
     return data::Dataset(task, data::generate_examples(task, t.eval_examples, static_cast<int32_t>(t.min_len),
-                                                       static_cast<int32_t>(t.eval_max_len), kValidSeed));
+                                                       static_cast<int32_t>(t.eval_max_len), kValidSeed, stop));
   }
-  std::vector<data::Example> all = data::load_jsonl(*t.valid_file, task);
+  std::vector<data::Example> all = data::load_jsonl(*t.valid_file, task, data::kMaxJsonlBytes, stop);
   std::vector<data::Example> kept;
   for (data::Example& example : all) {
     if (static_cast<int64_t>(kept.size()) == t.eval_examples) break;
@@ -131,8 +136,8 @@ int32_t train_max_length(const RunConfig& config, const std::optional<data::Data
   return train_set ? train_set->max_length() : static_cast<int32_t>(config.task.max_len);
 }
 
-std::vector<data::Batch> evaluation_batches(const data::Dataset& dataset, const RunConfig& config) {
-  return data::ordered_batches(dataset, config.train.batch_size, kValidMaskSeed, build_mask_config(config));
+std::vector<data::Batch> evaluation_batches(const data::Dataset& dataset, const RunConfig& config, io::StopFlag stop) {
+  return data::ordered_batches(dataset, config.train.batch_size, kValidMaskSeed, build_mask_config(config), stop);
 }
 
 }  // namespace normlab::train

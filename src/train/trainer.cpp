@@ -10,11 +10,10 @@
 
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
-#include "normlab/io/json_depth.hpp"
-#include "normlab/kernels/cross_entropy.hpp"
 #include "normlab/ops.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/train/checkpoint.hpp"
+#include "normlab/train/metrics.hpp"
 #include "normlab/train/setup.hpp"
 
 namespace normlab::train {
@@ -23,45 +22,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-constexpr size_t kMaxMetricsBytes = size_t{4} << 30;
-
-// A float as the double with the same shortest decimal form: 0.001f is written "0.001", not
-// "0.0010000000474974513". Still a pure function of the float, so records stay bit-reproducible.
-double shortest(float value) {
-  if (!std::isfinite(value)) return double(value);
-  char buffer[32];
-  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  *end = '\0';
-  return std::strtod(buffer, nullptr);
-}
-
-json finite_or_null(double value) { return std::isfinite(value) ? json(value) : json(nullptr); }
-
-double number_or_nan(const json& object, const char* key) {
-  if (!object.contains(key) || !object.at(key).is_number()) return std::numeric_limits<double>::quiet_NaN();
-  return object.at(key).get<double>();
-}
-
-json to_json(const ValidPoint& point) {
-  return {{"step", point.step},
-          {"loss", point.loss},
-          {"accuracy", point.accuracy},
-          {"sequence_accuracy", point.sequence_accuracy}};
-}
-
-std::optional<ValidPoint> valid_point_from_json(const json& value, const std::string& where) {
-  if (value.is_null()) return std::nullopt;
-  if (!value.is_object() || !value.contains("step") || !value.at("step").is_number_integer()) {
-    throw InputError(fmt::format("{}: malformed validation point {}", where, value.dump()));
-  }
-  ValidPoint point;
-  point.step = value.at("step").get<int64_t>();
-  point.loss = number_or_nan(value, "loss");
-  point.accuracy = number_or_nan(value, "accuracy");
-  point.sequence_accuracy = number_or_nan(value, "sequence_accuracy");
-  return point;
-}
 
 uint64_t json_u64(const json& object, const char* key, const std::string& where) {
   if (!object.is_object() || !object.contains(key) || !object.at(key).is_number_unsigned()) {
@@ -74,128 +34,18 @@ uint64_t json_u64(const json& object, const char* key, const std::string& where)
   return object.at(key).get<uint64_t>();
 }
 
-void write_json_file(const std::string& path, const nlohmann::ordered_json& value) {
-  io::write_file_atomic(path, value.dump(2) + "\n");
-}
-
-// A metrics record with "step" (and "split") first, so metrics.jsonl reads well; the rest is sorted.
-std::string record_line(const json& record) {
-  nlohmann::ordered_json line;
-  for (const char* key : {"step", "split"}) {
-    if (record.contains(key)) line[key] = record.at(key);
-  }
-  for (const auto& [key, value] : record.items()) {
-    if (key != "step" && key != "split") line[key] = value;
-  }
-  return line.dump();
-}
-
-// config.json with sections and keys in documentation order (docs/config.md).
-nlohmann::ordered_json ordered_config(const RunConfig& config) {
-  const json resolved = to_json(config);
-  nlohmann::ordered_json out;
-  for (const std::string& path : config_keys()) {
-    const size_t dot = path.find('.');
-    const std::string section = path.substr(0, dot), key = path.substr(dot + 1);
-    out[section][key] = resolved.at(section).at(key);
-  }
-  return out;
-}
-
 }  // namespace
-
-RunPaths::RunPaths(const std::string& run_dir)
-    : dir(run_dir),
-      config((fs::path(run_dir) / "config.json").string()),
-      metrics((fs::path(run_dir) / "metrics.jsonl").string()),
-      checkpoint((fs::path(run_dir) / "checkpoint.safetensors").string()),
-      summary((fs::path(run_dir) / "summary.json").string()) {}
-
-json to_json(const StepRecord& record) {
-  json out = {{"step", record.step},
-              {"loss", finite_or_null(record.loss)},
-              {"accuracy", record.accuracy},
-              {"lr", record.lr},
-              {"grad_norm", finite_or_null(record.grad_norm)},
-              {"tokens_per_s", record.tokens_per_s}};
-  if (!record.residual_rms.empty()) {
-    json values = json::array();
-    for (double v : record.residual_rms) values.push_back(finite_or_null(v));
-    out["residual_rms"] = values;
-  }
-  if (!record.layer_grad_norms.empty()) {
-    json values = json::array();
-    for (double v : record.layer_grad_norms) values.push_back(finite_or_null(v));
-    out["layer_grad_norms"] = values;
-  }
-  if (record.diverged) out["diverged"] = true;
-  return out;
-}
-
-StepRecord step_record_from_json(const json& value, const std::string& where) {
-  if (!value.is_object() || !value.contains("step") || !value.at("step").is_number_integer()) {
-    throw InputError(fmt::format("{}: malformed step record {}", where, value.dump()));
-  }
-  StepRecord record;
-  record.step = value.at("step").get<int64_t>();
-  record.loss = number_or_nan(value, "loss");
-  record.accuracy = number_or_nan(value, "accuracy");
-  record.lr = number_or_nan(value, "lr");
-  record.grad_norm = number_or_nan(value, "grad_norm");
-  record.tokens_per_s = number_or_nan(value, "tokens_per_s");
-  auto read_list = [&](const char* key, std::vector<double>& into) {
-    if (!value.contains(key)) return;
-    if (!value.at(key).is_array()) throw InputError(fmt::format("{}: step record: \"{}\" must be a list", where, key));
-    for (const json& v : value.at(key)) into.push_back(v.is_number() ? v.get<double>() : std::nan(""));
-  };
-  read_list("residual_rms", record.residual_rms);
-  read_list("layer_grad_norms", record.layer_grad_norms);
-  if (value.contains("diverged")) {
-    if (!value.at("diverged").is_boolean())
-      throw InputError(fmt::format("{}: step record: \"diverged\" must be true or false", where));
-    record.diverged = value.at("diverged").get<bool>();
-  }
-  return record;
-}
-
-json to_json(const TrainSummary& summary) {
-  json final_valid = nullptr;
-  if (summary.final_valid) {
-    final_valid = to_json(*summary.final_valid);
-    final_valid["step"] = summary.final_valid_step.value_or(0);
-  }
-  json final_train = nullptr;
-  if (summary.final_train) {
-    const StepRecord& r = *summary.final_train;
-    final_train = {{"step", r.step},
-                   {"loss", finite_or_null(r.loss)},
-                   {"accuracy", r.accuracy},
-                   {"lr", r.lr},
-                   {"grad_norm", finite_or_null(r.grad_norm)}};
-  }
-  return {{"steps", summary.steps},
-          {"planned_steps", summary.planned_steps},
-          {"diverged", summary.diverged},
-          {"diverged_at_step", summary.diverged_at_step ? json(*summary.diverged_at_step) : json(nullptr)},
-          {"wall_time_s", summary.wall_time_s},
-          {"threads", summary.threads},
-          {"num_parameters", summary.num_parameters},
-          {"train_max_len", summary.train_max_len},
-          {"final_train", final_train},
-          {"final_valid", final_valid},
-          {"best_valid", summary.best_valid ? to_json(*summary.best_valid) : json(nullptr)},
-          {"best_valid_accuracy", summary.best_valid_accuracy ? to_json(*summary.best_valid_accuracy) : json(nullptr)}};
-}
 
 // ---------------------------------------------------------------- construction
 
-Trainer::Trainer(RunConfig config, TrainLogger* logger)
+Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
     : config_(std::move(config)),
+      stop_flag_(stop),
       logger_(logger ? logger : &null_logger_),
-      task_(build_task(config_)),
-      train_set_(load_train_set(config_, task_)),
-      valid_set_(load_valid_set(config_, task_)) {
-  valid_batches_ = evaluation_batches(valid_set_, config_);
+      task_(build_task(config_, stop)),
+      train_set_(load_train_set(config_, task_, stop)),
+      valid_set_(load_valid_set(config_, task_, stop)) {
+  valid_batches_ = evaluation_batches(valid_set_, config_, stop);
   train_max_len_ = train_max_length(config_, train_set_);
   buckets_ = data::make_length_buckets(static_cast<int32_t>(config_.task.eval_max_len),
                                        static_cast<int32_t>(config_.task.bucket_width), train_max_len_);
@@ -258,9 +108,7 @@ StepRecord Trainer::train_step(const data::Batch& batch, bool diagnostics) {
   Tensor loss = ops::cross_entropy(logits, batch.targets);
   const float loss_value = loss.item();
   record.loss = shortest(loss_value);
-  const int64_t rows = logits.size(0), V = logits.size(1);
-  const int64_t correct = kernels::count_correct(logits.data(), batch.targets.data(), rows, V);
-  record.accuracy = batch.num_targets ? double(correct) / double(batch.num_targets) : 0.0;
+  record.accuracy = batch.num_targets ? double(count_correct(logits, batch.targets)) / double(batch.num_targets) : 0.0;
   if (diagnostics) record.residual_rms = diag.residual_rms;
   if (!std::isfinite(loss_value)) {
     record.diverged = true;
@@ -282,7 +130,9 @@ StepRecord Trainer::train_step(const data::Batch& batch, bool diagnostics) {
   return record;
 }
 
-EvalMetrics Trainer::evaluate_valid() { return evaluate(*model_, valid_batches_, buckets_); }
+std::optional<EvalMetrics> Trainer::evaluate_valid() {
+  return evaluate_unless_stopped(*model_, valid_batches_, buckets_, stop_flag_);
+}
 
 // ---------------------------------------------------------------- checkpoints
 
@@ -373,7 +223,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   optimizer_->load_state(optimizer_state, optimizer_steps, path);
   model_->dropout_rng.set_state(rng_state, rng_inc);
   if (batch_sampler_) {
-    batch_sampler_->restore(data::sampler_state_from_json(sampler.at("state"), where));
+    batch_sampler_->restore(data::sampler_state_from_json(sampler.at("state"), where), where);
   } else {
     generator_->restore(data::generator_state_from_json(sampler.at("state"), where));
   }
@@ -384,139 +234,106 @@ void Trainer::load_checkpoint(const std::string& path) {
 
 // ---------------------------------------------------------------- the run directory
 
-void Trainer::open_metrics(bool truncate) {
-  metrics_.close();
-  metrics_.clear();
-  metrics_.open(paths_->metrics, truncate ? std::ios::out | std::ios::trunc : std::ios::out | std::ios::app);
-  if (!metrics_) throw InputError(fmt::format("{}: cannot open for writing", paths_->metrics));
-}
-
-void Trainer::write_metrics(const json& record) {
-  metrics_ << record_line(record) << '\n';
-  metrics_.flush();
-  if (!metrics_) throw InputError(fmt::format("{}: write failed", paths_->metrics));
-}
-
 void Trainer::start(const std::string& dir) {
-  RunPaths paths(dir);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) {
-    throw InputError(fmt::format("{}: cannot create the run directory: {}", dir, ec ? ec.message() : "not a directory"));
-  }
-  if (fs::exists(paths.checkpoint)) {
-    throw InputError(fmt::format("{}: already holds a run (checkpoint.safetensors); resume it with --resume or "
-                                 "choose another output directory",
-                                 dir));
-  }
-  write_json_file(paths.config, ordered_config(config_));
-  fs::remove(paths.summary, ec);
-  paths_ = paths;
-  open_metrics(true);
+  RunDirectory run_dir(dir, /*create=*/true);
+  run_dir.begin_new(config_);
+  run_dir_ = std::move(run_dir);
 }
 
 void Trainer::resume(const std::string& dir) {
-  RunPaths paths(dir);
-  if (!fs::is_regular_file(paths.checkpoint)) {
+  RunDirectory run_dir(dir, /*create=*/false);
+  if (!fs::is_regular_file(run_dir.paths().checkpoint)) {
     throw InputError(fmt::format("{}: no checkpoint.safetensors to resume from", dir));
   }
-  load_checkpoint(paths.checkpoint);
-  write_json_file(paths.config, ordered_config(config_));
-  std::error_code ec;
-  if (fs::exists(paths.metrics)) truncate_metrics(paths.metrics, step_);
-  fs::remove(paths.summary, ec);
-  // One run directory has one writer: temporaries a killed session left behind are stale.
-  for (const std::string& file : {paths.checkpoint, paths.config, paths.summary}) io::remove_stale_temp_files(file);
-  paths_ = paths;
-  open_metrics(false);
+  load_checkpoint(run_dir.paths().checkpoint);
+  run_dir.begin_resume(config_, step_);
+  run_dir_ = std::move(run_dir);
   logger_->info(fmt::format("resumed {} at step {}", dir, step_));
-}
-
-int64_t truncate_metrics(const std::string& path, int64_t step) {
-  const std::string text = io::read_file(path, kMaxMetricsBytes);
-  size_t keep = 0;
-  while (keep < text.size()) {
-    const size_t newline = text.find('\n', keep);
-    if (newline == std::string::npos) break;  // a torn last line
-    const std::string_view line = std::string_view(text).substr(keep, newline - keep);
-    if (io::json_nesting_depth(line) > io::kMaxJsonDepth) break;  // not a record of ours
-    json record = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (record.is_discarded() || !record.is_object() || !record.contains("step") ||
-        !record.at("step").is_number_integer() || record.at("step").get<int64_t>() > step) {
-      break;
-    }
-    keep = newline + 1;
-  }
-  if (keep != text.size()) fs::resize_file(path, keep);
-  return static_cast<int64_t>(keep);
 }
 
 // ---------------------------------------------------------------- the loop
 
-void Trainer::record_eval() {
-  EvalMetrics metrics = evaluate_valid();
-  json record = to_json(metrics);
+bool Trainer::record_eval() {
+  std::optional<EvalMetrics> metrics = evaluate_valid();
+  if (!metrics) return false;
+  json record = to_json(*metrics);
   record["step"] = step_;
   record["split"] = "valid";
-  write_metrics(record);
-  logger_->eval(step_, metrics);
+  run_dir_->append_metrics(record);
+  logger_->eval(step_, *metrics);
   last_eval_step_ = step_;
   last_eval_ = metrics;
-  ValidPoint point{step_, metrics.loss, metrics.accuracy, metrics.sequence_accuracy};
-  if (!best_loss_ || metrics.loss < best_loss_->loss) best_loss_ = point;
-  if (!best_accuracy_ || metrics.accuracy > best_accuracy_->accuracy) best_accuracy_ = point;
+  ValidPoint point{step_, metrics->loss, metrics->accuracy, metrics->sequence_accuracy};
+  if (!best_loss_ || metrics->loss < best_loss_->loss) best_loss_ = point;
+  if (!best_accuracy_ || metrics->accuracy > best_accuracy_->accuracy) best_accuracy_ = point;
+  return true;
 }
 
-TrainSummary Trainer::run() {
-  if (!paths_) throw UsageError("Trainer::run: call start() or resume() first");
+TrainSummary Trainer::fit() {
+  if (!run_dir_) throw UsageError("Trainer::fit: call start() or resume() first");
   if (config_.train.threads > 0) set_num_threads(static_cast<int>(config_.train.threads));
   session_start_ = std::chrono::steady_clock::now();
   const TrainConfig& t = config_.train;
-  logger_->info(fmt::format("{} task, {} parameters, {} threads; training on {}, validating on {} examples", task_.name,
-                            model_->num_parameters(), num_threads(),
-                            train_set_ ? fmt::format("{} examples of {}", train_set_->size(), *config_.task.train_file)
-                                       : fmt::format("generated sequences of lengths {}-{}", config_.task.min_len,
-                                                     config_.task.max_len),
-                            valid_set_.size()));
-
+  logger_->info(describe_run());
   auto checkpoint = [&] {
-    save_checkpoint(paths_->checkpoint);
+    save_checkpoint(run_dir_->paths().checkpoint);
     last_checkpoint_step_ = step_;
-    logger_->checkpoint(step_, paths_->checkpoint);
+    logger_->checkpoint(step_, run_dir_->paths().checkpoint);
   };
   std::optional<int64_t> diverged_at;
-  int stop_request = 0;
-  while (step_ < t.steps) {
-    // Checked between steps only: a step is never cut in half, and the checkpoint below then
-    // holds exactly the state after the last step in metrics.jsonl.
-    if (stop_flag_ != nullptr && (stop_request = stop_flag_->load()) != 0) break;
+  // Polled between steps (a step is never cut in half, so the checkpoint holds exactly the state
+  // after the last step in metrics.jsonl) and between evaluation batches.
+  auto stopped = [&] { return io::stop_signal(stop_flag_) != 0; };
+  // An evaluation due at the checkpoint's step that a stop request abandoned comes first.
+  if (t.eval_every > 0 && step_ > 0 && step_ % t.eval_every == 0 && last_eval_step_ != step_ && !stopped()) {
+    record_eval();
+  }
+  while (step_ < t.steps && !stopped()) {
     const bool diagnostics = t.diagnostics_every > 0 && (step_ + 1) % t.diagnostics_every == 0;
     data::Batch batch = next_batch();
     const auto begin = std::chrono::steady_clock::now();
     StepRecord record = train_step(batch, diagnostics);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     record.tokens_per_s = seconds > 0 ? double(record.tokens) / seconds : 0.0;
-    write_metrics(to_json(record));
+    run_dir_->append_metrics(to_json(record));
     last_record_ = record;
     logger_->step(record, t.steps);
     if (record.diverged) {
       diverged_at = record.step;
       break;
     }
-    if (t.eval_every > 0 && step_ % t.eval_every == 0) record_eval();
+    if (t.eval_every > 0 && step_ % t.eval_every == 0 && !record_eval()) break;
     if (t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) checkpoint();
   }
   // Finished: a last evaluation. Finished or stopped on request: a checkpoint of the final state
   // (a diverged run keeps its last periodic one: the broken state is not worth resuming).
-  if (!diverged_at && stop_request == 0 && last_eval_step_ != step_) record_eval();
+  if (!diverged_at && !stopped() && last_eval_step_ != step_) record_eval();
   if (!diverged_at && last_checkpoint_step_ != step_) checkpoint();
 
-  TrainSummary summary;
-  summary.steps = step_;
-  summary.planned_steps = t.steps;
-  summary.stop_request = stop_request;
+  TrainSummary summary = make_summary();
+  summary.stop_request = io::stop_signal(stop_flag_);
   summary.diverged = diverged_at.has_value();
   summary.diverged_at_step = diverged_at;
+  // A stop that came after the last step and its evaluation changes nothing: the run is finished.
+  if (summary.interrupted() && step_ == t.steps && last_eval_step_ == step_) summary.stop_request = 0;
+  if (summary.interrupted()) return summary;  // not finished: no summary.json, so resume continues it
+  run_dir_->write_summary(to_json(summary));
+  return summary;
+}
+
+std::string Trainer::describe_run() const {
+  return fmt::format("{} task, {} parameters, {} threads; training on {}, validating on {} examples", task_.name,
+                     model_->num_parameters(), num_threads(),
+                     train_set_ ? fmt::format("{} examples of {}", train_set_->size(), *config_.task.train_file)
+                                : fmt::format("generated sequences of lengths {}-{}", config_.task.min_len,
+                                              config_.task.max_len),
+                     valid_set_.size());
+}
+
+TrainSummary Trainer::make_summary() const {
+  TrainSummary summary;
+  summary.steps = step_;
+  summary.planned_steps = config_.train.steps;
   summary.wall_time_s =
       previous_wall_time_s_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
   summary.threads = num_threads();
@@ -527,8 +344,6 @@ TrainSummary Trainer::run() {
   summary.final_valid = last_eval_;
   summary.best_valid = best_loss_;
   summary.best_valid_accuracy = best_accuracy_;
-  if (summary.interrupted()) return summary;  // not finished: no summary.json, so resume continues it
-  write_json_file(paths_->summary, to_json(summary));
   return summary;
 }
 

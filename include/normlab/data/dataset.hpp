@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+
+#include "normlab/io/stop.hpp"
 #include <vector>
 
 #include "normlab/data/batch.hpp"
@@ -77,7 +79,8 @@ class BatchSampler {
 
   SamplerState state() const;
   // InputError if the state does not belong to this dataset size / batch size / seed.
-  void restore(const SamplerState& state);
+  // InputError "<where>: ..." naming what differs.
+  void restore(const SamplerState& state, const std::string& where = "sampler state");
 
  private:
   void start_epoch();
@@ -123,8 +126,9 @@ class GeneratorSampler {
 
 // All examples in order, `batch_size` per batch (the last may be shorter). Masked-LM examples are
 // masked by mask_examples(..., mask_seed), so every evaluation sees the same masks.
+// A stop request (io/stop.hpp) throws io::StopRequested between batches.
 std::vector<Batch> ordered_batches(const Dataset& dataset, int64_t batch_size, uint64_t mask_seed = 0,
-                                   const MaskConfig& mask = {});
+                                   const MaskConfig& mask = {}, io::StopFlag stop = nullptr);
 
 // Sampler states as JSON objects (for checkpoints). from_json: InputError "WHERE: key: ..." on a
 // missing key or wrong type.

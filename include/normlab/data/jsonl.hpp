@@ -20,17 +20,25 @@
 
 #include "normlab/data/batch.hpp"
 #include "normlab/data/task.hpp"
+#include "normlab/io/stop.hpp"
 
 namespace normlab::data {
 
 inline constexpr int64_t kMaxJsonlBytes = int64_t{64} << 20;  // 64 MiB
 
-// Masked-LM lines load as raw examples (targets empty); see mlm.hpp.
-std::vector<Example> load_jsonl(const std::string& path, const Task& task, int64_t max_file_bytes = kMaxJsonlBytes);
+// The longest line a valid example of at most `max_seq_len` symbols can need: 64 bytes a symbol
+// (a symbol, its target and their JSON punctuation, even written with \u escapes) plus 4 KiB.
+// Longer lines are refused before they are parsed, so a line's size bounds the memory it takes.
+constexpr int64_t max_jsonl_line_bytes(int32_t max_seq_len) { return 64 * int64_t{max_seq_len} + 4096; }
+
+// Masked-LM lines load as raw examples (targets empty); see mlm.hpp. A stop request (io/stop.hpp)
+// throws io::StopRequested between lines.
+std::vector<Example> load_jsonl(const std::string& path, const Task& task, int64_t max_file_bytes = kMaxJsonlBytes,
+                                io::StopFlag stop = nullptr);
 
 // The "text" strings of a masked-LM file, for building its vocabulary (make_text_task). Same checks.
 std::vector<std::string> load_text_lines(const std::string& path, int32_t max_chars,
-                                         int64_t max_file_bytes = kMaxJsonlBytes);
+                                         int64_t max_file_bytes = kMaxJsonlBytes, io::StopFlag stop = nullptr);
 
 // One line of a file; `where` ("PATH:LINE") starts every error message.
 Example parse_jsonl_line(std::string_view line, const Task& task, std::string_view where);

@@ -36,6 +36,7 @@
 
 #include "normlab/data/batch.hpp"
 #include "normlab/data/vocab.hpp"
+#include "normlab/io/stop.hpp"
 #include "normlab/rng.hpp"
 
 namespace normlab::data {
@@ -74,8 +75,9 @@ const std::vector<std::string>& algorithmic_task_names();
 // vocabulary from training text: use make_text_task.
 Task make_task(std::string_view name);
 
-// The masked-LM text task; its character vocabulary is every byte that occurs in `train_lines`,
-// in byte order, after "[MASK]" (id 0) and "[UNK]" (id 1).
+// The masked-LM text task; its character vocabulary is every UTF-8 character that occurs in
+// `train_lines`, in code point order, after "[MASK]" (id 0) and "[UNK]" (id 1). InputError if a line
+// is not valid UTF-8.
 Task make_text_task(const std::vector<std::string>& train_lines, int32_t max_seq_len = 512);
 
 // The correct targets for an input sequence under the task's rule (per_token: (T), per_sequence:
@@ -85,9 +87,10 @@ std::vector<int32_t> compute_targets(const Task& task, const std::vector<int32_t
 // One example of exactly `length` tokens; the tokens are drawn from rng, the targets computed.
 Example generate_example(const Task& task, int32_t length, Rng& rng);
 
-// `count` examples with lengths uniform in [min_len, max_len], all drawn from Rng(seed).
+// `count` examples with lengths uniform in [min_len, max_len], all drawn from Rng(seed). A stop
+// request (io/stop.hpp) throws io::StopRequested.
 std::vector<Example> generate_examples(const Task& task, int64_t count, int32_t min_len, int32_t max_len,
-                                       uint64_t seed);
+                                       uint64_t seed, io::StopFlag stop = nullptr);
 
 // Independent seeds for sub-streams (per split, per epoch, per example): splitmix64 of the pair.
 uint64_t derive_seed(uint64_t seed, uint64_t index);

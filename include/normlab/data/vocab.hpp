@@ -7,9 +7,10 @@
 //   encode_symbols: "3 1 2" or "312" or "(()())" — whitespace separates symbols, and a run of
 //                   characters with no whitespace is split into single-character symbols when it is
 //                   not itself a symbol. Unknown symbols are an InputError.
-//   encode_text:    every byte is one token (spaces too), for character-level text. A special
-//                   token written literally ("[MASK]") becomes that special id; a character not in
-//                   the vocabulary becomes "[UNK]" (an InputError if the vocabulary has no "[UNK]").
+//   encode_text:    every UTF-8 character is one token (spaces too), for character-level text. A
+//                   special token written literally ("[MASK]") becomes that special id; a character
+//                   not in the vocabulary becomes "[UNK]" (an InputError if the vocabulary has no
+//                   "[UNK]"); text that is not valid UTF-8 is an InputError.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -46,6 +47,12 @@ class Vocab {
   int32_t num_specials_ = 0;
   std::unordered_map<std::string, int32_t> ids_;
 };
+
+// The byte length of the UTF-8 character at text[pos] (1-4), or 0 if the bytes there are not valid
+// UTF-8 (overlong forms, surrogates, stray continuation bytes, truncation).
+size_t utf8_char_length(std::string_view text, size_t pos);
+// The characters of `text`; InputError "<what>: invalid UTF-8 (byte 0x.. at byte N)".
+std::vector<std::string_view> utf8_characters(std::string_view text, std::string_view what);
 
 // `what` names the input in error messages, e.g. "--input" or "data.jsonl:3: tokens".
 std::vector<int32_t> encode_symbols(const Vocab& vocab, std::string_view text, std::string_view what);

@@ -44,6 +44,9 @@ struct SafetensorsFile {
 
 // Throws normlab::InputError("<path>: <what is wrong>[: tensor 'x' ...]") for any malformed file.
 SafetensorsFile read_safetensors(const std::string& path);
+// The same checks, but the tensors' bytes are not read (every `bytes` is empty): the metadata and
+// the shapes of a large file for the price of its header.
+SafetensorsFile read_safetensors_header(const std::string& path);
 
 // The exact file contents write_safetensors would produce (independent of the order of `tensors`). Throws UsageError for records that are
 // inconsistent (byte count vs shape, unknown dtype, duplicate or reserved names).

@@ -107,6 +107,10 @@ void apply_override(RunConfig& config, const std::string& assignment);
 
 // Cross-field rules (divisibility, length ranges, memory bound, ...). `where` prefixes errors.
 void check_config(const RunConfig& config, const std::string& where);
+// check_config on `after` = `before` (read from `file`) with `overrides` applied. The error names
+// the --set assignments when the file passes on its own, else the file.
+void check_overridden_config(const RunConfig& before, const RunConfig& after, const std::string& file,
+                             const std::vector<std::string>& overrides);
 
 // The resolved config: every key, in documentation order.
 nlohmann::json to_json(const RunConfig& config);
@@ -121,8 +125,5 @@ const std::vector<std::string>& resume_mutable_keys();
 // InputError "<where>: <key>: cannot change on resume (checkpoint has X, requested Y)" for the
 // first key outside resume_mutable_keys() whose value differs.
 void check_resume_compatible(const RunConfig& stored, const RunConfig& requested, const std::string& where);
-
-// Levenshtein distance, for "did you mean" suggestions.
-int64_t edit_distance(const std::string& a, const std::string& b);
 
 }  // namespace normlab::train

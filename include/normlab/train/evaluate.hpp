@@ -9,10 +9,12 @@
 // training sequence measure length generalization (data/buckets.hpp).
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 #include "normlab/data/batch.hpp"
 #include "normlab/data/buckets.hpp"
+#include "normlab/io/stop.hpp"
 #include "normlab/nn/encoder.hpp"
 
 namespace normlab::train {
@@ -39,6 +41,9 @@ struct EvalMetrics {
 // afterwards). A sequence whose length falls in no bucket counts only in the totals.
 EvalMetrics evaluate(nn::EncoderModel& model, const std::vector<data::Batch>& batches,
                      const std::vector<data::LengthBucket>& buckets);
+// The same, polling `stop` before every batch: std::nullopt once a stop is requested.
+std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, const std::vector<data::Batch>& batches,
+                                                   const std::vector<data::LengthBucket>& buckets, io::StopFlag stop);
 
 // {"loss", "accuracy", "sequence_accuracy", "sequences", "targets",
 //  "buckets": [{"min_len", "max_len", "beyond_train", "loss", "accuracy", "sequence_accuracy",

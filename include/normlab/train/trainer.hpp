@@ -1,5 +1,6 @@
 #pragma once
-// The training loop, its records, and the run directory it fills (docs/run-directory.md).
+// The training loop. Its records are in records.hpp, the run directory it fills in run_dir.hpp
+// (docs/run-directory.md).
 //
 //   sample a batch -> forward -> cross-entropy over the targets (-1 ignored) -> backward
 //   -> clip -> optimizer step with the scheduled lr
@@ -15,7 +16,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -24,73 +24,16 @@
 
 #include "normlab/data/buckets.hpp"
 #include "normlab/data/dataset.hpp"
+#include "normlab/io/stop.hpp"
 #include "normlab/nn/encoder.hpp"
 #include "normlab/optim/optimizer.hpp"
 #include "normlab/optim/schedule.hpp"
 #include "normlab/train/config.hpp"
 #include "normlab/train/evaluate.hpp"
+#include "normlab/train/records.hpp"
+#include "normlab/train/run_dir.hpp"
 
 namespace normlab::train {
-
-// The files of a run directory.
-struct RunPaths {
-  explicit RunPaths(const std::string& dir);
-  std::string dir;
-  std::string config;      // config.json: the resolved config
-  std::string metrics;     // metrics.jsonl: one record per step and per evaluation
-  std::string checkpoint;  // checkpoint.safetensors
-  std::string summary;     // summary.json: written when the run ends
-};
-
-// One training step. tokens_per_s is the only wall-clock field; everything else is a deterministic
-// function of the config, the seed and the thread count.
-struct StepRecord {
-  int64_t step = 0;  // 1-based: the number of updates once this one is applied
-  double loss = 0.0;
-  double accuracy = 0.0;
-  double lr = 0.0;
-  double grad_norm = 0.0;  // global L2 norm before clipping
-  int64_t tokens = 0;      // real tokens in the batch
-  double tokens_per_s = 0.0;
-  std::vector<double> residual_rms;      // diagnostics steps only: after each block
-  std::vector<double> layer_grad_norms;  // diagnostics steps only: per block, before clipping
-  bool diverged = false;                 // non-finite loss or gradient norm; no update was made
-};
-
-// {"step", "loss", "accuracy", "lr", "grad_norm", "tokens_per_s"[, "residual_rms", "layer_grad_norms"]
-//  [, "diverged": true]}; a non-finite value is written as null.
-nlohmann::json to_json(const StepRecord& record);
-StepRecord step_record_from_json(const nlohmann::json& json, const std::string& where);
-
-// A point on the validation curve.
-struct ValidPoint {
-  int64_t step = 0;
-  double loss = 0.0;
-  double accuracy = 0.0;
-  double sequence_accuracy = 0.0;
-};
-
-struct TrainSummary {
-  int64_t steps = 0;          // updates made
-  int64_t planned_steps = 0;  // train.steps
-  // Non-zero: stopped on request (the stop flag's value: the signal number, from the CLI) before
-  // train.steps; checkpointed, no summary.json.
-  int stop_request = 0;
-  bool interrupted() const { return stop_request != 0; }
-  bool diverged = false;
-  std::optional<int64_t> diverged_at_step;
-  double wall_time_s = 0.0;  // summed over every session of a resumed run
-  int threads = 1;
-  int64_t num_parameters = 0;
-  int32_t train_max_len = 0;
-  std::optional<StepRecord> final_train;  // the last step
-  std::optional<int64_t> final_valid_step;
-  std::optional<EvalMetrics> final_valid;  // the last evaluation
-  std::optional<ValidPoint> best_valid;           // lowest validation loss
-  std::optional<ValidPoint> best_valid_accuracy;  // highest validation accuracy
-};
-
-nlohmann::json to_json(const TrainSummary& summary);
 
 // Receives progress; every method has an empty default.
 class TrainLogger {
@@ -105,34 +48,39 @@ class TrainLogger {
 
 class Trainer {
  public:
-  // Builds the task, data, model and optimizer from a validated config. Touches no file.
-  explicit Trainer(RunConfig config, TrainLogger* logger = nullptr);
+  // Builds the task, data, model and optimizer from a validated config. Touches no file. A stop
+  // request on `stop` while the data loads throws io::StopRequested; fit() polls the same flag.
+  explicit Trainer(RunConfig config, TrainLogger* logger = nullptr, io::StopFlag stop = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // A new run in `dir` (created if needed). InputError if it already holds a checkpoint (resume it,
-  // or choose another directory). Writes config.json and starts an empty metrics.jsonl.
+  // A new run in `dir` (created if needed), which this trainer then owns (RunDirectory: locked).
+  // InputError if it already holds a checkpoint (resume it, or choose another directory) or
+  // another process owns it. Writes config.json and starts an empty metrics.jsonl.
   void start(const std::string& dir);
-  // Continues the run in `dir` from its checkpoint: restores model, optimizer, RNG and data
-  // position, then cuts metrics.jsonl back to the checkpoint's step (dropping a torn last line).
-  // The config may differ from the checkpoint's only in resume_mutable_keys().
+  // Continues the run in `dir` from its checkpoint: locks it, restores model, optimizer, RNG and
+  // data position, then cuts metrics.jsonl back to the checkpoint's step (dropping a torn last
+  // line; refusing, with nothing changed, a corrupt line anywhere else). The config may differ
+  // from the checkpoint's only in resume_mutable_keys().
   void resume(const std::string& dir);
   // Trains until train.steps updates (or divergence), evaluating, checkpointing and logging as
   // configured; writes summary.json. Sets the thread count to train.threads when it is not 0.
-  // If a stop flag is set and becomes non-zero, run() finishes the step in flight, writes a
-  // checkpoint and returns with summary.interrupted() (no summary.json: the run is not finished and
-  // `resume` continues it).
-  TrainSummary run();
-  // The flag run() polls between steps; a signal handler may store to it (it is lock-free).
-  // nullptr (the default): never stop early.
-  void set_stop_flag(const std::atomic<int>* flag) { stop_flag_ = flag; }
+  // If a stop flag is set and becomes non-zero, fit() stops within a step or an evaluation batch:
+  // a step in flight finishes, an evaluation in flight is abandoned (not recorded); it then writes
+  // a checkpoint of the last completed step and returns with summary.interrupted() (no
+  // summary.json: the run is not finished and `resume` continues it).
+  TrainSummary fit();
+  // The flag fit() polls between steps and evaluation batches; a signal handler may store to it
+  // (it is lock-free). nullptr (the default): never stop early.
+  void set_stop_flag(io::StopFlag flag) { stop_flag_ = flag; }
 
-  // The pieces of run(), for tests and benchmarks.
+  // The pieces of fit(), for tests and benchmarks.
   data::Batch next_batch();
   // forward, loss, backward, clip, update; step() advances unless the record says diverged.
   StepRecord train_step(const data::Batch& batch, bool diagnostics);
-  EvalMetrics evaluate_valid();
+  // std::nullopt if a stop was requested part-way.
+  std::optional<EvalMetrics> evaluate_valid();
   void save_checkpoint(const std::string& path) const;
   // Restores everything a checkpoint holds (InputError naming the tensor / key on any mismatch).
   void load_checkpoint(const std::string& path);
@@ -146,13 +94,14 @@ class Trainer {
   const data::Dataset& valid_set() const { return valid_set_; }
 
  private:
-  void open_metrics(bool truncate);
-  void write_metrics(const nlohmann::json& record);
-  void record_eval();
+  bool record_eval();  // false: stopped on request before the evaluation finished
   nlohmann::json trainer_state() const;
+  std::string describe_run() const;
+  TrainSummary make_summary() const;
   void restore_trainer_state(const nlohmann::json& state, const std::string& where);
 
   RunConfig config_;
+  io::StopFlag stop_flag_ = nullptr;
   TrainLogger* logger_;
   TrainLogger null_logger_;
   data::Task task_;
@@ -168,21 +117,14 @@ class Trainer {
   optim::ScheduleOptions schedule_;
 
   int64_t step_ = 0;
-  std::optional<RunPaths> paths_;
-  std::ofstream metrics_;
+  std::optional<RunDirectory> run_dir_;
   double previous_wall_time_s_ = 0.0;  // sessions before a resume
   std::optional<StepRecord> last_record_;
   std::optional<int64_t> last_eval_step_;
   std::optional<EvalMetrics> last_eval_;
   std::optional<ValidPoint> best_loss_, best_accuracy_;
   int64_t last_checkpoint_step_ = -1;
-  const std::atomic<int>* stop_flag_ = nullptr;
   std::chrono::steady_clock::time_point session_start_ = std::chrono::steady_clock::now();
 };
-
-// The lines of a metrics.jsonl that a resume at `step` keeps: complete (newline-terminated) lines
-// that parse as JSON objects with "step" <= step, up to the first line that is not. Returns the
-// byte length of that prefix; the file is cut there.
-int64_t truncate_metrics(const std::string& path, int64_t step);
 
 }  // namespace normlab::train

@@ -1,4 +1,4 @@
-#include "normlab/train/run.hpp"
+#include "normlab/train/saved_run.hpp"
 
 #include <fmt/format.h>
 
@@ -8,6 +8,8 @@
 
 #include "normlab/autograd.hpp"
 #include "normlab/error.hpp"
+#include "normlab/io/atomic_file.hpp"
+#include "normlab/io/json_strict.hpp"
 #include "normlab/train/checkpoint.hpp"
 #include "normlab/train/setup.hpp"
 
@@ -27,9 +29,40 @@ RunConfig resume_config(const std::string& dir, const std::optional<std::string>
   }
   RunConfig requested = stored;
   for (const std::string& assignment : overrides) apply_override(requested, assignment);
-  check_config(requested, paths.config);
+  check_overridden_config(stored, requested, paths.config, overrides);
   check_resume_compatible(stored, requested, paths.config);
   return requested;
+}
+
+int64_t check_resume_checkpoint(const std::string& dir, const RunConfig& config) {
+  const RunPaths paths(dir);
+  if (!std::filesystem::is_regular_file(paths.checkpoint)) {
+    throw InputError(fmt::format("{}: no checkpoint.safetensors to resume from", dir));
+  }
+  const io::SafetensorsFile header = io::read_safetensors_header(paths.checkpoint);
+  const auto format = header.metadata.find("format");
+  if (format == header.metadata.end() || format->second != kCheckpointFormat) {
+    throw InputError(fmt::format("{}: not a normlab checkpoint (metadata 'format' is not \"{}\")", paths.checkpoint,
+                                 kCheckpointFormat));
+  }
+  const RunConfig saved =
+      config_from_json(metadata_json(header, "config"), paths.checkpoint + ": metadata 'config'", ".", false);
+  check_resume_compatible(saved, config, paths.checkpoint);
+  return metadata_int(header, "step");
+}
+
+std::optional<int64_t> finished_steps(const std::string& dir) {
+  const RunPaths paths(dir);
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(paths.summary, ec)) return std::nullopt;
+  try {
+    const nlohmann::json summary = io::parse_strict(io::read_file(paths.summary, size_t{1} << 20), paths.summary);
+    if (summary.is_object() && summary.contains("steps") && summary.at("steps").is_number_integer()) {
+      return summary.at("steps").get<int64_t>();
+    }
+  } catch (const InputError&) {
+  }
+  return std::nullopt;  // unreadable: not a finished run we can vouch for; the resume checks the rest
 }
 
 LoadedRun load_run(const std::string& dir) {
@@ -54,6 +87,9 @@ LoadedRun load_run(const std::string& dir) {
       }
       bytes.push_back(static_cast<uint8_t>(c.get<uint64_t>()));
     }
+    // The characters are UTF-8; refuse anything else here, naming the file.
+    (void)data::utf8_characters(std::string(bytes.begin(), bytes.end()),
+                                paths.checkpoint + ": metadata 'task_characters'");
     return build_text_task(bytes);
   }();
   auto model = std::make_unique<nn::EncoderModel>(build_model_options(config, task));

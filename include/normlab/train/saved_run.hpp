@@ -1,5 +1,6 @@
 #pragma once
-// A saved run, loaded back for `normlab eval` and `normlab predict`: the config and vocabulary
+// A run saved in its directory: its config for a resume, or the run loaded back for `normlab eval`
+// and `normlab predict`: the config and vocabulary
 // come from the checkpoint's metadata (so the training file is not needed), the weights from its
 // tensors.
 #include <cstdint>
@@ -12,7 +13,7 @@
 #include "normlab/nn/encoder.hpp"
 #include "normlab/train/config.hpp"
 #include "normlab/train/evaluate.hpp"
-#include "normlab/train/trainer.hpp"
+#include "normlab/train/run_dir.hpp"
 
 namespace normlab::train {
 
@@ -21,6 +22,15 @@ namespace normlab::train {
 // resume_mutable_keys() (InputError naming the first key that differs).
 RunConfig resume_config(const std::string& dir, const std::optional<std::string>& config_path,
                         const std::vector<std::string>& overrides);
+
+// Before anything is built for a resume: the checkpoint's header (not its tensors) must describe
+// the run `config` asks for, up to resume_mutable_keys(), so an edited config.json cannot make the
+// trainer allocate a different (larger) model first. InputError naming the checkpoint otherwise.
+// Returns the checkpoint's step.
+int64_t check_resume_checkpoint(const std::string& dir, const RunConfig& config);
+
+// The steps a finished run made (it has summary.json), or std::nullopt if it has not finished.
+std::optional<int64_t> finished_steps(const std::string& dir);
 
 struct LoadedRun {
   RunPaths paths;

@@ -1,0 +1,76 @@
+#pragma once
+// The JSON records of a run: one line of metrics.jsonl per step (StepRecord) and per evaluation
+// (EvalMetrics with "step" and "split"), and summary.json (TrainSummary). docs/run-directory.md
+// lists every field.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "normlab/train/evaluate.hpp"
+
+namespace normlab::train {
+
+// One training step. tokens_per_s is the only wall-clock field; everything else is a deterministic
+// function of the config, the seed and the thread count.
+struct StepRecord {
+  int64_t step = 0;  // 1-based: the number of updates once this one is applied
+  double loss = 0.0;
+  double accuracy = 0.0;
+  double lr = 0.0;
+  double grad_norm = 0.0;  // global L2 norm before clipping
+  int64_t tokens = 0;      // real tokens in the batch
+  double tokens_per_s = 0.0;
+  std::vector<double> residual_rms;      // diagnostics steps only: after each block
+  std::vector<double> layer_grad_norms;  // diagnostics steps only: per block, before clipping
+  bool diverged = false;                 // non-finite loss or gradient norm; no update was made
+};
+
+// {"step", "loss", "accuracy", "lr", "grad_norm", "tokens_per_s"[, "residual_rms", "layer_grad_norms"]
+//  [, "diverged": true]}; a non-finite value is written as null.
+nlohmann::json to_json(const StepRecord& record);
+StepRecord step_record_from_json(const nlohmann::json& json, const std::string& where);
+
+// A point on the validation curve.
+struct ValidPoint {
+  int64_t step = 0;
+  double loss = 0.0;
+  double accuracy = 0.0;
+  double sequence_accuracy = 0.0;
+};
+
+nlohmann::json to_json(const ValidPoint& point);
+// null gives nullopt; InputError "<where>: ..." for anything but an object with an integer "step".
+std::optional<ValidPoint> valid_point_from_json(const nlohmann::json& json, const std::string& where);
+
+struct TrainSummary {
+  int64_t steps = 0;          // updates made
+  int64_t planned_steps = 0;  // train.steps
+  // Non-zero: stopped on request (the stop flag's value: the signal number, from the CLI) before
+  // train.steps; checkpointed, no summary.json.
+  int stop_request = 0;
+  bool interrupted() const { return stop_request != 0; }
+  bool diverged = false;
+  std::optional<int64_t> diverged_at_step;
+  double wall_time_s = 0.0;  // summed over every session of a resumed run
+  int threads = 1;
+  int64_t num_parameters = 0;
+  int32_t train_max_len = 0;
+  std::optional<StepRecord> final_train;  // the last step
+  std::optional<int64_t> final_valid_step;
+  std::optional<EvalMetrics> final_valid;  // the last evaluation
+  std::optional<ValidPoint> best_valid;           // lowest validation loss
+  std::optional<ValidPoint> best_valid_accuracy;  // highest validation accuracy
+};
+
+nlohmann::json to_json(const TrainSummary& summary);
+
+// A float as the double with the same shortest decimal form: 0.001f is written "0.001", not
+// "0.0010000000474974513". Still a pure function of the float, so records stay bit-reproducible.
+double shortest(float value);
+
+// A metrics.jsonl line (no newline) with "step" (and "split") first; the other keys sorted.
+std::string record_line(const nlohmann::json& record);
+
+}  // namespace normlab::train

@@ -1,0 +1,142 @@
+#include "normlab/train/records.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "normlab/error.hpp"
+
+namespace normlab::train {
+
+namespace {
+
+using nlohmann::json;
+
+json finite_or_null(double value) { return std::isfinite(value) ? json(value) : json(nullptr); }
+
+double number_or_nan(const json& object, const char* key) {
+  if (!object.contains(key) || !object.at(key).is_number()) return std::numeric_limits<double>::quiet_NaN();
+  return object.at(key).get<double>();
+}
+
+}  // namespace
+
+double shortest(float value) {
+  if (!std::isfinite(value)) return double(value);
+  char buffer[32];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  *end = '\0';
+  return std::strtod(buffer, nullptr);
+}
+
+json to_json(const ValidPoint& point) {
+  return {{"step", point.step},
+          {"loss", point.loss},
+          {"accuracy", point.accuracy},
+          {"sequence_accuracy", point.sequence_accuracy}};
+}
+
+std::optional<ValidPoint> valid_point_from_json(const json& value, const std::string& where) {
+  if (value.is_null()) return std::nullopt;
+  if (!value.is_object() || !value.contains("step") || !value.at("step").is_number_integer()) {
+    throw InputError(fmt::format("{}: malformed validation point {}", where, value.dump()));
+  }
+  ValidPoint point;
+  point.step = value.at("step").get<int64_t>();
+  point.loss = number_or_nan(value, "loss");
+  point.accuracy = number_or_nan(value, "accuracy");
+  point.sequence_accuracy = number_or_nan(value, "sequence_accuracy");
+  return point;
+}
+
+std::string record_line(const json& record) {
+  nlohmann::ordered_json line;
+  for (const char* key : {"step", "split"}) {
+    if (record.contains(key)) line[key] = record.at(key);
+  }
+  for (const auto& [key, value] : record.items()) {
+    if (key != "step" && key != "split") line[key] = value;
+  }
+  return line.dump();
+}
+
+json to_json(const StepRecord& record) {
+  json out = {{"step", record.step},
+              {"loss", finite_or_null(record.loss)},
+              {"accuracy", record.accuracy},
+              {"lr", record.lr},
+              {"grad_norm", finite_or_null(record.grad_norm)},
+              {"tokens_per_s", record.tokens_per_s}};
+  if (!record.residual_rms.empty()) {
+    json values = json::array();
+    for (double v : record.residual_rms) values.push_back(finite_or_null(v));
+    out["residual_rms"] = values;
+  }
+  if (!record.layer_grad_norms.empty()) {
+    json values = json::array();
+    for (double v : record.layer_grad_norms) values.push_back(finite_or_null(v));
+    out["layer_grad_norms"] = values;
+  }
+  if (record.diverged) out["diverged"] = true;
+  return out;
+}
+
+StepRecord step_record_from_json(const json& value, const std::string& where) {
+  if (!value.is_object() || !value.contains("step") || !value.at("step").is_number_integer()) {
+    throw InputError(fmt::format("{}: malformed step record {}", where, value.dump()));
+  }
+  StepRecord record;
+  record.step = value.at("step").get<int64_t>();
+  record.loss = number_or_nan(value, "loss");
+  record.accuracy = number_or_nan(value, "accuracy");
+  record.lr = number_or_nan(value, "lr");
+  record.grad_norm = number_or_nan(value, "grad_norm");
+  record.tokens_per_s = number_or_nan(value, "tokens_per_s");
+  auto read_list = [&](const char* key, std::vector<double>& into) {
+    if (!value.contains(key)) return;
+    if (!value.at(key).is_array()) throw InputError(fmt::format("{}: step record: \"{}\" must be a list", where, key));
+    for (const json& v : value.at(key)) into.push_back(v.is_number() ? v.get<double>() : std::nan(""));
+  };
+  read_list("residual_rms", record.residual_rms);
+  read_list("layer_grad_norms", record.layer_grad_norms);
+  if (value.contains("diverged")) {
+    if (!value.at("diverged").is_boolean())
+      throw InputError(fmt::format("{}: step record: \"diverged\" must be true or false", where));
+    record.diverged = value.at("diverged").get<bool>();
+  }
+  return record;
+}
+
+json to_json(const TrainSummary& summary) {
+  json final_valid = nullptr;
+  if (summary.final_valid) {
+    final_valid = to_json(*summary.final_valid);
+    final_valid["step"] = summary.final_valid_step.value_or(0);
+  }
+  json final_train = nullptr;
+  if (summary.final_train) {
+    const StepRecord& r = *summary.final_train;
+    final_train = {{"step", r.step},
+                   {"loss", finite_or_null(r.loss)},
+                   {"accuracy", r.accuracy},
+                   {"lr", r.lr},
+                   {"grad_norm", finite_or_null(r.grad_norm)}};
+  }
+  return {{"steps", summary.steps},
+          {"planned_steps", summary.planned_steps},
+          {"diverged", summary.diverged},
+          {"diverged_at_step", summary.diverged_at_step ? json(*summary.diverged_at_step) : json(nullptr)},
+          {"wall_time_s", summary.wall_time_s},
+          {"threads", summary.threads},
+          {"num_parameters", summary.num_parameters},
+          {"train_max_len", summary.train_max_len},
+          {"final_train", final_train},
+          {"final_valid", final_valid},
+          {"best_valid", summary.best_valid ? to_json(*summary.best_valid) : json(nullptr)},
+          {"best_valid_accuracy", summary.best_valid_accuracy ? to_json(*summary.best_valid_accuracy) : json(nullptr)}};
+}
+
+}  // namespace normlab::train
