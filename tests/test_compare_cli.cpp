@@ -227,3 +227,27 @@ TEST_CASE("messages: wrong kind of config, the train banner, CLI errors with hin
   CHECK(longer.err.find("normlab: warning: the input has 10 tokens, longer than any training sequence (8)") !=
         std::string::npos);
 }
+
+TEST_CASE("messages: predict on mlm_text says so when the input has no [MASK]") {
+  TempDir dir("normlab_mlm_predict");
+  std::string lines;
+  for (const char* text : {"in the beginning", "the earth was without form", "and void", "let there be light"})
+    lines += std::string(R"({"text": ")") + text + "\"}\n";
+  dir.write("train.jsonl", lines);
+  dir.write("valid.jsonl", lines);
+  const std::string config = dir.write("mlm.json", R"({
+    "model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32, "max_len": 32},
+    "task": {"name": "mlm_text", "train_file": "train.jsonl", "valid_file": "valid.jsonl", "max_len": 32,
+             "eval_max_len": 32, "eval_examples": 4, "bucket_width": 16},
+    "train": {"steps": 2, "batch_size": 4, "eval_every": 0, "checkpoint_every": 0, "threads": 1}})");
+  const std::string run = dir.sub("run");
+  Result trained = run_cli(dir, "train --config " + config + " --out " + run);
+  INFO(trained.err);
+  REQUIRE(trained.code == 0);
+  Result plain = run_cli(dir, "predict --run " + run + " --input 'the earth'");
+  CHECK(plain.code == 0);
+  CHECK(plain.err.find("normlab: warning: the input has no [MASK]: nothing to fill in") != std::string::npos);
+  Result masked = run_cli(dir, "predict --run " + run + " --input 'the e[MASK]rth'");
+  CHECK(masked.code == 0);
+  CHECK(masked.err.find("no [MASK]") == std::string::npos);
+}
