@@ -56,6 +56,8 @@ struct Context {
     if (plan.lrs.size() * plan.settings.size() <= 6) return plan.lrs;
     return {most_different_lr(plan, groups, setting)};
   }
+  // Loss charts end at 10x the chance loss, so that one blown-up variant does not flatten the others.
+  double loss_cap() const { return std::isfinite(chance) ? 10 * chance : 0; }
   void add_chance_line(Chart& chart) const {
     if (std::isfinite(chance)) chart.h_lines.push_back({chance, fmt::format("chance {:.3f}", chance)});
   }
@@ -214,11 +216,14 @@ Section summary_section(const Context& c) {
 Section stability_section(const Context& c) {
   Section sec;
   sec.title = "Stability: final training loss against learning rate";
-  sec.text = "Median over seeds. An X marks a learning rate at which at least half the seeds diverged; it is drawn "
-             "above the highest finite loss. The dashed grey line is the chance loss.";
+  sec.text = "Median over seeds. An X marks a learning rate at which at least half the seeds diverged, or whose median "
+             "final loss blew up past 10 times the chance loss; it is drawn above the highest loss shown. The dashed grey "
+             "line is the chance loss.";
+  const double cap = c.loss_cap();
   double top = 0;
   for (const RunResult& r : c.results)
     if (std::isfinite(r.final_train_loss)) top = std::max(top, r.final_train_loss);
+  if (cap > 0) top = std::min(top, cap / 1.5);
   for (const std::string& setting : c.plan.settings) {
     Chart chart;
     chart.title = setting.empty() ? "final train loss" : setting;
@@ -236,13 +241,15 @@ Section stability_section(const Context& c) {
         const GroupSummary* g = c.group(variant, lr, setting);
         if (!g) continue;
         const bool mostly_diverged = 2 * g->diverged >= int(g->runs.size());
+        const bool off_chart = cap > 0 && g->train_loss > cap;
         s.x.push_back(lr);
-        s.y.push_back(mostly_diverged ? top * 1.5 + 1e-3 : g->train_loss);
-        s.crossed.push_back(mostly_diverged);
+        s.y.push_back(mostly_diverged || off_chart ? top * 1.5 + 1e-3 : g->train_loss);
+        s.crossed.push_back(mostly_diverged || off_chart);
       }
       chart.series.push_back(s);
     }
-    chart.note = "X = diverged (no finite loss)";
+    chart.note = cap > 0 ? fmt::format("X = diverged, or blew up past {:.3g} (10x chance; value in the table)", cap)
+                         : "X = diverged (no finite loss)";
     sec.svgs.push_back(c.draw(chart));
   }
   return sec;
@@ -263,9 +270,19 @@ Section curves_section(const Context& c, const std::vector<double> RunResult::*f
       chart.y_label = y_label;
       chart.log_y = true;
       if (chance_line) c.add_chance_line(chart);
+      std::string off_top;
       for (const std::string& variant : c.plan.variants)
-        if (const GroupSummary* g = c.group(variant, lr, setting))
+        if (const GroupSummary* g = c.group(variant, lr, setting)) {
           chart.series.push_back(curve(*g, field, c.colors.at(variant), c.window));
+          const Series& s = chart.series.back();
+          const double peak = s.y.empty() ? 0 : *std::max_element(s.y.begin(), s.y.end());
+          if (chance_line && c.loss_cap() > 0 && peak > c.loss_cap())
+            off_top += fmt::format("{}{} (median up to {:.2g})", off_top.empty() ? "" : ", ", variant, peak);
+        }
+      if (!off_top.empty()) {
+        chart.y_max = c.loss_cap();
+        chart.note = "leaves the chart at the top: " + off_top;
+      }
       sec.svgs.push_back(c.draw(chart));
     }
   return sec;

@@ -334,8 +334,8 @@ std::vector<std::string> findings(const ComparePlan& plan, const std::vector<Gro
       }
       out.push_back(fmt::format("{}: lowest final train loss {} {} (seeds {}–{}); above its seed range: {}; within it: {}.",
                                 at.empty() ? "All runs" : "At " + at, best->variant, num(best->train_loss),
-                                num(best->train_loss_min), num(best->train_loss_max), clear.empty() ? "none" : clear,
-                                within.empty() ? "none" : within));
+                                num(best->train_loss_min), num(best->train_loss_max), clear.empty() ? "no variant" : clear,
+                                within.empty() ? "no variant" : within));
     }
   return out;
 }

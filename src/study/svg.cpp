@@ -145,6 +145,11 @@ std::string render_svg(const Chart& chart) {
   xs.insert(xs.end(), chart.x_ticks.begin(), chart.x_ticks.end());
   for (const Chart::HLine& line : chart.h_lines) ys.push_back(line.y);
   fit(xa, xs);
+  if (chart.y_max > 0) {
+    const double cap = chart.y_max;
+    ys.erase(std::remove_if(ys.begin(), ys.end(), [&](double v) { return v > cap; }), ys.end());
+    ys.push_back(cap);
+  }
   fit(ya, ys);
   xa.px0 = left;
   xa.px1 = chart.width - right;

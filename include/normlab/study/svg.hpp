@@ -28,6 +28,7 @@ struct Chart {
   double shade_from = 0, shade_to = 0;
   std::string shade_label;
   std::string note;  // small text under the plot area
+  double y_max = 0;             // > 0: the y axis ends here; data above leaves the plot at the top
   std::vector<double> x_ticks;  // explicit x ticks, each labelled (e.g. every learning rate of a grid)
   struct HLine {
     double y;
