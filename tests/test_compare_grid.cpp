@@ -126,3 +126,15 @@ TEST_CASE("reuse: a started run whose resolved config differs is reported with i
   REQUIRE(broken.size() == 1);
   CHECK(broken[0].changes.at(0) == "config.json is not valid JSON");
 }
+
+TEST_CASE("grid: the committed compare configs load and expand as docs/EXPERIMENTS.md says") {
+  const std::string configs = std::string(NORMLAB_SOURCE_DIR) + "/configs/";
+  CHECK(study::load_compare_plan(configs + "demo.json").runs.size() == 63);
+  CHECK(study::load_compare_plan(configs + "study.json").runs.size() == 420);
+  const study::ComparePlan bn = study::load_compare_plan(configs + "batchnorm-batch.json");
+  CHECK(bn.runs.size() == 48);
+  CHECK(bn.settings.size() == 8);
+  for (const char* name : {"demo.json", "study.json", "batchnorm-batch.json"})
+    CHECK_MESSAGE(study::config_kind(configs + name) == study::ConfigKind::compare, name);
+  CHECK(study::config_kind(configs + "reverse.json") == study::ConfigKind::run);
+}

@@ -185,7 +185,7 @@ TEST_CASE("report numbers: findings name the tolerant variants and the differenc
         std::string::npos);
   // At 0.001 the two overlap (1.00-1.02 vs 1.005-1.025); at 0.03 none is far above layernorm's seed range.
   CHECK(all.find("At lr 0.001: lowest final train loss model.norm=layernorm 1.010 (seeds 1.000–1.020); above its seed "
-                 "range: none; within it: model.norm=none") != std::string::npos);
+                 "range: no variant; within it: model.norm=none") != std::string::npos);
   CHECK(all.find("At lr 0.03: lowest final train loss model.norm=layernorm") != std::string::npos);
   CHECK(all.find("above its seed range: model.norm=none 2e+08") != std::string::npos);
   CHECK(study::most_different_lr(plan, groups, "") == 0.03);
