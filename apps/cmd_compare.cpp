@@ -1,8 +1,9 @@
-// normlab compare --config FILE --out DIR [--jobs N] [--report-only]
+// normlab compare --config FILE --out DIR [--jobs N] [--report-only] [--retrain-changed] [--shard I/K]
 //
 // Runs the grid as child processes (`normlab train ... --threads 1`), --jobs at a time, so one
 // crashed or diverged run cannot take the others down, and each run directory is an ordinary run
-// that `normlab eval` can open. Rerunning skips finished runs and resumes interrupted ones.
+// that `normlab eval` can open. Rerunning skips finished runs and resumes interrupted ones, but
+// only runs whose resolved config is the one the grid asks for (study/reuse.cpp).
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
@@ -16,6 +17,8 @@
 #include <deque>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <stdexcept>
 #include <thread>
 
 #include "commands.hpp"
@@ -31,13 +34,40 @@ namespace {
 
 namespace fs = std::filesystem;
 volatile std::sig_atomic_t g_interrupted = 0;  // the signal number, once one arrives
-void on_interrupt(int signal_number) { g_interrupted = signal_number; }
+volatile std::sig_atomic_t g_signals = 0;      // how many have arrived
+void on_interrupt(int signal_number) {
+  g_interrupted = signal_number;
+  g_signals = g_signals + 1;
+}
 
 struct Options {
   std::string config, out;
   int jobs = 0;
   bool report_only = false;
+  bool retrain_changed = false;
+  std::string shard;  // "I/K"
 };
+
+// "I/K" -> {I, K} with 0 <= I < K.
+std::pair<size_t, size_t> parse_shard(const std::string& text) {
+  const auto slash = text.find('/');
+  size_t index = 0, count = 0;
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument("no slash");
+    size_t used = 0;
+    index = std::stoul(text.substr(0, slash), &used);
+    if (used != slash) throw std::invalid_argument("trailing");
+    count = std::stoul(text.substr(slash + 1), &used);
+    if (used != text.size() - slash - 1) throw std::invalid_argument("trailing");
+  } catch (const std::exception&) {
+    throw InputError(fmt::format("--shard {}: expected I/K, e.g. 0/4 (this process trains the runs whose index is "
+                                 "I modulo K)",
+                                 text));
+  }
+  if (count == 0 || index >= count)
+    throw InputError(fmt::format("--shard {}: I must be in [0, K) and K at least 1", text));
+  return {index, count};
+}
 
 std::string self_exe() {
   std::error_code ec;
@@ -77,9 +107,33 @@ std::string format_duration(double seconds) {
   return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
 }
 
-void run_compare(const Options& options) {
+// Trains what the grid still needs (in children), then draws the report.
+void train_grid_and_report(const Options& options) {
+  if (options.report_only && options.retrain_changed)
+    throw InputError("--report-only and --retrain-changed: choose one (--report-only never trains)");
+  if (options.report_only && !options.shard.empty())
+    throw InputError("--report-only and --shard: a shard trains part of the grid; draw the report with --report-only alone");
+  std::optional<std::pair<size_t, size_t>> shard;
+  if (!options.shard.empty()) shard = parse_shard(options.shard);
   const study::ComparePlan plan = study::load_compare_plan(options.config);
   const fs::path out(options.out);
+  if (options.report_only && !fs::is_directory(out / "runs"))
+    throw InputError(fmt::format("{}: no runs/ here: nothing to report (train the grid first: normlab compare --config {} "
+                                 "--out {})",
+                                 options.out, options.config, options.out));
+
+  // Never report old results under new settings: a started run is reused only when its resolved
+  // config is the one asked for now.
+  std::vector<study::ChangedRun> changed = study::changed_runs(plan, options.out);
+  if (shard) {
+    std::vector<study::ChangedRun> mine;
+    for (const study::ChangedRun& c : changed)
+      for (size_t i = shard->first; i < plan.runs.size(); i += shard->second)
+        if (plan.runs[i].name == c.name) mine.push_back(c);
+    changed = mine;
+  }
+  if (!changed.empty() && !options.retrain_changed)
+    throw InputError(study::changed_runs_message(changed, options.out));
   std::error_code ec;
   for (const char* sub : {"runs", "configs", "logs"}) io::make_directories((out / sub).string(), "output directory");
   // One compare per output directory; released by the kernel if this process dies.
@@ -92,7 +146,16 @@ void run_compare(const Options& options) {
   // Decide what each run needs.
   std::deque<size_t> queue;
   int already_done = 0;
+  for (const study::ChangedRun& c : changed) {
+    fs::remove_all(out / "runs" / c.name, ec);
+    if (ec) throw InputError(fmt::format("{}: cannot remove the changed run: {}", (out / "runs" / c.name).string(), ec.message()));
+    fs::remove(out / "logs" / (c.name + ".log"), ec);
+  }
+  if (!changed.empty())
+    fmt::print(stderr, "compare: retraining {} run(s) whose config changed (first: {})\n", changed.size(),
+               changed.front().name);
   for (size_t i = 0; i < plan.runs.size() && !options.report_only; ++i) {
+    if (shard && i % shard->second != shard->first) continue;
     const study::RunSpec& run = plan.runs[i];
     const fs::path dir = out / "runs" / run.name;
     if (fs::exists(dir / "summary.json")) {
@@ -189,10 +252,24 @@ void run_compare(const Options& options) {
   }
   if (!options.report_only) progress(true);
 
-  std::vector<study::RunResult> results;
-  for (const study::RunSpec& run : plan.runs) results.push_back(study::read_run(run, (out / "runs" / run.name).string()));
-  study::write_report(plan, results, out.string());
-  fmt::print("compare: report written to {}\n", (out / "report.html").string());
+  if (shard) {
+    fmt::print(stderr,
+               "compare: shard {}: no report drawn; when every shard is done, gather their runs/ into one --out and "
+               "run: normlab compare --config {} --out DIR --report-only\n",
+               options.shard, options.config);
+  } else {
+    std::vector<study::RunResult> results;
+    for (const study::RunSpec& run : plan.runs)
+      results.push_back(study::read_run(run, (out / "runs" / run.name).string()));
+    const int signals_before = g_signals;
+    try {
+      study::write_report(plan, results, out.string(), [&] { return g_signals != signals_before; });
+    } catch (const study::ReportStopped&) {
+      fmt::print(stderr, "compare: stopped while drawing the report; rerun with --report-only to draw it\n");
+      throw ExitCode{g_interrupted == SIGTERM ? kExitTerminated : kExitInterrupted};
+    }
+    fmt::print("compare: report written to {}\n", (out / "report.html").string());
+  }
   if (!bad_input.empty()) throw InputError(bad_input);
   if (g_interrupted) {
     fmt::print(stderr, "compare: interrupted; run the same command again to resume the unfinished runs\n");
@@ -216,10 +293,14 @@ void add_compare(CLI::App& app) {
   cmd->add_option("--jobs", options->jobs, "Runs in parallel, each single-threaded (default: one per core)")
       ->check(CLI::Range(1, 256));
   cmd->add_flag("--report-only", options->report_only, "Do not train; redraw the report from what is in --out");
+  cmd->add_flag("--retrain-changed", options->retrain_changed,
+                "Retrain (from scratch) the runs in --out whose config differs from the grid's; keep the others");
+  cmd->add_option("--shard", options->shard, "I/K: train only the runs whose index is I modulo K (no report)");
   cmd->footer(
-      "Rerunning with the same --out skips finished runs and resumes interrupted ones. Ctrl-C stops every\n"
-      "running run with a checkpoint (exit 130).");
-  cmd->callback([options] { run_compare(*options); });
+      "Rerunning with the same --out skips finished runs and resumes interrupted ones whose config is the\n"
+      "one asked for; a run trained with another config stops the command (exit 2) unless --retrain-changed.\n"
+      "Ctrl-C stops every running run with a checkpoint (exit 130).");
+  cmd->callback([options] { train_grid_and_report(*options); });
 }
 
 }  // namespace normlab::cli

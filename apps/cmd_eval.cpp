@@ -1,11 +1,15 @@
 // normlab eval --run DIR [--data FILE] [--json]
 #include <fmt/core.h>
 
+#include <filesystem>
 #include <memory>
+#include <vector>
 #include <optional>
 #include <string>
 
 #include "commands.hpp"
+#include "normlab/error.hpp"
+#include "normlab/study/report.hpp"
 #include "normlab/train/saved_run.hpp"
 
 namespace normlab::cli {
@@ -18,7 +22,26 @@ struct EvalOptions {
   bool json = false;
 };
 
+}  // namespace
+
+// A compare output directory given where one run is expected: say what it is and list its runs.
+void refuse_compare_dir(const std::string& dir, const char* verb) {
+  if (!study::is_compare_dir(dir)) return;
+  const std::vector<std::string> runs = study::compare_dir_runs(dir);
+  std::string names;
+  for (size_t i = 0; i < runs.size() && i < 8; ++i)
+    names += (i ? ", " : "") + std::filesystem::path(runs[i]).filename().string();
+  if (runs.size() > 8) names += fmt::format(", ... ({} in all)", runs.size());
+  throw InputError(fmt::format("{}: is a compare output directory, not a run; its runs are in {}/runs/: {}. Give one, "
+                               "e.g. normlab {} --run {}/runs/{} (or draw them all: normlab report {} --out DIR)",
+                               dir, dir, names.empty() ? "(none yet)" : names, verb, dir,
+                               runs.empty() ? "NAME" : std::filesystem::path(runs[0]).filename().string(), dir));
+}
+
+namespace {
+
 void run(const EvalOptions& options) {
+  refuse_compare_dir(options.run_dir, "eval");
   train::LoadedRun loaded = train::load_run(options.run_dir);
   std::optional<std::string> data;
   if (!options.data.empty()) data = options.data;

@@ -2,6 +2,7 @@
 #include <fmt/core.h>
 
 #include <memory>
+#include <vector>
 #include <string>
 
 #include "commands.hpp"
@@ -18,20 +19,42 @@ struct PredictOptions {
 };
 
 void run(const PredictOptions& options) {
+  refuse_compare_dir(options.run_dir, "predict");
   train::LoadedRun loaded = train::load_run(options.run_dir);
   train::Prediction p = train::predict(loaded, options.input);
   const data::Task& task = loaded.task;
   const bool per_sequence = task.target_kind == data::TargetKind::per_sequence;
 
+  // Say when the answer is one the model was never trained to give.
+  std::vector<std::string> warnings;
+  if (loaded.train_max_len > 0 && int64_t(p.tokens.size()) > int64_t(loaded.train_max_len))
+    warnings.push_back(fmt::format("the input has {} tokens, longer than any training sequence ({}): the model has "
+                                   "never seen this length",
+                                   p.tokens.size(), loaded.train_max_len));
+  int64_t masks = 0;
+  if (task.is_masked_lm()) {
+    const int32_t mask = task.input_vocab.id("[MASK]");
+    for (int32_t t : p.tokens) masks += t == mask;
+    if (masks == 0)
+      warnings.push_back("the input has no [MASK]: nothing to fill in (mark each blank with [MASK], e.g. \"In the "
+                         "beginning God cr[MASK]ated\")");
+  }
+  for (const std::string& w : warnings) fmt::print(stderr, "normlab: warning: {}\n", w);
+
   if (options.json) {
+    auto tokens = [&](const std::vector<int32_t>& ids) {
+      nlohmann::json list = nlohmann::json::array();
+      for (int32_t id : ids) list.push_back(task.output_vocab.token(id));
+      return list;
+    };
     nlohmann::json out = {{"task", task.name},
                           {"input", task.decode_input(p.tokens)},
-                          {"predicted", per_sequence ? task.output_vocab.token(p.predicted[0])
-                                                     : task.decode_targets(p.predicted)},
+                          {"predicted", tokens(p.predicted)},
                           {"input_ids", p.tokens},
                           {"predicted_ids", p.predicted},
-                          {"probability", p.probability}};
-    if (p.expected) out["expected"] = per_sequence ? task.output_vocab.token((*p.expected)[0]) : task.decode_targets(*p.expected);
+                          {"probability", p.probability},
+                          {"warnings", warnings}};
+    if (p.expected) out["expected"] = tokens(*p.expected);
     fmt::print("{}\n", out.dump());
     return;
   }

@@ -15,6 +15,7 @@
 
 #include "commands.hpp"
 #include "normlab/error.hpp"
+#include "normlab/study/compare.hpp"
 #include "normlab/train/config.hpp"
 #include "normlab/train/saved_run.hpp"
 #include "normlab/io/stop.hpp"
@@ -150,6 +151,11 @@ void run(const TrainOptions& options) {
   std::optional<std::string> config_path;
   if (!options.config.empty()) config_path = options.config;
 
+  if (config_path && study::config_kind(*config_path) == study::ConfigKind::compare)
+    throw InputError(fmt::format("{}: is a compare config (base, set, grid), not a run config; run it with: "
+                                 "normlab compare --config {} --out runs/{}",
+                                 *config_path, *config_path, std::filesystem::path(*config_path).stem().string()));
+
   std::string dir;
   train::RunConfig config;
   if (options.resume) {
@@ -195,6 +201,13 @@ void run(const TrainOptions& options) {
     trainer.start(dir);
     logger.info(fmt::format("run directory: {}", dir));
   }
+  // Name the block being trained: with --set model.norm=none nothing else would say so.
+  const bool placement_moot = config.model.norm == "none" || config.model.norm == "rezero";
+  logger.info(fmt::format("block: {}{}",
+                          study::block_formula(config.model.norm, config.model.placement, config.model.final_norm),
+                          placement_moot && config.model.placement == "post"
+                              ? fmt::format(" (model.placement=post has no effect with model.norm={})", config.model.norm)
+                              : ""));
   train::TrainSummary summary = trainer.fit();
   logger.end_line();
 

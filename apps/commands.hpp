@@ -2,6 +2,7 @@
 // One function per subcommand; each adds itself to the CLI and sets its own callback.
 // The callbacks throw normlab::InputError for bad input; main() turns that into exit code 2.
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace normlab::cli {
 void add_bench_layernorm(CLI::App& bench);  // apps/cmd_bench_layernorm.cpp
@@ -11,6 +12,10 @@ void add_train(CLI::App& app);              // apps/cmd_train.cpp
 void add_eval(CLI::App& app);               // apps/cmd_eval.cpp
 void add_predict(CLI::App& app);            // apps/cmd_predict.cpp
 void add_compare(CLI::App& app);            // apps/cmd_compare.cpp
+void add_report(CLI::App& app);             // apps/cmd_report.cpp
+
+// InputError if `dir` is a compare output directory (names its runs); eval and predict call it.
+void refuse_compare_dir(const std::string& dir, const char* verb);  // apps/cmd_eval.cpp
 
 // Exit codes shared by all subcommands.
 inline constexpr int kExitOk = 0;

@@ -6,10 +6,43 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "normlab/error.hpp"
 #include "normlab/kernels/dispatch.hpp"
+#include "normlab/train/config.hpp"
+
+namespace {
+
+std::string verbs_line(const CLI::App& app) {
+  std::string verbs;
+  for (const CLI::App* sub : app.get_subcommands({})) verbs += (verbs.empty() ? "" : ", ") + sub->get_name();
+  return verbs;
+}
+
+// A hint for an option that is really a config key: "--steps 100" -> "--set train.steps=100".
+std::string config_key_hint(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0 || arg.size() < 3) continue;
+    std::string name = arg.substr(2), value;
+    if (const auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else if (i + 1 < argc && argv[i + 1][0] != '-') {
+      value = argv[i + 1];
+    }
+    for (char& c : name) c = c == '-' ? '_' : c;
+    for (const std::string& key : normlab::train::config_keys())
+      if (key == name || key.substr(key.find('.') + 1) == name)
+        return fmt::format("; to change a config key use --set {}={}", key, value.empty() ? "VALUE" : value);
+  }
+  return "";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // Activations are freed and reallocated every training step. With glibc's defaults each buffer
@@ -39,12 +72,33 @@ int main(int argc, char** argv) {
   normlab::cli::add_eval(app);
   normlab::cli::add_predict(app);
   normlab::cli::add_compare(app);
+  normlab::cli::add_report(app);
+
+  // `normlab help` and an unknown verb: the verbs, before CLI11's generic message.
+  if (argc >= 2 && argv[1][0] != '-') {
+    const std::string verb = argv[1];
+    if (verb == "help") {
+      fmt::print("{}", app.help());
+      return 0;
+    }
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->get_name() == verb;
+    if (!known) {
+      fmt::print(stderr, "normlab: error: unknown command '{}'; the commands are: {} (normlab --help)\n", verb,
+                 verbs_line(app));
+      return 2;
+    }
+  }
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::string message = e.what();
+    if (argc < 2) message = fmt::format("give a command: {}", verbs_line(app));
+    fmt::print(stderr, "normlab: error: {}{} (see normlab {}--help)\n", message, config_key_hint(argc, argv),
+               argc >= 2 && argv[1][0] != '-' ? std::string(argv[1]) + " " : "");
+    return 2;
   } catch (const normlab::cli::ExitCode& e) {
     return e.code;
   } catch (const normlab::InputError& e) {

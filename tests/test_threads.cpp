@@ -24,7 +24,7 @@
 #include "normlab/parallel.hpp"
 #include "normlab/rng.hpp"
 #include "normlab/train/config.hpp"
-#include "normlab/train/run.hpp"
+#include "normlab/train/saved_run.hpp"
 #include "normlab/train/trainer.hpp"
 #include "support.hpp"
 

@@ -42,25 +42,12 @@ struct Axis {
 
 bool usable(double v, bool log) { return std::isfinite(v) && (!log || v > 0); }
 
-// "Nice" tick positions (1, 2, 5 x 10^k) for a linear range; decades for a log range.
-std::vector<double> ticks(const Axis& axis, bool integer = false) {
+// "Nice" linear ticks (1, 2, 5 x 10^k) about `target` of them over [lo, hi].
+std::vector<double> linear_ticks(double lo, double hi, bool integer, double target) {
   std::vector<double> out;
-  if (axis.log) {
-    for (double e = std::floor(axis.lo); e <= std::ceil(axis.hi) + 1e-9; e += 1.0)
-      if (e >= axis.lo - 1e-9 && e <= axis.hi + 1e-9) out.push_back(std::pow(10.0, e));
-    if (out.size() < 2) {  // narrow log range: use 1-2-5 within the decade
-      out.clear();
-      for (double e = std::floor(axis.lo); e <= std::ceil(axis.hi); e += 1.0)
-        for (double m : {1.0, 2.0, 5.0}) {
-          double v = m * std::pow(10.0, e);
-          double l = std::log10(v);
-          if (l >= axis.lo - 1e-9 && l <= axis.hi + 1e-9) out.push_back(v);
-        }
-    }
-    return out;
-  }
-  const double span = axis.hi - axis.lo;
-  const double raw = span / 5.0;
+  const double span = hi - lo;
+  if (!(span > 0)) return {lo};
+  const double raw = span / target;
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
   double step = mag;
   for (double m : {1.0, 2.0, 5.0, 10.0})
@@ -69,10 +56,52 @@ std::vector<double> ticks(const Axis& axis, bool integer = false) {
       break;
     }
   if (integer) step = std::max(1.0, std::round(step));
-  for (double v = std::ceil(axis.lo / step) * step; v <= axis.hi + step * 1e-6; v += step)
+  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-6; v += step)
     out.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
   return out;
 }
+
+std::vector<double> ticks(const Axis& axis, bool integer = false) { return axis_ticks(axis.lo, axis.hi, axis.log, integer); }
+
+}  // namespace
+
+std::vector<double> axis_ticks(double lo, double hi, bool log, bool integer) {
+  if (!log) {
+    std::vector<double> out = linear_ticks(lo, hi, integer, 5);
+    if (out.size() < 3 && !integer) out = linear_ticks(lo, hi, false, 10);
+    return out;
+  }
+  // lo and hi are log10 values.
+  std::vector<double> out;
+  const int first = int(std::ceil(lo - 1e-9)), last = int(std::floor(hi + 1e-9));
+  const int decades = last - first + 1;
+  if (decades >= 3) {
+    const int every = (decades + 5) / 6;  // at most 6 labelled decades
+    for (int e = first; e <= last; ++e)
+      if (((e % every) + every) % every == 0) out.push_back(std::pow(10.0, e));
+    if (out.size() >= 3 || every == 1) return out;
+    out.clear();
+    for (int e = first; e <= last; e += std::max(1, (decades - 1) / 2)) out.push_back(std::pow(10.0, e));
+    return out;
+  }
+  for (const std::vector<double>& mantissas :
+       {std::vector<double>{1, 2, 5}, std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9}}) {
+    out.clear();
+    for (int e = int(std::floor(lo)); e <= int(std::ceil(hi)); ++e)
+      for (double m : mantissas) {
+        const double v = m * std::pow(10.0, e);
+        const double l = std::log10(v);
+        if (l >= lo - 1e-9 && l <= hi + 1e-9) out.push_back(v);
+      }
+    if (out.size() >= 3) return out;
+  }
+  // Less than a factor of ~1.5 from end to end: linear ticks between the two ends.
+  out = linear_ticks(std::pow(10.0, lo), std::pow(10.0, hi), false, 4);
+  if (out.size() < 3) out = linear_ticks(std::pow(10.0, lo), std::pow(10.0, hi), false, 8);
+  return out;
+}
+
+namespace {
 
 std::string tick_label(double v) {
   if (v == 0) return "0";
@@ -113,7 +142,14 @@ std::string render_svg(const Chart& chart) {
     ys.insert(ys.end(), s.y_high.begin(), s.y_high.end());
   }
   if (chart.shade_to > chart.shade_from) xs.push_back(chart.shade_to);
+  xs.insert(xs.end(), chart.x_ticks.begin(), chart.x_ticks.end());
+  for (const Chart::HLine& line : chart.h_lines) ys.push_back(line.y);
   fit(xa, xs);
+  if (chart.y_max > 0) {
+    const double cap = chart.y_max;
+    ys.erase(std::remove_if(ys.begin(), ys.end(), [&](double v) { return v > cap; }), ys.end());
+    ys.push_back(cap);
+  }
   fit(ya, ys);
   xa.px0 = left;
   xa.px1 = chart.width - right;
@@ -135,7 +171,11 @@ std::string render_svg(const Chart& chart) {
                        ya.px1 + 12, xml_escape(chart.shade_label));
   }
   // Grid, ticks and tick labels.
-  for (double t : ticks(xa, chart.integer_x)) {
+  std::vector<double> x_ticks = chart.x_ticks;
+  x_ticks.erase(std::remove_if(x_ticks.begin(), x_ticks.end(), [&](double v) { return !usable(v, xa.log); }),
+                x_ticks.end());
+  if (x_ticks.empty()) x_ticks = ticks(xa, chart.integer_x);
+  for (double t : x_ticks) {
     const double px = xa.map(t);
     svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#e4e4e4\"/>\n", px,
                        ya.px0, ya.px1);
@@ -200,6 +240,15 @@ std::string render_svg(const Chart& chart) {
         else
           svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", px, py, s.color);
       }
+  }
+  for (const Chart::HLine& line : chart.h_lines) {
+    if (!usable(line.y, ya.log)) continue;
+    const double py = ya.map(line.y);
+    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#777\" "
+                       "stroke-width=\"1.2\" stroke-dasharray=\"6 4\"/>\n",
+                       xa.px0, py, xa.px1, py);
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#555\" font-size=\"10\" text-anchor=\"end\">{}</text>\n",
+                       xa.px1 - 4, py - 4, xml_escape(line.label));
   }
   svg += "</g>\n";
   // Legend, right of the plot.

@@ -28,9 +28,20 @@ struct Chart {
   double shade_from = 0, shade_to = 0;
   std::string shade_label;
   std::string note;  // small text under the plot area
+  double y_max = 0;             // > 0: the y axis ends here; data above leaves the plot at the top
+  std::vector<double> x_ticks;  // explicit x ticks, each labelled (e.g. every learning rate of a grid)
+  struct HLine {
+    double y;
+    std::string label;
+  };
+  std::vector<HLine> h_lines;  // dashed grey reference lines across the plot (e.g. the chance loss)
 };
 
 std::string render_svg(const Chart& chart);
+
+// Tick positions: at most about 6 per axis, at least 3 on a range that is not a single point; a
+// log axis labels 1-2-5 steps within a narrow range and every k-th decade over a wide one.
+std::vector<double> axis_ticks(double lo, double hi, bool log, bool integer = false);
 
 // Distinct, colour-blind-friendly colours (Okabe-Ito order), cycling.
 std::string palette(size_t i);

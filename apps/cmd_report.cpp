@@ -1,0 +1,75 @@
+// normlab report RUN_DIR... --out DIR [--label NAME=RUN_DIR]...
+//
+// The compare report (report.html, report.md, runs.csv, summary.json) for any run directories:
+// runs trained by hand, a compare output directory (its runs/), or one run alone.
+#include <fmt/core.h>
+
+#include <csignal>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "normlab/error.hpp"
+#include "normlab/study/report.hpp"
+
+namespace normlab::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+volatile std::sig_atomic_t g_report_signal = 0;
+void on_report_signal(int signal_number) { g_report_signal = signal_number; }
+
+struct ReportOptions {
+  std::vector<std::string> run_dirs;
+  std::string out;
+  std::vector<std::string> labels;  // NAME=RUN_DIR
+};
+
+void run(const ReportOptions& options) {
+  std::vector<std::pair<std::string, std::string>> labels;
+  for (const std::string& text : options.labels) {
+    const auto equals = text.rfind('=');
+    if (equals == std::string::npos || equals == 0 || equals + 1 == text.size())
+      throw InputError(fmt::format("--label {}: expected NAME=RUN_DIR, e.g. --label no-norm=runs/a", text));
+    labels.emplace_back(text.substr(0, equals), text.substr(equals + 1));
+  }
+  const study::ComparePlan plan = study::plan_from_run_dirs(options.run_dirs, labels);
+  std::vector<study::RunResult> results;
+  for (const study::RunSpec& spec : plan.runs) results.push_back(study::read_run(spec, spec.dir));
+  std::error_code ec;
+  fs::create_directories(options.out, ec);
+  if (ec || !fs::is_directory(options.out))
+    throw InputError(fmt::format("{}: cannot create the output directory: {}", options.out, ec.message()));
+  std::signal(SIGINT, on_report_signal);
+  std::signal(SIGTERM, on_report_signal);
+  try {
+    study::write_report(plan, results, options.out, [] { return g_report_signal != 0; });
+  } catch (const study::ReportStopped&) {
+    fmt::print(stderr, "report: stopped before the report was complete; nothing was written over\n");
+    throw ExitCode{g_report_signal == SIGTERM ? kExitTerminated : kExitInterrupted};
+  }
+  fmt::print("report: {} run(s) in {} series; written to {}\n", plan.runs.size(), plan.variants.size(),
+             (fs::path(options.out) / "report.html").string());
+}
+
+}  // namespace
+
+void add_report(CLI::App& app) {
+  auto options = std::make_shared<ReportOptions>();
+  CLI::App* cmd = app.add_subcommand("report", "Write the comparison report for any run directories");
+  cmd->add_option("run_dirs", options->run_dirs, "Run directories, or compare output directories (their runs/)")
+      ->required();
+  cmd->add_option("--out", options->out, "Output directory: report.html, report.md, runs.csv, summary.json")
+      ->required();
+  cmd->add_option("--label", options->labels,
+                  "NAME=RUN_DIR: the series name of that run (default: the config keys that differ between the runs)");
+  cmd->footer(
+      "Runs with the same label and learning rate are one series (median and band over their seeds).\n"
+      "All runs must train the same task; runs of different tasks are refused (exit 2).");
+  cmd->callback([options] { run(*options); });
+}
+
+}  // namespace normlab::cli

@@ -1,0 +1,83 @@
+// Which runs already on disk were trained with the config the grid asks for now. A run is reused
+// only when its resolved config equals the requested one, so a report never shows old numbers
+// under new settings.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "normlab/error.hpp"
+#include "normlab/io/atomic_file.hpp"
+#include "normlab/io/json_depth.hpp"
+#include "normlab/study/compare.hpp"
+#include "normlab/train/config.hpp"
+
+namespace normlab::study {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::vector<std::string>& reuse_ignored_keys() {
+  static const std::vector<std::string> keys{"train.log_every", "train.checkpoint_every"};
+  return keys;
+}
+
+namespace {
+
+std::string shown(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+// The differences between the run's stored config.json and the requested config, or one line
+// saying why the stored one cannot be read.
+std::vector<std::string> differences(const fs::path& run_dir, const json& requested_json) {
+  const fs::path stored_path = run_dir / "config.json";
+  if (!fs::exists(stored_path)) return {"config.json is missing"};
+  json stored_resolved;
+  try {
+    const std::string text = io::read_file(stored_path.string(), 1 << 20);
+    if (io::json_nesting_depth(text) > io::kMaxJsonDepth) return {"config.json is not a config"};
+    const json stored = json::parse(text, nullptr, false);
+    if (stored.is_discarded()) return {"config.json is not valid JSON"};
+    stored_resolved = train::to_json(train::config_from_json(stored, stored_path.string(), ".", false));
+  } catch (const InputError& e) {
+    return {fmt::format("config.json is not a valid config ({})", e.what())};
+  }
+  const json requested = train::to_json(train::config_from_json(requested_json, "requested", ".", false));
+  std::vector<std::string> changes;
+  for (const std::string& key : train::config_keys()) {
+    if (std::find(reuse_ignored_keys().begin(), reuse_ignored_keys().end(), key) != reuse_ignored_keys().end())
+      continue;
+    const auto dot = key.find('.');
+    const json& a = stored_resolved[key.substr(0, dot)][key.substr(dot + 1)];
+    const json& b = requested[key.substr(0, dot)][key.substr(dot + 1)];
+    if (a != b) changes.push_back(fmt::format("{}: {} -> {}", key, shown(a), shown(b)));
+  }
+  return changes;
+}
+
+}  // namespace
+
+std::vector<ChangedRun> changed_runs(const ComparePlan& plan, const std::string& out_dir) {
+  std::vector<ChangedRun> out;
+  for (const RunSpec& run : plan.runs) {
+    const fs::path dir = fs::path(out_dir) / "runs" / run.name;
+    // A directory without a checkpoint or summary is restarted from scratch anyway.
+    if (!fs::exists(dir / "summary.json") && !fs::exists(dir / "checkpoint.safetensors")) continue;
+    std::vector<std::string> changes = differences(dir, run.config);
+    if (!changes.empty()) out.push_back({run.name, std::move(changes)});
+  }
+  return out;
+}
+
+std::string changed_runs_message(const std::vector<ChangedRun>& changed, const std::string& out_dir) {
+  const ChangedRun& first = changed.front();
+  std::string keys;
+  for (size_t i = 0; i < first.changes.size() && i < 4; ++i) keys += (i ? ", " : "") + first.changes[i];
+  if (first.changes.size() > 4) keys += fmt::format(", and {} more", first.changes.size() - 4);
+  return fmt::format(
+      "{}: was trained with another config than the compare config asks for now ({}); {} started run(s) differ. "
+      "Nothing was trained. Use another --out, or add --retrain-changed to retrain exactly the changed runs "
+      "and keep the others",
+      (fs::path(out_dir) / "runs" / first.name).string(), keys, changed.size());
+}
+
+}  // namespace normlab::study
