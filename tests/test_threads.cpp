@@ -95,7 +95,7 @@ struct CrashAt : TrainLogger {
 void train_in(const RunConfig& config, const std::string& dir, TrainLogger* logger = nullptr) {
   Trainer trainer(config, logger);
   trainer.start(dir);
-  trainer.run();
+  trainer.fit();
 }
 
 void check_same_bits(const std::string& a, const std::string& b) {
@@ -170,7 +170,7 @@ TEST_CASE("threads: crash + resume equals the uninterrupted run bit for bit at 1
       Trainer trainer(config);
       trainer.resume(resumed);
       CHECK(trainer.step() == config.train.checkpoint_every);
-      trainer.run();
+      trainer.fit();
     }
     check_same_bits(straight, resumed);
   }
