@@ -139,6 +139,21 @@ void install_stop_handlers() {
   sigaction(SIGTERM, &action, nullptr);
 }
 
+// A cross-field rule broken only because of --set (e.g. --set task.max_len=100 above model.max_len)
+// is reported against the --set values, not against the file, which is fine on its own.
+train::RunConfig load_config_naming_set(const std::string& path, const std::vector<std::string>& overrides) {
+  try {
+    return train::load_config(path, overrides);
+  } catch (const InputError& e) {
+    const std::string message = e.what(), prefix = path + ": ";
+    if (overrides.empty() || message.rfind(prefix, 0) != 0) throw;
+    train::load_config(path);  // the file alone is bad: its own error stands
+    std::string sets;
+    for (const std::string& o : overrides) sets += (sets.empty() ? "--set " : " --set ") + o;
+    throw InputError(fmt::format("{} (on {}): {}", sets, path, message.substr(prefix.size())));
+  }
+}
+
 void run(const TrainOptions& options) {
   std::vector<std::string> overrides = options.overrides;
   if (options.threads >= 0) overrides.push_back(fmt::format("train.threads={}", options.threads));
@@ -164,7 +179,7 @@ void run(const TrainOptions& options) {
     config = train::resume_config(dir, config_path, overrides);
   } else {
     if (!config_path) throw InputError("--config is required (or --resume DIR to continue a run)");
-    config = train::load_config(*config_path, overrides);
+    config = load_config_naming_set(*config_path, overrides);
     dir = !options.out.empty() ? options.out
                                : (std::filesystem::path("runs") / std::filesystem::path(*config_path).stem()).string();
   }
