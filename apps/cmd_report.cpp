@@ -31,7 +31,7 @@ struct ReportOptions {
 void run(const ReportOptions& options) {
   std::vector<std::pair<std::string, std::string>> labels;
   for (const std::string& text : options.labels) {
-    const auto equals = text.rfind('=');
+    const auto equals = text.find('=');  // run names may hold '=' (grid keys); labels may not
     if (equals == std::string::npos || equals == 0 || equals + 1 == text.size())
       throw InputError(fmt::format("--label {}: expected NAME=RUN_DIR, e.g. --label no-norm=runs/a", text));
     labels.emplace_back(text.substr(0, equals), text.substr(equals + 1));

@@ -146,6 +146,21 @@ TEST_CASE("report: every chart is well-formed SVG, labels are escaped, the secti
   const std::vector<std::string> svgs = extract_svgs(html);
   CHECK(svgs.size() >= 8);
   for (const std::string& s : svgs) CHECK_MESSAGE(xml_problem(s).empty(), xml_problem(s));
+  // Readable charts: at least 3 labelled y ticks on every chart (tick labels sit 4 px left of the plot),
+  // every learning rate of the grid labelled on the stability chart, the chance loss on every loss chart.
+  for (const std::string& s : svgs) {
+    size_t y_labels = 0;
+    for (size_t pos = 0; (pos = s.find("<text x=\"60.0\"", pos)) != std::string::npos; ++pos) ++y_labels;
+    CHECK_MESSAGE(y_labels >= 3, s.substr(0, 300));
+  }
+  const size_t stability = html.find("Stability");
+  CHECK(html.find(">0.001</text>", stability) != std::string::npos);
+  CHECK(html.find(">0.1</text>", stability) != std::string::npos);
+  size_t chance_lines = 0;
+  for (size_t pos = 0; (pos = html.find(">chance 2.303</text>", pos)) != std::string::npos; ++pos) ++chance_lines;
+  CHECK(chance_lines == 1 + 2);  // the stability chart and the loss curves at both learning rates
+  CHECK(html.find("## Findings") == std::string::npos);
+  CHECK(html.find("<h2>Findings</h2>") < html.find("<h2>Summary"));
   const std::string csv = slurp(dir / "runs.csv");
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 24);
   CHECK(slurp(dir / "report.md").find("| variant |") != std::string::npos);

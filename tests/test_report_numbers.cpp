@@ -126,6 +126,14 @@ TEST_CASE("report numbers: medians over seeds, diverged seeds left out, bucket m
   CHECK(read_text(out + "/report.md").find("chance loss") != std::string::npos);
   CHECK(read_text(out + "/report.md").find("## Findings") != std::string::npos);
   CHECK(read_text(out + "/runs.csv").find(",diverged,") != std::string::npos);
+
+  // A stop request while drawing: no file is written over.
+  const std::string stopped = tmp.sub("stopped");
+  fs::create_directories(stopped);
+  int polls = 0;
+  CHECK_THROWS_AS(study::write_report(plan, results, stopped, [&] { return ++polls > 2; }), study::ReportStopped);
+  CHECK(polls == 3);
+  CHECK(fs::is_empty(stopped));
 }
 
 TEST_CASE("report numbers: the outcome words and their thresholds") {

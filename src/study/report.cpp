@@ -125,12 +125,9 @@ std::string md_table(const std::vector<std::string>& header, const std::vector<s
   return out;
 }
 
-// "lr 0.01, 4 layers, no warmup" with the parts that vary in this plan.
-std::string where(const Context& c, double lr, const std::string& setting) {
-  std::string out = "lr " + format_lr(lr);
-  if (!setting.empty()) out += ", " + setting;
-  (void)c;
-  return out;
+// "lr 0.01, 4 layers, no warmup": a chart's learning rate and setting.
+std::string where(double lr, const std::string& setting) {
+  return "lr " + format_lr(lr) + (setting.empty() ? "" : ", " + setting);
 }
 
 // Median and min-max over seeds of a per-step series, smoothed by a trailing moving average.
@@ -265,7 +262,7 @@ Section curves_section(const Context& c, const std::vector<double> RunResult::*f
   for (const std::string& setting : c.plan.settings)
     for (double lr : c.plan.lrs) {
       Chart chart;
-      chart.title = where(c, lr, setting);
+      chart.title = where(lr, setting);
       chart.x_label = "step";
       chart.y_label = y_label;
       chart.log_y = true;
@@ -302,7 +299,7 @@ Section stack_section(const Context& c) {
            {std::tuple{&RunResult::init_residual_rms, &RunResult::end_residual_rms, "residual RMS after block"},
             std::tuple{&RunResult::init_layer_grad_norms, &RunResult::end_layer_grad_norms, "grad norm of block"}}) {
         Chart chart;
-        chart.title = fmt::format("{} — {}", what, where(c, lr, setting));
+        chart.title = fmt::format("{} — {}", what, where(lr, setting));
         chart.x_label = "block";
         chart.integer_x = true;
         chart.y_label = std::string(what) + " (log)";
@@ -348,7 +345,7 @@ Section length_section(const Context& c) {
   for (const std::string& setting : c.plan.settings)
     for (double lr : c.detail_lrs(setting)) {
       Chart chart;
-      chart.title = "accuracy by length — " + where(c, lr, setting);
+      chart.title = "accuracy by length — " + where(lr, setting);
       chart.x_label = "sequence length (bucket middle)";
       chart.y_label = "accuracy";
       for (const std::string& variant : c.plan.variants) {
@@ -358,7 +355,7 @@ Section length_section(const Context& c) {
         s.label = variant;
         s.color = c.colors.at(variant);
         s.markers = true;
-        std::vector<std::string> row{variant, where(c, lr, setting)};
+        std::vector<std::string> row{variant, where(lr, setting)};
         for (const auto& range : all_buckets) {
           auto it = g->bucket_accuracy.find(range);
           row.push_back(it == g->bucket_accuracy.end() ? "–" : fmt_num(it->second));

@@ -132,7 +132,11 @@ void fit(Axis& axis, const std::vector<double>& values) {
 }  // namespace
 
 std::string render_svg(const Chart& chart) {
-  const double left = 64, right = 150, top = 30, bottom = chart.note.empty() ? 46 : 62;
+  // The legend sits right of the plot; make room for its longest label (about 6.5 px per character).
+  size_t longest_label = 0;
+  for (const Series& s : chart.series) longest_label = std::max(longest_label, s.label.size());
+  const double left = 64, right = std::clamp(44.0 + 6.5 * double(longest_label), 150.0, 0.45 * chart.width);
+  const double top = 30, bottom = chart.note.empty() ? 46 : 62;
   Axis xa{chart.log_x}, ya{chart.log_y};
   std::vector<double> xs, ys;
   for (const Series& s : chart.series) {
