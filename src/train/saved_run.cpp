@@ -87,7 +87,11 @@ LoadedRun load_run(const std::string& dir) {
       }
       bytes.push_back(static_cast<uint8_t>(c.get<uint64_t>()));
     }
-    // The characters are UTF-8; refuse anything else here, naming the file.
+    // The characters are UTF-8 and there is at least one (masking needs an ordinary symbol); refuse
+    // anything else here, naming the file, rather than fail inside the data code.
+    if (bytes.empty()) {
+      throw InputError(fmt::format("{}: metadata 'task_characters' is empty", paths.checkpoint));
+    }
     (void)data::utf8_characters(std::string(bytes.begin(), bytes.end()),
                                 paths.checkpoint + ": metadata 'task_characters'");
     return build_text_task(bytes);
@@ -96,7 +100,12 @@ LoadedRun load_run(const std::string& dir) {
   load_model_state(file, *model);
   model->eval();
   const int64_t step = metadata_int(file, "step");
-  const int32_t train_max_len = static_cast<int32_t>(metadata_int(file, "train_max_len"));
+  const int64_t saved_max_len = metadata_int(file, "train_max_len");
+  if (saved_max_len > kMaxFileSequence) {
+    throw InputError(fmt::format("{}: metadata 'train_max_len' must be at most {}, got {}", paths.checkpoint,
+                                 kMaxFileSequence, saved_max_len));
+  }
+  const int32_t train_max_len = static_cast<int32_t>(saved_max_len);
   return LoadedRun{paths, std::move(config), std::move(task), std::move(model), step, train_max_len};
 }
 
