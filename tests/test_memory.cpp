@@ -62,7 +62,7 @@ TEST_CASE("memory: the estimate is within 1.5x of the measured peak RSS (logits,
          "train": {"steps": 2, "batch_size": 32, "eval_every": 0, "checkpoint_every": 0, "threads": 1}})"},
       // The validation set dominates: 200 000 generated examples, a model too small to matter.
       {"validation", R"({"model": {"d_model": 2, "heads": 1, "layers": 1, "ffn": 2, "max_len": 64},
-         "task": {"max_len": 4, "eval_max_len": 64, "eval_examples": 200000},
+         "task": {"max_len": 4, "eval_max_len": 64, "eval_examples": 120000},
          "train": {"steps": 1, "batch_size": 512, "eval_every": 0, "checkpoint_every": 0, "threads": 1}})"},
       // Activations (attention over 512 tokens) dominate.
       {"activations", R"({"model": {"d_model": 128, "heads": 8, "layers": 1, "ffn": 512, "max_len": 512},

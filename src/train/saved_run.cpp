@@ -11,6 +11,7 @@
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/io/json_strict.hpp"
 #include "normlab/train/checkpoint.hpp"
+#include "normlab/train/metrics.hpp"
 #include "normlab/train/setup.hpp"
 
 namespace normlab::train {
@@ -146,11 +147,7 @@ Prediction predict(LoadedRun& run, const std::string& input) {
     const float* z = values + row * V;
     // Among the task's classes only: a model with extra head outputs (model.num_classes) never
     // predicts a class the task cannot name.
-    const int64_t classes = std::min<int64_t>(V, run.task.num_classes());
-    int64_t best = 0;
-    for (int64_t v = 1; v < classes; ++v) {
-      if (z[v] > z[best]) best = v;
-    }
+    const int64_t best = argmax_row(z, std::min<int64_t>(V, run.task.num_classes()));
     double sum = 0.0;
     for (int64_t v = 0; v < V; ++v) sum += std::exp(double(z[v]) - double(z[best]));
     prediction.predicted.push_back(static_cast<int32_t>(best));
