@@ -64,6 +64,12 @@ TEST_CASE("memory: the estimate is within 1.5x of the measured peak RSS (logits,
       {"validation", R"({"model": {"d_model": 2, "heads": 1, "layers": 1, "ffn": 2, "max_len": 64},
          "task": {"max_len": 4, "eval_max_len": 64, "eval_examples": 120000},
          "train": {"steps": 1, "batch_size": 512, "eval_every": 0, "checkpoint_every": 0, "threads": 1}})"},
+      // File data: the King James Bible lines of configs/kjv-mlm.json (lengths from the file).
+      {"kjv", R"({"model": {"d_model": 64, "layers": 2, "ffn": 256, "activation": "gelu", "max_len": 128},
+         "task": {"name": "mlm_text", "train_file": ")" NORMLAB_SOURCE_DIR R"(/data/kjv/train.jsonl",
+                  "valid_file": ")" NORMLAB_SOURCE_DIR R"(/data/kjv/valid.jsonl", "max_len": 96, "eval_max_len": 128,
+                  "eval_examples": 390},
+         "train": {"steps": 2, "batch_size": 32, "eval_every": 0, "checkpoint_every": 0, "threads": 1}})"},
       // Activations (attention over 512 tokens) dominate.
       {"activations", R"({"model": {"d_model": 128, "heads": 8, "layers": 1, "ffn": 512, "max_len": 512},
          "task": {"max_len": 512, "eval_max_len": 512, "eval_examples": 16},

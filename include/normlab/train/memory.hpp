@@ -6,7 +6,7 @@
 //   fixed          the program, its libraries and thread stacks
 //   parameters     weights, gradients and two Adam moments: 4 floats per parameter
 //   data           the validation set (its examples and their packed batches: 16 bytes a token)
-//                  and file-backed training data (bounded through the file sizes)
+//                  and file-backed data (through the file's size and line count)
 //   + the largest of
 //   training step  the graph of one training batch: per token and layer 16 d_model + 3 ffn floats
 //                  and 2 * heads attention weights per key, plus 4 copies of the logits (logits,
@@ -15,7 +15,8 @@
 //   checkpoint     the tensors copied into records and the serialized file: 6 floats a parameter
 //
 // Lengths: generated data has uniform lengths, so a batch holds about its mean length (taken 1.1x
-// for the batches above the mean); file data is taken at its maximum length. tests/test_memory.cpp
+// for the batches above the mean); file data at its mean length from bytes per line (at most 3/4
+// of the task's maximum, which filters longer lines out; 1.1x, and 1.25x for attention). tests/test_memory.cpp
 // checks the estimate against the measured peak RSS of real runs (within 1.5x either way).
 #include <string>
 
