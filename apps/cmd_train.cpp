@@ -15,10 +15,10 @@
 
 #include "commands.hpp"
 #include "normlab/error.hpp"
+#include "normlab/io/stop.hpp"
 #include "normlab/study/compare.hpp"
 #include "normlab/train/config.hpp"
 #include "normlab/train/saved_run.hpp"
-#include "normlab/io/stop.hpp"
 #include "normlab/train/trainer.hpp"
 
 namespace normlab::cli {
@@ -127,8 +127,8 @@ static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a
 extern "C" void on_stop_signal(int signal_number) {
   g_stop_signal.store(signal_number);
   static const char message[] =
-      "\nnormlab: stopping: a step in flight finishes and a checkpoint is written (send the signal again to stop at "
-      "once)\n";
+      "\nnormlab: stopping as soon as it is safe (a run in progress writes a checkpoint first; send the signal again "
+      "to stop at once)\n";
   ssize_t ignored = ::write(STDERR_FILENO, message, sizeof(message) - 1);  // async-signal-safe
   (void)ignored;
 }

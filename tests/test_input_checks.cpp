@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -14,6 +15,7 @@
 #include "normlab/data/task.hpp"
 #include "normlab/data/vocab.hpp"
 #include "normlab/error.hpp"
+#include "normlab/io/safetensors.hpp"
 #include "normlab/train/config.hpp"
 #include "normlab/train/saved_run.hpp"
 #include "normlab/train/trainer.hpp"
@@ -134,6 +136,21 @@ TEST_CASE("mlm_text on Greek text: train, then predict --json prints valid UTF-8
   train::LoadedRun loaded = train::load_run(run);
   CHECK(loaded.task.input_vocab.find("λ").has_value());
   CHECK(!loaded.task.input_vocab.find("\xce").has_value());
+
+  // A checkpoint whose characters are empty, torn UTF-8 or whose train_max_len is absurd: InputError
+  // naming the file (never the data code's UsageError, an internal error).
+  const std::string checkpoint = run + "/checkpoint.safetensors";
+  const io::SafetensorsFile original = io::read_safetensors(checkpoint);
+  auto with_metadata = [&](const std::string& key, const std::string& value) {
+    std::map<std::string, std::string> metadata = original.metadata;
+    metadata[key] = value;
+    io::write_safetensors(checkpoint, metadata, original.tensors);
+    return error_of([&] { train::load_run(run); });
+  };
+  CHECK(with_metadata("task_characters", "[]") == checkpoint + ": metadata 'task_characters' is empty");
+  CHECK(with_metadata("task_characters", "[206]").find(checkpoint + ": metadata 'task_characters': invalid UTF-8") == 0);
+  CHECK(with_metadata("train_max_len", "99999999999").find(checkpoint + ": metadata 'train_max_len' must be at most") ==
+        0);
 }
 
 TEST_CASE("messages name their file: model.vocab_size on mlm_text names the training file") {

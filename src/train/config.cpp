@@ -16,6 +16,7 @@
 #include "normlab/io/json_depth.hpp"
 #include "normlab/io/json_strict.hpp"
 #include "normlab/io/suggest.hpp"
+#include "normlab/train/memory.hpp"
 
 namespace normlab::train {
 
@@ -28,8 +29,6 @@ constexpr size_t kMaxConfigBytes = size_t{1} << 20;
 // Largest integer every JSON reader holds exactly (doubles): seeds stay portable to Python/JS.
 constexpr int64_t kMaxSeed = (int64_t{1} << 53) - 1;
 constexpr int64_t kMaxSteps = 100'000'000;
-// A config whose model + activations would need more than this is refused before allocation.
-constexpr double kMaxMemoryBytes = 16.0 * 1024 * 1024 * 1024;
 
 enum class Kind { integer, number, boolean, choice, path };
 
@@ -431,20 +430,14 @@ void check_config(const RunConfig& config, const std::string& where) {
                                             task.num_classes(), *m.num_classes));
     }
   }
-  // Memory bound, so that a typo cannot ask for terabytes: parameters with gradients and two Adam
-  // moments, plus the activations of one training batch at the longest length the run uses
-  // (per token and layer about 12 d_model + 3 ffn floats, plus heads * L attention weights).
-  const double d = double(m.d_model), ffn = double(m.ffn), layers = double(m.layers);
-  const double vocab = double(m.vocab_size.value_or(512)), classes = double(m.num_classes.value_or(512));
-  const double params = layers * (4 * d * d + 2 * d * ffn + 9 * d + ffn) + (vocab + classes + double(m.max_len)) * d;
-  const double length = double(std::max(t.max_len, t.eval_max_len));
-  const double tokens = double(config.train.batch_size) * length;
-  const double activations = layers * tokens * (12 * d + 3 * ffn + double(m.heads) * length) + tokens * (vocab + classes);
-  const double bytes = 4.0 * (4 * params + activations);
-  if (bytes > kMaxMemoryBytes) {
-    fail("model", fmt::format("this model and batch would need about {:.0f} GiB (limit {:.0f} GiB): reduce "
-                              "model.d_model, model.layers, model.ffn, train.batch_size or the task lengths",
-                              bytes / (1024.0 * 1024 * 1024), kMaxMemoryBytes / (1024.0 * 1024 * 1024)));
+  // Memory, estimated before anything is allocated (train/memory.hpp), so that a typo cannot ask
+  // for terabytes and a run never dies of std::bad_alloc half-way.
+  const MemoryEstimate memory = estimate_memory(config);
+  if (memory.total() > memory_limit_bytes()) {
+    fail("model", fmt::format("this run would need about {}, more than the limit of {:.1f} GiB: reduce model.d_model, "
+                              "model.layers, model.ffn, model.num_classes, train.batch_size, task.eval_examples or "
+                              "the task lengths",
+                              memory.describe(), memory_limit_bytes() / (1024.0 * 1024 * 1024)));
   }
 }
 

@@ -11,6 +11,7 @@
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/io/json_strict.hpp"
 #include "normlab/train/checkpoint.hpp"
+#include "normlab/train/metrics.hpp"
 #include "normlab/train/setup.hpp"
 
 namespace normlab::train {
@@ -87,7 +88,11 @@ LoadedRun load_run(const std::string& dir) {
       }
       bytes.push_back(static_cast<uint8_t>(c.get<uint64_t>()));
     }
-    // The characters are UTF-8; refuse anything else here, naming the file.
+    // The characters are UTF-8 and there is at least one (masking needs an ordinary symbol); refuse
+    // anything else here, naming the file, rather than fail inside the data code.
+    if (bytes.empty()) {
+      throw InputError(fmt::format("{}: metadata 'task_characters' is empty", paths.checkpoint));
+    }
     (void)data::utf8_characters(std::string(bytes.begin(), bytes.end()),
                                 paths.checkpoint + ": metadata 'task_characters'");
     return build_text_task(bytes);
@@ -96,7 +101,12 @@ LoadedRun load_run(const std::string& dir) {
   load_model_state(file, *model);
   model->eval();
   const int64_t step = metadata_int(file, "step");
-  const int32_t train_max_len = static_cast<int32_t>(metadata_int(file, "train_max_len"));
+  const int64_t saved_max_len = metadata_int(file, "train_max_len");
+  if (saved_max_len > kMaxFileSequence) {
+    throw InputError(fmt::format("{}: metadata 'train_max_len' must be at most {}, got {}", paths.checkpoint,
+                                 kMaxFileSequence, saved_max_len));
+  }
+  const int32_t train_max_len = static_cast<int32_t>(saved_max_len);
   return LoadedRun{paths, std::move(config), std::move(task), std::move(model), step, train_max_len};
 }
 
@@ -137,11 +147,7 @@ Prediction predict(LoadedRun& run, const std::string& input) {
     const float* z = values + row * V;
     // Among the task's classes only: a model with extra head outputs (model.num_classes) never
     // predicts a class the task cannot name.
-    const int64_t classes = std::min<int64_t>(V, run.task.num_classes());
-    int64_t best = 0;
-    for (int64_t v = 1; v < classes; ++v) {
-      if (z[v] > z[best]) best = v;
-    }
+    const int64_t best = argmax_row(z, std::min<int64_t>(V, run.task.num_classes()));
     double sum = 0.0;
     for (int64_t v = 0; v < V; ++v) sum += std::exp(double(z[v]) - double(z[best]));
     prediction.predicted.push_back(static_cast<int32_t>(best));

@@ -1,0 +1,86 @@
+// Stop requests are honoured everywhere, not only between training steps: SIGTERM during a long
+// evaluation, or while the data is still being generated, ends the process within seconds with
+// exit 143 (docs/RELIABILITY.md).
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "normlab/io/safetensors.hpp"
+#include "support.hpp"
+
+namespace fs = std::filesystem;
+using normlab::test::Child;
+using normlab::test::read_text;
+using normlab::test::TempDir;
+
+namespace {
+
+// An evaluation that takes many seconds (100 000 sequences of up to 128 tokens), training steps that
+// take milliseconds: step 2 is followed by that evaluation.
+const char* kLongEvaluation = R"({
+  "model": {"d_model": 8, "heads": 1, "layers": 1, "ffn": 8, "max_len": 128},
+  "task": {"max_len": 4, "eval_max_len": 128, "eval_examples": 100000},
+  "train": {"steps": 4, "batch_size": 256, "eval_every": 2, "checkpoint_every": 0, "threads": 1}
+})";
+
+int64_t count_lines(const std::string& path) {
+  int64_t n = 0;
+  for (char c : read_text(path)) n += c == '\n';
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("SIGTERM during a long evaluation: exit 143 within seconds, a checkpoint of the last step") {
+  TempDir dir("normlab_test_stop_eval");
+  const std::string config = dir.write("config.json", kLongEvaluation);
+  const std::string run = dir.sub("run");
+  Child child({"train", "--config", config, "--out", run}, dir.sub("out.txt"), dir.sub("err.txt"));
+  REQUIRE(child.started());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (count_lines(run + "/metrics.jsonl") < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(count_lines(run + "/metrics.jsonl") == 2);  // steps 1 and 2; the evaluation is running
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto sent = std::chrono::steady_clock::now();
+  child.signal(SIGTERM);
+  const int code = child.wait(std::chrono::seconds(60));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  INFO(read_text(dir.sub("err.txt")));
+  CHECK(code == 143);
+  CHECK(seconds < 5.0);
+  // The abandoned evaluation is not recorded; the checkpoint holds step 2 and resume redoes it.
+  CHECK(count_lines(run + "/metrics.jsonl") == 2);
+  CHECK(!fs::exists(run + "/summary.json"));
+  const normlab::io::SafetensorsFile checkpoint = normlab::io::read_safetensors_header(run + "/checkpoint.safetensors");
+  CHECK(checkpoint.metadata.at("step") == "2");
+  CHECK(read_text(dir.sub("err.txt")).find("continue with: normlab train --resume " + run) != std::string::npos);
+}
+
+TEST_CASE("SIGTERM while the data loads: exit 143 within seconds, nothing written") {
+  TempDir dir("normlab_test_stop_load");
+  // A million generated validation examples: generating them takes far longer than the test waits.
+  const std::string config = dir.write("config.json", R"({
+    "model": {"d_model": 8, "heads": 1, "layers": 1, "ffn": 8, "max_len": 128},
+    "task": {"max_len": 4, "eval_max_len": 128, "eval_examples": 1000000},
+    "train": {"steps": 4, "batch_size": 256, "threads": 1}})");
+  const std::string run = dir.sub("run");
+  Child child({"train", "--config", config, "--out", run}, dir.sub("out.txt"), dir.sub("err.txt"));
+  REQUIRE(child.started());
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  const auto sent = std::chrono::steady_clock::now();
+  child.signal(SIGTERM);
+  const int code = child.wait(std::chrono::seconds(60));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  const std::string message = read_text(dir.sub("err.txt"));
+  INFO(message);
+  CHECK(code == 143);
+  CHECK(seconds < 5.0);
+  CHECK(message.find("stopped (SIGTERM) while loading the data; nothing was written") != std::string::npos);
+  CHECK(!fs::exists(run + "/config.json"));
+}
