@@ -33,7 +33,7 @@ Run run_with_env(const TempDir& dir, const std::string& env, const std::string& 
 
 }  // namespace
 
-TEST_CASE("dispatch: names, the best path, and parsing NORMLAB_ISA values") {
+TEST_CASE("dispatch: names and the best path and parsing NORMLAB_ISA values") {
   CHECK(std::string(kernels::isa_name(kernels::Isa::generic)) == "generic");
   CHECK(std::string(kernels::isa_name(kernels::Isa::avx2)) == "avx2");
   CHECK(std::string(kernels::isa_name(kernels::Isa::avx512)) == "avx512");
