@@ -79,6 +79,9 @@ TEST_CASE("cli: --version names the kernel path; NORMLAB_ISA forces one; a bad v
     INFO(name << ": " << forced.err);
     CHECK(forced.code == 0);
     CHECK(forced.out.find("kernels: " + name + "\n") != std::string::npos);
+    Run bench = run_with_env(dir, "NORMLAB_ISA=" + name, "bench gemm --shape 9,10,11 --repeats 2 --json");
+    CHECK(bench.code == 0);
+    CHECK(bench.out.find("\"kernels\":\"" + name + "\"") != std::string::npos);
   }
 
   for (const char* bad : {"avx3", "GENERIC", ""}) {
