@@ -66,7 +66,7 @@ TEST_CASE("dispatch: set_active_isa switches the path and active_isa_name follow
   }
 }
 
-TEST_CASE("cli: --version names the kernel path; NORMLAB_ISA forces one; a bad value exits 2") {
+TEST_CASE("cli: --version names the kernel path and NORMLAB_ISA forces one and a bad value exits 2") {
   TempDir dir;
   Run plain = run_with_env(dir, "env -u NORMLAB_ISA", "--version");
   CHECK(plain.code == 0);
