@@ -1,4 +1,5 @@
 // normlab bench gemm --shape M,K,N [--variant nn|nt|tn] [--threads N] [--repeats R] [--json]
+// (the kernel path is NORMLAB_ISA or the best this CPU has; the output names it)
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "commands.hpp"
 #include "normlab/bench_gemm.hpp"
 #include "normlab/error.hpp"
+#include "normlab/kernels/dispatch.hpp"
 #include "normlab/parallel.hpp"
 
 namespace normlab::cli {
@@ -91,6 +93,7 @@ void run(const BenchGemmOptions& options) {
         {"shape", {r.M, r.K, r.N}},
         {"threads", r.threads},
         {"repeats", r.repeats},
+        {"kernels", kernels::active_isa_name()},
         {"median_ms", r.median_ms},
         {"min_ms", r.min_ms},
         {"flops", r.flops},
@@ -105,8 +108,8 @@ void run(const BenchGemmOptions& options) {
     fmt::print("{}\n", out.dump());
     return;
   }
-  fmt::print("gemm {} M={} K={} N={}, {} thread{}, {} calls\n", r.variant, r.M, r.K, r.N, r.threads,
-             r.threads == 1 ? "" : "s", r.repeats);
+  fmt::print("gemm {} M={} K={} N={}, {} thread{}, {} calls, kernels: {}\n", r.variant, r.M, r.K, r.N, r.threads,
+             r.threads == 1 ? "" : "s", r.repeats, kernels::active_isa_name());
   fmt::print("  median {:9.4f} ms  {:7.1f} GFLOP/s\n", r.median_ms, r.gflops);
   fmt::print("  min    {:9.4f} ms  {:7.1f} GFLOP/s\n", r.min_ms, r.gflops_best);
   fmt::print("  (GFLOP/s = 2*M*N*K / seconds / 1e9)\n");

@@ -12,13 +12,18 @@ preallocated output, the same way: median over `repeats` calls after warmup call
 shared with other jobs, and the least disturbed round is the one that measures the code.
 ratio = ours / OpenBLAS in GFLOP/s (2*M*N*K / seconds); > 1 means normlab is faster.
 
-OpenBLAS runs with its own CPU detection: the script re-executes itself without
-OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE in the environment (they would force a kernel other than
-the one OpenBLAS picks for this CPU). Threads are set with threadpoolctl when it is installed, else
-with openblas_set_num_threads from the loaded library.
+--isa generic|avx2|avx512 runs normlab with NORMLAB_ISA set to that kernel path and OpenBLAS
+with the matching kernel: OPENBLAS_CORETYPE=Haswell for avx2 (so the AVX2 path can be measured
+against an AVX2 OpenBLAS on an AVX-512 machine), Nehalem (SSE only) for generic. Without --isa, or
+with avx512, OpenBLAS runs with its own CPU detection. Either way the script re-executes itself
+with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE set to exactly that (the machine may set them for
+older OpenBLAS builds; they would force a kernel other than the one asked for). Threads are set
+with threadpoolctl when it is installed, else with openblas_set_num_threads from the loaded
+library. The CPU model, normlab's kernel path and OpenBLAS's core are printed (and kept in --json).
 
-Usage: /usr/bin/python3 bench/bench_gemm.py [build/normlab] [--threads 1 2] [--repeats R]
-                                            [--rounds N] [--only LABEL_TEXT] [--json OUT]
+Usage: /usr/bin/python3 bench/bench_gemm.py [build/normlab] [--isa PATH] [--threads 1 2]
+                                            [--repeats R] [--rounds N] [--only LABEL_TEXT]
+                                            [--json OUT]
 """
 import argparse
 import ctypes
@@ -30,8 +35,25 @@ import sys
 import time
 
 FORCED_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-if any(name in os.environ for name in FORCED_ENV):
+# normlab kernel path -> the OpenBLAS core of the same instruction set (None: OpenBLAS detects).
+OPENBLAS_CORE_FOR_ISA = {"generic": "Nehalem", "avx2": "Haswell", "avx512": None, None: None}
+
+
+def isa_from_argv(argv):
+    """--isa's value, read before argparse: OpenBLAS reads its environment when NumPy loads it."""
+    for i, arg in enumerate(argv):
+        if arg == "--isa" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--isa="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+WANTED_CORE = OPENBLAS_CORE_FOR_ISA.get(isa_from_argv(sys.argv[1:]))
+if any(os.environ.get(name) != (WANTED_CORE if name == "OPENBLAS_CORETYPE" else None) for name in FORCED_ENV):
     env = {k: v for k, v in os.environ.items() if k not in FORCED_ENV}
+    if WANTED_CORE is not None:
+        env["OPENBLAS_CORETYPE"] = WANTED_CORE
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
 import numpy as np  # noqa: E402  (after the re-exec: OpenBLAS reads the environment when loaded)
@@ -101,16 +123,40 @@ def numpy_bench(variant, M, K, N, repeats):
     return statistics.median(times)
 
 
-def normlab_bench(binary, variant, M, K, N, threads, repeats):
+def normlab_env(isa):
+    env = dict(os.environ)
+    if isa is not None:
+        env["NORMLAB_ISA"] = isa
+    return env
+
+
+def normlab_bench(binary, isa, variant, M, K, N, threads, repeats):
     cmd = [binary, "bench", "gemm", "--shape", f"{M},{K},{N}", "--variant", variant,
            "--threads", str(threads), "--repeats", str(repeats), "--json"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=normlab_env(isa)).stdout
     return json.loads(out)["median_ms"]
+
+
+def normlab_kernels(binary, isa):
+    """The 'kernels: ...' line of `normlab --version` (exits with normlab's message if refused)."""
+    run = subprocess.run([binary, "--version"], capture_output=True, text=True, env=normlab_env(isa))
+    if run.returncode != 0:
+        sys.exit(run.stderr.strip())
+    return next((line for line in run.stdout.splitlines() if line.startswith("kernels:")), "kernels: ?")
+
+
+def cpu_model():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("binary", nargs="?", default="build/normlab")
+    parser.add_argument("--isa", choices=["generic", "avx2", "avx512"],
+                        help="normlab kernel path (NORMLAB_ISA) and the matching OpenBLAS core")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
@@ -120,6 +166,8 @@ def main():
     shapes = [s for s in MODEL_SHAPES + BIG_SHAPES if args.only is None or args.only in s[0]]
 
     blas = OpenBlas()
+    kernels = normlab_kernels(args.binary, args.isa)
+    print(f"CPU: {cpu_model()}; normlab {kernels}")
     print(blas.describe())
     print(f"load average at start: {os.getloadavg()[0]:.2f}; median of {args.repeats} calls, "
           f"best of {args.rounds} rounds; ratio = ours / OpenBLAS GFLOP/s")
@@ -137,7 +185,7 @@ def main():
                 # OpenBLAS's idle threads spin for a moment after a call: let them go to sleep
                 # before normlab's threads need the cores.
                 time.sleep(0.2)
-                ours_ms.append(normlab_bench(args.binary, variant, M, K, N, threads, args.repeats))
+                ours_ms.append(normlab_bench(args.binary, args.isa, variant, M, K, N, threads, args.repeats))
                 theirs_ms.append(numpy_bench(variant, M, K, N, args.repeats))
             flops = 2.0 * M * N * K
             ours = flops / (min(ours_ms) * 1e-3) / 1e9
@@ -156,8 +204,8 @@ def main():
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"blas": blas.describe(), "repeats": args.repeats, "rounds": args.rounds,
-                       "rows": rows}, f, indent=1)
+            json.dump({"cpu": cpu_model(), "normlab_kernels": kernels, "blas": blas.describe(),
+                       "repeats": args.repeats, "rounds": args.rounds, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ Run run_with_env(const TempDir& dir, const std::string& env, const std::string& 
 
 }  // namespace
 
-TEST_CASE("dispatch: names, the best path, and parsing NORMLAB_ISA values") {
+TEST_CASE("dispatch: names and the best path and parsing NORMLAB_ISA values") {
   CHECK(std::string(kernels::isa_name(kernels::Isa::generic)) == "generic");
   CHECK(std::string(kernels::isa_name(kernels::Isa::avx2)) == "avx2");
   CHECK(std::string(kernels::isa_name(kernels::Isa::avx512)) == "avx512");
@@ -66,7 +66,7 @@ TEST_CASE("dispatch: set_active_isa switches the path and active_isa_name follow
   }
 }
 
-TEST_CASE("cli: --version names the kernel path; NORMLAB_ISA forces one; a bad value exits 2") {
+TEST_CASE("cli: --version names the kernel path and NORMLAB_ISA forces one and a bad value exits 2") {
   TempDir dir;
   Run plain = run_with_env(dir, "env -u NORMLAB_ISA", "--version");
   CHECK(plain.code == 0);
@@ -79,6 +79,9 @@ TEST_CASE("cli: --version names the kernel path; NORMLAB_ISA forces one; a bad v
     INFO(name << ": " << forced.err);
     CHECK(forced.code == 0);
     CHECK(forced.out.find("kernels: " + name + "\n") != std::string::npos);
+    Run bench = run_with_env(dir, "NORMLAB_ISA=" + name, "bench gemm --shape 9,10,11 --repeats 2 --json");
+    CHECK(bench.code == 0);
+    CHECK(bench.out.find("\"kernels\":\"" + name + "\"") != std::string::npos);
   }
 
   for (const char* bad : {"avx3", "GENERIC", ""}) {

@@ -54,7 +54,7 @@ void check_every_path(const std::string& what, const std::function<Buffers()>& c
       const Buffers got = compute();
       REQUIRE(got.size() == reference.size());
       for (size_t b = 0; b < got.size(); b++) {
-        INFO(what << " on " << isa_name(isa) << ", " << threads << " threads, output " << b);
+        INFO(what << " on " << std::string(isa_name(isa)) << ", " << threads << " threads, output " << b);
         REQUIRE(got[b].size() == reference[b].size());
         size_t first_difference = got[b].size();
         for (size_t i = 0; i < got[b].size(); i++) {
@@ -73,7 +73,7 @@ void check_every_path(const std::string& what, const std::function<Buffers()>& c
 
 }  // namespace
 
-TEST_CASE("bit identity across paths: GEMM, all layouts, edges, several K blocks, accumulate") {
+TEST_CASE("bit identity across paths: GEMM in all layouts with edges and several K blocks and accumulate") {
   struct Shape {
     int64_t M, K, N;
   };
@@ -128,7 +128,7 @@ TEST_CASE("bit identity across paths: LayerNorm and RMSNorm forward and backward
   }
 }
 
-TEST_CASE("bit identity across paths: BatchNorm train, eval and backward") {
+TEST_CASE("bit identity across paths: BatchNorm train and eval and backward") {
   const int64_t N = 70, C = 37;
   check_every_path("batch_norm", [&] {
     const auto x = randn(N * C, 18, 2.0f), gamma = randn(C, 19), beta = randn(C, 20), dy = randn(N * C, 21);
@@ -144,7 +144,7 @@ TEST_CASE("bit identity across paths: BatchNorm train, eval and backward") {
   });
 }
 
-TEST_CASE("bit identity across paths: activations (ReLU, GELU, DyT), softmax, dropout") {
+TEST_CASE("bit identity across paths: activations (ReLU GELU DyT) and softmax and dropout") {
   const int64_t N = 33, C = 61;
   check_every_path("activations", [&] {
     const auto x = randn(N * C, 25, 4.0f), dy = randn(N * C, 26);
@@ -170,7 +170,7 @@ TEST_CASE("bit identity across paths: activations (ReLU, GELU, DyT), softmax, dr
   });
 }
 
-TEST_CASE("bit identity across paths: cross-entropy, embedding") {
+TEST_CASE("bit identity across paths: cross-entropy and embedding") {
   const int64_t N = 29, V = 50, C = 24;
   check_every_path("cross_entropy+embedding", [&] {
     const auto logits = randn(N * V, 33, 5.0f);

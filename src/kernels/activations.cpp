@@ -10,13 +10,21 @@
 
 namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
+namespace {
+// Below this many elements a loop runs on the calling thread: waking the team costs more than the
+// loop (the result is the same either way: each element or row is computed on its own).
+constexpr int64_t kMinParallelElements = int64_t{1} << 15;
+// exp / tanh / erfc cost tens of operations per element: a smaller grain pays.
+constexpr int64_t kMinParallelTranscendentals = int64_t{1} << 12;
+}  // namespace
+
 void relu_forward(float* out, const float* inp, int64_t N) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N >= kMinParallelElements)
   for (int64_t i = 0; i < N; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
 }
 
 void relu_backward(float* dinp, const float* dout, const float* inp, int64_t N) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N >= kMinParallelElements)
   for (int64_t i = 0; i < N; i++) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
 }
 
@@ -26,7 +34,7 @@ constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
 }  // namespace
 
 void gelu_forward(float* out, const float* inp, int64_t N) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N >= kMinParallelTranscendentals)
   for (int64_t i = 0; i < N; i++) {
     const float x = inp[i];
     // Phi(x) = 0.5 erfc(-x / sqrt(2)) = 0.5 (1 + erf(x / sqrt(2))), but without the cancellation
@@ -36,7 +44,7 @@ void gelu_forward(float* out, const float* inp, int64_t N) {
 }
 
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t N) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N >= kMinParallelTranscendentals)
   for (int64_t i = 0; i < N; i++) {
     const float x = inp[i];
     const float cdf = 0.5f * math::erfc(-x * kInvSqrt2);
@@ -48,7 +56,7 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t N) 
 void dyt_forward(float* out, const float* inp, const float* alpha, const float* gamma,
                  const float* beta, int64_t N, int64_t C) {
   const float a = alpha[0];
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= kMinParallelTranscendentals)
   for (int64_t n = 0; n < N; n++) {
     const float* x = inp + n * C;
     float* y = out + n * C;

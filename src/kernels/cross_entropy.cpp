@@ -12,6 +12,9 @@ namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 namespace {
 constexpr int32_t kIgnore = -1;
+// Below this many elements a loop runs on the calling thread: waking the team costs more than the
+// loop (each row is computed on its own either way; the forward's exp gets a smaller grain).
+constexpr int64_t kMinParallelElements = int64_t{1} << 15;
 
 int64_t count_targets(const char* where, const int32_t* targets, int64_t N, int64_t V) {
   int64_t count = 0;
@@ -30,7 +33,7 @@ int64_t count_targets(const char* where, const int32_t* targets, int64_t N, int6
 float cross_entropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
                             int64_t N, int64_t V) {
   const int64_t count = count_targets("cross_entropy_forward", targets, N, V);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * V >= kMinParallelElements / 8)
   for (int64_t n = 0; n < N; n++) {
     const float* z = logits + n * V;
     float* p = probs + n * V;
@@ -59,7 +62,7 @@ void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* t
   const int64_t count = count_targets("cross_entropy_backward", targets, N, V);
   if (count == 0) return;
   const float scale = dloss / float(count);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * V >= kMinParallelElements)
   for (int64_t n = 0; n < N; n++) {
     const int32_t target = targets[n];
     if (target == kIgnore) continue;
@@ -75,7 +78,7 @@ void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* t
 int64_t count_correct(const float* logits, const int32_t* targets, int64_t N, int64_t V) {
   count_targets("count_correct", targets, N, V);
   int64_t correct = 0;
-#pragma omp parallel for schedule(static) reduction(+ : correct)
+#pragma omp parallel for schedule(static) reduction(+ : correct) if (N * V >= kMinParallelElements)
   for (int64_t n = 0; n < N; n++) {
     if (targets[n] == kIgnore) continue;
     const float* z = logits + n * V;

@@ -10,6 +10,9 @@
 namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 namespace {
+// Below this many elements a loop runs on the calling thread: waking the team costs more than the
+// loop (every element is summed in token order either way).
+constexpr int64_t kMinParallelElements = int64_t{1} << 15;
 // Checked before any thread starts: an exception cannot leave an OpenMP region.
 void check_ids(const char* where, const int32_t* ids, int64_t N, int64_t V) {
   for (int64_t n = 0; n < N; n++) {
@@ -24,7 +27,7 @@ void check_ids(const char* where, const int32_t* ids, int64_t N, int64_t V) {
 void embedding_forward(float* out, const int32_t* ids, const float* weight, int64_t N, int64_t V,
                        int64_t C) {
   check_ids("embedding_forward", ids, N, V);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= kMinParallelElements)
   for (int64_t n = 0; n < N; n++) {
     const float* row = weight + int64_t(ids[n]) * C;
     float* y = out + n * C;
@@ -35,7 +38,7 @@ void embedding_forward(float* out, const int32_t* ids, const float* weight, int6
 void embedding_backward(float* dweight, const float* dout, const int32_t* ids, int64_t N, int64_t V,
                         int64_t C) {
   check_ids("embedding_backward", ids, N, V);
-#pragma omp parallel
+#pragma omp parallel if (N * C >= kMinParallelElements)
   {
     // Columns [c0, c1) belong to this thread; each column's sum runs over tokens in order.
     const int64_t nthreads = omp_get_num_threads();

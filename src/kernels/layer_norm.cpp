@@ -11,6 +11,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -107,26 +108,52 @@ void normalize_row(float* __restrict y,                                         
 
 }  // namespace
 
+namespace {
+
+// One row of the forward: y = LN(x), mean and rstd of the row written where not nullptr.
+void forward_row(float* y, float* mean, float* rstd,                                  // (cols), (1), (1)
+                 const float* x, const float* next_x,                                 // (cols), (cols): prefetched
+                 const float* gamma, const float* beta, int64_t cols, float eps) {    // (cols), (cols)
+  // Two passes over the row (it sits in L1 after the first): the mean, then the biased variance
+  // (divided by cols: the normalizer of this row, not an estimate of a population's).
+  double row_mean = row_sum(x, cols, next_x, y) / double(cols);
+  double row_var = row_sum_squared_deviation(x, cols, row_mean) / double(cols);
+  // A constant row has var 0: rstd = 1/sqrt(eps) and every xhat is exactly 0, so y = beta.
+  double row_rstd = 1.0 / std::sqrt(row_var + double(eps));
+  if (mean != nullptr) *mean = float(row_mean);
+  if (rstd != nullptr) *rstd = float(row_rstd);
+  normalize_row(y, x, gamma, beta, cols, row_mean, row_rstd);
+}
+
+}  // namespace
+
 void layer_norm_forward(float* out, float* mean, float* rstd,                 // (rows, cols), (rows), (rows)
                         const float* inp, const float* gamma, const float* beta,  // (rows, cols), (cols), (cols)
                         int64_t rows, int64_t cols, float eps) {
 #pragma omp parallel for schedule(static) if (rows * cols >= kMinParallelElements)
   for (int64_t r = 0; r < rows; r++) {
-    const float* x = inp + r * cols;  // (cols)
-    float* y = out + r * cols;        // (cols)
-
+    const float* x = inp + r * cols;                    // (cols)
     const float* next_x = r + 1 < rows ? x + cols : x;  // (cols), prefetched
+    forward_row(out + r * cols, mean != nullptr ? mean + r : nullptr, rstd != nullptr ? rstd + r : nullptr, x,
+                next_x, gamma, beta, cols, eps);
+  }
+}
 
-    // Two passes over the row (it sits in L1 after the first): the mean, then the biased variance
-    // (divided by cols: the normalizer of this row, not an estimate of a population's).
-    double row_mean = row_sum(x, cols, next_x, y) / double(cols);
-    double row_var = row_sum_squared_deviation(x, cols, row_mean) / double(cols);
-    // A constant row has var 0: rstd = 1/sqrt(eps) and every xhat is exactly 0, so y = beta.
-    double row_rstd = 1.0 / std::sqrt(row_var + double(eps));
-    if (mean != nullptr) mean[r] = float(row_mean);
-    if (rstd != nullptr) rstd[r] = float(row_rstd);
-
-    normalize_row(y, x, gamma, beta, cols, row_mean, row_rstd);
+void layer_norm_residual_forward(float* out, float* sum, float* mean, float* rstd,  // (rows, cols) x2, (rows) x2
+                                 const float* inp, const float* residual,          // (rows, cols), (rows, cols)
+                                 const float* gamma, const float* beta,            // (cols), (cols)
+                                 int64_t rows, int64_t cols, float eps) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kMinParallelElements)
+  for (int64_t r = 0; r < rows; r++) {
+    const float* x = inp + r * cols;         // (cols)
+    const float* res = residual + r * cols;  // (cols)
+    float* s = sum + r * cols;               // (cols)
+    // The sum is formed and normalized while the row is in L1: one pass over memory fewer than an
+    // add kernel followed by layer_norm_forward.
+    for (int64_t i = 0; i < cols; i++) s[i] = x[i] + res[i];
+    const float* next_x = r + 1 < rows ? x + cols : x;  // (cols), prefetched
+    forward_row(out + r * cols, mean != nullptr ? mean + r : nullptr, rstd != nullptr ? rstd + r : nullptr, s,
+                next_x, gamma, beta, cols, eps);
   }
 }
 
@@ -233,10 +260,15 @@ void backward_row_update(float* __restrict dx,                                  
 
 }  // namespace
 
-void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,                // (rows, cols), (cols), (cols)
-                         const float* dout, const float* inp, const float* gamma,  // (rows, cols), (rows, cols), (cols)
-                         const float* mean, const float* rstd,                      // (rows), (rows)
-                         int64_t rows, int64_t cols) {
+namespace {
+
+// layer_norm_backward, and with dresidual != nullptr the fused residual backward: the row's input
+// gradient is then formed in a zeroed row buffer and added to both dinp and dresidual, the same
+// bits as a separate add's backward would give.
+void backward(float* dinp, float* dresidual, float* dgamma, float* dbeta,  // (rows, cols) x2, (cols), (cols)
+              const float* dout, const float* inp, const float* gamma,    // (rows, cols), (rows, cols), (cols)
+              const float* mean, const float* rstd,                        // (rows), (rows)
+              int64_t rows, int64_t cols) {
   const bool parallel = rows * cols >= kMinParallelElements;
   const int num_threads = parallel ? omp_get_max_threads() : 1;
   const size_t width = size_t(cols);
@@ -253,12 +285,14 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
     double* dgamma_thread = need_param_grads ? partials[thread].data() : nullptr;         // (cols)
     double* dbeta_thread = need_param_grads ? partials[thread].data() + width : nullptr;  // (cols)
     std::vector<float> g_row(width);  // (cols): g of the current row, from pass 1 to pass 2
+    std::vector<float> ds_row(dresidual != nullptr ? width : 0);  // (cols): the fused variant's row gradient
 
 #pragma omp for schedule(static) nowait  // the region ends here: its own barrier is enough
     for (int64_t r = 0; r < rows; r++) {
       const float* x = inp + r * cols;    // (cols)
       const float* dy = dout + r * cols;  // (cols)
-      float* dx = dinp != nullptr ? dinp + r * cols : nullptr;  // (cols)
+      float* dx = dresidual != nullptr ? ds_row.data() : dinp != nullptr ? dinp + r * cols : nullptr;  // (cols)
+      if (dresidual != nullptr) std::fill(ds_row.begin(), ds_row.end(), 0.0f);
       const bool has_next = r + 1 < rows;
       BackwardRowSums sums = backward_row_sums(g_row.data(), dy, x, gamma, cols, mean[r], rstd[r],
                                                has_next ? dy + cols : dy, has_next ? x + cols : x,
@@ -268,6 +302,14 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
       const double mean_g_xhat = sums.g_xhat0 / double(cols) - shift * mean_g;  // mean(g * (xhat0 - shift))
       backward_row_update(dx, dgamma_thread, dbeta_thread, g_row.data(), dy, x, cols, mean[r], rstd[r], float(shift),
                           float(mean_g), float(mean_g_xhat));
+      if (dresidual != nullptr) {
+        float* dres = dresidual + r * cols;  // (cols)
+        float* din = dinp + r * cols;        // (cols)
+        for (int64_t j = 0; j < cols; j++) {
+          din[j] += ds_row[size_t(j)];
+          dres[j] += ds_row[size_t(j)];
+        }
+      }
     }
   }
 
@@ -284,6 +326,19 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
       if (dbeta != nullptr) dbeta[j] += float(dbeta_sum);
     }
   }
+}
+
+}  // namespace
+
+void layer_norm_backward(float* dinp, float* dgamma, float* dbeta, const float* dout, const float* inp,
+                         const float* gamma, const float* mean, const float* rstd, int64_t rows, int64_t cols) {
+  backward(dinp, nullptr, dgamma, dbeta, dout, inp, gamma, mean, rstd, rows, cols);
+}
+
+void layer_norm_residual_backward(float* dinp, float* dresidual, float* dgamma, float* dbeta, const float* dout,
+                                  const float* sum, const float* gamma, const float* mean, const float* rstd,
+                                  int64_t rows, int64_t cols) {
+  backward(dinp, dresidual, dgamma, dbeta, dout, sum, gamma, mean, rstd, rows, cols);
 }
 
 }  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

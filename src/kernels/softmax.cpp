@@ -8,8 +8,14 @@
 
 namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
+namespace {
+// Below this many elements a loop runs on the calling thread: waking the team costs more than the
+// loop (the result is the same either way: each element or row is computed on its own).
+constexpr int64_t kMinParallelElements = int64_t{1} << 15;
+}  // namespace
+
 void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols >= kMinParallelElements / 8)
   for (int64_t r = 0; r < rows; r++) {
     const float* x = inp + r * cols;
     float* y = out + r * cols;
@@ -26,7 +32,7 @@ void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols) {
 }
 
 void softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols >= kMinParallelElements)
   for (int64_t r = 0; r < rows; r++) {
     const float* dy = dout + r * cols;
     const float* y = out + r * cols;

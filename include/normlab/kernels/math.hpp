@@ -3,10 +3,10 @@
 //
 // Why not libm: glibc picks a different implementation of exp/tanh/erfc per CPU (and libmvec's
 // vector versions round differently from the scalar ones), so a kernel calling them would give
-// different bits on the generic, avx2 and avx512 paths. These use only IEEE +, -, *, / and sqrt-free
-// bit manipulation, never a fused multiply-add (the build sets -ffp-contract=off), so every path
-// and every x86-64 CPU computes the same bits. They are branch-free inline functions, so a loop
-// calling them vectorizes.
+// different bits on the generic, avx2 and avx512 paths. These use only IEEE +, -, *, /, exact
+// conversions and exponent-bit manipulation, never a fused multiply-add (the build sets
+// -ffp-contract=off), so every path and every x86-64 CPU computes the same bits. They are
+// branch-free inline functions, so a loop calling them vectorizes.
 //
 // Accuracy against glibc (tests/test_math.cpp checks it over wide ranges): exp, expm1, tanh within
 // 3 ulp; erfc within 3 ulp wherever the result is a normal float; erf within 3 ulp.

@@ -19,10 +19,9 @@
 //
 // Determinism: every element of C is computed by exactly one thread, as
 //   C[i][j] (+)= sum over K blocks of 256, in order, of (fma chain over k in order),
-// which depends neither on the thread count nor on `parallel`: results are bit-identical run to
-// run and for any number of threads. (The multiply-add is fused where the CPU has FMA, as with
-// -march=native here, and a multiply then an add otherwise: a build without FMA rounds
-// differently, consistently.)
+// which depends neither on the thread count, nor on `parallel`, nor on the kernel path (the
+// multiply-add is always fused, std::fma: vfmadd on avx2/avx512, glibc's exact fmaf on generic):
+// results are bit-identical run to run, for any number of threads and on every path.
 #include <cstdint>
 
 namespace normlab::kernels {
