@@ -180,7 +180,11 @@ fi
 echo "mutants.sh: copying $here to $scratch"
 mkdir -p "$scratch"
 find "$scratch" -mindepth 1 -maxdepth 1 ! -name build -exec rm -rf {} +
-(cd "$here" && git ls-files -z -co --exclude-standard | grep -zv '^build/' | tar --null -T - -cf -) | tar -xf - -C "$scratch"
+if git -C "$here" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  (cd "$here" && git ls-files -z -co --exclude-standard | grep -zv '^build/' | tar --null -T - -cf -) | tar -xf - -C "$scratch"
+else  # an exported tree (git archive): everything but build directories
+  (cd "$here" && tar --exclude=./build --exclude=./.git -cf - .) | tar -xf - -C "$scratch"
+fi
 
 # ccache: paths relative to the scratch dir hash like the worktree's own build, so unchanged files
 # are cache hits.

@@ -57,12 +57,12 @@ RunConfig small_config(int threads) {
   c.task.bucket_width = 4;
   c.optim.lr = 0.01;
   c.optim.warmup_steps = 5;
-  c.train.steps = 20;
+  c.train.steps = 12;
   c.train.batch_size = 32;  // ~250 tokens: enough rows that every thread gets some
-  c.train.eval_every = 10;
-  c.train.log_every = 10;
-  c.train.diagnostics_every = 5;
-  c.train.checkpoint_every = 10;
+  c.train.eval_every = 6;
+  c.train.log_every = 6;
+  c.train.diagnostics_every = 3;
+  c.train.checkpoint_every = 6;
   c.train.threads = threads;
   check_config(c, "threads test");
   return c;
@@ -137,7 +137,7 @@ TEST_CASE("threads: training is bit-identical run to run at 1, 2 and 3 threads; 
     CHECK(summary["threads"] == threads);
     runs.push_back(metrics_without_time(RunPaths(a).metrics));
   }
-  // Across thread counts: same number of records, losses equal to float32 rounding grown over 20
+  // Across thread counts: same number of records, losses equal to float32 rounding grown over 12
   // updates (not bit-identical: see the header comment).
   for (size_t k = 1; k < runs.size(); ++k) {
     REQUIRE(runs[k].size() == runs[0].size());
