@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "normlab/bench_gemm.hpp"
+#include "normlab/bench/gemm.hpp"
 #include "normlab/error.hpp"
 #include "normlab/parallel.hpp"
 
@@ -70,7 +70,7 @@ void run(const BenchGemmOptions& options) {
   }
   if (options.threads > 0) set_num_threads(options.threads);
 
-  GemmBenchResult r = bench_gemm(options.variant, shape[0], shape[1], shape[2], options.repeats);
+  bench::GemmBenchResult r = bench::bench_gemm(options.variant, shape[0], shape[1], shape[2], options.repeats);
   if (options.json) {
     nlohmann::json out = {
         {"benchmark", "gemm"},

@@ -6,9 +6,11 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "commands.hpp"
 #include "normlab/error.hpp"
+#include "normlab/kernels/reference/mode.hpp"
 
 int main(int argc, char** argv) {
   // Activations are freed and reallocated every training step. With glibc's defaults each buffer
@@ -18,7 +20,14 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   mallopt(M_TOP_PAD, 64 << 20);
   CLI::App app{"normlab: train small Transformer encoders and study Layer Normalization"};
-  app.set_version_flag("--version", std::string("normlab ") + NORMLAB_VERSION);
+  std::string version = std::string("normlab ") + NORMLAB_VERSION;
+  try {
+    if (normlab::kernels::reference::reference_kernels_enabled()) version += "\nkernels: reference";
+  } catch (const normlab::InputError& e) {
+    fmt::print(stderr, "normlab: error: {}\n", e.what());
+    return 2;
+  }
+  app.set_version_flag("--version", version);
   app.require_subcommand(1);
 
   CLI::App* bench = app.add_subcommand("bench", "Micro-benchmarks of normlab's kernels");
