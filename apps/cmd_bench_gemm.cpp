@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "normlab/bench_gemm.hpp"
+#include "normlab/bench/gemm.hpp"
 #include "normlab/error.hpp"
 #include "normlab/kernels/dispatch.hpp"
 #include "normlab/parallel.hpp"
@@ -85,7 +85,7 @@ void run(const BenchGemmOptions& options) {
                                  std::max(1, int(double(options.repeats) * kMaxBenchSeconds / seconds / 2))));
   }
 
-  GemmBenchResult r = bench_gemm(options.variant, shape[0], shape[1], shape[2], options.repeats);
+  bench::GemmBenchResult r = bench::bench_gemm(options.variant, shape[0], shape[1], shape[2], options.repeats);
   if (options.json) {
     nlohmann::json out = {
         {"benchmark", "gemm"},

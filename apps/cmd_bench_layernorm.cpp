@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "normlab/bench_layernorm.hpp"
+#include "normlab/bench/layernorm.hpp"
 #include "normlab/error.hpp"
 #include "normlab/parallel.hpp"
 
@@ -65,7 +65,7 @@ void run(const BenchLayerNormOptions& options) {
   }
   if (options.threads_given) set_num_threads(options.threads);
 
-  LayerNormBenchResult r = bench_layernorm(shape[0], shape[1], shape[2], options.repeats);
+  bench::LayerNormBenchResult r = bench::bench_layernorm(shape[0], shape[1], shape[2], options.repeats);
   if (options.json) {
     nlohmann::json out = {
         {"benchmark", "layernorm"},

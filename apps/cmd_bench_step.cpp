@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "normlab/bench/step.hpp"
 #include "normlab/error.hpp"
 #include "normlab/parallel.hpp"
-#include "normlab/train/bench_step.hpp"
 #include "normlab/train/config.hpp"
 
 namespace normlab::cli {
@@ -33,7 +33,7 @@ void run(const BenchStepOptions& options) {
   train::RunConfig config = train::load_config(options.config, overrides);
   if (config.train.threads > 0) set_num_threads(static_cast<int>(config.train.threads));
 
-  train::BenchStepResult r = train::bench_step(config, options.repeats);
+  bench::BenchStepResult r = bench::bench_step(config, options.repeats);
   const train::ModelConfig& m = config.model;
   if (options.json) {
     nlohmann::json out = {{"benchmark", "step"},

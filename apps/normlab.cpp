@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "normlab/error.hpp"
 #include "normlab/kernels/dispatch.hpp"
+#include "normlab/kernels/reference/mode.hpp"
 #include "normlab/train/config.hpp"
 
 namespace {
@@ -52,9 +53,13 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   mallopt(M_TOP_PAD, 64 << 20);
   CLI::App app{"normlab: train small Transformer encoders and study Layer Normalization"};
-  std::string kernels_line;  // "kernels: avx2": NORMLAB_ISA or the best path this CPU runs
+  // "kernels: avx2": NORMLAB_ISA or the best path this CPU runs; "kernels: reference" under
+  // NORMLAB_KERNELS=reference (the plain loops, for reading and debugging).
+  std::string kernels_line;
   try {
-    kernels_line = std::string("kernels: ") + normlab::kernels::active_isa_name();
+    kernels_line = normlab::kernels::reference::reference_kernels_enabled()
+                       ? std::string("kernels: reference")
+                       : std::string("kernels: ") + normlab::kernels::active_isa_name();
     if (std::string note = normlab::kernels::isa_note(); !note.empty()) fmt::print(stderr, "normlab: note: {}\n", note);
   } catch (const normlab::InputError& e) {
     fmt::print(stderr, "normlab: error: {}\n", e.what());

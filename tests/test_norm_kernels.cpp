@@ -1,4 +1,4 @@
-// RMSNorm and BatchNorm kernels: float64 references, PyTorch golden data (RMSNorm), finite
+// RMSNorm and BatchNorm kernels: the reference kernels, PyTorch golden data (RMSNorm), finite
 // differences, running statistics, determinism, and the per-token vs per-batch contrast with
 // LayerNorm. Error metric: max|ours - ref| / max(1, max|ref|) per tensor (see
 // test_layernorm_kernels.cpp).
@@ -15,6 +15,8 @@
 #include "normlab/io/npy.hpp"
 #include "normlab/kernels/batch_norm.hpp"
 #include "normlab/kernels/layer_norm.hpp"
+#include "normlab/kernels/reference/batch_norm.hpp"
+#include "normlab/kernels/reference/rms_norm.hpp"
 #include "normlab/kernels/rms_norm.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/rng.hpp"
@@ -94,7 +96,7 @@ RmsResult run_rms_norm(const std::vector<float>& x, const std::vector<float>* ga
   return out;
 }
 
-// ---- BatchNorm: float64 reference of the training forward and its backward ----
+// ---- BatchNorm: the reference kernels (kernels/reference/batch_norm.hpp), widened to double ----
 
 struct BatchNormReference {
   std::vector<double> y, dx, dgamma, dbeta, mean, var;
@@ -102,37 +104,18 @@ struct BatchNormReference {
 BatchNormReference batch_norm_reference(const std::vector<float>& x, const std::vector<float>& gamma,
                                         const std::vector<float>& beta, const std::vector<float>& dout, int64_t N,
                                         int64_t C, double eps) {
-  BatchNormReference ref;
-  ref.y.resize(x.size());
-  ref.dx.resize(x.size());
-  ref.mean.assign(size_t(C), 0.0);
-  ref.var.assign(size_t(C), 0.0);
-  ref.dgamma.assign(size_t(C), 0.0);
-  ref.dbeta.assign(size_t(C), 0.0);
-  for (int64_t c = 0; c < C; c++) {
-    const size_t k = size_t(c);
-    for (int64_t n = 0; n < N; n++) ref.mean[k] += x[size_t(n * C + c)];
-    ref.mean[k] /= double(N);
-    for (int64_t n = 0; n < N; n++) ref.var[k] += std::pow(x[size_t(n * C + c)] - ref.mean[k], 2);
-    ref.var[k] /= double(N);
-    const double rstd = 1.0 / std::sqrt(ref.var[k] + eps);
-    double mean_g = 0.0, mean_gxhat = 0.0;
-    for (int64_t n = 0; n < N; n++) {
-      const size_t i = size_t(n * C + c);
-      const double xhat = (x[i] - ref.mean[k]) * rstd;
-      ref.y[i] = gamma[k] * xhat + beta[k];
-      const double g = double(dout[i]) * gamma[k];
-      mean_g += g / double(N);
-      mean_gxhat += g * xhat / double(N);
-      ref.dgamma[k] += double(dout[i]) * xhat;
-      ref.dbeta[k] += double(dout[i]);
-    }
-    for (int64_t n = 0; n < N; n++) {
-      const size_t i = size_t(n * C + c);
-      const double xhat = (x[i] - ref.mean[k]) * rstd;
-      ref.dx[i] = rstd * (double(dout[i]) * gamma[k] - mean_g - xhat * mean_gxhat);
-    }
-  }
+  std::vector<float> y(x.size()), mean(static_cast<size_t>(C)), rstd(static_cast<size_t>(C)), dx(x.size(), 0.0f);
+  std::vector<float> dgamma(size_t(C), 0.0f), dbeta(size_t(C), 0.0f);
+  // momentum 1 from a zero running_var leaves the unbiased batch variance there
+  std::vector<float> running_mean(size_t(C), 0.0f), unbiased_var(size_t(C), 0.0f);
+  normlab::kernels::reference::batch_norm_forward_train(y.data(), mean.data(), rstd.data(), running_mean.data(),
+                                                        unbiased_var.data(), x.data(), gamma.data(), beta.data(), N,
+                                                        C, float(eps), 1.0f);
+  normlab::kernels::reference::batch_norm_backward(dx.data(), dgamma.data(), dbeta.data(), dout.data(), x.data(),
+                                                   gamma.data(), mean.data(), rstd.data(), N, C);
+  auto wide = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  BatchNormReference ref{wide(y), wide(dx), wide(dgamma), wide(dbeta), wide(mean), wide(unbiased_var)};
+  for (double& v : ref.var) v = v * double(N - 1) / double(N);  // biased, as normalization uses it
   return ref;
 }
 
@@ -173,30 +156,19 @@ TEST_CASE("rmsnorm golden case matches the PyTorch formula (forward 1e-5, gradie
   CHECK(relative_max_error(ours.dgamma, dgamma_ref.data) <= 1e-4);
 }
 
-TEST_CASE("rmsnorm matches a float64 reference and has unit mean square with identity gamma") {
+TEST_CASE("rmsnorm matches the reference kernel and has unit mean square with identity gamma") {
   normlab::Rng rng(21);
   const int64_t rows = 11, cols = 333;
   std::vector<float> x = normals(rng, size_t(rows * cols), 0.7f, 3.0f);
   std::vector<float> dout = normals(rng, x.size());
   std::vector<float> gamma = normals(rng, size_t(cols), 1.0f, 0.2f);
   const double eps = 1e-6;
-  std::vector<double> y_ref(x.size()), dx_ref(x.size()), dgamma_ref(size_t(cols), 0.0);
-  for (int64_t r = 0; r < rows; r++) {
-    double mean_square = 0.0;
-    for (int64_t i = 0; i < cols; i++) mean_square += std::pow(x[size_t(r * cols + i)], 2) / double(cols);
-    const double rstd = 1.0 / std::sqrt(mean_square + double(float(eps)));
-    double mean_gxhat = 0.0;
-    for (int64_t i = 0; i < cols; i++) {
-      const size_t j = size_t(r * cols + i);
-      y_ref[j] = x[j] * rstd * gamma[size_t(i)];
-      mean_gxhat += double(dout[j]) * gamma[size_t(i)] * x[j] * rstd / double(cols);
-      dgamma_ref[size_t(i)] += double(dout[j]) * x[j] * rstd;
-    }
-    for (int64_t i = 0; i < cols; i++) {
-      const size_t j = size_t(r * cols + i);
-      dx_ref[j] = rstd * (double(dout[j]) * gamma[size_t(i)] - x[j] * rstd * mean_gxhat);
-    }
-  }
+  std::vector<float> y_ref(x.size()), rstd_ref(static_cast<size_t>(rows));
+  std::vector<float> dx_ref(x.size(), 0.0f), dgamma_ref(size_t(cols), 0.0f);
+  normlab::kernels::reference::rms_norm_forward(y_ref.data(), rstd_ref.data(), x.data(), gamma.data(), rows, cols,
+                                                float(eps));
+  normlab::kernels::reference::rms_norm_backward(dx_ref.data(), dgamma_ref.data(), dout.data(), x.data(), gamma.data(),
+                                                 rstd_ref.data(), rows, cols);
   RmsResult ours = run_rms_norm(x, &gamma, dout, rows, cols, float(eps));
   CHECK(relative_max_error(ours.y, y_ref) <= 1e-5);
   CHECK(relative_max_error(ours.dx, dx_ref) <= 1e-4);
@@ -242,7 +214,7 @@ TEST_CASE("rmsnorm is bit-identical run to run at a fixed thread count") {
   CHECK(same_bits(a.dgamma, b.dgamma));
 }
 
-TEST_CASE("batchnorm training forward and backward match a float64 reference") {
+TEST_CASE("batchnorm training forward and backward match the reference kernels") {
   normlab::Rng rng(31);
   const int64_t N = 150, C = 24;
   // Features with very different scales and a large offset: per-feature statistics must cope.

@@ -7,9 +7,10 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "normlab/detail/default_init_allocator.hpp"
 
 namespace normlab {
 
@@ -21,29 +22,8 @@ using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& shape);  // product of dims; 1 for a scalar (empty shape)
 std::string shape_str(const Shape& shape);  // "[4, 100, 512]"
 
-// An allocator that leaves elements default-initialized, i.e. uninitialized for float, when a
-// vector is created or grown by size alone; Storage(n, 0.0f) still fills. Every op overwrites its
-// output, so zero-filling it first is wasted work: in a training step of configs/bench-step.json
-// those memsets were ~10% of the time, all of it on the main thread while the others waited.
-template <typename T>
-struct DefaultInitAllocator : std::allocator<T> {
-  template <typename U>
-  struct rebind {
-    using other = DefaultInitAllocator<U>;
-  };
-  DefaultInitAllocator() = default;
-  template <typename U>
-  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
-  template <typename U>
-  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <typename U, typename... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
-};
-using Storage = std::vector<float, DefaultInitAllocator<float>>;
+// Float storage whose size-only constructor leaves the values uninitialized (Tensor::empty).
+using Storage = std::vector<float, detail::DefaultInitAllocator<float>>;
 
 struct TensorImpl {
   Shape shape;

@@ -109,11 +109,12 @@ Tensor TransformerEncoder::forward(const Tensor& x, const std::vector<int64_t>& 
 
 // ---------------------------------------------------------------- the model
 EncoderModel::EncoderModel(const ModelOptions& opts)
-    : TransformerEncoder(opts.encoder, opts.seed),
-      model_options(opts),
+    : model_options(opts),
+      encoder(opts.encoder, opts.seed),
       init_rng_(opts.seed, 2),
       embedding(opts.vocab_size, opts.encoder.d_model, init_rng_),
       head(opts.encoder.d_model, opts.num_classes, true, init_rng_) {
+  register_module("", encoder);
   register_module("embedding", embedding);
   if (opts.positional == Positional::learned) {
     pos_embedding.emplace(opts.max_len, opts.encoder.d_model, init_rng_);
@@ -146,7 +147,7 @@ Tensor EncoderModel::forward(const std::vector<int32_t>& tokens, const std::vect
       std::copy_n(pos_table.data() + positions[size_t(t)] * d, d, pe.data() + t * d);
     x = ops::add(x, pe);
   }
-  Tensor h = TransformerEncoder::forward(x, offsets, diagnostics);  // (T, d)
+  Tensor h = encoder.forward(x, offsets, diagnostics);  // (T, d)
   if (model_options.head == Head::sequence) h = ops::mean_pool(h, offsets);  // (B, d)
   return head.forward(h);
 }

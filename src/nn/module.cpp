@@ -19,7 +19,7 @@ void Module::register_module(const std::string& name, Module& child) { children_
 
 void Module::collect(const std::string& prefix, NamedTensors& out, bool buffers) const {
   for (const auto& [name, tensor] : buffers ? buffers_ : params_) out.emplace_back(prefix + name, *tensor);
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, buffers);
+  for (const auto& [name, child] : children_) child->collect(name.empty() ? prefix : prefix + name + ".", out, buffers);
 }
 
 NamedTensors Module::named_parameters() const {

@@ -7,6 +7,8 @@
 #include <set>
 
 #include "normlab/error.hpp"
+#include "normlab/kernels/reference/adam.hpp"
+#include "normlab/kernels/reference/mode.hpp"
 
 namespace normlab::optim {
 
@@ -115,9 +117,12 @@ void Optimizer::step(float lr) {
   if (!(std::isfinite(lr) && lr >= 0.0f))
     throw UsageError(fmt::format("optimizer: step lr must be >= 0 and finite (got {})", lr));
   step_count_++;
+  const bool reference = kernels::reference::reference_kernels_enabled();
   auto update = [&](size_t i) {
     if (options_.name == "sgd") {
       step_sgd(i, lr);
+    } else if (reference) {
+      step_adam_reference(i, lr);
     } else {
       step_adam(i, lr);
     }
@@ -204,6 +209,14 @@ void Optimizer::step_adam(size_t index, float lr) {
     float denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;
     p[i] = p[i] + neg_step_size * m[i] / denom;
   }
+}
+
+// NORMLAB_KERNELS=reference: the plain Adam loop of kernels/reference/adam.hpp.
+void Optimizer::step_adam_reference(size_t index, float lr) {
+  Tensor& param = params_[index].second;
+  kernels::reference::adam_step(param.data(), exp_avg_[index].data(), exp_avg_sq_[index].data(), param.grad_data(),
+                                param.numel(), step_count_, lr, options_.beta1, options_.beta2, options_.eps,
+                                decay_[index] ? options_.weight_decay : 0.0f, options_.name == "adamw");
 }
 
 void Optimizer::zero_grad() {

@@ -78,7 +78,6 @@ class EncoderLayer : public Module {
 
  private:
   Tensor feed_forward(const Tensor& x, Rng& dropout_rng) const;
-  Tensor sublayer(const Tensor& x, const Tensor& f_out, NormLayer* norm, Rng& dropout_rng);
 };
 
 // The stack: layers.N and the final norm (pre placement only), like torch.nn.TransformerEncoder.
@@ -93,8 +92,9 @@ class TransformerEncoder : public Module {
   Rng dropout_rng;
 };
 
-// Token embedding + positions + encoder + classification head.
-class EncoderModel : public TransformerEncoder {
+// Token embedding + positions + encoder + classification head. The encoder's parameters keep
+// their top-level PyTorch names (layers.N..., norm...), as in a checkpoint of the encoder alone.
+class EncoderModel : public Module {
  public:
   explicit EncoderModel(const ModelOptions& options);
   // tokens (T) with offsets (B+1) -> logits (T, classes) for a token head, (B, classes) for a
@@ -102,6 +102,8 @@ class EncoderModel : public TransformerEncoder {
   Tensor forward(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets,
                  Diagnostics* diagnostics = nullptr);
   ModelOptions model_options;
+  TransformerEncoder encoder;
+  Rng& dropout_rng = encoder.dropout_rng;  // the dropout stream a checkpoint saves and restores
 
  private:
   Rng init_rng_;  // stream 2 of the seed: embeddings and head

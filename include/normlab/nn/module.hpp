@@ -34,6 +34,8 @@ class Module {
  protected:
   Tensor& register_parameter(const std::string& name, Tensor tensor);
   Tensor& register_buffer(const std::string& name, Tensor tensor);
+  // An empty name adds the child's tensors under their own names, unprefixed (EncoderModel holds
+  // a TransformerEncoder whose names stay "layers.N...", as in PyTorch).
   void register_module(const std::string& name, Module& child);
 
  private:

@@ -64,6 +64,7 @@ class Optimizer {
  private:
   void step_sgd(size_t index, float lr);
   void step_adam(size_t index, float lr);
+  void step_adam_reference(size_t index, float lr);  // NORMLAB_KERNELS=reference
   std::vector<std::string> state_kinds() const;  // "exp_avg", ... for this optimizer
   const std::vector<std::vector<float>>& state_buffers(const std::string& kind) const;
   std::vector<std::vector<float>>& state_buffers(const std::string& kind);

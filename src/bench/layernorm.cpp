@@ -1,4 +1,4 @@
-#include "normlab/bench_layernorm.hpp"
+#include "normlab/bench/layernorm.hpp"
 
 #include <fmt/core.h>
 
@@ -10,11 +10,13 @@
 
 #include "normlab/error.hpp"
 #include "normlab/kernels/layer_norm.hpp"
+#include "normlab/kernels/reference/layer_norm.hpp"
+#include "normlab/kernels/reference/mode.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/rng.hpp"
 #include "normlab/stats.hpp"
 
-namespace normlab {
+namespace normlab::bench {
 
 namespace {
 
@@ -59,14 +61,18 @@ LayerNormBenchResult bench_layernorm(int64_t B, int64_t T, int64_t C, int repeat
   for (auto& v : beta) v = 0.1f * rng.normal();
   const float eps = 1e-12f;
 
+  // NORMLAB_KERNELS=reference times the plain loops instead.
+  const bool reference = kernels::reference::reference_kernels_enabled();
+  const auto forward_kernel = reference ? kernels::reference::layer_norm_forward : kernels::layer_norm_forward;
+  const auto backward_kernel = reference ? kernels::reference::layer_norm_backward : kernels::layer_norm_backward;
   auto forward = [&] {
-    kernels::layer_norm_forward(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), rows, cols, eps);
+    forward_kernel(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), rows, cols, eps);
   };
   // dx, dgamma, dbeta keep accumulating over the repeats; the values stay O(repeats) and the
   // memory traffic is the same as with fresh buffers.
   auto backward = [&] {
-    kernels::layer_norm_backward(dx.data(), dgamma.data(), dbeta.data(), dout.data(), x.data(), gamma.data(),
-                                 mean.data(), rstd.data(), rows, cols);
+    backward_kernel(dx.data(), dgamma.data(), dbeta.data(), dout.data(), x.data(), gamma.data(), mean.data(),
+                    rstd.data(), rows, cols);
   };
 
   const int warmup = std::max(2, repeats / 10);
@@ -106,4 +112,4 @@ LayerNormBenchResult bench_layernorm(int64_t B, int64_t T, int64_t C, int repeat
   return result;
 }
 
-}  // namespace normlab
+}  // namespace normlab::bench

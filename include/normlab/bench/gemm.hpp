@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace normlab {
+namespace normlab::bench {
 
 struct GemmBenchResult {
   std::string variant;         // "nn", "nt" or "tn" (kernels/matmul.hpp)
@@ -25,4 +25,4 @@ struct GemmBenchResult {
 // unknown variant or non-positive sizes or repeats.
 GemmBenchResult bench_gemm(std::string_view variant, int64_t M, int64_t K, int64_t N, int repeats);
 
-}  // namespace normlab
+}  // namespace normlab::bench

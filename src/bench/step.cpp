@@ -1,4 +1,4 @@
-#include "normlab/train/bench_step.hpp"
+#include "normlab/bench/step.hpp"
 
 #include <fmt/format.h>
 
@@ -11,13 +11,13 @@
 #include "normlab/stats.hpp"
 #include "normlab/train/trainer.hpp"
 
-namespace normlab::train {
+namespace normlab::bench {
 
-BenchStepResult bench_step(const RunConfig& config, int repeats, int warmup) {
+BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warmup) {
   if (repeats < 1 || warmup < 0) {
     throw UsageError(fmt::format("bench_step: repeats {} must be >= 1 and warmup {} >= 0", repeats, warmup));
   }
-  Trainer trainer(config);
+  train::Trainer trainer(config);
   std::vector<data::Batch> batches;
   for (int i = 0; i < warmup + repeats; ++i) batches.push_back(trainer.next_batch());
 
@@ -48,4 +48,4 @@ BenchStepResult bench_step(const RunConfig& config, int repeats, int warmup) {
   return result;
 }
 
-}  // namespace normlab::train
+}  // namespace normlab::bench

@@ -6,7 +6,7 @@
 
 #include "normlab/train/config.hpp"
 
-namespace normlab::train {
+namespace normlab::bench {
 
 struct BenchStepResult {
   int threads = 1;
@@ -23,6 +23,6 @@ struct BenchStepResult {
 
 // Uses the config's thread count as it stands (set it with set_num_threads before calling).
 // UsageError if repeats < 1 or warmup < 0.
-BenchStepResult bench_step(const RunConfig& config, int repeats, int warmup = 3);
+BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warmup = 3);
 
-}  // namespace normlab::train
+}  // namespace normlab::bench

@@ -4,7 +4,7 @@
 // `repeats` calls after warmup calls, at the current normlab::num_threads().
 #include <cstdint>
 
-namespace normlab {
+namespace normlab::bench {
 
 struct LayerNormBenchResult {
   int64_t B = 0, T = 0, C = 0;  // x is (B, T, C), normalized over C: rows = B*T, cols = C
@@ -36,4 +36,4 @@ struct LayerNormBenchResult {
 // Throws normlab::UsageError for non-positive sizes or repeats.
 LayerNormBenchResult bench_layernorm(int64_t B, int64_t T, int64_t C, int repeats);
 
-}  // namespace normlab
+}  // namespace normlab::bench

@@ -1,4 +1,4 @@
-#include "normlab/bench_gemm.hpp"
+#include "normlab/bench/gemm.hpp"
 
 #include <fmt/core.h>
 
@@ -8,11 +8,13 @@
 
 #include "normlab/error.hpp"
 #include "normlab/kernels/matmul.hpp"
+#include "normlab/kernels/reference/matmul.hpp"
+#include "normlab/kernels/reference/mode.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/rng.hpp"
 #include "normlab/stats.hpp"
 
-namespace normlab {
+namespace normlab::bench {
 
 GemmBenchResult bench_gemm(std::string_view variant, int64_t M, int64_t K, int64_t N, int repeats) {
   if (variant != "nn" && variant != "nt" && variant != "tn") {
@@ -28,7 +30,15 @@ GemmBenchResult bench_gemm(std::string_view variant, int64_t M, int64_t K, int64
   for (auto& v : A) v = rng.normal();
   for (auto& v : B) v = rng.normal();
 
+  // NORMLAB_KERNELS=reference times the plain loops instead.
+  const bool reference = kernels::reference::reference_kernels_enabled();
   auto call = [&] {
+    if (reference) {
+      if (variant == "nn") kernels::reference::matmul_nn(C.data(), A.data(), B.data(), M, K, N, false);
+      if (variant == "nt") kernels::reference::matmul_nt(C.data(), A.data(), B.data(), M, K, N, false);
+      if (variant == "tn") kernels::reference::matmul_tn(C.data(), A.data(), B.data(), M, K, N, false);
+      return;
+    }
     if (variant == "nn") kernels::matmul_nn(C.data(), A.data(), B.data(), M, K, N, false);
     if (variant == "nt") kernels::matmul_nt(C.data(), A.data(), B.data(), M, K, N, false);
     if (variant == "tn") kernels::matmul_tn(C.data(), A.data(), B.data(), M, K, N, false);
@@ -60,4 +70,4 @@ GemmBenchResult bench_gemm(std::string_view variant, int64_t M, int64_t K, int64
   return result;
 }
 
-}  // namespace normlab
+}  // namespace normlab::bench

@@ -1,0 +1,30 @@
+#pragma once
+// Matrix products, the plain version: three nested loops per layout, row-major. Same contract as
+// kernels/matmul.hpp: accumulate = false overwrites C, accumulate = true adds to it.
+//   matmul_nn: C = A B      matmul_nt: C = A B^T      matmul_tn: C = A^T B
+// And the Linear layer built on them (PyTorch layout: weight (OC, C)).
+#include <cstdint>
+
+namespace normlab::kernels::reference {
+
+void matmul_nn(float* C,                        // (M,N)
+               const float* A, const float* B,  // (M,K), (K,N)
+               int64_t M, int64_t K, int64_t N, bool accumulate);
+void matmul_nt(float* C,                        // (M,N)
+               const float* A, const float* B,  // (M,K), (N,K)
+               int64_t M, int64_t K, int64_t N, bool accumulate);
+void matmul_tn(float* C,                        // (M,N)
+               const float* A, const float* B,  // (K,M), (K,N)
+               int64_t M, int64_t K, int64_t N, bool accumulate);
+
+// out = inp @ weight^T + bias; bias may be nullptr.
+void linear_forward(float* out,                                                // (N,OC)
+                    const float* inp, const float* weight, const float* bias,  // (N,C), (OC,C), (OC)
+                    int64_t N, int64_t C, int64_t OC);
+
+// ACCUMULATES (+=) into dinp, dweight, dbias; each may be nullptr.
+void linear_backward(float* dinp, float* dweight, float* dbias,                // (N,C), (OC,C), (OC)
+                     const float* dout, const float* inp, const float* weight,  // (N,OC), (N,C), (OC,C)
+                     int64_t N, int64_t C, int64_t OC);
+
+}  // namespace normlab::kernels::reference

@@ -1,0 +1,31 @@
+#include "normlab/kernels/reference/adam.hpp"
+
+#include <cmath>
+
+namespace normlab::kernels::reference {
+
+void adam_step(float* param, float* m, float* v,  // (N), (N), (N)
+               const float* grad,                 // (N)
+               int64_t N, int64_t t, float lr, float beta1, float beta2, float eps, float weight_decay,
+               bool decoupled_weight_decay) {
+  // bias corrections: m and v start at 0, so early averages are too small by these factors
+  const double bias_correction1 = 1.0 - std::pow(double(beta1), double(t));
+  const double bias_correction2 = 1.0 - std::pow(double(beta2), double(t));
+  for (int64_t i = 0; i < N; i++) {
+    float g = grad[i];
+    // weight decay: AdamW shrinks the parameter itself, Adam adds an L2 term to the gradient
+    if (decoupled_weight_decay)
+      param[i] = float(param[i] * (1.0 - double(lr) * weight_decay));
+    else
+      g = g + weight_decay * param[i];
+    // m, v: running averages of the gradient and of its square
+    m[i] = beta1 * m[i] + (1.0f - beta1) * g;
+    v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
+    // p -= lr * mhat / (sqrt(vhat) + eps)
+    const double m_hat = m[i] / bias_correction1;
+    const double v_hat = v[i] / bias_correction2;
+    param[i] = float(param[i] - double(lr) * m_hat / (std::sqrt(v_hat) + double(eps)));
+  }
+}
+
+}  // namespace normlab::kernels::reference

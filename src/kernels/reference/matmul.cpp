@@ -1,0 +1,70 @@
+// Every dot product is summed in double, as in every reference kernel.
+#include "normlab/kernels/reference/matmul.hpp"
+
+namespace normlab::kernels::reference {
+
+void matmul_nn(float* C,                        // (M,N)
+               const float* A, const float* B,  // (M,K), (K,N)
+               int64_t M, int64_t K, int64_t N, bool accumulate) {
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      // C[i][j] = sum_k A[i][k] B[k][j]
+      double acc = accumulate ? C[i * N + j] : 0.0;
+      for (int64_t k = 0; k < K; k++) acc += double(A[i * K + k]) * B[k * N + j];
+      C[i * N + j] = float(acc);
+    }
+}
+
+void matmul_nt(float* C,                        // (M,N)
+               const float* A, const float* B,  // (M,K), (N,K)
+               int64_t M, int64_t K, int64_t N, bool accumulate) {
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      // C[i][j] = sum_k A[i][k] B[j][k]: row i of A against row j of B
+      double acc = accumulate ? C[i * N + j] : 0.0;
+      for (int64_t k = 0; k < K; k++) acc += double(A[i * K + k]) * B[j * K + k];
+      C[i * N + j] = float(acc);
+    }
+}
+
+void matmul_tn(float* C,                        // (M,N)
+               const float* A, const float* B,  // (K,M), (K,N)
+               int64_t M, int64_t K, int64_t N, bool accumulate) {
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      // C[i][j] = sum_k A[k][i] B[k][j]: column i of A against column j of B
+      double acc = accumulate ? C[i * N + j] : 0.0;
+      for (int64_t k = 0; k < K; k++) acc += double(A[k * M + i]) * B[k * N + j];
+      C[i * N + j] = float(acc);
+    }
+}
+
+void linear_forward(float* out,                                                // (N,OC)
+                    const float* inp, const float* weight, const float* bias,  // (N,C), (OC,C), (OC)
+                    int64_t N, int64_t C, int64_t OC) {
+  // out[n][o] = bias[o] + sum_c inp[n][c] weight[o][c]
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t o = 0; o < OC; o++) {
+      double acc = bias ? bias[o] : 0.0f;
+      for (int64_t c = 0; c < C; c++) acc += double(inp[n * C + c]) * weight[o * C + c];
+      out[n * OC + o] = float(acc);
+    }
+}
+
+void linear_backward(float* dinp, float* dweight, float* dbias,                // (N,C), (OC,C), (OC)
+                     const float* dout, const float* inp, const float* weight,  // (N,OC), (N,C), (OC,C)
+                     int64_t N, int64_t C, int64_t OC) {
+  // dinp = dout @ weight: each input feeds every output through weight[o][c]
+  if (dinp) matmul_nn(dinp, dout, weight, N, OC, C, /*accumulate=*/true);
+  // dweight = dout^T @ inp: summed over the N tokens
+  if (dweight) matmul_tn(dweight, dout, inp, OC, N, C, /*accumulate=*/true);
+  // dbias = sum over the tokens of dout
+  if (dbias)
+    for (int64_t o = 0; o < OC; o++) {
+      double acc = dbias[o];
+      for (int64_t n = 0; n < N; n++) acc += dout[n * OC + o];
+      dbias[o] = float(acc);
+    }
+}
+
+}  // namespace normlab::kernels::reference
