@@ -237,17 +237,17 @@ TEST_CASE("model.norm_eps from a config reaches every norm layer (and final norm
         const data::Task task = train::build_task(config);
         nn::EncoderModel model(train::build_model_options(config, task));
         std::vector<nn::NormLayer*> norms;
-        for (auto& layer : model.layers) {
+        for (auto& layer : model.encoder.layers) {
           REQUIRE(layer->norm1);
           REQUIRE(layer->norm2);
           norms.push_back(layer->norm1.get());
           norms.push_back(layer->norm2.get());
         }
         if (std::string(placement) == "pre") {
-          REQUIRE(model.norm);
-          norms.push_back(model.norm.get());
+          REQUIRE(model.encoder.norm);
+          norms.push_back(model.encoder.norm.get());
         } else {
-          CHECK(model.norm == nullptr);
+          CHECK(model.encoder.norm == nullptr);
         }
         CHECK(norms.size() == (std::string(placement) == "pre" ? 7u : 6u));
         const float expected = std::stof(eps);
