@@ -215,6 +215,12 @@ open(path, "w").write(text.replace(old, new))
 PY
 }
 
+# The test case of the first failed assertion in test.log (doctest also prints "TEST CASE:" above a
+# MESSAGE, so the name is taken from the block that holds an ERROR).
+first_failure() {
+  awk '/TEST CASE:/ { sub(/.*TEST CASE: */, ""); name = $0 } /ERROR:/ && name != "" { print name; exit }' "$scratch/test.log"
+}
+
 killed=0; survived=0
 results=()
 for ((i = 0; i < count; i++)); do
@@ -233,9 +239,9 @@ for ((i = 0; i < count; i++)); do
   if ! build; then
     verdict="KILLED"; by="build error"
   elif ! suite "${focus[$i]}"; then
-    verdict="KILLED"; by=$(grep -m1 -o 'TEST CASE: .*' "$scratch/test.log" | sed 's/TEST CASE: *//' || true)
+    verdict="KILLED"; by=$(first_failure)
   elif ! suite ""; then
-    verdict="KILLED"; by=$(grep -m1 -o 'TEST CASE: .*' "$scratch/test.log" | sed 's/TEST CASE: *//' || true)
+    verdict="KILLED"; by=$(first_failure)
   fi
   [ -z "$by" ] && by="timeout or crash"
   mv "$file.orig" "$file"
