@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "normlab/dist/communicator.hpp"
 #include "normlab/error.hpp"
 #include "normlab/train/config.hpp"
 #include "normlab/train/run.hpp"
@@ -169,26 +170,34 @@ void run(const TrainOptions& options) {
     trainer.resume(dir);
   } else {
     trainer.start(dir);
-    logger.info(fmt::format("run directory: {}", dir));
+    logger.info(fmt::format("run directory: {}{}", dir,  // data-parallel: say how many ranks
+                            normlab::dist::world().size() > 1
+                                ? fmt::format(" ({} data-parallel ranks)", normlab::dist::world().size())
+                                : ""));
   }
   trainer.set_stop_flag(&g_stop_signal);
   install_stop_handlers();
   train::TrainSummary summary = trainer.run();
   logger.end_line();
+  // data-parallel: rank 0 reports; every rank exits with the same code.
+  const bool report = normlab::dist::world().rank() == 0;
 
   if (summary.interrupted()) {
     const bool term = summary.stop_request == SIGTERM;
-    fmt::print(stderr, "normlab: {} after step {} of {}; checkpoint written to {}; continue with: normlab train --resume {}\n",
+    if (report)
+      fmt::print(stderr, "normlab: {} after step {} of {}; checkpoint written to {}; continue with: normlab train --resume {}\n",
                term ? "terminated (SIGTERM)" : "interrupted (SIGINT)", summary.steps, summary.planned_steps,
                train::RunPaths(dir).checkpoint, dir);
     throw ExitCode{term ? kExitTerminated : kExitInterrupted};
   }
 
   if (summary.diverged) {
-    fmt::print(stderr, "normlab: training diverged at step {} (non-finite loss or gradient norm); see {}\n",
+    if (report)
+      fmt::print(stderr, "normlab: training diverged at step {} (non-finite loss or gradient norm); see {}\n",
                summary.diverged_at_step.value_or(0), train::RunPaths(dir).metrics);
     throw ExitCode{kExitDiverged};
   }
+  if (!report) return;
   fmt::print("trained {} steps in {}", summary.steps, format_duration(summary.wall_time_s));
   if (summary.final_valid) {
     fmt::print(": valid loss {:.4f}, accuracy {:.4f}, sequence accuracy {:.4f}", summary.final_valid->loss,

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "normlab/dist/data_parallel.hpp"
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/io/json_depth.hpp"
@@ -179,6 +180,7 @@ json to_json(const TrainSummary& summary) {
           {"diverged_at_step", summary.diverged_at_step ? json(*summary.diverged_at_step) : json(nullptr)},
           {"wall_time_s", summary.wall_time_s},
           {"threads", summary.threads},
+          {"world_size", summary.world_size},  // data-parallel
           {"num_parameters", summary.num_parameters},
           {"train_max_len", summary.train_max_len},
           {"final_train", final_train},
@@ -195,6 +197,11 @@ Trainer::Trainer(RunConfig config, TrainLogger* logger)
       task_(build_task(config_)),
       train_set_(load_train_set(config_, task_)),
       valid_set_(load_valid_set(config_, task_)) {
+  // data-parallel: the ranks of this run (mpirun -np N; one process otherwise), recorded in the
+  // resolved config so that a resume on another N is refused; only rank 0 logs and writes.
+  dp_ = std::make_unique<dist::DataParallel>(dist::world(), config_);
+  config_.train.world_size = dp_->size();
+  if (!dp_->is_writer()) logger_ = &null_logger_;
   valid_batches_ = evaluation_batches(valid_set_, config_);
   train_max_len_ = train_max_length(config_, train_set_);
   buckets_ = data::make_length_buckets(static_cast<int32_t>(config_.task.eval_max_len),
@@ -253,6 +260,7 @@ StepRecord Trainer::train_step(const data::Batch& batch, bool diagnostics) {
   record.lr = shortest(lr);
 
   model_->train();
+  if (dp_->active()) return data_parallel_step(batch, diagnostics, std::move(record), lr);  // data-parallel
   nn::Diagnostics diag;
   Tensor logits = model_->forward(batch.tokens, batch.offsets, diagnostics ? &diag : nullptr);  // (rows, V)
   Tensor loss = ops::cross_entropy(logits, batch.targets);
@@ -392,6 +400,7 @@ void Trainer::open_metrics(bool truncate) {
 }
 
 void Trainer::write_metrics(const json& record) {
+  if (!dp_->is_writer()) return;  // data-parallel: rank 0 writes the run directory
   metrics_ << record_line(record) << '\n';
   metrics_.flush();
   if (!metrics_) throw InputError(fmt::format("{}: write failed", paths_->metrics));
@@ -399,6 +408,10 @@ void Trainer::write_metrics(const json& record) {
 
 void Trainer::start(const std::string& dir) {
   RunPaths paths(dir);
+  if (!dp_->is_writer()) {  // data-parallel: rank 0 writes the run directory
+    paths_ = paths;
+    return;
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir)) {
@@ -421,6 +434,10 @@ void Trainer::resume(const std::string& dir) {
     throw InputError(fmt::format("{}: no checkpoint.safetensors to resume from", dir));
   }
   load_checkpoint(paths.checkpoint);
+  if (!dp_->is_writer()) {  // data-parallel: every rank loads the checkpoint, rank 0 writes
+    paths_ = paths;
+    return;
+  }
   write_json_file(paths.config, ordered_config(config_));
   std::error_code ec;
   if (fs::exists(paths.metrics)) truncate_metrics(paths.metrics, step_);
@@ -454,6 +471,7 @@ int64_t truncate_metrics(const std::string& path, int64_t step) {
 // ---------------------------------------------------------------- the loop
 
 void Trainer::record_eval() {
+  if (!dp_->is_writer()) return;  // data-parallel: rank 0 evaluates and writes
   EvalMetrics metrics = evaluate_valid();
   json record = to_json(metrics);
   record["step"] = step_;
@@ -480,7 +498,7 @@ TrainSummary Trainer::run() {
                             valid_set_.size()));
 
   auto checkpoint = [&] {
-    save_checkpoint(paths_->checkpoint);
+    if (dp_->is_writer()) save_checkpoint(paths_->checkpoint);  // data-parallel: rank 0 writes
     last_checkpoint_step_ = step_;
     logger_->checkpoint(step_, paths_->checkpoint);
   };
@@ -489,7 +507,10 @@ TrainSummary Trainer::run() {
   while (step_ < t.steps) {
     // Checked between steps only: a step is never cut in half, and the checkpoint below then
     // holds exactly the state after the last step in metrics.jsonl.
-    if (stop_flag_ != nullptr && (stop_request = stop_flag_->load()) != 0) break;
+    // data-parallel: the ranks agreed on the stop request in the last step's reduction.
+    if (dp_->active()) stop_request = dp_->agreed_stop();
+    else if (stop_flag_ != nullptr) stop_request = stop_flag_->load();
+    if (stop_request != 0) break;
     const bool diagnostics = t.diagnostics_every > 0 && (step_ + 1) % t.diagnostics_every == 0;
     data::Batch batch = next_batch();
     const auto begin = std::chrono::steady_clock::now();
@@ -520,6 +541,7 @@ TrainSummary Trainer::run() {
   summary.wall_time_s =
       previous_wall_time_s_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
   summary.threads = num_threads();
+  summary.world_size = dp_->size();  // data-parallel
   summary.num_parameters = model_->num_parameters();
   summary.train_max_len = train_max_len_;
   summary.final_train = last_record_;
@@ -528,6 +550,7 @@ TrainSummary Trainer::run() {
   summary.best_valid = best_loss_;
   summary.best_valid_accuracy = best_accuracy_;
   if (summary.interrupted()) return summary;  // not finished: no summary.json, so resume continues it
+  if (!dp_->is_writer()) return summary;      // data-parallel: rank 0 writes
   write_json_file(paths_->summary, to_json(summary));
   return summary;
 }

@@ -30,6 +30,10 @@
 #include "normlab/train/config.hpp"
 #include "normlab/train/evaluate.hpp"
 
+namespace normlab::dist {
+class DataParallel;
+}
+
 namespace normlab::train {
 
 // The files of a run directory.
@@ -81,6 +85,7 @@ struct TrainSummary {
   std::optional<int64_t> diverged_at_step;
   double wall_time_s = 0.0;  // summed over every session of a resumed run
   int threads = 1;
+  int world_size = 1;  // data-parallel: processes (ranks) the run trained on
   int64_t num_parameters = 0;
   int32_t train_max_len = 0;
   std::optional<StepRecord> final_train;  // the last step
@@ -151,6 +156,8 @@ class Trainer {
   void record_eval();
   nlohmann::json trainer_state() const;
   void restore_trainer_state(const nlohmann::json& state, const std::string& where);
+  // data-parallel: train_step on this rank's share, sums reduced over ranks (src/dist/trainer_step.cpp).
+  StepRecord data_parallel_step(const data::Batch& batch, bool diagnostics, StepRecord record, float lr);
 
   RunConfig config_;
   TrainLogger* logger_;
@@ -178,6 +185,7 @@ class Trainer {
   int64_t last_checkpoint_step_ = -1;
   const std::atomic<int>* stop_flag_ = nullptr;
   std::chrono::steady_clock::time_point session_start_ = std::chrono::steady_clock::now();
+  std::unique_ptr<dist::DataParallel> dp_;  // data-parallel: the ranks of this run (one without mpirun)
 };
 
 // The lines of a metrics.jsonl that a resume at `step` keeps: complete (newline-terminated) lines
