@@ -170,10 +170,11 @@ void run(const TrainOptions& options) {
     trainer.resume(dir);
   } else {
     trainer.start(dir);
-    logger.info(fmt::format("run directory: {}{}", dir,  // data-parallel: say how many ranks
-                            normlab::dist::world().size() > 1
-                                ? fmt::format(" ({} data-parallel ranks)", normlab::dist::world().size())
-                                : ""));
+    if (normlab::dist::world().rank() == 0)  // data-parallel: rank 0 reports, with the rank count
+      logger.info(fmt::format("run directory: {}{}", dir,
+                              normlab::dist::world().size() > 1
+                                  ? fmt::format(" ({} data-parallel ranks)", normlab::dist::world().size())
+                                  : ""));
   }
   trainer.set_stop_flag(&g_stop_signal);
   install_stop_handlers();

@@ -269,7 +269,8 @@ TEST_CASE("dist mpi: SIGTERM to the ranks checkpoints and exits 143; --resume un
   REQUIRE(fs::exists(dir.sub("cut/checkpoint.safetensors")));
   CHECK(!fs::exists(dir.sub("cut/summary.json")));
   CHECK(read_text(dir.sub("cut.log")).find("terminated (SIGTERM)") != std::string::npos);
-  REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--resume", dir.sub("cut")}, dir.sub("resume.log")) == 0);
+  // With --config as well: the file says nothing of world_size, the checkpoint says 2, the launch 2.
+  REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--config", config, "--resume", dir.sub("cut")}, dir.sub("resume.log")) == 0);
   CHECK(checkpoint_identity(dir.sub("cut/checkpoint.safetensors")) ==
         checkpoint_identity(dir.sub("full/checkpoint.safetensors")));
 }

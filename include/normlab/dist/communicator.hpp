@@ -35,8 +35,9 @@ class Communicator {
   virtual void watch_stop_flag(const std::atomic<int>* flag) { (void)flag; }
 };
 
-// Seconds a rank waits in a collective after a stop signal before it concludes a peer is dead.
-inline constexpr double kDeadPeerSeconds = 5.0;
+// Seconds a rank waits in a collective after a stop signal before it concludes a peer is dead
+// (longer than rank 0 may spend evaluating or checkpointing while the others wait).
+inline constexpr double kDeadPeerSeconds = 30.0;
 // Seconds any collective may take (NORMLAB_DIST_TIMEOUT overrides) before the rank gives up.
 inline constexpr double kCollectiveTimeoutSeconds = 600.0;
 
