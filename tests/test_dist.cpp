@@ -85,7 +85,7 @@ TEST_CASE("dist: fewer sequences than ranks leaves the last ranks empty") {
   CHECK(nonempty == 2);
 }
 
-TEST_CASE("dist: sub_batch keeps tokens, offsets and targets of its sequences") {
+TEST_CASE("dist: sub_batch keeps tokens - offsets and targets of its sequences") {
   std::vector<data::Example> examples = {{{1, 2}, {3, -1}}, {{4, 5, 6}, {7, 8, -1}}, {{9}, {-1}}};
   const data::Batch batch = data::pack_batch(examples, data::TargetKind::per_token);
   const data::Batch share = dist::sub_batch(batch, 1, 3);
@@ -105,7 +105,7 @@ TEST_CASE("dist: sub_batch keeps tokens, offsets and targets of its sequences") 
   CHECK(second.num_targets == 1);
 }
 
-TEST_CASE("dist: the reduction's slices tile the buffer, and the sum runs in rank order") {
+TEST_CASE("dist: the reduction's slices tile the buffer - and the sum runs in rank order") {
   for (int64_t n : {0, 1, 5, 17, 64})
     for (int parts : {1, 2, 3, 7}) {
       int64_t expected_begin = 0;
@@ -123,7 +123,7 @@ TEST_CASE("dist: the reduction's slices tile the buffer, and the sum runs in ran
   CHECK(sum[0] == 0.0);
 }
 
-TEST_CASE("dist: one process is rank 0 of 1, and the launcher's process count comes from the environment") {
+TEST_CASE("dist: one process is rank 0 of 1 - and the launcher's process count comes from the environment") {
   CHECK(dist::world().size() == 1);
   CHECK(dist::world().rank() == 0);
   CHECK(dist::launcher_world_size() == 1);
@@ -184,7 +184,7 @@ TEST_CASE("dist: the parameter hash sees a one-bit difference") {
   CHECK(dist::parameter_hash(params) != before);
 }
 
-TEST_CASE("dist: sync BatchNorm over two identical ranks normalizes like one, with local parameter gradients") {
+TEST_CASE("dist: sync BatchNorm over two identical ranks normalizes like one - with local parameter gradients") {
   // Two ranks holding the same tokens have the same global statistics as one of them, so output and
   // input gradient must match the local computation; dgamma/dbeta stay this rank's own (the
   // gradient reduction adds the ranks up); the running variance's unbiased correction sees 2N.

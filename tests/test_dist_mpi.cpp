@@ -6,7 +6,7 @@
 
 #ifndef NORMLAB_MPIRUN
 
-TEST_CASE("dist mpi: SKIPPED (built without MPI or no mpirun found; see docs/scaling.md)") {
+TEST_CASE("dist mpi: SKIPPED (built without MPI or no mpirun found - see docs/scaling.md)") {
   MESSAGE("data-parallel tests skipped: this build has no MPI or no mpirun");
 }
 
@@ -150,7 +150,7 @@ std::string checkpoint_identity(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("dist mpi: 2 and 3 ranks match one process; local BatchNorm equals per-share normalization, not sync") {
+TEST_CASE("dist mpi: 2 and 3 ranks match one process - local BatchNorm equals per-share normalization - not sync") {
   TempDir dir("normlab_dist");
   // ln_tiny: 2 sequences per batch, so on 3 ranks one rank's share is empty every step.
   const std::vector<std::string> norms = {"ln_tiny", "ln", "rms", "bn_sync", "bn_local"};
@@ -221,7 +221,7 @@ TEST_CASE("dist mpi: 2 and 3 ranks match one process; local BatchNorm equals per
   CHECK(local_vs_sync > 1e-3);
 }
 
-TEST_CASE("dist mpi: two np=2 runs write identical checkpoints; world_size is recorded; another N cannot resume") {
+TEST_CASE("dist mpi: two np=2 runs write identical checkpoints - world_size is recorded - another N cannot resume") {
   TempDir dir("normlab_dist");
   const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 12));
   for (const char* run : {"a", "b"}) {
@@ -244,7 +244,7 @@ TEST_CASE("dist mpi: two np=2 runs write identical checkpoints; world_size is re
   CHECK(read_text(dir.sub("r.err")).find("train.world_size") != std::string::npos);
 }
 
-TEST_CASE("dist mpi: SIGTERM to the ranks checkpoints and exits 143; --resume under np=2 ends where an uninterrupted run ends") {
+TEST_CASE("dist mpi: SIGTERM to the ranks checkpoints and exits 143 - --resume under np=2 ends where an uninterrupted run ends") {
   TempDir dir("normlab_dist");
   const std::string config = dir.write("c.json", tiny_config("batchnorm", "sync", 120, 0));
   REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("full")}, dir.sub("full.log")) == 0);
@@ -275,7 +275,7 @@ TEST_CASE("dist mpi: SIGTERM to the ranks checkpoints and exits 143; --resume un
         checkpoint_identity(dir.sub("full/checkpoint.safetensors")));
 }
 
-TEST_CASE("dist mpi: a dead rank stops the others within seconds; --resume under np=2 then ends bit-identically") {
+TEST_CASE("dist mpi: a dead rank stops the others within seconds - --resume under np=2 then ends bit-identically") {
   TempDir dir("normlab_dist");
   const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 60, 4));
   REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("full")}, dir.sub("full.log")) == 0);
