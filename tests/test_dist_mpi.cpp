@@ -16,6 +16,7 @@ TEST_CASE("dist mpi: SKIPPED (built without MPI or no mpirun found - see docs/sc
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -89,15 +90,19 @@ int mpirun(int ranks, const std::string& program, const std::vector<std::string>
   return job.wait();
 }
 
-// The pid of the process launched as `rank` of the job (a descendant of mpirun whose environment
-// says OMPI_COMM_WORLD_RANK=rank), or -1.
-pid_t rank_pid(int rank) {
+// The pid of the process launched as `rank` by the mpirun `launcher` (a child of it whose
+// environment says OMPI_COMM_WORLD_RANK=rank), or -1. Other jobs' ranks (ctest runs tests in
+// parallel) are not children of this mpirun.
+pid_t rank_pid(pid_t launcher, int rank) {
   const std::string wanted = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
   for (const auto& entry : fs::directory_iterator("/proc")) {
     const std::string name = entry.path().filename().string();
     if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
-    const std::string cmdline = read_text(entry.path().string() + "/cmdline");
-    if (cmdline.find(NORMLAB_BINARY) != 0) continue;
+    const std::string stat = read_text(entry.path().string() + "/stat");  // pid (comm) state ppid ...
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    int parent = 0;
+    if (std::sscanf(stat.c_str() + paren + 1, " %*c %d", &parent) != 1 || parent != launcher) continue;
     const std::string environ = read_text(entry.path().string() + "/environ");
     size_t at = 0;
     while (at < environ.size()) {
@@ -109,6 +114,13 @@ pid_t rank_pid(int rank) {
     }
   }
   return -1;
+}
+
+// True while `pid` is a live (not zombie) process.
+bool alive(pid_t pid) {
+  const std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
 }
 
 std::string tiny_config(const std::string& norm, const std::string& stats, int steps, int checkpoint_every = 0) {
@@ -258,7 +270,7 @@ TEST_CASE("dist mpi: SIGTERM to the ranks checkpoints and exits 143 - --resume u
     }
     // As a terminal's Ctrl-C (the whole process group) or Slurm's scancel --signal do: every rank.
     // (mpirun itself, signalled, kills the ranks after odls_base_sigkill_timeout: docs/scaling.md.)
-    const pid_t rank0 = rank_pid(0), rank1 = rank_pid(1);
+    const pid_t rank0 = rank_pid(job.pid(), 0), rank1 = rank_pid(job.pid(), 1);
     REQUIRE(rank0 > 0);
     REQUIRE(rank1 > 0);
     ::kill(rank0, SIGTERM);
@@ -287,8 +299,9 @@ TEST_CASE("dist mpi: a dead rank stops the others within seconds - --resume unde
     if (std::count(metrics.begin(), metrics.end(), '\n') >= 5) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  const pid_t victim = rank_pid(1);
+  const pid_t victim = rank_pid(job.pid(), 1), survivor = rank_pid(job.pid(), 0);
   REQUIRE(victim > 0);
+  REQUIRE(survivor > 0);
   ::kill(victim, SIGKILL);
   const auto killed_at = std::chrono::steady_clock::now();
   const int code = job.wait(std::chrono::seconds(30));
@@ -299,7 +312,7 @@ TEST_CASE("dist mpi: a dead rank stops the others within seconds - --resume unde
   CHECK(code != -1);  // it ended by itself
   CHECK(seconds < 10.0);
   CHECK(log.find("rank 1") != std::string::npos);
-  CHECK(rank_pid(0) == -1);  // the survivor is gone too
+  CHECK(!alive(survivor));  // the survivor is gone too
 
   REQUIRE(fs::exists(dir.sub("run/checkpoint.safetensors")));
   REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--resume", dir.sub("run")}, dir.sub("resume.log")) == 0);
