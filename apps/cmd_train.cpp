@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "normlab/dist/communicator.hpp"
 #include "normlab/error.hpp"
 #include "normlab/io/stop.hpp"
 #include "normlab/study/compare.hpp"
@@ -199,7 +200,11 @@ void run(const TrainOptions& options) {
     trainer.resume(dir);
   } else {
     trainer.start(dir);
-    logger.info(fmt::format("run directory: {}", dir));
+    if (normlab::dist::world().rank() == 0)  // data-parallel: rank 0 reports, with the rank count
+      logger.info(fmt::format("run directory: {}{}", dir,
+                              normlab::dist::world().size() > 1
+                                  ? fmt::format(" ({} data-parallel ranks)", normlab::dist::world().size())
+                                  : ""));
   }
   // Name the block being trained: with --set model.norm=none nothing else would say so.
   const bool placement_moot = config.model.norm == "none" || config.model.norm == "rezero";
@@ -210,20 +215,25 @@ void run(const TrainOptions& options) {
                               : ""));
   train::TrainSummary summary = trainer.fit();
   logger.end_line();
+  // data-parallel: rank 0 reports; every rank exits with the same code.
+  const bool report = normlab::dist::world().rank() == 0;
 
   if (summary.interrupted()) {
     const bool term = summary.stop_request == SIGTERM;
-    fmt::print(stderr, "normlab: {} after step {} of {}; checkpoint written to {}; continue with: normlab train --resume {}\n",
+    if (report)
+      fmt::print(stderr, "normlab: {} after step {} of {}; checkpoint written to {}; continue with: normlab train --resume {}\n",
                term ? "terminated (SIGTERM)" : "interrupted (SIGINT)", summary.steps, summary.planned_steps,
                train::RunPaths(dir).checkpoint, dir);
     throw ExitCode{exit_code_for(summary.stop_request)};
   }
 
   if (summary.diverged) {
-    fmt::print(stderr, "normlab: training diverged at step {} (non-finite loss or gradient norm); see {}\n",
+    if (report)
+      fmt::print(stderr, "normlab: training diverged at step {} (non-finite loss or gradient norm); see {}\n",
                summary.diverged_at_step.value_or(0), train::RunPaths(dir).metrics);
     throw ExitCode{kExitDiverged};
   }
+  if (!report) return;
   fmt::print("trained {} steps in {}", summary.steps, format_duration(summary.wall_time_s));
   if (summary.final_valid) {
     fmt::print(": valid loss {:.4f}, accuracy {:.4f}, sequence accuracy {:.4f}", summary.final_valid->loss,

@@ -7,6 +7,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -15,6 +16,17 @@ namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 namespace {
 
 constexpr int64_t kMinParallelElements = int64_t{1} << 15;
+
+// data-parallel: sums (count) and the token count replaced by their totals over all ranks.
+double sum_over_ranks(double* sums, int64_t count, int64_t tokens) {
+  const BatchNormSumHook hook = normlab::kernels::batch_norm_sum_hook();
+  if (hook == nullptr) return double(tokens);
+  std::vector<double> buffer(sums, sums + count);
+  buffer.push_back(double(tokens));
+  hook(buffer.data(), count + 1);
+  std::copy(buffer.begin(), buffer.end() - 1, sums);
+  return buffer.back();
+}
 
 // total[c] = sum over threads t (in order) of partial[t][c]; then partial is zeroed for reuse.
 void combine_partials(double* total, std::vector<double>& partial, int num_threads, int64_t C) {  // (C), (threads, C)
@@ -51,7 +63,8 @@ void batch_norm_forward_train(float* out, float* mean, float* rstd,             
     }
   }
   combine_partials(batch_mean.data(), partial, num_threads, C);
-  for (int64_t c = 0; c < C; c++) batch_mean[size_t(c)] /= double(N);
+  const double total_tokens = sum_over_ranks(batch_mean.data(), C, N);
+  for (int64_t c = 0; c < C; c++) batch_mean[size_t(c)] /= total_tokens;
 
   // Pass 2: biased variance about that mean (two-pass, like LayerNorm).
 #pragma omp parallel num_threads(num_threads) if (parallel)
@@ -67,11 +80,12 @@ void batch_norm_forward_train(float* out, float* mean, float* rstd,             
     }
   }
   combine_partials(batch_var.data(), partial, num_threads, C);
+  sum_over_ranks(batch_var.data(), C, N);
 
   for (int64_t c = 0; c < C; c++) {
     const size_t k = size_t(c);
     const double sum_squared_deviation = batch_var[k];
-    batch_var[k] = sum_squared_deviation / double(N);
+    batch_var[k] = sum_squared_deviation / total_tokens;
     const double feature_rstd = 1.0 / std::sqrt(batch_var[k] + double(eps));
     mean[c] = float(batch_mean[k]);
     rstd[c] = float(feature_rstd);
@@ -83,8 +97,8 @@ void batch_norm_forward_train(float* out, float* mean, float* rstd,             
     if (running_mean != nullptr) {
       running_mean[c] = float((1.0 - double(momentum)) * double(running_mean[c]) + double(momentum) * batch_mean[k]);
     }
-    if (running_var != nullptr && N > 1) {
-      const double unbiased_var = sum_squared_deviation / double(N - 1);
+    if (running_var != nullptr && total_tokens > 1) {
+      const double unbiased_var = sum_squared_deviation / (total_tokens - 1.0);
       running_var[c] = float((1.0 - double(momentum)) * double(running_var[c]) + double(momentum) * unbiased_var);
     }
   }
@@ -171,18 +185,32 @@ void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,              
     sum_dy_xhat0[size_t(c)] = b;
     sum_xhat0[size_t(c)] = s;
   }
+  // data-parallel: the input gradient needs the column sums over all ranks' tokens; dgamma and dbeta
+  // keep this rank's (local_*), the gradient reduction adds them up.
+  const std::vector<double> local_dy = sum_dy, local_dy_xhat0 = sum_dy_xhat0;
+  double total_tokens = double(N);
+  if (g_sum_hook != nullptr) {
+    std::vector<double> sums(3 * stride);
+    std::copy(sum_dy.begin(), sum_dy.end(), sums.begin());
+    std::copy(sum_dy_xhat0.begin(), sum_dy_xhat0.end(), sums.begin() + C);
+    std::copy(sum_xhat0.begin(), sum_xhat0.end(), sums.begin() + 2 * C);
+    total_tokens = sum_over_ranks(sums.data(), 3 * C, N);
+    std::copy(sums.begin(), sums.begin() + C, sum_dy.begin());
+    std::copy(sums.begin() + C, sums.begin() + 2 * C, sum_dy_xhat0.begin());
+    std::copy(sums.begin() + 2 * C, sums.end(), sum_xhat0.begin());
+  }
 
   std::vector<float> shift(stride), mean_g(stride), mean_gxhat(stride);
   for (int64_t c = 0; c < C; c++) {
     const size_t k = size_t(c);
-    const double feature_shift = sum_xhat0[k] / double(N);
+    const double feature_shift = sum_xhat0[k] / total_tokens;
     const double sum_dy_xhat = sum_dy_xhat0[k] - feature_shift * sum_dy[k];
     const double weight = gamma != nullptr ? double(gamma[c]) : 1.0;
     shift[k] = float(feature_shift);
-    mean_g[k] = float(weight * sum_dy[k] / double(N));
-    mean_gxhat[k] = float(weight * sum_dy_xhat / double(N));
-    if (dgamma != nullptr) dgamma[c] += float(sum_dy_xhat);
-    if (dbeta != nullptr) dbeta[c] += float(sum_dy[k]);
+    mean_g[k] = float(weight * sum_dy[k] / total_tokens);
+    mean_gxhat[k] = float(weight * sum_dy_xhat / total_tokens);
+    if (dgamma != nullptr) dgamma[c] += float(local_dy_xhat0[k] - feature_shift * local_dy[k]);
+    if (dbeta != nullptr) dbeta[c] += float(local_dy[k]);
   }
   if (dinp == nullptr) return;
 

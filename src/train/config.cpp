@@ -112,6 +112,9 @@ const std::vector<Field>& fields() {
                            {"relu", "gelu"}));
     f.push_back(make_field("model", &R::model, "norm", &ModelConfig::norm, Kind::choice, {},
                            {"layernorm", "rmsnorm", "batchnorm", "dyt", "rezero", "none"}));
+    // data-parallel: BatchNorm statistics per rank or over all ranks (docs/scaling.md)
+    f.push_back(make_field("model", &R::model, "batchnorm_stats", &ModelConfig::batchnorm_stats, Kind::choice, {},
+                           {"local", "sync"}));
     f.push_back(make_field("model", &R::model, "placement", &ModelConfig::placement, Kind::choice, {}, {"pre", "post"}));
     f.push_back(make_field("model", &R::model, "final_norm", &ModelConfig::final_norm, Kind::boolean));
     f.push_back(make_field("model", &R::model, "norm_eps", &ModelConfig::norm_eps, Kind::number, open_closed(0, 1)));
@@ -161,6 +164,8 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("train", &R::train, "checkpoint_every", &TrainConfig::checkpoint_every, Kind::integer,
                            closed(0, kMaxSteps)));
     f.push_back(make_field("train", &R::train, "threads", &TrainConfig::threads, Kind::integer, closed(0, 1024)));
+    // data-parallel: replaced by the launch's process count (mpirun -np N); recorded for resume
+    f.push_back(make_field("train", &R::train, "world_size", &TrainConfig::world_size, Kind::integer, closed(1, 65536)));
     return f;
   }();
   return table;

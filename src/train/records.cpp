@@ -131,6 +131,7 @@ json to_json(const TrainSummary& summary) {
           {"diverged_at_step", summary.diverged_at_step ? json(*summary.diverged_at_step) : json(nullptr)},
           {"wall_time_s", summary.wall_time_s},
           {"threads", summary.threads},
+          {"world_size", summary.world_size},  // data-parallel
           {"num_parameters", summary.num_parameters},
           {"train_max_len", summary.train_max_len},
           {"final_train", final_train},

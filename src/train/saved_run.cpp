@@ -25,6 +25,8 @@ RunConfig resume_config(const std::string& dir, const std::optional<std::string>
   RunConfig stored = load_config(paths.config);
   if (config_path) {
     RunConfig requested = load_config(*config_path, overrides);
+    // data-parallel: the launch sets world_size; Trainer::load_checkpoint compares it to the checkpoint's.
+    requested.train.world_size = stored.train.world_size;
     check_resume_compatible(stored, requested, fmt::format("{} (vs {})", *config_path, paths.config));
     return requested;
   }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "normlab/dist/data_parallel.hpp"
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/ops.hpp"
@@ -45,6 +46,11 @@ Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
       task_(build_task(config_, stop)),
       train_set_(load_train_set(config_, task_, stop)),
       valid_set_(load_valid_set(config_, task_, stop)) {
+  // data-parallel: the ranks of this run (mpirun -np N; one process otherwise), recorded in the
+  // resolved config so that a resume on another N is refused; only rank 0 logs and writes.
+  dp_ = std::make_unique<dist::DataParallel>(dist::world(), config_);
+  config_.train.world_size = dp_->size();
+  if (!dp_->is_writer()) logger_ = &null_logger_;
   valid_batches_ = evaluation_batches(valid_set_, config_, stop);
   train_max_len_ = train_max_length(config_, train_set_);
   buckets_ = data::make_length_buckets(static_cast<int32_t>(config_.task.eval_max_len),
@@ -103,6 +109,7 @@ StepRecord Trainer::train_step(const data::Batch& batch, bool diagnostics) {
   record.lr = shortest(lr);
 
   model_->train();
+  if (dp_->active()) return data_parallel_step(batch, diagnostics, std::move(record), lr);  // data-parallel
   nn::Diagnostics diag;
   Tensor logits = model_->forward(batch.tokens, batch.offsets, diagnostics ? &diag : nullptr);  // (rows, V)
   Tensor loss = ops::cross_entropy(logits, batch.targets);
@@ -131,8 +138,12 @@ StepRecord Trainer::train_step(const data::Batch& batch, bool diagnostics) {
 }
 
 std::optional<EvalMetrics> Trainer::evaluate_valid() {
-  return evaluate_unless_stopped(*model_, valid_batches_, buckets_, stop_flag_);
+  // data-parallel: rank 0 evaluates alone while the others wait at the next step's reduction, so
+  // it finishes the evaluation (the ranks agree on a stop only inside that reduction).
+  return evaluate_unless_stopped(*model_, valid_batches_, buckets_, dp_->active() ? nullptr : stop_flag_);
 }
+
+int Trainer::stop_request() const { return dp_->active() ? dp_->agreed_stop() : io::stop_signal(stop_flag_); }
 
 // ---------------------------------------------------------------- checkpoints
 
@@ -235,12 +246,21 @@ void Trainer::load_checkpoint(const std::string& path) {
 // ---------------------------------------------------------------- the run directory
 
 void Trainer::start(const std::string& dir) {
+  if (!dp_->is_writer()) return;  // data-parallel: rank 0 owns and writes the run directory
   RunDirectory run_dir(dir, /*create=*/true);
   run_dir.begin_new(config_);
   run_dir_ = std::move(run_dir);
 }
 
 void Trainer::resume(const std::string& dir) {
+  if (!dp_->is_writer()) {  // data-parallel: every rank loads the checkpoint, rank 0 owns the directory
+    const RunPaths paths(dir);
+    if (!fs::is_regular_file(paths.checkpoint)) {
+      throw InputError(fmt::format("{}: no checkpoint.safetensors to resume from", dir));
+    }
+    load_checkpoint(paths.checkpoint);
+    return;
+  }
   RunDirectory run_dir(dir, /*create=*/false);
   if (!fs::is_regular_file(run_dir.paths().checkpoint)) {
     throw InputError(fmt::format("{}: no checkpoint.safetensors to resume from", dir));
@@ -254,6 +274,7 @@ void Trainer::resume(const std::string& dir) {
 // ---------------------------------------------------------------- the loop
 
 bool Trainer::record_eval() {
+  if (!dp_->is_writer()) return true;  // data-parallel: rank 0 evaluates and writes
   std::optional<EvalMetrics> metrics = evaluate_valid();
   if (!metrics) return false;
   json record = to_json(*metrics);
@@ -270,20 +291,21 @@ bool Trainer::record_eval() {
 }
 
 TrainSummary Trainer::fit() {
-  if (!run_dir_) throw UsageError("Trainer::fit: call start() or resume() first");
+  if (!run_dir_ && dp_->is_writer()) throw UsageError("Trainer::fit: call start() or resume() first");
   if (config_.train.threads > 0) set_num_threads(static_cast<int>(config_.train.threads));
   session_start_ = std::chrono::steady_clock::now();
   const TrainConfig& t = config_.train;
   logger_->info(describe_run());
   auto checkpoint = [&] {
-    save_checkpoint(run_dir_->paths().checkpoint);
     last_checkpoint_step_ = step_;
+    if (!dp_->is_writer()) return;  // data-parallel: rank 0 writes
+    save_checkpoint(run_dir_->paths().checkpoint);
     logger_->checkpoint(step_, run_dir_->paths().checkpoint);
   };
   std::optional<int64_t> diverged_at;
   // Polled between steps (a step is never cut in half, so the checkpoint holds exactly the state
   // after the last step in metrics.jsonl) and between evaluation batches.
-  auto stopped = [&] { return io::stop_signal(stop_flag_) != 0; };
+  auto stopped = [&] { return stop_request() != 0; };
   // An evaluation due at the checkpoint's step that a stop request abandoned comes first.
   if (t.eval_every > 0 && step_ > 0 && step_ % t.eval_every == 0 && last_eval_step_ != step_ && !stopped()) {
     record_eval();
@@ -295,7 +317,7 @@ TrainSummary Trainer::fit() {
     StepRecord record = train_step(batch, diagnostics);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     record.tokens_per_s = seconds > 0 ? double(record.tokens) / seconds : 0.0;
-    run_dir_->append_metrics(to_json(record));
+    if (dp_->is_writer()) run_dir_->append_metrics(to_json(record));  // data-parallel: rank 0 writes
     last_record_ = record;
     logger_->step(record, t.steps);
     if (record.diverged) {
@@ -311,12 +333,13 @@ TrainSummary Trainer::fit() {
   if (!diverged_at && last_checkpoint_step_ != step_) checkpoint();
 
   TrainSummary summary = make_summary();
-  summary.stop_request = io::stop_signal(stop_flag_);
+  summary.stop_request = stop_request();
   summary.diverged = diverged_at.has_value();
   summary.diverged_at_step = diverged_at;
   // A stop that came after the last step and its evaluation changes nothing: the run is finished.
   if (summary.interrupted() && step_ == t.steps && last_eval_step_ == step_) summary.stop_request = 0;
   if (summary.interrupted()) return summary;  // not finished: no summary.json, so resume continues it
+  if (!dp_->is_writer()) return summary;      // data-parallel: rank 0 writes
   run_dir_->write_summary(to_json(summary));
   return summary;
 }
@@ -337,6 +360,7 @@ TrainSummary Trainer::make_summary() const {
   summary.wall_time_s =
       previous_wall_time_s_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
   summary.threads = num_threads();
+  summary.world_size = dp_->size();  // data-parallel
   summary.num_parameters = model_->num_parameters();
   summary.train_max_len = train_max_len_;
   summary.final_train = last_record_;

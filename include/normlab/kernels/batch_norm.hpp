@@ -11,6 +11,15 @@
 
 namespace normlab::kernels {
 
+// data-parallel: sync BatchNorm (dist/data_parallel.hpp). When a hook is set, the training forward
+// and backward hand it their per-feature sums over this process's tokens, with the token count
+// last, and it replaces them in place by the sums over all ranks; every rank then normalizes with
+// the global batch statistics (parameter gradients stay local: the gradient reduction sums them).
+// nullptr, the default: this process's tokens only.
+using BatchNormSumHook = void (*)(double* values, int64_t count);
+void set_batch_norm_sum_hook(BatchNormSumHook hook);
+BatchNormSumHook batch_norm_sum_hook();  // one hook for every kernel path
+
 // Training forward. Writes the batch mean and rstd = 1/sqrt(var + eps) per feature (for the
 // backward) and updates running_mean / running_var in place (each skipped if nullptr). With N == 1
 // the unbiased variance is undefined: running_var is then left unchanged (PyTorch refuses N == 1).

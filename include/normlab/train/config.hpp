@@ -30,6 +30,7 @@ struct ModelConfig {
   double dropout = 0.0;
   std::string activation = "relu";        // relu | gelu
   std::string norm = "layernorm";         // layernorm | rmsnorm | batchnorm | dyt | rezero | none
+  std::string batchnorm_stats = "local";  // data-parallel BatchNorm: local (per rank) | sync (global)
   std::string placement = "pre";          // pre | post
   bool final_norm = true;                 // pre placement: a norm after the last block
   double norm_eps = 1e-12;
@@ -80,6 +81,7 @@ struct TrainConfig {
   int64_t diagnostics_every = 50;         // 0: never
   int64_t checkpoint_every = 200;         // 0: only at the end
   int64_t threads = 1;                    // 0: OMP_NUM_THREADS or all cores
+  int64_t world_size = 1;                 // data-parallel: set from the launch (mpirun -np N)
   bool operator==(const TrainConfig&) const = default;
 };
 

@@ -55,6 +55,7 @@ struct TrainSummary {
   std::optional<int64_t> diverged_at_step;
   double wall_time_s = 0.0;  // summed over every session of a resumed run
   int threads = 1;
+  int world_size = 1;  // data-parallel: processes (ranks) the run trained on
   int64_t num_parameters = 0;
   int32_t train_max_len = 0;
   std::optional<StepRecord> final_train;  // the last step

@@ -33,6 +33,10 @@
 #include "normlab/train/records.hpp"
 #include "normlab/train/run_dir.hpp"
 
+namespace normlab::dist {
+class DataParallel;
+}
+
 namespace normlab::train {
 
 // Receives progress; every method has an empty default.
@@ -99,6 +103,10 @@ class Trainer {
   std::string describe_run() const;
   TrainSummary make_summary() const;
   void restore_trainer_state(const nlohmann::json& state, const std::string& where);
+  // data-parallel: train_step on this rank's share, sums reduced over ranks (src/dist/trainer_step.cpp).
+  StepRecord data_parallel_step(const data::Batch& batch, bool diagnostics, StepRecord record, float lr);
+  // Stop requested: the local flag, or with several ranks the request they agreed on in the last step.
+  int stop_request() const;
 
   RunConfig config_;
   io::StopFlag stop_flag_ = nullptr;
@@ -125,6 +133,7 @@ class Trainer {
   std::optional<ValidPoint> best_loss_, best_accuracy_;
   int64_t last_checkpoint_step_ = -1;
   std::chrono::steady_clock::time_point session_start_ = std::chrono::steady_clock::now();
+  std::unique_ptr<dist::DataParallel> dp_;  // data-parallel: the ranks of this run (one without mpirun)
 };
 
 }  // namespace normlab::train

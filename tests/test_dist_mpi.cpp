@@ -1,0 +1,323 @@
+// Data-parallel training under a real mpirun (docs/scaling.md): N ranks against one process,
+// local vs sync BatchNorm, repeatability, stop + resume, a dead rank. Each run is a tiny model for
+// a few dozen steps, so a whole launch takes about a second. Skipped, saying so, in a build without
+// MPI or without mpirun.
+#include <doctest/doctest.h>
+
+#ifndef NORMLAB_MPIRUN
+
+TEST_CASE("dist mpi: SKIPPED (built without MPI or no mpirun found - see docs/scaling.md)") {
+  MESSAGE("data-parallel tests skipped: this build has no MPI or no mpirun");
+}
+
+#else
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "support.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using normlab::test::read_text;
+using normlab::test::TempDir;
+
+namespace {
+
+// `mpirun -np N PROGRAM ARGS...` with the environment OpenMPI needs in a container run as root.
+class MpiJob {
+ public:
+  MpiJob(int ranks, const std::string& program, const std::vector<std::string>& args, const std::string& log) {
+    std::vector<std::string> all{NORMLAB_MPIRUN, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(ranks),
+                                 program};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+      ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+      ::setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+      ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, STDOUT_FILENO);
+        ::dup2(fd, STDERR_FILENO);
+      }
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+  }
+  ~MpiJob() {
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+  int wait(std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) != pid_) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, nullptr, 0);
+        reaped_ = true;
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    reaped_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+int mpirun(int ranks, const std::string& program, const std::vector<std::string>& args, const std::string& log) {
+  MpiJob job(ranks, program, args, log);
+  return job.wait();
+}
+
+// The pid of the process launched as `rank` by the mpirun `launcher` (a child of it whose
+// environment says OMPI_COMM_WORLD_RANK=rank), or -1. Other jobs' ranks (ctest runs tests in
+// parallel) are not children of this mpirun.
+pid_t rank_pid(pid_t launcher, int rank) {
+  const std::string wanted = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    const std::string stat = read_text(entry.path().string() + "/stat");  // pid (comm) state ppid ...
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    int parent = 0;
+    if (std::sscanf(stat.c_str() + paren + 1, " %*c %d", &parent) != 1 || parent != launcher) continue;
+    const std::string environ = read_text(entry.path().string() + "/environ");
+    size_t at = 0;
+    while (at < environ.size()) {
+      const size_t end = environ.find('\0', at);
+      if (environ.compare(at, (end == std::string::npos ? environ.size() : end) - at, wanted) == 0)
+        return static_cast<pid_t>(std::stoi(name));
+      if (end == std::string::npos) break;
+      at = end + 1;
+    }
+  }
+  return -1;
+}
+
+// True while `pid` is a live (not zombie) process.
+bool alive(pid_t pid) {
+  const std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+std::string tiny_config(const std::string& norm, const std::string& stats, int steps, int checkpoint_every = 0) {
+  return json{{"model",
+               {{"d_model", 16}, {"heads", 2}, {"layers", 1}, {"ffn", 32}, {"max_len", 16}, {"norm", norm},
+                {"batchnorm_stats", stats}}},
+              {"task", {{"name", "reverse"}, {"min_len", 1}, {"max_len", 12}, {"eval_max_len", 12},
+                        {"eval_examples", 16}, {"bucket_width", 4}}},
+              {"optim", {{"lr", 0.003}, {"warmup_steps", 5}, {"schedule", "warmup"}, {"clip_grad_norm", 0.0}}},
+              {"train", {{"steps", steps}, {"batch_size", 8}, {"eval_every", 0}, {"log_every", 10},
+                         {"diagnostics_every", 0}, {"checkpoint_every", checkpoint_every}, {"threads", 1}}}}
+      .dump();
+}
+
+// max over the tensor's entries of |a - b|, and max |a|.
+std::pair<double, double> max_abs_diff(const json& a, const json& b) {
+  double diff = 0.0, scale = 0.0;
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(a[i].get<double>() - b[i].get<double>()));
+    scale = std::max(scale, std::abs(a[i].get<double>()));
+  }
+  return {diff, scale};
+}
+
+// The tensor bytes of a safetensors file and its metadata without wall-clock time.
+std::string checkpoint_identity(const std::string& path) {
+  const std::string bytes = read_text(path);
+  REQUIRE(bytes.size() > 8);
+  uint64_t header_size = 0;
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | uint8_t(bytes[size_t(i)]);
+  json header = json::parse(bytes.substr(8, header_size));
+  json trainer = json::parse(header["__metadata__"]["trainer"].get<std::string>());
+  trainer.erase("wall_time_s");
+  trainer["last_record"].erase("tokens_per_s");
+  header["__metadata__"]["trainer"] = trainer.dump();
+  return header.dump() + bytes.substr(8 + header_size);
+}
+
+}  // namespace
+
+TEST_CASE("dist mpi: 2 and 3 ranks match one process - local BatchNorm equals per-share normalization - not sync") {
+  TempDir dir("normlab_dist");
+  // ln_tiny: 2 sequences per batch, so on 3 ranks one rank's share is empty every step.
+  const std::vector<std::string> norms = {"ln_tiny", "ln", "rms", "bn_sync", "bn_local"};
+  std::vector<std::string> runs;
+  for (const std::string& name : norms) {
+    const std::string norm = name.rfind("ln", 0) == 0 ? "layernorm" : name == "rms" ? "rmsnorm" : "batchnorm";
+    const std::string stats = name == "bn_local" ? "local" : "sync";
+    json config = json::parse(tiny_config(norm, stats, 30));
+    if (name == "ln_tiny") config["train"]["batch_size"] = 2;
+    runs.push_back(name + "=" + dir.write(name + ".json", config.dump()));
+  }
+  std::vector<std::string> one_args{dir.sub("one.json"), "30"};
+  one_args.insert(one_args.end(), runs.begin(), runs.end() - 1);
+  auto run_probe = [&](int ranks, std::vector<std::string> args, const std::string& log) {
+    if (ranks == 0) {  // one plain process, no mpirun
+      std::vector<std::string> all{NORMLAB_DIST_PROBE};
+      all.insert(all.end(), args.begin(), args.end());
+      std::string command;
+      for (const std::string& a : all) command += "'" + a + "' ";
+      return std::system((command + ">" + log + " 2>&1").c_str());
+    }
+    return mpirun(ranks, NORMLAB_DIST_PROBE, args, log);
+  };
+  REQUIRE(run_probe(0, one_args, dir.sub("one.log")) == 0);
+  REQUIRE(run_probe(0, {dir.sub("emulated.json"), "1", runs[4], "--emulate-local", "2"}, dir.sub("emulated.log")) == 0);
+  std::vector<std::string> two_args{dir.sub("two.json"), "30"};
+  two_args.insert(two_args.end(), runs.begin(), runs.end());
+  INFO(read_text(dir.sub("two.log")));
+  REQUIRE(run_probe(2, two_args, dir.sub("two.log")) == 0);
+  std::vector<std::string> three_args{dir.sub("three.json"), "30"};
+  three_args.insert(three_args.end(), runs.begin(), runs.end() - 1);
+  REQUIRE(run_probe(3, three_args, dir.sub("three.log")) == 0);
+
+  const json one = json::parse(read_text(dir.sub("one.json")));
+  for (const char* file : {"two.json", "three.json"}) {
+    const json many = json::parse(read_text(dir.sub(file)));
+    for (const std::string name : {"ln_tiny", "ln", "rms", "bn_sync"}) {
+      INFO(file << " " << name);
+      CHECK(many[name]["world_size"].get<int>() == (std::string(file) == "two.json" ? 2 : 3));
+      // A bias followed by BatchNorm has a gradient that is zero in exact arithmetic (the
+      // normalization removes any constant shift): its float value is rounding noise, so such a
+      // tensor (its largest entry below 1e-6 of the model's largest gradient) is held to the
+      // model's largest gradient instead of its own.
+      double model_scale = 0.0;
+      for (const auto& [param, grad] : one[name]["grads"].items()) model_scale = std::max(model_scale, max_abs_diff(grad, grad).second);
+      for (const auto& [param, grad] : one[name]["grads"].items()) {
+        INFO(param);
+        auto [diff, scale] = max_abs_diff(grad, many[name]["grads"][param]);
+        CHECK(diff <= 1e-5 * (scale < 1e-6 * model_scale ? model_scale : scale));
+      }
+      const double loss_one = one[name]["losses"].back().get<double>();
+      const double loss_many = many[name]["losses"].back().get<double>();
+      CHECK(std::abs(loss_many - loss_one) <= 1e-4 * std::abs(loss_one));
+    }
+  }
+  // Local BatchNorm on 2 ranks = one process normalizing each of the 2 shares on its own ...
+  const json two = json::parse(read_text(dir.sub("two.json")));
+  const json emulated = json::parse(read_text(dir.sub("emulated.json")));
+  double local_vs_sync = 0.0;
+  for (const auto& [param, grad] : emulated["bn_local"]["grads"].items()) {
+    INFO(param);
+    auto [diff, scale] = max_abs_diff(grad, two["bn_local"]["grads"][param]);
+    CHECK(diff <= 1e-5 * scale);
+    auto [sync_diff, sync_scale] = max_abs_diff(grad, two["bn_sync"]["grads"][param]);
+    if (sync_scale > 0) local_vs_sync = std::max(local_vs_sync, sync_diff / sync_scale);
+  }
+  // ... and not the global-statistics model.
+  CHECK(local_vs_sync > 1e-3);
+}
+
+TEST_CASE("dist mpi: two np=2 runs write identical checkpoints - world_size is recorded - another N cannot resume") {
+  TempDir dir("normlab_dist");
+  const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 12));
+  for (const char* run : {"a", "b"}) {
+    INFO(read_text(dir.sub(std::string(run) + ".log")));
+    REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub(run)}, dir.sub(std::string(run) + ".log")) == 0);
+  }
+  CHECK(checkpoint_identity(dir.sub("a/checkpoint.safetensors")) == checkpoint_identity(dir.sub("b/checkpoint.safetensors")));
+  const json config_json = json::parse(read_text(dir.sub("a/config.json")));
+  CHECK(config_json["train"]["world_size"] == 2);
+  const json summary = json::parse(read_text(dir.sub("a/summary.json")));
+  CHECK(summary["world_size"] == 2);
+  // Rank 0 alone wrote metrics.jsonl: one line per step plus the final evaluation.
+  const std::string metrics = read_text(dir.sub("a/metrics.jsonl"));
+  CHECK(std::count(metrics.begin(), metrics.end(), '\n') == 13);
+
+  // A different number of processes is refused with exit 2, naming the key.
+  const int code = normlab::test::run_normlab({"train", "--resume", dir.sub("a"), "--set", "train.steps=20"},
+                                              dir.sub("r.out"), dir.sub("r.err"));
+  CHECK(code == 2);
+  CHECK(read_text(dir.sub("r.err")).find("train.world_size") != std::string::npos);
+}
+
+TEST_CASE("dist mpi: SIGTERM to the ranks checkpoints and exits 143 - --resume under np=2 ends where an uninterrupted run ends") {
+  TempDir dir("normlab_dist");
+  const std::string config = dir.write("c.json", tiny_config("batchnorm", "sync", 120, 0));
+  REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("full")}, dir.sub("full.log")) == 0);
+  {
+    MpiJob job(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("cut")}, dir.sub("cut.log"));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      const std::string metrics = read_text(dir.sub("cut/metrics.jsonl"));
+      if (std::count(metrics.begin(), metrics.end(), '\n') >= 5) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    // As a terminal's Ctrl-C (the whole process group) or Slurm's scancel --signal do: every rank.
+    // (mpirun itself, signalled, kills the ranks after odls_base_sigkill_timeout: docs/scaling.md.)
+    const pid_t rank0 = rank_pid(job.pid(), 0), rank1 = rank_pid(job.pid(), 1);
+    REQUIRE(rank0 > 0);
+    REQUIRE(rank1 > 0);
+    ::kill(rank0, SIGTERM);
+    ::kill(rank1, SIGTERM);
+    CHECK(job.wait(std::chrono::seconds(60)) == 143);
+  }
+  INFO(read_text(dir.sub("cut.log")));
+  REQUIRE(fs::exists(dir.sub("cut/checkpoint.safetensors")));
+  CHECK(!fs::exists(dir.sub("cut/summary.json")));
+  CHECK(read_text(dir.sub("cut.log")).find("terminated (SIGTERM)") != std::string::npos);
+  // With --config as well: the file says nothing of world_size, the checkpoint says 2, the launch 2.
+  REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--config", config, "--resume", dir.sub("cut")}, dir.sub("resume.log")) == 0);
+  CHECK(checkpoint_identity(dir.sub("cut/checkpoint.safetensors")) ==
+        checkpoint_identity(dir.sub("full/checkpoint.safetensors")));
+}
+
+TEST_CASE("dist mpi: a dead rank stops the others within seconds - --resume under np=2 then ends bit-identically") {
+  TempDir dir("normlab_dist");
+  const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 60, 4));
+  REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("full")}, dir.sub("full.log")) == 0);
+
+  MpiJob job(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("run")}, dir.sub("run.log"));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string metrics = read_text(dir.sub("run/metrics.jsonl"));
+    if (std::count(metrics.begin(), metrics.end(), '\n') >= 5) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const pid_t victim = rank_pid(job.pid(), 1), survivor = rank_pid(job.pid(), 0);
+  REQUIRE(victim > 0);
+  REQUIRE(survivor > 0);
+  ::kill(victim, SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  const int code = job.wait(std::chrono::seconds(30));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  const std::string log = read_text(dir.sub("run.log"));
+  INFO(log);
+  CHECK(code != 0);
+  CHECK(code != -1);  // it ended by itself
+  CHECK(seconds < 10.0);
+  CHECK(log.find("rank 1") != std::string::npos);
+  CHECK(!alive(survivor));  // the survivor is gone too
+
+  REQUIRE(fs::exists(dir.sub("run/checkpoint.safetensors")));
+  REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--resume", dir.sub("run")}, dir.sub("resume.log")) == 0);
+  CHECK(checkpoint_identity(dir.sub("run/checkpoint.safetensors")) ==
+        checkpoint_identity(dir.sub("full/checkpoint.safetensors")));
+}
+
+#endif
