@@ -87,7 +87,7 @@ TEST_CASE("cli: compare --jobs 2 runs the grid concurrently and gives the same t
   CHECK(bad.code == 2);
 }
 
-TEST_CASE("cli: bench gemm --variant nn, nt, tn report their variant and shape; an unknown one exits 2") {
+TEST_CASE("cli: bench gemm --variant nn, nt, tn report their variant and shape - an unknown one exits 2") {
   TempDir dir;
   for (const char* variant : {"nn", "nt", "tn"}) {
     CAPTURE(variant);

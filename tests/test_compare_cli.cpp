@@ -55,7 +55,7 @@ int64_t mtime_ns(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("compare: an edited config is never reported over old runs; --retrain-changed retrains exactly the changed") {
+TEST_CASE("compare: an edited config is never reported over old runs - --retrain-changed retrains exactly the changed") {
   TempDir dir("normlab_stale");
   dir.write("base.json", kBase);
   const std::string config = dir.write("compare.json", compare_config(R"({"train.steps": 12, "optim.clip_grad_norm": 0})"));
@@ -135,7 +135,7 @@ TEST_CASE("compare: an edited config is never reported over old runs; --retrain-
   CHECK(read_text(dir.sub("rep3") + "/report.html").find("<svg") != std::string::npos);
 }
 
-TEST_CASE("compare: --shard I/K trains its share; --report-only over the merged output draws the whole report") {
+TEST_CASE("compare: --shard I/K trains its share - --report-only over the merged output draws the whole report") {
   TempDir dir("normlab_shard");
   dir.write("base.json", kBase);
   const std::string config = dir.write(

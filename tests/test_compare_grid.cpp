@@ -28,7 +28,7 @@ study::ComparePlan plan_with(const TempDir& tmp, const std::string& grid, const 
 
 }  // namespace
 
-TEST_CASE("grid: any config key is an axis; runs get unique names and the facet they belong to") {
+TEST_CASE("grid: any config key is an axis - runs get unique names and the facet they belong to") {
   TempDir tmp("normlab_grid");
   const study::ComparePlan plan = plan_with(
       tmp, R"({"variants": ["none", "pre-ln"], "seeds": [0, 1], "train.batch_size": [4, 32], "task.max_len": [16, 8],
@@ -52,7 +52,7 @@ TEST_CASE("grid: any config key is an axis; runs get unique names and the facet 
   CHECK(plain.runs.at(0).name == "pre-ln_lr0.001_L2_warmup_s3");
 }
 
-TEST_CASE("grid: keys and values are validated as --set validates them; duplicates are refused") {
+TEST_CASE("grid: keys and values are validated as --set validates them - duplicates are refused") {
   TempDir tmp("normlab_grid_bad");
   auto refuses = [&](const std::string& grid, const std::string& expect) {
     CHECK_THROWS_WITH_AS(plan_with(tmp, grid), doctest::Contains(expect.c_str()), InputError);

@@ -72,7 +72,7 @@ std::string in_flight_run(const std::string& runs_dir) {
 
 }  // namespace
 
-TEST_CASE("compare: SIGINT midway stops every run with a checkpoint (exit 130); rerunning skips and resumes to the same table") {
+TEST_CASE("compare: SIGINT midway stops every run with a checkpoint (exit 130) - rerunning skips and resumes to the same table") {
   TempDir dir("normlab_test_compare");
   dir.write("base.json", kBase);
   const std::string config = dir.write("compare.json", kCompare);

@@ -242,7 +242,7 @@ TEST_CASE("config: the shipped configs load") {
   }
 }
 
-TEST_CASE("json depth: brackets in strings do not count; deep nesting is refused before parsing") {
+TEST_CASE("json depth: brackets in strings do not count - deep nesting is refused before parsing") {
   using normlab::io::json_nesting_depth;
   CHECK(json_nesting_depth("") == 0);
   CHECK(json_nesting_depth("3") == 0);

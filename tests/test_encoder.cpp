@@ -296,7 +296,7 @@ TEST_CASE("encoder: whole-block gradcheck for every norm kind and placement") {
   }
 }
 
-TEST_CASE("encoder: parameter names follow PyTorch's state_dict; diagnostics have one entry per layer") {
+TEST_CASE("encoder: parameter names follow PyTorch's state_dict - diagnostics have one entry per layer") {
   nn::ModelOptions opts;
   opts.encoder.num_layers = 3;
   opts.encoder.placement = nn::Placement::pre;

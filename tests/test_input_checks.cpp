@@ -95,7 +95,7 @@ TEST_CASE("jsonl: lines longer than any example can be are refused before parsin
   CHECK(error_of([&] { data::parse_jsonl_line(line, task, "d.jsonl:1"); }).find("d.jsonl:1: line of") == 0);
 }
 
-TEST_CASE("text: UTF-8 characters are tokens of their own; invalid UTF-8 is refused") {
+TEST_CASE("text: UTF-8 characters are tokens of their own - invalid UTF-8 is refused") {
   const data::Task task = data::make_text_task({"καλή μέρα", "abc"});
   // [MASK], [UNK], then the characters in code point order: ' ', a, b, c, έ, ή, α, κ, λ, μ, ρ
   CHECK(task.input_vocab.size() == 2 + 11);

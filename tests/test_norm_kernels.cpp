@@ -315,7 +315,7 @@ TEST_CASE("batchnorm is bit-identical run to run at a fixed thread count") {
   }
 }
 
-TEST_CASE("batchnorm output of a token depends on its batch-mates; layernorm's does not") {
+TEST_CASE("batchnorm output of a token depends on its batch-mates - layernorm's does not") {
   normlab::Rng rng(35);
   const int64_t C = 16;
   // Batch A: tokens 0..9. Batch B: the same 10 tokens plus 6 others (a second sequence).

@@ -206,7 +206,7 @@ TEST_CASE("report numbers: findings name the tolerant variants and the differenc
                        doctest::Contains("is not one of the run directories given"), InputError);
 }
 
-TEST_CASE("report inputs: runs of different tasks are refused; a compare directory stands for its runs") {
+TEST_CASE("report inputs: runs of different tasks are refused - a compare directory stands for its runs") {
   TempDir tmp("normlab_report_inputs");
   const std::string a = make_run(tmp, "a", nlohmann::json::object(), flat(2.3, 1.0), 0.5, 0.5);
   const std::string b = make_run(tmp, "b", nlohmann::json::object(), flat(2.3, 1.0), 0.5, 0.5, false, "sort");

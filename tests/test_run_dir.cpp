@@ -64,7 +64,7 @@ void wait_for_lines(const std::string& path, int64_t lines) {
 
 }  // namespace
 
-TEST_CASE("dir lock: a second owner is refused with the directory and the holder's pid; release frees it") {
+TEST_CASE("dir lock: a second owner is refused with the directory and the holder's pid - release frees it") {
   TempDir dir;
   io::DirLock first = io::DirLock::acquire(dir.path.string(), "run directory");
   CHECK(first.held());
@@ -86,7 +86,7 @@ TEST_CASE("dir lock: the lock file is never followed through a symbolic link") {
   CHECK(read_text(victim) == "precious");
 }
 
-TEST_CASE("two train processes on one --out: the second exits 2 naming the directory and the holder; a killed run "
+TEST_CASE("two train processes on one --out: the second exits 2 naming the directory and the holder - a killed run "
           "resumes") {
   TempDir dir("normlab_test_lock");
   const std::string config = dir.write("config.json", kSlowConfig);

@@ -98,7 +98,7 @@ TEST_CASE("autograd: a deep graph does not overflow the stack") {
   CHECK(x.grad().to_vector()[0] == doctest::Approx(1.0));
 }
 
-TEST_CASE("autograd: the graph is released after backward; a second backward is an error") {
+TEST_CASE("autograd: the graph is released after backward - a second backward is an error") {
   Tensor x = Tensor::from_data({2}, {1, 2});
   x.set_requires_grad();
   Tensor loss = ops::sum(ops::mul(x, x));

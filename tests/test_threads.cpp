@@ -122,7 +122,7 @@ std::vector<double> as_f64(const std::vector<float>& v) { return {v.begin(), v.e
 
 }  // namespace
 
-TEST_CASE("threads: training is bit-identical run to run at 1, 2 and 3 threads; close across counts") {
+TEST_CASE("threads: training is bit-identical run to run at 1, 2 and 3 threads - close across counts") {
   ThreadCountGuard guard;
   TempDir dir;
   std::vector<std::vector<json>> runs;

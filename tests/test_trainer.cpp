@@ -352,13 +352,19 @@ TEST_CASE("trainer: loading a checkpoint validates every tensor name and shape")
   CHECK(trainer.step() == 3);
 }
 
-TEST_CASE("trainer: a run directory with a checkpoint is not overwritten; resume needs one") {
+TEST_CASE("trainer: a run directory with a checkpoint is not overwritten - resume needs one") {
   TempDir dir;
   RunConfig config = tiny_config();
   config.train.steps = 2;
   train_in(config, dir.sub("run"));
   std::string refused = error_of([&] { train_in(config, dir.sub("run")); });
   CHECK(refused.find("already holds a run") != std::string::npos);
+  std::string missing = error_of([&] {
+    Trainer trainer(config);
+    trainer.resume(dir.sub("missing"));
+  });
+  CHECK(missing.find("no such run directory") != std::string::npos);
+  std::filesystem::create_directories(dir.sub("empty"));
   std::string nothing = error_of([&] {
     Trainer trainer(config);
     trainer.resume(dir.sub("empty"));
