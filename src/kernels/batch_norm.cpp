@@ -189,7 +189,7 @@ void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,              
   // keep this rank's (local_*), the gradient reduction adds them up.
   const std::vector<double> local_dy = sum_dy, local_dy_xhat0 = sum_dy_xhat0;
   double total_tokens = double(N);
-  if (g_sum_hook != nullptr) {
+  if (normlab::kernels::batch_norm_sum_hook() != nullptr) {
     std::vector<double> sums(3 * stride);
     std::copy(sum_dy.begin(), sum_dy.end(), sums.begin());
     std::copy(sum_dy_xhat0.begin(), sum_dy_xhat0.end(), sums.begin() + C);
