@@ -20,6 +20,8 @@ struct EvalOptions {
   std::string run_dir;
   std::string data;
   bool json = false;
+  std::optional<int64_t> batch_size;  // default: train.batch_size
+  bool batch_stats = false;
 };
 
 }  // namespace
@@ -45,7 +47,10 @@ void run(const EvalOptions& options) {
   train::LoadedRun loaded = train::load_run(options.run_dir);
   std::optional<std::string> data;
   if (!options.data.empty()) data = options.data;
-  train::RunEvaluation result = train::evaluate_run(loaded, data);
+  train::EvalSettings settings;
+  settings.batch_size = options.batch_size;
+  settings.batch_statistics = options.batch_stats;
+  train::RunEvaluation result = train::evaluate_run(loaded, data, settings);
   const train::EvalMetrics& m = result.metrics;
 
   if (options.json) {
@@ -54,10 +59,15 @@ void run(const EvalOptions& options) {
     out["step"] = loaded.step;
     out["data"] = result.data;
     out["train_max_len"] = loaded.train_max_len;
+    out["batch_size"] = settings.batch_size.value_or(loaded.config.train.batch_size);
+    out["batch_statistics"] = settings.batch_statistics;
     fmt::print("{}\n", out.dump());
     return;
   }
   fmt::print("run {} ({} task, step {}), data: {}\n", options.run_dir, loaded.task.name, loaded.step, result.data);
+  if (settings.batch_size || settings.batch_statistics)
+    fmt::print("batches of {} sequences{}\n", settings.batch_size.value_or(loaded.config.train.batch_size),
+               settings.batch_statistics ? ", BatchNorm with each batch's own statistics" : "");
   fmt::print("{:>10} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "lengths", "seqs", "targets", "loss", "accuracy", "seq_acc");
   bool any_beyond = false;
   for (const train::BucketMetrics& b : m.buckets) {
@@ -80,6 +90,12 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--run", options->run_dir, "Run directory (holds checkpoint.safetensors)")->required();
   cmd->add_option("--data", options->data, "JSONL file to evaluate (default: the run's validation set)");
   cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");
+  cmd->add_option("--batch-size", options->batch_size,
+                  "Sequences per evaluation batch (default: the run's train.batch_size); with --batch-stats it "
+                  "decides which sequences share BatchNorm's statistics");
+  cmd->add_flag("--batch-stats", options->batch_stats,
+                "BatchNorm normalizes with each evaluation batch's own statistics, as in training, instead of its "
+                "running averages (LayerNorm has per-token statistics: nothing changes)");
   cmd->callback([options] { run(*options); });
 }
 

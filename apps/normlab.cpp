@@ -46,9 +46,8 @@ std::string config_key_hint(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Activations are freed and reallocated every training step. With glibc's defaults each buffer
-  // over 128 KiB is a fresh mmap, so every step paid page faults plus zero-filling for all of
-  // them (5x the step time on bench-step.json). Keep freed memory in the heap for reuse instead.
+  // Activations are freed and reallocated every step: keep freed memory in the heap for reuse, not
+  // a fresh mmap (page faults and zero-filling) per buffer (docs/PERFORMANCE.md, the step).
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   mallopt(M_TOP_PAD, 64 << 20);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The data-parallel experiment of docs/experiments-dp.md: reverse task, LayerNorm and BatchNorm
+# The data-parallel experiment of docs/EXPERIMENTS.md (data parallelism): reverse task, LayerNorm and BatchNorm
 # (local and sync statistics) on 1, 2 and 4 ranks, 3 seeds. Prints one CSV line per run.
 #   OUT  output directory (default: runs/experiment-dp)
 set -euo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mutation check: does the test suite notice plausible bugs?
 #
-#   scripts/mutants.sh [--scratch DIR] [--only 1,5,7] [--list]
+#   scripts/mutants.sh [--scratch DIR] [--only 1,5,7] [--list] [--check]
 #
 # Copies the current sources (tracked and untracked, as they are in the working tree) into a scratch
 # directory (default /tmp/normlab-mutants) with its own build directory, then for each mutant below:
@@ -15,7 +15,8 @@
 # the pattern here, never make a mutant silently test nothing. Exit status: 0 when every mutant was
 # killed, 1 when one survived, 2 on a setup error (pattern, baseline failure).
 #
-# Not part of CI: one rebuild per mutant. The last run's results are in docs/TESTING.md. The
+# --check only verifies that every pattern still matches the sources (no build; ctest runs it, so a
+# refactoring cannot leave a mutant behind). The mutants themselves are not part of CI: one rebuild per mutant. The last run's results are in docs/TESTING.md. The
 # load_checkpoint_torch ctest entry (PyTorch) is not run here.
 set -euo pipefail
 
@@ -23,12 +24,14 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 scratch=/tmp/normlab-mutants
 only=""
 list=0
+check=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --scratch) scratch="$2"; shift 2 ;;
     --only) only=",$2,"; shift 2 ;;
     --list) list=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --check) check=1; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "mutants.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -63,13 +66,13 @@ mutant "RMSNorm: square of the mean instead of the mean square" \
   '*golden*,*f64*,*rms*'
 mutant "BatchNorm: normalizes with the unbiased variance" \
   src/kernels/batch_norm.cpp \
-  'batch_var[k] = sum_squared_deviation / double(N);' \
-  'batch_var[k] = sum_squared_deviation / double(N > 1 ? N - 1 : N);' \
+  'batch_var[k] = sum_squared_deviation / total_tokens;' \
+  'batch_var[k] = sum_squared_deviation / (total_tokens > 1.0 ? total_tokens - 1.0 : total_tokens);' \
   '*golden*,*f64*,*batch*'
 mutant "BatchNorm: running variance from the biased batch variance" \
   src/kernels/batch_norm.cpp \
-  'const double unbiased_var = sum_squared_deviation / double(N - 1);' \
-  'const double unbiased_var = sum_squared_deviation / double(N);' \
+  'const double unbiased_var = sum_squared_deviation / (total_tokens - 1.0);' \
+  'const double unbiased_var = sum_squared_deviation / total_tokens;' \
   '*golden*,*batch*'
 mutant "BatchNorm: momentum applied the wrong way round (running = m * running + (1 - m) * batch)" \
   src/kernels/batch_norm.cpp \
@@ -174,6 +177,29 @@ count=${#names[@]}
 if [ "$list" = 1 ]; then
   for ((i = 0; i < count; i++)); do printf '%2d  %-40s %s\n' $((i + 1)) "${files[$i]}" "${names[$i]}"; done
   exit 0
+fi
+
+# Occurrences of OLD in FILE: exactly one needed (at least one when EVERY is 1); prints why not.
+pattern_ok() {
+  MUT_FILE="$1" MUT_OLD="$2" MUT_ALL="$3" python3 - <<'PY'
+import os, sys
+n = open(os.environ["MUT_FILE"]).read().count(os.environ["MUT_OLD"])
+if n == 0 or (n > 1 and os.environ["MUT_ALL"] != "1"):
+    print("not found" if n == 0 else "found {} times".format(n))
+    sys.exit(1)
+PY
+}
+if [ "$check" = 1 ]; then
+  bad=0
+  for ((i = 0; i < count; i++)); do
+    if [ ! -f "$here/${files[$i]}" ]; then
+      echo "mutant $((i + 1)): file ${files[$i]} not found (${names[$i]})"; bad=1
+    elif ! why=$(pattern_ok "$here/${files[$i]}" "${olds[$i]}" "${every[$i]}"); then
+      echo "mutant $((i + 1)): pattern $why in ${files[$i]} (${names[$i]})"; bad=1
+    fi
+  done
+  [ "$bad" = 0 ] && echo "mutants.sh: all $count patterns match the sources"
+  exit $((bad * 2))
 fi
 
 # ----------------------------------------------------------------------------------- scratch copy

@@ -13,7 +13,12 @@ ROOT=$(pwd)
 BUILD_DIR=${BUILD_DIR:-build-asan}
 JOBS=${JOBS:-$(nproc)}
 
-cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNORMLAB_SANITIZE=ON -DNORMLAB_NATIVE=ON >/dev/null
+launcher=()  # ccache when present (scripts/setup.sh says why)
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNORMLAB_SANITIZE=ON -DNORMLAB_NATIVE=ON "${launcher[@]}" >/dev/null
 cmake --build "$BUILD_DIR" -j"$JOBS"
 
 # abort_on_error: a report kills the process with SIGABRT, so ctest sees a failure even if the test

@@ -288,19 +288,6 @@ TEST_CASE("kernels cross-entropy with ignored targets") {
                   normlab::UsageError);
 }
 
-TEST_CASE("kernels count_correct counts argmax hits over non-ignored rows") {
-  const int64_t V = 4;
-  const std::vector<float> logits = {
-      0.1f, 0.9f, 0.2f, 0.0f,   // argmax 1
-      2.0f, 2.0f, 1.0f, 0.0f,   // tie: first index wins, 0
-      -1.f, -2.f, -3.f, -0.5f,  // argmax 3
-      5.0f, 0.0f, 0.0f, 0.0f,   // argmax 0, but ignored
-  };
-  CHECK(nk::count_correct(logits.data(), std::vector<int32_t>{1, 0, 3, -1}.data(), 4, V) == 3);
-  CHECK(nk::count_correct(logits.data(), std::vector<int32_t>{1, 1, 2, 0}.data(), 4, V) == 2);
-  CHECK(nk::count_correct(logits.data(), std::vector<int32_t>{-1, -1, -1, -1}.data(), 4, V) == 0);
-}
-
 TEST_CASE("kernels dropout statistics, determinism and exact p=0") {
   const int64_t N = 200000;
   const std::vector<float> x = random_vector(size_t(N), 19);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "normlab/error.hpp"
+#include "normlab/provenance.hpp"
 #include "normlab/study/compare.hpp"
 #include "normlab/study/svg.hpp"
 #include "normlab/train/config.hpp"
@@ -120,7 +121,7 @@ TEST_CASE("report numbers: medians over seeds, diverged seeds left out, bucket m
   study::write_report(plan, results, out);
   const nlohmann::json summary = nlohmann::json::parse(read_text(out + "/summary.json"));
   CHECK(summary["normlab_version"] == NORMLAB_VERSION);
-  CHECK(summary["cpu"].get<std::string>() == study::cpu_model());
+  CHECK(summary["cpu"].get<std::string>() == normlab::cpu_model());
   CHECK(summary["threads"] == nlohmann::json::array({1}));
   CHECK(summary["outcomes"]["diverged"] == 1);
   CHECK(read_text(out + "/report.md").find("chance loss") != std::string::npos);

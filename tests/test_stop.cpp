@@ -84,3 +84,41 @@ TEST_CASE("SIGTERM while the data loads: exit 143 within seconds, nothing writte
   CHECK(message.find("stopped (SIGTERM) while loading the data; nothing was written") != std::string::npos);
   CHECK(!fs::exists(run + "/config.json"));
 }
+
+TEST_CASE("SIGTERM during a long `normlab eval --data`: the process ends within seconds, the run untouched") {
+  // eval and predict only read a run directory: they keep the default action of SIGINT/SIGTERM,
+  // which ends the process at once (exit status 128 + signal), with nothing to save.
+  TempDir dir("normlab_test_stop_evalverb");
+  const std::string config = dir.write("config.json", R"({
+    "model": {"d_model": 8, "heads": 1, "layers": 1, "ffn": 8, "max_len": 128},
+    "task": {"max_len": 4, "eval_max_len": 8, "eval_examples": 16},
+    "train": {"steps": 2, "batch_size": 8, "eval_every": 0, "threads": 1}})");
+  const std::string run = dir.sub("run");
+  Child train({"train", "--config", config, "--out", run}, dir.sub("train_out.txt"), dir.sub("train_err.txt"));
+  REQUIRE(train.started());
+  REQUIRE(train.wait() == 0);
+  const std::string checkpoint_before = read_text(run + "/checkpoint.safetensors");
+  // 50 000 reversed sequences of 120 tokens (49 MB, under the 64 MiB file limit): an evaluation of
+  // many seconds.
+  std::string lines;
+  std::string tokens, targets;
+  for (int i = 0; i < 120; ++i) {
+    tokens += std::string(i ? "," : "") + "\"" + std::to_string(i % 10) + "\"";
+    targets += std::string(i ? "," : "") + "\"" + std::to_string((119 - i) % 10) + "\"";
+  }
+  const std::string line = "{\"tokens\":[" + tokens + "],\"targets\":[" + targets + "]}\n";
+  for (int i = 0; i < 50000; ++i) lines += line;
+  const std::string data = dir.write("big.jsonl", lines);
+  Child eval({"eval", "--run", run, "--data", data}, dir.sub("out.txt"), dir.sub("err.txt"));
+  REQUIRE(eval.started());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const auto sent = std::chrono::steady_clock::now();
+  eval.signal(SIGTERM);
+  const int code = eval.wait(std::chrono::seconds(60));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  INFO(read_text(dir.sub("err.txt")));
+  CHECK(code == 143);
+  CHECK(seconds < 5.0);
+  CHECK(read_text(run + "/checkpoint.safetensors") == checkpoint_before);
+  CHECK(read_text(dir.sub("out.txt")).find("loss") == std::string::npos);  // it did not finish
+}

@@ -75,20 +75,4 @@ void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* t
   }
 }
 
-int64_t count_correct(const float* logits, const int32_t* targets, int64_t N, int64_t V) {
-  count_targets("count_correct", targets, N, V);
-  int64_t correct = 0;
-#pragma omp parallel for schedule(static) reduction(+ : correct) if (N * V >= kMinParallelElements)
-  for (int64_t n = 0; n < N; n++) {
-    if (targets[n] == kIgnore) continue;
-    const float* z = logits + n * V;
-    int64_t best = 0;
-    for (int64_t v = 1; v < V; v++) {
-      if (z[v] > z[best]) best = v;
-    }
-    if (best == targets[n]) correct++;
-  }
-  return correct;
-}
-
 }  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

@@ -21,7 +21,7 @@
   X(relu_forward) X(relu_backward) X(gelu_forward) X(gelu_backward) X(dyt_forward) X(dyt_backward) \
   X(attention_cache_size) X(attention_forward) X(attention_backward)                               \
   X(batch_norm_forward_train) X(batch_norm_forward_eval) X(batch_norm_backward)                    \
-  X(cross_entropy_forward) X(cross_entropy_backward) X(count_correct)                              \
+  X(cross_entropy_forward) X(cross_entropy_backward)                              \
   X(dropout_forward) X(dropout_backward) X(embedding_forward) X(embedding_backward)                \
   X(layer_norm_forward) X(layer_norm_backward) X(layer_norm_residual_forward)  \
   X(layer_norm_residual_backward) X(linear_forward) X(linear_backward)                \

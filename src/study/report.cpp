@@ -12,6 +12,7 @@
 #include "common.hpp"
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/stats.hpp"
+#include "normlab/provenance.hpp"
 #include "normlab/study/report.hpp"
 #include "normlab/study/svg.hpp"
 #include "normlab/train/config.hpp"
@@ -412,14 +413,15 @@ std::string runs_csv(const Context& c) {
 // Which normlab, CPU and thread counts produced these runs.
 struct Provenance {
   std::string version = NORMLAB_VERSION;
-  std::string cpu = cpu_model();
+  std::string cpu = normlab::cpu_model();
+  std::string kernels = normlab::kernels_in_use();
   std::vector<int64_t> threads;
   std::string text() const {
     std::string t;
     for (int64_t n : threads) t += (t.empty() ? "" : ", ") + std::to_string(n);
-    return fmt::format("Produced by normlab {} on {}; the runs used {} thread(s) each{}. A rerun gives the same "
+    return fmt::format("Produced by normlab {} ({} kernels) on {}; the runs used {} thread(s) each{}. A rerun gives the same "
                        "numbers only on the same CPU instruction set with the same thread count.",
-                       version, cpu, t.empty() ? "?" : t, threads.size() > 1 ? " (different runs, different counts)" : "");
+                       version, kernels, cpu, t.empty() ? "?" : t, threads.size() > 1 ? " (different runs, different counts)" : "");
   }
 };
 
@@ -514,7 +516,7 @@ void write_report(const ComparePlan& plan, const std::vector<RunResult>& results
   md += "Charts: report.html. One row per run: runs.csv.\n";
   html += "<p>One row per run: <a href=\"runs.csv\">runs.csv</a>. Tables as Markdown: report.md.</p>\n</body></html>\n";
 
-  json summary = {{"normlab_version", provenance.version}, {"cpu", provenance.cpu}, {"threads", provenance.threads},
+  json summary = {{"normlab_version", provenance.version}, {"cpu", provenance.cpu}, {"kernels", provenance.kernels}, {"threads", provenance.threads},
                   {"runs", results.size()}, {"chance_loss", std::isfinite(c.chance) ? json(c.chance) : json(nullptr)}};
   std::map<std::string, int> outcomes;
   for (const RunResult& r : results) ++outcomes[outcome_name(classify(r, c.chance))];

@@ -4,6 +4,7 @@
 
 #include "normlab/autograd.hpp"
 #include "normlab/error.hpp"
+#include "normlab/nn/norm.hpp"
 #include "normlab/train/metrics.hpp"
 
 namespace normlab::train {
@@ -30,9 +31,15 @@ EvalMetrics evaluate(nn::EncoderModel& model, const std::vector<data::Batch>& ba
 
 std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, const std::vector<data::Batch>& batches,
                                                    const std::vector<data::LengthBucket>& buckets,
-                                                   io::StopFlag stop) {
+                                                   io::StopFlag stop, bool batch_statistics) {
   const bool was_training = model.is_training();
   model.eval();
+  if (batch_statistics) {
+    for (auto& layer : model.encoder.layers)
+      for (nn::NormLayer* norm : {layer->norm1.get(), layer->norm2.get()})
+        if (dynamic_cast<nn::BatchNorm*>(norm) != nullptr) norm->train(true);
+    if (dynamic_cast<nn::BatchNorm*>(model.encoder.norm.get()) != nullptr) model.encoder.norm->train(true);
+  }
   NoGradGuard no_grad;
   Totals total;
   std::vector<Totals> per_bucket(buckets.size());

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "normlab/error.hpp"
+#include "normlab/provenance.hpp"
 
 namespace normlab::train {
 
@@ -131,6 +132,9 @@ json to_json(const TrainSummary& summary) {
           {"diverged_at_step", summary.diverged_at_step ? json(*summary.diverged_at_step) : json(nullptr)},
           {"wall_time_s", summary.wall_time_s},
           {"threads", summary.threads},
+          {"normlab_version", NORMLAB_VERSION},  // what produced it (provenance.hpp)
+          {"cpu", cpu_model()},
+          {"kernels", kernels_in_use()},
           {"world_size", summary.world_size},  // data-parallel
           {"num_parameters", summary.num_parameters},
           {"train_max_len", summary.train_max_len},

@@ -113,6 +113,13 @@ LoadedRun load_run(const std::string& dir) {
 }
 
 RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& data_file) {
+  return evaluate_run(run, data_file, EvalSettings{});
+}
+
+RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& data_file, const EvalSettings& settings) {
+  if (settings.batch_size && (*settings.batch_size < 1 || *settings.batch_size > 1'000'000)) {
+    throw InputError(fmt::format("--batch-size: must be between 1 and 1000000 (got {})", *settings.batch_size));
+  }
   std::optional<data::Dataset> dataset;
   std::string description;
   if (data_file) {
@@ -128,7 +135,10 @@ RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& dat
   const int32_t longest = std::max<int32_t>(1, dataset->max_length());
   std::vector<data::LengthBucket> buckets =
       data::make_length_buckets(longest, static_cast<int32_t>(run.config.task.bucket_width), run.train_max_len);
-  EvalMetrics metrics = evaluate(*run.model, evaluation_batches(*dataset, run.config), buckets);
+  RunConfig batching = run.config;
+  if (settings.batch_size) batching.train.batch_size = *settings.batch_size;
+  EvalMetrics metrics = *evaluate_unless_stopped(*run.model, evaluation_batches(*dataset, batching), buckets, nullptr,
+                                                 settings.batch_statistics);
   return RunEvaluation{description, std::move(metrics)};
 }
 

@@ -20,8 +20,4 @@ void cross_entropy_backward(float* dlogits,                              // (N, 
                             const float* probs, const int32_t* targets,  // (N, V), (N)
                             int64_t N, int64_t V, float dloss);
 
-// Number of non-ignored rows whose argmax (first index among ties) equals the target.
-int64_t count_correct(const float* logits, const int32_t* targets,  // (N, V), (N)
-                      int64_t N, int64_t V);
-
 }  // namespace normlab::kernels

@@ -125,8 +125,6 @@ std::vector<std::string> findings(const ComparePlan& plan, const std::vector<Gro
 double most_different_lr(const ComparePlan& plan, const std::vector<GroupSummary>& groups,
                          const std::string& setting);
 
-// What produced a report: "normlab 0.1.0", the CPU model (/proc/cpuinfo), run thread counts.
-std::string cpu_model();
 
 // Thrown by write_report when stop_requested() turns true while it draws.
 struct ReportStopped {};

@@ -42,8 +42,11 @@ struct EvalMetrics {
 EvalMetrics evaluate(nn::EncoderModel& model, const std::vector<data::Batch>& batches,
                      const std::vector<data::LengthBucket>& buckets);
 // The same, polling `stop` before every batch: std::nullopt once a stop is requested.
+// batch_statistics: BatchNorm layers normalize with each evaluation batch's own statistics (their
+// training-mode forward; running averages are updated in memory only) while dropout stays off.
 std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, const std::vector<data::Batch>& batches,
-                                                   const std::vector<data::LengthBucket>& buckets, io::StopFlag stop);
+                                                   const std::vector<data::LengthBucket>& buckets, io::StopFlag stop,
+                                                   bool batch_statistics = false);
 
 // {"loss", "accuracy", "sequence_accuracy", "sequences", "targets",
 //  "buckets": [{"min_len", "max_len", "beyond_train", "loss", "accuracy", "sequence_accuracy",

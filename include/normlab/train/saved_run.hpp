@@ -53,6 +53,17 @@ struct RunEvaluation {
 // task.bucket_width up to the longest sequence evaluated.
 RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& data_file);
 
+// How `normlab eval` batches and normalizes. The defaults are evaluation as in training:
+// train.batch_size sequences a batch, BatchNorm with its running averages.
+struct EvalSettings {
+  std::optional<int64_t> batch_size;  // sequences per evaluation batch
+  // BatchNorm normalizes with the statistics of the evaluation batch itself (as in training)
+  // instead of its running averages. LayerNorm, RMSNorm and DyT have no such mode: their
+  // statistics are per token, so the result does not depend on the batch at all.
+  bool batch_statistics = false;
+};
+RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& data_file, const EvalSettings& settings);
+
 struct Prediction {
   std::vector<int32_t> tokens;       // the encoded input
   std::vector<int32_t> predicted;    // per token: one class per position; per sequence: one class

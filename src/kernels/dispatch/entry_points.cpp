@@ -64,9 +64,6 @@ void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* t
                             float dloss) {
   NORMLAB_DISPATCH(cross_entropy_backward, dlogits, probs, targets, N, V, dloss);
 }
-int64_t count_correct(const float* logits, const int32_t* targets, int64_t N, int64_t V) {
-  NORMLAB_DISPATCH(count_correct, logits, targets, N, V);
-}
 
 void dropout_forward(float* out, float* mask, const float* inp, int64_t N, float p, Rng& rng) {
   NORMLAB_DISPATCH(dropout_forward, out, mask, inp, N, p, rng);
