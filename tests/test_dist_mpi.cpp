@@ -48,6 +48,12 @@ class MpiJob {
       ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
       ::setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
       ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+      // Under the sanitizer suite: OpenMPI's own start-up allocations are never freed, and its
+      // components are unloaded before LeakSanitizer runs, so they cannot be suppressed by name.
+      // The ranks keep every other AddressSanitizer check; leak checking covers normlab elsewhere.
+      if (const char* asan = std::getenv("ASAN_OPTIONS")) {
+        ::setenv("ASAN_OPTIONS", (std::string(asan) + ":detect_leaks=0").c_str(), 1);
+      }
       const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (fd >= 0) {
         ::dup2(fd, STDOUT_FILENO);

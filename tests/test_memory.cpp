@@ -84,8 +84,14 @@ TEST_CASE("memory: the estimate is within 1.5x of the measured peak RSS (logits,
     INFO(read_text(dir.sub("log.txt")));
     REQUIRE(measured > 0);
     INFO("estimate " << estimate / 1e6 << " MB, measured peak RSS " << measured / 1e6 << " MB");
+#if defined(__SANITIZE_ADDRESS__)
+    // AddressSanitizer's shadow memory and quarantine are not normlab's: the Release suite checks
+    // the ratio; here the run must only succeed.
+    MESSAGE("sanitizer build: peak RSS " << measured / 1e6 << " MB not compared with the estimate");
+#else
     CHECK(estimate <= 1.5 * measured);
     CHECK(estimate >= measured / 1.5);
+#endif
   }
 }
 
