@@ -36,10 +36,12 @@ std::string parent_directory(const std::string& path) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
-// Writes everything or returns the errno of the failure (write may be partial or interrupted).
-int write_all(int fd, const unsigned char* bytes, size_t size) {
+}  // namespace
+
+int write_all(int fd, const void* data, size_t size) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
   while (size > 0) {
-    ssize_t written = ::write(fd, bytes, size);
+    const ssize_t written = ::write(fd, bytes, size);
     if (written < 0) {
       if (errno == EINTR) continue;
       return errno;
@@ -50,8 +52,6 @@ int write_all(int fd, const unsigned char* bytes, size_t size) {
   return 0;
 }
 
-}  // namespace
-
 void write_file_atomic(const std::string& path, const void* data, size_t size) {
   if (path.empty()) throw InputError("(empty path): cannot write: empty file name");
   const std::string temp_path = temp_path_for(path);
@@ -60,7 +60,7 @@ void write_file_atomic(const std::string& path, const void* data, size_t size) {
   int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) throw_write_error(path, errno);
 
-  int err = write_all(fd, static_cast<const unsigned char*>(data), size);
+  int err = write_all(fd, data, size);
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   // close() can report a deferred write error (NFS, quota), so its result counts too.
   if (::close(fd) != 0 && err == 0) err = errno;

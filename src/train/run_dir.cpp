@@ -25,19 +25,6 @@ using nlohmann::json;
 
 constexpr size_t kMaxMetricsBytes = size_t{4} << 30;
 
-int write_all(int fd, const char* bytes, size_t size) {
-  while (size > 0) {
-    const ssize_t written = ::write(fd, bytes, size);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    bytes += written;
-    size -= size_t(written);
-  }
-  return 0;
-}
-
 }  // namespace
 
 RunPaths::RunPaths(const std::string& run_dir)
@@ -121,7 +108,7 @@ void RunDirectory::begin_resume(const RunConfig& config, int64_t step) {
 
 void RunDirectory::append_metrics(const json& record) {
   const std::string line = record_line(record) + "\n";
-  if (const int err = write_all(metrics_fd_, line.data(), line.size()); err != 0) {
+  if (const int err = io::write_all(metrics_fd_, line.data(), line.size()); err != 0) {
     throw InputError(fmt::format("{}: write failed: {}", paths_.metrics, std::strerror(err)));
   }
 }

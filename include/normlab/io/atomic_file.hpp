@@ -14,6 +14,10 @@ namespace normlab::io {
 void write_file_atomic(const std::string& path, const void* data, size_t size);
 void write_file_atomic(const std::string& path, std::string_view contents);
 
+// Writes all `size` bytes to `fd`, retrying partial and interrupted writes; 0, or the errno of the
+// failure.
+int write_all(int fd, const void* data, size_t size);
+
 // A process killed between creating and renaming the temp file leaves "<path>.tmp.<pid>.<n>"
 // behind: never read, but as large as the file. Removes every such temporary of `path`. Only for
 // a file with one writer at a time (a run directory), where any of them is stale.
