@@ -550,7 +550,9 @@ Tensor attention(const Tensor& qkv, const std::vector<int64_t>& offsets, int64_t
   const bool grad = needs_grad({&qkv});
   auto saved_offsets = std::make_shared<std::vector<int64_t>>(offsets);
   auto att = std::make_shared<std::vector<float>>(
-      grad ? kernels::attention_cache_size(saved_offsets->data(), B, num_heads) : 0);
+      !grad ? 0
+      : ref ? reference::attention_cache_size(saved_offsets->data(), B, num_heads)
+            : kernels::attention_cache_size(saved_offsets->data(), B, num_heads));
   const auto kernel = ref ? reference::attention_forward : kernels::attention_forward;
   kernel(out.data(), grad ? att->data() : nullptr, qkv.data(), saved_offsets->data(), B, C, num_heads);
   if (!grad) return out;

@@ -32,9 +32,10 @@ std::vector<float> random_vector(size_t n, uint64_t seed, float stddev = 1.0f) {
 
 // The PyTorch view: scatter the packed rows into a (B, Lmax, 3C) padded batch, run every query row
 // (padding rows too, as PyTorch does) against all Lmax keys with the padding keys masked to -inf,
-// and gather the real rows back. Double throughout. Returns out (T, C); probs (cache layout) if given.
+// and gather the real rows back. Double throughout. Returns out (T, C); if stats is given, the
+// kernel's cache layout: per token t and head h, {largest raw score q.k, 1 / sum_j exp(scaled - max)}.
 std::vector<double> reference_attention(const std::vector<double>& qkv, const std::vector<int64_t>& offsets,
-                                        int64_t C, int64_t NH, std::vector<double>* probs = nullptr) {
+                                        int64_t C, int64_t NH, std::vector<double>* stats = nullptr) {
   const int64_t B = int64_t(offsets.size()) - 1;
   const int64_t T = offsets[B];
   const int64_t hd = C / NH;
@@ -51,7 +52,7 @@ std::vector<double> reference_attention(const std::vector<double>& qkv, const st
     }
   }
   std::vector<double> padded_out(static_cast<size_t>(B * Lmax * C), 0.0);
-  std::vector<double> padded_probs(static_cast<size_t>(B * NH * Lmax * Lmax), 0.0);
+  std::vector<double> padded_stats(static_cast<size_t>(B * NH * Lmax * 2), 0.0);
   const double scale = 1.0 / std::sqrt(double(hd));
   for (int64_t b = 0; b < B; b++) {
     for (int64_t h = 0; h < NH; h++) {
@@ -76,9 +77,10 @@ std::vector<double> reference_attention(const std::vector<double>& qkv, const st
           s[size_t(j)] = std::exp(s[size_t(j)] - maxval);  // exp(-inf) = 0 for padding keys
           sum += s[size_t(j)];
         }
+        padded_stats[size_t(((b * NH + h) * Lmax + i) * 2)] = maxval / scale;
+        padded_stats[size_t(((b * NH + h) * Lmax + i) * 2 + 1)] = 1.0 / sum;
         for (int64_t j = 0; j < Lmax; j++) {
           const double p = s[size_t(j)] / sum;
-          padded_probs[size_t(((b * NH + h) * Lmax + i) * Lmax + j)] = p;
           for (int64_t d = 0; d < hd; d++) {
             padded_out[size_t((b * Lmax + i) * C + h * hd + d)] +=
                 p * padded[size_t((b * Lmax + j) * 3 * C + 2 * C + h * hd + d)];
@@ -95,14 +97,13 @@ std::vector<double> reference_attention(const std::vector<double>& qkv, const st
       }
     }
   }
-  if (probs != nullptr) {
-    probs->clear();
+  if (stats != nullptr) {
+    stats->assign(static_cast<size_t>(2 * T * NH), 0.0);
     for (int64_t b = 0; b < B; b++) {
-      const int64_t L = offsets[b + 1] - offsets[b];
-      for (int64_t h = 0; h < NH; h++) {
-        for (int64_t i = 0; i < L; i++) {
-          for (int64_t j = 0; j < L; j++) {
-            probs->push_back(padded_probs[size_t(((b * NH + h) * Lmax + i) * Lmax + j)]);
+      for (int64_t i = 0; i < offsets[b + 1] - offsets[b]; i++) {
+        for (int64_t h = 0; h < NH; h++) {
+          for (int64_t e = 0; e < 2; e++) {
+            (*stats)[size_t(((offsets[b] + i) * NH + h) * 2 + e)] = padded_stats[size_t(((b * NH + h) * Lmax + i) * 2 + e)];
           }
         }
       }
@@ -115,18 +116,21 @@ std::vector<double> to_double(const std::vector<float>& v) { return std::vector<
 
 }  // namespace
 
-TEST_CASE("attention cache size sums NH * len^2 over sequences") {
+TEST_CASE("attention cache is two floats per token and head: linear in the lengths, not quadratic") {
   const std::vector<int64_t> offsets = offsets_of({3, 1, 0, 5});
-  CHECK(nk::attention_cache_size(offsets.data(), 4, 2) == 2 * (9 + 1 + 0 + 25));
+  CHECK(nk::attention_cache_size(offsets.data(), 4, 2) == 2 * 2 * (3 + 1 + 0 + 5));
   CHECK(nk::attention_cache_size(offsets.data(), 0, 2) == 0);
+  const std::vector<int64_t> long_one = offsets_of({1024});
+  CHECK(nk::attention_cache_size(long_one.data(), 1, 4) == 2 * 4 * 1024);
 }
 
 TEST_CASE("attention forward matches a padded, key-masked double reference") {
-  const std::vector<int64_t> lengths = {1, 5, 17, 3, 1, 32, 9};
+  // 1..130 rows: query blocks of 48 rows, whole and partial, and rows padded to 16 floats
+  const std::vector<int64_t> lengths = {1, 5, 17, 3, 1, 32, 9, 130, 48};
   const std::vector<int64_t> offsets = offsets_of(lengths);
   const int64_t B = int64_t(lengths.size());
   const int64_t T = offsets[B];
-  // head sizes on and off the 8-wide register tiles: 8, 8, 16, 8, 10, 3
+  // head sizes on and off the register tiles' 8 or 16 floats: 8, 8, 16, 8, 10, 3
   for (auto [C, NH] : {std::pair<int64_t, int64_t>{32, 4}, {24, 3}, {16, 1}, {64, 8}, {20, 2}, {12, 4}}) {
     CAPTURE(C);
     CAPTURE(NH);
@@ -135,15 +139,17 @@ TEST_CASE("attention forward matches a padded, key-masked double reference") {
     std::vector<float> att(static_cast<size_t>(nk::attention_cache_size(offsets.data(), B, NH)), -7.0f);
     nk::attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), B, C, NH);
 
-    std::vector<double> ref_probs;
-    const std::vector<double> ref = reference_attention(to_double(qkv), offsets, C, NH, &ref_probs);
+    std::vector<double> ref_stats;
+    const std::vector<double> ref = reference_attention(to_double(qkv), offsets, C, NH, &ref_stats);
     double max_err = 0.0;
     for (size_t n = 0; n < out.size(); n++) max_err = std::max(max_err, std::abs(double(out[n]) - ref[n]));
     CHECK(max_err < 2e-6);
-    REQUIRE(ref_probs.size() == att.size());
-    double max_prob_err = 0.0;
-    for (size_t n = 0; n < att.size(); n++) max_prob_err = std::max(max_prob_err, std::abs(double(att[n]) - ref_probs[n]));
-    CHECK(max_prob_err < 1e-6);
+    // The cache: the row's largest raw score, and 1 / (sum of the row's exponentials), relative.
+    REQUIRE(ref_stats.size() == att.size());
+    double max_stat_err = 0.0;
+    for (size_t n = 0; n < att.size(); n++)
+      max_stat_err = std::max(max_stat_err, std::abs(double(att[n]) - ref_stats[n]) / std::max(1.0, std::abs(ref_stats[n])));
+    CHECK(max_stat_err < 1e-6);
 
     // A sequence of length 1 attends only to itself: its output is its own v.
     for (int64_t c = 0; c < C; c++) CHECK(out[size_t(c)] == qkv[size_t(2 * C + c)]);
@@ -178,7 +184,7 @@ TEST_CASE("attention result of a sequence does not depend on its batch-mates") {
     const std::vector<float> qkv_alone(qkv.begin() + t0 * 3 * C, qkv.begin() + (t0 + L) * 3 * C);
     const std::vector<float> dout_alone(dout.begin() + t0 * C, dout.begin() + (t0 + L) * C);
     std::vector<float> out_alone(static_cast<size_t>(L * C));
-    std::vector<float> att_alone(static_cast<size_t>(NH * L * L));
+    std::vector<float> att_alone(static_cast<size_t>(nk::attention_cache_size(alone_offsets.data(), 1, NH)));
     nk::attention_forward(out_alone.data(), att_alone.data(), qkv_alone.data(), alone_offsets.data(), 1, C, NH);
     std::vector<float> dqkv_alone(static_cast<size_t>(L * 3 * C), 0.0f);
     nk::attention_backward(dqkv_alone.data(), dout_alone.data(), qkv_alone.data(), att_alone.data(),
@@ -265,6 +271,7 @@ void check_attention_gradient(const std::vector<int64_t>& lengths, int64_t C, in
 TEST_CASE("attention backward matches central finite differences") {
   SUBCASE("tiny sequences and heads (partial register tiles only)") { check_attention_gradient({1, 3, 4, 2}, 8, 2); }
   SUBCASE("lengths and head size that fill whole 8x8 tiles") { check_attention_gradient({9, 1, 17}, 32, 2); }
+  SUBCASE("two query blocks, the second partial") { check_attention_gradient({53, 2}, 8, 1); }
 }
 
 TEST_CASE("attention is deterministic run to run and across thread counts") {
@@ -331,7 +338,7 @@ TEST_CASE("attention is stable for large scores and rejects bad shapes") {
     }
   }
   std::vector<float> out(static_cast<size_t>(3 * C));
-  std::vector<float> att(static_cast<size_t>(9));
+  std::vector<float> att(static_cast<size_t>(nk::attention_cache_size(offsets.data(), 1, 1)));
   nk::attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), 1, C, 1);
   for (float x : out) CHECK(std::isfinite(x));
   // Every query prefers the largest key by a huge margin: output = v of token 2.

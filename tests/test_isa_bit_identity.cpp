@@ -192,8 +192,11 @@ TEST_CASE("bit identity across paths: cross-entropy and embedding") {
 }
 
 TEST_CASE("bit identity across paths: attention forward and backward over a packed batch") {
-  const int64_t C = 48, NH = 3;  // head dim 16: full 8x8 tiles and edge tiles for lengths 1..21
-  const std::vector<int64_t> offsets{0, 1, 9, 30, 30, 43};
+  // Head dims 16 and 20 (one padded vector of 16, or two): lengths 1..100 give whole and partial
+  // register tiles, a second query block (48 rows) and rows padded to 16 floats.
+  for (const auto& [C, NH] : {std::pair<int64_t, int64_t>{48, 3}, {40, 2}}) {
+  CAPTURE(C);
+  const std::vector<int64_t> offsets{0, 1, 9, 30, 30, 43, 143};
   const int64_t B = int64_t(offsets.size()) - 1, T = offsets.back();
   check_every_path("attention", [&] {
     const auto qkv = randn(T * 3 * C, 38), dout = randn(T * C, 39);
@@ -203,4 +206,5 @@ TEST_CASE("bit identity across paths: attention forward and backward over a pack
     attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), offsets.data(), B, C, NH);
     return Buffers{out, att, dqkv};
   });
+  }
 }

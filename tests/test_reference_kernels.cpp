@@ -205,16 +205,19 @@ TEST_CASE("reference kernels: the fast GEMM layouts and Linear agree with them")
   CHECK(relative_max_error(db_fast, db_ref) <= 1e-5);
 }
 
-TEST_CASE("reference kernels: fast packed attention agrees with them, cache layout included") {
-  const std::vector<int64_t> offsets = offsets_of({5, 1, 0, 9, 3});
-  const int64_t B = 5, C = 16, NH = 4, T = offsets.back();
+TEST_CASE("reference kernels: fast packed attention agrees with them") {
+  // The caches differ by design: the reference keeps every (len, len) probability matrix, the fast
+  // kernel two statistics per row (it recomputes the probabilities in the backward).
+  const std::vector<int64_t> offsets = offsets_of({5, 1, 0, 9, 3, 70});
+  const int64_t B = 6, C = 16, NH = 4, T = offsets.back();
   const std::vector<float> qkv = normals(10, size_t(T * 3 * C)), dout = normals(11, size_t(T * C));
-  const size_t cache = size_t(nk::attention_cache_size(offsets.data(), B, NH));
-  std::vector<float> out_fast(size_t(T * C)), out_ref(size_t(T * C)), att_fast(cache), att_ref(cache);
+  std::vector<float> out_fast(size_t(T * C)), out_ref(size_t(T * C));
+  std::vector<float> att_fast(size_t(nk::attention_cache_size(offsets.data(), B, NH)));
+  std::vector<float> att_ref(size_t(ref::attention_cache_size(offsets.data(), B, NH)));
+  CHECK(att_ref.size() == size_t(NH * (25 + 1 + 0 + 81 + 9 + 4900)));
   nk::attention_forward(out_fast.data(), att_fast.data(), qkv.data(), offsets.data(), B, C, NH);
   ref::attention_forward(out_ref.data(), att_ref.data(), qkv.data(), offsets.data(), B, C, NH);
   CHECK(relative_max_error(out_fast, out_ref) <= 1e-5);
-  CHECK(relative_max_error(att_fast, att_ref) <= 1e-6);
   std::vector<float> out_no_cache(size_t(T * C));
   ref::attention_forward(out_no_cache.data(), nullptr, qkv.data(), offsets.data(), B, C, NH);
   CHECK(out_no_cache == out_ref);

@@ -1,3 +1,31 @@
+// Packed multi-head attention, computed the way flash attention does it: the (L, L) matrix of
+// probabilities is never stored. Each (sequence, head) pair is worked through in blocks of
+// kQueryBlock query rows; a block's scores against all the keys of its sequence live in a
+// per-thread scratch (kQueryBlock, L), and only two numbers per query row are kept for the
+// backward pass: the row's largest raw score and 1 / (sum of its exponentials). The backward pass
+// recomputes the block's probabilities from them, bit for bit the forward's.
+//
+// Why blocks of whole rows and not the online softmax over key tiles of GPU flash attention: a
+// block's row of scores (kQueryBlock x L floats, 192 KB at L = 1024) fits in a CPU core's L2, and
+// with the full row the softmax is the ordinary one (max, exp, sum, scale), with nothing rescaled
+// as key tiles arrive. What flash attention is for is kept: memory linear in L (the cache is
+// 2 floats per token and head), and every product runs as a register-tiled kernel over blocks that
+// stay in cache.
+//
+// Forward, per pair and query block Qb (rows i0..i0+rows of q, scale = 1/sqrt(hd)):
+//   S = Qb K^T                       (rows, L)   raw scores
+//   m_i = max_j S_ij,  e_ij = exp((S_ij - m_i) * scale),  inv_i = 1 / sum_j e_ij,  P = e * inv
+//   Ob = P V                         (rows, hd)
+// Backward, per pair and query block, with P recomputed from (m, inv):
+//   dP = dOb V^T,  dS = P * (dP - rowsum(P * dP)) * scale
+//   dV += P^T dOb,  dQb = dS K,  dK += dS^T Qb
+//
+// Every product is one kernel: C (R, NV vectors) (+)= sum over k, in order, of A(r, k) * B(k, :),
+// one fma chain per element of C, with A read through two strides (so P^T and dS^T are read in
+// place, never transposed) and B's rows contiguous and padded to a multiple of 16 floats. The
+// register tile (R, NV) differs per path; the order of every sum does not: fma chains over k,
+// kQueryBlock the same on every path (dK and dV add one block's chain at a time), row sums over
+// 16 fixed lanes. So every path gives the same bits.
 #include "normlab/kernels/attention.hpp"
 #include "isa_kernels.hpp"
 
@@ -18,6 +46,308 @@ namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 namespace {
 
+// Query rows per block: the same on every path, since dK and dV are summed block by block.
+constexpr int64_t kQueryBlock = 48;
+// Row sums run over this many fixed lanes (one cache line), whatever the vector width.
+constexpr int64_t kLanes = 16;
+// Rows of B (and of the scratch matrices) are padded to a multiple of this many floats.
+constexpr int64_t kPad = 16;
+
+inline int64_t padded(int64_t n) { return (n + kPad - 1) / kPad * kPad; }
+
+// ---- one vector of floats, per path -------------------------------------------------------------
+#if defined(__AVX512F__)
+constexpr int64_t kW = 16;
+using vf = __m512;
+inline vf vzero() { return _mm512_setzero_ps(); }
+inline vf vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, vf x) { _mm512_storeu_ps(p, x); }
+inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
+inline vf vfma(float a, vf b, vf c) { return _mm512_fmadd_ps(_mm512_set1_ps(a), b, c); }
+// Register tiles: (12, 2 zmm) = 24 accumulators, or (24, 1 zmm); of 32 zmm.
+constexpr int kRowsWide = 12;
+constexpr int kRowsNarrow = 24;
+#elif defined(__AVX2__)
+constexpr int64_t kW = 8;
+using vf = __m256;
+inline vf vzero() { return _mm256_setzero_ps(); }
+inline vf vload(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstore(float* p, vf x) { _mm256_storeu_ps(p, x); }
+inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
+inline vf vfma(float a, vf b, vf c) { return _mm256_fmadd_ps(_mm256_set1_ps(a), b, c); }
+// (6, 2 ymm) = 12 accumulators, or (12, 1 ymm); of 16 ymm.
+constexpr int kRowsWide = 6;
+constexpr int kRowsNarrow = 12;
+#else
+// generic: eight floats and std::fma (vfmadd when the CPU has FMA, else glibc's exact software
+// fma): slow, and the same bits.
+constexpr int64_t kW = 8;
+struct vf {
+  float v[kW];
+};
+inline vf vzero() { return vf{}; }
+inline vf vload(const float* p) {
+  vf x;
+  for (int64_t l = 0; l < kW; l++) x.v[l] = p[l];
+  return x;
+}
+inline void vstore(float* p, vf x) {
+  for (int64_t l = 0; l < kW; l++) p[l] = x.v[l];
+}
+inline vf vadd(vf a, vf b) {
+  for (int64_t l = 0; l < kW; l++) a.v[l] += b.v[l];
+  return a;
+}
+inline vf vfma(float a, vf b, vf c) {
+  for (int64_t l = 0; l < kW; l++) c.v[l] = std::fma(a, b.v[l], c.v[l]);
+  return c;
+}
+constexpr int kRowsWide = 4;
+constexpr int kRowsNarrow = 4;
+#endif
+
+// ---- the product kernel -------------------------------------------------------------------------
+
+// An operand read as a matrix: A(r, k) = data[r * row_stride + k * k_stride].
+struct Strided {
+  const float* data;
+  int64_t row_stride;
+  int64_t k_stride;
+};
+
+// C (R, NV*kW) (+)= sum_{k < K} A(r, k) * B(k, :), B's row k at b + k * ldb. One fma chain per
+// element of C, k in order; then C = chain, or C += chain when add.
+template <int R, int NV>
+inline void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t K, bool add) {
+  vf acc[R][NV];
+#pragma GCC unroll 32
+  for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) acc[r][v] = vzero();
+  const float* a = A.data;
+  for (int64_t k = 0; k < K; k++) {
+    vf bk[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) bk[v] = vload(b + k * ldb + v * kW);
+    const float* ak = a + k * A.k_stride;
+#pragma GCC unroll 32
+    for (int r = 0; r < R; r++) {
+      const float x = ak[r * A.row_stride];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; v++) acc[r][v] = vfma(x, bk[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 32
+  for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) {
+      float* cr = c + r * ldc + v * kW;
+      vstore(cr, add ? vadd(vload(cr), acc[r][v]) : acc[r][v]);
+    }
+}
+
+// The rows [0, M) of C (M, NV*kW), in tiles of R rows, then 4, then 1.
+template <int R, int NV>
+inline void tile_rows(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t M,
+                      int64_t K, bool add) {
+  int64_t i = 0;
+  auto rows_from = [&](int64_t row) {
+    return Strided{A.data + row * A.row_stride, A.row_stride, A.k_stride};
+  };
+  for (; i + R <= M; i += R) tile<R, NV>(c + i * ldc, ldc, rows_from(i), b, ldb, K, add);
+  if constexpr (R > 4) {
+    for (; i + 4 <= M; i += 4) tile<4, NV>(c + i * ldc, ldc, rows_from(i), b, ldb, K, add);
+  }
+  for (; i < M; i++) tile<1, NV>(c + i * ldc, ldc, rows_from(i), b, ldb, K, add);
+}
+
+// C (M, N) (+)= A (M, K) @ B (K, N). N is a multiple of kPad; B's rows have stride ldb, C's ldc.
+// Column panels of 2 vectors (B's slice, K x 2 vectors, stays in L1 while the rows go by), and a
+// last panel of one vector when N leaves one.
+void product(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t M, int64_t K,
+             int64_t N, bool add) {
+  int64_t j = 0;
+  for (; j + 2 * kW <= N; j += 2 * kW) tile_rows<kRowsWide, 2>(c + j, ldc, A, b + j, ldb, M, K, add);
+  for (; j < N; j += kW) tile_rows<kRowsNarrow, 1>(c + j, ldc, A, b + j, ldb, M, K, add);
+}
+
+// ---- row-wise pieces ----------------------------------------------------------------------------
+
+// dst (rows, ld) = src (rows, cols) with row stride src_ld, zero past cols.
+void copy_padded(float* dst, int64_t ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; r++) {
+    std::memcpy(dst + r * ld, src + r * src_ld, size_t(cols) * sizeof(float));
+    std::fill(dst + r * ld + cols, dst + (r + 1) * ld, 0.0f);
+  }
+}
+
+// dst (cols, ld) = src (rows, cols)^T with src's row stride src_ld; dst is zero past rows.
+void transpose_padded(float* dst, int64_t ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {
+  for (int64_t c = 0; c < cols; c++) std::fill(dst + c * ld + rows, dst + (c + 1) * ld, 0.0f);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++) dst[c * ld + r] = src[r * src_ld + c];
+}
+
+// sum of x[0..n), n a multiple of kLanes: lane l sums x[l], x[l + 16], ... in order, then the
+// lanes are added pairwise in a fixed order. The same bits whatever the vector width.
+float lane_sum(const float* x, int64_t n) {
+  float lanes[kLanes] = {};
+  for (int64_t j = 0; j < n; j += kLanes)
+    for (int64_t l = 0; l < kLanes; l++) lanes[l] += x[j + l];
+  for (int64_t width = kLanes / 2; width >= 1; width /= 2)
+    for (int64_t l = 0; l < width; l++) lanes[l] += lanes[l + width];
+  return lanes[0];
+}
+
+// sum of x[j] * y[j] over [0, n), n a multiple of kLanes, in the same lane order.
+float lane_dot(const float* x, const float* y, int64_t n) {
+  float lanes[kLanes] = {};
+  for (int64_t j = 0; j < n; j += kLanes)
+    for (int64_t l = 0; l < kLanes; l++) lanes[l] += x[j + l] * y[j + l];
+  for (int64_t width = kLanes / 2; width >= 1; width /= 2)
+    for (int64_t l = 0; l < width; l++) lanes[l] += lanes[l + width];
+  return lanes[0];
+}
+
+// Largest of s[0..L); s is padded to Lp (a multiple of kLanes) and the padding is not looked at.
+float row_max(const float* s, int64_t L) {
+  float lanes[kLanes];
+  for (int64_t l = 0; l < kLanes; l++) lanes[l] = -INFINITY;
+  int64_t j = 0;
+  for (; j + kLanes <= L; j += kLanes)
+    for (int64_t l = 0; l < kLanes; l++) lanes[l] = std::max(lanes[l], s[j + l]);
+  for (; j < L; j++) lanes[0] = std::max(lanes[0], s[j]);
+  float m = lanes[0];
+  for (int64_t l = 1; l < kLanes; l++) m = std::max(m, lanes[l]);
+  return m;
+}
+
+// Row of raw scores s (Lp floats, the first L real) -> probabilities in place, zero past L.
+// stats gets {max raw score, 1 / sum of exponentials}: what recompute_probs needs.
+void softmax_row(float* s, int64_t L, int64_t Lp, float scale, float* stats) {
+  const float m = row_max(s, L);
+  for (int64_t j = 0; j < L; j++) s[j] = math::exp((s[j] - m) * scale);
+  std::fill(s + L, s + Lp, 0.0f);
+  const float inv = 1.0f / lane_sum(s, Lp);
+  for (int64_t j = 0; j < L; j++) s[j] *= inv;
+  stats[0] = m;
+  stats[1] = inv;
+}
+
+// The same probabilities from the raw scores and the stats softmax_row kept: the same operations
+// on the same numbers, so the same bits.
+void recompute_probs(float* s, int64_t L, int64_t Lp, float scale, const float* stats) {
+  const float m = stats[0], inv = stats[1];
+  for (int64_t j = 0; j < L; j++) s[j] = math::exp((s[j] - m) * scale) * inv;
+  std::fill(s + L, s + Lp, 0.0f);
+}
+
+// ---- scratch ------------------------------------------------------------------------------------
+
+// Per-thread scratch, grown as needed and kept between calls (the encoder calls attention once
+// per layer and step with about the same sizes).
+float* scratch(int64_t floats) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(static_cast<size_t>(floats));
+  return buffer.data();
+}
+
+struct Pair {
+  int64_t t0, L, h;
+};
+
+// ---- one (sequence, head) pair ------------------------------------------------------------------
+
+// Forward of one pair: out rows t0..t0+L, head columns; stats (2 floats per row) if not null.
+void pair_forward(float* out, float* stats, const float* qkv, Pair p, int64_t C, int64_t NH) {
+  const int64_t hd = C / NH, C3 = 3 * C, L = p.L, Lp = padded(L), hp = padded(hd);
+  const float scale = 1.0f / std::sqrt(float(hd));
+  const float* q = qkv + p.t0 * C3 + p.h * hd;
+  const float* k = q + C;
+  const float* v = q + 2 * C;
+  float* kT = scratch(hd * Lp + L * hp + kQueryBlock * Lp + kQueryBlock * hp);  // (hd, Lp)
+  float* vp = kT + hd * Lp;                                                     // (L, hp)
+  float* s = vp + L * hp;                                                       // (block, Lp)
+  float* ob = s + kQueryBlock * Lp;                                             // (block, hp)
+  transpose_padded(kT, Lp, k, C3, L, hd);
+  copy_padded(vp, hp, v, C3, L, hd);
+  float row_stats[2];
+  for (int64_t i0 = 0; i0 < L; i0 += kQueryBlock) {
+    const int64_t rows = std::min(kQueryBlock, L - i0);
+    product(s, Lp, Strided{q + i0 * C3, C3, 1}, kT, Lp, rows, hd, Lp, false);
+    for (int64_t i = 0; i < rows; i++) {
+      float* st = stats != nullptr ? stats + ((p.t0 + i0 + i) * NH + p.h) * 2 : row_stats;
+      softmax_row(s + i * Lp, L, Lp, scale, st);
+    }
+    product(ob, hp, Strided{s, Lp, 1}, vp, hp, rows, L, hp, false);
+    for (int64_t i = 0; i < rows; i++)
+      std::memcpy(out + (p.t0 + i0 + i) * C + p.h * hd, ob + i * hp, size_t(hd) * sizeof(float));
+  }
+}
+
+// Backward of one pair: dqkv (+)= this pair's gradients (its rows, its head's columns).
+void pair_backward(float* dqkv, const float* dout, const float* qkv, const float* stats, Pair p,
+                   int64_t C, int64_t NH) {
+  const int64_t hd = C / NH, C3 = 3 * C, L = p.L, Lp = padded(L), hp = padded(hd);
+  const int64_t Bq = kQueryBlock;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  const float* q = qkv + p.t0 * C3 + p.h * hd;
+  const float* k = q + C;
+  const float* v = q + 2 * C;
+  const float* dO = dout + p.t0 * C + p.h * hd;
+  float* dq = dqkv + p.t0 * C3 + p.h * hd;
+  float* dk = dq + C;
+  float* dv = dq + 2 * C;
+  float* kT = scratch(2 * hd * Lp + 3 * L * hp + 2 * Bq * Lp + 3 * Bq * hp);  // (hd, Lp)
+  float* vT = kT + hd * Lp;      // (hd, Lp)
+  float* kp = vT + hd * Lp;      // (L, hp)
+  float* dk_acc = kp + L * hp;   // (L, hp)
+  float* dv_acc = dk_acc + L * hp;  // (L, hp)
+  float* P = dv_acc + L * hp;    // (block, Lp)
+  float* dS = P + Bq * Lp;       // (block, Lp)
+  float* qb = dS + Bq * Lp;      // (block, hp)
+  float* dob = qb + Bq * hp;     // (block, hp)
+  float* dqb = dob + Bq * hp;    // (block, hp)
+  transpose_padded(kT, Lp, k, C3, L, hd);
+  transpose_padded(vT, Lp, v, C3, L, hd);
+  copy_padded(kp, hp, k, C3, L, hd);
+  for (int64_t i0 = 0; i0 < L; i0 += Bq) {
+    const int64_t rows = std::min(Bq, L - i0);
+    const bool first = i0 == 0;
+    copy_padded(qb, hp, q + i0 * C3, C3, rows, hd);
+    copy_padded(dob, hp, dO + i0 * C, C, rows, hd);
+    // P, recomputed: S = Qb K^T, then the forward's softmax from the kept stats
+    product(P, Lp, Strided{q + i0 * C3, C3, 1}, kT, Lp, rows, hd, Lp, false);
+    for (int64_t i = 0; i < rows; i++)
+      recompute_probs(P + i * Lp, L, Lp, scale, stats + ((p.t0 + i0 + i) * NH + p.h) * 2);
+    // dP = dOb V^T, then dS = P * (dP - rowsum(P * dP)) * scale in place (zero past L, as P is)
+    product(dS, Lp, Strided{dO + i0 * C, C, 1}, vT, Lp, rows, hd, Lp, false);
+    for (int64_t i = 0; i < rows; i++) {
+      const float* pi = P + i * Lp;
+      float* di = dS + i * Lp;
+      const float p_dot_dp = lane_dot(pi, di, Lp);
+      for (int64_t j = 0; j < Lp; j++) di[j] = pi[j] * (di[j] - p_dot_dp) * scale;
+    }
+    // dV (+)= P^T dOb and dK (+)= dS^T Qb: A(r = key j, k = query i) read in place
+    product(dv_acc, hp, Strided{P, 1, Lp}, dob, hp, L, rows, hp, !first);
+    product(dk_acc, hp, Strided{dS, 1, Lp}, qb, hp, L, rows, hp, !first);
+    // dQb = dS K, added to dq
+    product(dqb, hp, Strided{dS, Lp, 1}, kp, hp, rows, L, hp, false);
+    for (int64_t i = 0; i < rows; i++) {
+      float* dqi = dq + (i0 + i) * C3;
+      for (int64_t c = 0; c < hd; c++) dqi[c] += dqb[i * hp + c];
+    }
+  }
+  for (int64_t j = 0; j < L; j++) {
+    float* dkj = dk + j * C3;
+    float* dvj = dv + j * C3;
+    for (int64_t c = 0; c < hd; c++) {
+      dkj[c] += dk_acc[j * hp + c];
+      dvj[c] += dv_acc[j * hp + c];
+    }
+  }
+}
+
 void check_shapes(const char* where, const int64_t* offsets, int64_t B, int64_t C, int64_t NH) {
   const std::string fn(where);
   if (B < 0) throw UsageError(fn + ": batch size must be >= 0, got " + std::to_string(B));
@@ -36,239 +366,51 @@ void check_shapes(const char* where, const int64_t* offsets, int64_t B, int64_t 
   }
 }
 
-int64_t max_length(const int64_t* offsets, int64_t B) {
-  int64_t longest = 0;
-  for (int64_t b = 0; b < B; b++) longest = std::max(longest, offsets[b + 1] - offsets[b]);
-  return longest;
-}
-
-// Start of sequence b's block in the probability cache, (B+1) entries; the last is the total size.
-std::vector<int64_t> cache_starts(const int64_t* offsets, int64_t B, int64_t NH) {
-  std::vector<int64_t> starts(B + 1, 0);
+// The (sequence, head) pairs with at least one token, longest first: their cost grows as L^2, and
+// handing the long ones out first evens the threads' loads under schedule(dynamic).
+std::vector<Pair> pairs_of(const int64_t* offsets, int64_t B, int64_t NH) {
+  std::vector<Pair> pairs;
   for (int64_t b = 0; b < B; b++) {
-    const int64_t len = offsets[b + 1] - offsets[b];
-    starts[b + 1] = starts[b] + NH * len * len;
+    const int64_t L = offsets[b + 1] - offsets[b];
+    if (L > 0)
+      for (int64_t h = 0; h < NH; h++) pairs.push_back({offsets[b], L, h});
   }
-  return starts;
+  std::stable_sort(pairs.begin(), pairs.end(), [](const Pair& x, const Pair& y) { return x.L > y.L; });
+  return pairs;
 }
 
-// The per-head products are small (L <= a few hundred, hd 8..64), serial (the threads already run
-// over (sequence, head) pairs) and have row-major operands with arbitrary row strides, so they get
-// their own matmul rather than the library's. An 8x8 block of C is accumulated in registers while
-// k runs over K. Every entry is the fma chain over k = 0..K-1 in order, on every path.
-constexpr int64_t kTileRows = 8;
-constexpr int64_t kTileCols = 8;
+// Below this much work (sum of L^2 * hd over pairs) the pairs run on the calling thread.
+constexpr int64_t kMinParallelWork = int64_t{1} << 16;
 
-// One full kTileRows x kTileCols tile of C = A @ B (or C += A @ B).
-#if defined(__AVX2__)
-// Spelled out with intrinsics: left to itself the vectorizer runs the 8 lanes over the tile's rows
-// (a gather) instead of its columns.
-inline void matmul_tile(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
-                        int64_t ldb, int64_t K, bool accumulate) {
-  __m256 acc[kTileRows];
-  for (int64_t ii = 0; ii < kTileRows; ii++) acc[ii] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < K; k++) {
-    const __m256 bk = _mm256_loadu_ps(b + k * ldb);
-    for (int64_t ii = 0; ii < kTileRows; ii++) acc[ii] = _mm256_fmadd_ps(_mm256_set1_ps(a[ii * lda + k]), bk, acc[ii]);
-  }
-  for (int64_t ii = 0; ii < kTileRows; ii++) {
-    const __m256 result = accumulate ? _mm256_add_ps(_mm256_loadu_ps(c + ii * ldc), acc[ii]) : acc[ii];
-    _mm256_storeu_ps(c + ii * ldc, result);
-  }
-}
-#else
-inline void matmul_tile(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
-                        int64_t ldb, int64_t K, bool accumulate) {
-  float acc[kTileRows][kTileCols] = {};
-  for (int64_t k = 0; k < K; k++) {
-    const float* bk = b + k * ldb;
-    for (int64_t ii = 0; ii < kTileRows; ii++) {
-      const float aik = a[ii * lda + k];
-      for (int64_t jj = 0; jj < kTileCols; jj++) acc[ii][jj] = std::fma(aik, bk[jj], acc[ii][jj]);
-    }
-  }
-  for (int64_t ii = 0; ii < kTileRows; ii++) {
-    float* cii = c + ii * ldc;
-    for (int64_t jj = 0; jj < kTileCols; jj++) cii[jj] = accumulate ? cii[jj] + acc[ii][jj] : acc[ii][jj];
-  }
-}
-#endif
-
-// A partial tile at the bottom or right edge of C: rows <= kTileRows, cols <= kTileCols.
-inline void matmul_edge_tile(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
-                             int64_t ldb, int64_t K, int64_t rows, int64_t cols, bool accumulate) {
-  float acc[kTileRows][kTileCols] = {};
-  for (int64_t k = 0; k < K; k++) {
-    const float* bk = b + k * ldb;
-    for (int64_t ii = 0; ii < rows; ii++) {
-      const float aik = a[ii * lda + k];
-      for (int64_t jj = 0; jj < cols; jj++) acc[ii][jj] = std::fma(aik, bk[jj], acc[ii][jj]);
-    }
-  }
-  for (int64_t ii = 0; ii < rows; ii++) {
-    float* cii = c + ii * ldc;
-    for (int64_t jj = 0; jj < cols; jj++) cii[jj] = accumulate ? cii[jj] + acc[ii][jj] : acc[ii][jj];
-  }
-}
-
-// C (M, N) = A (M, K) @ B (K, N), or C += A @ B when accumulate; row strides lda, ldb, ldc.
-void head_matmul(float* c, int64_t ldc, const float* a, int64_t lda, const float* b, int64_t ldb,
-                 int64_t M, int64_t K, int64_t N, bool accumulate) {
-  for (int64_t i = 0; i < M; i += kTileRows) {
-    const int64_t rows = std::min(kTileRows, M - i);
-    for (int64_t j = 0; j < N; j += kTileCols) {
-      const int64_t cols = std::min(kTileCols, N - j);
-      float* cij = c + i * ldc + j;
-      const float* ai = a + i * lda;
-      const float* bj = b + j;
-      if (rows == kTileRows && cols == kTileCols) {
-        matmul_tile(cij, ldc, ai, lda, bj, ldb, K, accumulate);
-      } else {
-        matmul_edge_tile(cij, ldc, ai, lda, bj, ldb, K, rows, cols, accumulate);
-      }
-    }
-  }
-}
-
-// dst (cols, rows) = src (rows, cols)^T; src has row stride ld.
-void transpose(float* dst, const float* src, int64_t ld, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; r++) {
-    for (int64_t c = 0; c < cols; c++) dst[c * rows + r] = src[r * ld + c];
-  }
-}
-
-// One (sequence, head) pair of the forward: L tokens starting at row t0, head columns h*hd.
-//   probs (L, L) = softmax(q k^T / sqrt(hd)),  out rows = probs v
-// scratch: kT (hd, L).
-void attention_head_forward(float* out, float* probs,                         // (T, C), (L, L)
-                            const float* qkv, int64_t t0, int64_t L,          // (T, 3C)
-                            int64_t C, int64_t h, int64_t hd, float* scratch) {
-  const int64_t C3 = 3 * C;
-  const float scale = 1.0f / std::sqrt(float(hd));
-  const float* q = qkv + t0 * C3 + h * hd;          // (L, hd), row stride 3C
-  const float* k = qkv + t0 * C3 + C + h * hd;      // (L, hd), row stride 3C
-  const float* v = qkv + t0 * C3 + 2 * C + h * hd;  // (L, hd), row stride 3C
-  float* kT = scratch;                              // (hd, L)
-  transpose(kT, k, C3, L, hd);
-  head_matmul(probs, L, q, C3, kT, L, L, hd, L, false);  // raw scores q . k_j, unscaled
-  for (int64_t i = 0; i < L; i++) {
-    float* p = probs + i * L;
-    // softmax of scale * scores, shifted by the row max so exp never overflows (scale > 0, so the
-    // max of the scaled row is scale times the max of the raw one)
-    float maxval = p[0];
-    for (int64_t j = 1; j < L; j++) maxval = std::max(maxval, p[j]);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < L; j++) {
-      p[j] = math::exp((p[j] - maxval) * scale);
-      sum += p[j];
-    }
-    const float inv_sum = 1.0f / sum;
-    for (int64_t j = 0; j < L; j++) p[j] *= inv_sum;
-  }
-  head_matmul(out + t0 * C + h * hd, C, probs, L, v, C3, L, L, hd, false);
-}
-
-// One (sequence, head) pair of the backward, with probs (L, L) from the forward. dqkv += the
-// gradients of this head's q, k and v columns.
-// scratch: vT (hd, L), ds (L, L), transposed (L, L).
-void attention_head_backward(float* dqkv,                                     // (T, 3C)
-                             const float* dout, const float* qkv,              // (T, C), (T, 3C)
-                             const float* probs, int64_t t0, int64_t L,        // (L, L)
-                             int64_t C, int64_t h, int64_t hd, float* scratch) {
-  const int64_t C3 = 3 * C;
-  const float scale = 1.0f / std::sqrt(float(hd));
-  const float* q = qkv + t0 * C3 + h * hd;          // (L, hd), row stride 3C
-  const float* k = qkv + t0 * C3 + C + h * hd;      // (L, hd), row stride 3C
-  const float* v = qkv + t0 * C3 + 2 * C + h * hd;  // (L, hd), row stride 3C
-  const float* dO = dout + t0 * C + h * hd;         // (L, hd), row stride C
-  float* dq = dqkv + t0 * C3 + h * hd;              // (L, hd), row stride 3C
-  float* dk = dqkv + t0 * C3 + C + h * hd;          // (L, hd), row stride 3C
-  float* dv = dqkv + t0 * C3 + 2 * C + h * hd;      // (L, hd), row stride 3C
-  float* vT = scratch;                              // (hd, L)
-  float* ds = vT + hd * L;                          // (L, L)
-  float* transposed = ds + L * L;                   // (L, L): probs^T, then ds^T
-
-  // out = probs v  =>  dv += probs^T dout,  dprobs = dout v^T
-  transpose(transposed, probs, L, L, L);
-  head_matmul(dv, C3, transposed, L, dO, C, L, L, hd, true);
-  transpose(vT, v, C3, L, hd);
-  head_matmul(ds, L, dO, C, vT, L, L, hd, L, false);
-  // softmax backward, row by row: ds = probs * (dprobs - sum_j probs dprobs); the score scale is
-  // folded in here so the two products below see d(raw scores)
-  for (int64_t i = 0; i < L; i++) {
-    const float* p = probs + i * L;
-    float* dsi = ds + i * L;
-    float p_dot_dp = 0.0f;
-    for (int64_t j = 0; j < L; j++) p_dot_dp += p[j] * dsi[j];
-    for (int64_t j = 0; j < L; j++) dsi[j] = p[j] * (dsi[j] - p_dot_dp) * scale;
-  }
-  // raw scores = q k^T  =>  dq += ds k,  dk += ds^T q
-  head_matmul(dq, C3, ds, L, k, C3, L, L, hd, true);
-  transpose(transposed, ds, L, L, L);
-  head_matmul(dk, C3, transposed, L, q, C3, L, L, hd, true);
+int64_t work_of(const std::vector<Pair>& pairs, int64_t hd) {
+  int64_t work = 0;
+  for (const Pair& p : pairs) work += p.L * p.L * hd;
+  return work;
 }
 
 }  // namespace
 
 int64_t attention_cache_size(const int64_t* offsets, int64_t B, int64_t NH) {
-  int64_t size = 0;
-  for (int64_t b = 0; b < B; b++) {
-    const int64_t len = offsets[b + 1] - offsets[b];
-    size += NH * len * len;
-  }
-  return size;
+  return B <= 0 ? 0 : 2 * offsets[B] * NH;
 }
 
 void attention_forward(float* out, float* att, const float* qkv, const int64_t* offsets, int64_t B,
                        int64_t C, int64_t NH) {
   check_shapes("attention_forward", offsets, B, C, NH);
-  const int64_t hd = C / NH;
-  const int64_t longest = max_length(offsets, B);
-  const std::vector<int64_t> starts = cache_starts(offsets, B, NH);
-  // Per thread: kT (hd, L), and the (L, L) probabilities when they are not cached.
-  const int64_t scratch_per_thread = hd * longest + (att == nullptr ? longest * longest : 0);
-  const int64_t num_pairs = B * NH;
-#pragma omp parallel
-  {
-    // Allocated by each thread itself, so a call from inside another parallel region is safe too.
-    std::vector<float> scratch(static_cast<size_t>(scratch_per_thread));
-#pragma omp for schedule(static)
-    for (int64_t pair = 0; pair < num_pairs; pair++) {
-      const int64_t b = pair / NH;
-      const int64_t h = pair % NH;
-      const int64_t t0 = offsets[b];
-      const int64_t L = offsets[b + 1] - t0;
-      if (L == 0) continue;
-      float* probs = att != nullptr ? att + starts[b] + h * L * L : scratch.data() + hd * longest;
-      attention_head_forward(out, probs, qkv, t0, L, C, h, hd, scratch.data());
-    }
-  }
+  const std::vector<Pair> pairs = pairs_of(offsets, B, NH);
+  const int64_t n = static_cast<int64_t>(pairs.size());
+#pragma omp parallel for schedule(dynamic, 1) if (work_of(pairs, C / NH) >= kMinParallelWork)
+  for (int64_t i = 0; i < n; i++) pair_forward(out, att, qkv, pairs[size_t(i)], C, NH);
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
                         const int64_t* offsets, int64_t B, int64_t C, int64_t NH) {
   check_shapes("attention_backward", offsets, B, C, NH);
-  if (att == nullptr) throw UsageError("attention_backward: needs the probability cache (att is null)");
-  const int64_t hd = C / NH;
-  const int64_t longest = max_length(offsets, B);
-  const std::vector<int64_t> starts = cache_starts(offsets, B, NH);
-  // Per thread: vT (hd, L) + ds (L, L) + a transposed (L, L).
-  const int64_t scratch_per_thread = hd * longest + 2 * longest * longest;
-  const int64_t num_pairs = B * NH;
-#pragma omp parallel
-  {
-    std::vector<float> scratch(static_cast<size_t>(scratch_per_thread));
-#pragma omp for schedule(static)
-    for (int64_t pair = 0; pair < num_pairs; pair++) {
-      const int64_t b = pair / NH;
-      const int64_t h = pair % NH;
-      const int64_t t0 = offsets[b];
-      const int64_t L = offsets[b + 1] - t0;
-      if (L == 0) continue;
-      const float* probs = att + starts[b] + h * L * L;
-      attention_head_backward(dqkv, dout, qkv, probs, t0, L, C, h, hd, scratch.data());
-    }
-  }
+  if (att == nullptr) throw UsageError("attention_backward: needs the row statistics (att is null)");
+  const std::vector<Pair> pairs = pairs_of(offsets, B, NH);
+  const int64_t n = static_cast<int64_t>(pairs.size());
+#pragma omp parallel for schedule(dynamic, 1) if (work_of(pairs, C / NH) >= kMinParallelWork)
+  for (int64_t i = 0; i < n; i++) pair_backward(dqkv, dout, qkv, att, pairs[size_t(i)], C, NH);
 }
 
 }  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

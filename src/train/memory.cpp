@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "normlab/data/task.hpp"
+#include "normlab/parallel.hpp"
 
 namespace normlab::train {
 
@@ -76,8 +77,6 @@ double distinct_characters(const std::optional<std::string>& path) {
 // The length a batch of generated lengths uniform in [lo, hi] is budgeted at: the mean, 1.1x (a
 // batch of 32 lengths rarely strays further from the mean).
 double batch_length(int64_t lo, int64_t hi) { return std::min(double(hi), 1.1 * double(lo + hi) / 2.0); }
-// The keys an attention row sees on average over tokens: E[L^2] / E[L] for uniform lengths.
-double attention_length(int64_t lo, int64_t hi) { return std::min(double(hi), (2.0 * double(hi) + double(lo)) / 3.0); }
 
 }  // namespace
 
@@ -132,8 +131,7 @@ MemoryEstimate estimate_memory(const RunConfig& config) {
   estimate.data = train_data + valid_data;
 
   // File data: its mean length (at most 3/4 of the task's limit: longer lines are filtered out, so
-  // the kept ones are shorter), 1.1x for batches of longer lines (1.25x for attention, which grows
-  // with the square of the length), at most the limit itself.
+  // the kept ones are shorter), 1.1x for batches of longer lines, at most the limit itself.
   const bool text = t.name == "mlm_text";
   auto file_length = [&](const std::string& path, int64_t limit, double factor) {
     return std::min(double(limit), factor * std::min(file_mean_length(path, text), 0.75 * double(limit)));
@@ -141,22 +139,24 @@ MemoryEstimate estimate_memory(const RunConfig& config) {
   const bool generated = !t.train_file;
   const double train_length =
       generated ? batch_length(t.min_len, t.max_len) : file_length(*t.train_file, t.max_len, 1.1);
-  const double train_keys =
-      generated ? attention_length(t.min_len, t.max_len) : file_length(*t.train_file, t.max_len, 1.25);
   const double train_tokens = batch * train_length;
   const double train_rows = per_sequence ? batch : train_tokens;
+  // Attention keeps 2 floats per token and head for its backward (it recomputes the probabilities:
+  // kernels/attention.hpp); its per-thread scratch holds a block of 48 query rows against all the
+  // keys, twice, and a few (keys, head size) matrices. (NORMLAB_KERNELS=reference keeps every
+  // (len, len) probability matrix instead; this estimate is for the fast kernels.)
+  const double threads = config.train.threads > 0 ? double(config.train.threads) : double(num_threads());
+  const double attention_scratch = threads * (4 * 48 * double(t.max_len) + 5 * double(t.max_len) * d);
   estimate.training_step =
-      kFloat * (layers * train_tokens * (16 * d + 3 * ffn + 2 * heads * train_keys) + 4 * train_rows * classes +
-                4 * train_tokens * d);
+      kFloat * (layers * train_tokens * (16 * d + 3 * ffn + 2 * heads) + 4 * train_rows * classes +
+                4 * train_tokens * d + attention_scratch);
 
   const bool generated_valid = !t.valid_file;
   const double eval_length =
       generated_valid ? batch_length(t.min_len, t.eval_max_len) : file_length(*t.valid_file, t.eval_max_len, 1.1);
-  const double eval_keys =
-      generated_valid ? attention_length(t.min_len, t.eval_max_len) : file_length(*t.valid_file, t.eval_max_len, 1.25);
   const double eval_tokens = batch * eval_length;
   const double eval_rows = per_sequence ? batch : eval_tokens;
-  estimate.evaluation = kFloat * (eval_tokens * (8 * d + 2 * ffn + heads * eval_keys) + 2 * eval_rows * classes);
+  estimate.evaluation = kFloat * (eval_tokens * (8 * d + 2 * ffn) + 2 * eval_rows * classes + attention_scratch);
   return estimate;
 }
 

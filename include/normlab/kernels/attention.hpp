@@ -13,13 +13,18 @@
 //   att = softmax(q k^T / sqrt(hd)) over the keys of that sequence,  out_h = att v
 // and out holds the heads side by side, (T, C), ready for out_proj.
 //
-// The probability cache att stores, sequence after sequence and head after head within a sequence,
-// one (len_b, len_b) row-major matrix (query row, key column): attention_cache_size floats.
+// The (len, len) probabilities are never stored (flash attention's way; src/kernels/attention.cpp
+// explains the blocking). What the forward keeps for the backward, att, is two floats per token
+// and head: att[(t * NH + h) * 2 + 0] = the largest raw score q_t . k_j of row t (unscaled), and
+// att[(t * NH + h) * 2 + 1] = 1 / sum_j exp((q_t . k_j - max) / sqrt(hd)). The backward recomputes
+// the probabilities from them, bit for bit. Memory: 2 * T * NH floats, linear in the lengths.
+// (The reference kernels in kernels/reference/attention.hpp keep the whole matrices instead.)
 #include <cstdint>
 
 namespace normlab::kernels {
 
-// Number of floats in the probability cache: sum over b of NH * len_b^2.
+// Number of floats in the row-statistics cache: 2 * offsets[B] * NH (rows before offsets[0]
+// included, so a row's statistics sit at its token index).
 int64_t attention_cache_size(const int64_t* offsets, int64_t B, int64_t NH);  // offsets (B+1)
 
 // Forward. att may be nullptr (inference: no cache, each thread uses its own scratch). Threaded
@@ -30,6 +35,7 @@ void attention_forward(float* out, float* att,                     // (T, C), (a
                        int64_t B, int64_t C, int64_t NH);
 
 // Backward. ACCUMULATES (+=) into dqkv. att is the cache attention_forward wrote for this qkv.
+// Threaded over (sequence, head) pairs, each adding into its own rows and columns of dqkv.
 void attention_backward(float* dqkv,                                // (T, 3C)
                         const float* dout, const float* qkv,        // (T, C), (T, 3C)
                         const float* att, const int64_t* offsets,   // (attention_cache_size), (B+1)

@@ -6,6 +6,15 @@
 
 namespace normlab::kernels::reference {
 
+int64_t attention_cache_size(const int64_t* offsets, int64_t B, int64_t NH) {
+  int64_t size = 0;
+  for (int64_t b = 0; b < B; b++) {
+    const int64_t len = offsets[b + 1] - offsets[b];
+    size += NH * len * len;
+  }
+  return size;
+}
+
 void attention_forward(float* out, float* att,                    // (T,C), (sum_b NH*len_b^2)
                        const float* qkv, const int64_t* offsets,  // (T,3C), (B+1)
                        int64_t B, int64_t C, int64_t NH) {

@@ -4,11 +4,14 @@
 // attends only to itself. qkv rows are [q (C) | k (C) | v (C)]; head h uses columns
 // [h*hd, (h+1)*hd) of each, hd = C / NH. For each sequence and head:
 //   att = softmax(q k^T / sqrt(hd)),  out_h = att v
-// att is laid out as in kernels/attention.hpp: per sequence, per head, a (len, len) matrix;
-// kernels::attention_cache_size gives its size.
+// att is the whole probability matrix, unlike the fast kernel's row statistics: per sequence, per
+// head, a (len, len) row-major matrix (query row, key column); attention_cache_size gives its size.
 #include <cstdint>
 
 namespace normlab::kernels::reference {
+
+// Number of floats in the probability cache: sum over b of NH * len_b^2.
+int64_t attention_cache_size(const int64_t* offsets, int64_t B, int64_t NH);  // offsets (B+1)
 
 // att may be nullptr (inference).
 void attention_forward(float* out, float* att,                    // (T,C), (sum_b NH*len_b^2)
