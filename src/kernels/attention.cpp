@@ -3,25 +3,25 @@
 // kQueryBlock query rows; a block's scores against all the keys of its sequence live in a
 // per-thread scratch (kQueryBlock, L), and only two numbers per query row are kept for the
 // backward pass: the row's largest raw score and 1 / (sum of its exponentials). The backward pass
-// recomputes the block's probabilities from them, bit for bit the forward's.
+// recomputes the block's exponentials from them, bit for bit the forward's.
 //
 // Why blocks of whole rows and not the online softmax over key tiles of GPU flash attention: a
 // block's row of scores (kQueryBlock x L floats, 192 KB at L = 1024) fits in a CPU core's L2, and
-// with the full row the softmax is the ordinary one (max, exp, sum, scale), with nothing rescaled
-// as key tiles arrive. What flash attention is for is kept: memory linear in L (the cache is
-// 2 floats per token and head), and every product runs as a register-tiled kernel over blocks that
-// stay in cache.
+// with the full row the softmax is the ordinary one (max, exp, sum), with nothing rescaled as key
+// tiles arrive. What flash attention is for is kept: memory linear in L (the cache is 2 floats per
+// token and head), and every product runs as a register-tiled kernel over blocks that stay in
+// cache.
 //
 // Forward, per pair and query block Qb (rows i0..i0+rows of q, scale = 1/sqrt(hd)):
 //   S = Qb K^T                       (rows, L)   raw scores
-//   m_i = max_j S_ij,  e_ij = exp((S_ij - m_i) * scale),  inv_i = 1 / sum_j e_ij,  P = e * inv
-//   Ob = P V                         (rows, hd)
-// Backward, per pair and query block, with P recomputed from (m, inv):
-//   dP = dOb V^T,  dS = P * (dP - rowsum(P * dP)) * scale
-//   dV += P^T dOb,  dQb = dS K,  dK += dS^T Qb
-//
+//   m_i = max_j S_ij,  e_ij = exp((S_ij - m_i) * scale),  inv_i = 1 / sum_j e_ij
+//   Ob = (e V) * inv                 (rows, hd)  = P V with P = e * inv, normalized in hd numbers
+// Backward, per pair and query block, with e recomputed from m:
+//   dP = dOb V^T,  dS = P * (dP - rowsum(P * dP)) * scale = e * (dP - inv * rowsum(e * dP)) * inv * scale
+//   dV += e^T (dOb * inv),  dQb = dS K,  dK += dS^T Qb
+
 // Every product is one kernel: C (R, NV vectors) (+)= sum over k, in order, of A(r, k) * B(k, :),
-// one fma chain per element of C, with A read through two strides (so P^T and dS^T are read in
+// one fma chain per element of C, with A read through two strides (so e^T and dS^T are read in
 // place, never transposed) and B's rows contiguous and padded to a multiple of 16 floats. The
 // register tile (R, NV) differs per path; the order of every sum does not: fma chains over k,
 // kQueryBlock the same on every path (dK and dV add one block's chain at a time), row sums over
@@ -64,9 +64,12 @@ inline vf vload(const float* p) { return _mm512_loadu_ps(p); }
 inline void vstore(float* p, vf x) { _mm512_storeu_ps(p, x); }
 inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
 inline vf vfma(float a, vf b, vf c) { return _mm512_fmadd_ps(_mm512_set1_ps(a), b, c); }
-// Register tiles: (12, 2 zmm) = 24 accumulators, or (24, 1 zmm); of 32 zmm.
+// Register tiles: (12, 2 zmm) = 24 accumulators, or (24, 1 zmm); of 32 zmm. When A's rows are
+// far apart (row_stride > 1) each row needs its own pointer, and 24 of them do not fit the 16
+// general registers: 8 rows then.
 constexpr int kRowsWide = 12;
 constexpr int kRowsNarrow = 24;
+constexpr int kRowsStrided = 8;
 #elif defined(__AVX2__)
 constexpr int64_t kW = 8;
 using vf = __m256;
@@ -75,9 +78,10 @@ inline vf vload(const float* p) { return _mm256_loadu_ps(p); }
 inline void vstore(float* p, vf x) { _mm256_storeu_ps(p, x); }
 inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
 inline vf vfma(float a, vf b, vf c) { return _mm256_fmadd_ps(_mm256_set1_ps(a), b, c); }
-// (6, 2 ymm) = 12 accumulators, or (12, 1 ymm); of 16 ymm.
+// (6, 2 ymm) = 12 accumulators, or (12, 1 ymm); of 16 ymm. 6 rows when A's rows are apart.
 constexpr int kRowsWide = 6;
 constexpr int kRowsNarrow = 12;
+constexpr int kRowsStrided = 6;
 #else
 // generic: eight floats and std::fma (vfmadd when the CPU has FMA, else glibc's exact software
 // fma): slow, and the same bits.
@@ -104,6 +108,7 @@ inline vf vfma(float a, vf b, vf c) {
 }
 constexpr int kRowsWide = 4;
 constexpr int kRowsNarrow = 4;
+constexpr int kRowsStrided = 4;
 #endif
 
 // ---- the product kernel -------------------------------------------------------------------------
@@ -167,8 +172,13 @@ inline void tile_rows(float* c, int64_t ldc, Strided A, const float* b, int64_t 
 void product(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t M, int64_t K,
              int64_t N, bool add) {
   int64_t j = 0;
-  for (; j + 2 * kW <= N; j += 2 * kW) tile_rows<kRowsWide, 2>(c + j, ldc, A, b + j, ldb, M, K, add);
-  for (; j < N; j += kW) tile_rows<kRowsNarrow, 1>(c + j, ldc, A, b + j, ldb, M, K, add);
+  if (A.row_stride == 1) {
+    for (; j + 2 * kW <= N; j += 2 * kW) tile_rows<kRowsWide, 2>(c + j, ldc, A, b + j, ldb, M, K, add);
+    for (; j < N; j += kW) tile_rows<kRowsNarrow, 1>(c + j, ldc, A, b + j, ldb, M, K, add);
+  } else {
+    for (; j + 2 * kW <= N; j += 2 * kW) tile_rows<kRowsStrided, 2>(c + j, ldc, A, b + j, ldb, M, K, add);
+    for (; j < N; j += kW) tile_rows<kRowsStrided, 1>(c + j, ldc, A, b + j, ldb, M, K, add);
+  }
 }
 
 // ---- row-wise pieces ----------------------------------------------------------------------------
@@ -188,17 +198,6 @@ void transpose_padded(float* dst, int64_t ld, const float* src, int64_t src_ld, 
     for (int64_t c = 0; c < cols; c++) dst[c * ld + r] = src[r * src_ld + c];
 }
 
-// sum of x[0..n), n a multiple of kLanes: lane l sums x[l], x[l + 16], ... in order, then the
-// lanes are added pairwise in a fixed order. The same bits whatever the vector width.
-float lane_sum(const float* x, int64_t n) {
-  float lanes[kLanes] = {};
-  for (int64_t j = 0; j < n; j += kLanes)
-    for (int64_t l = 0; l < kLanes; l++) lanes[l] += x[j + l];
-  for (int64_t width = kLanes / 2; width >= 1; width /= 2)
-    for (int64_t l = 0; l < width; l++) lanes[l] += lanes[l + width];
-  return lanes[0];
-}
-
 // sum of x[j] * y[j] over [0, n), n a multiple of kLanes, in the same lane order.
 float lane_dot(const float* x, const float* y, int64_t n) {
   float lanes[kLanes] = {};
@@ -209,37 +208,47 @@ float lane_dot(const float* x, const float* y, int64_t n) {
   return lanes[0];
 }
 
-// Largest of s[0..L); s is padded to Lp (a multiple of kLanes) and the padding is not looked at.
-float row_max(const float* s, int64_t L) {
+// Every row loop below runs over whole chunks of kLanes floats (rows are padded to a multiple of
+// kLanes), so it vectorizes with no scalar remainder: for rows of a few dozen keys a scalar tail
+// of exps would cost as much as the vector body.
+
+// Largest of s[0..Lp), Lp a multiple of kLanes (padding set to -inf by the caller).
+float row_max(const float* s, int64_t Lp) {
   float lanes[kLanes];
   for (int64_t l = 0; l < kLanes; l++) lanes[l] = -INFINITY;
-  int64_t j = 0;
-  for (; j + kLanes <= L; j += kLanes)
+  for (int64_t j = 0; j < Lp; j += kLanes)
     for (int64_t l = 0; l < kLanes; l++) lanes[l] = std::max(lanes[l], s[j + l]);
-  for (; j < L; j++) lanes[0] = std::max(lanes[0], s[j]);
   float m = lanes[0];
   for (int64_t l = 1; l < kLanes; l++) m = std::max(m, lanes[l]);
   return m;
 }
 
-// Row of raw scores s (Lp floats, the first L real) -> probabilities in place, zero past L.
-// stats gets {max raw score, 1 / sum of exponentials}: what recompute_probs needs.
+// Row of raw scores s (Lp floats, the first L real) -> exponentials e_j = exp((s_j - max) * scale)
+// in place, zero past L. stats gets {max raw score, 1 / sum of the exponentials}. The row is not
+// normalized here: the caller scales the product e V by 1 / sum instead (hd numbers, not L).
 void softmax_row(float* s, int64_t L, int64_t Lp, float scale, float* stats) {
-  const float m = row_max(s, L);
-  for (int64_t j = 0; j < L; j++) s[j] = math::exp((s[j] - m) * scale);
-  std::fill(s + L, s + Lp, 0.0f);
-  const float inv = 1.0f / lane_sum(s, Lp);
-  for (int64_t j = 0; j < L; j++) s[j] *= inv;
+  std::fill(s + L, s + Lp, -INFINITY);  // exp(-inf) = 0: the padding drops out of max and sum
+  const float m = row_max(s, Lp);
+  float lanes[kLanes] = {};
+  for (int64_t j = 0; j < Lp; j += kLanes)
+    for (int64_t l = 0; l < kLanes; l++) {
+      const float e = math::exp((s[j + l] - m) * scale);
+      s[j + l] = e;
+      lanes[l] += e;
+    }
+  for (int64_t width = kLanes / 2; width >= 1; width /= 2)
+    for (int64_t l = 0; l < width; l++) lanes[l] += lanes[l + width];
   stats[0] = m;
-  stats[1] = inv;
+  stats[1] = 1.0f / lanes[0];
 }
 
-// The same probabilities from the raw scores and the stats softmax_row kept: the same operations
-// on the same numbers, so the same bits.
-void recompute_probs(float* s, int64_t L, int64_t Lp, float scale, const float* stats) {
-  const float m = stats[0], inv = stats[1];
-  for (int64_t j = 0; j < L; j++) s[j] = math::exp((s[j] - m) * scale) * inv;
-  std::fill(s + L, s + Lp, 0.0f);
+// The same exponentials from the raw scores and the max softmax_row kept: the same operations on
+// the same numbers, so the same bits.
+void recompute_exps(float* s, int64_t L, int64_t Lp, float scale, const float* stats) {
+  std::fill(s + L, s + Lp, -INFINITY);
+  const float m = stats[0];
+  for (int64_t j = 0; j < Lp; j += kLanes)
+    for (int64_t l = 0; l < kLanes; l++) s[j + l] = math::exp((s[j + l] - m) * scale);
 }
 
 // ---- scratch ------------------------------------------------------------------------------------
@@ -271,17 +280,21 @@ void pair_forward(float* out, float* stats, const float* qkv, Pair p, int64_t C,
   float* ob = s + kQueryBlock * Lp;                                             // (block, hp)
   transpose_padded(kT, Lp, k, C3, L, hd);
   copy_padded(vp, hp, v, C3, L, hd);
-  float row_stats[2];
+  float block_stats[2 * kQueryBlock];  // inference (no cache): the block's own statistics
   for (int64_t i0 = 0; i0 < L; i0 += kQueryBlock) {
     const int64_t rows = std::min(kQueryBlock, L - i0);
     product(s, Lp, Strided{q + i0 * C3, C3, 1}, kT, Lp, rows, hd, Lp, false);
     for (int64_t i = 0; i < rows; i++) {
-      float* st = stats != nullptr ? stats + ((p.t0 + i0 + i) * NH + p.h) * 2 : row_stats;
+      float* st = stats != nullptr ? stats + ((p.t0 + i0 + i) * NH + p.h) * 2 : block_stats + 2 * i;
       softmax_row(s + i * Lp, L, Lp, scale, st);
     }
+    // Ob = (e V) / sum, row by row
     product(ob, hp, Strided{s, Lp, 1}, vp, hp, rows, L, hp, false);
-    for (int64_t i = 0; i < rows; i++)
-      std::memcpy(out + (p.t0 + i0 + i) * C + p.h * hd, ob + i * hp, size_t(hd) * sizeof(float));
+    for (int64_t i = 0; i < rows; i++) {
+      const float inv = (stats != nullptr ? stats + ((p.t0 + i0 + i) * NH + p.h) * 2 : block_stats + 2 * i)[1];
+      float* o = out + (p.t0 + i0 + i) * C + p.h * hd;
+      for (int64_t c = 0; c < hd; c++) o[c] = ob[i * hp + c] * inv;
+    }
   }
 }
 
@@ -303,8 +316,8 @@ void pair_backward(float* dqkv, const float* dout, const float* qkv, const float
   float* kp = vT + hd * Lp;      // (L, hp)
   float* dk_acc = kp + L * hp;   // (L, hp)
   float* dv_acc = dk_acc + L * hp;  // (L, hp)
-  float* P = dv_acc + L * hp;    // (block, Lp)
-  float* dS = P + Bq * Lp;       // (block, Lp)
+  float* E = dv_acc + L * hp;    // (block, Lp) exponentials
+  float* dS = E + Bq * Lp;       // (block, Lp)
   float* qb = dS + Bq * Lp;      // (block, hp)
   float* dob = qb + Bq * hp;     // (block, hp)
   float* dqb = dob + Bq * hp;    // (block, hp)
@@ -314,22 +327,32 @@ void pair_backward(float* dqkv, const float* dout, const float* qkv, const float
   for (int64_t i0 = 0; i0 < L; i0 += Bq) {
     const int64_t rows = std::min(Bq, L - i0);
     const bool first = i0 == 0;
+    const float* st = stats + ((p.t0 + i0) * NH + p.h) * 2;  // row i's stats at st + i * NH * 2
     copy_padded(qb, hp, q + i0 * C3, C3, rows, hd);
-    copy_padded(dob, hp, dO + i0 * C, C, rows, hd);
-    // P, recomputed: S = Qb K^T, then the forward's softmax from the kept stats
-    product(P, Lp, Strided{q + i0 * C3, C3, 1}, kT, Lp, rows, hd, Lp, false);
-    for (int64_t i = 0; i < rows; i++)
-      recompute_probs(P + i * Lp, L, Lp, scale, stats + ((p.t0 + i0 + i) * NH + p.h) * 2);
-    // dP = dOb V^T, then dS = P * (dP - rowsum(P * dP)) * scale in place (zero past L, as P is)
+    // dOb / sum row by row: P^T dOb = e^T (dOb / sum)
+    for (int64_t i = 0; i < rows; i++) {
+      const float inv = st[i * NH * 2 + 1];
+      const float* src = dO + (i0 + i) * C;
+      float* dst = dob + i * hp;
+      for (int64_t c = 0; c < hd; c++) dst[c] = src[c] * inv;
+      std::fill(dst + hd, dst + hp, 0.0f);
+    }
+    // e, recomputed: S = Qb K^T, then the forward's exponentials from the kept max
+    product(E, Lp, Strided{q + i0 * C3, C3, 1}, kT, Lp, rows, hd, Lp, false);
+    for (int64_t i = 0; i < rows; i++) recompute_exps(E + i * Lp, L, Lp, scale, st + i * NH * 2);
+    // dP = dOb V^T; then with P = e / sum:  dS = P * (dP - sum_j P dP) * scale, in place
     product(dS, Lp, Strided{dO + i0 * C, C, 1}, vT, Lp, rows, hd, Lp, false);
     for (int64_t i = 0; i < rows; i++) {
-      const float* pi = P + i * Lp;
+      const float inv = st[i * NH * 2 + 1];
+      const float* ei = E + i * Lp;
       float* di = dS + i * Lp;
-      const float p_dot_dp = lane_dot(pi, di, Lp);
-      for (int64_t j = 0; j < Lp; j++) di[j] = pi[j] * (di[j] - p_dot_dp) * scale;
+      const float p_dot_dp = lane_dot(ei, di, Lp) * inv;
+      const float factor = inv * scale;
+      for (int64_t j = 0; j < Lp; j += kLanes)
+        for (int64_t l = 0; l < kLanes; l++) di[j + l] = ei[j + l] * (di[j + l] - p_dot_dp) * factor;
     }
-    // dV (+)= P^T dOb and dK (+)= dS^T Qb: A(r = key j, k = query i) read in place
-    product(dv_acc, hp, Strided{P, 1, Lp}, dob, hp, L, rows, hp, !first);
+    // dV (+)= e^T (dOb / sum) and dK (+)= dS^T Qb: A(r = key j, k = query i) read in place
+    product(dv_acc, hp, Strided{E, 1, Lp}, dob, hp, L, rows, hp, !first);
     product(dk_acc, hp, Strided{dS, 1, Lp}, qb, hp, L, rows, hp, !first);
     // dQb = dS K, added to dq
     product(dqb, hp, Strided{dS, Lp, 1}, kp, hp, rows, L, hp, false);
