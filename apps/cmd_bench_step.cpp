@@ -58,6 +58,7 @@ void run(const BenchStepOptions& options) {
                           {"max_step_ms", r.max_step_ms},
                           {"mean_tokens_per_batch", r.mean_tokens},
                           {"tokens_per_s", r.tokens_per_s},
+                          {"peak_rss_mib", r.peak_rss_mib},
                           {"tokens_per_s_definition", "real (unpadded) tokens of the timed steps / their total time"}};
     fmt::print("{}\n", out.dump());
     return;
@@ -69,6 +70,7 @@ void run(const BenchStepOptions& options) {
              r.threads == 1 ? "" : "s", r.repeats, r.warmup);
   fmt::print("  step        {:9.3f} ms  (min {:.3f}, max {:.3f})\n", r.step_ms, r.min_step_ms, r.max_step_ms);
   fmt::print("  throughput  {:9.0f} tokens/s  ({:.0f} real tokens per batch)\n", r.tokens_per_s, r.mean_tokens);
+  fmt::print("  peak RSS    {:9.1f} MiB  (the whole process, VmHWM)\n", r.peak_rss_mib);
 }
 
 }  // namespace

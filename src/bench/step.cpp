@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "normlab/error.hpp"
@@ -12,6 +14,15 @@
 #include "normlab/train/trainer.hpp"
 
 namespace normlab::bench {
+
+double peak_rss_mib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // "VmHWM:   1234 kB"
+  }
+  return 0.0;
+}
 
 BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warmup) {
   if (repeats < 1 || warmup < 0) {
@@ -45,6 +56,7 @@ BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warm
   result.max_step_ms = *slowest;
   result.mean_tokens = total_tokens / double(repeats);
   result.tokens_per_s = total_s > 0 ? total_tokens / total_s : 0.0;
+  result.peak_rss_mib = peak_rss_mib();
   return result;
 }
 

@@ -19,7 +19,13 @@ struct BenchStepResult {
   double min_step_ms = 0.0;
   double max_step_ms = 0.0;
   double tokens_per_s = 0.0;   // all real tokens of the timed steps / their total time
+  double peak_rss_mib = 0.0;   // the process's peak resident set size after the steps (VmHWM), MiB
 };
+
+// This process's peak resident set size so far (VmHWM of /proc/self/status), MiB; 0 where the
+// kernel does not tell. VmHWM, not getrusage's ru_maxrss: ru_maxrss survives exec, so a process
+// started by a big one (a Python benchmark script) would report its parent's size.
+double peak_rss_mib();
 
 // Uses the config's thread count as it stands (set it with set_num_threads before calling).
 // UsageError if repeats < 1 or warmup < 0.
