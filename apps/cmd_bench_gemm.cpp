@@ -3,13 +3,13 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <charconv>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
+#include "parse_dims.hpp"
 #include "normlab/bench/gemm.hpp"
 #include "normlab/error.hpp"
 #include "normlab/kernels/dispatch.hpp"
@@ -33,28 +33,11 @@ struct BenchGemmOptions {
 };
 
 std::vector<int64_t> parse_shape(const std::string& text) {
+  const char* expected = "three positive integers M,K,N like 1040,64,192";
   auto bad = [&](const std::string& why) {
-    return InputError(fmt::format(
-        "--shape: {} (got \"{}\", expected three positive integers M,K,N like 1040,64,192)", why, text));
+    return InputError(fmt::format("--shape: {} (got \"{}\", expected {})", why, text, expected));
   };
-  std::vector<int64_t> dims;
-  size_t start = 0;
-  while (true) {
-    size_t comma = text.find(',', start);
-    std::string field = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    int64_t value = 0;
-    auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), value);
-    if (field.empty() || ec != std::errc() || end != field.data() + field.size()) {
-      throw bad(fmt::format("\"{}\" is not an integer", field));
-    }
-    if (value <= 0) throw bad(fmt::format("{} is not positive", value));
-    if (value > kMaxMatrixElements) throw bad(fmt::format("{} is too large", value));
-    dims.push_back(value);
-    if (comma == std::string::npos) break;
-    if (dims.size() == 3) throw bad("more than 3 dimensions");
-    start = comma + 1;
-  }
-  if (dims.size() != 3) throw bad(fmt::format("{} dimensions", dims.size()));
+  std::vector<int64_t> dims = parse_dims(text, "--shape", 3, expected, kMaxMatrixElements);
   const int64_t M = dims[0], K = dims[1], N = dims[2];
   if (M * K > kMaxMatrixElements || K * N > kMaxMatrixElements || M * N > kMaxMatrixElements) {
     throw bad(fmt::format("M*K, K*N and M*N must each be at most {}", kMaxMatrixElements));

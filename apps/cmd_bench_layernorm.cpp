@@ -1,13 +1,13 @@
 // normlab bench layernorm --shape B,T,C [--threads N] [--repeats R] [--json]
 #include <fmt/core.h>
 
-#include <charconv>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
+#include "parse_dims.hpp"
 #include "normlab/bench/layernorm.hpp"
 #include "normlab/error.hpp"
 #include "normlab/parallel.hpp"
@@ -28,27 +28,11 @@ struct BenchLayerNormOptions {
 };
 
 std::vector<int64_t> parse_shape(const std::string& text) {
+  const char* expected = "three positive integers B,T,C like 64,128,768";
   auto bad = [&](const std::string& why) {
-    return InputError(fmt::format("--shape: {} (got \"{}\", expected three positive integers B,T,C like 64,128,768)",
-                                  why, text));
+    return InputError(fmt::format("--shape: {} (got \"{}\", expected {})", why, text, expected));
   };
-  std::vector<int64_t> dims;
-  size_t start = 0;
-  while (true) {
-    size_t comma = text.find(',', start);
-    std::string field = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    int64_t value = 0;
-    auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), value);
-    if (field.empty() || ec != std::errc() || end != field.data() + field.size()) {
-      throw bad(fmt::format("\"{}\" is not an integer", field));
-    }
-    if (value <= 0) throw bad(fmt::format("{} is not positive", value));
-    if (value > kMaxBenchElements) throw bad(fmt::format("{} is too large", value));
-    dims.push_back(value);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  if (dims.size() != 3) throw bad(fmt::format("{} dimensions", dims.size()));
+  std::vector<int64_t> dims = parse_dims(text, "--shape", 3, expected, kMaxBenchElements);
   if (dims[0] * dims[1] > kMaxBenchElements || dims[0] * dims[1] * dims[2] > kMaxBenchElements) {
     throw bad(fmt::format("B*T*C must be at most {}", kMaxBenchElements));
   }

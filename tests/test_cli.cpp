@@ -193,6 +193,27 @@ TEST_CASE("cli: bench step prints step time and throughput") {
   CHECK(table.code == 0);
   CHECK(table.out.find("tokens/s") != std::string::npos);
   CHECK(run_cli(dir, "bench step --config " + config + " --repeats 0").code == 2);
+  // The peak RSS is this process's own (VmHWM), not the size of whatever started it.
+  CHECK(out["peak_rss_mib"].get<double>() > 1.0);
+  CHECK(out["peak_rss_mib"].get<double>() < 1024.0);
+}
+
+TEST_CASE("cli: bench attention times the kernels and keeps a cache linear in the tokens") {
+  TempDir dir;
+  Result r = run_cli(dir, "bench attention --shape 2,100,32,4 --repeats 2 --threads 1 --json");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  json out = json::parse(r.out);
+  CHECK(out["forward_ms"].get<double>() > 0);
+  CHECK(out["forward_backward_ms"].get<double>() >= out["forward_ms"].get<double>() * 0.5);
+  CHECK(out["cache_floats"] == 2 * 2 * 100 * 4);  // two floats per token and head
+  CHECK(out["head_dim"] == 8);
+  for (const char* shape : {"2,100,32", "2,100,32,5", "2,0,32,4", "2,100,32,4,1", "2,x,32,4"}) {
+    INFO(shape);
+    Result bad = run_cli(dir, std::string("bench attention --shape ") + shape);
+    CHECK(bad.code == 2);
+    CHECK(bad.err.find("--shape") != std::string::npos);
+  }
 }
 
 TEST_CASE("cli: out-of-range --threads is refused with exit 2 before anything runs") {
