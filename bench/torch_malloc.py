@@ -8,7 +8,7 @@ GLIBC_TUNABLES raising the mmap and trim thresholds, unless --default-malloc is 
 import os
 import sys
 
-MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296"
+MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296:glibc.malloc.mmap_max=0"
 
 
 def add_argument(parser):

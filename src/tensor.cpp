@@ -1,6 +1,7 @@
 #include "normlab/tensor.hpp"
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <limits>
@@ -16,11 +17,34 @@ namespace {
 // instead of a bad_alloc or an OOM kill.
 constexpr int64_t kMaxElements = int64_t(1) << 34;
 
+// Below this many floats a zero-fill stays on the calling thread.
+constexpr int64_t kParallelFillFloats = int64_t{1} << 15;
+
+// n floats of storage, zero-filled when asked: by all the threads for a large buffer (the
+// backward pass creates a gradient buffer for every activation, and a serial fill of each would
+// leave the other threads waiting), and each thread fills the part it will likely work on.
+std::shared_ptr<Storage> make_storage(size_t n, bool zero) {
+  auto storage = std::make_shared<Storage>(n);  // default-initialized: not filled
+  if (!zero) return storage;
+  float* data = storage->data();
+  const auto count = static_cast<int64_t>(n);
+  if (count < kParallelFillFloats) {
+    std::fill(data, data + count, 0.0f);
+    return storage;
+  }
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t begin = count * t / threads, end = count * (t + 1) / threads;
+    std::fill(data + begin, data + end, 0.0f);
+  }
+  return storage;
+}
+
 std::shared_ptr<TensorImpl> make_impl(const Shape& shape, bool zero) {
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
-  const auto n = static_cast<size_t>(shape_numel(shape));
-  impl->storage = zero ? std::make_shared<Storage>(n, 0.0f) : std::make_shared<Storage>(n);
+  impl->storage = make_storage(static_cast<size_t>(shape_numel(shape)), zero);
   return impl;
 }
 }  // namespace
@@ -112,7 +136,7 @@ bool Tensor::has_grad() const { return impl_ && impl_->grad != nullptr; }
 
 float* Tensor::grad_data() {
   if (!impl_) throw UsageError("use of an undefined tensor");
-  if (!impl_->grad) impl_->grad = std::make_shared<Storage>(static_cast<size_t>(numel()), 0.0f);
+  if (!impl_->grad) impl_->grad = make_storage(static_cast<size_t>(numel()), /*zero=*/true);
   return impl_->grad->data();
 }
 

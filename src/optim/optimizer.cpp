@@ -266,15 +266,36 @@ void Optimizer::load_state(const std::map<std::string, std::vector<float>>& tens
   step_count_ = step_count;
 }
 
+namespace {
+// Sum of squares of g[0..n) in double over 8 fixed lanes (lane l takes i = l, l+8, ...), added
+// pairwise at the end: the same bits on every machine and thread count, and no chain of n
+// dependent additions.
+double sum_of_squares(const float* g, int64_t n) {
+  constexpr int64_t kLanes = 8;
+  double lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t l = 0; l < kLanes; l++) lanes[l] += static_cast<double>(g[i + l]) * static_cast<double>(g[i + l]);
+  for (int64_t l = 0; i < n; i++, l++) lanes[l] += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+  for (int64_t width = kLanes / 2; width >= 1; width /= 2)
+    for (int64_t l = 0; l < width; l++) lanes[l] += lanes[l + width];
+  return lanes[0];
+}
+}  // namespace
+
 double clip_grad_norm(const nn::NamedTensors& params, double max_norm) {
-  // Sequential on purpose: the sum (and so the norm) is the same at every thread count.
-  double sum_sq = 0.0;
-  for (const auto& [name, param] : params) {
+  // One sum per tensor (side by side on the threads), then the tensors' sums in order: the norm
+  // is the same at every thread count.
+  const auto count = static_cast<int64_t>(params.size());
+  std::vector<double> sums(params.size(), 0.0);
+#pragma omp parallel for schedule(dynamic, 1) if (count > 1)
+  for (int64_t k = 0; k < count; k++) {
+    const Tensor& param = params[size_t(k)].second;
     const float* g = param.grad_data();  // (numel) or null
-    if (!g) continue;
-    const int64_t n = param.numel();
-    for (int64_t i = 0; i < n; i++) sum_sq += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+    if (g) sums[size_t(k)] = sum_of_squares(g, param.numel());
   }
+  double sum_sq = 0.0;
+  for (double s : sums) sum_sq += s;
   const double norm = std::sqrt(sum_sq);
   if (!std::isfinite(norm) || !(max_norm > 0.0)) return norm;
   const double clip_coef = max_norm / (norm + 1e-6);

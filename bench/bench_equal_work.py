@@ -1,0 +1,150 @@
+#!/usr/bin/python3
+"""Equal work: one training step on 8 sequences of one length L, normlab against PyTorch.
+
+With every sequence of the same length there is no padding, so PyTorch computes exactly what
+normlab computes and the comparison measures the kernels, not the packing. The model is
+configs/bench-step.json's (d_model 64, 4 heads, 4 layers, ffn 256, pre-LN with a final norm,
+Adam); for each L the script runs, in one process and one after the other:
+
+  torch      the step of bench_step_torch.py (nn.TransformerEncoderLayer, norm_first) on batches
+             of 8 x L, and its attention core alone: softmax(q k^T / sqrt(hd)) v, forward and
+             backward, on (8, 4, L, 16) tensors (the bmm, softmax, bmm that nn.MultiheadAttention
+             runs between its projections)
+  normlab    `normlab bench step --config configs/bench-step.json --set ...` with batches of 8 x L,
+             and `normlab bench attention --shape 8,L,64,4` (the same attention core)
+
+Attention's share of a step = layers x (attention forward+backward) / step, for each side. Medians
+throughout; the default is 1 thread (issue 12's table); the machine should be idle (`uptime`).
+
+Usage: /usr/bin/python3 bench/bench_equal_work.py [build/normlab] [--lengths 64 128 256 512 1024]
+                                                 [--threads 1] [--steps 10] [--json OUT]
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_step_torch  # noqa: E402
+import torch_malloc  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+BATCH, D_MODEL, HEADS, LAYERS, FFN, VOCAB = 8, 64, 4, 4, 256, 32
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def torch_step(L, threads, steps):
+    args = argparse.Namespace(d_model=D_MODEL, heads=HEADS, layers=LAYERS, ffn=FFN, vocab=VOCAB, classes=VOCAB,
+                              batch=BATCH, min_len=L, max_len=L, norm_first=True, lr=1e-3, steps=steps,
+                              warmup=3, pool=4, seed=1234)
+    pool = bench_step_torch.make_batch_pool(args, torch.Generator().manual_seed(args.seed))
+    return bench_step_torch.bench_threads(args, threads, pool)["step_ms"]
+
+
+def torch_attention(L, threads, repeats):
+    torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(7)
+    hd = D_MODEL // HEADS
+    q, k, v = (torch.randn(BATCH, HEADS, L, hd, generator=gen, requires_grad=True) for _ in range(3))
+    dout = torch.randn(BATCH, HEADS, L, hd, generator=gen)
+    scale = 1.0 / math.sqrt(hd)
+
+    def forward_backward():
+        p = F.softmax(torch.matmul(q, k.transpose(-2, -1)) * scale, dim=-1)
+        out = torch.matmul(p, v)
+        torch.autograd.grad(out, (q, k, v), dout)
+
+    for _ in range(2):
+        forward_backward()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        forward_backward()
+        times.append(1e3 * (time.perf_counter() - start))
+    return statistics.median(times)
+
+
+def run_json(command):
+    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        sys.exit("{} exited with {}: {}".format(" ".join(command), proc.returncode, proc.stderr.strip()))
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def normlab_step(binary, config, L, threads, steps):
+    sets = ["task.min_len={}".format(L), "task.max_len={}".format(L), "task.eval_max_len={}".format(L),
+            "model.max_len={}".format(L), "train.batch_size={}".format(BATCH)]
+    command = [binary, "bench", "step", "--config", config, "--threads", str(threads), "--repeats", str(steps),
+               "--json"]
+    for s in sets:
+        command += ["--set", s]
+    return run_json(command)
+
+
+def normlab_attention(binary, L, threads, repeats):
+    return run_json([binary, "bench", "attention", "--shape", "{},{},{},{}".format(BATCH, L, D_MODEL, HEADS),
+                     "--threads", str(threads), "--repeats", str(repeats), "--json"])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("binary", nargs="?", default="build/normlab")
+    parser.add_argument("--config", default="configs/bench-step.json")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per side and length")
+    parser.add_argument("--json", help="also write all figures to this file")
+    torch_malloc.add_argument(parser)
+    args = parser.parse_args()
+    torch_malloc.reexec_with_tunables(args)
+    torch.set_num_interop_threads(1)
+
+    rows = []
+    print("CPU {}; normlab {}; torch {}; {} thread(s); 8 sequences of L tokens, d_model 64, 4 heads, 4 layers; "
+          "median ms".format(cpu_model(), run_json([args.binary, "bench", "attention", "--shape", "1,1,4,1",
+                                                    "--repeats", "1", "--json"])["kernels"],
+                             torch.__version__, args.threads))
+    print("{:>6} | {:>10} {:>10} {:>8} | {:>10} {:>10} {:>9} {:>9}".format(
+        "L", "normlab", "torch", "speed-up", "attn ours", "attn torch", "share us", "share pt"))
+    for L in args.lengths:
+        repeats = max(3, min(50, 20000 // L))
+        ours = normlab_step(args.binary, args.config, L, args.threads, args.steps)
+        ours_attention = normlab_attention(args.binary, L, args.threads, repeats)
+        theirs = torch_step(L, args.threads, args.steps)
+        theirs_attention = torch_attention(L, args.threads, repeats)
+        row = {
+            "L": L,
+            "normlab_step_ms": ours["step_ms"],
+            "torch_step_ms": theirs,
+            "speedup": theirs / ours["step_ms"],
+            "normlab_attention_ms": ours_attention["forward_backward_ms"],
+            "torch_attention_ms": theirs_attention,
+            "normlab_attention_share": LAYERS * ours_attention["forward_backward_ms"] / ours["step_ms"],
+            "torch_attention_share": LAYERS * theirs_attention / theirs,
+        }
+        rows.append(row)
+        print("{:6d} | {:10.2f} {:10.2f} {:7.2f}x | {:10.3f} {:10.3f} {:8.0f}% {:8.0f}%".format(
+            L, row["normlab_step_ms"], row["torch_step_ms"], row["speedup"], row["normlab_attention_ms"],
+            row["torch_attention_ms"], 100 * row["normlab_attention_share"], 100 * row["torch_attention_share"]))
+    print("attn = the attention core, forward+backward, per layer; share = 4 layers x attn / step")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"cpu": cpu_model(), "threads": args.threads, "torch": torch.__version__, "rows": rows}, out,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    main()
