@@ -164,9 +164,8 @@ TEST_CASE("dist: reduce() sums gradients and counts over ranks and divides once 
 TEST_CASE("dist: configs that cannot run data-parallel are refused naming the key") {
   MirrorCommunicator two(2);
   train::RunConfig config;
-  config.model.dropout = 0.1;
-  CHECK_THROWS_WITH_AS(dist::DataParallel(two, config), doctest::Contains("model.dropout"), InputError);
-  config.model.dropout = 0.0;
+  config.model.dropout = 0.1;  // masks are keyed on the global sequence index: any N runs it
+  CHECK_NOTHROW(dist::DataParallel(two, config));
   config.model.norm = "batchnorm";
   config.model.batchnorm_stats = "sync";
   config.train.batch_size = 1;
