@@ -63,16 +63,8 @@ StepRecord Trainer::data_parallel_step(const data::Batch& global, bool diagnosti
     optimizer_->zero_grad();
     return record;
   }
-  if (diagnostics) record.layer_grad_norms = nn::per_layer_grad_norms(*model_, config_.model.layers);
-  record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
-  if (!std::isfinite(record.grad_norm)) {
-    record.diverged = true;
-    optimizer_->zero_grad();
-    return record;
-  }
-  optimizer_->step(lr);
-  ++step_;
-  dp_->check_parameters(*model_, step_);
+  apply_update(record, lr, diagnostics);  // with the global gradients: the same on every rank
+  if (!record.diverged) dp_->check_parameters(*model_, step_);
   return record;
 }
 

@@ -126,16 +126,20 @@ StepRecord Trainer::train_step(const data::Batch& batch, bool diagnostics) {
 
   optimizer_->zero_grad();
   loss.backward();
+  apply_update(record, lr, diagnostics);
+  return record;
+}
+
+void Trainer::apply_update(StepRecord& record, float lr, bool diagnostics) {
   if (diagnostics) record.layer_grad_norms = nn::per_layer_grad_norms(*model_, config_.model.layers);
   record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
   if (!std::isfinite(record.grad_norm)) {
     record.diverged = true;
     optimizer_->zero_grad();
-    return record;
+    return;
   }
   optimizer_->step(lr);
   ++step_;
-  return record;
 }
 
 std::optional<EvalMetrics> Trainer::evaluate_valid() {
