@@ -65,8 +65,8 @@ Tensor mean_pool(const Tensor& x, const std::vector<int64_t>& offsets);
 Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets);
 // Inverted dropout on x (T, C), sequence b of the batch being sequence first_sequence + b of the
 // global batch; identity when !training or p == 0. The mask is kernels::dropout_forward's: a pure
-// function of key (kernels::dropout_key(seed, step, call site)) and each element's global
-// sequence, position and feature.
+// function of `key`, which names this call in this step (seed, step and call site hashed together,
+// see kernels::dropout_key), and of each element's global sequence, position and feature.
 Tensor dropout(const Tensor& x, const std::vector<int64_t>& offsets, float p, uint64_t key, int64_t first_sequence,
                bool training);
 

@@ -222,8 +222,8 @@ void Trainer::load_checkpoint(const std::string& path) {
   // Parse and check every piece before changing anything.
   std::map<std::string, std::vector<float>> optimizer_state = optimizer_tensors(file, *optimizer_);
   const int64_t optimizer_steps = metadata_int(file, "optimizer_step_count");
-  // Checkpoints written before dropout masks were keyed on the step (which "step" restores) hold
-  // the state of a dropout generator: still checked, no longer needed.
+  // An older checkpoint also holds a dropout generator's state; dropout masks are keyed on "step"
+  // now, so the field is checked and otherwise unused.
   if (file.metadata.count("dropout_rng") != 0) {
     const json rng = metadata_json(file, "dropout_rng");
     json_u64(rng, "state", path + ": metadata 'dropout_rng'");
