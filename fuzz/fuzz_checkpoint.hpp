@@ -22,7 +22,7 @@
 
 namespace normlab::fuzz {
 
-// A tiny run on generated data, with dropout so that the dropout RNG state matters.
+// A tiny run on generated data, with dropout on.
 inline train::RunConfig checkpoint_run_config() {
   train::RunConfig config;
   config.model.d_model = 8;

@@ -116,7 +116,7 @@ mutant "trainer: gradient clipping applied after the optimizer step" \
   if (!std::isfinite(record.grad_norm)) {
     record.diverged = true;
     optimizer_->zero_grad();
-    return record;
+    return;
   }
   optimizer_->step(lr);' \
   '  optimizer_->step(lr);
@@ -124,7 +124,7 @@ mutant "trainer: gradient clipping applied after the optimizer step" \
   if (!std::isfinite(record.grad_norm)) {
     record.diverged = true;
     optimizer_->zero_grad();
-    return record;
+    return;
   }' \
   '*train step*,*clip*'
 mutant "clip_grad_norm: scales gradients up when the norm is below max_norm" \

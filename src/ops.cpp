@@ -633,13 +633,16 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets) 
   return out;
 }
 
-Tensor dropout(const Tensor& x, float p, Rng& rng, bool training) {
+Tensor dropout(const Tensor& x, const std::vector<int64_t>& offsets, float p, uint64_t key, int64_t first_sequence,
+               bool training) {
   require(p >= 0.0f && p < 1.0f, fmt::format("dropout: p must be in [0, 1), got {}", p));
   if (!training || p == 0.0f) return x;
-  const int64_t n = x.numel();
+  require(x.dim() == 2, fmt::format("dropout: x must be (T, C), got {}", shape_str(x.shape())));
+  check_offsets(offsets, x.size(0), "dropout");
+  const int64_t n = x.numel(), B = int64_t(offsets.size()) - 1;
   Tensor out = Tensor::empty(x.shape());
   auto mask = std::make_shared<std::vector<float>>(static_cast<size_t>(n));
-  kernels::dropout_forward(out.data(), mask->data(), x.data(), n, p, rng);
+  kernels::dropout_forward(out.data(), mask->data(), x.data(), offsets.data(), B, x.size(1), p, key, first_sequence);
   if (!needs_grad({&x})) return out;
   record(out, "dropout", {x}, [x, mask, n](const float* g) {
     kernels::dropout_backward(grad_ptr(x), g, mask->data(), n);

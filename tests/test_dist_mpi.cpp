@@ -129,10 +129,11 @@ bool alive(pid_t pid) {
   return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
 }
 
-std::string tiny_config(const std::string& norm, const std::string& stats, int steps, int checkpoint_every = 0) {
+std::string tiny_config(const std::string& norm, const std::string& stats, int steps, int checkpoint_every = 0,
+                        double dropout = 0.0) {
   return json{{"model",
                {{"d_model", 16}, {"heads", 2}, {"layers", 1}, {"ffn", 32}, {"max_len", 16}, {"norm", norm},
-                {"batchnorm_stats", stats}}},
+                {"batchnorm_stats", stats}, {"dropout", dropout}}},
               {"task", {{"name", "reverse"}, {"min_len", 1}, {"max_len", 12}, {"eval_max_len", 12},
                         {"eval_examples", 16}, {"bucket_width", 4}}},
               {"optim", {{"lr", 0.003}, {"warmup_steps", 5}, {"schedule", "warmup"}, {"clip_grad_norm", 0.0}}},
@@ -168,15 +169,16 @@ std::string checkpoint_identity(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("dist mpi: 2 and 3 ranks match one process - local BatchNorm equals per-share normalization - not sync") {
+TEST_CASE("dist mpi: 2 and 3 ranks match one process, with dropout too - local BatchNorm equals per-share normalization - not sync") {
   TempDir dir("normlab_dist");
   // ln_tiny: 2 sequences per batch, so on 3 ranks one rank's share is empty every step.
-  const std::vector<std::string> norms = {"ln_tiny", "ln", "rms", "bn_sync", "bn_local"};
+  // ln_drop: dropout 0.1, whose masks are keyed on each sequence's index in the global batch.
+  const std::vector<std::string> norms = {"ln_tiny", "ln", "ln_drop", "rms", "bn_sync", "bn_local"};
   std::vector<std::string> runs;
   for (const std::string& name : norms) {
     const std::string norm = name.rfind("ln", 0) == 0 ? "layernorm" : name == "rms" ? "rmsnorm" : "batchnorm";
     const std::string stats = name == "bn_local" ? "local" : "sync";
-    json config = json::parse(tiny_config(norm, stats, 30));
+    json config = json::parse(tiny_config(norm, stats, 30, 0, name == "ln_drop" ? 0.1 : 0.0));
     if (name == "ln_tiny") config["train"]["batch_size"] = 2;
     runs.push_back(name + "=" + dir.write(name + ".json", config.dump()));
   }
@@ -193,7 +195,7 @@ TEST_CASE("dist mpi: 2 and 3 ranks match one process - local BatchNorm equals pe
     return mpirun(ranks, NORMLAB_DIST_PROBE, args, log);
   };
   REQUIRE(run_probe(0, one_args, dir.sub("one.log")) == 0);
-  REQUIRE(run_probe(0, {dir.sub("emulated.json"), "1", runs[4], "--emulate-local", "2"}, dir.sub("emulated.log")) == 0);
+  REQUIRE(run_probe(0, {dir.sub("emulated.json"), "1", runs.back(), "--emulate-local", "2"}, dir.sub("emulated.log")) == 0);
   std::vector<std::string> two_args{dir.sub("two.json"), "30"};
   two_args.insert(two_args.end(), runs.begin(), runs.end());
   INFO(read_text(dir.sub("two.log")));
@@ -205,7 +207,7 @@ TEST_CASE("dist mpi: 2 and 3 ranks match one process - local BatchNorm equals pe
   const json one = json::parse(read_text(dir.sub("one.json")));
   for (const char* file : {"two.json", "three.json"}) {
     const json many = json::parse(read_text(dir.sub(file)));
-    for (const std::string name : {"ln_tiny", "ln", "rms", "bn_sync"}) {
+    for (const std::string name : {"ln_tiny", "ln", "ln_drop", "rms", "bn_sync"}) {
       INFO(file << " " << name);
       CHECK(many[name]["world_size"].get<int>() == (std::string(file) == "two.json" ? 2 : 3));
       // A bias followed by BatchNorm has a gradient that is zero in exact arithmetic (the
@@ -219,6 +221,10 @@ TEST_CASE("dist mpi: 2 and 3 ranks match one process - local BatchNorm equals pe
         auto [diff, scale] = max_abs_diff(grad, many[name]["grads"][param]);
         CHECK(diff <= 1e-5 * (scale < 1e-6 * model_scale ? model_scale : scale));
       }
+      // residual_rms over the global batch, as one process computes it (not rank 0's share).
+      auto [rms_diff, rms_scale] = max_abs_diff(one[name]["residual_rms"], many[name]["residual_rms"]);
+      CHECK(rms_scale > 0.0);
+      CHECK(rms_diff <= 1e-5 * rms_scale);
       const double loss_one = one[name]["losses"].back().get<double>();
       const double loss_many = many[name]["losses"].back().get<double>();
       CHECK(std::abs(loss_many - loss_one) <= 1e-4 * std::abs(loss_one));
@@ -241,7 +247,7 @@ TEST_CASE("dist mpi: 2 and 3 ranks match one process - local BatchNorm equals pe
 
 TEST_CASE("dist mpi: two np=2 runs write identical checkpoints - world_size is recorded - another N cannot resume") {
   TempDir dir("normlab_dist");
-  const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 12));
+  const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 12, 0, /*dropout=*/0.1));
   for (const char* run : {"a", "b"}) {
     INFO(read_text(dir.sub(std::string(run) + ".log")));
     REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub(run)}, dir.sub(std::string(run) + ".log")) == 0);
@@ -295,7 +301,8 @@ TEST_CASE("dist mpi: SIGTERM to the ranks checkpoints and exits 143 - --resume u
 
 TEST_CASE("dist mpi: a dead rank stops the others within seconds - --resume under np=2 then ends bit-identically") {
   TempDir dir("normlab_dist");
-  const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 60, 4));
+  // Dropout on: the resumed run must draw the masks the uninterrupted one draws.
+  const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 60, 4, /*dropout=*/0.1));
   REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("full")}, dir.sub("full.log")) == 0);
 
   MpiJob job(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("run")}, dir.sub("run.log"));

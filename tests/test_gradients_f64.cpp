@@ -19,6 +19,7 @@
 #include <functional>
 
 #include "normlab/autograd.hpp"
+#include "normlab/kernels/dropout.hpp"
 #include "normlab/ops.hpp"
 #include "normlab/rng.hpp"
 
@@ -479,17 +480,21 @@ TEST_CASE("f64 gradients: embedding, attention, softmax, mean_pool, cross_entrop
             },
             {param({5, 4}, 44)}, 1e-6, 2e-6);
 
-  // The mask is redrawn here the way kernels/dropout.hpp specifies it: one uniform per element in
-  // index order, kept when u >= p, survivors scaled by 1 / (1 - p).
+  // The mask is redrawn here the way kernels/dropout.hpp specifies it: element (t, c) of sequence
+  // b (global index 2 + b) is kept when its dropout_uniform is >= p, survivors scaled by 1 / (1 - p).
+  const std::vector<int64_t> drop_offsets{0, 1, 4};  // lengths 1, 3
+  const uint64_t key = kernels::dropout_key(77, 3, 1);
   check_f64("dropout",
-            [](const Inputs& in) {
-              Rng rng(77);
-              return ops::dropout(in[0], 0.3f, rng, true);
-            },
-            [](const std::vector<Vec>& v) {
-              Rng rng(77);
+            [drop_offsets, key](const Inputs& in) { return ops::dropout(in[0], drop_offsets, 0.3f, key, 2, true); },
+            [drop_offsets, key](const std::vector<Vec>& v) {
               Vec y(v[0].size());
-              for (size_t i = 0; i < y.size(); ++i) y[i] = rng.uniform() >= 0.3f ? v[0][i] / (1.0 - 0.3) : 0.0;
+              for (int64_t b = 0; b < 2; ++b) {
+                const uint64_t seed = kernels::dropout_sequence_seed(key, 2 + b);
+                for (int64_t i = drop_offsets[size_t(b)] * 6; i < drop_offsets[size_t(b) + 1] * 6; ++i) {
+                  const bool keep = kernels::dropout_uniform(seed, i - drop_offsets[size_t(b)] * 6) >= 0.3f;
+                  y[size_t(i)] = keep ? v[0][size_t(i)] / (1.0 - 0.3) : 0.0;
+                }
+              }
               return y;
             },
             {param({4, 6}, 45)}, 1e-6, 1e-6);

@@ -163,8 +163,8 @@ TEST_CASE("bit identity across paths: activations (ReLU GELU DyT) and softmax an
                  gamma.data(), N, C);
     softmax_forward(soft.data(), x.data(), N, C);
     softmax_backward(dsoft.data(), dy.data(), soft.data(), N, C);
-    Rng rng(32);
-    dropout_forward(drop.data(), mask.data(), x.data(), N * C, 0.3f, rng);
+    const std::vector<int64_t> offsets{0, 5, 6, 20, N};  // 4 sequences, the share of a rank from sequence 3
+    dropout_forward(drop.data(), mask.data(), x.data(), offsets.data(), 4, C, 0.3f, dropout_key(32, 1, 0), 3);
     dropout_backward(ddrop.data(), dy.data(), mask.data(), N * C);
     return Buffers{relu, drelu, gelu, dgelu, dyt, ddyt, dalpha, dgamma, dbeta, soft, dsoft, drop, mask, ddrop};
   });

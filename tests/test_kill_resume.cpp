@@ -27,7 +27,7 @@ using normlab::test::TempDir;
 namespace {
 
 // Big enough that a run lasts a few hundred steps' worth of milliseconds (time to aim a signal at
-// a step), small enough for a unit test. Dropout is on so the restored RNG state matters too; the
+// a step), small enough for a unit test. Dropout is on so the restored step must give back the masks too; the
 // checkpoint interval is odd so most kills land between checkpoints. The schedule does not depend
 // on train.steps and step 20 is an evaluation step, so a run trained to 20 steps (which evaluates at
 // its end) and extended to 120 follows the 120-step run.

@@ -289,13 +289,20 @@ TEST_CASE("kernels cross-entropy with ignored targets") {
 }
 
 TEST_CASE("kernels dropout statistics, determinism and exact p=0") {
-  const int64_t N = 200000;
+  // A packed batch of 5 sequences (lengths 7, 1, 992, 3, 3997), C features: 200000 elements.
+  const int64_t C = 40, B = 5;
+  const std::vector<int64_t> offsets = {0, 7, 8, 1000, 1003, 5000};
+  const int64_t N = offsets.back() * C;
   const std::vector<float> x = random_vector(size_t(N), 19);
   std::vector<float> y(static_cast<size_t>(N)), mask(static_cast<size_t>(N));
+  auto forward = [&](std::vector<float>& out, std::vector<float>& m, const std::vector<float>& in, float p,
+                     uint64_t key, int64_t first_sequence = 0) {
+    nk::dropout_forward(out.data(), m.data(), in.data(), offsets.data(), B, C, p, key, first_sequence);
+  };
   for (float p : {0.1f, 0.5f}) {
     CAPTURE(p);
-    normlab::Rng rng(1234);
-    nk::dropout_forward(y.data(), mask.data(), x.data(), N, p, rng);
+    const uint64_t key = nk::dropout_key(1234, 7, 0);
+    forward(y, mask, x, p, key);
     int64_t kept = 0;
     int64_t bad_mask = 0;
     int64_t bad_out = 0;
@@ -314,43 +321,61 @@ TEST_CASE("kernels dropout statistics, determinism and exact p=0") {
     const double frac = double(kept) / double(N);
     CHECK(std::abs(frac - (1.0 - p)) < 5.0 * std::sqrt(p * (1.0 - p) / double(N)));
     // Mean preserved: dropout of a vector of ones averages to 1.
-    normlab::Rng rng_ones(99);
-    nk::dropout_forward(y_ones.data(), mask.data(), ones.data(), N, p, rng_ones);
+    forward(y_ones, mask, ones, p, nk::dropout_key(99, 7, 0));
     for (float v : y_ones) sum_ones += double(v);
     CHECK(std::abs(sum_ones / double(N) - 1.0) < 5.0 * std::sqrt(p / (1.0 - p) / double(N)));
 
-    // Same seed, same mask; another seed, another mask.
+    // Same key, same mask; another seed, step, call site or global sequence index: another mask.
     std::vector<float> y2(static_cast<size_t>(N)), mask2(static_cast<size_t>(N)), mask3(static_cast<size_t>(N));
-    normlab::Rng again(1234);
-    nk::dropout_forward(y2.data(), mask2.data(), x.data(), N, p, again);
+    forward(y2, mask2, x, p, key);
     CHECK(y2 == y);
-    normlab::Rng other(1235);
-    nk::dropout_forward(y2.data(), mask3.data(), x.data(), N, p, other);
+    for (uint64_t other : {nk::dropout_key(1235, 7, 0), nk::dropout_key(1234, 8, 0), nk::dropout_key(1234, 7, 1)}) {
+      forward(y2, mask3, x, p, other);
+      CHECK(mask3 != mask2);
+    }
+    forward(y2, mask3, x, p, key, 1);
     CHECK(mask3 != mask2);
 
-    // Backward: dinp += dout * mask, checked by finite differences of the forward on the first
-    // n_small elements, whose mask (drawn in index order from the same seed) is mask2's prefix.
-    const int64_t n_small = 64;
-    std::vector<float> xs(x.begin(), x.begin() + n_small);
+    // The mask is the documented formula: element (position t, feature c) of sequence b is kept
+    // when the 24 high bits of draw t * C + c of splitmix64 seeded with draw b of splitmix64 seeded
+    // with the key, over 2^24, are >= p. Written out here on its own, for a few elements.
+    auto splitmix = [](uint64_t seed, uint64_t n) {
+      uint64_t z = seed + (n + 1) * 0x9e3779b97f4a7c15ULL;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      return z ^ (z >> 31);
+    };
+    for (int64_t b = 0; b < B; b++) {
+      for (int64_t t = 0; t < std::min<int64_t>(offsets[b + 1] - offsets[b], 3); t++) {
+        for (int64_t c : {int64_t{0}, int64_t{17}, C - 1}) {
+          const uint64_t bits = splitmix(splitmix(key, uint64_t(b)), uint64_t(t * C + c));
+          const bool keep = double(bits >> 40) / 16777216.0 >= double(p);
+          CHECK(mask2[size_t((offsets[b] + t) * C + c)] == (keep ? scale : 0.0f));
+        }
+      }
+    }
+
+    // Backward: dinp += dout * mask, checked by finite differences of the forward on a small batch.
+    const std::vector<int64_t> small = {0, 3, 8};  // 2 sequences, 8 tokens
+    const int64_t n_small = 8 * C;
+    std::vector<float> xs(x.begin(), x.begin() + n_small), ms(static_cast<size_t>(n_small));
     const std::vector<float> w = random_vector(size_t(n_small), 20);
     const std::vector<float> base = random_vector(size_t(n_small), 21);
-    std::vector<float> dx = base;
-    nk::dropout_backward(dx.data(), w.data(), mask2.data(), n_small);
+    std::vector<float> ys(static_cast<size_t>(n_small)), dx = base;
+    nk::dropout_forward(ys.data(), ms.data(), xs.data(), small.data(), 2, C, p, key, 0);
+    nk::dropout_backward(dx.data(), w.data(), ms.data(), n_small);
     check_gradient(xs, minus_base(dx, base), [&] {
-      std::vector<float> ys(static_cast<size_t>(n_small)), ms(static_cast<size_t>(n_small));
-      normlab::Rng same_seed(1234);
-      nk::dropout_forward(ys.data(), ms.data(), xs.data(), n_small, p, same_seed);
-      return weighted_sum(ys, w);
+      std::vector<float> out(static_cast<size_t>(n_small)), m(static_cast<size_t>(n_small));
+      nk::dropout_forward(out.data(), m.data(), xs.data(), small.data(), 2, C, p, key, 0);
+      return weighted_sum(out, w);
     });
   }
 
-  normlab::Rng rng(5);
-  const normlab::Rng before = rng;
-  nk::dropout_forward(y.data(), mask.data(), x.data(), N, 0.0f, rng);
+  forward(y, mask, x, 0.0f, 5);
   CHECK(y == x);
-  CHECK(rng.state() == before.state());  // p = 0 draws nothing
-  nk::dropout_forward(y.data(), mask.data(), x.data(), N, 1.0f, rng);
+  CHECK(std::all_of(mask.begin(), mask.end(), [](float m) { return m == 1.0f; }));
+  forward(y, mask, x, 1.0f, 5);
   CHECK(std::all_of(y.begin(), y.end(), [](float v) { return v == 0.0f; }));
-  CHECK_THROWS_AS(nk::dropout_forward(y.data(), mask.data(), x.data(), N, 1.5f, rng), normlab::UsageError);
-  CHECK_THROWS_AS(nk::dropout_forward(y.data(), mask.data(), x.data(), N, -0.1f, rng), normlab::UsageError);
+  CHECK_THROWS_AS(forward(y, mask, x, 1.5f, 5), normlab::UsageError);
+  CHECK_THROWS_AS(forward(y, mask, x, -0.1f, 5), normlab::UsageError);
 }

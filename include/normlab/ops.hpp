@@ -7,10 +7,6 @@
 
 #include "normlab/tensor.hpp"
 
-namespace normlab {
-class Rng;
-}
-
 namespace normlab::ops {
 
 // ---- elementwise, with NumPy/PyTorch broadcasting (dims aligned from the right, size 1 stretches)
@@ -67,7 +63,11 @@ Tensor softmax(const Tensor& x);  // over the last dim
 Tensor mean_pool(const Tensor& x, const std::vector<int64_t>& offsets);
 // Mean cross-entropy over targets != -1; logits (N, V), targets (N).
 Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets);
-// Inverted dropout; identity when !training or p == 0.
-Tensor dropout(const Tensor& x, float p, Rng& rng, bool training);
+// Inverted dropout on x (T, C), sequence b of the batch being sequence first_sequence + b of the
+// global batch; identity when !training or p == 0. The mask is kernels::dropout_forward's: a pure
+// function of `key`, which names this call in this step (seed, step and call site hashed together,
+// see kernels::dropout_key), and of each element's global sequence, position and feature.
+Tensor dropout(const Tensor& x, const std::vector<int64_t>& offsets, float p, uint64_t key, int64_t first_sequence,
+               bool training);
 
 }  // namespace normlab::ops

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -27,13 +28,6 @@ void sum_batch_norm_statistics(double* values, int64_t count) {
 DataParallel::DataParallel(Communicator& comm, const train::RunConfig& config) : comm_(comm) {
   if (comm_.size() == 1) return;
   const int ranks = comm_.size();
-  if (config.model.dropout > 0.0) {
-    // Dropout draws its masks from one stream in token order; a rank's share would draw different
-    // numbers than the same tokens in one process, so the run would depend on the rank count.
-    throw InputError(fmt::format("model.dropout: data-parallel training ({} processes) needs model.dropout = 0 "
-                                 "(dropout masks are not yet keyed on the global token position)",
-                                 ranks));
-  }
   sync_batch_norm_ = config.model.norm == "batchnorm" && config.model.batchnorm_stats == "sync";
   if (sync_batch_norm_) {
     if (config.train.batch_size < ranks) {
@@ -53,19 +47,20 @@ DataParallel::~DataParallel() {
   }
 }
 
-data::Batch DataParallel::shard(const data::Batch& global) const {
+Share DataParallel::shard(const data::Batch& global) const {
   const std::vector<int64_t> boundaries = balanced_split(global.offsets, comm_.size());
-  return sub_batch(global, boundaries[size_t(comm_.rank())], boundaries[size_t(comm_.rank()) + 1]);
+  const int64_t first = boundaries[size_t(comm_.rank())], last = boundaries[size_t(comm_.rank()) + 1];
+  return {sub_batch(global, first, last), first};
 }
 
 StepSums DataParallel::reduce(const nn::NamedTensors& params, double loss_sum, int64_t correct, int64_t targets,
-                              int64_t tokens, int stop_signal) {
-  // One buffer: [every gradient, in parameter order | loss_sum, correct, targets, tokens,
+                              int64_t tokens, int stop_signal, std::span<double> extra) {
+  // One buffer: [every gradient, in parameter order | extra | loss_sum, correct, targets, tokens,
   // ranks stopped by SIGTERM, ranks stopped by another signal].
   constexpr size_t kCounts = 6;
   size_t total = 0;
   for (const auto& [name, tensor] : params) total += size_t(tensor.numel());
-  buffer_.assign(total + kCounts, 0.0);
+  buffer_.assign(total + extra.size() + kCounts, 0.0);
   size_t at = 0;
   for (const auto& [name, tensor] : params) {
     const float* grad = tensor.grad_data();  // null: this rank's share never reached it
@@ -73,7 +68,8 @@ StepSums DataParallel::reduce(const nn::NamedTensors& params, double loss_sum, i
       for (int64_t i = 0; i < tensor.numel(); ++i) buffer_[at + size_t(i)] = double(grad[i]);
     at += size_t(tensor.numel());
   }
-  double* counts = buffer_.data() + total;
+  std::copy(extra.begin(), extra.end(), buffer_.begin() + std::ptrdiff_t(total));
+  double* counts = buffer_.data() + total + extra.size();
   counts[0] = loss_sum;
   counts[1] = double(correct);
   counts[2] = double(targets);
@@ -82,6 +78,7 @@ StepSums DataParallel::reduce(const nn::NamedTensors& params, double loss_sum, i
   counts[5] = stop_signal != 0 && stop_signal != SIGTERM ? 1.0 : 0.0;
 
   comm_.sum(buffer_);
+  std::copy_n(buffer_.begin() + std::ptrdiff_t(total), extra.size(), extra.begin());
 
   StepSums sums;
   sums.loss_sum = counts[0];

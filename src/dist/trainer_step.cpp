@@ -1,11 +1,13 @@
 // data-parallel: the trainer's step when the run has more than one rank (data_parallel.hpp). It is
 // Trainer::train_step with the forward and backward on this rank's share and the sums reduced over
 // ranks before the clip and the update, which are the same on every rank.
-#include <cmath>
+#include <algorithm>
 #include <charconv>
-#include <limits>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "normlab/dist/data_parallel.hpp"
 #include "normlab/ops.hpp"
@@ -16,14 +18,17 @@
 namespace normlab::train {
 
 StepRecord Trainer::data_parallel_step(const data::Batch& global, bool diagnostics, StepRecord record, float lr) {
-  const data::Batch batch = dp_->shard(global);
+  const dist::Share share = dp_->shard(global);
+  const data::Batch& batch = share.batch;
   dp_->watch_stop_flag(stop_flag_);
   optimizer_->zero_grad();
   double loss_sum = 0.0;
   int64_t correct = 0;
   nn::Diagnostics diag;
   if (batch.batch_size() > 0) {  // an empty share still joins the reduction below
-    Tensor logits = model_->forward(batch.tokens, batch.offsets, diagnostics ? &diag : nullptr);  // (rows, V)
+    // The masks one process draws for these sequences of the global batch.
+    const nn::DropoutStep dropout{uint64_t(record.step), share.first_sequence};
+    Tensor logits = model_->forward(batch.tokens, batch.offsets, diagnostics ? &diag : nullptr, dropout);  // (rows, V)
     Tensor mean_loss = ops::cross_entropy(logits, batch.targets);
     // The share's SUM of losses, whose gradient the ranks add up; cross_entropy's backward divides
     // its seed by the share's target count, so seeding it with that count gives the sum exactly.
@@ -32,30 +37,34 @@ StepRecord Trainer::data_parallel_step(const data::Batch& global, bool diagnosti
     correct = count_correct(logits, batch.targets);
     loss.backward();
   }
+  // Diagnostics: each block's sum of squares of the residual stream, then the count of values
+  // (zeros for an empty share), summed in the same buffer.
+  std::vector<double> residual;
+  if (diagnostics) {
+    residual.assign(size_t(config_.model.layers) + 1, 0.0);
+    std::copy(diag.residual_sum_sq.begin(), diag.residual_sum_sq.end(), residual.begin());
+    residual.back() = double(diag.residual_values);
+  }
   const dist::StepSums sums = dp_->reduce(optimizer_->params(), loss_sum, correct, batch.num_targets,
-                                          batch.num_real_tokens, io::stop_signal(stop_flag_));
+                                          batch.num_real_tokens, io::stop_signal(stop_flag_), residual);
   record.tokens = sums.tokens;
   const float loss_value = sums.targets > 0 ? float(sums.loss_sum / double(sums.targets)) : 0.0f;
   record.loss = double(loss_value);
   if (std::isfinite(loss_value)) record.loss = shortest(loss_value);  // as train_step writes it
   record.accuracy = sums.targets ? double(sums.correct) / double(sums.targets) : 0.0;
-  if (diagnostics) record.residual_rms = diag.residual_rms;  // rank 0's share
+  if (diagnostics) {  // as nn::TransformerEncoder computes it, over the global batch
+    const double values = residual.back();
+    for (size_t l = 0; l + 1 < residual.size(); ++l)
+      record.residual_rms.push_back(values > 0 ? std::sqrt(residual[l] / values) : 0.0);
+  }
   if (!std::isfinite(loss_value)) {
     record.diverged = true;
     record.grad_norm = std::numeric_limits<double>::quiet_NaN();
     optimizer_->zero_grad();
     return record;
   }
-  if (diagnostics) record.layer_grad_norms = nn::per_layer_grad_norms(*model_, config_.model.layers);
-  record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
-  if (!std::isfinite(record.grad_norm)) {
-    record.diverged = true;
-    optimizer_->zero_grad();
-    return record;
-  }
-  optimizer_->step(lr);
-  ++step_;
-  dp_->check_parameters(*model_, step_);
+  apply_update(record, lr, diagnostics);  // with the global gradients: the same on every rank
+  if (!record.diverged) dp_->check_parameters(*model_, step_);
   return record;
 }
 

@@ -13,20 +13,22 @@ namespace {
 constexpr int64_t kMinParallelElements = int64_t{1} << 15;
 }  // namespace
 
-void dropout_forward(float* out, float* mask, const float* inp, int64_t N, float p, Rng& rng) {
+void dropout_forward(float* out, float* mask, const float* inp, const int64_t* offsets, int64_t B, int64_t C,
+                     float p, uint64_t key, int64_t first_sequence) {
   if (!(p >= 0.0f && p <= 1.0f)) {
     throw UsageError("dropout_forward: p must be in [0, 1], got " + std::to_string(p));
   }
-  if (p == 0.0f || p == 1.0f) {
-    const float fill = p == 0.0f ? 1.0f : 0.0f;
-    for (int64_t i = 0; i < N; i++) mask[i] = fill;
-  } else {
-    // Serial on purpose: the mask must depend on the seed only, never on the thread count.
-    const float scale = 1.0f / (1.0f - p);
-    for (int64_t i = 0; i < N; i++) mask[i] = rng.uniform() >= p ? scale : 0.0f;
+  // Each element's mask is a function of its coordinates alone, so any thread may draw it.
+  const float scale = 1.0f / (1.0f - p);  // inf at p == 1, where u >= p never holds
+#pragma omp parallel for schedule(static) if (offsets[B] * C >= kMinParallelElements)
+  for (int64_t b = 0; b < B; b++) {
+    const uint64_t seed = dropout_sequence_seed(key, first_sequence + b);
+    const int64_t begin = offsets[b] * C, end = offsets[b + 1] * C;
+    for (int64_t i = begin; i < end; i++) {  // index within the sequence: position * C + feature
+      mask[i] = dropout_uniform(seed, i - begin) >= p ? scale : 0.0f;
+      out[i] = inp[i] * mask[i];
+    }
   }
-#pragma omp parallel for schedule(static) if (N >= kMinParallelElements)
-  for (int64_t i = 0; i < N; i++) out[i] = inp[i] * mask[i];
 }
 
 void dropout_backward(float* dinp, const float* dout, const float* mask, int64_t N) {

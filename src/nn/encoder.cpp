@@ -6,6 +6,7 @@
 
 #include "normlab/autograd.hpp"
 #include "normlab/error.hpp"
+#include "normlab/kernels/dropout.hpp"
 #include "normlab/ops.hpp"
 
 namespace normlab::nn {
@@ -45,18 +46,22 @@ EncoderLayer::EncoderLayer(const EncoderOptions& opts, Rng& rng)
   if (opts.norm == NormKind::rezero) resweight = register_parameter("resweight", Tensor::zeros({1}));
 }
 
-Tensor EncoderLayer::feed_forward(const Tensor& x, Rng& dropout_rng) const {
+Tensor EncoderLayer::feed_forward(const Tensor& x, const std::vector<int64_t>& offsets, uint64_t dropout_key,
+                                  int64_t first_sequence) const {
   Tensor h = linear1.forward(x);
   h = options.activation == Activation::gelu ? ops::gelu(h) : ops::relu(h);
-  h = ops::dropout(h, options.dropout, dropout_rng, is_training());
+  h = ops::dropout(h, offsets, options.dropout, kernels::splitmix64(dropout_key, 1), first_sequence, is_training());
   return linear2.forward(h);
 }
 
-Tensor EncoderLayer::forward(const Tensor& x, const std::vector<int64_t>& offsets, Rng& dropout_rng) {
+Tensor EncoderLayer::forward(const Tensor& x, const std::vector<int64_t>& offsets, uint64_t dropout_key,
+                             int64_t first_sequence) {
   const bool train = is_training();
-  auto drop = [&](const Tensor& t) { return ops::dropout(t, options.dropout, dropout_rng, train); };
-  auto attn = [&](const Tensor& t) { return drop(self_attn.forward(t, offsets)); };
-  auto ffn = [&](const Tensor& t) { return drop(feed_forward(t, dropout_rng)); };
+  auto drop = [&](const Tensor& t, uint64_t site) {
+    return ops::dropout(t, offsets, options.dropout, kernels::splitmix64(dropout_key, site), first_sequence, train);
+  };
+  auto attn = [&](const Tensor& t) { return drop(self_attn.forward(t, offsets), 0); };
+  auto ffn = [&](const Tensor& t) { return drop(feed_forward(t, offsets, dropout_key, first_sequence), 2); };
 
   if (options.norm == NormKind::none) {  // plain residual stream, nothing keeps its scale in check
     Tensor h = ops::add(x, attn(x));
@@ -77,7 +82,7 @@ Tensor EncoderLayer::forward(const Tensor& x, const std::vector<int64_t>& offset
 
 // ---------------------------------------------------------------- the stack
 TransformerEncoder::TransformerEncoder(const EncoderOptions& opts, uint64_t seed)
-    : options(opts), dropout_rng(seed, 3) {
+    : options(opts), dropout_seed(seed) {
   if (opts.d_model < 1 || opts.num_heads < 1 || opts.d_model % opts.num_heads != 0)
     throw UsageError(fmt::format("d_model {} must be a positive multiple of num_heads {}", opts.d_model, opts.num_heads));
   Rng rng(seed, 1);
@@ -91,15 +96,18 @@ TransformerEncoder::TransformerEncoder(const EncoderOptions& opts, uint64_t seed
   }
 }
 
-Tensor TransformerEncoder::forward(const Tensor& x, const std::vector<int64_t>& offsets, Diagnostics* diagnostics) {
+Tensor TransformerEncoder::forward(const Tensor& x, const std::vector<int64_t>& offsets, Diagnostics* diagnostics,
+                                   const DropoutStep& dropout) {
   Tensor h = x;
-  if (diagnostics) diagnostics->residual_rms.clear();
-  for (auto& layer : layers) {
-    h = layer->forward(h, offsets, dropout_rng);
+  if (diagnostics) *diagnostics = Diagnostics{};
+  for (size_t l = 0; l < layers.size(); ++l) {
+    h = layers[l]->forward(h, offsets, kernels::dropout_key(dropout_seed, dropout.step, l), dropout.first_sequence);
     if (diagnostics) {
       const float* v = h.data();
       double sum_sq = 0.0;
       for (int64_t i = 0; i < h.numel(); ++i) sum_sq += double(v[i]) * double(v[i]);
+      diagnostics->residual_sum_sq.push_back(sum_sq);
+      diagnostics->residual_values = h.numel();
       diagnostics->residual_rms.push_back(h.numel() ? std::sqrt(sum_sq / double(h.numel())) : 0.0);
     }
   }
@@ -126,7 +134,7 @@ EncoderModel::EncoderModel(const ModelOptions& opts)
 }
 
 Tensor EncoderModel::forward(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets,
-                             Diagnostics* diagnostics) {
+                             Diagnostics* diagnostics, const DropoutStep& dropout) {
   const int64_t T = static_cast<int64_t>(tokens.size()), d = model_options.encoder.d_model;
   if (offsets.size() < 2 || offsets.front() != 0 || offsets.back() != T)
     throw UsageError("EncoderModel::forward: offsets must start at 0 and end at the number of tokens");
@@ -147,7 +155,7 @@ Tensor EncoderModel::forward(const std::vector<int32_t>& tokens, const std::vect
       std::copy_n(pos_table.data() + positions[size_t(t)] * d, d, pe.data() + t * d);
     x = ops::add(x, pe);
   }
-  Tensor h = encoder.forward(x, offsets, diagnostics);  // (T, d)
+  Tensor h = encoder.forward(x, offsets, diagnostics, dropout);  // (T, d)
   if (model_options.head == Head::sequence) h = ops::mean_pool(h, offsets);  // (B, d)
   return head.forward(h);
 }

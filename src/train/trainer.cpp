@@ -111,7 +111,8 @@ StepRecord Trainer::train_step(const data::Batch& batch, bool diagnostics) {
   model_->train();
   if (dp_->active()) return data_parallel_step(batch, diagnostics, std::move(record), lr);  // data-parallel
   nn::Diagnostics diag;
-  Tensor logits = model_->forward(batch.tokens, batch.offsets, diagnostics ? &diag : nullptr);  // (rows, V)
+  const nn::DropoutStep dropout{uint64_t(record.step), 0};  // this update's masks
+  Tensor logits = model_->forward(batch.tokens, batch.offsets, diagnostics ? &diag : nullptr, dropout);  // (rows, V)
   Tensor loss = ops::cross_entropy(logits, batch.targets);
   const float loss_value = loss.item();
   record.loss = shortest(loss_value);
@@ -125,16 +126,20 @@ StepRecord Trainer::train_step(const data::Batch& batch, bool diagnostics) {
 
   optimizer_->zero_grad();
   loss.backward();
+  apply_update(record, lr, diagnostics);
+  return record;
+}
+
+void Trainer::apply_update(StepRecord& record, float lr, bool diagnostics) {
   if (diagnostics) record.layer_grad_norms = nn::per_layer_grad_norms(*model_, config_.model.layers);
   record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
   if (!std::isfinite(record.grad_norm)) {
     record.diverged = true;
     optimizer_->zero_grad();
-    return record;
+    return;
   }
   optimizer_->step(lr);
   ++step_;
-  return record;
 }
 
 std::optional<EvalMetrics> Trainer::evaluate_valid() {
@@ -187,7 +192,6 @@ void Trainer::save_checkpoint(const std::string& path) const {
   metadata["step"] = std::to_string(step_);
   metadata["optimizer_step_count"] = std::to_string(optimizer_->step_count());
   metadata["train_max_len"] = std::to_string(train_max_len_);
-  metadata["dropout_rng"] = json{{"state", model_->dropout_rng.state()}, {"inc", model_->dropout_rng.increment()}}.dump();
   if (batch_sampler_) {
     metadata["sampler"] = json{{"kind", "dataset"}, {"state", data::sampler_state_to_json(batch_sampler_->state())}}.dump();
   } else {
@@ -218,9 +222,13 @@ void Trainer::load_checkpoint(const std::string& path) {
   // Parse and check every piece before changing anything.
   std::map<std::string, std::vector<float>> optimizer_state = optimizer_tensors(file, *optimizer_);
   const int64_t optimizer_steps = metadata_int(file, "optimizer_step_count");
-  const json rng = metadata_json(file, "dropout_rng");
-  const uint64_t rng_state = json_u64(rng, "state", path + ": metadata 'dropout_rng'");
-  const uint64_t rng_inc = json_u64(rng, "inc", path + ": metadata 'dropout_rng'");
+  // An older checkpoint also holds a dropout generator's state; dropout masks are keyed on "step"
+  // now, so the field is checked and otherwise unused.
+  if (file.metadata.count("dropout_rng") != 0) {
+    const json rng = metadata_json(file, "dropout_rng");
+    json_u64(rng, "state", path + ": metadata 'dropout_rng'");
+    json_u64(rng, "inc", path + ": metadata 'dropout_rng'");
+  }
   const json sampler = metadata_json(file, "sampler");
   const std::string where = path + ": metadata 'sampler'";
   const std::string kind =
@@ -232,7 +240,6 @@ void Trainer::load_checkpoint(const std::string& path) {
 
   load_model_state(file, *model_);
   optimizer_->load_state(optimizer_state, optimizer_steps, path);
-  model_->dropout_rng.set_state(rng_state, rng_inc);
   if (batch_sampler_) {
     batch_sampler_->restore(data::sampler_state_from_json(sampler.at("state"), where), where);
   } else {

@@ -1,8 +1,8 @@
 // A test driver for the data-parallel tests (tests/test_dist_mpi.cpp), run as
 //   [mpirun -np N] normlab_dist_probe OUT.json STEPS NAME=CONFIG [NAME=CONFIG ...] [--emulate-local P]
 // For each config: builds a Trainer on this launch's ranks, trains STEPS steps and records the
-// global gradient after step 1 and every step's loss. Rank 0 writes
-//   {"NAME": {"world_size": N, "grads": {"param": [...]}, "losses": [...]}, ...}
+// global gradient and the residual_rms diagnostics of step 1 and every step's loss. Rank 0 writes
+//   {"NAME": {"world_size": N, "grads": {"param": [...]}, "residual_rms": [...], "losses": [...]}, ...}
 // --emulate-local P (one process only): step 1's gradient is instead computed the way local
 // BatchNorm on P ranks defines it: each of the P shares of the batch forward and backward on its
 // own, the loss sums added up, divided once by the batch's target count.
@@ -47,7 +47,8 @@ void emulate_local_step(train::Trainer& trainer, const data::Batch& batch, int p
   for (int p = 0; p < parts; ++p) {
     const data::Batch share = dist::sub_batch(batch, boundaries[size_t(p)], boundaries[size_t(p) + 1]);
     if (share.batch_size() == 0) continue;
-    Tensor logits = model.forward(share.tokens, share.offsets, nullptr);
+    // The masks a rank holding this share draws (none here: the tests run it without dropout).
+    Tensor logits = model.forward(share.tokens, share.offsets, nullptr, {1, boundaries[size_t(p)]});
     Tensor loss = ops::mul_scalar(ops::cross_entropy(logits, share.targets), float(share.num_targets));
     loss.backward();  // gradients accumulate over the shares
   }
@@ -89,8 +90,11 @@ int main(int argc, char** argv) {
           run["grads"] = gradients(trainer);
           break;
         }
-        train::StepRecord record = trainer.train_step(batch, false);
-        if (step == 1) run["grads"] = gradients(trainer);
+        train::StepRecord record = trainer.train_step(batch, /*diagnostics=*/step == 1);
+        if (step == 1) {
+          run["grads"] = gradients(trainer);
+          run["residual_rms"] = record.residual_rms;
+        }
         run["losses"].push_back(record.loss);
       }
       result[name] = run;

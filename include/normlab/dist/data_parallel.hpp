@@ -3,16 +3,19 @@
 //
 //   every rank draws the same global batch (randomness keyed on seed and step, never on the rank)
 //   -> shard(): this rank's contiguous, token-balanced share (split.hpp); it may be empty
-//   -> forward + backward of the SUM of the share's token losses (not its mean)
-//   -> reduce(): gradients, loss sum, correct count, target and token counts and the stop flag in
-//      one buffer, summed over ranks deterministically (communicator.hpp), gradients divided once
-//      by the global number of targets (Marian's rule: ranks hold different numbers of targets)
+//   -> forward + backward of the SUM of the share's token losses (not its mean), dropout masks
+//      keyed on the global index of each sequence (nn::DropoutStep), as one process draws them
+//   -> reduce(): gradients, loss sum, correct count, target and token counts, the diagnostics'
+//      sums and the stop flag in one buffer, summed over ranks deterministically
+//      (communicator.hpp), gradients divided once by the global number of targets (Marian's
+//      rule: ranks hold different numbers of targets)
 //   -> every rank clips and applies the same update to the same parameters
 //
 // Rank 0 alone writes the run directory. Every kParameterCheckEvery steps the ranks compare a hash
 // of their parameters; a mismatch stops the run with an error naming the step.
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "normlab/data/batch.hpp"
 #include "normlab/dist/communicator.hpp"
@@ -22,6 +25,12 @@
 namespace normlab::dist {
 
 inline constexpr int64_t kParameterCheckEvery = 50;
+
+// A rank's share of the global batch: its sequences [first_sequence, first_sequence + B).
+struct Share {
+  data::Batch batch;
+  int64_t first_sequence = 0;
+};
 
 // One step's totals over all ranks.
 struct StepSums {
@@ -47,12 +56,13 @@ class DataParallel {
   int size() const { return comm_.size(); }
 
   // This rank's share of the global batch (possibly no sequences).
-  data::Batch shard(const data::Batch& global) const;
+  Share shard(const data::Batch& global) const;
 
   // Sums every parameter's gradient (zero where a parameter has none) and the step's counts over
   // all ranks; each gradient becomes sum / global targets. `stop_signal` is this rank's stop flag.
+  // `extra` (the same length on every rank) is summed over the ranks in place, in the same buffer.
   StepSums reduce(const nn::NamedTensors& params, double loss_sum, int64_t correct, int64_t targets, int64_t tokens,
-                  int stop_signal);
+                  int stop_signal, std::span<double> extra = {});
 
   // The flag a stop signal sets; see Communicator::watch_stop_flag.
   void watch_stop_flag(const std::atomic<int>* flag) { comm_.watch_stop_flag(flag); }

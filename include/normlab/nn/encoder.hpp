@@ -54,7 +54,20 @@ struct ModelOptions {
 
 // What normalization does to the residual stream, recorded when asked.
 struct Diagnostics {
-  std::vector<double> residual_rms;  // after each block: sqrt(mean over real tokens and features of x^2)
+  std::vector<double> residual_rms;     // after each block: sqrt(mean over real tokens and features of x^2)
+  std::vector<double> residual_sum_sq;  // after each block: the sum of x^2 behind that mean
+  int64_t residual_values = 0;          // the count behind it: tokens * d_model
+};
+
+// Which dropout masks a training forward draws. Every element's mask is a pure function of the
+// model seed, `step`, the call site and the element's global sequence, position and feature
+// (kernels/dropout.hpp), where the batch's sequence b is sequence first_sequence + b of the global
+// batch. So a sequence's mask does not depend on the other sequences of its batch, and a
+// data-parallel rank holding sequences [s0, s1) of the global batch (first_sequence = s0) draws
+// exactly what one process draws for them.
+struct DropoutStep {
+  uint64_t step = 0;  // the trainer's update number
+  int64_t first_sequence = 0;
 };
 
 class MultiheadAttention : public Module {
@@ -69,7 +82,9 @@ class MultiheadAttention : public Module {
 class EncoderLayer : public Module {
  public:
   EncoderLayer(const EncoderOptions& options, Rng& rng);
-  Tensor forward(const Tensor& x, const std::vector<int64_t>& offsets, Rng& dropout_rng);
+  // dropout_key names this layer in this step (kernels::dropout_key); its three dropout calls use
+  // splitmix64(dropout_key, k): k = 0 after attention, 1 inside the FFN, 2 after the FFN.
+  Tensor forward(const Tensor& x, const std::vector<int64_t>& offsets, uint64_t dropout_key, int64_t first_sequence);
   EncoderOptions options;
   MultiheadAttention self_attn;
   Linear linear1, linear2;
@@ -77,19 +92,22 @@ class EncoderLayer : public Module {
   Tensor resweight;                         // ReZero's alpha, init 0; undefined otherwise
 
  private:
-  Tensor feed_forward(const Tensor& x, Rng& dropout_rng) const;
+  Tensor feed_forward(const Tensor& x, const std::vector<int64_t>& offsets, uint64_t dropout_key,
+                      int64_t first_sequence) const;
 };
 
 // The stack: layers.N and the final norm (pre placement only), like torch.nn.TransformerEncoder.
 class TransformerEncoder : public Module {
  public:
-  // Weights are drawn from Rng(seed, stream 1); dropout masks from Rng(seed, stream 3).
+  // Weights are drawn from Rng(seed, stream 1); dropout masks are keyed on the seed (DropoutStep).
   TransformerEncoder(const EncoderOptions& options, uint64_t seed);
-  Tensor forward(const Tensor& x, const std::vector<int64_t>& offsets, Diagnostics* diagnostics = nullptr);
+  // Layer l's dropout key is kernels::dropout_key(dropout_seed, dropout.step, l).
+  Tensor forward(const Tensor& x, const std::vector<int64_t>& offsets, Diagnostics* diagnostics = nullptr,
+                 const DropoutStep& dropout = {});
   EncoderOptions options;
   std::vector<std::unique_ptr<EncoderLayer>> layers;
   std::unique_ptr<NormLayer> norm;  // final norm of a pre-norm stack; null otherwise
-  Rng dropout_rng;
+  uint64_t dropout_seed;
 };
 
 // Token embedding + positions + encoder + classification head. The encoder's parameters keep
@@ -98,12 +116,11 @@ class EncoderModel : public Module {
  public:
   explicit EncoderModel(const ModelOptions& options);
   // tokens (T) with offsets (B+1) -> logits (T, classes) for a token head, (B, classes) for a
-  // sequence head.
+  // sequence head. `dropout` says which masks a training forward draws.
   Tensor forward(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets,
-                 Diagnostics* diagnostics = nullptr);
+                 Diagnostics* diagnostics = nullptr, const DropoutStep& dropout = {});
   ModelOptions model_options;
   TransformerEncoder encoder;
-  Rng& dropout_rng = encoder.dropout_rng;  // the dropout stream a checkpoint saves and restores
 
  private:
   Rng init_rng_;  // stream 2 of the seed: embeddings and head

@@ -103,6 +103,10 @@ class Trainer {
   std::string describe_run() const;
   TrainSummary make_summary() const;
   void restore_trainer_state(const nlohmann::json& state, const std::string& where);
+  // The end of a step, once the gradients are in: per-layer gradient norms (diagnostics), clip, and
+  // the update with `lr`, unless the gradient norm is not finite: then `record` says diverged and
+  // the gradients are dropped. step() advances on an update.
+  void apply_update(StepRecord& record, float lr, bool diagnostics);
   // data-parallel: train_step on this rank's share, sums reduced over ranks (src/dist/trainer_step.cpp).
   StepRecord data_parallel_step(const data::Batch& batch, bool diagnostics, StepRecord record, float lr);
   // Stop requested: the local flag, or with several ranks the request they agreed on in the last step.

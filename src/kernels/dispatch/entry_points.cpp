@@ -65,8 +65,9 @@ void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* t
   NORMLAB_DISPATCH(cross_entropy_backward, dlogits, probs, targets, N, V, dloss);
 }
 
-void dropout_forward(float* out, float* mask, const float* inp, int64_t N, float p, Rng& rng) {
-  NORMLAB_DISPATCH(dropout_forward, out, mask, inp, N, p, rng);
+void dropout_forward(float* out, float* mask, const float* inp, const int64_t* offsets, int64_t B, int64_t C, float p,
+                     uint64_t key, int64_t first_sequence) {
+  NORMLAB_DISPATCH(dropout_forward, out, mask, inp, offsets, B, C, p, key, first_sequence);
 }
 void dropout_backward(float* dinp, const float* dout, const float* mask, int64_t N) {
   NORMLAB_DISPATCH(dropout_backward, dinp, dout, mask, N);
