@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "matmul_bias.hpp"
 #include "normlab/kernels/matmul.hpp"
 
 namespace normlab::kernels::NORMLAB_KERNEL_ISA {
@@ -23,14 +24,7 @@ void linear_forward(float* out,                                         // (N, O
     matmul_nt(out, inp, weight, N, C, OC, /*accumulate=*/false, /*parallel=*/true);
     return;
   }
-  // Start every row from the bias and let the GEMM add inp @ weight^T to it: one write pass
-  // instead of a second read-modify-write pass after the product.
-#pragma omp parallel for schedule(static) if (N * OC >= kMinParallelElements)
-  for (int64_t n = 0; n < N; n++) {
-    float* out_row = out + n * OC;  // (OC)
-    for (int64_t o = 0; o < OC; o++) out_row[o] = bias[o];
-  }
-  matmul_nt(out, inp, weight, N, C, OC, /*accumulate=*/true, /*parallel=*/true);
+  matmul_nt_bias(out, inp, weight, bias, N, C, OC);
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias,        // (N, C), (OC, C), (OC)

@@ -24,6 +24,7 @@
 // an fma chain over k per K block, the blocks added to C in order.
 #include "normlab/kernels/matmul.hpp"
 #include "isa_kernels.hpp"
+#include "matmul_bias.hpp"
 
 #include <omp.h>
 
@@ -141,7 +142,8 @@ void pack_a_panels(float* __restrict dst, Operand A, int64_t M, int64_t p_begin,
 // k in order, then C = acc or C += acc.
 template <bool kARowsContiguous>
 void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride,
-                  const float* __restrict Bp, int64_t kc, int64_t rows, int64_t cols, bool add) {
+                  const float* __restrict Bp, int64_t kc, int64_t rows, int64_t cols, bool add,
+                  const float* bias) {
   static_assert(kMR == 6 && kNR == 16);
   // Twelve named accumulators, not an array: with an array GCC stores it to the stack every step.
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
@@ -179,6 +181,9 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
       if (add) {
         _mm256_storeu_ps(c, _mm256_add_ps(_mm256_loadu_ps(c), acc[i][0]));
         _mm256_storeu_ps(c + 8, _mm256_add_ps(_mm256_loadu_ps(c + 8), acc[i][1]));
+      } else if (bias != nullptr) {
+        _mm256_storeu_ps(c, _mm256_add_ps(acc[i][0], _mm256_loadu_ps(bias)));
+        _mm256_storeu_ps(c + 8, _mm256_add_ps(acc[i][1], _mm256_loadu_ps(bias + 8)));
       } else {
         _mm256_storeu_ps(c, acc[i][0]);
         _mm256_storeu_ps(c + 8, acc[i][1]);
@@ -195,12 +200,13 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
       if (add)
         C[i * ldc + j] += tile[i][j];
       else
-        C[i * ldc + j] = tile[i][j];
+        C[i * ldc + j] = bias != nullptr ? tile[i][j] + bias[j] : tile[i][j];
     }
 }
 #else
 // C (rows, cols) with row stride ldc (+)= op(A) (kMR, kc) @ Bp (kc, kNR), Bp a packed B panel;
-// only the top-left rows x cols of the kMR x kNR micro-tile are stored.
+// only the top-left rows x cols of the kMR x kNR micro-tile are stored. When not adding and
+// bias is given, C = product + bias[j] (the linear layer's bias, in the same store).
 // A is read in place, in one of two layouts (a template parameter, so each loop is unrolled with
 // constant offsets):
 //   kARowsContiguous = true:  op(A)(i, k) = A[k * a_stride + i]   (A^T of a (K,M) matrix, or a
@@ -208,7 +214,8 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
 //   kARowsContiguous = false: op(A)(i, k) = A[i * a_stride + k]   (a row-major (M,K) matrix)
 template <bool kARowsContiguous>
 void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride,
-                  const float* __restrict Bp, int64_t kc, int64_t rows, int64_t cols, bool add) {
+                  const float* __restrict Bp, int64_t kc, int64_t rows, int64_t cols, bool add,
+                  const float* bias) {
   // The accumulator is a fixed-size local array: after full unrolling of the i and j loops GCC
   // keeps it in vector registers.
   float acc[kMR][kNR] = {};
@@ -223,6 +230,9 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
     if (add) {
       for (int64_t i = 0; i < kMR; ++i)
         for (int64_t j = 0; j < kNR; ++j) C[i * ldc + j] += acc[i][j];
+    } else if (bias != nullptr) {
+      for (int64_t i = 0; i < kMR; ++i)
+        for (int64_t j = 0; j < kNR; ++j) C[i * ldc + j] = acc[i][j] + bias[j];
     } else {
       for (int64_t i = 0; i < kMR; ++i)
         for (int64_t j = 0; j < kNR; ++j) C[i * ldc + j] = acc[i][j];
@@ -233,7 +243,7 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
         if (add)
           C[i * ldc + j] += acc[i][j];
         else
-          C[i * ldc + j] = acc[i][j];
+          C[i * ldc + j] = bias != nullptr ? acc[i][j] + bias[j] : acc[i][j];
       }
   }
 }
@@ -258,10 +268,13 @@ inline int64_t group_begin(int64_t g, int64_t panels, int64_t groups) {
 // kernel.
 template <bool kARowsContiguous>
 void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool accumulate,
-          bool parallel) {
+          bool parallel, const float* bias = nullptr) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
-    if (!accumulate) std::memset(C, 0, static_cast<size_t>(M * N) * sizeof(float));
+    if (!accumulate) {
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) C[i * N + j] = bias != nullptr ? bias[j] : 0.0f;
+    }
     return;
   }
   const int64_t row_panels = (M + kMR - 1) / kMR;
@@ -327,19 +340,21 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
       const int64_t kc = std::min(kKC, K - k0);
       pack_a_panels(packed_a, A, M, pack_begin, p_end, k0, kc);
-      // The first K block overwrites C unless accumulating; later blocks add to it.
+      // The first K block overwrites C (with the bias added, if any) unless accumulating; later
+      // blocks add to it.
       const bool add = accumulate || k0 > 0;
       for (int64_t q = q_begin; q < q_end; ++q) {
         const int64_t cols = std::min(kNR, N - q * kNR);
         const float* b = packed_b + (q - q_begin) * K * kNR + k0 * kNR;
+        const float* bias_q = bias != nullptr ? bias + q * kNR : nullptr;
         for (int64_t p = p_begin; p < p_end; ++p) {
           float* c = C + p * kMR * N + q * kNR;
           if (p < pack_begin) {
             const float* a = A.data + p * kMR * A.row_stride + k0 * A.k_stride;
-            micro_kernel<kARowsContiguous>(c, N, a, a_stride, b, kc, kMR, cols, add);
+            micro_kernel<kARowsContiguous>(c, N, a, a_stride, b, kc, kMR, cols, add, bias_q);
           } else {
             const float* a = packed_a + (p - pack_begin) * kc * kMR;
-            micro_kernel<true>(c, N, a, kMR, b, kc, std::min(kMR, M - p * kMR), cols, add);
+            micro_kernel<true>(c, N, a, kMR, b, kc, std::min(kMR, M - p * kMR), cols, add, bias_q);
           }
         }
       }
@@ -371,6 +386,11 @@ void matmul_nt(float* C, const float* A, const float* B, int64_t M, int64_t K, i
                bool accumulate, bool parallel) {
   // A (M,K): A(i,k) = A[i*K + k].  B stored (N,K): column j of C reads B[j*K + k].
   gemm<false>(C, Operand{A, K, 1}, Operand{B, K, 1}, M, K, N, accumulate, parallel);
+}
+
+void matmul_nt_bias(float* C, const float* A, const float* B, const float* bias, int64_t M, int64_t K,
+                    int64_t N) {
+  gemm<false>(C, Operand{A, K, 1}, Operand{B, K, 1}, M, K, N, /*accumulate=*/false, /*parallel=*/true, bias);
 }
 
 void matmul_tn(float* C, const float* A, const float* B, int64_t M, int64_t K, int64_t N,

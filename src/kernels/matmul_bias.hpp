@@ -1,0 +1,13 @@
+#pragma once
+// Inside one kernel path only (not dispatched): the linear layer's forward as one GEMM,
+// C = A B^T + bias, the bias added where the first K block is stored (one pass over C, one thread
+// team). The same bits as C = bias; C += A B^T: one addition of the same two numbers.
+#include <cstdint>
+
+namespace normlab::kernels::NORMLAB_KERNEL_ISA {
+
+// C (M,N) = A (M,K) @ B^T + bias, with B stored (N,K) and bias (N).
+void matmul_nt_bias(float* C, const float* A, const float* B, const float* bias, int64_t M, int64_t K,
+                    int64_t N);
+
+}  // namespace normlab::kernels::NORMLAB_KERNEL_ISA
