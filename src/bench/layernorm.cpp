@@ -2,10 +2,12 @@
 
 #include <fmt/core.h>
 
+#include <omp.h>
 #include <time.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <vector>
 
 #include "normlab/error.hpp"
@@ -89,6 +91,18 @@ LayerNormBenchResult bench_layernorm(int64_t B, int64_t T, int64_t C, int repeat
   for (int i = 0; i < repeats; i++) time_call(forward, forward_times, forward_cpu);
   for (int i = 0; i < repeats; i++) time_call(backward, backward_times, backward_cpu);
   for (int i = 0; i < repeats; i++) time_call(forward_backward, forward_backward_times, forward_backward_cpu);
+  // The reference: copy x into y, each thread its contiguous share of the rows.
+  auto copy = [&] {
+#pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t begin = rows * t / threads, end = rows * (t + 1) / threads;
+      std::memcpy(y.data() + begin * cols, x.data() + begin * cols, size_t((end - begin) * cols) * sizeof(float));
+    }
+  };
+  std::vector<double> copy_times, copy_cpu;
+  for (int i = 0; i < warmup; i++) copy();
+  for (int i = 0; i < repeats; i++) time_call(copy, copy_times, copy_cpu);
 
   LayerNormBenchResult result;
   result.B = B;
@@ -109,6 +123,8 @@ LayerNormBenchResult bench_layernorm(int64_t B, int64_t T, int64_t C, int repeat
   result.forward_gbps = result.forward_bytes / (result.forward_ms * 1e-3) / 1e9;
   result.forward_backward_gbps =
       (result.forward_bytes + result.backward_bytes) / (result.forward_backward_ms * 1e-3) / 1e9;
+  result.copy_ms = median(copy_times);
+  result.copy_gbps = f * 2.0 * elements / (result.copy_ms * 1e-3) / 1e9;
   return result;
 }
 

@@ -30,6 +30,11 @@ struct LayerNormBenchResult {
   double backward_bytes = 0;
   double forward_gbps = 0;           // forward_bytes / forward_ms, 1 GB = 1e9 bytes
   double forward_backward_gbps = 0;  // (forward_bytes + backward_bytes) / forward_backward_ms
+  // The streaming reference on the same machine, threads and sizes: a copy of x into y (the
+  // forward's two big arrays), split over the threads like the kernels' rows; bytes = read x +
+  // write y. The kernels' GB/s divided by this is how close they come to moving memory only.
+  double copy_ms = 0;
+  double copy_gbps = 0;
 };
 
 // Inputs are seeded normals (x, dout) and gamma ~ 1 + 0.1 N(0,1), beta ~ 0.1 N(0,1); eps = 1e-12.
