@@ -1,12 +1,15 @@
 #pragma once
 // Helpers shared by the test files: a temporary directory that cleans up after itself, reading a
-// whole file, and running the real `normlab` binary as a child process.
+// whole file, running the real `normlab` binary as a child process, and the relative error the
+// kernel tests compare with.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -16,6 +19,20 @@
 #include <vector>
 
 namespace normlab::test {
+
+// max |ours - ref| / max(floor, max |ref|): one error for a whole tensor, relative to its largest
+// element, so that elements near zero do not blow it up. floor 1 makes it absolute for small
+// tensors. Sizes that differ give NaN, which fails every comparison (< and > alike).
+template <typename A, typename B>
+double relative_max_error(const std::vector<A>& ours, const std::vector<B>& ref, double floor = 1.0) {
+  if (ours.size() != ref.size()) return std::nan("");
+  double max_diff = 0.0, max_ref = 0.0;
+  for (size_t i = 0; i < ours.size(); i++) {
+    max_diff = std::max(max_diff, std::fabs(double(ours[i]) - double(ref[i])));
+    max_ref = std::max(max_ref, std::fabs(double(ref[i])));
+  }
+  return max_diff / std::max(max_ref, floor);
+}
 
 // A fresh directory under the system temp dir, removed with everything in it at the end of scope.
 struct TempDir {

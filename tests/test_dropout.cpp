@@ -4,6 +4,8 @@
 // training forward does not depend on its batch-mates (with a per-token norm).
 #include <doctest/doctest.h>
 
+#include "support.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -32,16 +34,6 @@ std::vector<float> rows(const std::vector<float>& values, int64_t first_row, int
   return {values.begin() + first_row * C, values.begin() + (first_row + count) * C};
 }
 
-// max |a - b| / max |b|.
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double max_diff = 0.0, max_ref = 1e-12;
-  for (size_t i = 0; i < a.size(); ++i) {
-    max_diff = std::max(max_diff, double(std::abs(a[i] - b[i])));
-    max_ref = std::max(max_ref, double(std::abs(b[i])));
-  }
-  return max_diff / max_ref;
-}
 
 // Sequence `which` of `seqs` (each (len, d), packed) through `encoder`: its output rows and the
 // gradient of a fixed weighting of them with respect to its input rows.
@@ -116,13 +108,13 @@ TEST_CASE("dropout: in a training forward a sequence's output does not depend on
     const SeqResult batched = run_in_batch(encoder, batch, 1, d, weights, {7, 0});
     const SeqResult mates = run_in_batch(encoder, other_batch, 1, d, weights, {7, 0});
     const SeqResult alone = run_in_batch(encoder, {target}, 0, d, weights, {7, 1});
-    CHECK(relative_error(batched.out, alone.out) < 1e-5);
-    CHECK(relative_error(batched.grad, alone.grad) < 1e-5);
-    CHECK(relative_error(mates.out, alone.out) < 1e-5);
-    CHECK(relative_error(mates.grad, alone.grad) < 1e-5);
+    CHECK(normlab::test::relative_max_error(batched.out, alone.out, 1e-12) < 1e-5);
+    CHECK(normlab::test::relative_max_error(batched.grad, alone.grad, 1e-12) < 1e-5);
+    CHECK(normlab::test::relative_max_error(mates.out, alone.out, 1e-12) < 1e-5);
+    CHECK(normlab::test::relative_max_error(mates.grad, alone.grad, 1e-12) < 1e-5);
     // Another global index or another step: other masks, another output.
-    CHECK(relative_error(run_in_batch(encoder, {target}, 0, d, weights, {7, 0}).out, alone.out) > 1e-2);
-    CHECK(relative_error(run_in_batch(encoder, {target}, 0, d, weights, {8, 1}).out, alone.out) > 1e-2);
+    CHECK(normlab::test::relative_max_error(run_in_batch(encoder, {target}, 0, d, weights, {7, 0}).out, alone.out, 1e-12) > 1e-2);
+    CHECK(normlab::test::relative_max_error(run_in_batch(encoder, {target}, 0, d, weights, {8, 1}).out, alone.out, 1e-12) > 1e-2);
 
     // Eval mode: no dropout, the same output as the same weights with dropout = 0.
     opts.dropout = 0.0f;

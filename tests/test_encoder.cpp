@@ -1,6 +1,8 @@
 // The encoder: parity with torch.nn.TransformerEncoder(Layer), packed-batch invariance (and its
 // failure for BatchNorm), whole-block gradcheck.
 #include <doctest/doctest.h>
+
+#include "support.hpp"
 #include <fmt/format.h>
 
 #include <cmath>
@@ -20,16 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// max |a - b| / max |b|: a relative error that does not blow up on elements near zero.
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double max_diff = 0.0, max_ref = 1e-12;
-  for (size_t i = 0; i < a.size(); ++i) {
-    max_diff = std::max(max_diff, double(std::abs(a[i] - b[i])));
-    max_ref = std::max(max_ref, double(std::abs(b[i])));
-  }
-  return max_diff / max_ref;
-}
 
 // Rows of a padded (B, Tmax, d) array that belong to real tokens, packed into (T, d).
 std::vector<float> pack(const io::NpyArray& padded, const std::vector<int64_t>& lengths) {
@@ -217,8 +209,8 @@ TEST_CASE("encoder: a sequence's result does not depend on its batch-mates, exce
           if (name.ends_with("resweight")) t.data()[0] = 0.5f;
       SeqResult alone = run_in_batch(encoder, {target}, 0, d, weights);
       SeqResult batched = run_in_batch(encoder, batch, 1, d, weights);
-      const double out_diff = relative_error(batched.out, alone.out);
-      const double grad_diff = relative_error(batched.grad, alone.grad);
+      const double out_diff = normlab::test::relative_max_error(batched.out, alone.out, 1e-12);
+      const double grad_diff = normlab::test::relative_max_error(batched.grad, alone.grad, 1e-12);
       if (kind == nn::NormKind::batchnorm) {
         // Batch statistics mix the sequences: the same tokens get different outputs.
         CHECK(out_diff > 1e-2);
@@ -252,7 +244,7 @@ TEST_CASE("encoder: BatchNorm in eval mode uses running statistics, so batch-mat
   both_data.insert(both_data.end(), bv.begin(), bv.end());
   std::vector<float> both = encoder.forward(Tensor::from_data({14, d}, both_data), {0, 5, 14}).to_vector();
   both.resize(alone.size());
-  CHECK(relative_error(both, alone) < 1e-6);
+  CHECK(normlab::test::relative_max_error(both, alone, 1e-12) < 1e-6);
 }
 
 TEST_CASE("encoder: whole-block gradcheck for every norm kind and placement") {

@@ -4,6 +4,8 @@
 // test_layernorm_kernels.cpp).
 #include <doctest/doctest.h>
 
+#include "support.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -24,18 +26,9 @@
 namespace fs = std::filesystem;
 namespace k = normlab::kernels;
 
-namespace {
+using normlab::test::relative_max_error;
 
-template <typename A, typename B>
-double relative_max_error(const std::vector<A>& ours, const std::vector<B>& ref) {
-  REQUIRE(ours.size() == ref.size());
-  double max_diff = 0.0, max_ref = 0.0;
-  for (size_t i = 0; i < ours.size(); i++) {
-    max_diff = std::max(max_diff, std::fabs(double(ours[i]) - double(ref[i])));
-    max_ref = std::max(max_ref, std::fabs(double(ref[i])));
-  }
-  return max_diff / std::max(max_ref, 1.0);
-}
+namespace {
 
 std::vector<float> normals(normlab::Rng& rng, size_t n, float mean = 0.0f, float stddev = 1.0f) {
   std::vector<float> v(n);

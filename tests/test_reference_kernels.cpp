@@ -40,6 +40,8 @@ namespace nk = normlab::kernels;
 namespace ref = normlab::kernels::reference;
 using normlab::Tensor;
 
+using normlab::test::relative_max_error;
+
 namespace {
 
 std::vector<float> normals(uint64_t seed, size_t n, float stddev = 1.0f) {
@@ -49,16 +51,6 @@ std::vector<float> normals(uint64_t seed, size_t n, float stddev = 1.0f) {
   return v;
 }
 
-// max |ours - ref| / max(1, max |ref|), as in the other kernel tests.
-double relative_max_error(const std::vector<float>& ours, const std::vector<float>& reference) {
-  REQUIRE(ours.size() == reference.size());
-  double max_diff = 0.0, max_ref = 0.0;
-  for (size_t i = 0; i < ours.size(); i++) {
-    max_diff = std::max(max_diff, std::fabs(double(ours[i]) - double(reference[i])));
-    max_ref = std::max(max_ref, std::fabs(double(reference[i])));
-  }
-  return max_diff / std::max(max_ref, 1.0);
-}
 
 // Sets NORMLAB_KERNELS for one scope and restores what was there.
 struct KernelsEnv {
