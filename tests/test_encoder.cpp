@@ -160,8 +160,10 @@ struct SeqResult {
   std::vector<float> out, grad;
 };
 
+// dropout: the step and the global index of the batch's first sequence (dropout masks are keyed on
+// them), for a training forward with opts.dropout > 0.
 SeqResult run_in_batch(nn::TransformerEncoder& encoder, const std::vector<std::vector<float>>& seqs, size_t which,
-                       int64_t d, const std::vector<float>& weights) {
+                       int64_t d, const std::vector<float>& weights, const nn::DropoutStep& dropout = {}) {
   std::vector<float> packed;
   std::vector<int64_t> offsets{0};
   for (const auto& s : seqs) {
@@ -170,7 +172,7 @@ SeqResult run_in_batch(nn::TransformerEncoder& encoder, const std::vector<std::v
   }
   Tensor x = Tensor::from_data({offsets.back(), d}, packed);
   x.set_requires_grad();
-  Tensor out = encoder.forward(x, offsets);
+  Tensor out = encoder.forward(x, offsets, nullptr, dropout);
   // Loss touches only sequence `which`, weighted by fixed random numbers.
   std::vector<float> g(size_t(out.numel()), 0.0f);
   std::copy(weights.begin(), weights.end(), g.begin() + offsets[which] * d);
@@ -319,4 +321,45 @@ TEST_CASE("encoder: parameter names follow PyTorch's state_dict - diagnostics ha
   std::vector<double> norms = nn::per_layer_grad_norms(model, 3);
   REQUIRE(norms.size() == 3);
   for (double n : norms) CHECK(n > 0.0);
+}
+
+TEST_CASE("encoder with dropout: in a training forward a sequence's output does not depend on its batch-mates - eval is the identity") {
+  const int64_t d = 16;
+  Rng rng(5);
+  auto random_seq = [&](int64_t len) { return Tensor::normal({len, d}, rng).to_vector(); };
+  const std::vector<float> target = random_seq(6);
+  const std::vector<std::vector<float>> batch{random_seq(11), target, random_seq(2), random_seq(17)};
+  const std::vector<std::vector<float>> other_batch{random_seq(3), target, random_seq(9)};
+  const std::vector<float> weights = Tensor::normal({6, d}, rng).to_vector();
+
+  for (nn::Placement placement : {nn::Placement::post, nn::Placement::pre}) {
+    CAPTURE(int(placement));
+    nn::EncoderOptions opts;
+    opts.d_model = d;
+    opts.num_heads = 4;
+    opts.num_layers = 2;
+    opts.dim_feedforward = 32;
+    opts.dropout = 0.3f;
+    opts.norm = nn::NormKind::layernorm;
+    opts.placement = placement;
+    nn::TransformerEncoder encoder(opts, 11);
+    // The target is sequence 1 of the global batch in each case.
+    const SeqResult batched = run_in_batch(encoder, batch, 1, d, weights, {7, 0});
+    const SeqResult mates = run_in_batch(encoder, other_batch, 1, d, weights, {7, 0});
+    const SeqResult alone = run_in_batch(encoder, {target}, 0, d, weights, {7, 1});
+    CHECK(normlab::test::relative_max_error(batched.out, alone.out, 1e-12) < 1e-5);
+    CHECK(normlab::test::relative_max_error(batched.grad, alone.grad, 1e-12) < 1e-5);
+    CHECK(normlab::test::relative_max_error(mates.out, alone.out, 1e-12) < 1e-5);
+    CHECK(normlab::test::relative_max_error(mates.grad, alone.grad, 1e-12) < 1e-5);
+    // Another global index or another step: other masks, another output.
+    CHECK(normlab::test::relative_max_error(run_in_batch(encoder, {target}, 0, d, weights, {7, 0}).out, alone.out, 1e-12) > 1e-2);
+    CHECK(normlab::test::relative_max_error(run_in_batch(encoder, {target}, 0, d, weights, {8, 1}).out, alone.out, 1e-12) > 1e-2);
+
+    // Eval mode: no dropout, the same output as the same weights with dropout = 0.
+    opts.dropout = 0.0f;
+    nn::TransformerEncoder no_dropout(opts, 11);
+    encoder.eval();
+    CHECK(run_in_batch(encoder, batch, 1, d, weights, {7, 0}).out ==
+          run_in_batch(no_dropout, batch, 1, d, weights, {7, 0}).out);
+  }
 }
