@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "normlab/data/task.hpp"
-#include "normlab/parallel.hpp"
 
 namespace normlab::train {
 
@@ -145,7 +145,8 @@ MemoryEstimate estimate_memory(const RunConfig& config) {
   // kernels/attention.hpp); its per-thread scratch holds a block of 48 query rows against all the
   // keys, twice, and a few (keys, head size) matrices. (NORMLAB_KERNELS=reference keeps every
   // (len, len) probability matrix instead; this estimate is for the fast kernels.)
-  const double threads = config.train.threads > 0 ? double(config.train.threads) : double(num_threads());
+  const double threads = config.train.threads > 0 ? double(config.train.threads)
+                                                  : double(std::max(1u, std::thread::hardware_concurrency()));
   const double attention_scratch = threads * (4 * 48 * double(t.max_len) + 5 * double(t.max_len) * d);
   estimate.training_step =
       kFloat * (layers * train_tokens * (16 * d + 3 * ffn + 2 * heads) + 4 * train_rows * classes +
