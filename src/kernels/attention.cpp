@@ -198,15 +198,21 @@ void transpose_padded(float* dst, int64_t ld, const float* src, int64_t src_ld, 
     for (int64_t c = 0; c < cols; c++) dst[c * ld + r] = src[r * src_ld + c];
 }
 
-// sum of x[j] * y[j] over [0, n), n a multiple of kLanes, in the same lane order.
+// The kLanes partial sums of a row, added pairwise in a fixed order (lane l + lane l+8, then
+// halves again): the same bits whatever the vector width.
+float sum_lanes(float* lanes) {
+  for (int64_t width = kLanes / 2; width >= 1; width /= 2)
+    for (int64_t l = 0; l < width; l++) lanes[l] += lanes[l + width];
+  return lanes[0];
+}
+
+// sum of x[j] * y[j] over [0, n), n a multiple of kLanes: lane l sums j = l, l + 16, ... in order.
 float lane_dot(const float* x, const float* y, int64_t n) {
   float lanes[kLanes] = {};
   for (int64_t j = 0; j < n; j += kLanes)
 #pragma omp simd
     for (int64_t l = 0; l < kLanes; l++) lanes[l] += x[j + l] * y[j + l];
-  for (int64_t width = kLanes / 2; width >= 1; width /= 2)
-    for (int64_t l = 0; l < width; l++) lanes[l] += lanes[l + width];
-  return lanes[0];
+  return sum_lanes(lanes);
 }
 
 // Every row loop below runs over whole chunks of kLanes floats (rows are padded to a multiple of
@@ -242,10 +248,8 @@ void softmax_row(float* s, int64_t L, int64_t Lp, float scale, float* stats) {
       s[j + l] = e;
       lanes[l] += e;
     }
-  for (int64_t width = kLanes / 2; width >= 1; width /= 2)
-    for (int64_t l = 0; l < width; l++) lanes[l] += lanes[l + width];
   stats[0] = m;
-  stats[1] = 1.0f / lanes[0];
+  stats[1] = 1.0f / sum_lanes(lanes);
 }
 
 // The same exponentials from the raw scores and the max softmax_row kept: the same operations on
@@ -290,15 +294,16 @@ void pair_forward(float* out, float* stats, const float* qkv, Pair p, int64_t C,
   float block_stats[2 * kQueryBlock];  // inference (no cache): the block's own statistics
   for (int64_t i0 = 0; i0 < L; i0 += kQueryBlock) {
     const int64_t rows = std::min(kQueryBlock, L - i0);
+    // {max, 1/sum} of the block's row i: in the cache when there is one
+    auto row_stats = [&](int64_t i) {
+      return stats != nullptr ? stats + ((p.t0 + i0 + i) * NH + p.h) * 2 : block_stats + 2 * i;
+    };
     product(s, Lp, Strided{q + i0 * C3, C3, 1}, kT, Lp, rows, hd, Lp, false);
-    for (int64_t i = 0; i < rows; i++) {
-      float* st = stats != nullptr ? stats + ((p.t0 + i0 + i) * NH + p.h) * 2 : block_stats + 2 * i;
-      softmax_row(s + i * Lp, L, Lp, scale, st);
-    }
+    for (int64_t i = 0; i < rows; i++) softmax_row(s + i * Lp, L, Lp, scale, row_stats(i));
     // Ob = (e V) / sum, row by row
     product(ob, hp, Strided{s, Lp, 1}, vp, hp, rows, L, hp, false);
     for (int64_t i = 0; i < rows; i++) {
-      const float inv = (stats != nullptr ? stats + ((p.t0 + i0 + i) * NH + p.h) * 2 : block_stats + 2 * i)[1];
+      const float inv = row_stats(i)[1];
       float* o = out + (p.t0 + i0 + i) * C + p.h * hd;
       for (int64_t c = 0; c < hd; c++) o[c] = ob[i * hp + c] * inv;
     }
