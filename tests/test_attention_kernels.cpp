@@ -33,7 +33,7 @@ std::vector<float> random_vector(size_t n, uint64_t seed, float stddev = 1.0f) {
 // The PyTorch view: scatter the packed rows into a (B, Lmax, 3C) padded batch, run every query row
 // (padding rows too, as PyTorch does) against all Lmax keys with the padding keys masked to -inf,
 // and gather the real rows back. Double throughout. Returns out (T, C); if stats is given, the
-// kernel's cache layout: per token t and head h, {largest raw score q.k, 1 / sum_j exp(scaled - max)}.
+// kernel's cache layout: per head h and token t, {largest raw score q.k, 1 / sum_j exp(scaled - max)}.
 std::vector<double> reference_attention(const std::vector<double>& qkv, const std::vector<int64_t>& offsets,
                                         int64_t C, int64_t NH, std::vector<double>* stats = nullptr) {
   const int64_t B = int64_t(offsets.size()) - 1;
@@ -103,7 +103,7 @@ std::vector<double> reference_attention(const std::vector<double>& qkv, const st
       for (int64_t i = 0; i < offsets[b + 1] - offsets[b]; i++) {
         for (int64_t h = 0; h < NH; h++) {
           for (int64_t e = 0; e < 2; e++) {
-            (*stats)[size_t(((offsets[b] + i) * NH + h) * 2 + e)] = padded_stats[size_t(((b * NH + h) * Lmax + i) * 2 + e)];
+            (*stats)[size_t((h * T + offsets[b] + i) * 2 + e)] = padded_stats[size_t(((b * NH + h) * Lmax + i) * 2 + e)];
           }
         }
       }

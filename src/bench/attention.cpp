@@ -13,6 +13,7 @@
 #include "normlab/parallel.hpp"
 #include "normlab/rng.hpp"
 #include "normlab/stats.hpp"
+#include "normlab/tensor.hpp"
 
 namespace normlab::bench {
 
@@ -33,8 +34,9 @@ AttentionBenchResult bench_attention(int64_t B, int64_t L, int64_t C, int64_t NH
   const auto backward_kernel = reference ? kernels::reference::attention_backward : kernels::attention_backward;
 
   Rng rng(1234);
-  std::vector<float> qkv(size_t(T * 3 * C)), dout(size_t(T * C)), out(size_t(T * C)), dqkv(size_t(T * 3 * C), 0.0f);
-  std::vector<float> cache(size_t(cache_size(offsets.data(), B, NH)));
+  // Tensor storage (cache-line aligned), as in training: threads then write disjoint cache lines.
+  Storage qkv(size_t(T * 3 * C)), dout(size_t(T * C)), out(size_t(T * C)), dqkv(size_t(T * 3 * C), 0.0f);
+  Storage cache(size_t(cache_size(offsets.data(), B, NH)));
   for (auto& v : qkv) v = rng.normal();
   for (auto& v : dout) v = rng.normal();
   auto forward = [&] { forward_kernel(out.data(), cache.data(), qkv.data(), offsets.data(), B, C, NH); };

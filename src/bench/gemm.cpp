@@ -13,6 +13,7 @@
 #include "normlab/parallel.hpp"
 #include "normlab/rng.hpp"
 #include "normlab/stats.hpp"
+#include "normlab/tensor.hpp"
 
 namespace normlab::bench {
 
@@ -26,7 +27,7 @@ GemmBenchResult bench_gemm(std::string_view variant, int64_t M, int64_t K, int64
   }
   Rng rng(1234);
   // nn: A (M,K), B (K,N).  nt: A (M,K), B (N,K).  tn: A (K,M), B (K,N). Same element counts.
-  std::vector<float> A(size_t(M) * size_t(K)), B(size_t(K) * size_t(N)), C(size_t(M) * size_t(N));
+  Storage A(size_t(M) * size_t(K)), B(size_t(K) * size_t(N)), C(size_t(M) * size_t(N));
   for (auto& v : A) v = rng.normal();
   for (auto& v : B) v = rng.normal();
 

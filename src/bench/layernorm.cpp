@@ -17,6 +17,7 @@
 #include "normlab/parallel.hpp"
 #include "normlab/rng.hpp"
 #include "normlab/stats.hpp"
+#include "normlab/tensor.hpp"
 
 namespace normlab::bench {
 
@@ -52,11 +53,11 @@ LayerNormBenchResult bench_layernorm(int64_t B, int64_t T, int64_t C, int repeat
   const size_t n = size_t(rows) * size_t(cols);
 
   Rng rng(1234);
-  std::vector<float> x(n), dout(n), y(n), dx(n, 0.0f);
+  Storage x(n), dout(n), y(n), dx(n, 0.0f);
   const size_t num_cols = size_t(cols);
   const size_t num_rows = size_t(rows);
-  std::vector<float> gamma(num_cols), beta(num_cols), dgamma(num_cols, 0.0f), dbeta(num_cols, 0.0f);
-  std::vector<float> mean(num_rows), rstd(num_rows);
+  Storage gamma(num_cols), beta(num_cols), dgamma(num_cols, 0.0f), dbeta(num_cols, 0.0f);
+  Storage mean(num_rows), rstd(num_rows);
   for (auto& v : x) v = rng.normal();
   for (auto& v : dout) v = rng.normal();
   for (auto& v : gamma) v = 1.0f + 0.1f * rng.normal();

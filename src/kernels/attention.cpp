@@ -276,10 +276,14 @@ struct Pair {
   int64_t t0, L, h;
 };
 
+// Row t's statistics for head h: the cache is head-major, (NH, T, 2), so two threads working on
+// two heads of one sequence write to different cache lines.
+inline int64_t stats_index(int64_t t, int64_t h, int64_t T) { return (h * T + t) * 2; }
+
 // ---- one (sequence, head) pair ------------------------------------------------------------------
 
 // Forward of one pair: out rows t0..t0+L, head columns; stats (2 floats per row) if not null.
-void pair_forward(float* out, float* stats, const float* qkv, Pair p, int64_t C, int64_t NH) {
+void pair_forward(float* out, float* stats, const float* qkv, Pair p, int64_t T, int64_t C, int64_t NH) {
   const int64_t hd = C / NH, C3 = 3 * C, L = p.L, Lp = padded(L), hp = padded(hd);
   const float scale = 1.0f / std::sqrt(float(hd));
   const float* q = qkv + p.t0 * C3 + p.h * hd;
@@ -296,7 +300,7 @@ void pair_forward(float* out, float* stats, const float* qkv, Pair p, int64_t C,
     const int64_t rows = std::min(kQueryBlock, L - i0);
     // {max, 1/sum} of the block's row i: in the cache when there is one
     auto row_stats = [&](int64_t i) {
-      return stats != nullptr ? stats + ((p.t0 + i0 + i) * NH + p.h) * 2 : block_stats + 2 * i;
+      return stats != nullptr ? stats + stats_index(p.t0 + i0 + i, p.h, T) : block_stats + 2 * i;
     };
     product(s, Lp, Strided{q + i0 * C3, C3, 1}, kT, Lp, rows, hd, Lp, false);
     for (int64_t i = 0; i < rows; i++) softmax_row(s + i * Lp, L, Lp, scale, row_stats(i));
@@ -312,7 +316,7 @@ void pair_forward(float* out, float* stats, const float* qkv, Pair p, int64_t C,
 
 // Backward of one pair: dqkv (+)= this pair's gradients (its rows, its head's columns).
 void pair_backward(float* dqkv, const float* dout, const float* qkv, const float* stats, Pair p,
-                   int64_t C, int64_t NH) {
+                   int64_t T, int64_t C, int64_t NH) {
   const int64_t hd = C / NH, C3 = 3 * C, L = p.L, Lp = padded(L), hp = padded(hd);
   const int64_t Bq = kQueryBlock;
   const float scale = 1.0f / std::sqrt(float(hd));
@@ -339,11 +343,11 @@ void pair_backward(float* dqkv, const float* dout, const float* qkv, const float
   for (int64_t i0 = 0; i0 < L; i0 += Bq) {
     const int64_t rows = std::min(Bq, L - i0);
     const bool first = i0 == 0;
-    const float* st = stats + ((p.t0 + i0) * NH + p.h) * 2;  // row i's stats at st + i * NH * 2
+    const float* st = stats + stats_index(p.t0 + i0, p.h, T);  // row i's stats at st + 2 * i
     copy_padded(qb, hp, q + i0 * C3, C3, rows, hd);
     // dOb / sum row by row: P^T dOb = e^T (dOb / sum)
     for (int64_t i = 0; i < rows; i++) {
-      const float inv = st[i * NH * 2 + 1];
+      const float inv = st[2 * i + 1];
       const float* src = dO + (i0 + i) * C;
       float* dst = dob + i * hp;
       for (int64_t c = 0; c < hd; c++) dst[c] = src[c] * inv;
@@ -351,11 +355,11 @@ void pair_backward(float* dqkv, const float* dout, const float* qkv, const float
     }
     // e, recomputed: S = Qb K^T, then the forward's exponentials from the kept max
     product(E, Lp, Strided{q + i0 * C3, C3, 1}, kT, Lp, rows, hd, Lp, false);
-    for (int64_t i = 0; i < rows; i++) recompute_exps(E + i * Lp, L, Lp, scale, st + i * NH * 2);
+    for (int64_t i = 0; i < rows; i++) recompute_exps(E + i * Lp, L, Lp, scale, st + 2 * i);
     // dP = dOb V^T; then with P = e / sum:  dS = P * (dP - sum_j P dP) * scale, in place
     product(dS, Lp, Strided{dO + i0 * C, C, 1}, vT, Lp, rows, hd, Lp, false);
     for (int64_t i = 0; i < rows; i++) {
-      const float inv = st[i * NH * 2 + 1];
+      const float inv = st[2 * i + 1];
       const float* ei = E + i * Lp;
       float* di = dS + i * Lp;
       const float p_dot_dp = lane_dot(ei, di, Lp) * inv;
@@ -435,8 +439,9 @@ void attention_forward(float* out, float* att, const float* qkv, const int64_t* 
   check_shapes("attention_forward", offsets, B, C, NH);
   const std::vector<Pair> pairs = pairs_of(offsets, B, NH);
   const int64_t n = static_cast<int64_t>(pairs.size());
+  const int64_t T = B > 0 ? offsets[B] : 0;
 #pragma omp parallel for schedule(dynamic, 1) if (work_of(pairs, C / NH) >= kMinParallelWork)
-  for (int64_t i = 0; i < n; i++) pair_forward(out, att, qkv, pairs[size_t(i)], C, NH);
+  for (int64_t i = 0; i < n; i++) pair_forward(out, att, qkv, pairs[size_t(i)], T, C, NH);
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
@@ -445,8 +450,9 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   if (att == nullptr) throw UsageError("attention_backward: needs the row statistics (att is null)");
   const std::vector<Pair> pairs = pairs_of(offsets, B, NH);
   const int64_t n = static_cast<int64_t>(pairs.size());
+  const int64_t T = B > 0 ? offsets[B] : 0;
 #pragma omp parallel for schedule(dynamic, 1) if (work_of(pairs, C / NH) >= kMinParallelWork)
-  for (int64_t i = 0; i < n; i++) pair_backward(dqkv, dout, qkv, att, pairs[size_t(i)], C, NH);
+  for (int64_t i = 0; i < n; i++) pair_backward(dqkv, dout, qkv, att, pairs[size_t(i)], T, C, NH);
 }
 
 }  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

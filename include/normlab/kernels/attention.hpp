@@ -15,16 +15,18 @@
 //
 // The (len, len) probabilities are never stored (flash attention's way; src/kernels/attention.cpp
 // explains the blocking). What the forward keeps for the backward, att, is two floats per token
-// and head: att[(t * NH + h) * 2 + 0] = the largest raw score q_t . k_j of row t (unscaled), and
-// att[(t * NH + h) * 2 + 1] = 1 / sum_j exp((q_t . k_j - max) / sqrt(hd)). The backward recomputes
-// the probabilities from them, bit for bit. Memory: 2 * T * NH floats, linear in the lengths.
+// and head, head-major (so threads working on two heads of one sequence never write one cache
+// line): att[(h * T + t) * 2 + 0] = the largest raw score q_t . k_j of row t (unscaled), and
+// att[(h * T + t) * 2 + 1] = 1 / sum_j exp((q_t . k_j - max) / sqrt(hd)), T = offsets[B]. The
+// backward recomputes the probabilities from them, bit for bit. Memory: 2 * T * NH floats, linear
+// in the lengths.
 // (The reference kernels in kernels/reference/attention.hpp keep the whole matrices instead.)
 #include <cstdint>
 
 namespace normlab::kernels {
 
 // Number of floats in the row-statistics cache: 2 * offsets[B] * NH (rows before offsets[0]
-// included, so a row's statistics sit at its token index).
+// included, so a row's statistics sit at its token index within each head's block).
 int64_t attention_cache_size(const int64_t* offsets, int64_t B, int64_t NH);  // offsets (B+1)
 
 // Forward. att may be nullptr (inference: no cache, each thread uses its own scratch). Threaded
