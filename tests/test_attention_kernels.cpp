@@ -275,33 +275,42 @@ TEST_CASE("attention backward matches central finite differences") {
 }
 
 TEST_CASE("attention is deterministic run to run and across thread counts") {
-  const std::vector<int64_t> lengths = {64, 1, 33, 128, 7, 90, 15, 2};
-  const std::vector<int64_t> offsets = offsets_of(lengths);
-  const int64_t B = int64_t(lengths.size());
-  const int64_t T = offsets[B];
-  const int64_t C = 64;
-  const int64_t NH = 4;
-  const std::vector<float> qkv = random_vector(size_t(T * 3 * C), 21);
-  const std::vector<float> dout = random_vector(size_t(T * C), 22);
-  auto run = [&](std::vector<float>& out, std::vector<float>& dqkv) {
-    out.assign(size_t(T * C), 0.0f);
-    std::vector<float> att(static_cast<size_t>(nk::attention_cache_size(offsets.data(), B, NH)));
-    nk::attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), B, C, NH);
-    dqkv.assign(size_t(T * 3 * C), 0.0f);
-    nk::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), offsets.data(), B, C, NH);
-  };
+  // Two ways of sharing the pairs out: lengths too uneven for contiguous runs of sequences to
+  // balance (the pairs are dealt out dynamically), and many similar lengths (each thread takes
+  // one contiguous run of sequences).
+  const std::vector<int64_t> uneven = {64, 1, 33, 128, 7, 90, 15, 2};
+  std::vector<int64_t> similar;
+  for (int64_t b = 0; b < 24; b++) similar.push_back(20 + (b * 7) % 21);
   const int saved_threads = normlab::num_threads();
-  std::vector<float> out1, dqkv1, out2, dqkv2, out3, dqkv3;
-  run(out1, dqkv1);
-  run(out2, dqkv2);
-  normlab::set_num_threads(saved_threads == 1 ? 2 : 1);
-  run(out3, dqkv3);
+  for (const std::vector<int64_t>& lengths : {uneven, similar}) {
+    const std::vector<int64_t> offsets = offsets_of(lengths);
+    const int64_t B = int64_t(lengths.size());
+    const int64_t T = offsets[B];
+    const int64_t C = 64;
+    const int64_t NH = 4;
+    CAPTURE(B);
+    const std::vector<float> qkv = random_vector(size_t(T * 3 * C), 21);
+    const std::vector<float> dout = random_vector(size_t(T * C), 22);
+    auto run = [&](std::vector<float>& out, std::vector<float>& dqkv) {
+      out.assign(size_t(T * C), 0.0f);
+      std::vector<float> att(static_cast<size_t>(nk::attention_cache_size(offsets.data(), B, NH)));
+      nk::attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), B, C, NH);
+      dqkv.assign(size_t(T * 3 * C), 0.0f);
+      nk::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), offsets.data(), B, C, NH);
+    };
+    std::vector<float> out1, dqkv1, out2, dqkv2;
+    normlab::set_num_threads(1);
+    run(out1, dqkv1);
+    for (int threads : {1, 2, 3}) {
+      CAPTURE(threads);
+      normlab::set_num_threads(threads);
+      run(out2, dqkv2);
+      CHECK(out1 == out2);
+      CHECK(dqkv1 == dqkv2);
+    }
+    CHECK(std::all_of(dqkv1.begin(), dqkv1.end(), [](float x) { return std::isfinite(x); }));
+  }
   normlab::set_num_threads(saved_threads);
-  CHECK(out1 == out2);
-  CHECK(dqkv1 == dqkv2);
-  CHECK(out1 == out3);
-  CHECK(dqkv1 == dqkv3);
-  CHECK(std::all_of(dqkv1.begin(), dqkv1.end(), [](float x) { return std::isfinite(x); }));
 }
 
 TEST_CASE("attention called from inside another parallel region gives the serial result") {

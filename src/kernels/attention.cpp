@@ -29,6 +29,8 @@
 #include "normlab/kernels/attention.hpp"
 #include "isa_kernels.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -428,6 +430,55 @@ int64_t work_of(const std::vector<Pair>& pairs, int64_t hd) {
   return work;
 }
 
+// Runs fn on every (sequence, head) pair, over the threads. Preferably each thread takes one
+// contiguous run of whole sequences, cut where the cumulative work crosses t / threads of the
+// total: its rows of qkv, out and dqkv are then mostly the rows the row-split GEMMs before and
+// after it give the same thread, and stay in that core's cache. When the sequences are too few
+// or too uneven for such cuts to balance (one long sequence), the pairs are dealt out longest
+// first under schedule(dynamic). Each pair writes only its own rows and head columns, so the
+// split never changes a bit.
+template <class F>
+void for_each_pair(const int64_t* offsets, int64_t B, int64_t C, int64_t NH, F&& fn) {
+  const int64_t hd = C / NH;
+  const std::vector<Pair> pairs = pairs_of(offsets, B, NH);
+  const int64_t n = static_cast<int64_t>(pairs.size());
+  const int64_t total = work_of(pairs, hd);
+  const int64_t threads = omp_get_max_threads();
+  if (total < kMinParallelWork || threads == 1 || omp_in_parallel()) {
+    for (const Pair& p : pairs) fn(p);
+    return;
+  }
+  // cuts[t]: the first sequence of thread t's run.
+  std::vector<int64_t> cuts(size_t(threads) + 1, B);
+  cuts[0] = 0;
+  int64_t done = 0, largest = 0, share_start = 0;
+  for (int64_t b = 0, t = 1; b < B; b++) {
+    const int64_t L = offsets[b + 1] - offsets[b];
+    done += L * L * hd * NH;
+    if (t < threads && done * threads >= total * t) {
+      cuts[size_t(t)] = b + 1;
+      largest = std::max(largest, done - share_start);
+      share_start = done;
+      t++;
+    }
+  }
+  largest = std::max(largest, total - share_start);
+  if (largest * threads * 8 <= total * 9) {  // every share within 12.5% of the mean
+#pragma omp parallel num_threads(int(threads))
+    {
+      const int64_t t = omp_get_thread_num();
+      for (int64_t b = cuts[size_t(t)]; b < cuts[size_t(t) + 1]; b++) {
+        const int64_t L = offsets[b + 1] - offsets[b];
+        if (L > 0)
+          for (int64_t h = 0; h < NH; h++) fn(Pair{offsets[b], L, h});
+      }
+    }
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < n; i++) fn(pairs[size_t(i)]);
+}
+
 }  // namespace
 
 int64_t attention_cache_size(const int64_t* offsets, int64_t B, int64_t NH) {
@@ -437,22 +488,16 @@ int64_t attention_cache_size(const int64_t* offsets, int64_t B, int64_t NH) {
 void attention_forward(float* out, float* att, const float* qkv, const int64_t* offsets, int64_t B,
                        int64_t C, int64_t NH) {
   check_shapes("attention_forward", offsets, B, C, NH);
-  const std::vector<Pair> pairs = pairs_of(offsets, B, NH);
-  const int64_t n = static_cast<int64_t>(pairs.size());
   const int64_t T = B > 0 ? offsets[B] : 0;
-#pragma omp parallel for schedule(dynamic, 1) if (work_of(pairs, C / NH) >= kMinParallelWork)
-  for (int64_t i = 0; i < n; i++) pair_forward(out, att, qkv, pairs[size_t(i)], T, C, NH);
+  for_each_pair(offsets, B, C, NH, [&](Pair p) { pair_forward(out, att, qkv, p, T, C, NH); });
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
                         const int64_t* offsets, int64_t B, int64_t C, int64_t NH) {
   check_shapes("attention_backward", offsets, B, C, NH);
   if (att == nullptr) throw UsageError("attention_backward: needs the row statistics (att is null)");
-  const std::vector<Pair> pairs = pairs_of(offsets, B, NH);
-  const int64_t n = static_cast<int64_t>(pairs.size());
   const int64_t T = B > 0 ? offsets[B] : 0;
-#pragma omp parallel for schedule(dynamic, 1) if (work_of(pairs, C / NH) >= kMinParallelWork)
-  for (int64_t i = 0; i < n; i++) pair_backward(dqkv, dout, qkv, att, pairs[size_t(i)], T, C, NH);
+  for_each_pair(offsets, B, C, NH, [&](Pair p) { pair_backward(dqkv, dout, qkv, att, p, T, C, NH); });
 }
 
 }  // namespace normlab::kernels::NORMLAB_KERNEL_ISA
