@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <omp.h>
+
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <set>
@@ -118,42 +121,52 @@ void Optimizer::step(float lr) {
     throw UsageError(fmt::format("optimizer: step lr must be >= 0 and finite (got {})", lr));
   step_count_++;
   const bool reference = kernels::reference::reference_kernels_enabled();
-  auto update = [&](size_t i) {
-    if (options_.name == "sgd") {
-      step_sgd(i, lr);
-    } else if (reference) {
-      step_adam_reference(i, lr);
-    } else {
-      step_adam(i, lr);
-    }
-  };
-  // A small model's parameters are mostly below the size where one tensor's loop is worth a
-  // thread team; run those tensors side by side instead (each element's update is independent, so
-  // the result is the same for any split), and the large ones one at a time, each split over threads.
-  std::vector<size_t> small, large;
+  if (reference && options_.name != "sgd") {
+    for (size_t i = 0; i < params_.size(); i++)
+      if (params_[i].second.has_grad()) step_adam_reference(i, lr);
+    return;
+  }
+  // All the parameters' elements as one index range, cut into one contiguous share per thread.
+  // Each element's update is independent, so the split changes no bit; and a thread updates the
+  // same elements every step, so their optimizer state stays in its own core's cache. One thread
+  // team for the whole update, not one per tensor.
+  std::vector<size_t> with_grad;
+  std::vector<int64_t> first;  // first[k]: index of with_grad[k]'s element 0 in the whole range
+  int64_t total = 0;
   for (size_t i = 0; i < params_.size(); i++) {
     if (!params_[i].second.has_grad()) continue;
-    (params_[i].second.numel() < kParallelMinElements ? small : large).push_back(i);
+    with_grad.push_back(i);
+    first.push_back(total);
+    total += params_[i].second.numel();
   }
-  const auto num_small = static_cast<int64_t>(small.size());
-#pragma omp parallel for schedule(dynamic, 1) if (num_small > 1)
-  for (int64_t k = 0; k < num_small; k++) update(small[size_t(k)]);
-  for (size_t i : large) update(i);
+  const bool sgd = options_.name == "sgd";
+#pragma omp parallel if (total >= kParallelMinElements)
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t lo = total * t / threads, hi = total * (t + 1) / threads;
+    for (size_t k = 0; k < with_grad.size(); k++) {
+      const int64_t begin = std::max(lo, first[k]) - first[k];
+      const int64_t end = std::min(hi, first[k] + params_[with_grad[k]].second.numel()) - first[k];
+      if (begin >= end) continue;
+      if (sgd)
+        step_sgd(with_grad[k], lr, begin, end);
+      else
+        step_adam(with_grad[k], lr, begin, end);
+    }
+  }
 }
 
 // torch.optim.SGD (dampening 0, no nesterov): d = g + wd*p; buf = momentum*buf + d; p -= lr*buf.
 // PyTorch starts buf as a copy of d, which is what momentum*0 + d gives.
-void Optimizer::step_sgd(size_t index, float lr) {
+void Optimizer::step_sgd(size_t index, float lr, int64_t begin, int64_t end) {
   Tensor& param = params_[index].second;
   float* p = param.data();              // (numel)
   const float* g = param.grad_data();   // (numel)
-  const int64_t n = param.numel();
   const float weight_decay = decay_[index] ? static_cast<float>(decimal(options_.weight_decay)) : 0.0f;
   const float momentum = static_cast<float>(decimal(options_.momentum));
   const float neg_lr = static_cast<float>(-decimal(lr));
   float* buf = momentum_buffer_.empty() ? nullptr : momentum_buffer_[index].data();  // (numel)
-#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
-  for (int64_t i = 0; i < n; i++) {
+  for (int64_t i = begin; i < end; i++) {
     float d = g[i];
     if (weight_decay != 0.0f) d = d + weight_decay * p[i];
     if (buf) {
@@ -169,13 +182,12 @@ void Optimizer::step_sgd(size_t index, float lr) {
 //   m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g
 //   p += -(lr / (1-beta1^t)) * m / (sqrt(v) / sqrt(1-beta2^t) + eps)
 // The scalars are computed in double, the state stays float32.
-void Optimizer::step_adam(size_t index, float lr) {
+void Optimizer::step_adam(size_t index, float lr, int64_t begin, int64_t end) {
   Tensor& param = params_[index].second;
   float* p = param.data();             // (numel)
   const float* g = param.grad_data();  // (numel)
   float* m = exp_avg_[index].data();     // (numel)
   float* v = exp_avg_sq_[index].data();  // (numel)
-  const int64_t n = param.numel();
 
   const double lr_d = decimal(lr);
   const double wd_d = decay_[index] ? decimal(options_.weight_decay) : 0.0;
@@ -196,8 +208,7 @@ void Optimizer::step_adam(size_t index, float lr) {
   const float eps = static_cast<float>(decimal(options_.eps));
   const float neg_step_size = static_cast<float>(-(lr_d / bias_correction1));
 
-#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
-  for (int64_t i = 0; i < n; i++) {
+  for (int64_t i = begin; i < end; i++) {
     float grad = g[i];
     if (decoupled) {
       if (wd_d != 0.0) p[i] = p[i] * param_scale;

@@ -62,8 +62,9 @@ class Optimizer {
   const nn::NamedTensors& params() const { return params_; }
 
  private:
-  void step_sgd(size_t index, float lr);
-  void step_adam(size_t index, float lr);
+  // The update of elements [begin, end) of parameter `index`.
+  void step_sgd(size_t index, float lr, int64_t begin, int64_t end);
+  void step_adam(size_t index, float lr, int64_t begin, int64_t end);
   void step_adam_reference(size_t index, float lr);  // NORMLAB_KERNELS=reference
   std::vector<std::string> state_kinds() const;  // "exp_avg", ... for this optimizer
   const std::vector<std::vector<float>>& state_buffers(const std::string& kind) const;
