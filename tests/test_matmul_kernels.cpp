@@ -159,7 +159,10 @@ TEST_CASE("matmul: K = 0 gives zeros, or leaves C unchanged when accumulating") 
 TEST_CASE("matmul: bit-identical across runs, thread counts 1, 2, 3, and the serial path") {
   ThreadCountGuard guard;
   Rng rng(11);
-  const Shape shapes[] = {{1040, 64, 192}, {64, 1040, 256}, {130, 513, 70}, {300, 257, 100}};
+  // {64, 1040, 256}, {300, 1040, 100} and {70, 800, 33} as tn at 2 threads take the split over K
+  // (a small C, K cut into two even runs of blocks; M > 256 packs A; 70 and 33 leave ragged tiles).
+  const Shape shapes[] = {{1040, 64, 192}, {64, 1040, 256}, {130, 513, 70}, {300, 257, 100},
+                          {300, 1040, 100}, {70, 800, 33}};
   for (Shape s : shapes) {
     const auto A = random_vector(s.M * s.K, rng);
     const auto B = random_vector(s.K * s.N, rng);
@@ -180,6 +183,13 @@ TEST_CASE("matmul: bit-identical across runs, thread counts 1, 2, 3, and the ser
       CHECK(std::memcmp(first.data(), two.data(), bytes) == 0);
       CHECK(std::memcmp(first.data(), three.data(), bytes) == 0);
       CHECK(std::memcmp(first.data(), serial.data(), bytes) == 0);
+      // Accumulating into a nonzero C: the blocks are added to it in the same order.
+      std::vector<float> acc1 = random_vector(s.M * s.N, rng), acc2 = acc1;
+      set_num_threads(1);
+      run(variant, acc1.data(), A, B, s, true);
+      set_num_threads(2);
+      run(variant, acc2.data(), A, B, s, true);
+      CHECK(std::memcmp(acc1.data(), acc2.data(), bytes) == 0);
     }
   }
 }

@@ -20,6 +20,9 @@
 //   Within a tile: for each K block, for each B panel (its slice stays in L1), for each row panel
 //   of A (the tile's rows of the block stay in L2): micro-kernel.
 //
+//   tn with a small C (a weight gradient: K is the batch's tokens) is split over K blocks instead
+//   (gemm_split_k), each thread a contiguous run of them, added to C in block order.
+//
 // The sum for one element of C does not depend on the tile shape, the thread count or the path:
 // an fma chain over k per K block, the blocks added to C in order.
 #include "normlab/kernels/matmul.hpp"
@@ -63,6 +66,8 @@ constexpr int64_t kMaxTileColPanels = 256 / kNR;
 constexpr int64_t kMaxInPlaceTnRows = 256;
 // Below this many multiply-adds a call runs on the calling thread: starting a team costs more.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
+// tn with several threads and a C of at most this many elements is split over K (gemm_split_k).
+constexpr int64_t kMaxSplitKOutput = 256 * 256;
 
 // One fused multiply-add, one rounding, on every path: vfmadd on avx2/avx512, glibc's exact fmaf
 // (hardware FMA when the CPU has it, software otherwise) on generic.
@@ -263,6 +268,88 @@ inline int64_t group_begin(int64_t g, int64_t panels, int64_t groups) {
   return g * panels / groups;
 }
 
+// First K block of thread t's share when the K blocks are cut into `threads` contiguous runs of
+// about equal length (in steps; the last block may be short).
+inline int64_t k_cut(int64_t t, int64_t threads, int64_t K) {
+  const int64_t k_blocks = (K + kKC - 1) / kKC;
+  return t >= threads ? k_blocks : std::min((K * t / threads + kKC / 2) / kKC, k_blocks);
+}
+
+// Whether those runs are all within 12.5% of an equal share of K.
+inline bool k_cuts_balance(int64_t threads, int64_t K) {
+  for (int64_t t = 0; t < threads; ++t) {
+    const int64_t steps = std::min(k_cut(t + 1, threads, K) * kKC, K) - k_cut(t, threads, K) * kKC;
+    if (steps * threads * 8 > K * 9 || steps * threads * 8 < K * 7) return false;
+  }
+  return true;
+}
+
+// A weight gradient dW = dY^T X (tn), split over K instead of over C. K is the batch's tokens
+// there and C is small, so a split of C makes every thread read every token's rows of dY and X,
+// half of them from the other core's cache, where the row-split GEMMs and row-wise kernels before
+// it left them. Here thread t takes a contiguous run of whole K blocks, about its own rows. Each
+// block's chain is computed from zero into that block's partial matrix, exactly as the tiled path
+// computes it; then the partials are added to C block by block, in order: C = ((C + b0) + b1) +
+// ..., or (b0 + b1) + ... when not accumulating, the tiled path's sequence of stores. So the bits
+// are the same.
+template <bool kARowsContiguous>
+void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool accumulate,
+                  int64_t threads) {
+  const int64_t row_panels = (M + kMR - 1) / kMR;
+  const int64_t col_panels = (N + kNR - 1) / kNR;
+  const int64_t k_blocks = (K + kKC - 1) / kKC;
+  const int64_t a_stride = kARowsContiguous ? A.k_stride : A.row_stride;
+  const bool pack_a = kARowsContiguous && M > kMaxInPlaceTnRows;
+  // Row panels from pack_begin on are packed per block: all of them when pack_a, else only a
+  // ragged last one.
+  const int64_t pack_begin = pack_a ? 0 : (M % kMR != 0 ? row_panels - 1 : row_panels);
+  thread_local std::vector<float> t_partials;
+  float* partials = thread_buffer(t_partials, k_blocks * M * N);  // (k_blocks, M, N)
+
+#pragma omp parallel num_threads(int(threads))
+  {
+    const int64_t t = omp_get_thread_num();
+    for (int64_t kb = k_cut(t, threads, K); kb < k_cut(t + 1, threads, K); ++kb) {
+      const int64_t k0 = kb * kKC, kc = std::min(kKC, K - k0);
+      float* packed_a = thread_buffer(t_packed_a, (row_panels - pack_begin) * kc * kMR);
+      pack_a_panels(packed_a, A, M, pack_begin, row_panels, k0, kc);
+      float* packed_b = thread_buffer(t_packed_b, kc * kNR);
+      float* part = partials + kb * M * N;
+      for (int64_t q = 0; q < col_panels; ++q) {
+        const int64_t cols = std::min(kNR, N - q * kNR);
+        pack_panel<kNR>(packed_b, B.data + q * kNR * B.row_stride + k0 * B.k_stride, B.row_stride,
+                        B.k_stride, cols, kc);
+        for (int64_t p = 0; p < row_panels; ++p) {
+          float* c = part + p * kMR * N + q * kNR;
+          if (p < pack_begin) {
+            const float* a = A.data + p * kMR * A.row_stride + k0 * A.k_stride;
+            micro_kernel<kARowsContiguous>(c, N, a, a_stride, packed_b, kc, kMR, cols, false, nullptr);
+          } else {
+            const float* a = packed_a + (p - pack_begin) * kc * kMR;
+            micro_kernel<true>(c, N, a, kMR, packed_b, kc, std::min(kMR, M - p * kMR), cols, false, nullptr);
+          }
+        }
+      }
+    }
+#pragma omp barrier
+    // The partials into C, block by block in order; rows split over the threads.
+    const int64_t i_begin = M * t / threads, i_end = M * (t + 1) / threads;
+    for (int64_t i = i_begin; i < i_end; ++i) {
+      float* c = C + i * N;
+      const float* b0 = partials + i * N;
+      if (accumulate) {
+        for (int64_t j = 0; j < N; ++j) c[j] += b0[j];
+      } else {
+        for (int64_t j = 0; j < N; ++j) c[j] = b0[j];
+      }
+      for (int64_t kb = 1; kb < k_blocks; ++kb) {
+        const float* b = partials + (kb * M + i) * N;
+        for (int64_t j = 0; j < N; ++j) c[j] += b[j];
+      }
+    }
+  }
+}
+
 // C (M,N) (+)= op(A) (M,K) @ op(B) (K,N). The Operand B describes op(B)^T: its rows are the
 // columns of C. kARowsContiguous is A.row_stride == 1 (tn), as a template parameter for the
 // kernel.
@@ -304,6 +391,10 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
       break;
   }
   const int64_t tiles = row_groups * col_groups;
+  if (kARowsContiguous && threads > 1 && M * N <= kMaxSplitKOutput && k_cuts_balance(threads, K)) {
+    gemm_split_k<kARowsContiguous>(C, A, B, M, K, N, accumulate, threads);
+    return;
+  }
   const int64_t max_tile_col_panels = (col_panels + col_groups - 1) / col_groups;
 
   // A is read in place, except for tn with many rows: its step k then reads 8 floats at a
