@@ -191,28 +191,84 @@ void copy_padded(float* dst, int64_t ld, const float* src, int64_t src_ld, int64
   }
 }
 
-// dst (cols, ld) = src (rows, cols)^T with src's row stride src_ld; dst is zero past rows.
+#if defined(__AVX2__)
+// dst (8, ld) at columns [0, 8) = src (8 rows, 8 columns)^T, src's row stride src_ld; rows past n
+// (n <= 8) read as zero.
+inline void transpose8x8(float* dst, int64_t ld, const float* src, int64_t src_ld, int64_t n) {
+  __m256 r[8];
+  for (int i = 0; i < 8; i++) r[i] = i < n ? _mm256_loadu_ps(src + i * src_ld) : _mm256_setzero_ps();
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; i++) {
+    _mm256_storeu_ps(dst + i * ld, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ld, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+  }
+}
+#endif
+
+// dst (cols, ld) = src (rows, cols)^T with src's row stride src_ld; dst is zero past rows. ld is a
+// multiple of kPad (so a block of 8 columns of dst starting below rows fits in the row).
 void transpose_padded(float* dst, int64_t ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {
   for (int64_t c = 0; c < cols; c++) std::fill(dst + c * ld + rows, dst + (c + 1) * ld, 0.0f);
+  int64_t c0 = 0;
+#if defined(__AVX2__)
+  // 8 x 8 blocks; the last block of rows reads its missing rows as zero (dst's padding)
+  for (; c0 + 8 <= cols; c0 += 8)
+    for (int64_t r0 = 0; r0 < rows; r0 += 8)
+      transpose8x8(dst + c0 * ld + r0, ld, src + r0 * src_ld + c0, src_ld, std::min<int64_t>(8, rows - r0));
+#endif
   for (int64_t r = 0; r < rows; r++)
-    for (int64_t c = 0; c < cols; c++) dst[c * ld + r] = src[r * src_ld + c];
+    for (int64_t c = c0; c < cols; c++) dst[c * ld + r] = src[r * src_ld + c];
 }
 
 // The kLanes partial sums of a row, added pairwise in a fixed order (lane l + lane l+8, then
 // halves again): the same bits whatever the vector width.
-float sum_lanes(float* lanes) {
+// The vector paths run the same additions on registers: (lo 8 + hi 8), (lo 4 + hi 4), ...
+#if defined(__AVX2__)
+inline float sum_halves(__m256 y) {  // y = the 8 sums lane l + lane l+8
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(y), _mm256_extractf128_ps(y, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+  return _mm_cvtss_f32(x);
+}
+#endif
+inline float sum_lanes(const float* lanes) {
+#if defined(__AVX2__)
+  return sum_halves(_mm256_add_ps(_mm256_loadu_ps(lanes), _mm256_loadu_ps(lanes + 8)));
+#else
+  float x[kLanes];
+  for (int64_t l = 0; l < kLanes; l++) x[l] = lanes[l];
   for (int64_t width = kLanes / 2; width >= 1; width /= 2)
-    for (int64_t l = 0; l < width; l++) lanes[l] += lanes[l + width];
-  return lanes[0];
+    for (int64_t l = 0; l < width; l++) x[l] += x[l + width];
+  return x[0];
+#endif
 }
 
 // sum of x[j] * y[j] over [0, n), n a multiple of kLanes: lane l sums j = l, l + 16, ... in order.
 float lane_dot(const float* x, const float* y, int64_t n) {
+#if defined(__AVX2__)
+  __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; j += kLanes) {
+    lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(x + j), _mm256_loadu_ps(y + j)));
+    hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(x + j + 8), _mm256_loadu_ps(y + j + 8)));
+  }
+  return sum_halves(_mm256_add_ps(lo, hi));
+#else
   float lanes[kLanes] = {};
   for (int64_t j = 0; j < n; j += kLanes)
 #pragma omp simd
     for (int64_t l = 0; l < kLanes; l++) lanes[l] += x[j + l] * y[j + l];
   return sum_lanes(lanes);
+#endif
 }
 
 // Every row loop below runs over whole chunks of kLanes floats (rows are padded to a multiple of
@@ -223,15 +279,37 @@ float lane_dot(const float* x, const float* y, int64_t n) {
 // computation, so vectorizing changes no bits.
 
 // Largest of s[0..Lp), Lp a multiple of kLanes (padding set to -inf by the caller).
+// Lane l keeps the largest of s[l], s[l + 16], ... (the first of equals: a NaN never enters, and
+// of +0 and -0 the first stays); the lanes then fold in order, lane 0 first, the same way.
 float row_max(const float* s, int64_t Lp) {
+#if defined(__AVX2__)
+  // max_ps(x, acc) = x > acc ? x : acc = std::max(acc, x), NaN and zeros alike
+  __m256 lo = _mm256_set1_ps(-INFINITY), hi = lo;
+  for (int64_t j = 0; j < Lp; j += kLanes) {
+    lo = _mm256_max_ps(_mm256_loadu_ps(s + j), lo);
+    hi = _mm256_max_ps(_mm256_loadu_ps(s + j + 8), hi);
+  }
+  // The lanes hold no NaN, so any order of folding gives the largest value; only its sign when it
+  // is zero (+0 and -0 compare equal) depends on the order: then fold lane by lane as below.
+  __m128 x = _mm_max_ps(_mm256_castps256_ps128(_mm256_max_ps(lo, hi)),
+                        _mm256_extractf128_ps(_mm256_max_ps(lo, hi), 1));
+  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_max_ss(x, _mm_shuffle_ps(x, x, 1));
+  const float m = _mm_cvtss_f32(x);
+  if (m != 0.0f) return m;
+  float lanes[kLanes];
+  _mm256_storeu_ps(lanes, lo);
+  _mm256_storeu_ps(lanes + 8, hi);
+#else
   float lanes[kLanes];
   for (int64_t l = 0; l < kLanes; l++) lanes[l] = -INFINITY;
   for (int64_t j = 0; j < Lp; j += kLanes)
 #pragma omp simd
     for (int64_t l = 0; l < kLanes; l++) lanes[l] = std::max(lanes[l], s[j + l]);
-  float m = lanes[0];
-  for (int64_t l = 1; l < kLanes; l++) m = std::max(m, lanes[l]);
-  return m;
+#endif
+  float m0 = lanes[0];
+  for (int64_t l = 1; l < kLanes; l++) m0 = std::max(m0, lanes[l]);
+  return m0;
 }
 
 // Row of raw scores s (Lp floats, the first L real) -> exponentials e_j = exp((s_j - max) * scale)
