@@ -31,7 +31,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -151,19 +150,30 @@ inline void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, 
     }
 }
 
-// The rows [0, M) of C (M, NV*kW), in tiles of R rows, then 4, then 1.
+// The last rows of C, 0 < n < R of them, as one tile of n rows (short sequences have blocks of a
+// few rows, and single-row tiles would run one fma chain per vector at a time).
+template <int R, int NV>
+inline void tile_tail(int64_t n, float* c, int64_t ldc, Strided A, const float* b, int64_t ldb,
+                      int64_t K, bool add) {
+  if constexpr (R > 1) {
+    if (n == R - 1) {
+      tile<R - 1, NV>(c, ldc, A, b, ldb, K, add);
+    } else {
+      tile_tail<R - 1, NV>(n, c, ldc, A, b, ldb, K, add);
+    }
+  }
+}
+
+// The rows [0, M) of C (M, NV*kW), in tiles of R rows, then one tile of the rows left.
 template <int R, int NV>
 inline void tile_rows(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t M,
                       int64_t K, bool add) {
   int64_t i = 0;
-  auto rows_from = [&](int64_t row) {
-    return Strided{A.data + row * A.row_stride, A.row_stride, A.k_stride};
-  };
-  for (; i + R <= M; i += R) tile<R, NV>(c + i * ldc, ldc, rows_from(i), b, ldb, K, add);
-  if constexpr (R > 4) {
-    for (; i + 4 <= M; i += 4) tile<4, NV>(c + i * ldc, ldc, rows_from(i), b, ldb, K, add);
-  }
-  for (; i < M; i++) tile<1, NV>(c + i * ldc, ldc, rows_from(i), b, ldb, K, add);
+  for (; i + R <= M; i += R)
+    tile<R, NV>(c + i * ldc, ldc, Strided{A.data + i * A.row_stride, A.row_stride, A.k_stride}, b, ldb, K, add);
+  if (i < M)
+    tile_tail<R, NV>(M - i, c + i * ldc, ldc, Strided{A.data + i * A.row_stride, A.row_stride, A.k_stride}, b,
+                     ldb, K, add);
 }
 
 // C (M, N) (+)= A (M, K) @ B (K, N). N is a multiple of kPad; B's rows have stride ldb, C's ldc.
@@ -183,10 +193,36 @@ void product(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int6
 
 // ---- row-wise pieces ----------------------------------------------------------------------------
 
+// Rows of hd floats, element by element (the same operations on every path): dst = src * x,
+// dst += src, dst = src. Short sequences do these per row as often as they do products.
+inline void scale_row(float* dst, const float* src, float x, int64_t n) {
+  int64_t c = 0;
+#if defined(__AVX2__)
+  const __m256 xv = _mm256_set1_ps(x);
+  for (; c + 8 <= n; c += 8) _mm256_storeu_ps(dst + c, _mm256_mul_ps(_mm256_loadu_ps(src + c), xv));
+#endif
+  for (; c < n; c++) dst[c] = src[c] * x;
+}
+inline void add_row(float* dst, const float* src, int64_t n) {
+  int64_t c = 0;
+#if defined(__AVX2__)
+  for (; c + 8 <= n; c += 8)
+    _mm256_storeu_ps(dst + c, _mm256_add_ps(_mm256_loadu_ps(dst + c), _mm256_loadu_ps(src + c)));
+#endif
+  for (; c < n; c++) dst[c] += src[c];
+}
+inline void copy_row(float* dst, const float* src, int64_t n) {
+  int64_t c = 0;
+#if defined(__AVX2__)
+  for (; c + 8 <= n; c += 8) _mm256_storeu_ps(dst + c, _mm256_loadu_ps(src + c));
+#endif
+  for (; c < n; c++) dst[c] = src[c];
+}
+
 // dst (rows, ld) = src (rows, cols) with row stride src_ld, zero past cols.
 void copy_padded(float* dst, int64_t ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; r++) {
-    std::memcpy(dst + r * ld, src + r * src_ld, size_t(cols) * sizeof(float));
+    copy_row(dst + r * ld, src + r * src_ld, cols);
     std::fill(dst + r * ld + cols, dst + (r + 1) * ld, 0.0f);
   }
 }
@@ -387,7 +423,7 @@ void pair_forward(float* out, float* stats, const float* qkv, Pair p, int64_t T,
     for (int64_t i = 0; i < rows; i++) {
       const float inv = row_stats(i)[1];
       float* o = out + (p.t0 + i0 + i) * C + p.h * hd;
-      for (int64_t c = 0; c < hd; c++) o[c] = ob[i * hp + c] * inv;
+      scale_row(o, ob + i * hp, inv, hd);
     }
   }
 }
@@ -428,7 +464,7 @@ void pair_backward(float* dqkv, const float* dout, const float* qkv, const float
       const float inv = st[2 * i + 1];
       const float* src = dO + (i0 + i) * C;
       float* dst = dob + i * hp;
-      for (int64_t c = 0; c < hd; c++) dst[c] = src[c] * inv;
+      scale_row(dst, src, inv, hd);
       std::fill(dst + hd, dst + hp, 0.0f);
     }
     // e, recomputed: S = Qb K^T, then the forward's exponentials from the kept max
@@ -453,16 +489,14 @@ void pair_backward(float* dqkv, const float* dout, const float* qkv, const float
     product(dqb, hp, Strided{dS, Lp, 1}, kp, hp, rows, L, hp, false);
     for (int64_t i = 0; i < rows; i++) {
       float* dqi = dq + (i0 + i) * C3;
-      for (int64_t c = 0; c < hd; c++) dqi[c] += dqb[i * hp + c];
+      add_row(dqi, dqb + i * hp, hd);
     }
   }
   for (int64_t j = 0; j < L; j++) {
     float* dkj = dk + j * C3;
     float* dvj = dv + j * C3;
-    for (int64_t c = 0; c < hd; c++) {
-      dkj[c] += dk_acc[j * hp + c];
-      dvj[c] += dv_acc[j * hp + c];
-    }
+    add_row(dkj, dk_acc + j * hp, hd);
+    add_row(dvj, dv_acc + j * hp, hd);
   }
 }
 
