@@ -408,7 +408,11 @@ void pair_forward(float* out, float* stats, const float* qkv, Pair p, int64_t T,
   float* s = vp + L * hp;                                                       // (block, Lp)
   float* ob = s + kQueryBlock * Lp;                                             // (block, hp)
   transpose_padded(kT, Lp, k, C3, L, hd);
-  copy_padded(vp, hp, v, C3, L, hd);
+  // B operands are read in place when a head's hd floats are whole vectors (hd a multiple of kPad)
+  const bool whole = hd == hp;
+  if (!whole) copy_padded(vp, hp, v, C3, L, hd);
+  const float* vb = whole ? v : vp;
+  const int64_t ldv = whole ? C3 : hp;
   float block_stats[2 * kQueryBlock];  // inference (no cache): the block's own statistics
   for (int64_t i0 = 0; i0 < L; i0 += kQueryBlock) {
     const int64_t rows = std::min(kQueryBlock, L - i0);
@@ -419,7 +423,7 @@ void pair_forward(float* out, float* stats, const float* qkv, Pair p, int64_t T,
     product(s, Lp, Strided{q + i0 * C3, C3, 1}, kT, Lp, rows, hd, Lp, false);
     for (int64_t i = 0; i < rows; i++) softmax_row(s + i * Lp, L, Lp, scale, row_stats(i));
     // Ob = (e V) / sum, row by row
-    product(ob, hp, Strided{s, Lp, 1}, vp, hp, rows, L, hp, false);
+    product(ob, hp, Strided{s, Lp, 1}, vb, ldv, rows, L, hp, false);
     for (int64_t i = 0; i < rows; i++) {
       const float inv = row_stats(i)[1];
       float* o = out + (p.t0 + i0 + i) * C + p.h * hd;
@@ -453,12 +457,21 @@ void pair_backward(float* dqkv, const float* dout, const float* qkv, const float
   float* dqb = dob + Bq * hp;    // (block, hp)
   transpose_padded(kT, Lp, k, C3, L, hd);
   transpose_padded(vT, Lp, v, C3, L, hd);
-  copy_padded(kp, hp, k, C3, L, hd);
+  // When a head's hd floats are whole vectors (hd a multiple of kPad), q and k are read in place
+  // as B operands, and the products add straight into dqkv: dq + chain, and for a single block
+  // dk + chain and dv + chain, the additions the copies through scratch made.
+  const bool whole = hd == hp;
+  const bool direct_kv = whole && L <= Bq;
+  if (!whole) copy_padded(kp, hp, k, C3, L, hd);
+  const float* kb = whole ? k : kp;
+  const int64_t ldk = whole ? C3 : hp;
   for (int64_t i0 = 0; i0 < L; i0 += Bq) {
     const int64_t rows = std::min(Bq, L - i0);
     const bool first = i0 == 0;
     const float* st = stats + stats_index(p.t0 + i0, p.h, T);  // row i's stats at st + 2 * i
-    copy_padded(qb, hp, q + i0 * C3, C3, rows, hd);
+    if (!whole) copy_padded(qb, hp, q + i0 * C3, C3, rows, hd);
+    const float* qbb = whole ? q + i0 * C3 : qb;
+    const int64_t ldq = whole ? C3 : hp;
     // dOb / sum row by row: P^T dOb = e^T (dOb / sum)
     for (int64_t i = 0; i < rows; i++) {
       const float inv = st[2 * i + 1];
@@ -483,15 +496,22 @@ void pair_backward(float* dqkv, const float* dout, const float* qkv, const float
         for (int64_t l = 0; l < kLanes; l++) di[j + l] = ei[j + l] * (di[j + l] - p_dot_dp) * factor;
     }
     // dV (+)= e^T (dOb / sum) and dK (+)= dS^T Qb: A(r = key j, k = query i) read in place
-    product(dv_acc, hp, Strided{E, 1, Lp}, dob, hp, L, rows, hp, !first);
-    product(dk_acc, hp, Strided{dS, 1, Lp}, qb, hp, L, rows, hp, !first);
+    if (direct_kv) {
+      product(dv, C3, Strided{E, 1, Lp}, dob, hp, L, rows, hp, true);
+      product(dk, C3, Strided{dS, 1, Lp}, qbb, ldq, L, rows, hp, true);
+    } else {
+      product(dv_acc, hp, Strided{E, 1, Lp}, dob, hp, L, rows, hp, !first);
+      product(dk_acc, hp, Strided{dS, 1, Lp}, qbb, ldq, L, rows, hp, !first);
+    }
     // dQb = dS K, added to dq
-    product(dqb, hp, Strided{dS, Lp, 1}, kp, hp, rows, L, hp, false);
-    for (int64_t i = 0; i < rows; i++) {
-      float* dqi = dq + (i0 + i) * C3;
-      add_row(dqi, dqb + i * hp, hd);
+    if (whole) {
+      product(dq + i0 * C3, C3, Strided{dS, Lp, 1}, kb, ldk, rows, L, hp, true);
+    } else {
+      product(dqb, hp, Strided{dS, Lp, 1}, kb, ldk, rows, L, hp, false);
+      for (int64_t i = 0; i < rows; i++) add_row(dq + (i0 + i) * C3, dqb + i * hp, hd);
     }
   }
+  if (direct_kv) return;
   for (int64_t j = 0; j < L; j++) {
     float* dkj = dk + j * C3;
     float* dvj = dv + j * C3;
