@@ -192,9 +192,10 @@ TEST_CASE("bit identity across paths: cross-entropy and embedding") {
 }
 
 TEST_CASE("bit identity across paths: attention forward and backward over a packed batch") {
-  // Head dims 16 and 20 (one padded vector of 16, or two): lengths 1..100 give whole and partial
-  // register tiles, a second query block (48 rows) and rows padded to 16 floats.
-  for (const auto& [C, NH] : {std::pair<int64_t, int64_t>{48, 3}, {40, 2}}) {
+  // Head dims 16 and 20 (one padded vector of 16, or two), 12 and 3 (the 8x8 transpose blocks and
+  // the 8-float row loops with a scalar tail, or with none taken): lengths 1..100 give whole and
+  // partial register tiles, a second query block (48 rows) and rows padded to 16 floats.
+  for (const auto& [C, NH] : {std::pair<int64_t, int64_t>{48, 3}, {40, 2}, {36, 3}, {12, 4}}) {
   CAPTURE(C);
   const std::vector<int64_t> offsets{0, 1, 9, 30, 30, 43, 143};
   const int64_t B = int64_t(offsets.size()) - 1, T = offsets.back();

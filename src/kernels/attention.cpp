@@ -33,7 +33,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -153,19 +152,30 @@ inline void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, 
     }
 }
 
-// The rows [0, M) of C (M, NV*kW), in tiles of R rows, then 4, then 1.
+// The last rows of C, 0 < n < R of them, as one tile of n rows (short sequences have blocks of a
+// few rows, and single-row tiles would run one fma chain per vector at a time).
+template <int R, int NV>
+inline void tile_tail(int64_t n, float* c, int64_t ldc, Strided A, const float* b, int64_t ldb,
+                      int64_t K, bool add) {
+  if constexpr (R > 1) {
+    if (n == R - 1) {
+      tile<R - 1, NV>(c, ldc, A, b, ldb, K, add);
+    } else {
+      tile_tail<R - 1, NV>(n, c, ldc, A, b, ldb, K, add);
+    }
+  }
+}
+
+// The rows [0, M) of C (M, NV*kW), in tiles of R rows, then one tile of the rows left.
 template <int R, int NV>
 inline void tile_rows(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t M,
                       int64_t K, bool add) {
   int64_t i = 0;
-  auto rows_from = [&](int64_t row) {
-    return Strided{A.data + row * A.row_stride, A.row_stride, A.k_stride};
-  };
-  for (; i + R <= M; i += R) tile<R, NV>(c + i * ldc, ldc, rows_from(i), b, ldb, K, add);
-  if constexpr (R > 4) {
-    for (; i + 4 <= M; i += 4) tile<4, NV>(c + i * ldc, ldc, rows_from(i), b, ldb, K, add);
-  }
-  for (; i < M; i++) tile<1, NV>(c + i * ldc, ldc, rows_from(i), b, ldb, K, add);
+  for (; i + R <= M; i += R)
+    tile<R, NV>(c + i * ldc, ldc, Strided{A.data + i * A.row_stride, A.row_stride, A.k_stride}, b, ldb, K, add);
+  if (i < M)
+    tile_tail<R, NV>(M - i, c + i * ldc, ldc, Strided{A.data + i * A.row_stride, A.row_stride, A.k_stride}, b,
+                     ldb, K, add);
 }
 
 // C (M, N) (+)= A (M, K) @ B (K, N). N is a multiple of kPad; B's rows have stride ldb, C's ldc.
@@ -185,36 +195,118 @@ void product(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int6
 
 // ---- row-wise pieces ----------------------------------------------------------------------------
 
+// Rows of hd floats, element by element (the same operations on every path): dst = src * x,
+// dst += src, dst = src. Short sequences do these per row as often as they do products.
+inline void scale_row(float* dst, const float* src, float x, int64_t n) {
+  int64_t c = 0;
+#if defined(__AVX2__)
+  const __m256 xv = _mm256_set1_ps(x);
+  for (; c + 8 <= n; c += 8) _mm256_storeu_ps(dst + c, _mm256_mul_ps(_mm256_loadu_ps(src + c), xv));
+#endif
+  for (; c < n; c++) dst[c] = src[c] * x;
+}
+inline void add_row(float* dst, const float* src, int64_t n) {
+  int64_t c = 0;
+#if defined(__AVX2__)
+  for (; c + 8 <= n; c += 8)
+    _mm256_storeu_ps(dst + c, _mm256_add_ps(_mm256_loadu_ps(dst + c), _mm256_loadu_ps(src + c)));
+#endif
+  for (; c < n; c++) dst[c] += src[c];
+}
+inline void copy_row(float* dst, const float* src, int64_t n) {
+  int64_t c = 0;
+#if defined(__AVX2__)
+  for (; c + 8 <= n; c += 8) _mm256_storeu_ps(dst + c, _mm256_loadu_ps(src + c));
+#endif
+  for (; c < n; c++) dst[c] = src[c];
+}
+
 // dst (rows, ld) = src (rows, cols) with row stride src_ld, zero past cols.
 void copy_padded(float* dst, int64_t ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; r++) {
-    std::memcpy(dst + r * ld, src + r * src_ld, size_t(cols) * sizeof(float));
+    copy_row(dst + r * ld, src + r * src_ld, cols);
     std::fill(dst + r * ld + cols, dst + (r + 1) * ld, 0.0f);
   }
 }
 
-// dst (cols, ld) = src (rows, cols)^T with src's row stride src_ld; dst is zero past rows.
+#if defined(__AVX2__)
+// dst (8, ld) at columns [0, 8) = src (8 rows, 8 columns)^T, src's row stride src_ld; rows past n
+// (n <= 8) read as zero.
+inline void transpose8x8(float* dst, int64_t ld, const float* src, int64_t src_ld, int64_t n) {
+  __m256 r[8];
+  for (int i = 0; i < 8; i++) r[i] = i < n ? _mm256_loadu_ps(src + i * src_ld) : _mm256_setzero_ps();
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; i++) {
+    _mm256_storeu_ps(dst + i * ld, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ld, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+  }
+}
+#endif
+
+// dst (cols, ld) = src (rows, cols)^T with src's row stride src_ld; dst is zero past rows. ld is a
+// multiple of kPad (so a block of 8 columns of dst starting below rows fits in the row).
 void transpose_padded(float* dst, int64_t ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {
   for (int64_t c = 0; c < cols; c++) std::fill(dst + c * ld + rows, dst + (c + 1) * ld, 0.0f);
+  int64_t c0 = 0;
+#if defined(__AVX2__)
+  // 8 x 8 blocks; the last block of rows reads its missing rows as zero (dst's padding)
+  for (; c0 + 8 <= cols; c0 += 8)
+    for (int64_t r0 = 0; r0 < rows; r0 += 8)
+      transpose8x8(dst + c0 * ld + r0, ld, src + r0 * src_ld + c0, src_ld, std::min<int64_t>(8, rows - r0));
+#endif
   for (int64_t r = 0; r < rows; r++)
-    for (int64_t c = 0; c < cols; c++) dst[c * ld + r] = src[r * src_ld + c];
+    for (int64_t c = c0; c < cols; c++) dst[c * ld + r] = src[r * src_ld + c];
 }
 
 // The kLanes partial sums of a row, added pairwise in a fixed order (lane l + lane l+8, then
 // halves again): the same bits whatever the vector width.
-float sum_lanes(float* lanes) {
+// The vector paths run the same additions on registers: (lo 8 + hi 8), (lo 4 + hi 4), ...
+#if defined(__AVX2__)
+inline float sum_halves(__m256 y) {  // y = the 8 sums lane l + lane l+8
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(y), _mm256_extractf128_ps(y, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+  return _mm_cvtss_f32(x);
+}
+#endif
+inline float sum_lanes(const float* lanes) {
+#if defined(__AVX2__)
+  return sum_halves(_mm256_add_ps(_mm256_loadu_ps(lanes), _mm256_loadu_ps(lanes + 8)));
+#else
+  float x[kLanes];
+  for (int64_t l = 0; l < kLanes; l++) x[l] = lanes[l];
   for (int64_t width = kLanes / 2; width >= 1; width /= 2)
-    for (int64_t l = 0; l < width; l++) lanes[l] += lanes[l + width];
-  return lanes[0];
+    for (int64_t l = 0; l < width; l++) x[l] += x[l + width];
+  return x[0];
+#endif
 }
 
 // sum of x[j] * y[j] over [0, n), n a multiple of kLanes: lane l sums j = l, l + 16, ... in order.
 float lane_dot(const float* x, const float* y, int64_t n) {
+#if defined(__AVX2__)
+  __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; j += kLanes) {
+    lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(x + j), _mm256_loadu_ps(y + j)));
+    hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(x + j + 8), _mm256_loadu_ps(y + j + 8)));
+  }
+  return sum_halves(_mm256_add_ps(lo, hi));
+#else
   float lanes[kLanes] = {};
   for (int64_t j = 0; j < n; j += kLanes)
 #pragma omp simd
     for (int64_t l = 0; l < kLanes; l++) lanes[l] += x[j + l] * y[j + l];
   return sum_lanes(lanes);
+#endif
 }
 
 // Every row loop below runs over whole chunks of kLanes floats (rows are padded to a multiple of
@@ -225,15 +317,37 @@ float lane_dot(const float* x, const float* y, int64_t n) {
 // computation, so vectorizing changes no bits.
 
 // Largest of s[0..Lp), Lp a multiple of kLanes (padding set to -inf by the caller).
+// Lane l keeps the largest of s[l], s[l + 16], ... (the first of equals: a NaN never enters, and
+// of +0 and -0 the first stays); the lanes then fold in order, lane 0 first, the same way.
 float row_max(const float* s, int64_t Lp) {
+#if defined(__AVX2__)
+  // max_ps(x, acc) = x > acc ? x : acc = std::max(acc, x), NaN and zeros alike
+  __m256 lo = _mm256_set1_ps(-INFINITY), hi = lo;
+  for (int64_t j = 0; j < Lp; j += kLanes) {
+    lo = _mm256_max_ps(_mm256_loadu_ps(s + j), lo);
+    hi = _mm256_max_ps(_mm256_loadu_ps(s + j + 8), hi);
+  }
+  // The lanes hold no NaN, so any order of folding gives the largest value; only its sign when it
+  // is zero (+0 and -0 compare equal) depends on the order: then fold lane by lane as below.
+  __m128 x = _mm_max_ps(_mm256_castps256_ps128(_mm256_max_ps(lo, hi)),
+                        _mm256_extractf128_ps(_mm256_max_ps(lo, hi), 1));
+  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_max_ss(x, _mm_shuffle_ps(x, x, 1));
+  const float m = _mm_cvtss_f32(x);
+  if (m != 0.0f) return m;
+  float lanes[kLanes];
+  _mm256_storeu_ps(lanes, lo);
+  _mm256_storeu_ps(lanes + 8, hi);
+#else
   float lanes[kLanes];
   for (int64_t l = 0; l < kLanes; l++) lanes[l] = -INFINITY;
   for (int64_t j = 0; j < Lp; j += kLanes)
 #pragma omp simd
     for (int64_t l = 0; l < kLanes; l++) lanes[l] = std::max(lanes[l], s[j + l]);
-  float m = lanes[0];
-  for (int64_t l = 1; l < kLanes; l++) m = std::max(m, lanes[l]);
-  return m;
+#endif
+  float m0 = lanes[0];
+  for (int64_t l = 1; l < kLanes; l++) m0 = std::max(m0, lanes[l]);
+  return m0;
 }
 
 // Row of raw scores s (Lp floats, the first L real) -> exponentials e_j = exp((s_j - max) * scale)
@@ -296,7 +410,11 @@ void pair_forward(float* out, float* stats, const float* qkv, Pair p, int64_t T,
   float* s = vp + L * hp;                                                       // (block, Lp)
   float* ob = s + kQueryBlock * Lp;                                             // (block, hp)
   transpose_padded(kT, Lp, k, C3, L, hd);
-  copy_padded(vp, hp, v, C3, L, hd);
+  // B operands are read in place when a head's hd floats are whole vectors (hd a multiple of kPad)
+  const bool whole = hd == hp;
+  if (!whole) copy_padded(vp, hp, v, C3, L, hd);
+  const float* vb = whole ? v : vp;
+  const int64_t ldv = whole ? C3 : hp;
   float block_stats[2 * kQueryBlock];  // inference (no cache): the block's own statistics
   for (int64_t i0 = 0; i0 < L; i0 += kQueryBlock) {
     const int64_t rows = std::min(kQueryBlock, L - i0);
@@ -307,11 +425,11 @@ void pair_forward(float* out, float* stats, const float* qkv, Pair p, int64_t T,
     product(s, Lp, Strided{q + i0 * C3, C3, 1}, kT, Lp, rows, hd, Lp, false);
     for (int64_t i = 0; i < rows; i++) softmax_row(s + i * Lp, L, Lp, scale, row_stats(i));
     // Ob = (e V) / sum, row by row
-    product(ob, hp, Strided{s, Lp, 1}, vp, hp, rows, L, hp, false);
+    product(ob, hp, Strided{s, Lp, 1}, vb, ldv, rows, L, hp, false);
     for (int64_t i = 0; i < rows; i++) {
       const float inv = row_stats(i)[1];
       float* o = out + (p.t0 + i0 + i) * C + p.h * hd;
-      for (int64_t c = 0; c < hd; c++) o[c] = ob[i * hp + c] * inv;
+      scale_row(o, ob + i * hp, inv, hd);
     }
   }
 }
@@ -341,18 +459,27 @@ void pair_backward(float* dqkv, const float* dout, const float* qkv, const float
   float* dqb = dob + Bq * hp;    // (block, hp)
   transpose_padded(kT, Lp, k, C3, L, hd);
   transpose_padded(vT, Lp, v, C3, L, hd);
-  copy_padded(kp, hp, k, C3, L, hd);
+  // When a head's hd floats are whole vectors (hd a multiple of kPad), q and k are read in place
+  // as B operands, and the products add straight into dqkv: dq + chain, and for a single block
+  // dk + chain and dv + chain, the additions the copies through scratch made.
+  const bool whole = hd == hp;
+  const bool direct_kv = whole && L <= Bq;
+  if (!whole) copy_padded(kp, hp, k, C3, L, hd);
+  const float* kb = whole ? k : kp;
+  const int64_t ldk = whole ? C3 : hp;
   for (int64_t i0 = 0; i0 < L; i0 += Bq) {
     const int64_t rows = std::min(Bq, L - i0);
     const bool first = i0 == 0;
     const float* st = stats + stats_index(p.t0 + i0, p.h, T);  // row i's stats at st + 2 * i
-    copy_padded(qb, hp, q + i0 * C3, C3, rows, hd);
+    if (!whole) copy_padded(qb, hp, q + i0 * C3, C3, rows, hd);
+    const float* qbb = whole ? q + i0 * C3 : qb;
+    const int64_t ldq = whole ? C3 : hp;
     // dOb / sum row by row: P^T dOb = e^T (dOb / sum)
     for (int64_t i = 0; i < rows; i++) {
       const float inv = st[2 * i + 1];
       const float* src = dO + (i0 + i) * C;
       float* dst = dob + i * hp;
-      for (int64_t c = 0; c < hd; c++) dst[c] = src[c] * inv;
+      scale_row(dst, src, inv, hd);
       std::fill(dst + hd, dst + hp, 0.0f);
     }
     // e, recomputed: S = Qb K^T, then the forward's exponentials from the kept max
@@ -371,22 +498,27 @@ void pair_backward(float* dqkv, const float* dout, const float* qkv, const float
         for (int64_t l = 0; l < kLanes; l++) di[j + l] = ei[j + l] * (di[j + l] - p_dot_dp) * factor;
     }
     // dV (+)= e^T (dOb / sum) and dK (+)= dS^T Qb: A(r = key j, k = query i) read in place
-    product(dv_acc, hp, Strided{E, 1, Lp}, dob, hp, L, rows, hp, !first);
-    product(dk_acc, hp, Strided{dS, 1, Lp}, qb, hp, L, rows, hp, !first);
+    if (direct_kv) {
+      product(dv, C3, Strided{E, 1, Lp}, dob, hp, L, rows, hp, true);
+      product(dk, C3, Strided{dS, 1, Lp}, qbb, ldq, L, rows, hp, true);
+    } else {
+      product(dv_acc, hp, Strided{E, 1, Lp}, dob, hp, L, rows, hp, !first);
+      product(dk_acc, hp, Strided{dS, 1, Lp}, qbb, ldq, L, rows, hp, !first);
+    }
     // dQb = dS K, added to dq
-    product(dqb, hp, Strided{dS, Lp, 1}, kp, hp, rows, L, hp, false);
-    for (int64_t i = 0; i < rows; i++) {
-      float* dqi = dq + (i0 + i) * C3;
-      for (int64_t c = 0; c < hd; c++) dqi[c] += dqb[i * hp + c];
+    if (whole) {
+      product(dq + i0 * C3, C3, Strided{dS, Lp, 1}, kb, ldk, rows, L, hp, true);
+    } else {
+      product(dqb, hp, Strided{dS, Lp, 1}, kb, ldk, rows, L, hp, false);
+      for (int64_t i = 0; i < rows; i++) add_row(dq + (i0 + i) * C3, dqb + i * hp, hd);
     }
   }
+  if (direct_kv) return;
   for (int64_t j = 0; j < L; j++) {
     float* dkj = dk + j * C3;
     float* dvj = dv + j * C3;
-    for (int64_t c = 0; c < hd; c++) {
-      dkj[c] += dk_acc[j * hp + c];
-      dvj[c] += dv_acc[j * hp + c];
-    }
+    add_row(dkj, dk_acc + j * hp, hd);
+    add_row(dvj, dv_acc + j * hp, hd);
   }
 }
 
