@@ -268,6 +268,27 @@ inline int64_t group_begin(int64_t g, int64_t panels, int64_t groups) {
   return g * panels / groups;
 }
 
+// Row panels [p_begin, p_end) of op(A), K block [k0, k0 + kc), times one packed B panel slice
+// b (kc, kNR): C's rows of those panels, first `cols` columns, (+)= the product (micro_kernel's
+// add and bias). Panels from pack_begin on are read from packed_a (consecutive (kc, kMR) panels,
+// the first being panel pack_begin), the others in place.
+template <bool kARowsContiguous>
+void row_panels_times(float* C, int64_t ldc, Operand A, int64_t M, const float* packed_a, int64_t pack_begin,
+                      int64_t p_begin, int64_t p_end, int64_t k0, int64_t kc, const float* b, int64_t cols,
+                      bool add, const float* bias) {
+  const int64_t a_stride = kARowsContiguous ? A.k_stride : A.row_stride;
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    float* c = C + p * kMR * ldc;
+    if (p < pack_begin) {
+      const float* a = A.data + p * kMR * A.row_stride + k0 * A.k_stride;
+      micro_kernel<kARowsContiguous>(c, ldc, a, a_stride, b, kc, kMR, cols, add, bias);
+    } else {
+      const float* a = packed_a + (p - pack_begin) * kc * kMR;
+      micro_kernel<true>(c, ldc, a, kMR, b, kc, std::min(kMR, M - p * kMR), cols, add, bias);
+    }
+  }
+}
+
 // First K block of thread t's share when the K blocks are cut into `threads` contiguous runs of
 // about equal length (in steps; the last block may be short).
 inline int64_t k_cut(int64_t t, int64_t threads, int64_t K) {
@@ -298,7 +319,6 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
   const int64_t row_panels = (M + kMR - 1) / kMR;
   const int64_t col_panels = (N + kNR - 1) / kNR;
   const int64_t k_blocks = (K + kKC - 1) / kKC;
-  const int64_t a_stride = kARowsContiguous ? A.k_stride : A.row_stride;
   const bool pack_a = kARowsContiguous && M > kMaxInPlaceTnRows;
   // Row panels from pack_begin on are packed per block: all of them when pack_a, else only a
   // ragged last one.
@@ -319,16 +339,8 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
         const int64_t cols = std::min(kNR, N - q * kNR);
         pack_panel<kNR>(packed_b, B.data + q * kNR * B.row_stride + k0 * B.k_stride, B.row_stride,
                         B.k_stride, cols, kc);
-        for (int64_t p = 0; p < row_panels; ++p) {
-          float* c = part + p * kMR * N + q * kNR;
-          if (p < pack_begin) {
-            const float* a = A.data + p * kMR * A.row_stride + k0 * A.k_stride;
-            micro_kernel<kARowsContiguous>(c, N, a, a_stride, packed_b, kc, kMR, cols, false, nullptr);
-          } else {
-            const float* a = packed_a + (p - pack_begin) * kc * kMR;
-            micro_kernel<true>(c, N, a, kMR, packed_b, kc, std::min(kMR, M - p * kMR), cols, false, nullptr);
-          }
-        }
+        row_panels_times<kARowsContiguous>(part + q * kNR, N, A, M, packed_a, pack_begin, 0, row_panels, k0, kc,
+                                           packed_b, cols, false, nullptr);
       }
     }
 #pragma omp barrier
@@ -366,7 +378,6 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
   }
   const int64_t row_panels = (M + kMR - 1) / kMR;
   const int64_t col_panels = (N + kNR - 1) / kNR;
-  const int64_t a_stride = kARowsContiguous ? A.k_stride : A.row_stride;
 
   // Tiles: a grid of row_groups x col_groups, each tile packs the B panels of its columns itself
   // (no barrier, and the packed panels sit in the cache of the core that uses them). With several
@@ -438,16 +449,8 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
         const int64_t cols = std::min(kNR, N - q * kNR);
         const float* b = packed_b + (q - q_begin) * K * kNR + k0 * kNR;
         const float* bias_q = bias != nullptr ? bias + q * kNR : nullptr;
-        for (int64_t p = p_begin; p < p_end; ++p) {
-          float* c = C + p * kMR * N + q * kNR;
-          if (p < pack_begin) {
-            const float* a = A.data + p * kMR * A.row_stride + k0 * A.k_stride;
-            micro_kernel<kARowsContiguous>(c, N, a, a_stride, b, kc, kMR, cols, add, bias_q);
-          } else {
-            const float* a = packed_a + (p - pack_begin) * kc * kMR;
-            micro_kernel<true>(c, N, a, kMR, b, kc, std::min(kMR, M - p * kMR), cols, add, bias_q);
-          }
-        }
+        row_panels_times<kARowsContiguous>(C + q * kNR, N, A, M, packed_a, pack_begin, p_begin, p_end, k0, kc, b,
+                                           cols, add, bias_q);
       }
     }
   };
