@@ -66,8 +66,11 @@ constexpr int64_t kMaxTileColPanels = 256 / kNR;
 constexpr int64_t kMaxInPlaceTnRows = 256;
 // Below this many multiply-adds a call runs on the calling thread: starting a team costs more.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
-// tn with several threads and a C of at most this many elements is split over K (gemm_split_k).
+// tn with several threads and a C of at most this many elements is split over K (gemm_split_k),
+// as long as its per-block partials (one C per 256 steps of K) stay within this many floats
+// (16 MiB): a batch of 16k tokens at C = 64 x 256.
 constexpr int64_t kMaxSplitKOutput = 256 * 256;
+constexpr int64_t kMaxSplitKPartials = int64_t{1} << 22;
 
 // One fused multiply-add, one rounding, on every path: vfmadd on avx2/avx512, glibc's exact fmaf
 // (hardware FMA when the CPU has it, software otherwise) on generic.
@@ -402,7 +405,8 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
       break;
   }
   const int64_t tiles = row_groups * col_groups;
-  if (kARowsContiguous && threads > 1 && M * N <= kMaxSplitKOutput && k_cuts_balance(threads, K)) {
+  if (kARowsContiguous && threads > 1 && M * N <= kMaxSplitKOutput &&
+      (K + kKC - 1) / kKC * M * N <= kMaxSplitKPartials && k_cuts_balance(threads, K)) {
     gemm_split_k<kARowsContiguous>(C, A, B, M, K, N, accumulate, threads);
     return;
   }
