@@ -213,6 +213,29 @@ TEST_CASE("matmul: the serial path runs from inside the caller's OpenMP loop") {
   CHECK(std::memcmp(inside.data(), outside.data(), inside.size() * sizeof(float)) == 0);
 }
 
+TEST_CASE("matmul: a parallel call from inside the caller's OpenMP region gives the same bits") {
+  // Nested regions run with one thread: every path must still cover all of C (the tn shapes take
+  // the split over K at 2 threads when called from outside).
+  ThreadCountGuard guard;
+  set_num_threads(2);
+  Rng rng(9);
+  const Shape shapes[] = {{64, 1040, 64}, {1040, 64, 192}};
+  for (Shape s : shapes) {
+    const auto A = random_vector(s.M * s.K, rng);
+    const auto B = random_vector(s.K * s.N, rng);
+    for (char variant : {'n', 'T'}) {
+      CAPTURE(describe(variant, s));
+      std::vector<float> outside(s.M * s.N), inside(2 * s.M * s.N);
+      run(variant, outside.data(), A, B, s, false);
+#pragma omp parallel for schedule(static) num_threads(2)
+      for (int64_t copy = 0; copy < 2; copy++) run(variant, inside.data() + copy * s.M * s.N, A, B, s, false);
+      const size_t bytes = static_cast<size_t>(s.M * s.N) * sizeof(float);
+      CHECK(std::memcmp(outside.data(), inside.data(), bytes) == 0);
+      CHECK(std::memcmp(outside.data(), inside.data() + s.M * s.N, bytes) == 0);
+    }
+  }
+}
+
 namespace {
 
 // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias, in double.

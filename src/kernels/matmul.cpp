@@ -331,8 +331,9 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
 
 #pragma omp parallel num_threads(int(threads))
   {
-    const int64_t t = omp_get_thread_num();
-    for (int64_t kb = k_cut(t, threads, K); kb < k_cut(t + 1, threads, K); ++kb) {
+    // The team as it runs: one thread when this call is nested in the caller's region.
+    const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
+    for (int64_t kb = k_cut(t, team, K); kb < k_cut(t + 1, team, K); ++kb) {
       const int64_t k0 = kb * kKC, kc = std::min(kKC, K - k0);
       float* packed_a = thread_buffer(t_packed_a, (row_panels - pack_begin) * kc * kMR);
       pack_a_panels(packed_a, A, M, pack_begin, row_panels, k0, kc);
@@ -348,7 +349,7 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
     }
 #pragma omp barrier
     // The partials into C, block by block in order; rows split over the threads.
-    const int64_t i_begin = M * t / threads, i_end = M * (t + 1) / threads;
+    const int64_t i_begin = M * t / team, i_end = M * (t + 1) / team;
     for (int64_t i = i_begin; i < i_end; ++i) {
       float* c = C + i * N;
       const float* b0 = partials + i * N;
@@ -379,6 +380,13 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
     }
     return;
   }
+  if (M * N * K < kMinParallelMacs) parallel = false;
+  const int64_t threads = parallel ? omp_get_max_threads() : 1;
+  if (kARowsContiguous && threads > 1 && M * N <= kMaxSplitKOutput &&
+      (K + kKC - 1) / kKC * M * N <= kMaxSplitKPartials && k_cuts_balance(threads, K)) {
+    gemm_split_k<kARowsContiguous>(C, A, B, M, K, N, accumulate, threads);
+    return;
+  }
   const int64_t row_panels = (M + kMR - 1) / kMR;
   const int64_t col_panels = (N + kNR - 1) / kNR;
 
@@ -391,8 +399,6 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
   // what, never how an element is summed.
   int64_t row_groups = (row_panels + kMaxTileRowPanels - 1) / kMaxTileRowPanels;
   int64_t col_groups = (col_panels + kMaxTileColPanels - 1) / kMaxTileColPanels;
-  if (M * N * K < kMinParallelMacs) parallel = false;
-  const int64_t threads = parallel ? omp_get_max_threads() : 1;
   const bool split_columns_first = N >= M;
   while ((row_groups * col_groups) % threads != 0) {
     if (split_columns_first && col_groups < col_panels)
@@ -405,11 +411,6 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
       break;
   }
   const int64_t tiles = row_groups * col_groups;
-  if (kARowsContiguous && threads > 1 && M * N <= kMaxSplitKOutput &&
-      (K + kKC - 1) / kKC * M * N <= kMaxSplitKPartials && k_cuts_balance(threads, K)) {
-    gemm_split_k<kARowsContiguous>(C, A, B, M, K, N, accumulate, threads);
-    return;
-  }
   const int64_t max_tile_col_panels = (col_panels + col_groups - 1) / col_groups;
 
   // A is read in place, except for tn with many rows: its step k then reads 8 floats at a
