@@ -556,12 +556,6 @@ std::vector<Pair> pairs_of(const int64_t* offsets, int64_t B, int64_t NH) {
 // Below this much work (sum of L^2 * hd over pairs) the pairs run on the calling thread.
 constexpr int64_t kMinParallelWork = int64_t{1} << 16;
 
-int64_t work_of(const std::vector<Pair>& pairs, int64_t hd) {
-  int64_t work = 0;
-  for (const Pair& p : pairs) work += p.L * p.L * hd;
-  return work;
-}
-
 // Runs fn on every (sequence, head) pair, over the threads. Preferably each thread takes one
 // contiguous run of whole sequences, cut where the cumulative work crosses t / threads of the
 // total: its rows of qkv, out and dqkv are then mostly the rows the row-split GEMMs before and
@@ -572,12 +566,22 @@ int64_t work_of(const std::vector<Pair>& pairs, int64_t hd) {
 template <class F>
 void for_each_pair(const int64_t* offsets, int64_t B, int64_t C, int64_t NH, F&& fn) {
   const int64_t hd = C / NH;
-  const std::vector<Pair> pairs = pairs_of(offsets, B, NH);
-  const int64_t n = static_cast<int64_t>(pairs.size());
-  const int64_t total = work_of(pairs, hd);
+  // Every pair of sequences [b_begin, b_end), in order.
+  auto run_sequences = [&](int64_t b_begin, int64_t b_end) {
+    for (int64_t b = b_begin; b < b_end; b++) {
+      const int64_t L = offsets[b + 1] - offsets[b];
+      if (L > 0)
+        for (int64_t h = 0; h < NH; h++) fn(Pair{offsets[b], L, h});
+    }
+  };
+  int64_t total = 0;
+  for (int64_t b = 0; b < B; b++) {
+    const int64_t L = offsets[b + 1] - offsets[b];
+    total += L * L * hd * NH;
+  }
   const int64_t threads = omp_get_max_threads();
   if (total < kMinParallelWork || threads == 1 || omp_in_parallel()) {
-    for (const Pair& p : pairs) fn(p);
+    run_sequences(0, B);
     return;
   }
   // cuts[t]: the first sequence of thread t's run.
@@ -599,14 +603,12 @@ void for_each_pair(const int64_t* offsets, int64_t B, int64_t C, int64_t NH, F&&
 #pragma omp parallel num_threads(int(threads))
     {
       const int64_t t = omp_get_thread_num();
-      for (int64_t b = cuts[size_t(t)]; b < cuts[size_t(t) + 1]; b++) {
-        const int64_t L = offsets[b + 1] - offsets[b];
-        if (L > 0)
-          for (int64_t h = 0; h < NH; h++) fn(Pair{offsets[b], L, h});
-      }
+      run_sequences(cuts[size_t(t)], cuts[size_t(t) + 1]);
     }
     return;
   }
+  const std::vector<Pair> pairs = pairs_of(offsets, B, NH);
+  const int64_t n = static_cast<int64_t>(pairs.size());
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t i = 0; i < n; i++) fn(pairs[size_t(i)]);
 }
