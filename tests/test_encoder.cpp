@@ -183,29 +183,47 @@ SeqResult run_in_batch(nn::TransformerEncoder& encoder, const std::vector<std::v
   r.grad.assign(all_grad.begin() + offsets[which] * d, all_grad.begin() + offsets[which + 1] * d);
   return r;
 }
+
+// The batch-mates tests' data, (len, d) sequences drawn from rng: a target of 6 tokens, a batch
+// of four with the target second, and the loss weights of the target's 6 x d outputs.
+struct BatchMates {
+  std::vector<float> target;
+  std::vector<std::vector<float>> batch;
+  std::vector<float> weights;
+};
+BatchMates batch_mates(int64_t d, Rng& rng) {
+  auto random_seq = [&](int64_t len) { return Tensor::normal({len, d}, rng).to_vector(); };
+  BatchMates m;
+  m.target = random_seq(6);
+  m.batch = {random_seq(11), m.target, random_seq(2), random_seq(17)};
+  m.weights = Tensor::normal({6, d}, rng).to_vector();
+  return m;
+}
+
+// Their encoder: 4 heads, 2 layers, feed-forward 32.
+nn::EncoderOptions batch_mates_options(int64_t d, nn::NormKind norm, nn::Placement placement) {
+  nn::EncoderOptions opts;
+  opts.d_model = d;
+  opts.num_heads = 4;
+  opts.num_layers = 2;
+  opts.dim_feedforward = 32;
+  opts.norm = norm;
+  opts.placement = placement;
+  return opts;
+}
 }  // namespace
 
 TEST_CASE("encoder: a sequence's result does not depend on its batch-mates, except with BatchNorm") {
   const int64_t d = 16;
   Rng rng(3);
-  auto random_seq = [&](int64_t len) { return Tensor::normal({len, d}, rng).to_vector(); };
-  const std::vector<float> target = random_seq(6);
-  const std::vector<std::vector<float>> batch{random_seq(11), target, random_seq(2), random_seq(17)};
-  const std::vector<float> weights = Tensor::normal({6, d}, rng).to_vector();
+  const auto [target, batch, weights] = batch_mates(d, rng);
 
   for (nn::NormKind kind : {nn::NormKind::layernorm, nn::NormKind::rmsnorm, nn::NormKind::dyt, nn::NormKind::rezero,
                             nn::NormKind::none, nn::NormKind::batchnorm}) {
     for (nn::Placement placement : {nn::Placement::post, nn::Placement::pre}) {
       CAPTURE(nn::to_string(kind));
       CAPTURE(int(placement));
-      nn::EncoderOptions opts;
-      opts.d_model = d;
-      opts.num_heads = 4;
-      opts.num_layers = 2;
-      opts.dim_feedforward = 32;
-      opts.norm = kind;
-      opts.placement = placement;
-      nn::TransformerEncoder encoder(opts, 11);
+      nn::TransformerEncoder encoder(batch_mates_options(d, kind, placement), 11);
       if (kind == nn::NormKind::rezero)  // alpha = 0 would make every block the identity
         for (auto& [name, t] : encoder.named_parameters())
           if (name.ends_with("resweight")) t.data()[0] = 0.5f;
@@ -326,22 +344,15 @@ TEST_CASE("encoder: parameter names follow PyTorch's state_dict - diagnostics ha
 TEST_CASE("encoder with dropout: in a training forward a sequence's output does not depend on its batch-mates - eval is the identity") {
   const int64_t d = 16;
   Rng rng(5);
-  auto random_seq = [&](int64_t len) { return Tensor::normal({len, d}, rng).to_vector(); };
-  const std::vector<float> target = random_seq(6);
-  const std::vector<std::vector<float>> batch{random_seq(11), target, random_seq(2), random_seq(17)};
-  const std::vector<std::vector<float>> other_batch{random_seq(3), target, random_seq(9)};
-  const std::vector<float> weights = Tensor::normal({6, d}, rng).to_vector();
+  const auto [target, batch, weights] = batch_mates(d, rng);
+  // The target among other batch-mates, second again.
+  const std::vector<std::vector<float>> other_batch{Tensor::normal({3, d}, rng).to_vector(), target,
+                                                    Tensor::normal({9, d}, rng).to_vector()};
 
   for (nn::Placement placement : {nn::Placement::post, nn::Placement::pre}) {
     CAPTURE(int(placement));
-    nn::EncoderOptions opts;
-    opts.d_model = d;
-    opts.num_heads = 4;
-    opts.num_layers = 2;
-    opts.dim_feedforward = 32;
+    nn::EncoderOptions opts = batch_mates_options(d, nn::NormKind::layernorm, placement);
     opts.dropout = 0.3f;
-    opts.norm = nn::NormKind::layernorm;
-    opts.placement = placement;
     nn::TransformerEncoder encoder(opts, 11);
     // The target is sequence 1 of the global batch in each case.
     const SeqResult batched = run_in_batch(encoder, batch, 1, d, weights, {7, 0});
