@@ -56,6 +56,14 @@ constexpr int64_t kPad = 16;
 
 inline int64_t padded(int64_t n) { return (n + kPad - 1) / kPad * kPad; }
 
+// Row stride of the scratch matrices with Lp columns (kT, vT, S, E, dS): Lp floats and one more
+// cache line when Lp is an even number of lines. The products walk down their columns (B's rows
+// k = 0..hd, and e^T, dS^T read in place over a block's rows); at a stride of a power-of-two
+// kilobytes every row of such a column lands in the same few sets of the L1 cache (one set at
+// L = 1024), more rows than its ways, and each load misses. An odd number of lines spreads them
+// over all the sets.
+inline int64_t scratch_ld(int64_t Lp) { return (Lp / kPad) % 2 == 0 ? Lp + kPad : Lp; }
+
 // ---- one vector of floats, per path -------------------------------------------------------------
 #if defined(__AVX512F__)
 constexpr int64_t kW = 16;
@@ -405,11 +413,12 @@ void pair_forward(float* out, float* stats, const float* qkv, Pair p, int64_t T,
   const float* q = qkv + p.t0 * C3 + p.h * hd;
   const float* k = q + C;
   const float* v = q + 2 * C;
-  float* kT = scratch(hd * Lp + L * hp + kQueryBlock * Lp + kQueryBlock * hp);  // (hd, Lp)
-  float* vp = kT + hd * Lp;                                                     // (L, hp)
-  float* s = vp + L * hp;                                                       // (block, Lp)
-  float* ob = s + kQueryBlock * Lp;                                             // (block, hp)
-  transpose_padded(kT, Lp, k, C3, L, hd);
+  const int64_t ld = scratch_ld(Lp);
+  float* kT = scratch(hd * ld + L * hp + kQueryBlock * ld + kQueryBlock * hp);  // (hd, Lp), stride ld
+  float* vp = kT + hd * ld;                                                     // (L, hp)
+  float* s = vp + L * hp;                                                       // (block, Lp), stride ld
+  float* ob = s + kQueryBlock * ld;                                             // (block, hp)
+  transpose_padded(kT, ld, k, C3, L, hd);
   // B operands are read in place when a head's hd floats are whole vectors (hd a multiple of kPad)
   const bool whole = hd == hp;
   if (!whole) copy_padded(vp, hp, v, C3, L, hd);
@@ -422,10 +431,10 @@ void pair_forward(float* out, float* stats, const float* qkv, Pair p, int64_t T,
     auto row_stats = [&](int64_t i) {
       return stats != nullptr ? stats + stats_index(p.t0 + i0 + i, p.h, T) : block_stats + 2 * i;
     };
-    product(s, Lp, Strided{q + i0 * C3, C3, 1}, kT, Lp, rows, hd, Lp, false);
-    for (int64_t i = 0; i < rows; i++) softmax_row(s + i * Lp, L, Lp, scale, row_stats(i));
+    product(s, ld, Strided{q + i0 * C3, C3, 1}, kT, ld, rows, hd, Lp, false);
+    for (int64_t i = 0; i < rows; i++) softmax_row(s + i * ld, L, Lp, scale, row_stats(i));
     // Ob = (e V) / sum, row by row
-    product(ob, hp, Strided{s, Lp, 1}, vb, ldv, rows, L, hp, false);
+    product(ob, hp, Strided{s, ld, 1}, vb, ldv, rows, L, hp, false);
     for (int64_t i = 0; i < rows; i++) {
       const float inv = row_stats(i)[1];
       float* o = out + (p.t0 + i0 + i) * C + p.h * hd;
@@ -447,18 +456,19 @@ void pair_backward(float* dqkv, const float* dout, const float* qkv, const float
   float* dq = dqkv + p.t0 * C3 + p.h * hd;
   float* dk = dq + C;
   float* dv = dq + 2 * C;
-  float* kT = scratch(2 * hd * Lp + 3 * L * hp + 2 * Bq * Lp + 3 * Bq * hp);  // (hd, Lp)
-  float* vT = kT + hd * Lp;      // (hd, Lp)
-  float* kp = vT + hd * Lp;      // (L, hp)
+  const int64_t ld = scratch_ld(Lp);  // the row stride of kT, vT, E and dS
+  float* kT = scratch(2 * hd * ld + 3 * L * hp + 2 * Bq * ld + 3 * Bq * hp);  // (hd, Lp)
+  float* vT = kT + hd * ld;      // (hd, Lp)
+  float* kp = vT + hd * ld;      // (L, hp)
   float* dk_acc = kp + L * hp;   // (L, hp)
   float* dv_acc = dk_acc + L * hp;  // (L, hp)
   float* E = dv_acc + L * hp;    // (block, Lp) exponentials
-  float* dS = E + Bq * Lp;       // (block, Lp)
-  float* qb = dS + Bq * Lp;      // (block, hp)
+  float* dS = E + Bq * ld;       // (block, Lp)
+  float* qb = dS + Bq * ld;      // (block, hp)
   float* dob = qb + Bq * hp;     // (block, hp)
   float* dqb = dob + Bq * hp;    // (block, hp)
-  transpose_padded(kT, Lp, k, C3, L, hd);
-  transpose_padded(vT, Lp, v, C3, L, hd);
+  transpose_padded(kT, ld, k, C3, L, hd);
+  transpose_padded(vT, ld, v, C3, L, hd);
   // When a head's hd floats are whole vectors (hd a multiple of kPad), q and k are read in place
   // as B operands, and the products add straight into dqkv: dq + chain, and for a single block
   // dk + chain and dv + chain, the additions the copies through scratch made.
@@ -483,14 +493,14 @@ void pair_backward(float* dqkv, const float* dout, const float* qkv, const float
       std::fill(dst + hd, dst + hp, 0.0f);
     }
     // e, recomputed: S = Qb K^T, then the forward's exponentials from the kept max
-    product(E, Lp, Strided{q + i0 * C3, C3, 1}, kT, Lp, rows, hd, Lp, false);
-    for (int64_t i = 0; i < rows; i++) recompute_exps(E + i * Lp, L, Lp, scale, st + 2 * i);
+    product(E, ld, Strided{q + i0 * C3, C3, 1}, kT, ld, rows, hd, Lp, false);
+    for (int64_t i = 0; i < rows; i++) recompute_exps(E + i * ld, L, Lp, scale, st + 2 * i);
     // dP = dOb V^T; then with P = e / sum:  dS = P * (dP - sum_j P dP) * scale, in place
-    product(dS, Lp, Strided{dO + i0 * C, C, 1}, vT, Lp, rows, hd, Lp, false);
+    product(dS, ld, Strided{dO + i0 * C, C, 1}, vT, ld, rows, hd, Lp, false);
     for (int64_t i = 0; i < rows; i++) {
       const float inv = st[2 * i + 1];
-      const float* ei = E + i * Lp;
-      float* di = dS + i * Lp;
+      const float* ei = E + i * ld;
+      float* di = dS + i * ld;
       const float p_dot_dp = lane_dot(ei, di, Lp) * inv;
       const float factor = inv * scale;
       for (int64_t j = 0; j < Lp; j += kLanes)
@@ -499,17 +509,17 @@ void pair_backward(float* dqkv, const float* dout, const float* qkv, const float
     }
     // dV (+)= e^T (dOb / sum) and dK (+)= dS^T Qb: A(r = key j, k = query i) read in place
     if (direct_kv) {
-      product(dv, C3, Strided{E, 1, Lp}, dob, hp, L, rows, hp, true);
-      product(dk, C3, Strided{dS, 1, Lp}, qbb, ldq, L, rows, hp, true);
+      product(dv, C3, Strided{E, 1, ld}, dob, hp, L, rows, hp, true);
+      product(dk, C3, Strided{dS, 1, ld}, qbb, ldq, L, rows, hp, true);
     } else {
-      product(dv_acc, hp, Strided{E, 1, Lp}, dob, hp, L, rows, hp, !first);
-      product(dk_acc, hp, Strided{dS, 1, Lp}, qbb, ldq, L, rows, hp, !first);
+      product(dv_acc, hp, Strided{E, 1, ld}, dob, hp, L, rows, hp, !first);
+      product(dk_acc, hp, Strided{dS, 1, ld}, qbb, ldq, L, rows, hp, !first);
     }
     // dQb = dS K, added to dq
     if (whole) {
-      product(dq + i0 * C3, C3, Strided{dS, Lp, 1}, kb, ldk, rows, L, hp, true);
+      product(dq + i0 * C3, C3, Strided{dS, ld, 1}, kb, ldk, rows, L, hp, true);
     } else {
-      product(dqb, hp, Strided{dS, Lp, 1}, kb, ldk, rows, L, hp, false);
+      product(dqb, hp, Strided{dS, ld, 1}, kb, ldk, rows, L, hp, false);
       for (int64_t i = 0; i < rows; i++) add_row(dq + (i0 + i) * C3, dqb + i * hp, hd);
     }
   }
