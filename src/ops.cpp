@@ -406,6 +406,28 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return out;
 }
 
+Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (use_reference_kernels()) return relu(linear(x, weight, bias));  // the reference: the two ops
+  require(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
+          fmt::format("linear_relu: input {} does not match weight {} (expected [out, {}])", shape_str(x.shape()),
+                      shape_str(weight.shape()), x.dim() >= 1 ? x.size(-1) : 0));
+  const int64_t C = weight.size(1), OC = weight.size(0), N = C == 0 ? 0 : x.numel() / C;
+  check_param(bias, {OC}, "linear_relu", "bias");
+  Shape out_shape = x.shape();
+  out_shape.back() = OC;
+  Tensor out = Tensor::empty(out_shape);
+  kernels::linear_relu_forward(out.data(), x.data(), weight.data(), bias.defined() ? bias.data() : nullptr, N, C, OC);
+  if (!needs_grad({&x, &weight, &bias})) return out;
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  // The node keeps out's values, not the tensor (out owns the node: no cycle).
+  record(out, "linear_relu", inputs, [x, weight, bias, y = out.detach(), N, C, OC](const float* g) {
+    kernels::linear_relu_backward(grad_ptr(x), grad_ptr(weight), grad_ptr(bias), g, y.data(), x.data(), weight.data(),
+                                  N, C, OC);
+  });
+  return out;
+}
+
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& gamma, const Tensor& beta,
                   float eps) {
   const bool ref = use_reference_kernels();

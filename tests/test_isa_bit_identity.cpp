@@ -108,6 +108,20 @@ TEST_CASE("bit identity across paths: Linear forward and backward") {
   });
 }
 
+TEST_CASE("bit identity across paths: Linear + ReLU fused, over one and several K blocks") {
+  for (int64_t C : {40, 300}) {
+    const int64_t N = 45, OC = 72;
+    check_every_path("linear_relu C=" + std::to_string(C), [&] {
+      const auto x = randn(N * C, 11), w = randn(OC * C, 12, 0.1f), bias = randn(OC, 13), dy = randn(N * OC, 14);
+      std::vector<float> y(N * OC);
+      auto dx = randn(N * C, 15), dw = randn(OC * C, 16), db = randn(OC, 17);
+      linear_relu_forward(y.data(), x.data(), w.data(), bias.data(), N, C, OC);
+      linear_relu_backward(dx.data(), dw.data(), db.data(), dy.data(), y.data(), x.data(), w.data(), N, C, OC);
+      return Buffers{y, dx, dw, db};
+    });
+  }
+}
+
 TEST_CASE("bit identity across paths: LayerNorm and RMSNorm forward and backward") {
   for (int64_t cols : {1, 7, 16, 67, 768}) {
     const int64_t rows = cols == 768 ? 48 : 53;

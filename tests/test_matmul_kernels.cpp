@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "normlab/kernels/activations.hpp"
 #include "normlab/kernels/linear.hpp"
 #include "normlab/kernels/matmul.hpp"
 #include "normlab/parallel.hpp"
@@ -384,4 +385,51 @@ TEST_CASE("linear: forward and backward are bit-identical for thread counts 1 an
   CHECK(same(one.dbias, two.dbias));
   CHECK(same(two.out, again.out));
   CHECK(same(two.dweight, again.dweight));
+}
+
+TEST_CASE("linear_relu: the fused kernels give the bits of linear, relu and their backwards") {
+  ThreadCountGuard guard;
+  // One K block and several (C = 300: the ReLU goes with the last block's store), micro-tile edges,
+  // with and without bias, 1 and 2 threads; the threaded shape runs the dbias loop on full blocks.
+  for (Shape s : {Shape{1, 1, 1}, Shape{45, 40, 72}, Shape{13, 300, 17}, Shape{1040, 64, 256}}) {
+    for (bool with_bias : {true, false}) {
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        const int64_t N = s.M, C = s.K, OC = s.N;
+        CAPTURE(N);
+        CAPTURE(C);
+        CAPTURE(OC);
+        CAPTURE(with_bias);
+        CAPTURE(threads);
+        Rng rng(uint64_t(N * 7 + C + OC));
+        auto inp = random_vector(N * C, rng);
+        const auto weight = random_vector(OC * C, rng);
+        const auto bias = random_vector(OC, rng);
+        auto dout = random_vector(N * OC, rng);
+        // A NaN input (its row's units are off either way) and -0 gradients at active units
+        // (a zeroed buffer plus -0 is +0: the fused backward must keep that).
+        inp[0] = std::nanf("");
+        for (size_t i = 0; i < dout.size(); i += 3) dout[i] = -0.0f;
+        const float* b = with_bias ? bias.data() : nullptr;
+
+        std::vector<float> pre(N * OC), want(N * OC), got(N * OC);
+        linear_forward(pre.data(), inp.data(), weight.data(), b, N, C, OC);
+        relu_forward(want.data(), pre.data(), N * OC);
+        linear_relu_forward(got.data(), inp.data(), weight.data(), b, N, C, OC);
+        CHECK(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0);
+
+        std::vector<float> dpre(N * OC, 0.0f);
+        relu_backward(dpre.data(), dout.data(), pre.data(), N * OC);
+        std::vector<float> dinp_want(N * C, 0.25f), dw_want(OC * C, 0.25f), db_want(OC, 0.25f);
+        auto dinp_got = dinp_want, dw_got = dw_want, db_got = db_want;
+        linear_backward(dinp_want.data(), dw_want.data(), db_want.data(), dpre.data(), inp.data(), weight.data(), N,
+                        C, OC);
+        linear_relu_backward(dinp_got.data(), dw_got.data(), db_got.data(), dout.data(), got.data(), inp.data(),
+                             weight.data(), N, C, OC);
+        CHECK(std::memcmp(dinp_want.data(), dinp_got.data(), dinp_want.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(dw_want.data(), dw_got.data(), dw_want.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(db_want.data(), db_got.data(), db_want.size() * sizeof(float)) == 0);
+      }
+    }
+  }
 }

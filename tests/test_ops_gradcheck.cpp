@@ -78,6 +78,12 @@ TEST_CASE("gradcheck: matmul and linear") {
   check_grad([](const Inputs& in) { return ops::linear(in[0], in[1], in[2]); },
              {param({2, 3, 5}, 10), param({4, 5}, 11), param({4}, 12)});
   check_grad([](const Inputs& in) { return ops::linear(in[0], in[1], Tensor()); }, {param({7, 5}, 13), param({6, 5}, 14)});
+  // linear_relu: biases of +-2 over products of about 0.2 keep every unit away from the kink, some on
+  // and some off.
+  Tensor bias = Tensor::from_data({4}, {2.0f, -2.0f, 2.0f, -2.0f});
+  bias.set_requires_grad();
+  check_grad([](const Inputs& in) { return ops::linear_relu(in[0], in[1], in[2]); },
+             {param({2, 3, 5}, 15, 0.3f), param({4, 5}, 16, 0.3f), bias});
 }
 
 TEST_CASE("gradcheck: layer_norm over one and two trailing dims, with and without affine") {

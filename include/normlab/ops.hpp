@@ -39,6 +39,10 @@ Tensor reshape(const Tensor& a, const Shape& shape);  // a view: shares storage;
 Tensor matmul(const Tensor& a, const Tensor& b);  // a (..., K) @ b (K, N) -> (..., N)
 // x (..., C), weight (OC, C) as in torch.nn.Linear, bias (OC) or undefined -> (..., OC)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// relu(linear(x, weight, bias)) in one op: the ReLU is applied as the GEMM stores its output, and
+// the pre-activation is never kept (the backward tells the active units by out > 0). The same
+// bits as the two ops; the encoder's feed-forward block uses it.
+Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // ---- normalization (the subject of the project)
 // LayerNorm over the trailing dims given by normalized_shape (like torch.nn.functional.layer_norm);

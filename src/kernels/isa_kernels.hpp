@@ -25,6 +25,7 @@
   X(dropout_forward) X(dropout_backward) X(embedding_forward) X(embedding_backward)                \
   X(layer_norm_forward) X(layer_norm_backward) X(layer_norm_residual_forward)  \
   X(layer_norm_residual_backward) X(linear_forward) X(linear_backward)                \
+  X(linear_relu_forward) X(linear_relu_backward)                                                   \
   X(matmul_nn) X(matmul_nt) X(matmul_tn) X(rms_norm_forward) X(rms_norm_backward)                  \
   X(softmax_forward) X(softmax_backward)
 

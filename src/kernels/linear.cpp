@@ -3,6 +3,7 @@
 #include "isa_kernels.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include "matmul_bias.hpp"
 #include "normlab/kernels/matmul.hpp"
@@ -24,7 +25,33 @@ void linear_forward(float* out,                                         // (N, O
     matmul_nt(out, inp, weight, N, C, OC, /*accumulate=*/false, /*parallel=*/true);
     return;
   }
-  matmul_nt_bias(out, inp, weight, bias, N, C, OC);
+  matmul_nt_bias(out, inp, weight, bias, N, C, OC, /*relu=*/false);
+}
+
+void linear_relu_forward(float* out,                                         // (N, OC)
+                         const float* inp, const float* weight, const float* bias,  // (N, C), (OC, C), (OC)
+                         int64_t N, int64_t C, int64_t OC) {
+  matmul_nt_bias(out, inp, weight, bias, N, C, OC, /*relu=*/true);
+}
+
+void linear_relu_backward(float* dinp, float* dweight, float* dbias,  // (N, C), (OC, C), (OC)
+                          const float* dout, const float* out,        // (N, OC), (N, OC)
+                          const float* inp, const float* weight,      // (N, C), (OC, C)
+                          int64_t N, int64_t C, int64_t OC) {
+  // The gradient at the pre-activation: dout where the unit was on (out > 0, the same test as
+  // relu_backward's pre-activation > 0), else 0. The unfused graph adds it into a zeroed buffer,
+  // which turns a -0 into +0; here a -0 stays, and changes nothing: every sum it enters below (the
+  // GEMMs' fma chains, dbias) starts from +0, and +0 + -0 = +0.
+  thread_local std::vector<float> t_dpre;
+  const auto n = static_cast<size_t>(N * OC);
+  if (t_dpre.size() < n) t_dpre.resize(n);
+  float* dpre = t_dpre.data();  // (N, OC)
+#pragma omp parallel for schedule(static) if (N * OC >= kMinParallelElements)
+  for (int64_t i = 0; i < N * OC; i++) {
+    const float d = dout[i];  // read whatever out is: a conditional read compiles to a masked load
+    dpre[i] = out[i] > 0.0f ? d : 0.0f;
+  }
+  linear_backward(dinp, dweight, dbias, dpre, inp, weight, N, C, OC);
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias,        // (N, C), (OC, C), (OC)
@@ -43,9 +70,18 @@ void linear_backward(float* dinp, float* dweight, float* dbias,        // (N, C)
     const int64_t o_begin = b * kBiasBlock;
     const int64_t width = std::min(kBiasBlock, OC - o_begin);
     float sum[kBiasBlock] = {};
-    for (int64_t n = 0; n < N; n++) {
-      const float* dout_row = dout + n * OC + o_begin;  // (width)
-      for (int64_t o = 0; o < width; o++) sum[o] += dout_row[o];
+    if (width == kBiasBlock) {
+      // A constant trip count: GCC unrolls the block and keeps its sums in registers, where with
+      // `width` it adds into the array on the stack and each row waits on the last row's store.
+      for (int64_t n = 0; n < N; n++) {
+        const float* dout_row = dout + n * OC + o_begin;  // (kBiasBlock)
+        for (int64_t o = 0; o < kBiasBlock; o++) sum[o] += dout_row[o];
+      }
+    } else {
+      for (int64_t n = 0; n < N; n++) {
+        const float* dout_row = dout + n * OC + o_begin;  // (width)
+        for (int64_t o = 0; o < width; o++) sum[o] += dout_row[o];
+      }
     }
     for (int64_t o = 0; o < width; o++) dbias[o_begin + o] += sum[o];
   }

@@ -76,6 +76,9 @@ constexpr int64_t kMaxSplitKPartials = int64_t{1} << 22;
 // (hardware FMA when the CPU has it, software otherwise) on generic.
 inline float multiply_add(float a, float b, float c) { return std::fma(a, b, c); }
 
+// ReLU as relu_forward computes it (kernels/activations.cpp): NaN and -0 become +0.
+inline float relu_of(float v) { return v > 0.0f ? v : 0.0f; }
+
 // An operand read as a matrix op(X) with rows r and reduction index k:
 //   op(X)(r, k) = data[r * row_stride + k * k_stride]
 // A (M,K) row-major is {K, 1}; A stored (K,M) and read as A^T is {1, M}; B (K,N) read by column
@@ -151,7 +154,7 @@ void pack_a_panels(float* __restrict dst, Operand A, int64_t M, int64_t p_begin,
 template <bool kARowsContiguous>
 void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride,
                   const float* __restrict Bp, int64_t kc, int64_t rows, int64_t cols, bool add,
-                  const float* bias) {
+                  const float* bias, bool relu) {
   static_assert(kMR == 6 && kNR == 16);
   // Twelve named accumulators, not an array: with an array GCC stores it to the stack every step.
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
@@ -184,18 +187,23 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
   alignas(32) float tile[kMR][kNR];
   const __m256 acc[kMR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
   if (rows == kMR && cols == kNR) {
+    const __m256 zero = _mm256_setzero_ps();
     for (int i = 0; i < kMR; ++i) {
       float* c = C + i * ldc;
+      __m256 v0 = acc[i][0], v1 = acc[i][1];
       if (add) {
-        _mm256_storeu_ps(c, _mm256_add_ps(_mm256_loadu_ps(c), acc[i][0]));
-        _mm256_storeu_ps(c + 8, _mm256_add_ps(_mm256_loadu_ps(c + 8), acc[i][1]));
+        v0 = _mm256_add_ps(_mm256_loadu_ps(c), v0);
+        v1 = _mm256_add_ps(_mm256_loadu_ps(c + 8), v1);
       } else if (bias != nullptr) {
-        _mm256_storeu_ps(c, _mm256_add_ps(acc[i][0], _mm256_loadu_ps(bias)));
-        _mm256_storeu_ps(c + 8, _mm256_add_ps(acc[i][1], _mm256_loadu_ps(bias + 8)));
-      } else {
-        _mm256_storeu_ps(c, acc[i][0]);
-        _mm256_storeu_ps(c + 8, acc[i][1]);
+        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(bias));
+        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(bias + 8));
       }
+      if (relu) {  // max_ps(v, 0) = v > 0 ? v : 0, NaN and -0 included
+        v0 = _mm256_max_ps(v0, zero);
+        v1 = _mm256_max_ps(v1, zero);
+      }
+      _mm256_storeu_ps(c, v0);
+      _mm256_storeu_ps(c + 8, v1);
     }
     return;
   }
@@ -205,16 +213,15 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
   }
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
-      if (add)
-        C[i * ldc + j] += tile[i][j];
-      else
-        C[i * ldc + j] = bias != nullptr ? tile[i][j] + bias[j] : tile[i][j];
+      float v = add ? C[i * ldc + j] + tile[i][j] : bias != nullptr ? tile[i][j] + bias[j] : tile[i][j];
+      C[i * ldc + j] = relu ? relu_of(v) : v;
     }
 }
 #else
 // C (rows, cols) with row stride ldc (+)= op(A) (kMR, kc) @ Bp (kc, kNR), Bp a packed B panel;
 // only the top-left rows x cols of the kMR x kNR micro-tile are stored. When not adding and
-// bias is given, C = product + bias[j] (the linear layer's bias, in the same store).
+// bias is given, C = product + bias[j] (the linear layer's bias, in the same store). With relu
+// (the last K block of a fused linear + ReLU), what is stored is relu_of the value.
 // A is read in place, in one of two layouts (a template parameter, so each loop is unrolled with
 // constant offsets):
 //   kARowsContiguous = true:  op(A)(i, k) = A[k * a_stride + i]   (A^T of a (K,M) matrix, or a
@@ -223,7 +230,7 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
 template <bool kARowsContiguous>
 void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride,
                   const float* __restrict Bp, int64_t kc, int64_t rows, int64_t cols, bool add,
-                  const float* bias) {
+                  const float* bias, bool relu) {
   // The accumulator is a fixed-size local array: after full unrolling of the i and j loops GCC
   // keeps it in vector registers.
   float acc[kMR][kNR] = {};
@@ -234,7 +241,13 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
       for (int64_t j = 0; j < kNR; ++j) acc[i][j] = multiply_add(a_ik, b[j], acc[i][j]);
     }
   }
-  if (rows == kMR && cols == kNR) {
+  if (relu) {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        const float v = add ? C[i * ldc + j] + acc[i][j] : bias != nullptr ? acc[i][j] + bias[j] : acc[i][j];
+        C[i * ldc + j] = relu_of(v);
+      }
+  } else if (rows == kMR && cols == kNR) {
     if (add) {
       for (int64_t i = 0; i < kMR; ++i)
         for (int64_t j = 0; j < kNR; ++j) C[i * ldc + j] += acc[i][j];
@@ -278,16 +291,16 @@ inline int64_t group_begin(int64_t g, int64_t panels, int64_t groups) {
 template <bool kARowsContiguous>
 void row_panels_times(float* C, int64_t ldc, Operand A, int64_t M, const float* packed_a, int64_t pack_begin,
                       int64_t p_begin, int64_t p_end, int64_t k0, int64_t kc, const float* b, int64_t cols,
-                      bool add, const float* bias) {
+                      bool add, const float* bias, bool relu) {
   const int64_t a_stride = kARowsContiguous ? A.k_stride : A.row_stride;
   for (int64_t p = p_begin; p < p_end; ++p) {
     float* c = C + p * kMR * ldc;
     if (p < pack_begin) {
       const float* a = A.data + p * kMR * A.row_stride + k0 * A.k_stride;
-      micro_kernel<kARowsContiguous>(c, ldc, a, a_stride, b, kc, kMR, cols, add, bias);
+      micro_kernel<kARowsContiguous>(c, ldc, a, a_stride, b, kc, kMR, cols, add, bias, relu);
     } else {
       const float* a = packed_a + (p - pack_begin) * kc * kMR;
-      micro_kernel<true>(c, ldc, a, kMR, b, kc, std::min(kMR, M - p * kMR), cols, add, bias);
+      micro_kernel<true>(c, ldc, a, kMR, b, kc, std::min(kMR, M - p * kMR), cols, add, bias, relu);
     }
   }
 }
@@ -344,7 +357,7 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
         pack_panel<kNR>(packed_b, B.data + q * kNR * B.row_stride + k0 * B.k_stride, B.row_stride,
                         B.k_stride, cols, kc);
         row_panels_times<kARowsContiguous>(part + q * kNR, N, A, M, packed_a, pack_begin, 0, row_panels, k0, kc,
-                                           packed_b, cols, false, nullptr);
+                                           packed_b, cols, false, nullptr, false);
       }
     }
 #pragma omp barrier
@@ -371,18 +384,20 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
 // kernel.
 template <bool kARowsContiguous>
 void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool accumulate,
-          bool parallel, const float* bias = nullptr) {
+          bool parallel, const float* bias = nullptr, bool relu = false) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
-    if (!accumulate) {
-      for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) C[i * N + j] = bias != nullptr ? bias[j] : 0.0f;
-    }
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        float& c = C[i * N + j];
+        if (!accumulate) c = bias != nullptr ? bias[j] : 0.0f;
+        if (relu) c = relu_of(c);
+      }
     return;
   }
   if (M * N * K < kMinParallelMacs) parallel = false;
   const int64_t threads = parallel ? omp_get_max_threads() : 1;
-  if (kARowsContiguous && threads > 1 && M * N <= kMaxSplitKOutput &&
+  if (kARowsContiguous && !relu && threads > 1 && M * N <= kMaxSplitKOutput &&
       (K + kKC - 1) / kKC * M * N <= kMaxSplitKPartials && k_cuts_balance(threads, K)) {
     gemm_split_k<kARowsContiguous>(C, A, B, M, K, N, accumulate, threads);
     return;
@@ -448,14 +463,15 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
       const int64_t kc = std::min(kKC, K - k0);
       pack_a_panels(packed_a, A, M, pack_begin, p_end, k0, kc);
       // The first K block overwrites C (with the bias added, if any) unless accumulating; later
-      // blocks add to it.
+      // blocks add to it. The last one applies the ReLU, if any, as it stores.
       const bool add = accumulate || k0 > 0;
+      const bool relu_now = relu && k0 + kc == K;
       for (int64_t q = q_begin; q < q_end; ++q) {
         const int64_t cols = std::min(kNR, N - q * kNR);
         const float* b = packed_b + (q - q_begin) * K * kNR + k0 * kNR;
         const float* bias_q = bias != nullptr ? bias + q * kNR : nullptr;
         row_panels_times<kARowsContiguous>(C + q * kNR, N, A, M, packed_a, pack_begin, p_begin, p_end, k0, kc, b,
-                                           cols, add, bias_q);
+                                           cols, add, bias_q, relu_now);
       }
     }
   };
@@ -488,8 +504,8 @@ void matmul_nt(float* C, const float* A, const float* B, int64_t M, int64_t K, i
 }
 
 void matmul_nt_bias(float* C, const float* A, const float* B, const float* bias, int64_t M, int64_t K,
-                    int64_t N) {
-  gemm<false>(C, Operand{A, K, 1}, Operand{B, K, 1}, M, K, N, /*accumulate=*/false, /*parallel=*/true, bias);
+                    int64_t N, bool relu) {
+  gemm<false>(C, Operand{A, K, 1}, Operand{B, K, 1}, M, K, N, /*accumulate=*/false, /*parallel=*/true, bias, relu);
 }
 
 void matmul_tn(float* C, const float* A, const float* B, int64_t M, int64_t K, int64_t N,

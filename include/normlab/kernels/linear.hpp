@@ -24,4 +24,18 @@ void linear_backward(float* dinp, float* dweight, float* dbias,        // (N, C)
                      const float* dout, const float* inp, const float* weight,  // (N, OC), (N, C), (OC, C)
                      int64_t N, int64_t C, int64_t OC);
 
+// Linear followed by ReLU in one pass: out = relu(inp @ weight^T + bias), the ReLU applied as the
+// GEMM stores C. The same bits as linear_forward then relu_forward; the pre-activation is never
+// stored (the backward needs only out: out > 0 exactly where the pre-activation is).
+void linear_relu_forward(float* out,                                         // (N, OC)
+                         const float* inp, const float* weight, const float* bias,  // (N, C), (OC, C), (OC)
+                         int64_t N, int64_t C, int64_t OC);
+
+// ACCUMULATES like linear_backward, from the gradient at out and out itself: the same bits as
+// relu_backward into a zeroed buffer followed by linear_backward.
+void linear_relu_backward(float* dinp, float* dweight, float* dbias,  // (N, C), (OC, C), (OC)
+                          const float* dout, const float* out,        // (N, OC), (N, OC)
+                          const float* inp, const float* weight,      // (N, C), (OC, C)
+                          int64_t N, int64_t C, int64_t OC);
+
 }  // namespace normlab::kernels

@@ -109,6 +109,14 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* weight, int64_t N, int64_t C, int64_t OC) {
   NORMLAB_DISPATCH(linear_backward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
+void linear_relu_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
+                         int64_t OC) {
+  NORMLAB_DISPATCH(linear_relu_forward, out, inp, weight, bias, N, C, OC);
+}
+void linear_relu_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* out,
+                          const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC) {
+  NORMLAB_DISPATCH(linear_relu_backward, dinp, dweight, dbias, dout, out, inp, weight, N, C, OC);
+}
 
 void matmul_nn(float* C, const float* A, const float* B, int64_t M, int64_t K, int64_t N, bool accumulate,
                bool parallel) {
