@@ -571,7 +571,9 @@ Tensor attention(const Tensor& qkv, const std::vector<int64_t>& offsets, int64_t
   Tensor out = Tensor::empty({T, C});
   const bool grad = needs_grad({&qkv});
   auto saved_offsets = std::make_shared<std::vector<int64_t>>(offsets);
-  auto att = std::make_shared<std::vector<float>>(
+  // The forward writes every float of its cache: not zero-filled first (Storage), so each thread's
+  // first touch of its part is its own write, not a line the main thread just zeroed.
+  auto att = std::make_shared<Storage>(
       !grad ? 0
       : ref ? reference::attention_cache_size(saved_offsets->data(), B, num_heads)
             : kernels::attention_cache_size(saved_offsets->data(), B, num_heads));

@@ -116,12 +116,18 @@ std::vector<double> to_double(const std::vector<float>& v) { return std::vector<
 
 }  // namespace
 
-TEST_CASE("attention cache is two floats per token and head: linear in the lengths, not quadratic") {
+TEST_CASE("attention cache: two floats per token and head, and the exponentials of sequences up to 64") {
+  // Statistics 2 * T * NH floats, rounded up to 16 when exponentials follow; then per sequence of
+  // at most 64 tokens NH (L, Lp) matrices, Lp = L rounded up to 16. At most 64 floats per token
+  // and head: linear in the lengths, never the (L, L) matrices of long sequences.
   const std::vector<int64_t> offsets = offsets_of({3, 1, 0, 5});
-  CHECK(nk::attention_cache_size(offsets.data(), 4, 2) == 2 * 2 * (3 + 1 + 0 + 5));
+  CHECK(nk::attention_cache_size(offsets.data(), 4, 2) == 48 + 2 * (3 * 16 + 1 * 16 + 5 * 16));
   CHECK(nk::attention_cache_size(offsets.data(), 0, 2) == 0);
   const std::vector<int64_t> long_one = offsets_of({1024});
   CHECK(nk::attention_cache_size(long_one.data(), 1, 4) == 2 * 4 * 1024);
+  const std::vector<int64_t> at_limit = offsets_of({64}), past_limit = offsets_of({65});
+  CHECK(nk::attention_cache_size(at_limit.data(), 1, 4) == 2 * 4 * 64 + 4 * 64 * 64);
+  CHECK(nk::attention_cache_size(past_limit.data(), 1, 4) == 2 * 4 * 65);
 }
 
 TEST_CASE("attention forward matches a padded, key-masked double reference") {
@@ -145,11 +151,41 @@ TEST_CASE("attention forward matches a padded, key-masked double reference") {
     for (size_t n = 0; n < out.size(); n++) max_err = std::max(max_err, std::abs(double(out[n]) - ref[n]));
     CHECK(max_err < 2e-6);
     // The cache: the row's largest raw score, and 1 / (sum of the row's exponentials), relative.
-    REQUIRE(ref_stats.size() == att.size());
+    REQUIRE(att.size() >= ref_stats.size());
     double max_stat_err = 0.0;
-    for (size_t n = 0; n < att.size(); n++)
+    for (size_t n = 0; n < ref_stats.size(); n++)
       max_stat_err = std::max(max_stat_err, std::abs(double(att[n]) - ref_stats[n]) / std::max(1.0, std::abs(ref_stats[n])));
     CHECK(max_stat_err < 1e-6);
+    // Then, for the sequences of at most 64 tokens, each head's exponentials (L, Lp):
+    // exp((s_ij - max_i) / sqrt(hd)), zero in the padding columns.
+    const int64_t hd = C / NH;
+    int64_t start = (int64_t(ref_stats.size()) + 15) / 16 * 16;
+    double max_exp_err = 0.0;
+    bool padding_zero = true;
+    for (int64_t b = 0; b < B; b++) {
+      const int64_t L = lengths[size_t(b)], Lp = (L + 15) / 16 * 16;
+      if (L > 64) continue;
+      for (int64_t h = 0; h < NH; h++, start += L * Lp) {
+        for (int64_t i = 0; i < L; i++) {
+          const double m = ref_stats[size_t((h * T + offsets[b] + i) * 2)];
+          for (int64_t j = 0; j < Lp; j++) {
+            const float e = att[size_t(start + i * Lp + j)];
+            if (j >= L) {
+              padding_zero = padding_zero && e == 0.0f;
+              continue;
+            }
+            double dot = 0.0;
+            for (int64_t d = 0; d < hd; d++)
+              dot += double(qkv[size_t((offsets[b] + i) * 3 * C + h * hd + d)]) *
+                     double(qkv[size_t((offsets[b] + j) * 3 * C + C + h * hd + d)]);
+            max_exp_err = std::max(max_exp_err, std::abs(double(e) - std::exp((dot - m) / std::sqrt(double(hd)))));
+          }
+        }
+      }
+    }
+    CHECK(start == int64_t(att.size()));
+    CHECK(max_exp_err < 1e-5);
+    CHECK(padding_zero);
 
     // A sequence of length 1 attends only to itself: its output is its own v.
     for (int64_t c = 0; c < C; c++) CHECK(out[size_t(c)] == qkv[size_t(2 * C + c)]);

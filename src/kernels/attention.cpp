@@ -3,7 +3,8 @@
 // kQueryBlock query rows; a block's scores against all the keys of its sequence live in a
 // per-thread scratch (kQueryBlock, L), and only two numbers per query row are kept for the
 // backward pass: the row's largest raw score and 1 / (sum of its exponentials). The backward pass
-// recomputes the block's exponentials from them, bit for bit the forward's.
+// recomputes the block's exponentials from them, bit for bit the forward's. (Sequences of at most
+// 64 tokens keep their exponentials instead, at most 64 floats per row: see kMaxKeptExpsLength.)
 //
 // Why blocks of whole rows and not the online softmax over key tiles of GPU flash attention: a
 // block's row of scores (kQueryBlock x L floats, 192 KB at L = 1024) fits in a CPU core's L2, and
@@ -397,17 +398,51 @@ float* scratch(int64_t floats) {
 }
 
 struct Pair {
-  int64_t t0, L, h;
+  int64_t t0, L, h, b;  // first row, length, head, sequence
 };
 
 // Row t's statistics for head h: the cache is head-major, (NH, T, 2), so two threads working on
 // two heads of one sequence write to different cache lines.
 inline int64_t stats_index(int64_t t, int64_t h, int64_t T) { return (h * T + t) * 2; }
 
+// Sequences up to this long also keep their exponentials e (L, Lp) per head in the cache, after
+// the statistics: at most 64 floats per token and head, and the backward reads them instead of
+// recomputing S = Q K^T and its exps. For such short sequences that recomputation is a fifth of
+// the backward's products and all of its second pass of exps; beyond it, memory stays linear.
+constexpr int64_t kMaxKeptExpsLength = 64;
+inline bool keeps_exps(int64_t L) { return L > 0 && L <= kMaxKeptExpsLength; }
+
+// Where the kept exponentials start in the cache, per sequence (-1: not kept), and the cache's
+// size: the statistics (2 T NH floats, rounded up to a cache line), then for each short sequence
+// its NH heads' (L, Lp) matrices one after the other.
+struct ExpsLayout {
+  std::vector<int64_t> start;  // (B)
+  int64_t size = 0;
+};
+ExpsLayout exps_layout(const int64_t* offsets, int64_t B, int64_t NH) {
+  ExpsLayout layout;
+  layout.start.assign(size_t(std::max<int64_t>(B, 0)), -1);
+  if (B <= 0) return layout;
+  int64_t next = (2 * offsets[B] * NH + kPad - 1) / kPad * kPad;
+  const int64_t stats_only = 2 * offsets[B] * NH;
+  bool any = false;
+  for (int64_t b = 0; b < B; b++) {
+    const int64_t L = offsets[b + 1] - offsets[b];
+    if (!keeps_exps(L)) continue;
+    layout.start[size_t(b)] = next;
+    next += NH * L * padded(L);
+    any = true;
+  }
+  layout.size = any ? next : stats_only;
+  return layout;
+}
+
 // ---- one (sequence, head) pair ------------------------------------------------------------------
 
-// Forward of one pair: out rows t0..t0+L, head columns; stats (2 floats per row) if not null.
-void pair_forward(float* out, float* stats, const float* qkv, Pair p, int64_t T, int64_t C, int64_t NH) {
+// Forward of one pair: out rows t0..t0+L, head columns; stats (2 floats per row) if not null, and
+// the exponentials (L, Lp) into exps if not null.
+void pair_forward(float* out, float* stats, float* exps, const float* qkv, Pair p, int64_t T, int64_t C,
+                  int64_t NH) {
   const int64_t hd = C / NH, C3 = 3 * C, L = p.L, Lp = padded(L), hp = padded(hd);
   const float scale = 1.0f / std::sqrt(float(hd));
   const float* q = qkv + p.t0 * C3 + p.h * hd;
@@ -431,10 +466,13 @@ void pair_forward(float* out, float* stats, const float* qkv, Pair p, int64_t T,
     auto row_stats = [&](int64_t i) {
       return stats != nullptr ? stats + stats_index(p.t0 + i0 + i, p.h, T) : block_stats + 2 * i;
     };
-    product(s, ld, Strided{q + i0 * C3, C3, 1}, kT, ld, rows, hd, Lp, false);
-    for (int64_t i = 0; i < rows; i++) softmax_row(s + i * ld, L, Lp, scale, row_stats(i));
+    // the block's scores, then exponentials: in the scratch, or where the cache keeps them
+    float* sb = exps != nullptr ? exps + i0 * Lp : s;
+    const int64_t lds = exps != nullptr ? Lp : ld;
+    product(sb, lds, Strided{q + i0 * C3, C3, 1}, kT, ld, rows, hd, Lp, false);
+    for (int64_t i = 0; i < rows; i++) softmax_row(sb + i * lds, L, Lp, scale, row_stats(i));
     // Ob = (e V) / sum, row by row
-    product(ob, hp, Strided{s, ld, 1}, vb, ldv, rows, L, hp, false);
+    product(ob, hp, Strided{sb, lds, 1}, vb, ldv, rows, L, hp, false);
     for (int64_t i = 0; i < rows; i++) {
       const float inv = row_stats(i)[1];
       float* o = out + (p.t0 + i0 + i) * C + p.h * hd;
@@ -443,9 +481,10 @@ void pair_forward(float* out, float* stats, const float* qkv, Pair p, int64_t T,
   }
 }
 
-// Backward of one pair: dqkv (+)= this pair's gradients (its rows, its head's columns).
-void pair_backward(float* dqkv, const float* dout, const float* qkv, const float* stats, Pair p,
-                   int64_t T, int64_t C, int64_t NH) {
+// Backward of one pair: dqkv (+)= this pair's gradients (its rows, its head's columns). exps: the
+// exponentials the forward kept (L, Lp), or null to recompute them.
+void pair_backward(float* dqkv, const float* dout, const float* qkv, const float* stats, const float* exps,
+                   Pair p, int64_t T, int64_t C, int64_t NH) {
   const int64_t hd = C / NH, C3 = 3 * C, L = p.L, Lp = padded(L), hp = padded(hd);
   const int64_t Bq = kQueryBlock;
   const float scale = 1.0f / std::sqrt(float(hd));
@@ -492,14 +531,22 @@ void pair_backward(float* dqkv, const float* dout, const float* qkv, const float
       scale_row(dst, src, inv, hd);
       std::fill(dst + hd, dst + hp, 0.0f);
     }
-    // e, recomputed: S = Qb K^T, then the forward's exponentials from the kept max
-    product(E, ld, Strided{q + i0 * C3, C3, 1}, kT, ld, rows, hd, Lp, false);
-    for (int64_t i = 0; i < rows; i++) recompute_exps(E + i * ld, L, Lp, scale, st + 2 * i);
+    // e: kept by the forward, or recomputed: S = Qb K^T, then the forward's exponentials from the
+    // kept max (the same operations on the same numbers: the same bits)
+    const float* Eb = E;
+    int64_t lde = ld;
+    if (exps != nullptr) {
+      Eb = exps + i0 * Lp;
+      lde = Lp;
+    } else {
+      product(E, ld, Strided{q + i0 * C3, C3, 1}, kT, ld, rows, hd, Lp, false);
+      for (int64_t i = 0; i < rows; i++) recompute_exps(E + i * ld, L, Lp, scale, st + 2 * i);
+    }
     // dP = dOb V^T; then with P = e / sum:  dS = P * (dP - sum_j P dP) * scale, in place
     product(dS, ld, Strided{dO + i0 * C, C, 1}, vT, ld, rows, hd, Lp, false);
     for (int64_t i = 0; i < rows; i++) {
       const float inv = st[2 * i + 1];
-      const float* ei = E + i * ld;
+      const float* ei = Eb + i * lde;
       float* di = dS + i * ld;
       const float p_dot_dp = lane_dot(ei, di, Lp) * inv;
       const float factor = inv * scale;
@@ -509,10 +556,10 @@ void pair_backward(float* dqkv, const float* dout, const float* qkv, const float
     }
     // dV (+)= e^T (dOb / sum) and dK (+)= dS^T Qb: A(r = key j, k = query i) read in place
     if (direct_kv) {
-      product(dv, C3, Strided{E, 1, ld}, dob, hp, L, rows, hp, true);
+      product(dv, C3, Strided{Eb, 1, lde}, dob, hp, L, rows, hp, true);
       product(dk, C3, Strided{dS, 1, ld}, qbb, ldq, L, rows, hp, true);
     } else {
-      product(dv_acc, hp, Strided{E, 1, ld}, dob, hp, L, rows, hp, !first);
+      product(dv_acc, hp, Strided{Eb, 1, lde}, dob, hp, L, rows, hp, !first);
       product(dk_acc, hp, Strided{dS, 1, ld}, qbb, ldq, L, rows, hp, !first);
     }
     // dQb = dS K, added to dq
@@ -557,7 +604,7 @@ std::vector<Pair> pairs_of(const int64_t* offsets, int64_t B, int64_t NH) {
   for (int64_t b = 0; b < B; b++) {
     const int64_t L = offsets[b + 1] - offsets[b];
     if (L > 0)
-      for (int64_t h = 0; h < NH; h++) pairs.push_back({offsets[b], L, h});
+      for (int64_t h = 0; h < NH; h++) pairs.push_back({offsets[b], L, h, b});
   }
   std::stable_sort(pairs.begin(), pairs.end(), [](const Pair& x, const Pair& y) { return x.L > y.L; });
   return pairs;
@@ -581,7 +628,7 @@ void for_each_pair(const int64_t* offsets, int64_t B, int64_t C, int64_t NH, F&&
     for (int64_t b = b_begin; b < b_end; b++) {
       const int64_t L = offsets[b + 1] - offsets[b];
       if (L > 0)
-        for (int64_t h = 0; h < NH; h++) fn(Pair{offsets[b], L, h});
+        for (int64_t h = 0; h < NH; h++) fn(Pair{offsets[b], L, h, b});
     }
   };
   int64_t total = 0;
@@ -626,14 +673,19 @@ void for_each_pair(const int64_t* offsets, int64_t B, int64_t C, int64_t NH, F&&
 }  // namespace
 
 int64_t attention_cache_size(const int64_t* offsets, int64_t B, int64_t NH) {
-  return B <= 0 ? 0 : 2 * offsets[B] * NH;
+  return exps_layout(offsets, B, NH).size;
 }
 
 void attention_forward(float* out, float* att, const float* qkv, const int64_t* offsets, int64_t B,
                        int64_t C, int64_t NH) {
   check_shapes("attention_forward", offsets, B, C, NH);
   const int64_t T = B > 0 ? offsets[B] : 0;
-  for_each_pair(offsets, B, C, NH, [&](Pair p) { pair_forward(out, att, qkv, p, T, C, NH); });
+  const ExpsLayout layout = exps_layout(offsets, B, NH);
+  for_each_pair(offsets, B, C, NH, [&](Pair p) {
+    const int64_t start = layout.start[size_t(p.b)];
+    float* exps = att != nullptr && start >= 0 ? att + start + p.h * p.L * padded(p.L) : nullptr;
+    pair_forward(out, att, exps, qkv, p, T, C, NH);
+  });
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
@@ -641,7 +693,12 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   check_shapes("attention_backward", offsets, B, C, NH);
   if (att == nullptr) throw UsageError("attention_backward: needs the row statistics (att is null)");
   const int64_t T = B > 0 ? offsets[B] : 0;
-  for_each_pair(offsets, B, C, NH, [&](Pair p) { pair_backward(dqkv, dout, qkv, att, p, T, C, NH); });
+  const ExpsLayout layout = exps_layout(offsets, B, NH);
+  for_each_pair(offsets, B, C, NH, [&](Pair p) {
+    const int64_t start = layout.start[size_t(p.b)];
+    const float* exps = start >= 0 ? att + start + p.h * p.L * padded(p.L) : nullptr;
+    pair_backward(dqkv, dout, qkv, att, exps, p, T, C, NH);
+  });
 }
 
 }  // namespace normlab::kernels::NORMLAB_KERNEL_ISA
