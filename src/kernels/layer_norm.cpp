@@ -7,7 +7,7 @@
 // -ffast-math), and the rounding of a row depends only on the row's values, not on its address,
 // its neighbours or the thread that ran it.
 //
-// Rows go kRowGroup at a time, step by step: the sums of all the group's rows, then their means,
+// Rows go a few at a time (a group), step by step: the sums of all the group's rows, then their means,
 // then their squared deviations, and so on. One row is a chain of dependent steps (sum, reduce,
 // divide, sum again, sqrt, divide, normalize: ~150 cycles at cols = 64, most of it waiting on
 // latency); the group's rows are independent chains placed side by side, which the out-of-order
@@ -29,9 +29,11 @@ namespace {
 // Independent partial sums per row reduction: 16 doubles = two AVX-512 or four AVX2 registers. The
 // same 16 on every path, so the rounding does not depend on the vector width.
 constexpr int kLanes = 16;
-// Rows processed side by side (see the top of the file). The last rows % kRowGroup rows of a thread
-// go one at a time through the same code.
-constexpr int kRowGroup = 4;
+// Rows processed side by side (see the top of the file); a thread's last rows that do not fill a
+// group go one at a time through the same code. The backward's group is smaller: it keeps a
+// (group, cols) scratch of g that should stay in L1 for large cols.
+constexpr int kForwardGroup = 8;
+constexpr int kBackwardGroup = 4;
 // Below this many elements a call runs on one thread: starting a team costs more than it saves.
 constexpr int64_t kMinParallelElements = int64_t{1} << 15;
 
@@ -151,7 +153,7 @@ void normalize_row(float* __restrict y,                                         
 // k of the next group, or for itself past the last row of the array.
 struct NextRows {
   const float* first;  // (count, cols): the next group's rows
-  int64_t count;       // how many of them exist, 0..kRowGroup
+  int64_t count;       // how many of them exist, 0..group size
   const float* row(const float* self, int k, int64_t cols) const { return k < count ? first + k * cols : self; }
 };
 
@@ -197,12 +199,12 @@ void forward_range(float* out, float* sum, float* mean, float* rstd,  // (rows, 
       for (int64_t i = 0; i < R * cols; i++) s[i] = x[i] + res[i];
       x = s;
     }
-    const NextRows next{inp + (r + R) * cols, std::clamp<int64_t>(rows - (r + R), 0, kRowGroup)};
+    const NextRows next{inp + (r + R) * cols, std::clamp<int64_t>(rows - (r + R), 0, R)};
     forward_rows<R>(out + r * cols, mean != nullptr ? mean + r : nullptr, rstd != nullptr ? rstd + r : nullptr, x,
                     next, gamma, beta, cols, eps);
   };
   int64_t r = range.begin;
-  for (; r + kRowGroup <= range.end; r += kRowGroup) rows_at(std::integral_constant<int, kRowGroup>{}, r);
+  for (; r + kForwardGroup <= range.end; r += kForwardGroup) rows_at(std::integral_constant<int, kForwardGroup>{}, r);
   for (; r < range.end; r++) rows_at(std::integral_constant<int, 1>{}, r);
 }
 
@@ -393,8 +395,9 @@ void backward(float* dinp, float* dresidual, float* dgamma, float* dbeta,  // (r
     if (need_param_grads) partial.assign(2 * width, 0.0);
     double* dgamma_thread = need_param_grads ? partial.data() : nullptr;         // (cols)
     double* dbeta_thread = need_param_grads ? partial.data() + width : nullptr;  // (cols)
-    std::vector<float> g_rows(kRowGroup * width);  // (kRowGroup, cols): g of the group, pass 1 to pass 2
-    std::vector<float> ds_rows(dresidual != nullptr ? kRowGroup * width : 0);  // (kRowGroup, cols): fused variant
+    // (kBackwardGroup, cols) each: g of the group, from pass 1 to pass 2; the fused variant's gradient.
+    std::vector<float> g_rows(kBackwardGroup * width);
+    std::vector<float> ds_rows(dresidual != nullptr ? kBackwardGroup * width : 0);
 
     auto rows_at = [&](auto group, int64_t r) {
       constexpr int R = decltype(group)::value;
@@ -402,7 +405,7 @@ void backward(float* dinp, float* dresidual, float* dgamma, float* dbeta,  // (r
       const float* dy = dout + r * cols;  // (R, cols)
       float* dx = dresidual != nullptr ? ds_rows.data() : dinp != nullptr ? dinp + r * cols : nullptr;  // (R, cols)
       if (dresidual != nullptr) std::fill(ds_rows.begin(), ds_rows.begin() + R * cols, 0.0f);
-      const int64_t next_count = std::clamp<int64_t>(rows - (r + R), 0, kRowGroup);
+      const int64_t next_count = std::clamp<int64_t>(rows - (r + R), 0, R);
       backward_rows<R>(dx, dgamma_thread, dbeta_thread, g_rows.data(), dy, x, gamma, mean + r, rstd + r,
                        NextRows{dy + R * cols, next_count}, NextRows{x + R * cols, next_count}, cols);
       if (dresidual != nullptr) {
@@ -416,7 +419,8 @@ void backward(float* dinp, float* dresidual, float* dgamma, float* dbeta,  // (r
     };
     const RowRange range = thread_rows(rows, thread, omp_get_num_threads());
     int64_t r = range.begin;
-    for (; r + kRowGroup <= range.end; r += kRowGroup) rows_at(std::integral_constant<int, kRowGroup>{}, r);
+    for (; r + kBackwardGroup <= range.end; r += kBackwardGroup)
+      rows_at(std::integral_constant<int, kBackwardGroup>{}, r);
     for (; r < range.end; r++) rows_at(std::integral_constant<int, 1>{}, r);
   }
 
