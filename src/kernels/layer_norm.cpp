@@ -322,6 +322,24 @@ void backward_rows_update(float* __restrict dx,                                 
                           const float* __restrict x,                               // (R, cols)
                           int64_t cols, const float* mean, const float* rstd, const float* shift,
                           const float* mean_g, const float* mean_g_xhat) {
+  if (dx != nullptr && dgamma_partial != nullptr) {
+    // Column by column, the R rows in order: the partials stay in registers across the group, and
+    // each xhat serves both dx and dgamma.
+    for (int64_t j = 0; j < cols; j++) {
+      double dgamma_j = dgamma_partial[j];
+      double dbeta_j = dbeta_partial[j];
+      for (int r = 0; r < R; r++) {
+        const int64_t k = r * cols + j;
+        float xhat = (x[k] - mean[r]) * rstd[r] - shift[r];
+        dx[k] += rstd[r] * ((g[k] - mean_g[r]) - xhat * mean_g_xhat[r]);
+        dgamma_j += double(dy[k] * xhat);
+        dbeta_j += double(dy[k]);
+      }
+      dgamma_partial[j] = dgamma_j;
+      dbeta_partial[j] = dbeta_j;
+    }
+    return;
+  }
   if (dx != nullptr) {
     for (int r = 0; r < R; r++) {
       const int64_t o = r * cols;  // row r's offset
