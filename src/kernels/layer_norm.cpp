@@ -7,11 +7,12 @@
 // -ffast-math), and the rounding of a row depends only on the row's values, not on its address,
 // its neighbours or the thread that ran it.
 //
-// Rows go a few at a time (a group), step by step: the sums of all the group's rows, then their means,
-// then their squared deviations, and so on. One row is a chain of dependent steps (sum, reduce,
-// divide, sum again, sqrt, divide, normalize: ~150 cycles at cols = 64, most of it waiting on
-// latency); the group's rows are independent chains placed side by side, which the out-of-order
-// core overlaps. Each row still goes through exactly the operations it would alone.
+// Rows go a few at a time (a group), step by step: the sums of all the group's rows, then their
+// means, then their squared deviations, and so on. One row is a chain of dependent steps (sum,
+// reduce, divide, sum again, sqrt, divide, normalize); at small cols (64) the row spends most of
+// its time waiting on their latencies. The group's rows are independent chains placed side by
+// side, which the out-of-order core overlaps. Each row still goes through exactly the operations
+// it would alone, so the bits do not depend on the grouping.
 #include "normlab/kernels/layer_norm.hpp"
 #include "isa_kernels.hpp"
 
@@ -30,10 +31,14 @@ namespace {
 // same 16 on every path, so the rounding does not depend on the vector width.
 constexpr int kLanes = 16;
 // Rows processed side by side (see the top of the file); a thread's last rows that do not fill a
-// group go one at a time through the same code. The backward's group is smaller: it keeps a
-// (group, cols) scratch of g that should stay in L1 for large cols.
+// group go one at a time through the same code. The backward's group is smaller: each of its rows
+// has four arrays in play (dout, x, g, dx) where the forward's has two.
 constexpr int kForwardGroup = 8;
 constexpr int kBackwardGroup = 4;
+// Groups are used while a group spans at most this many floats per array (8 KB): beyond, a row's
+// own chain is long enough to keep the core busy, and a group's rows (with the next group's,
+// prefetched) would crowd L1, where one row at a time stays in it between its passes.
+constexpr int64_t kMaxGroupFloats = 2048;
 // Below this many elements a call runs on one thread: starting a team costs more than it saves.
 constexpr int64_t kMinParallelElements = int64_t{1} << 15;
 
@@ -204,7 +209,9 @@ void forward_range(float* out, float* sum, float* mean, float* rstd,  // (rows, 
                     next, gamma, beta, cols, eps);
   };
   int64_t r = range.begin;
-  for (; r + kForwardGroup <= range.end; r += kForwardGroup) rows_at(std::integral_constant<int, kForwardGroup>{}, r);
+  if (kForwardGroup * cols <= kMaxGroupFloats) {
+    for (; r + kForwardGroup <= range.end; r += kForwardGroup) rows_at(std::integral_constant<int, kForwardGroup>{}, r);
+  }
   for (; r < range.end; r++) rows_at(std::integral_constant<int, 1>{}, r);
 }
 
@@ -437,8 +444,10 @@ void backward(float* dinp, float* dresidual, float* dgamma, float* dbeta,  // (r
     };
     const RowRange range = thread_rows(rows, thread, omp_get_num_threads());
     int64_t r = range.begin;
-    for (; r + kBackwardGroup <= range.end; r += kBackwardGroup)
-      rows_at(std::integral_constant<int, kBackwardGroup>{}, r);
+    if (kBackwardGroup * cols <= kMaxGroupFloats) {
+      for (; r + kBackwardGroup <= range.end; r += kBackwardGroup)
+        rows_at(std::integral_constant<int, kBackwardGroup>{}, r);
+    }
     for (; r < range.end; r++) rows_at(std::integral_constant<int, 1>{}, r);
   }
 
