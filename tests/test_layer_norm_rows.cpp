@@ -111,3 +111,26 @@ TEST_CASE("layernorm rows in groups and left over give the bits of each row alon
   }
   set_num_threads(saved_threads);
 }
+
+TEST_CASE("layernorm called from inside the caller's OpenMP region covers every row, as one thread") {
+  // A nested region runs with one thread: its rows and its dgamma/dbeta partials must be those of
+  // that one thread, the bits of a call made outside at 1 thread.
+  const int saved_threads = num_threads();
+  const int64_t rows = 600, cols = 64;  // above the threading threshold
+  const auto x = randn(rows * cols, 31, 0.5f, 2.0f), dy = randn(rows * cols, 32);
+  const auto gamma = randn(cols, 33, 1.0f, 0.2f), beta = randn(cols, 34, 0.0f, 0.2f);
+  const std::vector<float> dx0(size_t(rows * cols), 0.25f), dg0(size_t(cols), 0.5f), db0(size_t(cols), -0.5f);
+  set_num_threads(1);
+  const Batch outside = run_batch(x, dy, gamma, beta, dx0, dg0, db0, rows, cols);
+  set_num_threads(2);
+  Batch inside[2];
+#pragma omp parallel for schedule(static) num_threads(2)
+  for (int copy = 0; copy < 2; copy++) inside[copy] = run_batch(x, dy, gamma, beta, dx0, dg0, db0, rows, cols);
+  for (const Batch& b : inside) {
+    CHECK(same_bits(b.y.data(), outside.y.data(), rows * cols));
+    CHECK(same_bits(b.dx.data(), outside.dx.data(), rows * cols));
+    CHECK(same_bits(b.dgamma.data(), outside.dgamma.data(), cols));
+    CHECK(same_bits(b.dbeta.data(), outside.dbeta.data(), cols));
+  }
+  set_num_threads(saved_threads);
+}

@@ -413,9 +413,12 @@ void backward(float* dinp, float* dresidual, float* dgamma, float* dbeta,  // (r
   // One allocation per thread, made by that thread: the two threads' buffers never share a page.
   auto partials = std::vector<std::vector<double>>(size_t(num_threads));  // (threads) x (2, cols)
 
+  // The team as it runs: one thread when this call is nested in the caller's parallel region.
+  int team = 1;
 #pragma omp parallel num_threads(num_threads) if (parallel)
   {
     const int thread = omp_get_thread_num();
+    if (thread == 0) team = omp_get_num_threads();
     std::vector<double>& partial = partials[size_t(thread)];
     if (need_param_grads) partial.assign(2 * width, 0.0);
     double* dgamma_thread = need_param_grads ? partial.data() : nullptr;         // (cols)
@@ -456,7 +459,7 @@ void backward(float* dinp, float* dresidual, float* dgamma, float* dbeta,  // (r
     for (size_t j = 0; j < width; j++) {
       double dgamma_sum = 0.0;
       double dbeta_sum = 0.0;
-      for (int t = 0; t < num_threads; t++) {
+      for (int t = 0; t < team; t++) {
         dgamma_sum += partials[size_t(t)][j];
         dbeta_sum += partials[size_t(t)][width + j];
       }
