@@ -384,21 +384,33 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  const bool ref = use_reference_kernels();
+namespace {
+// x (..., C) @ weight (OC, C)^T + bias (OC): the sizes, checked, and the output (..., OC), unfilled.
+struct LinearSizes {
+  int64_t N, C, OC;
+  Tensor out;
+  std::vector<Tensor> inputs;  // x, weight and bias if defined: the node's inputs
+};
+LinearSizes linear_sizes(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* op) {
   require(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
-          fmt::format("linear: input {} does not match weight {} (expected [out, {}])", shape_str(x.shape()),
+          fmt::format("{}: input {} does not match weight {} (expected [out, {}])", op, shape_str(x.shape()),
                       shape_str(weight.shape()), x.dim() >= 1 ? x.size(-1) : 0));
   const int64_t C = weight.size(1), OC = weight.size(0), N = C == 0 ? 0 : x.numel() / C;
-  check_param(bias, {OC}, "linear", "bias");
+  check_param(bias, {OC}, op, "bias");
   Shape out_shape = x.shape();
   out_shape.back() = OC;
-  Tensor out = Tensor::empty(out_shape);
+  LinearSizes sizes{N, C, OC, Tensor::empty(out_shape), {x, weight}};
+  if (bias.defined()) sizes.inputs.push_back(bias);
+  return sizes;
+}
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const bool ref = use_reference_kernels();
+  auto [N, C, OC, out, inputs] = linear_sizes(x, weight, bias, "linear");
   const auto kernel = ref ? reference::linear_forward : kernels::linear_forward;
   kernel(out.data(), x.data(), weight.data(), bias.defined() ? bias.data() : nullptr, N, C, OC);
   if (!needs_grad({&x, &weight, &bias})) return out;
-  std::vector<Tensor> inputs{x, weight};
-  if (bias.defined()) inputs.push_back(bias);
   record(out, "linear", inputs, [x, weight, bias, N, C, OC, ref](const float* g) {
     const auto kernel = ref ? reference::linear_backward : kernels::linear_backward;
     kernel(grad_ptr(x), grad_ptr(weight), grad_ptr(bias), g, x.data(), weight.data(), N, C, OC);
@@ -408,18 +420,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
 Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (use_reference_kernels()) return relu(linear(x, weight, bias));  // the reference: the two ops
-  require(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
-          fmt::format("linear_relu: input {} does not match weight {} (expected [out, {}])", shape_str(x.shape()),
-                      shape_str(weight.shape()), x.dim() >= 1 ? x.size(-1) : 0));
-  const int64_t C = weight.size(1), OC = weight.size(0), N = C == 0 ? 0 : x.numel() / C;
-  check_param(bias, {OC}, "linear_relu", "bias");
-  Shape out_shape = x.shape();
-  out_shape.back() = OC;
-  Tensor out = Tensor::empty(out_shape);
+  auto [N, C, OC, out, inputs] = linear_sizes(x, weight, bias, "linear_relu");
   kernels::linear_relu_forward(out.data(), x.data(), weight.data(), bias.defined() ? bias.data() : nullptr, N, C, OC);
   if (!needs_grad({&x, &weight, &bias})) return out;
-  std::vector<Tensor> inputs{x, weight};
-  if (bias.defined()) inputs.push_back(bias);
   // The node keeps out's values, not the tensor (out owns the node: no cycle).
   record(out, "linear_relu", inputs, [x, weight, bias, y = out.detach(), N, C, OC](const float* g) {
     kernels::linear_relu_backward(grad_ptr(x), grad_ptr(weight), grad_ptr(bias), g, y.data(), x.data(), weight.data(),
