@@ -413,27 +413,31 @@ constexpr int64_t kMaxKeptExpsLength = 64;
 inline bool keeps_exps(int64_t L) { return L > 0 && L <= kMaxKeptExpsLength; }
 
 // Where the kept exponentials start in the cache, per sequence (-1: not kept), and the cache's
-// size: the statistics (2 T NH floats, rounded up to a cache line), then for each short sequence
-// its NH heads' (L, Lp) matrices one after the other.
+// size: the statistics (2 T NH floats, rounded up to a cache line when exponentials follow), then
+// for each short sequence its NH heads' (L, Lp) matrices one after the other.
 struct ExpsLayout {
   std::vector<int64_t> start;  // (B)
   int64_t size = 0;
+  // Pair p's (L, Lp) matrix within the cache, or null when its sequence does not keep one.
+  template <class T>
+  T* exps_of(T* cache, const Pair& p) const {
+    const int64_t s = start[size_t(p.b)];
+    return s >= 0 ? cache + s + p.h * p.L * padded(p.L) : nullptr;
+  }
 };
 ExpsLayout exps_layout(const int64_t* offsets, int64_t B, int64_t NH) {
   ExpsLayout layout;
   layout.start.assign(size_t(std::max<int64_t>(B, 0)), -1);
   if (B <= 0) return layout;
-  int64_t next = (2 * offsets[B] * NH + kPad - 1) / kPad * kPad;
-  const int64_t stats_only = 2 * offsets[B] * NH;
-  bool any = false;
+  layout.size = 2 * offsets[B] * NH;  // the statistics
+  int64_t next = padded(layout.size);
   for (int64_t b = 0; b < B; b++) {
     const int64_t L = offsets[b + 1] - offsets[b];
     if (!keeps_exps(L)) continue;
     layout.start[size_t(b)] = next;
     next += NH * L * padded(L);
-    any = true;
+    layout.size = next;
   }
-  layout.size = any ? next : stats_only;
   return layout;
 }
 
@@ -631,11 +635,13 @@ void for_each_pair(const int64_t* offsets, int64_t B, int64_t C, int64_t NH, F&&
         for (int64_t h = 0; h < NH; h++) fn(Pair{offsets[b], L, h, b});
     }
   };
-  int64_t total = 0;
-  for (int64_t b = 0; b < B; b++) {
+  // A sequence's work: L^2 * hd for each of its NH pairs.
+  auto work = [&](int64_t b) {
     const int64_t L = offsets[b + 1] - offsets[b];
-    total += L * L * hd * NH;
-  }
+    return L * L * hd * NH;
+  };
+  int64_t total = 0;
+  for (int64_t b = 0; b < B; b++) total += work(b);
   const int64_t threads = omp_get_max_threads();
   if (total < kMinParallelWork || threads == 1 || omp_in_parallel()) {
     run_sequences(0, B);
@@ -646,8 +652,7 @@ void for_each_pair(const int64_t* offsets, int64_t B, int64_t C, int64_t NH, F&&
   cuts[0] = 0;
   int64_t done = 0, largest = 0, share_start = 0;
   for (int64_t b = 0, t = 1; b < B; b++) {
-    const int64_t L = offsets[b + 1] - offsets[b];
-    done += L * L * hd * NH;
+    done += work(b);
     if (t < threads && done * threads >= total * t) {
       cuts[size_t(t)] = b + 1;
       largest = std::max(largest, done - share_start);
@@ -682,9 +687,7 @@ void attention_forward(float* out, float* att, const float* qkv, const int64_t* 
   const int64_t T = B > 0 ? offsets[B] : 0;
   const ExpsLayout layout = exps_layout(offsets, B, NH);
   for_each_pair(offsets, B, C, NH, [&](Pair p) {
-    const int64_t start = layout.start[size_t(p.b)];
-    float* exps = att != nullptr && start >= 0 ? att + start + p.h * p.L * padded(p.L) : nullptr;
-    pair_forward(out, att, exps, qkv, p, T, C, NH);
+    pair_forward(out, att, att != nullptr ? layout.exps_of(att, p) : nullptr, qkv, p, T, C, NH);
   });
 }
 
@@ -695,9 +698,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   const int64_t T = B > 0 ? offsets[B] : 0;
   const ExpsLayout layout = exps_layout(offsets, B, NH);
   for_each_pair(offsets, B, C, NH, [&](Pair p) {
-    const int64_t start = layout.start[size_t(p.b)];
-    const float* exps = start >= 0 ? att + start + p.h * p.L * padded(p.L) : nullptr;
-    pair_backward(dqkv, dout, qkv, att, exps, p, T, C, NH);
+    pair_backward(dqkv, dout, qkv, att, layout.exps_of(att, p), p, T, C, NH);
   });
 }
 
