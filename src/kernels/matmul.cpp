@@ -213,7 +213,7 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
   }
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
-      float v = add ? C[i * ldc + j] + tile[i][j] : bias != nullptr ? tile[i][j] + bias[j] : tile[i][j];
+      const float v = add ? C[i * ldc + j] + tile[i][j] : bias != nullptr ? tile[i][j] + bias[j] : tile[i][j];
       C[i * ldc + j] = relu ? relu_of(v) : v;
     }
 }
@@ -241,13 +241,7 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
       for (int64_t j = 0; j < kNR; ++j) acc[i][j] = multiply_add(a_ik, b[j], acc[i][j]);
     }
   }
-  if (relu) {
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) {
-        const float v = add ? C[i * ldc + j] + acc[i][j] : bias != nullptr ? acc[i][j] + bias[j] : acc[i][j];
-        C[i * ldc + j] = relu_of(v);
-      }
-  } else if (rows == kMR && cols == kNR) {
+  if (!relu && rows == kMR && cols == kNR) {  // whole tile: loops of constant length
     if (add) {
       for (int64_t i = 0; i < kMR; ++i)
         for (int64_t j = 0; j < kNR; ++j) C[i * ldc + j] += acc[i][j];
@@ -261,10 +255,8 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
   } else {
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j) {
-        if (add)
-          C[i * ldc + j] += acc[i][j];
-        else
-          C[i * ldc + j] = bias != nullptr ? acc[i][j] + bias[j] : acc[i][j];
+        const float v = add ? C[i * ldc + j] + acc[i][j] : bias != nullptr ? acc[i][j] + bias[j] : acc[i][j];
+        C[i * ldc + j] = relu ? relu_of(v) : v;
       }
   }
 }
