@@ -321,6 +321,31 @@ BackwardRowSums backward_row_sums(float* __restrict g,                          
 // stored: recomputing dout * gamma here could fuse into an FMA that skips its rounding, and
 // g - mean(g) would be rounding noise times rstd where it must be exactly 0 (e.g. cols = 1).
 // dx or (dgamma_partial and dbeta_partial) may be nullptr. The per-row scalars are (R) arrays.
+// The partials' part of pass 2, column by column, the R rows in order: the partials stay in
+// registers across the group, and each xhat serves both dx (kWithDx) and dgamma.
+template <int R, bool kWithDx>
+void backward_columns_update(float* __restrict dx,                                     // (R, cols)
+                             double* __restrict dgamma_partial,                       // (cols)
+                             double* __restrict dbeta_partial,                        // (cols)
+                             const float* __restrict g, const float* __restrict dy,  // (R, cols), (R, cols)
+                             const float* __restrict x,                               // (R, cols)
+                             int64_t cols, const float* mean, const float* rstd, const float* shift,
+                             const float* mean_g, const float* mean_g_xhat) {
+  for (int64_t j = 0; j < cols; j++) {
+    double dgamma_j = dgamma_partial[j];
+    double dbeta_j = dbeta_partial[j];
+    for (int r = 0; r < R; r++) {
+      const int64_t k = r * cols + j;
+      float xhat = (x[k] - mean[r]) * rstd[r] - shift[r];
+      if constexpr (kWithDx) dx[k] += rstd[r] * ((g[k] - mean_g[r]) - xhat * mean_g_xhat[r]);
+      dgamma_j += double(dy[k] * xhat);
+      dbeta_j += double(dy[k]);
+    }
+    dgamma_partial[j] = dgamma_j;
+    dbeta_partial[j] = dbeta_j;
+  }
+}
+
 template <int R>
 void backward_rows_update(float* __restrict dx,                                     // (R, cols)
                           double* __restrict dgamma_partial,                       // (cols)
@@ -329,22 +354,13 @@ void backward_rows_update(float* __restrict dx,                                 
                           const float* __restrict x,                               // (R, cols)
                           int64_t cols, const float* mean, const float* rstd, const float* shift,
                           const float* mean_g, const float* mean_g_xhat) {
-  if (dx != nullptr && dgamma_partial != nullptr) {
-    // Column by column, the R rows in order: the partials stay in registers across the group, and
-    // each xhat serves both dx and dgamma.
-    for (int64_t j = 0; j < cols; j++) {
-      double dgamma_j = dgamma_partial[j];
-      double dbeta_j = dbeta_partial[j];
-      for (int r = 0; r < R; r++) {
-        const int64_t k = r * cols + j;
-        float xhat = (x[k] - mean[r]) * rstd[r] - shift[r];
-        dx[k] += rstd[r] * ((g[k] - mean_g[r]) - xhat * mean_g_xhat[r]);
-        dgamma_j += double(dy[k] * xhat);
-        dbeta_j += double(dy[k]);
-      }
-      dgamma_partial[j] = dgamma_j;
-      dbeta_partial[j] = dbeta_j;
-    }
+  if (dgamma_partial != nullptr) {
+    if (dx != nullptr)
+      backward_columns_update<R, true>(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, shift, mean_g,
+                                       mean_g_xhat);
+    else
+      backward_columns_update<R, false>(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, shift, mean_g,
+                                        mean_g_xhat);
     return;
   }
   if (dx != nullptr) {
@@ -354,20 +370,6 @@ void backward_rows_update(float* __restrict dx,                                 
         float xhat = (x[o + j] - mean[r]) * rstd[r] - shift[r];
         dx[o + j] += rstd[r] * ((g[o + j] - mean_g[r]) - xhat * mean_g_xhat[r]);
       }
-    }
-  }
-  if (dgamma_partial != nullptr) {
-    // Column by column, the R rows in order: the partials stay in registers across the group.
-    for (int64_t j = 0; j < cols; j++) {
-      double dgamma_j = dgamma_partial[j];
-      double dbeta_j = dbeta_partial[j];
-      for (int r = 0; r < R; r++) {
-        float xhat = (x[r * cols + j] - mean[r]) * rstd[r] - shift[r];
-        dgamma_j += double(dy[r * cols + j] * xhat);
-        dbeta_j += double(dy[r * cols + j]);
-      }
-      dgamma_partial[j] = dgamma_j;
-      dbeta_partial[j] = dbeta_j;
     }
   }
 }
