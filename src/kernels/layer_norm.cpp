@@ -315,38 +315,13 @@ BackwardRowSums backward_row_sums(float* __restrict g,                          
   return sums;
 }
 
-// Pass 2 of R rows: dx += rstd * ((g - mean(g)) - xhat * mean(g * xhat)) for each row, and the
-// rows' shares of dgamma (+= dout * xhat) and dbeta (+= dout) into this thread's partial buffers,
-// added row after row (row r before row r + 1, as one row at a time would). g is the one pass 1
-// stored: recomputing dout * gamma here could fuse into an FMA that skips its rounding, and
-// g - mean(g) would be rounding noise times rstd where it must be exactly 0 (e.g. cols = 1).
-// dx or (dgamma_partial and dbeta_partial) may be nullptr. The per-row scalars are (R) arrays.
-// The partials' part of pass 2, column by column, the R rows in order: the partials stay in
-// registers across the group, and each xhat serves both dx (kWithDx) and dgamma.
-template <int R, bool kWithDx>
-void backward_columns_update(float* __restrict dx,                                     // (R, cols)
-                             double* __restrict dgamma_partial,                       // (cols)
-                             double* __restrict dbeta_partial,                        // (cols)
-                             const float* __restrict g, const float* __restrict dy,  // (R, cols), (R, cols)
-                             const float* __restrict x,                               // (R, cols)
-                             int64_t cols, const float* mean, const float* rstd, const float* shift,
-                             const float* mean_g, const float* mean_g_xhat) {
-  for (int64_t j = 0; j < cols; j++) {
-    double dgamma_j = dgamma_partial[j];
-    double dbeta_j = dbeta_partial[j];
-    for (int r = 0; r < R; r++) {
-      const int64_t k = r * cols + j;
-      float xhat = (x[k] - mean[r]) * rstd[r] - shift[r];
-      if constexpr (kWithDx) dx[k] += rstd[r] * ((g[k] - mean_g[r]) - xhat * mean_g_xhat[r]);
-      dgamma_j += double(dy[k] * xhat);
-      dbeta_j += double(dy[k]);
-    }
-    dgamma_partial[j] = dgamma_j;
-    dbeta_partial[j] = dbeta_j;
-  }
-}
-
-template <int R>
+// Pass 2 of R rows: dx += rstd * ((g - mean(g)) - xhat * mean(g * xhat)) for each row (kWithDx),
+// and the rows' shares of dgamma (+= dout * xhat) and dbeta (+= dout) into this thread's partial
+// buffers (kWithPartials), added row after row (row r before row r + 1, as one row at a time
+// would). g is the one pass 1 stored: recomputing dout * gamma here could fuse into an FMA that
+// skips its rounding, and g - mean(g) would be rounding noise times rstd where it must be exactly 0
+// (e.g. cols = 1). The per-row scalars are (R) arrays.
+template <int R, bool kWithDx, bool kWithPartials>
 void backward_rows_update(float* __restrict dx,                                     // (R, cols)
                           double* __restrict dgamma_partial,                       // (cols)
                           double* __restrict dbeta_partial,                        // (cols)
@@ -354,16 +329,23 @@ void backward_rows_update(float* __restrict dx,                                 
                           const float* __restrict x,                               // (R, cols)
                           int64_t cols, const float* mean, const float* rstd, const float* shift,
                           const float* mean_g, const float* mean_g_xhat) {
-  if (dgamma_partial != nullptr) {
-    if (dx != nullptr)
-      backward_columns_update<R, true>(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, shift, mean_g,
-                                       mean_g_xhat);
-    else
-      backward_columns_update<R, false>(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, shift, mean_g,
-                                        mean_g_xhat);
-    return;
-  }
-  if (dx != nullptr) {
+  if constexpr (kWithPartials) {
+    // Column by column, the R rows in order: the partials stay in registers across the group, and
+    // each xhat serves both dx and dgamma.
+    for (int64_t j = 0; j < cols; j++) {
+      double dgamma_j = dgamma_partial[j];
+      double dbeta_j = dbeta_partial[j];
+      for (int r = 0; r < R; r++) {
+        const int64_t k = r * cols + j;
+        float xhat = (x[k] - mean[r]) * rstd[r] - shift[r];
+        if constexpr (kWithDx) dx[k] += rstd[r] * ((g[k] - mean_g[r]) - xhat * mean_g_xhat[r]);
+        dgamma_j += double(dy[k] * xhat);
+        dbeta_j += double(dy[k]);
+      }
+      dgamma_partial[j] = dgamma_j;
+      dbeta_partial[j] = dbeta_j;
+    }
+  } else if constexpr (kWithDx) {
     for (int r = 0; r < R; r++) {
       const int64_t o = r * cols;  // row r's offset
       for (int64_t j = 0; j < cols; j++) {
@@ -396,7 +378,16 @@ void backward_rows(float* dx, double* dgamma_partial, double* dbeta_partial,  //
     mean_g[r] = float(row_mean_g);
     mean_g_xhat[r] = float(sums[r].g_xhat0 / double(cols) - row_shift * row_mean_g);  // mean(g * (xhat0 - shift))
   }
-  backward_rows_update<R>(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, shift, mean_g, mean_g_xhat);
+  // dx and the partials may each be nullptr
+  if (dgamma_partial != nullptr && dx != nullptr)
+    backward_rows_update<R, true, true>(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, shift, mean_g,
+                                        mean_g_xhat);
+  else if (dgamma_partial != nullptr)
+    backward_rows_update<R, false, true>(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, shift,
+                                         mean_g, mean_g_xhat);
+  else if (dx != nullptr)
+    backward_rows_update<R, true, false>(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, shift,
+                                         mean_g, mean_g_xhat);
 }
 
 // layer_norm_backward, and with dresidual != nullptr the fused residual backward: the rows' input
