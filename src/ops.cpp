@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <memory>
 
@@ -49,11 +50,50 @@ bool use_reference_kernels() { return reference::reference_kernels_enabled(); }
 // ops would spend its time starting threads).
 constexpr int64_t kParallelGrain = 1 << 14;
 
-// Gradient buffer of t if it takes part in differentiation, else null.
+// Gradient buffer of t if it takes part in differentiation, else null; zero-filled when new, for
+// a backward that adds into it.
 float* grad_ptr(const Tensor& t) {
   if (!t.defined() || !t.requires_grad()) return nullptr;
   Tensor handle = t;
   return handle.grad_data();
+}
+
+// The gradients of a node's inputs as outputs of a backward kernel that stores every element
+// (kernels/grad_out.hpp): null where the input takes no part in differentiation; for the first
+// gradient to reach an input, a new buffer left unfilled, which the kernel overwrites; after that
+// the input's buffer, added to. An input given twice (x + x, linear(w, w)) gets a zeroed buffer
+// that both of its gradients add to, since a kernel may store them in either order.
+template <size_t N>
+std::array<kernels::GradOut, N> grad_outs(const std::array<const Tensor*, N>& inputs) {
+  std::array<kernels::GradOut, N> outs{};
+  for (size_t i = 0; i < N; i++) {
+    const Tensor& t = *inputs[i];
+    if (!t.defined() || !t.requires_grad()) continue;
+    bool twice = false;
+    for (size_t j = 0; j < N; j++) twice |= j != i && inputs[j]->defined() && inputs[j]->impl() == t.impl();
+    Tensor handle = t;
+    bool existed = true;
+    float* data = twice ? handle.grad_data() : handle.grad_data_to_overwrite(existed);
+    outs[i] = kernels::GradOut(data, existed);
+  }
+  return outs;
+}
+
+// d[i] (+)= value(i) for i < n, added or written as d says; nothing when d is not wanted. A
+// worksharing loop: called inside a parallel region, the threads split it (static schedule, so two
+// calls with the same n give each thread the same i); outside one, it runs whole. The test is out
+// of the loop, which stays a plain vector loop.
+template <class F>
+void store_each(const kernels::GradOut& d, int64_t n, F value) {
+  if (d.data == nullptr) return;
+  float* p = d.data;
+  if (d.accumulate) {
+#pragma omp for schedule(static) nowait
+    for (int64_t i = 0; i < n; ++i) p[i] += value(i);
+  } else {
+#pragma omp for schedule(static) nowait
+    for (int64_t i = 0; i < n; ++i) p[i] = value(i);
+  }
 }
 
 void require(bool ok, const std::string& message) {
@@ -134,19 +174,21 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* name) {
   }
   if (!needs_grad({&a, &b})) return out;
   record(out, name, {a, b}, [a, b, ia, ib, n, flat](const float* g) {
-    float* da = grad_ptr(a);
-    float* db = grad_ptr(b);
     const float* x = a.data();
     const float* y = b.data();
-    if (flat) {
-#pragma omp parallel for schedule(static) if(n > kParallelGrain)
-      for (int64_t i = 0; i < n; ++i) {
-        if (da) da[i] += g[i] * Op::dfdx(x[i], y[i]);
-        if (db) db[i] += g[i] * Op::dfdy(x[i], y[i]);
+    if (flat) {  // one gradient element per input element: stored
+      const auto [da, db] = grad_outs<2>({&a, &b});
+#pragma omp parallel if(n > kParallelGrain)
+      {
+        store_each(da, n, [&](int64_t i) { return g[i] * Op::dfdx(x[i], y[i]); });
+        // a and b one tensor (x + x): both add to its zeroed buffer, each thread the same i
+        store_each(db, n, [&](int64_t i) { return g[i] * Op::dfdy(x[i], y[i]); });
       }
     } else {
       // Serial: several outputs map to one broadcast input, and a fixed order keeps the sum
       // reproducible.
+      float* da = grad_ptr(a);
+      float* db = grad_ptr(b);
       for (int64_t i = 0; i < n; ++i) {
         const int64_t j = (*ia)[i], k = (*ib)[i];
         if (da) da[j] += g[i] * Op::dfdx(x[j], y[k]);
@@ -169,11 +211,11 @@ Tensor unary(const Tensor& a, const char* name, F f, DF dfdx) {
   if (!needs_grad({&a})) return out;
   Tensor y_saved = out.detach();  // the values, not the node: no cycle
   record(out, name, {a}, [a, y_saved, n, dfdx](const float* g) {
-    float* da = grad_ptr(a);
+    const auto [da] = grad_outs<1>({&a});
     const float* xv = a.data();
     const float* yv = y_saved.data();
-#pragma omp parallel for schedule(static) if(n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) da[i] += g[i] * dfdx(xv[i], yv[i]);
+#pragma omp parallel if(n > kParallelGrain)
+    store_each(da, n, [&](int64_t i) { return g[i] * dfdx(xv[i], yv[i]); });
   });
   return out;
 }
@@ -350,9 +392,9 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
   if (!needs_grad({&a})) return out;
   const int64_t n = a.numel();
   record(out, "reshape", {a}, [a, n](const float* g) {
-    float* da = grad_ptr(a);
-#pragma omp parallel for schedule(static) if(n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) da[i] += g[i];
+    const auto [da] = grad_outs<1>({&a});
+#pragma omp parallel if(n > kParallelGrain)
+    store_each(da, n, [&](int64_t i) { return g[i]; });
   });
   return out;
 }
@@ -413,7 +455,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (!needs_grad({&x, &weight, &bias})) return out;
   record(out, "linear", inputs, [x, weight, bias, N, C, OC, ref](const float* g) {
     const auto kernel = ref ? reference::linear_backward : kernels::linear_backward;
-    kernel(grad_ptr(x), grad_ptr(weight), grad_ptr(bias), g, x.data(), weight.data(), N, C, OC);
+    const auto [dx, dweight, dbias] = grad_outs<3>({&x, &weight, &bias});
+    kernel(dx, dweight, dbias, g, x.data(), weight.data(), N, C, OC);
   });
   return out;
 }
@@ -425,8 +468,8 @@ Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (!needs_grad({&x, &weight, &bias})) return out;
   // The node keeps out's values, not the tensor (out owns the node: no cycle).
   record(out, "linear_relu", inputs, [x, weight, bias, y = out.detach(), N, C, OC](const float* g) {
-    kernels::linear_relu_backward(grad_ptr(x), grad_ptr(weight), grad_ptr(bias), g, y.data(), x.data(), weight.data(),
-                                  N, C, OC);
+    const auto [dx, dweight, dbias] = grad_outs<3>({&x, &weight, &bias});
+    kernels::linear_relu_backward(dx, dweight, dbias, g, y.data(), x.data(), weight.data(), N, C, OC);
   });
   return out;
 }
@@ -585,7 +628,7 @@ Tensor attention(const Tensor& qkv, const std::vector<int64_t>& offsets, int64_t
   if (!grad) return out;
   record(out, "attention", {qkv}, [qkv, saved_offsets, att, B, C, num_heads, ref](const float* g) {
     const auto kernel = ref ? reference::attention_backward : kernels::attention_backward;
-    kernel(grad_ptr(qkv), g, qkv.data(), att->data(), saved_offsets->data(), B, C, num_heads);
+    kernel(grad_outs<1>({&qkv})[0], g, qkv.data(), att->data(), saved_offsets->data(), B, C, num_heads);
   });
   return out;
 }

@@ -140,6 +140,13 @@ float* Tensor::grad_data() {
   return impl_->grad->data();
 }
 
+float* Tensor::grad_data_to_overwrite(bool& existed) {
+  if (!impl_) throw UsageError("use of an undefined tensor");
+  existed = impl_->grad != nullptr;
+  if (!existed) impl_->grad = make_storage(static_cast<size_t>(numel()), /*zero=*/false);
+  return impl_->grad->data();
+}
+
 const float* Tensor::grad_data() const { return has_grad() ? impl_->grad->data() : nullptr; }
 
 Tensor Tensor::grad() const {

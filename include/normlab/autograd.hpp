@@ -4,7 +4,9 @@
 // Every differentiable op that sees an input requiring a gradient records a Node on its output:
 // the inputs (its parents in the graph) and a `backward` closure that, given d(loss)/d(output),
 // ADDS d(loss)/d(input) into each input's gradient buffer. Adding, not assigning, is what makes a
-// tensor used twice receive the sum of both contributions.
+// tensor used twice receive the sum of both contributions. (The hot ops skip one step of this: the
+// first gradient to reach a tensor is written into a new, unfilled buffer instead of added to a
+// zero-filled one, with the same bits; kernels/grad_out.hpp.)
 //
 // backward(root):
 //   1. collect the graph below root in topological order (iterative DFS: no recursion, so a graph
@@ -25,7 +27,8 @@ namespace normlab {
 struct Node {
   std::string name;            // op name, for error messages and debugging
   std::vector<Tensor> inputs;  // parents; only those that require grad matter
-  // Receives d(loss)/d(output) (same numel as the output), accumulates into the inputs' grads.
+  // Receives d(loss)/d(output) (same numel as the output), accumulates into the inputs' grads
+  // (or writes the first gradient to reach one, kernels/grad_out.hpp).
   std::function<void(const float* grad_output)> backward;
   bool released = false;
 };

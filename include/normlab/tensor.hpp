@@ -29,7 +29,7 @@ struct TensorImpl {
   Shape shape;
   std::shared_ptr<Storage> storage;  // shared by views (reshape)
   int64_t offset = 0;                // first element of this tensor inside storage
-  std::shared_ptr<Storage> grad;     // allocated (zero-filled) on first accumulation
+  std::shared_ptr<Storage> grad;     // allocated when the first gradient arrives
   bool requires_grad = false;
   std::shared_ptr<Node> grad_fn;  // the op that produced this tensor; null for leaves
 };
@@ -65,6 +65,10 @@ class Tensor {
   Tensor& set_requires_grad(bool on = true);  // only on leaves
   bool has_grad() const;
   float* grad_data();  // allocates a zero gradient if there is none yet
+  // For a backward kernel that stores every element of the gradient: the buffer, with `existed`
+  // telling whether a gradient was there (add to it). If not, the buffer is new and NOT
+  // zero-filled, and the caller must overwrite all of it (kernels/grad_out.hpp says why).
+  float* grad_data_to_overwrite(bool& existed);
   const float* grad_data() const;  // null if there is no gradient
   Tensor grad() const;  // a copy of the gradient as a tensor (zeros if none)
   void zero_grad();     // drop the gradient buffer

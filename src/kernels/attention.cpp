@@ -230,6 +230,14 @@ inline void copy_row(float* dst, const float* src, int64_t n) {
   for (; c < n; c++) dst[c] = src[c];
 }
 
+// dst += src when accumulating, else dst = src.
+inline void store_row(float* dst, const float* src, int64_t n, bool accumulate) {
+  if (accumulate)
+    add_row(dst, src, n);
+  else
+    copy_row(dst, src, n);
+}
+
 // dst (rows, ld) = src (rows, cols) with row stride src_ld, zero past cols.
 void copy_padded(float* dst, int64_t ld, const float* src, int64_t src_ld, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; r++) {
@@ -485,10 +493,11 @@ void pair_forward(float* out, float* stats, float* exps, const float* qkv, Pair 
   }
 }
 
-// Backward of one pair: dqkv (+)= this pair's gradients (its rows, its head's columns). exps: the
-// exponentials the forward kept (L, Lp), or null to recompute them.
-void pair_backward(float* dqkv, const float* dout, const float* qkv, const float* stats, const float* exps,
-                   Pair p, int64_t T, int64_t C, int64_t NH) {
+// Backward of one pair: dqkv (+)= this pair's gradients (its rows, its head's columns): added when
+// accumulate, else written. Each element is stored once either way. exps: the exponentials the
+// forward kept (L, Lp), or null to recompute them.
+void pair_backward(float* dqkv, bool accumulate, const float* dout, const float* qkv, const float* stats,
+                   const float* exps, Pair p, int64_t T, int64_t C, int64_t NH) {
   const int64_t hd = C / NH, C3 = 3 * C, L = p.L, Lp = padded(L), hp = padded(hd);
   const int64_t Bq = kQueryBlock;
   const float scale = 1.0f / std::sqrt(float(hd));
@@ -513,8 +522,9 @@ void pair_backward(float* dqkv, const float* dout, const float* qkv, const float
   transpose_padded(kT, ld, k, C3, L, hd);
   transpose_padded(vT, ld, v, C3, L, hd);
   // When a head's hd floats are whole vectors (hd a multiple of kPad), q and k are read in place
-  // as B operands, and the products add straight into dqkv: dq + chain, and for a single block
-  // dk + chain and dv + chain, the additions the copies through scratch made.
+  // as B operands, and the products store straight into dqkv: dq + chain (or the chain alone when
+  // not accumulating), and for a single block dk + chain and dv + chain, the additions the copies
+  // through scratch made.
   const bool whole = hd == hp;
   const bool direct_kv = whole && L <= Bq;
   if (!whole) copy_padded(kp, hp, k, C3, L, hd);
@@ -560,26 +570,26 @@ void pair_backward(float* dqkv, const float* dout, const float* qkv, const float
     }
     // dV (+)= e^T (dOb / sum) and dK (+)= dS^T Qb: A(r = key j, k = query i) read in place
     if (direct_kv) {
-      product(dv, C3, Strided{Eb, 1, lde}, dob, hp, L, rows, hp, true);
-      product(dk, C3, Strided{dS, 1, ld}, qbb, ldq, L, rows, hp, true);
+      product(dv, C3, Strided{Eb, 1, lde}, dob, hp, L, rows, hp, accumulate);
+      product(dk, C3, Strided{dS, 1, ld}, qbb, ldq, L, rows, hp, accumulate);
     } else {
       product(dv_acc, hp, Strided{Eb, 1, lde}, dob, hp, L, rows, hp, !first);
       product(dk_acc, hp, Strided{dS, 1, ld}, qbb, ldq, L, rows, hp, !first);
     }
     // dQb = dS K, added to dq
     if (whole) {
-      product(dq + i0 * C3, C3, Strided{dS, ld, 1}, kb, ldk, rows, L, hp, true);
+      product(dq + i0 * C3, C3, Strided{dS, ld, 1}, kb, ldk, rows, L, hp, accumulate);
     } else {
       product(dqb, hp, Strided{dS, ld, 1}, kb, ldk, rows, L, hp, false);
-      for (int64_t i = 0; i < rows; i++) add_row(dq + (i0 + i) * C3, dqb + i * hp, hd);
+      for (int64_t i = 0; i < rows; i++) store_row(dq + (i0 + i) * C3, dqb + i * hp, hd, accumulate);
     }
   }
   if (direct_kv) return;
   for (int64_t j = 0; j < L; j++) {
     float* dkj = dk + j * C3;
     float* dvj = dv + j * C3;
-    add_row(dkj, dk_acc + j * hp, hd);
-    add_row(dvj, dv_acc + j * hp, hd);
+    store_row(dkj, dk_acc + j * hp, hd, accumulate);
+    store_row(dvj, dv_acc + j * hp, hd, accumulate);
   }
 }
 
@@ -691,14 +701,16 @@ void attention_forward(float* out, float* att, const float* qkv, const int64_t* 
   });
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+void attention_backward(GradOut dqkv, const float* dout, const float* qkv, const float* att,
                         const int64_t* offsets, int64_t B, int64_t C, int64_t NH) {
   check_shapes("attention_backward", offsets, B, C, NH);
   if (att == nullptr) throw UsageError("attention_backward: needs the row statistics (att is null)");
   const int64_t T = B > 0 ? offsets[B] : 0;
   const ExpsLayout layout = exps_layout(offsets, B, NH);
+  // Rows before the first sequence belong to no pair: an overwrite gives them their gradient, 0.
+  if (!dqkv.accumulate) std::fill(dqkv.data, dqkv.data + (B > 0 ? offsets[0] : 0) * 3 * C, 0.0f);
   for_each_pair(offsets, B, C, NH, [&](Pair p) {
-    pair_backward(dqkv, dout, qkv, att, layout.exps_of(att, p), p, T, C, NH);
+    pair_backward(dqkv.data, dqkv.accumulate, dout, qkv, att, layout.exps_of(att, p), p, T, C, NH);
   });
 }
 

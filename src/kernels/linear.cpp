@@ -34,7 +34,7 @@ void linear_relu_forward(float* out,                                         // 
   matmul_nt_bias(out, inp, weight, bias, N, C, OC, /*relu=*/true);
 }
 
-void linear_relu_backward(float* dinp, float* dweight, float* dbias,  // (N, C), (OC, C), (OC)
+void linear_relu_backward(GradOut dinp, GradOut dweight, GradOut dbias,  // (N, C), (OC, C), (OC)
                           const float* dout, const float* out,        // (N, OC), (N, OC)
                           const float* inp, const float* weight,      // (N, C), (OC, C)
                           int64_t N, int64_t C, int64_t OC) {
@@ -51,18 +51,21 @@ void linear_relu_backward(float* dinp, float* dweight, float* dbias,  // (N, C),
     const float d = dout[i];  // read whatever out is: a conditional read compiles to a masked load
     dpre[i] = out[i] > 0.0f ? d : 0.0f;
   }
-  linear_backward(dinp, dweight, dbias, dpre, inp, weight, N, C, OC);
+  // Qualified: by its GradOut arguments the call would also find the public, dispatching one.
+  NORMLAB_KERNEL_ISA::linear_backward(dinp, dweight, dbias, dpre, inp, weight, N, C, OC);
 }
 
-void linear_backward(float* dinp, float* dweight, float* dbias,        // (N, C), (OC, C), (OC)
+void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,     // (N, C), (OC, C), (OC)
                      const float* dout, const float* inp, const float* weight,  // (N, OC), (N, C), (OC, C)
                      int64_t N, int64_t C, int64_t OC) {
-  // dinp (N,C) += dout (N,OC) @ weight (OC,C)
-  if (dinp != nullptr) matmul_nn(dinp, dout, weight, N, OC, C, /*accumulate=*/true, /*parallel=*/true);
-  // dweight (OC,C) += dout^T @ inp: dout is stored (N,OC), i.e. (K,M) for matmul_tn with K = N.
-  if (dweight != nullptr) matmul_tn(dweight, dout, inp, OC, N, C, /*accumulate=*/true, /*parallel=*/true);
-  if (dbias == nullptr) return;
-  // dbias[o] += sum_n dout[n][o]. Each column block is summed by one thread over n in order, so
+  // dinp (N,C) (+)= dout (N,OC) @ weight (OC,C)
+  if (dinp.data != nullptr)
+    matmul_nn(dinp.data, dout, weight, N, OC, C, dinp.accumulate, /*parallel=*/true);
+  // dweight (OC,C) (+)= dout^T @ inp: dout is stored (N,OC), i.e. (K,M) for matmul_tn with K = N.
+  if (dweight.data != nullptr)
+    matmul_tn(dweight.data, dout, inp, OC, N, C, dweight.accumulate, /*parallel=*/true);
+  if (dbias.data == nullptr) return;
+  // dbias[o] (+)= sum_n dout[n][o]. Each column block is summed by one thread over n in order, so
   // the result does not depend on the thread count.
   const int64_t blocks = (OC + kBiasBlock - 1) / kBiasBlock;
 #pragma omp parallel for schedule(static) if (N * OC >= kMinParallelElements)
@@ -83,7 +86,8 @@ void linear_backward(float* dinp, float* dweight, float* dbias,        // (N, C)
         for (int64_t o = 0; o < width; o++) sum[o] += dout_row[o];
       }
     }
-    for (int64_t o = 0; o < width; o++) dbias[o_begin + o] += sum[o];
+    float* db = dbias.data + o_begin;
+    for (int64_t o = 0; o < width; o++) db[o] = dbias.accumulate ? db[o] + sum[o] : sum[o];
   }
 }
 

@@ -27,6 +27,8 @@
 // (The reference kernels in kernels/reference/attention.hpp keep the whole matrices instead.)
 #include <cstdint>
 
+#include "normlab/kernels/grad_out.hpp"
+
 namespace normlab::kernels {
 
 // Number of floats in the cache: 2 * offsets[B] * NH of row statistics (rows before offsets[0]
@@ -41,9 +43,10 @@ void attention_forward(float* out, float* att,                     // (T, C), (a
                        const float* qkv, const int64_t* offsets,  // (T, 3C), (B+1)
                        int64_t B, int64_t C, int64_t NH);
 
-// Backward. ACCUMULATES (+=) into dqkv. att is the cache attention_forward wrote for this qkv.
-// Threaded over (sequence, head) pairs, each adding into its own rows and columns of dqkv.
-void attention_backward(float* dqkv,                                // (T, 3C)
+// Backward. ACCUMULATES (+=) into dqkv, or overwrites it (grad_out.hpp). att is the cache
+// attention_forward wrote for this qkv. Threaded over (sequence, head) pairs, each storing into
+// its own rows and columns of dqkv.
+void attention_backward(GradOut dqkv,                               // (T, 3C)
                         const float* dout, const float* qkv,        // (T, C), (T, 3C)
                         const float* att, const int64_t* offsets,   // (attention_cache_size), (B+1)
                         int64_t B, int64_t C, int64_t NH);

@@ -10,6 +10,8 @@
 // dbias sums each column over the rows in row order on one thread).
 #include <cstdint>
 
+#include "normlab/kernels/grad_out.hpp"
+
 namespace normlab::kernels {
 
 // out = inp @ weight^T (+ bias). bias may be nullptr. Threaded (OpenMP).
@@ -17,10 +19,10 @@ void linear_forward(float* out,                                         // (N, O
                     const float* inp, const float* weight, const float* bias,  // (N, C), (OC, C), (OC)
                     int64_t N, int64_t C, int64_t OC);
 
-// ACCUMULATES (+=) into dinp, dweight and dbias; any of the three may be nullptr (no gradient
-// wanted). inp and weight are the forward's inputs; inp may be nullptr when dweight is, weight
-// when dinp is.
-void linear_backward(float* dinp, float* dweight, float* dbias,        // (N, C), (OC, C), (OC)
+// ACCUMULATES (+=) into dinp, dweight and dbias, or overwrites those that say so (grad_out.hpp);
+// any of the three may be nullptr (no gradient wanted). inp and weight are the forward's inputs;
+// inp may be nullptr when dweight is, weight when dinp is.
+void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,     // (N, C), (OC, C), (OC)
                      const float* dout, const float* inp, const float* weight,  // (N, OC), (N, C), (OC, C)
                      int64_t N, int64_t C, int64_t OC);
 
@@ -31,9 +33,9 @@ void linear_relu_forward(float* out,                                         // 
                          const float* inp, const float* weight, const float* bias,  // (N, C), (OC, C), (OC)
                          int64_t N, int64_t C, int64_t OC);
 
-// ACCUMULATES like linear_backward, from the gradient at out and out itself: the same bits as
+// Stores like linear_backward, from the gradient at out and out itself: the same bits as
 // relu_backward into a zeroed buffer followed by linear_backward.
-void linear_relu_backward(float* dinp, float* dweight, float* dbias,  // (N, C), (OC, C), (OC)
+void linear_relu_backward(GradOut dinp, GradOut dweight, GradOut dbias,  // (N, C), (OC, C), (OC)
                           const float* dout, const float* out,        // (N, OC), (N, OC)
                           const float* inp, const float* weight,      // (N, C), (OC, C)
                           int64_t N, int64_t C, int64_t OC);

@@ -36,7 +36,7 @@ void attention_forward(float* out, float* att, const float* qkv, const int64_t* 
                        int64_t NH) {
   NORMLAB_DISPATCH(attention_forward, out, att, qkv, offsets, B, C, NH);
 }
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, const int64_t* offsets,
+void attention_backward(GradOut dqkv, const float* dout, const float* qkv, const float* att, const int64_t* offsets,
                         int64_t B, int64_t C, int64_t NH) {
   NORMLAB_DISPATCH(attention_backward, dqkv, dout, qkv, att, offsets, B, C, NH);
 }
@@ -105,7 +105,7 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
                     int64_t OC) {
   NORMLAB_DISPATCH(linear_forward, out, inp, weight, bias, N, C, OC);
 }
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t C, int64_t OC) {
   NORMLAB_DISPATCH(linear_backward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
@@ -113,7 +113,7 @@ void linear_relu_forward(float* out, const float* inp, const float* weight, cons
                          int64_t OC) {
   NORMLAB_DISPATCH(linear_relu_forward, out, inp, weight, bias, N, C, OC);
 }
-void linear_relu_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* out,
+void linear_relu_backward(GradOut dinp, GradOut dweight, GradOut dbias, const float* dout, const float* out,
                           const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC) {
   NORMLAB_DISPATCH(linear_relu_backward, dinp, dweight, dbias, dout, out, inp, weight, N, C, OC);
 }

@@ -1,6 +1,7 @@
 // Dot products and the softmax sum in double, as in every reference kernel.
 #include "normlab/kernels/reference/attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -58,10 +59,13 @@ void attention_forward(float* out, float* att,                    // (T,C), (sum
   }
 }
 
-void attention_backward(float* dqkv,                               // (T,3C)
+void attention_backward(GradOut dqkv_out,                          // (T,3C)
                         const float* dout, const float* qkv,       // (T,C), (T,3C)
                         const float* att, const int64_t* offsets,  // (sum_b NH*len_b^2), (B+1)
                         int64_t B, int64_t C, int64_t NH) {
+  float* dqkv = dqkv_out.data;
+  // Overwriting: zeros first, then the same additions.
+  if (!dqkv_out.accumulate) std::fill(dqkv, dqkv + (B > 0 ? offsets[B] : 0) * 3 * C, 0.0f);
   const int64_t hd = C / NH;
   const double scale = 1.0 / std::sqrt(double(hd));
   int64_t att_base = 0;

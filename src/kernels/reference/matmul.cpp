@@ -51,19 +51,19 @@ void linear_forward(float* out,                                                /
     }
 }
 
-void linear_backward(float* dinp, float* dweight, float* dbias,                // (N,C), (OC,C), (OC)
+void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,  // (N,C), (OC,C), (OC)
                      const float* dout, const float* inp, const float* weight,  // (N,OC), (N,C), (OC,C)
                      int64_t N, int64_t C, int64_t OC) {
   // dinp = dout @ weight: each input feeds every output through weight[o][c]
-  if (dinp) matmul_nn(dinp, dout, weight, N, OC, C, /*accumulate=*/true);
+  if (dinp.data) matmul_nn(dinp.data, dout, weight, N, OC, C, dinp.accumulate);
   // dweight = dout^T @ inp: summed over the N tokens
-  if (dweight) matmul_tn(dweight, dout, inp, OC, N, C, /*accumulate=*/true);
+  if (dweight.data) matmul_tn(dweight.data, dout, inp, OC, N, C, dweight.accumulate);
   // dbias = sum over the tokens of dout
-  if (dbias)
+  if (dbias.data)
     for (int64_t o = 0; o < OC; o++) {
-      double acc = dbias[o];
+      double acc = dbias.accumulate ? dbias.data[o] : 0.0;
       for (int64_t n = 0; n < N; n++) acc += dout[n * OC + o];
-      dbias[o] = float(acc);
+      dbias.data[o] = float(acc);
     }
 }
 

@@ -8,6 +8,8 @@
 // head, a (len, len) row-major matrix (query row, key column); attention_cache_size gives its size.
 #include <cstdint>
 
+#include "normlab/kernels/grad_out.hpp"
+
 namespace normlab::kernels::reference {
 
 // Number of floats in the probability cache: sum over b of NH * len_b^2.
@@ -18,8 +20,8 @@ void attention_forward(float* out, float* att,                    // (T,C), (sum
                        const float* qkv, const int64_t* offsets,  // (T,3C), (B+1)
                        int64_t B, int64_t C, int64_t NH);
 
-// ACCUMULATES (+=) into dqkv. att is what attention_forward wrote.
-void attention_backward(float* dqkv,                               // (T,3C)
+// ACCUMULATES (+=) into dqkv, or overwrites it (grad_out.hpp). att is what attention_forward wrote.
+void attention_backward(GradOut dqkv_out,                          // (T,3C)
                         const float* dout, const float* qkv,       // (T,C), (T,3C)
                         const float* att, const int64_t* offsets,  // (sum_b NH*len_b^2), (B+1)
                         int64_t B, int64_t C, int64_t NH);

@@ -5,6 +5,8 @@
 // And the Linear layer built on them (PyTorch layout: weight (OC, C)).
 #include <cstdint>
 
+#include "normlab/kernels/grad_out.hpp"
+
 namespace normlab::kernels::reference {
 
 void matmul_nn(float* C,                        // (M,N)
@@ -22,8 +24,9 @@ void linear_forward(float* out,                                                /
                     const float* inp, const float* weight, const float* bias,  // (N,C), (OC,C), (OC)
                     int64_t N, int64_t C, int64_t OC);
 
-// ACCUMULATES (+=) into dinp, dweight, dbias; each may be nullptr.
-void linear_backward(float* dinp, float* dweight, float* dbias,                // (N,C), (OC,C), (OC)
+// ACCUMULATES (+=) into dinp, dweight, dbias, or overwrites those that say so (grad_out.hpp); each
+// may be nullptr.
+void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,               // (N,C), (OC,C), (OC)
                      const float* dout, const float* inp, const float* weight,  // (N,OC), (N,C), (OC,C)
                      int64_t N, int64_t C, int64_t OC);
 
