@@ -311,14 +311,16 @@ TEST_CASE("attention backward matches central finite differences") {
 }
 
 TEST_CASE("attention is deterministic run to run and across thread counts") {
-  // Two ways of sharing the pairs out: lengths too uneven for contiguous runs of sequences to
-  // balance (the pairs are dealt out dynamically), and many similar lengths (each thread takes
-  // one contiguous run of sequences).
+  // Three ways of sharing the pairs out: lengths too uneven for contiguous runs of pairs to
+  // balance (the pairs are dealt out dynamically); many similar lengths (each thread takes one
+  // contiguous run); three sequences of 4 heads, where at 2 threads the cut falls between two
+  // heads of the middle sequence.
   const std::vector<int64_t> uneven = {64, 1, 33, 128, 7, 90, 15, 2};
   std::vector<int64_t> similar;
   for (int64_t b = 0; b < 24; b++) similar.push_back(20 + (b * 7) % 21);
+  const std::vector<int64_t> three = {40, 40, 40};
   const int saved_threads = normlab::num_threads();
-  for (const std::vector<int64_t>& lengths : {uneven, similar}) {
+  for (const std::vector<int64_t>& lengths : {uneven, similar, three}) {
     const std::vector<int64_t> offsets = offsets_of(lengths);
     const int64_t B = int64_t(lengths.size());
     const int64_t T = offsets[B];
