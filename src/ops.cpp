@@ -161,19 +161,26 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* name) {
   float* po = out.data();
   // Same shape on both sides is the hot case (residual connections): a flat parallel loop.
   const bool flat = a.shape() == out_shape && b.shape() == out_shape;
+  // b a single number over all of a (ReZero's f(x) * alpha): a flat loop too, and b's gradient
+  // one sum.
+  const bool scalar_b = !flat && a.shape() == out_shape && b.numel() == 1;
   std::shared_ptr<std::vector<int64_t>> ia, ib;
-  if (!flat) {
+  if (!flat && !scalar_b) {
     ia = std::make_shared<std::vector<int64_t>>(broadcast_index_map(out_shape, a.shape()));
     ib = std::make_shared<std::vector<int64_t>>(broadcast_index_map(out_shape, b.shape()));
   }
   if (flat) {
 #pragma omp parallel for schedule(static) if(n > kParallelGrain)
     for (int64_t i = 0; i < n; ++i) po[i] = Op::f(pa[i], pb[i]);
+  } else if (scalar_b) {
+    const float s = pb[0];
+#pragma omp parallel for schedule(static) if(n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) po[i] = Op::f(pa[i], s);
   } else {
     for (int64_t i = 0; i < n; ++i) po[i] = Op::f(pa[(*ia)[i]], pb[(*ib)[i]]);
   }
   if (!needs_grad({&a, &b})) return out;
-  record(out, name, {a, b}, [a, b, ia, ib, n, flat](const float* g) {
+  record(out, name, {a, b}, [a, b, ia, ib, n, flat, scalar_b](const float* g) {
     const float* x = a.data();
     const float* y = b.data();
     if (flat) {  // one gradient element per input element: stored
@@ -183,6 +190,18 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* name) {
         store_each(da, n, [&](int64_t i) { return g[i] * Op::dfdx(x[i], y[i]); });
         // a and b one tensor (x + x): both add to its zeroed buffer, each thread the same i
         store_each(db, n, [&](int64_t i) { return g[i] * Op::dfdy(x[i], y[i]); });
+      }
+    } else if (scalar_b) {
+      // a's gradient element by element over the threads; b's, one sum over all elements in
+      // order on one thread: the order (and the bits) of the general loop below.
+      const float s = y[0];
+      const auto [da] = grad_outs<1>({&a});
+#pragma omp parallel if(n > kParallelGrain)
+      store_each(da, n, [&](int64_t i) { return g[i] * Op::dfdx(x[i], s); });
+      if (float* db = grad_ptr(b)) {
+        float sum = db[0];
+        for (int64_t i = 0; i < n; ++i) sum += g[i] * Op::dfdy(x[i], s);
+        db[0] = sum;
       }
     } else {
       // Serial: several outputs map to one broadcast input, and a fixed order keeps the sum

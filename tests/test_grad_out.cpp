@@ -245,3 +245,30 @@ TEST_CASE("grad out: an input given twice to one op receives both gradients") {
     for (size_t i = 0; i < both.size(); i++) REQUIRE(both[i] == 0.0f + as_input[i] + as_weight[i]);
   }
 }
+
+TEST_CASE("grad out: a tensor times a single number: its gradient written, the number's summed in order") {
+  // ReZero's f(x) * alpha, above the size where the elementwise ops use threads: a's gradient is
+  // g * alpha element by element, alpha's the sum of g * f(x) in element order (the bits of the
+  // general broadcasting loop), at any thread count.
+  const int saved = num_threads();
+  const Tensor x = leaf({300, 64}, 14);
+  Tensor alpha = leaf({1}, 15);
+  Rng rng(16);
+  const Tensor g = Tensor::normal({300, 64}, rng);
+  const auto xv = x.to_vector(), gv = g.to_vector();
+  const float s = alpha.item();
+  float expected_dalpha = 0.0f;
+  for (size_t i = 0; i < xv.size(); i++) expected_dalpha += gv[i] * xv[i];
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    set_num_threads(threads);
+    Tensor xt = x;
+    xt.zero_grad();
+    alpha.zero_grad();
+    ops::mul(xt, alpha).backward(g);
+    const auto dx = x.grad().to_vector();
+    for (size_t i = 0; i < dx.size(); i++) REQUIRE(dx[i] == gv[i] * s);
+    CHECK(alpha.grad().item() == expected_dalpha);
+  }
+  set_num_threads(saved);
+}

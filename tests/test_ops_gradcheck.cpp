@@ -45,6 +45,12 @@ TEST_CASE("gradcheck: elementwise ops with broadcasting") {
   check_grad([](const Inputs& in) { return ops::mul(in[0], in[1]); }, {a, b});
   check_grad([](const Inputs& in) { return ops::div(in[0], in[1]); }, {a, c});
   check_grad([](const Inputs& in) { return ops::mul(in[0], in[1]); }, {a, param({}, 4)});
+  // b a single number of shape [1] (ReZero's alpha): a path of its own, b's gradient one sum
+  Tensor s = param({1}, 5, 0.5f, 2.0f);
+  check_grad([](const Inputs& in) { return ops::add(in[0], in[1]); }, {a, s});
+  check_grad([](const Inputs& in) { return ops::sub(in[0], in[1]); }, {a, s});
+  check_grad([](const Inputs& in) { return ops::mul(in[0], in[1]); }, {a, s});
+  check_grad([](const Inputs& in) { return ops::div(in[0], in[1]); }, {a, s});
 }
 
 TEST_CASE("gradcheck: unary ops") {
