@@ -94,17 +94,23 @@ inline float exp(float x) {
   return detail::select_nan(x, (m * detail::pow2(n1)) * detail::pow2(n - n1));
 }
 
-// e^x - 1, accurate near 0 where exp(x) - 1 would cancel.
-inline float expm1(float x) {
+namespace detail {
+// e^x - 1 for x <= 88 (not NaN): expm1 without its overflow branch, which tanh never needs.
+inline float expm1_up_to_88(float x) {
   float xc = x > -25.0f ? x : -25.0f;  // expm1(-25) rounds to -1
   xc = xc < 88.0f ? xc : 88.0f;
-  const detail::Reduced red = detail::reduce_ln2(xc);
-  const float p = detail::expm1_small(red.r);
+  const Reduced red = reduce_ln2(xc);
+  const float p = expm1_small(red.r);
   // e^x - 1 = (2^n - 1) + 2^n p: 2^n - 1 is exact for n <= 24 and 2^n p is exact, so the one
   // rounding is the sum (for n = 0 the result is p itself).
-  const float scale = detail::pow2(int32_t(red.n));
-  const float result = (scale - 1.0f) + scale * p;
-  return detail::select_nan(x, x > 88.0f ? exp(x) : result);
+  const float scale = pow2(int32_t(red.n));
+  return (scale - 1.0f) + scale * p;
+}
+}  // namespace detail
+
+// e^x - 1, accurate near 0 where exp(x) - 1 would cancel.
+inline float expm1(float x) {
+  return detail::select_nan(x, x > 88.0f ? exp(x) : detail::expm1_up_to_88(x));
 }
 
 // tanh(x) = sign(x) * e / (e + 2) with e = expm1(2|x|): no cancellation for small |x|, and e / (e + 2)
@@ -113,8 +119,10 @@ inline float tanh(float x) {
   const uint32_t bits = std::bit_cast<uint32_t>(x);
   const uint32_t sign = bits & 0x80000000u;
   float a = std::bit_cast<float>(bits & 0x7fffffffu);
-  a = a < 10.0f ? a : 10.0f;
-  const float e = expm1(2.0f * a);
+  a = a < 10.0f ? a : 10.0f;  // NaN becomes 10 here and is put back at the end
+  // 2a <= 20: expm1 without the overflow branch (branch-free code computes both sides of a
+  // select, so expm1 itself would cost an exp more)
+  const float e = detail::expm1_up_to_88(2.0f * a);
   const float t = e / (e + 2.0f);
   return detail::select_nan(x, std::bit_cast<float>(std::bit_cast<uint32_t>(t) | sign));
 }
