@@ -79,21 +79,26 @@ void dyt_backward(float* dinp, float* dalpha, float* dgamma, float* dbeta, const
     double* pgamma = mine;
     double* pbeta = mine + C;
     double dalpha_thread = 0.0;
+    // A row's dalpha terms: summed after the row's vector loop, in column order. Inside it, the one
+    // float sum (which the compiler may not reorder) would keep the whole loop scalar.
+    std::vector<float> dalpha_terms(static_cast<size_t>(C));
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; n++) {
       const float* x = inp + n * C;
       const float* dy = dout + n * C;
       float* dx = dinp != nullptr ? dinp + n * C : nullptr;
-      float dalpha_row = 0.0f;
+      float* terms = dalpha_terms.data();
       for (int64_t c = 0; c < C; c++) {
         const float t = math::tanh(a * x[c]);
         // d tanh(u)/du = 1 - tanh(u)^2, u = alpha x
         const float dt = dy[c] * gamma[c] * (1.0f - t * t);
         pgamma[c] += double(dy[c] * t);
         pbeta[c] += double(dy[c]);
-        dalpha_row += dt * x[c];
+        terms[c] = dt * x[c];
         if (dx != nullptr) dx[c] += dt * a;
       }
+      float dalpha_row = 0.0f;
+      for (int64_t c = 0; c < C; c++) dalpha_row += terms[c];
       dalpha_thread += double(dalpha_row);
     }
     mine[2 * C] = dalpha_thread;
