@@ -164,8 +164,8 @@ mutant "pre-norm stack: the final norm is never applied" \
   '*golden*,*encoder*'
 mutant "DyT backward: dalpha misses the x factor" \
   src/kernels/activations.cpp \
-  'dalpha_row += dt * x[c];' \
-  'dalpha_row += dt;' \
+  'terms[c] = dt * x[c];' \
+  'terms[c] = dt;' \
   '*f64*,*golden*,*dyt*'
 mutant "warmup: step 0 gets no learning rate ((step) / warmup instead of (step + 1) / warmup)" \
   src/optim/schedule.cpp \
