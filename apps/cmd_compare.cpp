@@ -262,12 +262,15 @@ void train_grid_and_report(const Options& options) {
     for (const study::RunSpec& run : plan.runs)
       results.push_back(study::read_run(run, (out / "runs" / run.name).string()));
     const int signals_before = g_signals;
+    std::vector<std::string> answer;
     try {
-      study::write_report(plan, results, out.string(), [&] { return g_signals != signals_before; });
+      answer = study::write_report(plan, results, out.string(), [&] { return g_signals != signals_before; });
     } catch (const study::ReportStopped&) {
       fmt::print(stderr, "compare: stopped while drawing the report; rerun with --report-only to draw it\n");
       throw ExitCode{g_interrupted == SIGTERM ? kExitTerminated : kExitInterrupted};
     }
+    fmt::print("Answer (held-out data; definitions in docs/compare.md):\n");
+    for (const std::string& sentence : answer) fmt::print("  {}\n", sentence);
     fmt::print("compare: report written to {}\n", (out / "report.html").string());
   }
   if (!bad_input.empty()) throw InputError(bad_input);

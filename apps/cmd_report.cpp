@@ -45,12 +45,15 @@ void run(const ReportOptions& options) {
     throw InputError(fmt::format("{}: cannot create the output directory: {}", options.out, ec.message()));
   std::signal(SIGINT, on_report_signal);
   std::signal(SIGTERM, on_report_signal);
+  std::vector<std::string> answer;
   try {
-    study::write_report(plan, results, options.out, [] { return g_report_signal != 0; });
+    answer = study::write_report(plan, results, options.out, [] { return g_report_signal != 0; });
   } catch (const study::ReportStopped&) {
     fmt::print(stderr, "report: stopped before the report was complete; nothing was written over\n");
     throw ExitCode{g_report_signal == SIGTERM ? kExitTerminated : kExitInterrupted};
   }
+  fmt::print("Answer (held-out data; definitions in docs/compare.md):\n");
+  for (const std::string& sentence : answer) fmt::print("  {}\n", sentence);
   fmt::print("report: {} run(s) in {} series; written to {}\n", plan.runs.size(), plan.variants.size(),
              (fs::path(options.out) / "report.html").string());
 }

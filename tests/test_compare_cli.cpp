@@ -102,10 +102,13 @@ TEST_CASE("compare: an edited config is never reported over old runs - --retrain
   const std::string report = read_text(out + "/report.md");
   CHECK(report.find("Produced by normlab ") != std::string::npos);
   CHECK(report.find("## Findings") != std::string::npos);
-  CHECK(report.find("chance loss 2.303") != std::string::npos);
+  CHECK(report.find("uniform-guess loss 2.303") != std::string::npos);
+  CHECK(report.find("## Answer") < report.find("## Findings"));
   const nlohmann::json summary = nlohmann::json::parse(read_text(out + "/summary.json"));
   CHECK(summary["threads"] == nlohmann::json::array({1}));
   CHECK(summary.contains("cpu"));
+  CHECK(summary["answer"].is_array());
+  CHECK(!summary["answer"].empty());
 
   // eval on the compare directory says what it is and lists its runs.
   Result eval = run_cli(dir, "eval --run " + out);

@@ -129,12 +129,22 @@ TEST_CASE("reuse: a started run whose resolved config differs is reported with i
 
 TEST_CASE("grid: the committed compare configs load and expand as docs/EXPERIMENTS.md says") {
   const std::string configs = std::string(NORMLAB_SOURCE_DIR) + "/configs/";
-  CHECK(study::load_compare_plan(configs + "demo.json").runs.size() == 63);
+  const study::ComparePlan demo = study::load_compare_plan(configs + "demo.json");
+  CHECK(demo.runs.size() == 60);
+  // The replication grid is the demo with seeds 5-9: the same runs but for train.seed.
+  const study::ComparePlan replication = study::load_compare_plan(configs + "demo-replication.json");
+  REQUIRE(replication.runs.size() == demo.runs.size());
+  for (size_t i = 0; i < demo.runs.size(); ++i) {
+    nlohmann::json a = demo.runs[i].config, b = replication.runs[i].config;
+    CHECK(b["train"]["seed"].get<uint64_t>() == a["train"]["seed"].get<uint64_t>() + 5);
+    a["train"].erase("seed"), b["train"].erase("seed");
+    CHECK(a == b);
+  }
   CHECK(study::load_compare_plan(configs + "study.json").runs.size() == 420);
   const study::ComparePlan bn = study::load_compare_plan(configs + "batchnorm-batch.json");
   CHECK(bn.runs.size() == 48);
   CHECK(bn.settings.size() == 8);
-  for (const char* name : {"demo.json", "study.json", "batchnorm-batch.json"})
+  for (const char* name : {"demo.json", "demo-replication.json", "study.json", "batchnorm-batch.json"})
     CHECK_MESSAGE(study::config_kind(configs + name) == study::ConfigKind::compare, name);
   CHECK(study::config_kind(configs + "reverse.json") == study::ConfigKind::run);
 }

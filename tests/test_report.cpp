@@ -103,7 +103,11 @@ void write_fake_study(const fs::path& dir, study::ComparePlan& plan, std::vector
     r.end_residual_rms = {1.2, 2.0, 3.0};
     r.init_layer_grad_norms = {0.5, 0.4, 0.3};
     r.end_layer_grad_norms = {0.2, 0.2, 0.1};
-    r.buckets = {{1, 8, false, 0.1, 0.9, 10}, {9, 16, false, 0.3, 0.7, 10}, {17, 32, true, 1.0, 0.3, 10}};
+    r.buckets = {{1, 8, false, 0.1, 0.9, 10, 10}, {9, 16, false, 0.3, 0.7, 10, 10}, {17, 32, true, 1.0, 0.3, 10, 10}};
+    r.baseline = {std::log(10.0), 0.1, NAN};
+    if (!r.diverged)
+      for (int64_t step : {25, 50})
+        r.evals.push_back({step, {0.2 + 0.01 * double(spec.seed), step == 50 ? 0.8 : 0.5, 20}, {1.0, 0.3, 10}, {0.5, 0.6, 30}});
     results.push_back(r);
   }
 }
@@ -138,8 +142,8 @@ TEST_CASE("report: every chart is well-formed SVG, labels are escaped, the secti
   CHECK(plan.runs.size() == 4 * 2 * 3);
   study::write_report(plan, results, dir.string());
   const std::string html = slurp(dir / "report.html");
-  for (const char* section : {"Summary", "Stability", "Training loss curves", "Gradient norm curves",
-                              "per-layer residual RMS", "Accuracy per sequence length"})
+  for (const char* section : {"Answer", "Setup", "Summary", "Stability", "Validation curves", "Training loss curves",
+                              "Gradient norm curves", "per-layer residual RMS", "Accuracy per sequence length"})
     CHECK_MESSAGE(html.find(section) != std::string::npos, section);
   CHECK(html.find("<script") == std::string::npos);  // self-contained, nothing to run
   CHECK(html.find("http://") == html.find("http://www.w3.org/2000/svg"));  // no network resource
@@ -158,9 +162,23 @@ TEST_CASE("report: every chart is well-formed SVG, labels are escaped, the secti
   CHECK(html.find(">0.1</text>", stability) != std::string::npos);
   size_t chance_lines = 0;
   for (size_t pos = 0; (pos = html.find(">chance 2.303</text>", pos)) != std::string::npos; ++pos) ++chance_lines;
-  CHECK(chance_lines == 1 + 2);  // the stability chart and the loss curves at both learning rates
+  CHECK(chance_lines == 2 + 2);  // the held-out and the train loss curves at both learning rates
+  CHECK(html.find(">chance 0.100</text>", stability) != std::string::npos);  // chance accuracy on the stability chart
   CHECK(html.find("## Findings") == std::string::npos);
+  // One line of setup, then the Answer; Findings before the table.
+  CHECK(html.find("<h2>") == html.find("<h2>Answer</h2>"));
+  CHECK(html.find("<h2>Answer</h2>") < html.find("<h2>Findings</h2>"));
   CHECK(html.find("<h2>Findings</h2>") < html.find("<h2>Summary"));
+  // BatchNorm is in the grid, but these runs left no checkpoints to evaluate: no section from nothing.
+  CHECK(html.find("BatchNorm and its batch") == std::string::npos);
+  // Every chart of the page is also a file of its own.
+  size_t chart_files = 0;
+  for (const auto& entry : fs::directory_iterator(dir / "charts")) {
+    CHECK(entry.path().extension() == ".svg");
+    CHECK_MESSAGE(xml_problem(slurp(entry.path())).empty(), entry.path().string());
+    ++chart_files;
+  }
+  CHECK(chart_files == svgs.size());
   const std::string csv = slurp(dir / "runs.csv");
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 24);
   CHECK(slurp(dir / "report.md").find("| variant |") != std::string::npos);

@@ -27,7 +27,7 @@ namespace {
 // losses and one evaluation with two buckets, summary.json.
 std::string make_run(const TempDir& tmp, const std::string& name, const nlohmann::json& overrides,
                      const std::vector<double>& losses, double bucket1_acc, double bucket2_acc, bool diverged = false,
-                     const std::string& task = "reverse") {
+                     const std::string& task = "reverse", double bucket1_loss = 1.0) {
   const fs::path dir = tmp.path / name;
   fs::create_directories(dir);
   nlohmann::json config = nlohmann::json::object();
@@ -52,7 +52,7 @@ std::string make_run(const TempDir& tmp, const std::string& name, const nlohmann
                              {"loss", losses.back() + 1},
                              {"accuracy", 0.5 * (bucket1_acc + bucket2_acc)},
                              {"buckets",
-                              {{{"min_len", 1}, {"max_len", 8}, {"beyond_train", false}, {"loss", 1.0},
+                              {{{"min_len", 1}, {"max_len", 8}, {"beyond_train", false}, {"loss", bucket1_loss},
                                 {"accuracy", bucket1_acc}, {"count", 10}},
                                {{"min_len", 9}, {"max_len", 16}, {"beyond_train", true}, {"loss", 2.0},
                                 {"accuracy", bucket2_acc}, {"count", 10}}}}})
@@ -98,19 +98,31 @@ TEST_CASE("report numbers: medians over seeds, diverged seeds left out, bucket m
   CHECK(results[3].diverged);
   CHECK(std::isnan(results[3].final_train_loss));
 
-  const double chance = study::chance_loss(plan.base);
-  CHECK(chance == doctest::Approx(std::log(10.0)));
-  const std::vector<study::GroupSummary> groups = study::summarize(results, chance);
+  CHECK(study::chance_loss(plan.base) == doctest::Approx(std::log(10.0)));
+  CHECK(results[0].baseline.uniform_accuracy == doctest::Approx(0.1));
+  // Trained lengths (bucket 1-8) and unseen ones (9-16) apart, from the buckets.
+  REQUIRE(results[0].evals.size() == 1);
+  CHECK(results[0].final_trained().accuracy == doctest::Approx(0.9));
+  CHECK(results[0].final_unseen().accuracy == doctest::Approx(0.1));
+  CHECK(results[0].final_trained().loss == doctest::Approx(1.0));
+  CHECK(results[0].final_unseen().loss == doctest::Approx(2.0));
+  CHECK(results[0].evals[0].step == 20);
+  const std::vector<study::GroupSummary> groups = study::summarize(results);
   REQUIRE(groups.size() == 1);
   const study::GroupSummary& g = groups[0];
   CHECK(g.train_loss == doctest::Approx(1.0));  // median of 0.5, 1.0, 4.0: the diverged seed is left out
   CHECK(g.train_loss_min == doctest::Approx(0.5));
   CHECK(g.train_loss_max == doctest::Approx(4.0));
-  CHECK(g.valid_loss == doctest::Approx(2.0));  // valid loss = last loss + 1
+  // Accuracy counts the diverged seed as a uniform guess (0.1); loss leaves it out.
+  CHECK(g.trained_accuracy.n == 4);
+  CHECK(g.trained_accuracy.mean == doctest::Approx((0.9 + 0.7 + 0.8 + 0.1) / 4));
+  CHECK(g.trained_loss.n == 3);
+  CHECK(g.unseen_accuracy.mean == doctest::Approx((0.1 + 0.3 + 0.2 + 0.1) / 4));
   CHECK(g.diverged == 1);
-  CHECK(g.at_chance == 1);  // 4.0: above 95% of chance (2.19), below 2 x the first loss (4.6)
+  CHECK(g.learned == 3);  // judged on held-out trained lengths, not the final train loss (4.0 for seed 2)
+  CHECK(g.at_chance == 0);
   CHECK(g.blew_up == 0);
-  CHECK(g.learned == 2);
+  CHECK(g.mostly_learned());
   CHECK(g.bucket_accuracy.at({1, 8}) == doctest::Approx(0.8));   // median of 0.9, 0.7, 0.8
   CHECK(g.bucket_accuracy.at({9, 16}) == doctest::Approx(0.2));  // median of 0.1, 0.3, 0.2
   CHECK(g.bucket_beyond_train.at({9, 16}));
@@ -124,9 +136,23 @@ TEST_CASE("report numbers: medians over seeds, diverged seeds left out, bucket m
   CHECK(summary["cpu"].get<std::string>() == normlab::cpu_model());
   CHECK(summary["threads"] == nlohmann::json::array({1}));
   CHECK(summary["outcomes"]["diverged"] == 1);
-  CHECK(read_text(out + "/report.md").find("chance loss") != std::string::npos);
-  CHECK(read_text(out + "/report.md").find("## Findings") != std::string::npos);
+  const std::string md = read_text(out + "/report.md");
+  CHECK(md.find("## Answer") != std::string::npos);
+  CHECK(md.find("## Answer") < md.find("## Findings"));
+  CHECK(md.find("uniform-guess loss 2.303") != std::string::npos);
+  CHECK(md.find("BatchNorm") == std::string::npos);  // no BatchNorm run: no BatchNorm paragraph
+  CHECK(md.find("fewer than 5") != std::string::npos);  // 4 seeds: the warning
   CHECK(read_text(out + "/runs.csv").find(",diverged,") != std::string::npos);
+  // Every chart as a file, every curve in curves.csv.
+  REQUIRE(plan.lrs.size() == 1);
+  CHECK(fs::exists(out + fmt::format("/charts/valid-accuracy-lr{:g}.svg", plan.lrs[0])));
+  CHECK(fs::exists(out + fmt::format("/charts/train-loss-lr{:g}.svg", plan.lrs[0])));
+  const std::string curves = read_text(out + "/curves.csv");
+  CHECK(curves.rfind("run,variant,lr,seed,step,split,lengths,loss,accuracy\n", 0) == 0);
+  CHECK(curves.find("a,") != std::string::npos);
+  CHECK(curves.find(",20,valid,trained,1,0.9\n") != std::string::npos);
+  CHECK(curves.find(",20,valid,unseen,2,0.1\n") != std::string::npos);
+  CHECK(curves.find(",1,train,all,2.3,0.5\n") != std::string::npos);
 
   // A stop request while drawing: no file is written over.
   const std::string stopped = tmp.sub("stopped");
@@ -137,72 +163,181 @@ TEST_CASE("report numbers: medians over seeds, diverged seeds left out, bucket m
   CHECK(fs::is_empty(stopped));
 }
 
-TEST_CASE("report numbers: the outcome words and their thresholds") {
+TEST_CASE("report numbers: the outcome words and their thresholds, at the boundary") {
   study::RunResult r;
   r.finished = true;
   r.loss = {2.3, 2.0};
-  const double chance = std::log(10.0);
-  r.final_train_loss = 0.95 * chance - 0.01;
-  CHECK(study::classify(r, chance) == study::Outcome::learned);
-  r.final_train_loss = 0.95 * chance + 0.01;
-  CHECK(study::classify(r, chance) == study::Outcome::at_chance);
-  r.final_train_loss = 2 * 2.3 - 0.01;
-  CHECK(study::classify(r, chance) == study::Outcome::at_chance);
-  r.final_train_loss = 2 * 2.3 + 0.01;
-  CHECK(study::classify(r, chance) == study::Outcome::blew_up);
-  r.final_train_loss = 1.08e8;  // the demo's none at lr 0.03: finite, so not "diverged", but blown up
-  CHECK(study::classify(r, chance) == study::Outcome::blew_up);
+  r.baseline.uniform_loss = std::log(10.0);
+  r.baseline.uniform_accuracy = 0.1;
+  auto judged = [&](double accuracy, double loss = 1.0) {
+    r.evals = {study::EvalPoint{100, {loss, accuracy, 50}, {3.0, 0.1, 50}, {2.0, 0.5, 100}}};
+    return study::classify(r);
+  };
+  const double c = 0.1;
+  const double learned_at = c + study::kLearnedShare * (1 - c), weak_at = c + study::kChanceShare * (1 - c);
+  CHECK(judged(1.0) == study::Outcome::solved);
+  CHECK(judged(study::kSolvedAccuracy) == study::Outcome::solved);
+  CHECK(judged(std::nextafter(study::kSolvedAccuracy, 0.0)) == study::Outcome::learned);
+  CHECK(judged(learned_at) == study::Outcome::learned);
+  CHECK(judged(std::nextafter(learned_at, 0.0)) == study::Outcome::weak);
+  CHECK(judged(weak_at) == study::Outcome::weak);
+  CHECK(judged(std::nextafter(weak_at, 0.0)) == study::Outcome::at_chance);
+  CHECK(judged(0.0) == study::Outcome::at_chance);
+  // Held-out loss against 2x the uniform guess's ln 10: worse than guessing is "blew up".
+  CHECK(judged(0.5, 2 * std::log(10.0)) == study::Outcome::learned);
+  CHECK(judged(0.5, std::nextafter(2 * std::log(10.0), 100.0)) == study::Outcome::blew_up);
+  CHECK(judged(0.0, NAN) == study::Outcome::blew_up);
+  // The chance level is the better guess: with a majority label at 0.6, 0.65 is only weak.
+  r.baseline.majority_accuracy = 0.6;
+  CHECK(r.baseline.chance_accuracy() == 0.6);
+  CHECK(judged(0.65) == study::Outcome::weak);
+  CHECK(judged(0.6 + 0.25 * 0.4) == study::Outcome::learned);
+  CHECK(judged(0.61) == study::Outcome::at_chance);
+  // The train loss does not judge: a memorized train set with chance held-out accuracy is at chance.
+  r.baseline.majority_accuracy = NAN;
+  r.final_train_loss = 0.0;
+  CHECK(judged(0.1) == study::Outcome::at_chance);
   r.diverged = true;
-  CHECK(study::classify(r, chance) == study::Outcome::diverged);
+  CHECK(study::classify(r) == study::Outcome::diverged);
+  CHECK(r.judged_accuracy() == 0.1);  // a diverged seed counts as the uniform guess
+  r.diverged = false;
+  r.evals.clear();
+  CHECK(study::classify(r) == study::Outcome::not_evaluated);
   r = {};
-  r.final_train_loss = 0.1;
-  CHECK(study::classify(r, chance) == study::Outcome::unfinished);
+  CHECK(study::classify(r) == study::Outcome::unfinished);
 }
 
-TEST_CASE("report numbers: findings name the tolerant variants and the differences beyond the seed spread") {
+TEST_CASE("report numbers: 'most seeds' means more than half - exactly half is not most") {
+  study::RunResult learned, failed;
+  study::GroupSummary g;
+  g.runs = {&learned, &failed, &learned, &failed};
+  g.learned = 2;
+  CHECK_FALSE(g.mostly_learned());
+  g.solved = 1;  // 3 of 4
+  CHECK(g.mostly_learned());
+  g.runs = {&learned, &failed, &failed};
+  g.learned = 1, g.solved = 0;
+  CHECK_FALSE(g.mostly_learned());
+  g.learned = 2;
+  CHECK(g.mostly_learned());
+}
+
+TEST_CASE("report numbers: loss spikes, steps to solve and peak gradient norm by their definitions") {
+  study::RunResult r;
+  r.loss.assign(study::kSpikeWindow + 5, 1.0);
+  r.loss.push_back(3.0);  // a spike
+  r.loss.push_back(3.0);  // the same spike, still high
+  r.loss.push_back(1.0);
+  r.loss.push_back(2.0);  // exactly 2x the median: not a spike
+  r.loss.push_back(2.5);  // a second spike
+  r.loss.push_back(NAN);  // not finite: not a spike
+  CHECK(r.loss_spikes() == 2);
+  // Near zero loss, doubling is noise: 0.001 -> 0.01 rises by less than 0.05x the first loss.
+  study::RunResult converged;
+  converged.loss.assign(study::kSpikeWindow + 1, 0.001);
+  converged.loss.front() = 2.3;
+  converged.loss.push_back(0.01);
+  CHECK(converged.loss_spikes() == 0);
+  converged.loss.push_back(0.001 + 0.05 * 2.3 + 0.001);  // rises past the floor: a spike
+  CHECK(converged.loss_spikes() == 1);
+  study::RunResult short_run;
+  short_run.loss.assign(study::kSpikeWindow, 1.0);
+  short_run.loss.back() = 100.0;  // within the first window: nothing to compare with
+  CHECK(short_run.loss_spikes() == 0);
+  r.evals = {{100, {1.0, 0.5, 10}, {}, {}}, {200, {0.1, 0.95, 10}, {}, {}}, {300, {0.05, 0.99, 10}, {}, {}}};
+  CHECK(r.steps_to_solve() == 200);
+  r.evals[1].trained.accuracy = 0.9499;
+  CHECK(r.steps_to_solve() == 300);
+  r.evals.pop_back();
+  CHECK(r.steps_to_solve() == -1);
+  r.grad_norm = {1.0, NAN, 7.5, 3.0, INFINITY};
+  CHECK(r.peak_grad_norm() == 7.5);
+}
+
+TEST_CASE("report numbers: findings and the Answer on a fixture with known answers") {
   TempDir tmp("normlab_findings");
   std::vector<std::string> dirs;
-  // pre-ln learns at both rates; none learns at 0.001 and blows up at 0.03.
+  // pre-ln learns at both rates; none learns as well at 0.001 (identical accuracies: no difference)
+  // and blows up at 0.03 (held-out loss 50, far above 2 ln 10).
   for (int seed = 0; seed < 3; ++seed) {
     dirs.push_back(make_run(tmp, fmt::format("pre_a{}", seed),
                             {{"train", {{"seed", seed}}}, {"optim", {{"lr", 0.001}}}, {"model", {{"norm", "layernorm"}}}},
                             flat(2.3, 1.0 + 0.01 * seed), 0.9, 0.1));
     dirs.push_back(make_run(tmp, fmt::format("pre_b{}", seed),
                             {{"train", {{"seed", seed}}}, {"optim", {{"lr", 0.03}}}, {"model", {{"norm", "layernorm"}}}},
-                            flat(2.3, 1.2 + 0.01 * seed), 0.9, 0.1));
+                            flat(2.3, 1.2 + 0.01 * seed), 0.96 + 0.01 * seed, 0.1));
     dirs.push_back(make_run(tmp, fmt::format("none_a{}", seed),
                             {{"train", {{"seed", seed}}}, {"optim", {{"lr", 0.001}}}, {"model", {{"norm", "none"}}}},
                             flat(2.3, 1.005 + 0.01 * seed), 0.9, 0.1));
     dirs.push_back(make_run(tmp, fmt::format("none_b{}", seed),
                             {{"train", {{"seed", seed}}}, {"optim", {{"lr", 0.03}}}, {"model", {{"norm", "none"}}}},
-                            flat(2.3, 1e8 * (seed + 1)), 0.0, 0.0));
+                            flat(2.3, 1e8 * (seed + 1)), 0.0, 0.0, false, "reverse", 50.0));
   }
   const study::ComparePlan plan = study::plan_from_run_dirs(dirs, {});
   CHECK(plan.variants == std::vector<std::string>{"model.norm=layernorm", "model.norm=none"});
   CHECK(plan.lrs == std::vector<double>{0.001, 0.03});
+  CHECK(study::variant_kind(plan, "model.norm=none") == "none");
+  CHECK(study::reference_variant(plan) == "model.norm=layernorm");  // pre-ln is the base config's placement
   std::vector<study::RunResult> results;
   for (const study::RunSpec& spec : plan.runs) results.push_back(study::read_run(spec, spec.dir));
-  const double chance = study::chance_loss(plan.base);
-  const auto groups = study::summarize(results, chance);
-  const std::vector<std::string> lines = study::findings(plan, groups, chance);
+  const auto groups = study::summarize(results);
   std::string all;
-  for (const std::string& l : lines) all += l + "\n";
+  for (const std::string& l : study::findings(plan, groups)) all += l + "\n";
   INFO(all);
-  CHECK(all.find("12 of 12 runs finished: 9 learned, 0 stalled at chance, 3 blew up, 0 diverged") != std::string::npos);
-  CHECK(all.find("Blew up (finite loss far above its start): model.norm=none at lr 0.03 (3/3") != std::string::npos);
-  CHECK(all.find("Highest learning rate at which most seeds learned: model.norm=layernorm 0.03, model.norm=none 0.001") !=
+  CHECK(all.find("12 of 12 runs finished (3 seeds per cell): 3 solved, 6 learned, 0 weak, 0 at chance, 3 blew up, "
+                 "0 diverged — judged on held-out data of trained lengths 1–32.") != std::string::npos);
+  CHECK(all.find("Blew up (held-out loss above 2x the uniform guess's): model.norm=none at lr 0.03 (3/3).") !=
         std::string::npos);
-  // At 0.001 the two overlap (1.00-1.02 vs 1.005-1.025); at 0.03 none is far above layernorm's seed range.
-  CHECK(all.find("At lr 0.001: lowest final train loss model.norm=layernorm 1.010 (seeds 1.000–1.020); above its seed "
-                 "range: no variant; within it: model.norm=none") != std::string::npos);
-  CHECK(all.find("At lr 0.03: lowest final train loss model.norm=layernorm") != std::string::npos);
-  CHECK(all.find("above its seed range: model.norm=none 2e+08") != std::string::npos);
+  CHECK(all.find("Stable learning-rate range (grid rates at which most seeds learned): model.norm=layernorm "
+                 "0.001–0.03 (2 of 2); model.norm=none 0.001 (1 of 2).") != std::string::npos);
+  // Two identical groups: no difference shown. Paired by seed: same task, seed and batch size.
+  CHECK(all.find("lr 0.001: against model.norm=layernorm, held-out accuracy — trained lengths: model.norm=none no "
+                 "difference shown (+0.000, 95% CI +0.000 to +0.000, 3 pairs). Unseen lengths: model.norm=none no "
+                 "difference shown (+0.000, 95% CI +0.000 to +0.000, 3 pairs).") != std::string::npos);
+  // 0.0 against 0.96, 0.97, 0.98: mean -0.97, sd 0.01, t_2 = 4.303.
+  CHECK(all.find(fmt::format("lr 0.03: against model.norm=layernorm, held-out accuracy — trained lengths: model.norm=none "
+                             "lower by 0.970 (95% CI {:+.3f} to {:+.3f}, 3 pairs)",
+                             -0.97 - 4.303 * 0.01 / std::sqrt(3.0), -0.97 + 4.303 * 0.01 / std::sqrt(3.0))) !=
+        std::string::npos);
+  CHECK(all.find("Steps to solve at lr 0.03 (first evaluation at trained-length accuracy >= 0.95; median over the "
+                 "seeds that reached it): model.norm=layernorm 20 (3/3).") != std::string::npos);
+  CHECK(all.find("Warning: some cells have only 3 seeds (fewer than 5).") != std::string::npos);
   CHECK(study::most_different_lr(plan, groups, "") == 0.03);
+
+  std::string answer;
+  for (const std::string& l : study::answer(plan, groups)) answer += l + "\n";
+  INFO(answer);
+  CHECK(answer.find("model.norm=layernorm learned at 2 of 2 learning rates (0.001–0.03), solved at 0.03; "
+                    "model.norm=none learned at 1 of 2 learning rates (0.001), solved at none — at 0.03 blew up in 3/3.") !=
+        std::string::npos);
+  CHECK(answer.find("model.norm=layernorm trained at higher learning rates than model.norm=none (up to 0.03 vs "
+                    "0.001): normalization bought learning-rate headroom here.") != std::string::npos);
+  CHECK(answer.find("no difference shown for model.norm=none at 0.001") != std::string::npos);
+  CHECK(answer.find("On unseen lengths 33–64, no cell's mean accuracy exceeded 0.100") != std::string::npos);
+  CHECK(answer.find("Caution: as few as 3 seeds per cell") != std::string::npos);
+
+  // The same fixture read the other way round: when the unnormalized model is the one that
+  // tolerates the higher rate, the Answer says LayerNorm did not help.
+  study::ComparePlan swapped = study::plan_from_run_dirs(dirs, {});
+  for (study::RunSpec& spec : swapped.runs)
+    spec.variant = spec.variant == "model.norm=none" ? "model.norm=layernorm" : "model.norm=none";
+  for (study::RunSpec& spec : swapped.runs) {
+    const bool was_none = spec.variant == "model.norm=layernorm";
+    spec.config["model"]["norm"] = was_none ? "layernorm" : "none";
+  }
+  std::vector<study::RunResult> swapped_results;
+  for (const study::RunSpec& spec : swapped.runs) swapped_results.push_back(study::read_run(spec, spec.dir));
+  std::string swapped_answer;
+  for (const std::string& l : study::answer(swapped, study::summarize(swapped_results))) swapped_answer += l + "\n";
+  INFO(swapped_answer);
+  CHECK(swapped_answer.find("model.norm=none trained at higher learning rates than model.norm=layernorm (up to 0.03 "
+                            "vs 0.001): LayerNorm did not help here.") != std::string::npos);
 
   // Labels given by the user replace the default ones.
   const study::ComparePlan labelled =
       study::plan_from_run_dirs({dirs[0], dirs[2]}, {{"LN", dirs[0]}, {"no norm", dirs[2]}});
   CHECK(labelled.variants == std::vector<std::string>{"LN", "no norm"});
+  CHECK(study::variant_kind(labelled, "no norm") == "none");
   CHECK_THROWS_WITH_AS(study::plan_from_run_dirs({dirs[0]}, {{"x", tmp.sub("elsewhere")}}),
                        doctest::Contains("is not one of the run directories given"), InputError);
 }

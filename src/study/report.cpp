@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <cctype>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -28,7 +30,7 @@ namespace {
 struct Section {
   std::string title, text;
   std::vector<std::string> bullets;
-  std::vector<std::string> svgs;
+  std::vector<std::pair<std::string, std::string>> charts;  // file name (no extension), SVG
   std::string table_html, table_md;
 };
 
@@ -37,7 +39,10 @@ struct Context {
   const ComparePlan& plan;
   const std::vector<RunResult>& results;
   std::vector<GroupSummary> groups;
-  double chance;
+  double chance;           // the uniform guess's loss
+  double chance_accuracy;  // the best guess's accuracy over the runs (0: unknown)
+  size_t fewest_seeds;     // in any cell
+  bool has_batchnorm;      // some run normalizes with BatchNorm
   size_t window;                            // moving-average window of the curves, in steps
   std::map<std::string, std::string> colors;  // series label -> colour
   std::function<bool()> stop_requested;
@@ -50,6 +55,18 @@ struct Context {
   std::string draw(const Chart& chart) const {
     if (stop_requested && stop_requested()) throw ReportStopped{};
     return render_svg(chart);
+  }
+  // "-6-layers-no-warmup": a setting in a chart's file name ("" for the only setting).
+  std::string setting_slug(const std::string& setting) const {
+    if (plan.settings.size() <= 1 || setting.empty()) return "";
+    std::string slug = "-";
+    for (char ch : setting) {
+      const bool keep = std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '=';
+      if (keep) slug += ch;
+      else if (slug.back() != '-') slug += '-';
+    }
+    while (slug.size() > 1 && slug.back() == '-') slug.pop_back();
+    return slug;
   }
   // The learning rates the per-rate detail charts are drawn at: all of them when that is a handful
   // of charts, else the one where the variants differ most.
@@ -169,42 +186,79 @@ Series curve(const GroupSummary& g, const std::vector<double> RunResult::*field,
   return s;
 }
 
+// "0.912 [0.880, 0.944]": a mean with its 95% interval (no interval from one seed), the interval
+// cut to the values the quantity can take (an accuracy stays in [0, 1], a loss above 0).
+std::string fmt_interval(const Interval& i, double lowest = -INFINITY, double highest = INFINITY) {
+  if (!std::isfinite(i.mean)) return "–";
+  if (!i.has_interval()) return fmt_num(i.mean);
+  return fmt::format("{} [{}, {}]", fmt_num(i.mean), fmt_num(std::max(lowest, i.low)), fmt_num(std::min(highest, i.high)));
+}
+
+Section answer_section(const Context& c) {
+  Section sec;
+  sec.title = "Answer";
+  sec.text = "Computed from the runs: held-out data in evaluation mode, trained and unseen lengths apart, "
+             "'learned' and 'solved' as defined under Findings, differences paired by seed with 95% t intervals.";
+  sec.bullets = answer(c.plan, c.groups);
+  return sec;
+}
+
 Section findings_section(const Context& c) {
   Section sec;
   sec.title = "Findings";
-  sec.text = "Computed from the runs by the definitions in docs/compare.md: learned = final train loss below 95% of "
-             "the chance loss; at chance = at or above that (and not blown up); blew up = finite final train loss "
-             "above 2x the run's first-step loss; diverged = stopped on a non-finite loss or gradient. A difference "
-             "'above the seed range' means every seed of that variant ended above the worst seed of the best one.";
-  sec.bullets = findings(c.plan, c.groups, c.chance);
+  const double c_example = 0.1;
+  sec.text = fmt::format(
+      "Each run is judged at its last evaluation on held-out data of trained lengths (eval mode), against "
+      "c = the better of a uniform guess and always answering the training data's most frequent label: "
+      "solved = accuracy >= {:.2f}; learned = accuracy >= c + {:.2f}(1 - c) (for c = {}: {:.3f}); weak = above "
+      "c + {:.2f}(1 - c) but short of learned; at chance = below that; blew up = held-out loss above {:g}x the uniform "
+      "guess's ln K; diverged = stopped on a non-finite loss or gradient. 'Most seeds' = more than half. Comparisons "
+      "are against {} at the same learning rate and setting: the mean per-seed difference in held-out accuracy with "
+      "its 95% t interval (Student t over the paired differences: with 3-10 seeds a bootstrap has too few distinct "
+      "resamples); an interval containing 0 is reported as 'no difference shown'. Intervals are per comparison, not "
+      "adjusted for the number of comparisons. A diverged seed counts as a uniform guess. docs/compare.md defines "
+      "every word.",
+      kSolvedAccuracy, kLearnedShare, c_example, c_example + kLearnedShare * (1 - c_example), kChanceShare, kBlowUpFactor,
+      reference_variant(c.plan));
+  sec.bullets = findings(c.plan, c.groups);
   return sec;
 }
 
 Section summary_section(const Context& c) {
   Section sec;
-  sec.title = "Summary: medians over seeds";
-  sec.text = "Final train loss is the mean over the last 10% of steps (training mode: BatchNorm uses batch "
-             "statistics). Valid loss and accuracy come from the last evaluation (eval mode: BatchNorm uses its "
-             "running averages, every other variant computes exactly what it computed in training). 'finished' counts "
-             "the runs that have ended (summary.json written), diverged ones included; medians leave diverged seeds "
-             "out. The outcome columns count seeds by the Findings' definitions.";
+  sec.title = "Summary: held-out metrics per cell, mean [95% interval] over seeds";
+  sec.text = fmt::format(
+      "n = seeds in the cell; intervals are cut to the possible range (accuracy 0–1, loss >= 0). Outcomes count seeds: solved / learned / weak / at chance / blew up / diverged. "
+      "Trained and unseen accuracy and loss are from the last evaluation (eval mode{}); loss leaves diverged seeds "
+      "out. Final train loss (median over seeds, training mode, mean of the last 10% of steps) is a column, not a "
+      "judge. Steps to solve: median first evaluation step at trained accuracy >= {:.2f} (k/n seeds that reached "
+      "it). Spikes: steps whose train loss exceeds {:g}x the median of the previous {} and that median by more "
+      "than {:g}x the first step's loss (a run of such steps counts once), mean per seed. Peak grad norm: largest global gradient norm before clipping, median over seeds.{}",
+      c.has_batchnorm ? ": BatchNorm uses its running averages; every other variant computes exactly what it computed "
+                        "in training"
+                      : ": dropout off",
+      kSolvedAccuracy, kSpikeFactor, kSpikeWindow, kSpikeMinRise, c.fewest_seeds < kMinSeeds ? fmt::format(" Warning: cells with fewer than {} seeds have wide intervals.", kMinSeeds)
+                                 : "");
   std::vector<std::vector<std::string>> rows;
   for (const GroupSummary& g : c.groups) {
     std::vector<std::string> row{g.variant, format_lr(g.lr)};
     if (c.plan.settings.size() > 1) row.push_back(g.setting);
-    const std::string n = std::to_string(g.runs.size());
+    const size_t n = g.runs.size();
+    const std::string solve = g.reached_solve > 0 ? fmt::format("{:.0f} ({}/{})", g.steps_to_solve, g.reached_solve, n)
+                                                  : fmt::format("– (0/{})", n);
     for (const std::string& cell :
-         {fmt::format("{}/{}", g.finished, n), fmt::format("{}/{}", g.learned, n), fmt::format("{}/{}", g.at_chance, n),
-          fmt::format("{}/{}", g.blew_up, n), fmt::format("{}/{}", g.diverged, n), fmt_num(g.train_loss),
-          fmt_num(c.chance), fmt_num(g.valid_loss), fmt_num(g.valid_accuracy),
-          fmt_num(g.valid_loss - g.train_loss, "{:+.3f}")})
+         {fmt::format("{}{}", n, n < kMinSeeds ? " (!)" : ""),
+          fmt::format("{}/{}/{}/{}/{}/{}", g.solved, g.learned, g.weak, g.at_chance, g.blew_up, g.diverged),
+          fmt_interval(g.trained_accuracy, 0, 1), fmt_interval(g.trained_loss, 0), fmt_interval(g.unseen_accuracy, 0, 1),
+          fmt_interval(g.unseen_loss, 0), fmt_num(g.train_loss), solve, fmt_num(g.loss_spikes, "{:.1f}"),
+          fmt_num(g.peak_grad_norm, "{:.3g}")})
       row.push_back(cell);
     rows.push_back(row);
   }
   std::vector<std::string> header{"variant", "lr"};
   if (c.plan.settings.size() > 1) header.push_back("setting");
-  for (const char* h : {"finished", "learned", "at chance", "blew up", "diverged", "train loss", "chance loss",
-                        "valid loss", "valid acc", "valid - train"})
+  for (const char* h : {"n", "outcomes s/l/w/c/b/d", "trained acc", "trained loss", "unseen acc", "unseen loss",
+                        "final train loss", "steps to solve", "spikes", "peak grad norm"})
     header.push_back(h);
   sec.table_html = html_table(header, rows);
   sec.table_md = md_table(header, rows);
@@ -213,23 +267,20 @@ Section summary_section(const Context& c) {
 
 Section stability_section(const Context& c) {
   Section sec;
-  sec.title = "Stability: final training loss against learning rate";
-  sec.text = "Median over seeds. An X marks a learning rate at which at least half the seeds diverged, or whose median "
-             "final loss blew up past 10 times the chance loss; it is drawn above the highest loss shown. The dashed grey "
-             "line is the chance loss.";
-  const double cap = c.loss_cap();
-  double top = 0;
-  for (const RunResult& r : c.results)
-    if (std::isfinite(r.final_train_loss)) top = std::max(top, r.final_train_loss);
-  if (cap > 0) top = std::min(top, cap / 1.5);
+  sec.title = "Stability: held-out accuracy against learning rate";
+  sec.text = "Accuracy on trained lengths at the last evaluation, mean over seeds with its 95% interval as a band. "
+             "An X marks a learning rate at which most seeds diverged or blew up. The dashed line is the 'solved' "
+             "level; the dotted grey one the chance accuracy c.";
   for (const std::string& setting : c.plan.settings) {
     Chart chart;
-    chart.title = setting.empty() ? "final train loss" : setting;
+    chart.title = setting.empty() ? "held-out accuracy, trained lengths" : "held-out accuracy, trained lengths — " + setting;
     chart.x_label = "learning rate (log)";
-    chart.y_label = "final train loss (log)";
-    chart.log_x = chart.log_y = true;
+    chart.y_label = "accuracy (trained lengths)";
+    chart.log_x = true;
     chart.x_ticks = c.plan.lrs;
-    c.add_chance_line(chart);
+    chart.y_max = 1.0;
+    chart.h_lines.push_back({kSolvedAccuracy, fmt::format("solved {:.2f}", kSolvedAccuracy)});
+    if (c.chance_accuracy > 0) chart.h_lines.push_back({c.chance_accuracy, fmt::format("chance {:.3f}", c.chance_accuracy)});
     for (const std::string& variant : c.plan.variants) {
       Series s;
       s.label = variant;
@@ -237,29 +288,98 @@ Section stability_section(const Context& c) {
       s.markers = true;
       for (double lr : c.plan.lrs) {
         const GroupSummary* g = c.group(variant, lr, setting);
-        if (!g) continue;
-        const bool mostly_diverged = 2 * g->diverged >= int(g->runs.size());
-        const bool off_chart = cap > 0 && g->train_loss > cap;
+        if (!g || !std::isfinite(g->trained_accuracy.mean)) continue;
         s.x.push_back(lr);
-        s.y.push_back(mostly_diverged || off_chart ? top * 1.5 + 1e-3 : g->train_loss);
-        s.crossed.push_back(mostly_diverged || off_chart);
+        s.y.push_back(g->trained_accuracy.mean);
+        s.y_low.push_back(g->trained_accuracy.has_interval() ? std::max(0.0, g->trained_accuracy.low) : g->trained_accuracy.mean);
+        s.y_high.push_back(g->trained_accuracy.has_interval() ? std::min(1.0, g->trained_accuracy.high) : g->trained_accuracy.mean);
+        s.crossed.push_back(2 * (g->diverged + g->blew_up) > int(g->runs.size()));
       }
       chart.series.push_back(s);
     }
-    chart.note = cap > 0 ? fmt::format("X = diverged, or blew up past {:.3g} (10x chance; value in the table)", cap)
-                         : "X = diverged (no finite loss)";
-    sec.svgs.push_back(c.draw(chart));
+    chart.note = fmt::format("band: 95% t interval over {} seeds per point{}; X: most seeds diverged or blew up",
+                             c.fewest_seeds, c.fewest_seeds < kMinSeeds ? " (few)" : "");
+    sec.charts.push_back({"stability" + c.setting_slug(setting), c.draw(chart)});
   }
   return sec;
 }
 
+// Median and min-max over seeds of one length group's held-out loss or accuracy at each evaluation.
+Series eval_curve(const GroupSummary& g, HeldOut EvalPoint::*group, double HeldOut::*field, const std::string& label,
+                  const std::string& color, bool dashed) {
+  Series s;
+  s.label = label;
+  s.color = color;
+  s.dashed = dashed;
+  std::map<int64_t, std::vector<double>> at_step;
+  for (const RunResult* r : g.runs)
+    for (const EvalPoint& e : r->evals)
+      if (const double v = e.*group.*field; std::isfinite(v)) at_step[e.step].push_back(v);
+  for (const auto& [step, values] : at_step) {
+    s.x.push_back(double(step));
+    s.y.push_back(median(values));
+    s.y_low.push_back(*std::min_element(values.begin(), values.end()));
+    s.y_high.push_back(*std::max_element(values.begin(), values.end()));
+  }
+  return s;
+}
+
+Section validation_section(const Context& c) {
+  Section sec;
+  sec.title = "Validation curves: held-out loss and accuracy, trained (solid) and unseen (dashed) lengths";
+  sec.text = "Every evaluation of every run, in eval mode: median over seeds with a min–max band. Trained lengths "
+             "are those of the training data; unseen lengths are longer than any training sequence.";
+  const bool any_unseen = std::any_of(c.results.begin(), c.results.end(), [](const RunResult& r) {
+    return std::any_of(r.evals.begin(), r.evals.end(), [](const EvalPoint& e) { return e.unseen.targets > 0; });
+  });
+  for (const std::string& setting : c.plan.settings)
+    for (double lr : c.plan.lrs)
+      for (const bool accuracy : {false, true}) {
+        Chart chart;
+        chart.title = std::string(accuracy ? "held-out accuracy" : "held-out loss") + " — " + where(lr, setting);
+        chart.x_label = "step";
+        chart.y_label = accuracy ? "accuracy" : "loss (log)";
+        chart.log_y = !accuracy;
+        if (accuracy) {
+          chart.y_max = 1.0;
+          chart.h_lines.push_back({kSolvedAccuracy, "solved"});
+        } else {
+          c.add_chance_line(chart);
+        }
+        double HeldOut::*field = accuracy ? &HeldOut::accuracy : &HeldOut::loss;
+        std::string off_top;
+        for (const std::string& variant : c.plan.variants)
+          if (const GroupSummary* g = c.group(variant, lr, setting)) {
+            chart.series.push_back(eval_curve(*g, &EvalPoint::trained, field, variant, c.colors.at(variant), false));
+            if (any_unseen)
+              chart.series.push_back(eval_curve(*g, &EvalPoint::unseen, field, "", c.colors.at(variant), true));
+            for (const Series& s : chart.series) {
+              const double peak = s.y.empty() ? 0 : *std::max_element(s.y.begin(), s.y.end());
+              if (!accuracy && c.loss_cap() > 0 && peak > c.loss_cap() && !s.label.empty() &&
+                  off_top.find(s.label) == std::string::npos)
+                off_top += fmt::format("{}{} (median up to {:.2g})", off_top.empty() ? "" : ", ", s.label, peak);
+            }
+          }
+        if (!off_top.empty()) {
+          chart.y_max = c.loss_cap();
+          chart.note = "leaves the chart at the top: " + off_top;
+        } else {
+          chart.note = fmt::format("median and min–max over {} seeds{}", c.fewest_seeds,
+                                   any_unseen ? "; solid: trained lengths, dashed: unseen lengths" : "");
+        }
+        sec.charts.push_back({fmt::format("valid-{}-lr{}{}", accuracy ? "accuracy" : "loss", format_lr(lr), c.setting_slug(setting)),
+                              c.draw(chart)});
+      }
+  return sec;
+}
+
 Section curves_section(const Context& c, const std::vector<double> RunResult::*field, const std::string& name,
-                       const std::string& y_label, bool chance_line) {
+                       const std::string& y_label, bool chance_line, const std::string& slug) {
   Section sec;
   sec.title = name + " curves";
-  sec.text = fmt::format("Median over seeds with a min–max band, moving average over {} steps. A curve that stops "
-                         "early belongs to a run that diverged.{}",
-                         c.window, chance_line && std::isfinite(c.chance) ? " The dashed grey line is the chance loss." : "");
+  sec.text = fmt::format("Training mode, every step: median over seeds with a min–max band, moving average over {} "
+                         "steps. A curve that stops early belongs to a run that diverged.{}",
+                         c.window, chance_line && std::isfinite(c.chance) ? " The dashed grey line is the uniform guess's loss." : "");
   for (const std::string& setting : c.plan.settings)
     for (double lr : c.plan.lrs) {
       Chart chart;
@@ -281,7 +401,7 @@ Section curves_section(const Context& c, const std::vector<double> RunResult::*f
         chart.y_max = c.loss_cap();
         chart.note = "leaves the chart at the top: " + off_top;
       }
-      sec.svgs.push_back(c.draw(chart));
+      sec.charts.push_back({fmt::format("{}-lr{}{}", slug, format_lr(lr), c.setting_slug(setting)), c.draw(chart)});
     }
   return sec;
 }
@@ -293,12 +413,13 @@ Section stack_section(const Context& c) {
              "bounds the residual stream, so at a high learning rate its RMS can grow by orders of magnitude from "
              "block to block; post-LN re-normalizes it after every block, pre-LN lets it grow but normalizes what "
              "each sublayer reads. Drawn at every learning rate of the grid, or, for a large grid, at the one where "
-             "the variants' final losses differ most.";
+             "the variants' held-out accuracies differ most.";
   for (const std::string& setting : c.plan.settings)
     for (double lr : c.detail_lrs(setting))
-      for (const auto& [init_field, end_field, what] :
-           {std::tuple{&RunResult::init_residual_rms, &RunResult::end_residual_rms, "residual RMS after block"},
-            std::tuple{&RunResult::init_layer_grad_norms, &RunResult::end_layer_grad_norms, "grad norm of block"}}) {
+      for (const auto& [init_field, end_field, what, slug] :
+           {std::tuple{&RunResult::init_residual_rms, &RunResult::end_residual_rms, "residual RMS after block", "residual-rms"},
+            std::tuple{&RunResult::init_layer_grad_norms, &RunResult::end_layer_grad_norms, "grad norm of block",
+                       "block-grad-norm"}}) {
         Chart chart;
         chart.title = fmt::format("{} — {}", what, where(lr, setting));
         chart.x_label = "block";
@@ -329,7 +450,7 @@ Section stack_section(const Context& c) {
           }
         }
         chart.note = "dashed: first diagnostics step; solid: last";
-        sec.svgs.push_back(c.draw(chart));
+        sec.charts.push_back({fmt::format("{}-lr{}{}", slug, format_lr(lr), c.setting_slug(setting)), c.draw(chart)});
       }
   return sec;
 }
@@ -374,7 +495,7 @@ Section length_section(const Context& c) {
         }
         chart.series.push_back(s);
       }
-      sec.svgs.push_back(c.draw(chart));
+      sec.charts.push_back({fmt::format("length-lr{}{}", format_lr(lr), c.setting_slug(setting)), c.draw(chart)});
     }
   std::vector<std::string> header{"variant", "at"};
   for (const auto& [lo, hi] : all_buckets) header.push_back(fmt::format("len {}–{}", lo, hi));
@@ -382,30 +503,92 @@ Section length_section(const Context& c) {
   return sec;
 }
 
+// The BatchNorm section, or nothing when the grid has no BatchNorm run.
+std::optional<Section> batch_section(const Context& c) {
+  const std::vector<BatchEvalCell> cells = batch_dependence(c.plan, c.results, c.groups, c.stop_requested);
+  if (cells.empty()) return std::nullopt;
+  Section sec;
+  sec.title = "BatchNorm and its batch: the same trained models, evaluated three ways";
+  sec.text =
+      "LayerNorm's mean and variance are over each token's own features, so a model computes the same function in "
+      "training and evaluation and a sequence's result does not depend on its batch-mates or their lengths. "
+      "BatchNorm's are over the batch's real tokens per feature: at evaluation it uses running averages, and with "
+      "batch statistics its answer depends on what else is in the batch. Each row evaluates the same checkpoints "
+      "(every finished seed) on the held-out set: with running averages, with each batch's own statistics at the "
+      "training batch size, and with batch statistics over one sequence at a time (batch 1). Mean over seeds "
+      "[95% interval]; 'max change' is the largest per-seed change of trained-length accuracy from the first row.";
+  std::vector<std::vector<std::string>> rows;
+  std::map<std::pair<std::string, std::string>, const BatchEvalCell*> first;
+  for (const BatchEvalCell& cell : cells) {
+    const auto key = std::pair{cell.variant, cell.setting};
+    if (!first.count(key)) first[key] = &cell;
+    const BatchEvalCell& base = *first[key];
+    double max_change = 0;
+    for (size_t i = 0; i < cell.trained.size() && i < base.trained.size(); ++i)
+      max_change = std::max(max_change, std::abs(cell.trained[i] - base.trained[i]));
+    std::vector<std::string> row{cell.variant, where(cell.lr, cell.setting), cell.mode.statistics,
+                                 std::to_string(cell.mode.batch_size), std::to_string(cell.seeds.size()),
+                                 fmt_interval(t_interval(cell.trained), 0, 1), fmt_interval(t_interval(cell.unseen), 0, 1),
+                                 fmt::format("{:.4f}", max_change)};
+    rows.push_back(row);
+  }
+  const std::vector<std::string> header{"variant", "at", "normalized with", "eval batch", "n", "trained acc",
+                                        "unseen acc", "max change"};
+  sec.table_html = html_table(header, rows);
+  sec.table_md = md_table(header, rows);
+  return sec;
+}
+
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (char ch : text) quoted += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return quoted + "\"";
+}
+
 std::string runs_csv(const Context& c) {
   std::string extra_header;
   for (const auto& [key, values] : c.plan.extra_axes) extra_header += "," + key;
   std::string csv = "name,variant,norm,placement,lr,layers,warmup,seed" + extra_header +
                     ",finished,diverged,diverged_at_step,outcome,steps_done,first_train_loss,final_train_loss,"
-                    "final_valid_loss,final_valid_accuracy,wall_time_s\n";
+                    "trained_valid_loss,trained_valid_accuracy,unseen_valid_loss,unseen_valid_accuracy,"
+                    "chance_accuracy,steps_to_solve,loss_spikes,peak_grad_norm,final_valid_loss,final_valid_accuracy,"
+                    "wall_time_s\n";
   auto num = [](double v, const char* spec) { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : ""; };
   for (const RunResult& r : c.results) {
     const json m = r.spec.config.contains("model") ? r.spec.config["model"] : json::object();
     std::string extra;
-    for (const auto& [key, value] : r.spec.extra) extra += "," + value;
-    std::string variant = r.spec.variant;
-    if (variant.find_first_of(",\"") != std::string::npos) {
-      std::string quoted = "\"";
-      for (char ch : variant) quoted += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-      variant = quoted + "\"";
-    }
-    csv += fmt::format("{},{},{},{},{},{},{},{}{},{},{},{},{},{},{},{},{},{},{}\n", r.spec.name, variant,
-                       m.value("norm", ""), m.value("placement", ""), format_lr(r.spec.lr), r.spec.layers,
-                       r.spec.warmup ? 1 : 0, r.spec.seed, extra, r.finished ? 1 : 0, r.diverged ? 1 : 0,
-                       r.diverged_at >= 0 ? std::to_string(r.diverged_at) : "", outcome_name(classify(r, c.chance)),
-                       r.steps.size(), num(r.loss.empty() ? NAN : r.loss.front(), "{:.6g}"),
-                       num(r.final_train_loss, "{:.6g}"), num(r.final_valid_loss, "{:.6g}"),
+    for (const auto& [key, value] : r.spec.extra) extra += "," + csv_field(value);
+    const int64_t solve = r.steps_to_solve();
+    csv += fmt::format("{},{},{},{},{},{},{},{}{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.spec.name,
+                       csv_field(r.spec.variant), m.value("norm", ""), m.value("placement", ""), format_lr(r.spec.lr),
+                       r.spec.layers, r.spec.warmup ? 1 : 0, r.spec.seed, extra, r.finished ? 1 : 0, r.diverged ? 1 : 0,
+                       r.diverged_at >= 0 ? std::to_string(r.diverged_at) : "", outcome_name(classify(r)), r.steps.size(),
+                       num(r.first_train_loss(), "{:.6g}"), num(r.final_train_loss, "{:.6g}"),
+                       num(r.final_trained().loss, "{:.6g}"), num(r.final_trained().accuracy, "{:.6g}"),
+                       num(r.final_unseen().loss, "{:.6g}"), num(r.final_unseen().accuracy, "{:.6g}"),
+                       num(r.baseline.chance_accuracy(), "{:.6g}"), solve >= 0 ? std::to_string(solve) : "",
+                       r.loss_spikes(), num(r.peak_grad_norm(), "{:.6g}"), num(r.final_valid_loss, "{:.6g}"),
                        num(r.final_valid_accuracy, "{:.6g}"), num(r.wall_time_s, "{:.2f}"));
+  }
+  return csv;
+}
+
+// Every curve the charts draw, for re-plotting elsewhere: training steps and evaluations.
+std::string curves_csv(const Context& c) {
+  std::string csv = "run,variant,lr,seed,step,split,lengths,loss,accuracy\n";
+  auto num = [](double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string(); };
+  for (const RunResult& r : c.results) {
+    const std::string prefix =
+        fmt::format("{},{},{},{},", r.spec.name, csv_field(r.spec.variant), format_lr(r.spec.lr), r.spec.seed);
+    for (size_t i = 0; i < r.steps.size(); ++i)
+      csv += fmt::format("{}{:.0f},train,all,{},{}\n", prefix, r.steps[i], num(i < r.loss.size() ? r.loss[i] : NAN),
+                         num(i < r.accuracy.size() ? r.accuracy[i] : NAN));
+    for (const EvalPoint& e : r.evals)
+      for (const auto& [name, group] : {std::pair{"trained", &e.trained}, std::pair{"unseen", &e.unseen},
+                                        std::pair{"all", &e.all}})
+        if (group->targets > 0 || std::string(name) == "all")
+          csv += fmt::format("{}{},valid,{},{},{}\n", prefix, e.step, name, num(group->loss), num(group->accuracy));
   }
   return csv;
 }
@@ -425,38 +608,99 @@ struct Provenance {
   }
 };
 
+const char* kStyle =
+    "<style>body{font-family:sans-serif;margin:24px;color:#222}"
+    "h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}"
+    "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+    "th{background:#f3f3f3}td:first-child{text-align:left}"
+    ".answer{background:#f4f8fc;border-left:4px solid #0072b2;padding:4px 16px}"
+    ".charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:8px}"
+    ".charts svg{width:100%;height:auto}p,li{line-height:1.4;max-width:1400px}</style>";
+
+// The two renderings of one list of sections.
+std::string render_markdown(const std::string& title, const std::vector<std::string>& intro, const std::vector<Section>& sections) {
+  std::string md = "# " + title + "\n\n";
+  for (const std::string& p : intro) md += p + "\n\n";
+  for (const Section& sec : sections) {
+    md += "## " + sec.title + "\n\n" + sec.text + "\n\n";
+    for (const std::string& b : sec.bullets) md += "- " + b + "\n";
+    if (!sec.bullets.empty()) md += "\n";
+    md += sec.table_md + (sec.table_md.empty() ? "" : "\n");
+    if (!sec.charts.empty()) {
+      for (const auto& [name, svg] : sec.charts) md += "![" + name + "](charts/" + name + ".svg) ";
+      md += "\n\n";
+    }
+  }
+  return md + "Charts: report.html and charts/*.svg. One row per run: runs.csv; every curve: curves.csv.\n";
+}
+
+std::string render_html(const std::string& title, const std::vector<std::string>& intro,
+                        const std::vector<Section>& sections) {
+  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + xml_escape(title) +
+                     "</title>\n" + kStyle + "</head><body>\n<h1>" + xml_escape(title) + "</h1>\n";
+  for (const std::string& p : intro) html += "<p>" + xml_escape(p) + "</p>\n";
+  for (const Section& sec : sections) {
+    const bool answer = sec.title == "Answer";
+    html += "<h2>" + xml_escape(sec.title) + "</h2>\n" + (answer ? "<div class=\"answer\">" : "") + "<p>" +
+            xml_escape(sec.text) + "</p>\n";
+    if (!sec.bullets.empty()) {
+      html += answer ? "" : "<ul>\n";
+      for (const std::string& b : sec.bullets) html += answer ? "<p>" + xml_escape(b) + "</p>\n" : "<li>" + xml_escape(b) + "</li>\n";
+      html += answer ? "" : "</ul>\n";
+    }
+    if (answer) html += "</div>\n";
+    html += sec.table_html;
+    if (!sec.charts.empty()) {
+      html += "<div class=\"charts\">\n";
+      for (const auto& [name, svg] : sec.charts) html += svg;
+      html += "</div>\n";
+    }
+  }
+  return html + "<p>One row per run: <a href=\"runs.csv\">runs.csv</a>; every curve: <a href=\"curves.csv\">curves.csv</a>; "
+                "each chart as SVG in charts/. Tables as Markdown: report.md.</p>\n</body></html>\n";
+}
+
 }  // namespace
 
-void write_report(const ComparePlan& plan, const std::vector<RunResult>& results, const std::string& out_dir,
+std::vector<std::string> write_report(const ComparePlan& plan, const std::vector<RunResult>& results, const std::string& out_dir,
                   const std::function<bool()>& stop_requested) {
   const train::RunConfig base = train::config_from_json(plan.base, plan.source, ".", false);
-  Context c{plan, results, {}, chance_loss(plan.base), size_t(std::max<int64_t>(1, base.train.steps / 40)),
-            series_colors(plan), stop_requested};
-  c.groups = summarize(results, c.chance);
+  Context c{plan, results, summarize(results), chance_loss(plan.base), 0, 0, false,
+            size_t(std::max<int64_t>(1, base.train.steps / 40)), series_colors(plan), stop_requested};
+  for (const RunResult& r : results) {
+    if (std::isfinite(r.baseline.uniform_loss) && !std::isfinite(c.chance)) c.chance = r.baseline.uniform_loss;
+    c.chance_accuracy = std::max(c.chance_accuracy, r.baseline.chance_accuracy());
+  }
+  c.has_batchnorm = std::any_of(results.begin(), results.end(), [](const RunResult& r) {
+    return r.spec.config.contains("model") && r.spec.config["model"].value("norm", "") == "batchnorm";
+  });
+  for (size_t i = 0; i < c.groups.size(); ++i)
+    c.fewest_seeds = i == 0 ? c.groups[i].runs.size() : std::min(c.fewest_seeds, c.groups[i].runs.size());
   Provenance provenance;
   for (const RunResult& r : results)
     if (r.threads > 0 && std::find(provenance.threads.begin(), provenance.threads.end(), r.threads) == provenance.threads.end())
       provenance.threads.push_back(r.threads);
 
   std::vector<Section> sections;
+  sections.push_back(answer_section(c));
   sections.push_back(findings_section(c));
   sections.push_back(summary_section(c));
   if (plan.lrs.size() > 1) sections.push_back(stability_section(c));
-  sections.push_back(curves_section(c, &RunResult::loss, "Training loss", "train loss (log)", true));
-  sections.push_back(curves_section(c, &RunResult::grad_norm, "Gradient norm", "global grad norm before clipping (log)", false));
+  sections.push_back(validation_section(c));
+  sections.push_back(curves_section(c, &RunResult::loss, "Training loss", "train loss (log)", true, "train-loss"));
+  sections.push_back(curves_section(c, &RunResult::grad_norm, "Gradient norm", "global grad norm before clipping (log)",
+                                    false, "grad-norm"));
   sections.push_back(stack_section(c));
   sections.push_back(length_section(c));
+  const std::optional<Section> bn = batch_section(c);
+  if (bn) sections.push_back(*bn);
 
-  io::write_file_atomic((fs::path(out_dir) / "runs.csv").string(), runs_csv(c));
-
-  std::string variants_md, variants_html;
+  std::vector<std::string> series;
   for (const std::string& name : plan.variants) {
     const Variant* v = find_variant(name);
     const std::string description =
         v ? v->description + "; block " + block_formula(v->norm, v->placement, base.model.final_norm) : "";
-    variants_md += fmt::format("- **{}**{}\n", name, description.empty() ? "" : ": " + description);
-    variants_html += fmt::format("<li><b style=\"color:{}\">{}</b>{}</li>\n", c.colors.at(name), xml_escape(name),
-                                 description.empty() ? "" : ": " + xml_escape(description));
+    series.push_back(fmt::format("{}{}", name, description.empty() ? "" : ": " + description));
   }
   std::string grid;
   if (plan.title == "normlab report") {
@@ -468,63 +712,63 @@ void write_report(const ComparePlan& plan, const std::vector<RunResult>& results
                        plan.variants.size(), plan.lrs.size(), plan.seeds.size(), plan.layers.size(),
                        plan.warmups.size(), extra, plan.runs.size());
   }
-  const std::string setup = fmt::format(
-      "Task `{}` (train lengths {}–{}, evaluated up to {}; chance loss {}), d_model {}, {} heads, ffn {}, {} steps of {} "
-      "with batch {}, norm eps {:g}. {}",
-      base.task.name, base.task.min_len, base.task.max_len, base.task.eval_max_len,
-      std::isfinite(c.chance) ? fmt::format("{:.3f}", c.chance) : "unknown", base.model.d_model, base.model.heads,
-      base.model.ffn, base.train.steps, base.optim.name, base.train.batch_size, base.model.norm_eps, grid);
+  std::string seeds;
+  for (uint64_t s : plan.seeds) seeds += (seeds.empty() ? "" : ", ") + std::to_string(s);
+  // One line of setup before the Answer; the details after it.
+  const std::string setup_line = fmt::format(
+      "Task {}, trained on lengths {}–{} and evaluated on held-out lengths up to {}; {} steps of {}, batch {}; seeds "
+      "{}. {}",
+      base.task.name, base.task.min_len, base.task.max_len, base.task.eval_max_len, base.train.steps, base.optim.name,
+      base.train.batch_size, seeds.empty() ? "as given" : seeds, grid);
+  const std::string details = fmt::format(
+      "Model: d_model {}, {} heads, ffn {}, norm eps {:g}; uniform-guess loss {}; warmup {} steps where on; gradient "
+      "clipping {}; weight decay {:g}.",
+      base.model.d_model, base.model.heads, base.model.ffn, base.model.norm_eps,
+      std::isfinite(c.chance) ? fmt::format("{:.3f}", c.chance) : "unknown", base.optim.warmup_steps,
+      base.optim.clip_grad_norm > 0 ? fmt::format("at {:g}", base.optim.clip_grad_norm) : "off", base.optim.weight_decay);
   const std::string ln_fact =
-      "LayerNorm computes y = gamma * (x - mean) / sqrt(var + eps) + beta with mean and (biased) variance over "
-      "each token's own features, so training and evaluation compute the same function and a sequence's result does "
-      "not depend on its batch-mates or their lengths. BatchNorm's statistics are over the batch's tokens per "
-      "feature, with running averages at evaluation — the difference shows in the 'valid - train' column.";
+      std::string("LayerNorm computes y = gamma * (x - mean) / sqrt(var + eps) + beta with mean and (biased) variance "
+                  "over each token's own features, so training and evaluation compute the same function and a "
+                  "sequence's result does not depend on its batch-mates or their lengths.") +
+      (!c.has_batchnorm ? ""
+       : bn         ? " BatchNorm's statistics are over the batch's tokens per feature, with running averages at "
+                      "evaluation — the last section evaluates the same trained models both ways."
+                    : " BatchNorm's statistics are over the batch's tokens per feature, with running averages at "
+                      "evaluation.");
+  // The setup line, then the Answer; the details follow it.
+  Section about;
+  about.title = "Setup";
+  about.text = details + " " + provenance.text() + " " + ln_fact;
+  about.bullets = series;
+  sections.insert(sections.begin() + 1, about);
 
-  std::string md = "# " + plan.title + "\n\n" + setup + "\n\n" + provenance.text() + "\n\n" + ln_fact +
-                   "\n\nSeries:\n\n" + variants_md + "\n";
-  std::string html =
-      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + xml_escape(plan.title) +
-      "</title>\n<style>body{font-family:sans-serif;margin:24px;color:#222}"
-      "h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}"
-      "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
-      "th{background:#f3f3f3}td:first-child{text-align:left}"
-      ".charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:8px}"
-      ".charts svg{width:100%;height:auto}p,li{line-height:1.4;max-width:1400px}</style></head><body>\n<h1>" +
-      xml_escape(plan.title) + "</h1>\n";
-  html += "<p>" + xml_escape(setup) + "</p>\n<p>" + xml_escape(provenance.text()) + "</p>\n<p>" + xml_escape(ln_fact) +
-          "</p>\n<ul>" + variants_html + "</ul>\n";
-  for (const Section& sec : sections) {
-    md += "## " + sec.title + "\n\n" + sec.text + "\n\n";
-    html += "<h2>" + xml_escape(sec.title) + "</h2>\n<p>" + xml_escape(sec.text) + "</p>\n";
-    if (!sec.bullets.empty()) {
-      html += "<ul>\n";
-      for (const std::string& b : sec.bullets) {
-        md += "- " + b + "\n";
-        html += "<li>" + xml_escape(b) + "</li>\n";
-      }
-      html += "</ul>\n";
-      md += "\n";
-    }
-    md += sec.table_md + (sec.table_md.empty() ? "" : "\n");
-    html += sec.table_html;
-    if (!sec.svgs.empty()) {
-      html += "<div class=\"charts\">\n";
-      for (const std::string& svg : sec.svgs) html += svg;
-      html += "</div>\n";
-    }
-  }
-  md += "Charts: report.html. One row per run: runs.csv.\n";
-  html += "<p>One row per run: <a href=\"runs.csv\">runs.csv</a>. Tables as Markdown: report.md.</p>\n</body></html>\n";
+  // Every chart as its own file, then the pages that embed them.
+  const fs::path chart_dir = fs::path(out_dir) / "charts";
+  std::error_code ignored;
+  fs::remove_all(chart_dir, ignored);  // charts of an earlier drawing with other names must not linger
+  fs::create_directories(chart_dir);
+  for (const Section& sec : sections)
+    for (const auto& [name, svg] : sec.charts)
+      io::write_file_atomic((chart_dir / (name + ".svg")).string(),
+                            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + svg);
+  io::write_file_atomic((fs::path(out_dir) / "runs.csv").string(), runs_csv(c));
+  io::write_file_atomic((fs::path(out_dir) / "curves.csv").string(), curves_csv(c));
 
-  json summary = {{"normlab_version", provenance.version}, {"cpu", provenance.cpu}, {"kernels", provenance.kernels}, {"threads", provenance.threads},
-                  {"runs", results.size()}, {"chance_loss", std::isfinite(c.chance) ? json(c.chance) : json(nullptr)}};
+  const std::vector<std::string> intro{setup_line};
+  json summary = {{"normlab_version", provenance.version}, {"cpu", provenance.cpu}, {"kernels", provenance.kernels},
+                  {"threads", provenance.threads}, {"runs", results.size()},
+                  {"chance_loss", std::isfinite(c.chance) ? json(c.chance) : json(nullptr)},
+                  {"reference", reference_variant(plan)}, {"seeds", plan.seeds}};
   std::map<std::string, int> outcomes;
-  for (const RunResult& r : results) ++outcomes[outcome_name(classify(r, c.chance))];
+  for (const RunResult& r : results) ++outcomes[outcome_name(classify(r))];
   summary["outcomes"] = outcomes;
-  summary["findings"] = sections.front().bullets;
+  summary["answer"] = sections.front().bullets;
+  summary["findings"] = sections[2].bullets;
   io::write_file_atomic((fs::path(out_dir) / "summary.json").string(), summary.dump(2) + "\n");
-  io::write_file_atomic((fs::path(out_dir) / "report.md").string(), md);
-  io::write_file_atomic((fs::path(out_dir) / "report.html").string(), html);
+  io::write_file_atomic((fs::path(out_dir) / "report.md").string(),
+                        render_markdown(plan.title, intro, sections));
+  io::write_file_atomic((fs::path(out_dir) / "report.html").string(), render_html(plan.title, intro, sections));
+  return sections.front().bullets;
 }
 
 }  // namespace normlab::study

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <set>
 
 #include "common.hpp"
@@ -59,9 +61,43 @@ struct FieldReader {
 
 }  // namespace
 
+namespace {
+
+// A length group's metrics from a record's "trained"/"unseen" object.
+HeldOut held_out_from(const json& obj, const FieldReader& f) {
+  HeldOut h;
+  if (obj.is_null()) return h;
+  if (!obj.is_object()) f.wrong("trained/unseen", "an object or null", obj);
+  h.loss = f.number(obj, "loss");
+  h.accuracy = f.number(obj, "accuracy");
+  h.targets = f.integer(obj, "targets", 0);
+  if (h.targets == 0) h.loss = h.accuracy = NAN;
+  return h;
+}
+
+// Target-weighted metrics over the buckets for which `keep` holds.
+template <class Keep>
+HeldOut held_out_from(const std::vector<BucketResult>& buckets, Keep keep) {
+  HeldOut h;
+  double loss = 0, correct = 0;
+  for (const BucketResult& b : buckets) {
+    if (!keep(b) || b.targets == 0 || !std::isfinite(b.loss) || !std::isfinite(b.accuracy)) continue;
+    loss += b.loss * double(b.targets);
+    correct += b.accuracy * double(b.targets);
+    h.targets += b.targets;
+  }
+  if (h.targets > 0) h.loss = loss / double(h.targets), h.accuracy = correct / double(h.targets);
+  return h;
+}
+
+}  // namespace
+
 RunResult read_run(const RunSpec& spec, const std::string& run_dir) {
   RunResult r;
   r.spec = spec;
+  if (r.spec.dir.empty()) r.spec.dir = run_dir;
+  r.baseline.uniform_loss = chance_loss(spec.config);
+  if (std::isfinite(r.baseline.uniform_loss)) r.baseline.uniform_accuracy = std::exp(-r.baseline.uniform_loss);
   const fs::path dir(run_dir);
   const std::string metrics_path = (dir / "metrics.jsonl").string();
   std::ifstream metrics(metrics_path);
@@ -94,9 +130,26 @@ RunResult read_run(const RunSpec& spec, const std::string& run_dir) {
           br.loss = fb.number(b, "loss");
           br.accuracy = fb.number(b, "accuracy");
           br.count = fb.integer(b, "count", 0);
+          br.targets = fb.integer(b, "targets", br.count);
           r.buckets.push_back(br);
         }
       }
+      EvalPoint point;
+      point.step = f.integer(rec, "step", r.steps.empty() ? 0 : int64_t(r.steps.back()));
+      point.trained = rec.contains("trained")
+                          ? held_out_from(rec.at("trained"), f)
+                          : held_out_from(r.buckets, [](const BucketResult& b) { return !b.beyond_train; });
+      point.unseen = rec.contains("unseen")
+                         ? held_out_from(rec.at("unseen"), f)
+                         : held_out_from(r.buckets, [](const BucketResult& b) { return b.beyond_train; });
+      point.all = {r.final_valid_loss, r.final_valid_accuracy, f.integer(rec, "targets", 0)};
+      if (r.buckets.empty() && !rec.contains("trained")) point.trained = point.all;  // no buckets: all lengths trained
+      r.evals.push_back(point);
+      if (const double u = f.number(rec, "uniform_loss"); std::isfinite(u)) r.baseline.uniform_loss = u;
+      if (const double u = f.number(rec, "uniform_accuracy"); std::isfinite(u)) r.baseline.uniform_accuracy = u;
+      if (rec.contains("trained") && rec.at("trained").is_object())
+        if (const double m = f.number(rec.at("trained"), "majority_accuracy"); std::isfinite(m))
+          r.baseline.majority_accuracy = m;
       continue;
     }
     if (!rec.contains("step")) continue;
@@ -144,6 +197,47 @@ RunResult read_run(const RunSpec& spec, const std::string& run_dir) {
   return r;
 }
 
+double Baseline::chance_accuracy() const {
+  double c = 0;
+  if (std::isfinite(uniform_accuracy)) c = std::max(c, uniform_accuracy);
+  if (std::isfinite(majority_accuracy)) c = std::max(c, majority_accuracy);
+  return c;
+}
+
+double RunResult::judged_accuracy() const {
+  if (diverged) return std::isfinite(baseline.uniform_accuracy) ? baseline.uniform_accuracy : 0.0;
+  return final_trained().accuracy;
+}
+
+double RunResult::peak_grad_norm() const {
+  double peak = NAN;
+  for (double g : grad_norm)
+    if (std::isfinite(g) && !(g <= peak)) peak = g;
+  return peak;
+}
+
+int64_t RunResult::loss_spikes() const {
+  int64_t spikes = 0;
+  bool in_spike = false;
+  // Near a zero loss, relative noise is large: a spike must also rise by a share of the first loss.
+  const double min_rise = std::isfinite(first_train_loss()) ? kSpikeMinRise * first_train_loss() : 0.0;
+  for (size_t t = kSpikeWindow; t < loss.size(); ++t) {
+    const double before = median(std::vector<double>(loss.begin() + std::ptrdiff_t(t - kSpikeWindow),
+                                                     loss.begin() + std::ptrdiff_t(t)));
+    const bool spike = std::isfinite(loss[t]) && std::isfinite(before) && loss[t] > kSpikeFactor * before &&
+                       loss[t] - before > min_rise;
+    if (spike && !in_spike) ++spikes;
+    in_spike = spike;
+  }
+  return spikes;
+}
+
+int64_t RunResult::steps_to_solve() const {
+  for (const EvalPoint& e : evals)
+    if (e.trained.accuracy >= kSolvedAccuracy) return e.step;
+  return -1;
+}
+
 double chance_loss(const json& run_config) {
   if (!run_config.contains("task") || !run_config["task"].is_object()) return NAN;
   const std::string name = run_config["task"].value("name", std::string("reverse"));
@@ -155,29 +249,37 @@ double chance_loss(const json& run_config) {
   }
 }
 
-Outcome classify(const RunResult& run, double chance) {
+Outcome classify(const RunResult& run) {
   if (run.diverged) return Outcome::diverged;
   if (!run.finished) return Outcome::unfinished;
-  const double final_loss = run.final_train_loss;
-  const double first = run.loss.empty() ? NAN : run.loss.front();
-  if (!std::isfinite(final_loss)) return Outcome::diverged;
-  if (std::isfinite(first) && final_loss > kBlowUpFactor * first) return Outcome::blew_up;
-  if (std::isfinite(chance) && final_loss >= (1 - kChanceMargin) * chance) return Outcome::at_chance;
-  return Outcome::learned;
+  const HeldOut trained = run.final_trained();
+  if (run.evals.empty()) return Outcome::not_evaluated;
+  // A model far worse than a uniform guess has blown up (its loss, not only its accuracy, tells).
+  const double guess_loss = std::isfinite(run.baseline.uniform_loss) ? run.baseline.uniform_loss : run.first_train_loss();
+  if (!std::isfinite(trained.loss) || (std::isfinite(guess_loss) && trained.loss > kBlowUpFactor * guess_loss))
+    return Outcome::blew_up;
+  const double a = trained.accuracy, c = run.baseline.chance_accuracy();
+  if (a >= kSolvedAccuracy) return Outcome::solved;
+  if (a >= c + kLearnedShare * (1 - c)) return Outcome::learned;
+  if (a >= c + kChanceShare * (1 - c)) return Outcome::weak;
+  return Outcome::at_chance;
 }
 
 const char* outcome_name(Outcome outcome) {
   switch (outcome) {
     case Outcome::unfinished: return "unfinished";
+    case Outcome::not_evaluated: return "not evaluated";
     case Outcome::diverged: return "diverged";
     case Outcome::blew_up: return "blew up";
     case Outcome::at_chance: return "at chance";
+    case Outcome::weak: return "weak";
     case Outcome::learned: return "learned";
+    case Outcome::solved: return "solved";
   }
   return "?";
 }
 
-std::vector<GroupSummary> summarize(const std::vector<RunResult>& results, double chance) {
+std::vector<GroupSummary> summarize(const std::vector<RunResult>& results) {
   std::vector<GroupSummary> groups;
   for (const RunResult& r : results) {
     auto it = std::find_if(groups.begin(), groups.end(), [&](const GroupSummary& g) {
@@ -193,21 +295,29 @@ std::vector<GroupSummary> summarize(const std::vector<RunResult>& results, doubl
     it->runs.push_back(&r);
   }
   for (GroupSummary& g : groups) {
-    std::vector<double> train, valid, acc;
+    std::vector<double> train, trained_acc, trained_loss, unseen_acc, unseen_loss, solve_steps, spikes, peaks;
     std::map<std::pair<int64_t, int64_t>, std::vector<double>> buckets;
     for (const RunResult* r : g.runs) {
       g.finished += r->finished;
-      switch (classify(*r, chance)) {
+      switch (classify(*r)) {
         case Outcome::diverged: ++g.diverged; break;
         case Outcome::blew_up: ++g.blew_up; break;
         case Outcome::at_chance: ++g.at_chance; break;
+        case Outcome::weak: ++g.weak; break;
         case Outcome::learned: ++g.learned; break;
-        case Outcome::unfinished: break;
+        case Outcome::solved: ++g.solved; break;
+        case Outcome::unfinished: case Outcome::not_evaluated: break;
       }
-      if (r->diverged) continue;  // medians are over the seeds that did not diverge
+      if (!r->finished && !r->diverged) continue;  // an unfinished run's numbers are not final
+      trained_acc.push_back(r->judged_accuracy());
+      unseen_acc.push_back(r->diverged ? r->baseline.uniform_accuracy : r->final_unseen().accuracy);
+      spikes.push_back(double(r->loss_spikes()));
+      peaks.push_back(r->peak_grad_norm());
+      if (r->diverged) continue;  // losses and the rest are over the seeds that did not diverge
+      trained_loss.push_back(r->final_trained().loss);
+      unseen_loss.push_back(r->final_unseen().loss);
       if (std::isfinite(r->final_train_loss)) train.push_back(r->final_train_loss);
-      valid.push_back(r->final_valid_loss);
-      acc.push_back(r->final_valid_accuracy);
+      if (const int64_t s = r->steps_to_solve(); s >= 0) solve_steps.push_back(double(s)), ++g.reached_solve;
       for (const BucketResult& b : r->buckets) {
         if (b.count == 0 || !std::isfinite(b.accuracy)) continue;
         buckets[{b.min_len, b.max_len}].push_back(b.accuracy);
@@ -219,8 +329,13 @@ std::vector<GroupSummary> summarize(const std::vector<RunResult>& results, doubl
       g.train_loss_min = *std::min_element(train.begin(), train.end());
       g.train_loss_max = *std::max_element(train.begin(), train.end());
     }
-    g.valid_loss = median(valid);
-    g.valid_accuracy = median(acc);
+    g.trained_accuracy = t_interval(trained_acc);
+    g.trained_loss = t_interval(trained_loss);
+    g.unseen_accuracy = t_interval(unseen_acc);
+    g.unseen_loss = t_interval(unseen_loss);
+    g.steps_to_solve = median(solve_steps);
+    g.loss_spikes = t_interval(spikes).mean;
+    g.peak_grad_norm = median(peaks);
     for (auto& [range, values] : buckets) g.bucket_accuracy[range] = median(values);
   }
   return groups;
@@ -235,15 +350,341 @@ const GroupSummary* find(const std::vector<GroupSummary>& groups, const std::str
   return nullptr;
 }
 
-std::string where(const GroupSummary& g, const ComparePlan& plan) {
-  std::string out = plan.lrs.size() > 1 ? "lr " + detail::format_lr(g.lr) : "";
-  if (plan.settings.size() > 1) out += (out.empty() ? "" : ", ") + g.setting;
+std::string where(double lr, const std::string& setting, const ComparePlan& plan) {
+  std::string out = plan.lrs.size() > 1 ? "lr " + detail::format_lr(lr) : "";
+  if (plan.settings.size() > 1) out += (out.empty() ? "" : ", ") + setting;
   return out;
 }
 
-std::string num(double v) { return std::isfinite(v) ? (std::abs(v) >= 1e4 ? fmt::format("{:.2g}", v) : fmt::format("{:.3f}", v)) : "–"; }
+std::string lr_list(const std::vector<double>& lrs) {
+  std::string out;
+  for (double lr : lrs) out += (out.empty() ? "" : ", ") + detail::format_lr(lr);
+  return out;
+}
+
+// Each seed's value of `metric` in a group, keyed by seed.
+std::map<uint64_t, const RunResult*> by_seed(const GroupSummary& g) {
+  std::map<uint64_t, const RunResult*> out;
+  for (const RunResult* r : g.runs)
+    if (r->finished || r->diverged) out[r->spec.seed] = r;
+  return out;
+}
+
+// Two runs saw the same data order and validation set: same task, seed and batch size.
+bool same_data(const RunResult& a, const RunResult& b) {
+  auto part = [](const json& config, const char* section, const char* key) {
+    return config.contains(section) && config[section].is_object() && config[section].contains(key)
+               ? config[section][key]
+               : json(nullptr);
+  };
+  const json& ca = a.spec.config;
+  const json& cb = b.spec.config;
+  return ca.value("task", json()) == cb.value("task", json()) && part(ca, "train", "seed") == part(cb, "train", "seed") &&
+         part(ca, "train", "batch_size") == part(cb, "train", "batch_size");
+}
+
+double unseen_judged(const RunResult& r) { return r.diverged ? r.baseline.uniform_accuracy : r.final_unseen().accuracy; }
+
+// "lengths 1–16" / "lengths 17–32" of the runs' task, when the config says.
+std::string length_range(const ComparePlan& plan, bool unseen) {
+  if (!plan.base.contains("task") || !plan.base["task"].is_object()) return "";
+  const json& t = plan.base["task"];
+  if (!t.contains("min_len") || !t.contains("max_len")) return "";
+  if (!unseen) return fmt::format("lengths {}–{}", t["min_len"].dump(), t["max_len"].dump());
+  if (!t.contains("eval_max_len") || !t["max_len"].is_number_integer() || !t["eval_max_len"].is_number_integer() ||
+      t["eval_max_len"].get<int64_t>() <= t["max_len"].get<int64_t>())
+    return "";
+  return fmt::format("lengths {}–{}", t["max_len"].get<int64_t>() + 1, t["eval_max_len"].get<int64_t>());
+}
 
 }  // namespace
+
+std::string variant_kind(const ComparePlan& plan, const std::string& label) {
+  if (find_variant(label)) return label;
+  std::set<std::string> kinds;
+  for (const RunSpec& r : plan.runs)
+    if (r.variant == label && r.config.contains("model") && r.config["model"].is_object())
+      kinds.insert(variant_of(r.config["model"].value("norm", ""), r.config["model"].value("placement", "")));
+  return kinds.size() == 1 ? *kinds.begin() : "";
+}
+
+std::string reference_variant(const ComparePlan& plan) {
+  for (const char* kind : {"pre-ln", "post-ln"})
+    for (const std::string& label : plan.variants)
+      if (variant_kind(plan, label) == kind) return label;
+  return plan.variants.empty() ? "" : plan.variants.front();
+}
+
+std::vector<Comparison> compare_variants(const ComparePlan& plan, const std::vector<GroupSummary>& groups) {
+  std::vector<Comparison> out;
+  const std::string reference = reference_variant(plan);
+  for (const std::string& setting : plan.settings)
+    for (double lr : plan.lrs) {
+      const GroupSummary* ref = find(groups, reference, lr, setting);
+      if (!ref) continue;
+      const auto ref_runs = by_seed(*ref);
+      for (const std::string& variant : plan.variants) {
+        if (variant == reference) continue;
+        const GroupSummary* g = find(groups, variant, lr, setting);
+        if (!g) continue;
+        Comparison c{variant, reference, setting, lr, true, {}, {}};
+        std::vector<double> a_trained, b_trained, a_unseen, b_unseen;
+        const auto runs = by_seed(*g);
+        for (const auto& [seed, run] : runs) {
+          auto other = ref_runs.find(seed);
+          if (other == ref_runs.end() || !same_data(*run, *other->second)) {
+            c.paired = false;
+            break;
+          }
+        }
+        if (runs.size() != ref_runs.size()) c.paired = false;
+        if (c.paired) {
+          for (const auto& [seed, run] : runs) {
+            const RunResult* other = ref_runs.at(seed);
+            a_trained.push_back(run->judged_accuracy()), b_trained.push_back(other->judged_accuracy());
+            a_unseen.push_back(unseen_judged(*run)), b_unseen.push_back(unseen_judged(*other));
+          }
+          c.trained_accuracy = paired_difference(a_trained, b_trained);
+          c.unseen_accuracy = paired_difference(a_unseen, b_unseen);
+        } else {
+          for (const auto& [seed, run] : runs) a_trained.push_back(run->judged_accuracy()), a_unseen.push_back(unseen_judged(*run));
+          for (const auto& [seed, run] : ref_runs)
+            b_trained.push_back(run->judged_accuracy()), b_unseen.push_back(unseen_judged(*run));
+          c.trained_accuracy = welch_difference(a_trained, b_trained);
+          c.unseen_accuracy = welch_difference(a_unseen, b_unseen);
+        }
+        out.push_back(c);
+      }
+    }
+  return out;
+}
+
+std::string describe_difference(const Interval& d, bool paired) {
+  const std::string unit = paired ? "pairs" : "seeds (unpaired)";
+  if (d.n == 0 || !std::isfinite(d.mean)) return "no data";
+  if (!d.has_interval())
+    return fmt::format("no difference shown ({:+.3f} from {} {}, no interval)", d.mean, d.n, d.n == 1 ? "pair" : unit);
+  if (d.contains_zero())
+    return fmt::format("no difference shown ({:+.3f}, 95% CI {:+.3f} to {:+.3f}, {} {})", d.mean, d.low, d.high, d.n, unit);
+  return fmt::format("{} by {:.3f} (95% CI {:+.3f} to {:+.3f}, {} {})", d.mean > 0 ? "higher" : "lower", std::abs(d.mean),
+                     d.low, d.high, d.n, unit);
+}
+
+std::vector<double> learned_lrs(const ComparePlan& plan, const std::vector<GroupSummary>& groups,
+                                const std::string& variant, const std::string& setting) {
+  std::vector<double> out;
+  for (double lr : plan.lrs)
+    if (const GroupSummary* g = find(groups, variant, lr, setting); g && g->mostly_learned()) out.push_back(lr);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+// "0.001–0.03" for a contiguous run of grid rates, else the list.
+std::string lr_range(const ComparePlan& plan, const std::vector<double>& lrs) {
+  if (lrs.empty()) return "none";
+  std::vector<double> grid = plan.lrs;
+  std::sort(grid.begin(), grid.end());
+  const auto first = std::find(grid.begin(), grid.end(), lrs.front());
+  const bool contiguous = size_t(grid.end() - first) >= lrs.size() && std::equal(lrs.begin(), lrs.end(), first);
+  if (lrs.size() == 1) return detail::format_lr(lrs.front());
+  if (contiguous) return detail::format_lr(lrs.front()) + "–" + detail::format_lr(lrs.back());
+  return lr_list(lrs) + " (not contiguous)";
+}
+
+// "diverged in 3/5 seeds, at chance in 2/5" for a cell where most seeds did not learn.
+std::string failure_counts(const GroupSummary& g) {
+  const int n = int(g.runs.size());
+  std::string out;
+  for (const auto& [count, word] : {std::pair{g.diverged, "diverged"}, std::pair{g.blew_up, "blew up"},
+                                    std::pair{g.at_chance, "at chance"}, std::pair{g.weak, "weak"}})
+    if (count > 0) out += fmt::format("{}{} in {}/{}", out.empty() ? "" : ", ", word, count, n);
+  const int unfinished = n - g.finished;
+  if (out.empty() && unfinished > 0) out = fmt::format("unfinished in {}/{}", unfinished, n);
+  return out;
+}
+
+int seeds_per_cell(const std::vector<GroupSummary>& groups) {
+  int fewest = std::numeric_limits<int>::max();
+  for (const GroupSummary& g : groups) fewest = std::min(fewest, int(g.runs.size()));
+  return groups.empty() ? 0 : fewest;
+}
+
+}  // namespace
+
+std::vector<std::string> answer(const ComparePlan& plan, const std::vector<GroupSummary>& groups) {
+  std::vector<std::string> out;
+  if (groups.empty()) return out;
+  const std::string reference = reference_variant(plan);
+  std::string none_label;
+  for (const std::string& label : plan.variants)
+    if (variant_kind(plan, label) == "none" && none_label.empty()) none_label = label;
+  const bool has_none = !none_label.empty();
+  const std::vector<Comparison> comparisons = compare_variants(plan, groups);
+  for (const std::string& setting : plan.settings) {
+    const std::string prefix = plan.settings.size() > 1 ? (setting.empty() ? "" : setting + ": ") : "";
+    std::string per_variant;
+    for (const std::string& variant : plan.variants) {
+      const std::vector<double> ok = learned_lrs(plan, groups, variant, setting);
+      std::string solved;
+      for (double lr : plan.lrs)
+        if (const GroupSummary* g = find(groups, variant, lr, setting); g && 2 * g->solved > int(g->runs.size()))
+          solved += (solved.empty() ? "" : ", ") + detail::format_lr(lr);
+      std::string failures;
+      for (double lr : plan.lrs)
+        if (const GroupSummary* g = find(groups, variant, lr, setting); g && !g->mostly_learned()) {
+          const std::string counts = failure_counts(*g);
+          failures += fmt::format("{}{}{}", failures.empty() ? "" : "; ", plan.lrs.size() > 1 ? "at " + detail::format_lr(lr) + " " : "",
+                                  counts.empty() ? "not most seeds" : counts);
+        }
+      per_variant += fmt::format("{}{} learned at {} of {} learning rates ({}){}{}", per_variant.empty() ? "" : "; ",
+                                 variant, ok.size(), plan.lrs.size(), lr_range(plan, ok),
+                                 solved.empty() ? ", solved at none" : ", solved at " + solved,
+                                 failures.empty() ? "" : " — " + failures);
+    }
+    out.push_back(prefix + per_variant + ".");
+    // The question itself: does LayerNorm widen the range of learning rates that train?
+    if (has_none && reference != none_label) {
+      const std::vector<double> ln = learned_lrs(plan, groups, reference, setting);
+      const std::vector<double> none = learned_lrs(plan, groups, none_label, setting);
+      const double ln_top = ln.empty() ? 0 : ln.back(), none_top = none.empty() ? 0 : none.back();
+      std::string verdict;
+      if (ln_top > none_top)
+        verdict = fmt::format("{} trained at higher learning rates than {} (up to {} vs {}): "
+                              "normalization bought learning-rate headroom here.",
+                              reference, none_label, detail::format_lr(ln_top), none.empty() ? "none" : detail::format_lr(none_top));
+      else if (ln_top == none_top)
+        verdict = fmt::format("{} trained at as high a learning rate as {} ({}): no learning-rate "
+                              "headroom from LayerNorm in this grid.",
+                              none_label, reference, ln.empty() ? "neither learned at any" : "up to " + detail::format_lr(ln_top));
+      else
+        verdict = fmt::format("{} trained at higher learning rates than {} (up to {} vs {}): LayerNorm "
+                              "did not help here.",
+                              none_label, reference, detail::format_lr(none_top), ln.empty() ? "none" : detail::format_lr(ln_top));
+      out.push_back(prefix + verdict);
+    }
+    // Where both learned: the paired held-out accuracy differences against the reference.
+    std::string shown, not_shown;
+    for (const Comparison& c : comparisons) {
+      if (c.setting != setting) continue;
+      const GroupSummary* a = find(groups, c.variant, c.lr, setting);
+      const GroupSummary* b = find(groups, c.reference, c.lr, setting);
+      if (!a || !b || !a->mostly_learned() || !b->mostly_learned()) continue;
+      const std::string at = plan.lrs.size() > 1 ? " at " + detail::format_lr(c.lr) : "";
+      if (c.trained_accuracy.has_interval() && !c.trained_accuracy.contains_zero())
+        shown += fmt::format("{}{}{} {} by {:.3f}", shown.empty() ? "" : ", ", c.variant, at,
+                             c.trained_accuracy.mean > 0 ? "higher" : "lower", std::abs(c.trained_accuracy.mean));
+      else
+        not_shown += fmt::format("{}{}{}", not_shown.empty() ? "" : ", ", c.variant, at);
+    }
+    if (!shown.empty() || !not_shown.empty())
+      out.push_back(fmt::format("{}Where both learned, held-out accuracy on trained lengths against {} (paired by seed, "
+                                "95% CI): {}{}.",
+                                prefix, reference, shown.empty() ? "" : "a difference for " + shown,
+                                not_shown.empty() ? "" : (shown.empty() ? "" : "; ") + std::string("no difference shown for ") + not_shown));
+  }
+  // Length extrapolation, apart from the trained lengths.
+  const GroupSummary* best_unseen = nullptr;
+  for (const GroupSummary& g : groups)
+    if (std::isfinite(g.unseen_accuracy.mean) && (!best_unseen || g.unseen_accuracy.mean > best_unseen->unseen_accuracy.mean))
+      best_unseen = &g;
+  if (best_unseen) {
+    const std::string range = length_range(plan, true);
+    const std::string at = where(best_unseen->lr, best_unseen->setting, plan);
+    out.push_back(fmt::format("On unseen {}, no cell's mean accuracy exceeded {:.3f} ({}{}): {}.",
+                              range.empty() ? "lengths" : range, best_unseen->unseen_accuracy.mean, best_unseen->variant,
+                              at.empty() ? "" : " at " + at,
+                              best_unseen->unseen_accuracy.mean >= kSolvedAccuracy
+                                  ? "length extrapolation was solved there"
+                                  : "no variant extrapolates to lengths it never saw"));
+  }
+  const int seeds = seeds_per_cell(groups);
+  if (seeds > 0 && size_t(seeds) < kMinSeeds)
+    out.push_back(fmt::format("Caution: as few as {} seed{} per cell (fewer than {}); intervals are wide and a "
+                              "\"no difference shown\" is weak evidence of no difference.",
+                              seeds, seeds == 1 ? "" : "s", kMinSeeds));
+  return out;
+}
+
+std::vector<std::string> findings(const ComparePlan& plan, const std::vector<GroupSummary>& groups) {
+  std::vector<std::string> out;
+  int total = 0, finished = 0;
+  std::map<std::string, int> counts;
+  for (const GroupSummary& g : groups) {
+    total += int(g.runs.size());
+    finished += g.finished;
+    counts["solved"] += g.solved, counts["learned"] += g.learned, counts["weak"] += g.weak;
+    counts["at chance"] += g.at_chance, counts["blew up"] += g.blew_up, counts["diverged"] += g.diverged;
+  }
+  const std::string trained_range = length_range(plan, false);
+  out.push_back(fmt::format("{} of {} runs finished ({} seeds per cell): {} solved, {} learned, {} weak, {} at chance, "
+                            "{} blew up, {} diverged — judged on held-out data of trained {}.",
+                            finished, total, seeds_per_cell(groups), counts["solved"], counts["learned"], counts["weak"],
+                            counts["at chance"], counts["blew up"], counts["diverged"],
+                            trained_range.empty() ? "lengths" : trained_range));
+  // Where runs failed, by kind.
+  for (const auto& [what, member] : {std::pair{"At chance", &GroupSummary::at_chance},
+                                     std::pair{"Weak (above chance, short of learned)", &GroupSummary::weak},
+                                     std::pair{"Blew up (held-out loss above 2x the uniform guess's)", &GroupSummary::blew_up},
+                                     std::pair{"Diverged (non-finite loss, stopped)", &GroupSummary::diverged}}) {
+    std::string list;
+    for (const GroupSummary& g : groups)
+      if (g.*member > 0) {
+        const std::string at = where(g.lr, g.setting, plan);
+        list += fmt::format("{}{}{} ({}/{})", list.empty() ? "" : "; ", g.variant, at.empty() ? "" : " at " + at,
+                            g.*member, g.runs.size());
+      }
+    if (!list.empty()) out.push_back(fmt::format("{}: {}.", what, list));
+  }
+  // The stable learning-rate range: LayerNorm's headline effect is headroom in the learning rate.
+  if (plan.lrs.size() > 1)
+    for (const std::string& setting : plan.settings) {
+      std::string list;
+      for (const std::string& variant : plan.variants) {
+        const std::vector<double> ok = learned_lrs(plan, groups, variant, setting);
+        list += fmt::format("{}{} {} ({} of {})", list.empty() ? "" : "; ", variant, lr_range(plan, ok), ok.size(),
+                            plan.lrs.size());
+      }
+      out.push_back(fmt::format("Stable learning-rate range (grid rates at which most seeds learned){}: {}.",
+                                plan.settings.size() > 1 ? ", " + setting : "", list));
+    }
+  // Speed: steps to solve where some variant solved.
+  for (const std::string& setting : plan.settings)
+    for (double lr : plan.lrs) {
+      std::string list;
+      for (const std::string& variant : plan.variants)
+        if (const GroupSummary* g = find(groups, variant, lr, setting); g && g->reached_solve > 0)
+          list += fmt::format("{}{} {:.0f} ({}/{})", list.empty() ? "" : ", ", variant, g->steps_to_solve,
+                              g->reached_solve, g->runs.size());
+      if (list.empty()) continue;
+      const std::string at = where(lr, setting, plan);
+      out.push_back(fmt::format("Steps to solve{} (first evaluation at trained-length accuracy >= {}; median over "
+                                "the seeds that reached it): {}.",
+                                at.empty() ? "" : " at " + at, kSolvedAccuracy, list));
+    }
+  // Paired differences against the reference, both length groups: one line per cell of the grid.
+  const std::vector<Comparison> comparisons = compare_variants(plan, groups);
+  for (const std::string& setting : plan.settings)
+    for (double lr : plan.lrs) {
+      std::string trained, unseen, reference;
+      for (const Comparison& c : comparisons) {
+        if (c.setting != setting || c.lr != lr) continue;
+        reference = c.reference;
+        trained += fmt::format("{}{} {}", trained.empty() ? "" : "; ", c.variant, describe_difference(c.trained_accuracy, c.paired));
+        unseen += fmt::format("{}{} {}", unseen.empty() ? "" : "; ", c.variant, describe_difference(c.unseen_accuracy, c.paired));
+      }
+      if (trained.empty()) continue;
+      const std::string at = where(lr, setting, plan);
+      out.push_back(fmt::format("{}against {}, held-out accuracy — trained lengths: {}. Unseen lengths: {}.",
+                                at.empty() ? "" : at + ": ", reference, trained, unseen));
+    }
+  const int seeds = seeds_per_cell(groups);
+  if (seeds > 0 && size_t(seeds) < kMinSeeds)
+    out.push_back(fmt::format("Warning: some cells have only {} seed{} (fewer than {}).", seeds, seeds == 1 ? "" : "s",
+                              kMinSeeds));
+  return out;
+}
 
 double most_different_lr(const ComparePlan& plan, const std::vector<GroupSummary>& groups, const std::string& setting) {
   double best_lr = plan.lrs.empty() ? 0 : plan.lrs.front(), best_spread = -1;
@@ -252,92 +693,13 @@ double most_different_lr(const ComparePlan& plan, const std::vector<GroupSummary
     for (const std::string& variant : plan.variants) {
       const GroupSummary* g = find(groups, variant, lr, setting);
       if (!g) continue;
-      // A group with no finite loss (all diverged) counts as the worst possible.
-      const double v = std::isfinite(g->train_loss) && g->train_loss > 0 ? std::log10(g->train_loss) : 40.0;
+      const double v = std::isfinite(g->trained_accuracy.mean) ? g->trained_accuracy.mean : 0.0;
       lo = std::min(lo, v);
       hi = std::max(hi, v);
     }
     if (hi - lo > best_spread) best_spread = hi - lo, best_lr = lr;
   }
   return best_lr;
-}
-
-std::vector<std::string> findings(const ComparePlan& plan, const std::vector<GroupSummary>& groups, double chance) {
-  std::vector<std::string> out;
-  int total = 0, learned = 0, at_chance = 0, blew_up = 0, diverged = 0, finished = 0;
-  for (const GroupSummary& g : groups) {
-    total += int(g.runs.size());
-    learned += g.learned, at_chance += g.at_chance, blew_up += g.blew_up, diverged += g.diverged;
-    finished += g.finished;
-  }
-  out.push_back(fmt::format("{} of {} runs finished: {} learned, {} stalled at chance, {} blew up, {} diverged{}.",
-                            finished, total, learned, at_chance, blew_up, diverged,
-                            std::isfinite(chance) ? fmt::format(" (chance loss {:.3f})", chance) : ""));
-  // Where runs failed, by kind.
-  for (const auto& [what, member] : {std::pair{"Stalled at chance", &GroupSummary::at_chance},
-                                     std::pair{"Blew up (finite loss far above its start)", &GroupSummary::blew_up},
-                                     std::pair{"Diverged (non-finite loss, stopped)", &GroupSummary::diverged}}) {
-    std::string list;
-    for (const GroupSummary& g : groups)
-      if (g.*member > 0) {
-        const std::string at = where(g, plan);
-        list += fmt::format("{}{}{} ({}/{}{})", list.empty() ? "" : "; ", g.variant, at.empty() ? "" : " at " + at,
-                            g.*member, g.runs.size(),
-                            member == &GroupSummary::blew_up ? ", median final loss " + num(g.train_loss) : "");
-      }
-    if (!list.empty()) out.push_back(fmt::format("{}: {}.", what, list));
-  }
-  // The highest learning rate each variant tolerates.
-  if (plan.lrs.size() > 1)
-    for (const std::string& setting : plan.settings) {
-      std::vector<std::pair<double, std::string>> tolerance;
-      for (const std::string& variant : plan.variants) {
-        double highest = 0;
-        for (double lr : plan.lrs)
-          if (const GroupSummary* g = find(groups, variant, lr, setting); g && 2 * g->learned > int(g->runs.size()))
-            highest = std::max(highest, lr);
-        tolerance.emplace_back(highest, variant);
-      }
-      std::stable_sort(tolerance.begin(), tolerance.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-      std::string list;
-      for (const auto& [lr, variant] : tolerance)
-        list += fmt::format("{}{} {}", list.empty() ? "" : ", ", variant, lr > 0 ? detail::format_lr(lr) : "none");
-      out.push_back(fmt::format("Highest learning rate at which most seeds learned{}: {}.",
-                                plan.settings.size() > 1 ? " (" + setting + ")" : "", list));
-    }
-  // Differences larger than the spread over seeds.
-  for (const std::string& setting : plan.settings)
-    for (double lr : plan.lrs) {
-      std::vector<const GroupSummary*> here;
-      for (const std::string& variant : plan.variants)
-        if (const GroupSummary* g = find(groups, variant, lr, setting)) here.push_back(g);
-      const GroupSummary* best = nullptr;
-      for (const GroupSummary* g : here)
-        if (std::isfinite(g->train_loss) && (!best || g->train_loss < best->train_loss)) best = g;
-      if (!best || here.size() < 2) continue;
-      size_t seeds_in_best = 0;
-      for (const RunResult* r : best->runs) seeds_in_best += !r->diverged && std::isfinite(r->final_train_loss);
-      const std::string at = where(*best, plan);
-      if (seeds_in_best < 2) {
-        out.push_back(fmt::format("{}{}: lowest final train loss {} ({}); one seed, so no difference is tested "
-                                  "against the spread over seeds.",
-                                  at.empty() ? "All runs" : "At " + at, "", best->variant, num(best->train_loss)));
-        continue;
-      }
-      std::string clear, within;
-      for (const GroupSummary* g : here) {
-        if (g == best) continue;
-        const bool separated = !std::isfinite(g->train_loss_min) || g->train_loss_min > best->train_loss_max;
-        (separated ? clear : within) += fmt::format("{}{} {}", (separated ? clear : within).empty() ? "" : ", ",
-                                                   g->variant, g->diverged == int(g->runs.size()) ? "diverged"
-                                                                                                   : num(g->train_loss));
-      }
-      out.push_back(fmt::format("{}: lowest final train loss {} {} (seeds {}–{}); above its seed range: {}; within it: {}.",
-                                at.empty() ? "All runs" : "At " + at, best->variant, num(best->train_loss),
-                                num(best->train_loss_min), num(best->train_loss_max), clear.empty() ? "no variant" : clear,
-                                within.empty() ? "no variant" : within));
-    }
-  return out;
 }
 
 }  // namespace normlab::study

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "normlab/stats.hpp"
+
 namespace normlab::study {
 
 // What each variant name sets in the run config.
@@ -72,7 +74,26 @@ struct BucketResult {
   int64_t min_len = 0, max_len = 0;
   bool beyond_train = false;
   double loss = 0, accuracy = 0;
-  int64_t count = 0;
+  int64_t count = 0;    // sequences
+  int64_t targets = 0;  // predictions scored (tokens, or one per sequence)
+};
+// Held-out metrics of one length group at one evaluation (eval mode): target-weighted over its
+// buckets. NaN when the group had no targets.
+struct HeldOut {
+  double loss = NAN, accuracy = NAN;
+  int64_t targets = 0;
+};
+// One validation record: trained lengths (up to task.max_len), unseen lengths (beyond it), all.
+struct EvalPoint {
+  int64_t step = 0;
+  HeldOut trained, unseen, all;
+};
+// What guessing achieves on the task's held-out data.
+struct Baseline {
+  double uniform_loss = NAN, uniform_accuracy = NAN;  // ln K and 1/K over the K labels
+  double majority_accuracy = NAN;  // always the training data's most frequent label (trained lengths)
+  // The accuracy "at chance" is measured against: the better of the two guesses (0 if unknown).
+  double chance_accuracy() const;
 };
 struct RunResult {
   RunSpec spec;
@@ -82,56 +103,135 @@ struct RunResult {
   int64_t threads = 0;    // summary.json's thread count (0: unknown)
   std::vector<double> steps, loss, grad_norm, accuracy;  // per training step
   double final_train_loss = NAN;                          // mean over the last 10% of steps
-  double final_valid_loss = NAN, final_valid_accuracy = NAN;
+  double final_valid_loss = NAN, final_valid_accuracy = NAN;  // last evaluation, every length
   std::vector<BucketResult> buckets;                      // last evaluation
+  std::vector<EvalPoint> evals;                           // every evaluation, in step order
+  Baseline baseline;
   std::vector<double> init_residual_rms, init_layer_grad_norms;  // first diagnostics record
   std::vector<double> end_residual_rms, end_layer_grad_norms;    // last diagnostics record
   double wall_time_s = NAN;
+
+  // The last evaluation's trained / unseen lengths (NaN fields when there was none).
+  HeldOut final_trained() const { return evals.empty() ? HeldOut{} : evals.back().trained; }
+  HeldOut final_unseen() const { return evals.empty() ? HeldOut{} : evals.back().unseen; }
+  // The held-out trained-length accuracy a run is judged by: a diverged run (no usable model)
+  // counts as the uniform guess.
+  double judged_accuracy() const;
+  double first_train_loss() const { return loss.empty() ? NAN : loss.front(); }
+  double peak_grad_norm() const;  // the largest finite global gradient norm (NaN if none)
+  int64_t loss_spikes() const;    // see kSpikeFactor
+  int64_t steps_to_solve() const;  // first evaluation step with trained accuracy >= kSolvedAccuracy; -1: never
 };
 
 // Reads metrics.jsonl and summary.json. A line that is not JSON (a torn last line) is skipped; a
-// field of the wrong type is an InputError naming the file, line and field.
+// field of the wrong type is an InputError naming the file, line and field. Trained / unseen
+// metrics come from the record's "trained"/"unseen" objects when present, else from its buckets.
 RunResult read_run(const RunSpec& spec, const std::string& run_dir);
 
-// The loss of guessing uniformly: ln(number of classes) of the config's task; NaN when unknown
-// (mlm_text: its classes come from the data).
+// The loss of guessing uniformly: ln(number of classes) of the config's built-in task; NaN when
+// unknown (data-defined classes; the evaluation records carry them then).
 double chance_loss(const nlohmann::json& run_config);
 
-// How a run ended (docs/compare.md defines each word and its threshold).
-enum class Outcome { unfinished, diverged, blew_up, at_chance, learned };
-inline constexpr double kChanceMargin = 0.05;  // at chance: final train loss >= (1 - margin) x chance
-inline constexpr double kBlowUpFactor = 2.0;   // blew up: final train loss > factor x first-step loss
-Outcome classify(const RunResult& run, double chance);
+// How a run ended, judged on held-out data of trained lengths at its last evaluation (eval mode);
+// docs/compare.md defines each word. c = Baseline::chance_accuracy(), a = trained accuracy.
+enum class Outcome { unfinished, not_evaluated, diverged, blew_up, at_chance, weak, learned, solved };
+inline constexpr double kSolvedAccuracy = 0.95;  // solved: a >= 0.95
+inline constexpr double kLearnedShare = 0.25;    // learned: a >= c + 0.25 (1 - c)
+inline constexpr double kChanceShare = 0.05;     // at chance: a < c + 0.05 (1 - c); weak: between
+inline constexpr double kBlowUpFactor = 2.0;     // blew up: held-out loss > 2 ln K (worse than guessing)
+inline constexpr double kSpikeFactor = 2.0;      // a loss spike: loss > 2x the median of the previous
+inline constexpr size_t kSpikeWindow = 20;       //   20 steps and more than 0.05x the first step's loss
+inline constexpr double kSpikeMinRise = 0.05;    //   above it; consecutive spike steps count once
+inline constexpr size_t kMinSeeds = 5;           // fewer seeds in a cell: the report warns
+Outcome classify(const RunResult& run);
 const char* outcome_name(Outcome outcome);
+inline bool has_learned(Outcome o) { return o == Outcome::learned || o == Outcome::solved; }
 
 // The runs that differ only by seed, and what they have in common.
 struct GroupSummary {
   std::string variant, setting;
   double lr = 0;
   std::vector<const RunResult*> runs;
-  int finished = 0, diverged = 0, blew_up = 0, at_chance = 0, learned = 0;
+  int finished = 0, diverged = 0, blew_up = 0, at_chance = 0, weak = 0, learned = 0, solved = 0;
+  int learned_or_solved() const { return learned + solved; }
+  // "Most seeds learned": strictly more than half of the cell's seeds (half is not most).
+  bool mostly_learned() const { return 2 * learned_or_solved() > int(runs.size()); }
+  // Mean and 95% t interval over seeds; accuracies count a diverged seed as the uniform guess,
+  // losses leave it out.
+  Interval trained_accuracy, trained_loss, unseen_accuracy, unseen_loss;
   // Over the seeds that did not diverge (NaN if none):
   double train_loss = NAN, train_loss_min = NAN, train_loss_max = NAN;
-  double valid_loss = NAN, valid_accuracy = NAN;
+  double steps_to_solve = NAN;  // median over the seeds that reached it
+  int reached_solve = 0;
+  double loss_spikes = NAN;     // mean per seed
+  double peak_grad_norm = NAN;  // median over seeds
   std::map<std::pair<int64_t, int64_t>, double> bucket_accuracy;  // median per length bucket
   std::map<std::pair<int64_t, int64_t>, bool> bucket_beyond_train;
 };
-std::vector<GroupSummary> summarize(const std::vector<RunResult>& results, double chance);
+std::vector<GroupSummary> summarize(const std::vector<RunResult>& results);
 
-// The Findings section: lines computed from the summaries, never hand-written.
-std::vector<std::string> findings(const ComparePlan& plan, const std::vector<GroupSummary>& groups, double chance);
+// What a series is: its name when it is a known variant, else the one variant all its runs are
+// (a `report` label such as "model.norm=none"), else "".
+std::string variant_kind(const ComparePlan& plan, const std::string& label);
+// The variant the others are compared with: pre-ln, else post-ln, else the first one.
+std::string reference_variant(const ComparePlan& plan);
 
-// The learning rate (per setting) at which the variants' final losses differ most.
+// A paired comparison of one variant with the reference at one (learning rate, setting): the
+// per-seed differences variant - reference of held-out accuracy. Paired when both runs of a seed
+// saw the same data (same task section, seed and batch size), else Welch's unpaired interval.
+struct Comparison {
+  std::string variant, reference, setting;
+  double lr = 0;
+  bool paired = true;
+  Interval trained_accuracy, unseen_accuracy;
+};
+std::vector<Comparison> compare_variants(const ComparePlan& plan, const std::vector<GroupSummary>& groups);
+// "higher by 0.12 (95% CI 0.05 to 0.19, 5 pairs)" or "no difference shown (...)".
+std::string describe_difference(const Interval& d, bool paired);
+
+// The grid learning rates at which most seeds of a variant learned, per setting (ascending).
+std::vector<double> learned_lrs(const ComparePlan& plan, const std::vector<GroupSummary>& groups,
+                                const std::string& variant, const std::string& setting);
+
+// The Answer paragraph (sentences) and the Findings section: computed from the runs, never
+// hand-written.
+std::vector<std::string> answer(const ComparePlan& plan, const std::vector<GroupSummary>& groups);
+std::vector<std::string> findings(const ComparePlan& plan, const std::vector<GroupSummary>& groups);
+
+// The learning rate (per setting) at which the variants' held-out accuracies differ most.
 double most_different_lr(const ComparePlan& plan, const std::vector<GroupSummary>& groups,
                          const std::string& setting);
 
+
+// The variable-length lesson (report section "BatchNorm and its batch"): the same trained
+// checkpoints evaluated three ways. Drawn when the grid has BatchNorm and a LayerNorm reference.
+struct BatchEvalMode {
+  std::string statistics;  // "running averages" or "batch statistics"
+  int64_t batch_size = 1;  // sequences per evaluation batch
+  bool batch_statistics = false;
+};
+std::vector<BatchEvalMode> batch_eval_modes(int64_t train_batch_size);
+struct BatchEvalCell {
+  std::string variant, setting;
+  double lr = 0;
+  BatchEvalMode mode;
+  std::vector<double> trained, unseen;  // held-out accuracy per seed
+  std::vector<uint64_t> seeds;
+};
+// At each setting, at the highest grid learning rate where most seeds of both BatchNorm and the
+// reference LayerNorm variant solved the task (else learned, else the lowest rate): every finished
+// seed of both, each mode.
+std::vector<BatchEvalCell> batch_dependence(const ComparePlan& plan, const std::vector<RunResult>& results,
+                                            const std::vector<GroupSummary>& groups,
+                                            const std::function<bool()>& stop_requested = {});
 
 // Thrown by write_report when stop_requested() turns true while it draws.
 struct ReportStopped {};
 
 // Writes DIR/report.html (self-contained, inline SVG), DIR/report.md, DIR/runs.csv and
 // DIR/summary.json. stop_requested is polled between charts.
-void write_report(const ComparePlan& plan, const std::vector<RunResult>& results, const std::string& out_dir,
+// Returns the Answer's sentences (also in summary.json), for the CLI to print.
+std::vector<std::string> write_report(const ComparePlan& plan, const std::vector<RunResult>& results, const std::string& out_dir,
                   const std::function<bool()>& stop_requested = {});
 
 }  // namespace normlab::study

@@ -1,0 +1,96 @@
+// The variable-length lesson, measured on the trained models themselves: the same BatchNorm and
+// LayerNorm checkpoints evaluated with BatchNorm's running averages, with each evaluation batch's
+// own statistics at the training batch size, and with batch statistics over one sequence at a time.
+// LayerNorm's statistics are per token, so its three rows are the same model computing the same
+// function; BatchNorm's answer depends on what else is in the batch.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "normlab/study/report.hpp"
+#include "normlab/train/saved_run.hpp"
+
+namespace normlab::study {
+
+namespace {
+
+HeldOut group_of(const train::EvalMetrics& metrics, bool unseen) {
+  HeldOut h;
+  double loss = 0, correct = 0;
+  for (const train::BucketMetrics& b : metrics.buckets) {
+    if (b.bucket.beyond_train_max != unseen || b.targets == 0) continue;
+    loss += b.loss * double(b.targets);
+    correct += b.accuracy * double(b.targets);
+    h.targets += b.targets;
+  }
+  if (h.targets > 0) h.loss = loss / double(h.targets), h.accuracy = correct / double(h.targets);
+  return h;
+}
+
+}  // namespace
+
+std::vector<BatchEvalMode> batch_eval_modes(int64_t train_batch_size) {
+  return {{"running averages", train_batch_size, false},
+          {"batch statistics", train_batch_size, true},
+          {"batch statistics", 1, true}};
+}
+
+std::vector<BatchEvalCell> batch_dependence(const ComparePlan& plan, const std::vector<RunResult>& results,
+                                            const std::vector<GroupSummary>& groups,
+                                            const std::function<bool()>& stop_requested) {
+  std::vector<BatchEvalCell> out;
+  std::string bn_label;
+  for (const std::string& label : plan.variants)
+    if (bn_label.empty() && variant_kind(plan, label) == "batchnorm") bn_label = label;
+  const std::string reference = reference_variant(plan);
+  if (bn_label.empty() || variant_kind(plan, reference) == "batchnorm") return out;
+  for (const std::string& setting : plan.settings) {
+    // The highest rate at which most seeds of both solved, else learned, else the lowest of the grid.
+    auto mostly = [&](const std::string& variant, double lr, bool solved) {
+      for (const GroupSummary& g : groups)
+        if (g.variant == variant && g.setting == setting && g.lr == lr)
+          return solved ? 2 * g.solved > int(g.runs.size()) : g.mostly_learned();
+      return false;
+    };
+    double lr = NAN;
+    for (const bool solved : {true, false}) {
+      for (double candidate : plan.lrs)
+        if (mostly(bn_label, candidate, solved) && mostly(reference, candidate, solved) && !(candidate <= lr)) lr = candidate;
+      if (std::isfinite(lr)) break;
+    }
+    if (!std::isfinite(lr)) lr = plan.lrs.empty() ? 0 : *std::min_element(plan.lrs.begin(), plan.lrs.end());
+    for (const std::string& variant : {reference, bn_label}) {
+      const std::vector<BatchEvalMode> modes = [&] {
+        for (const RunResult& r : results)
+          if (r.spec.variant == variant && r.spec.setting == setting && r.spec.lr == lr && r.spec.config.contains("train"))
+            return batch_eval_modes(r.spec.config["train"].value("batch_size", int64_t(32)));
+        return batch_eval_modes(32);
+      }();
+      for (const BatchEvalMode& mode : modes) {
+        BatchEvalCell cell{variant, setting, lr, mode, {}, {}};
+        for (const RunResult& r : results) {
+          if (r.spec.variant != variant || r.spec.setting != setting || r.spec.lr != lr) continue;
+          if (!r.finished || r.diverged) continue;
+          // Only runs that left a model behind (hand-made or pruned directories have none).
+          if (r.spec.dir.empty() || !std::filesystem::exists(std::filesystem::path(r.spec.dir) / "checkpoint.safetensors"))
+            continue;
+          if (stop_requested && stop_requested()) throw ReportStopped{};
+          train::LoadedRun run = train::load_run(r.spec.dir);
+          train::EvalSettings settings;
+          settings.batch_size = mode.batch_size;
+          settings.batch_statistics = mode.batch_statistics;
+          const train::RunEvaluation eval = train::evaluate_run(run, std::nullopt, settings);
+          cell.trained.push_back(group_of(eval.metrics, false).accuracy);
+          cell.unseen.push_back(group_of(eval.metrics, true).accuracy);
+          cell.seeds.push_back(r.spec.seed);
+        }
+        if (!cell.seeds.empty()) out.push_back(std::move(cell));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace normlab::study
