@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "normlab/parallel.hpp"
 #include "normlab/study/report.hpp"
 #include "normlab/train/saved_run.hpp"
 
@@ -41,6 +42,13 @@ std::vector<BatchEvalCell> batch_dependence(const ComparePlan& plan, const std::
                                             const std::vector<GroupSummary>& groups,
                                             const std::function<bool()>& stop_requested) {
   std::vector<BatchEvalCell> out;
+  // Small models, batches down to one sequence: one thread avoids a fork/join per tiny kernel (the
+  // numbers are the same bits at any thread count).
+  struct OneThread {
+    int before = num_threads();
+    OneThread() { set_num_threads(1); }
+    ~OneThread() { set_num_threads(before); }
+  } one_thread;
   std::string bn_label;
   for (const std::string& label : plan.variants)
     if (bn_label.empty() && variant_kind(plan, label) == "batchnorm") bn_label = label;

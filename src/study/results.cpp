@@ -671,13 +671,17 @@ std::vector<std::string> findings(const ComparePlan& plan, const std::vector<Gro
       for (const Comparison& c : comparisons) {
         if (c.setting != setting || c.lr != lr) continue;
         reference = c.reference;
+        if (c.unseen_accuracy.n == 0) {  // no lengths beyond training in this grid
+          trained += fmt::format("{}{} {}", trained.empty() ? "" : "; ", c.variant, describe_difference(c.trained_accuracy, c.paired));
+          continue;
+        }
         trained += fmt::format("{}{} {}", trained.empty() ? "" : "; ", c.variant, describe_difference(c.trained_accuracy, c.paired));
         unseen += fmt::format("{}{} {}", unseen.empty() ? "" : "; ", c.variant, describe_difference(c.unseen_accuracy, c.paired));
       }
       if (trained.empty()) continue;
       const std::string at = where(lr, setting, plan);
-      out.push_back(fmt::format("{}against {}, held-out accuracy — trained lengths: {}. Unseen lengths: {}.",
-                                at.empty() ? "" : at + ": ", reference, trained, unseen));
+      out.push_back(fmt::format("{}against {}, held-out accuracy — trained lengths: {}.{}", at.empty() ? "" : at + ": ",
+                                reference, trained, unseen.empty() ? "" : " Unseen lengths: " + unseen + "."));
     }
   const int seeds = seeds_per_cell(groups);
   if (seeds > 0 && size_t(seeds) < kMinSeeds)
