@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "support.hpp"
 
@@ -257,4 +259,45 @@ TEST_CASE("messages: predict on mlm_text says so when the input has no [MASK]") 
   Result masked = run_cli(dir, "predict --run " + run + " --input 'the e[MASK]rth'");
   CHECK(masked.code == 0);
   CHECK(masked.err.find("no [MASK]") == std::string::npos);
+}
+
+TEST_CASE("compare with BatchNorm: the report evaluates the same checkpoints three ways - LayerNorm's rows are one") {
+  TempDir dir("normlab_bn_section");
+  dir.write("base.json", kBase);
+  const std::string config = dir.write(
+      "compare.json",
+      R"({"base": "base.json", "set": {"train.steps": 12}, "grid": {"variants": ["pre-ln", "batchnorm"], "seeds": [0, 1]}})");
+  const std::string out = dir.sub("out");
+  Result result = run_cli(dir, "compare --config " + config + " --out " + out + " --jobs 2");
+  INFO(result.err);
+  REQUIRE(result.code == 0);
+  CHECK(result.out.find("Answer (held-out data") != std::string::npos);
+  const std::string report = read_text(out + "/report.md");
+  const size_t section = report.find("## BatchNorm and its batch");
+  REQUIRE(section != std::string::npos);
+  // Table rows of the section: variant | at | normalized with | eval batch | n | trained acc | ...
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream lines(report.substr(section));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("| pre-ln |", 0) != 0 && line.rfind("| batchnorm |", 0) != 0) continue;
+    std::vector<std::string> cells;
+    std::istringstream fields(line.substr(1));
+    for (std::string cell; std::getline(fields, cell, '|');) cells.push_back(cell);
+    rows.push_back(cells);
+  }
+  REQUIRE(rows.size() == 6);  // 2 variants x (running averages at 8, batch statistics at 8, at 1)
+  CHECK(rows[0][2] == " running averages ");
+  CHECK(rows[2][3] == " 1 ");
+  CHECK(rows[0][4] == " 2 ");  // both seeds
+  for (size_t i : {1, 2}) {
+    CHECK(rows[i][5] == rows[0][5]);  // LayerNorm: the same held-out accuracy whatever the batch
+    CHECK(rows[i][6] == rows[0][6]);
+    CHECK(rows[i][7] == " 0.0000 ");
+  }
+  CHECK(rows[3][0] == " batchnorm ");
+  // The running-average evaluation is the one the trainer made: the summary table's cell.
+  CHECK(report.find("| batchnorm | 0.01 | 2 (!) |") != std::string::npos);
+  CHECK(report.find(rows[3][5] + "|", report.find("| batchnorm | 0.01 | 2 (!) |")) != std::string::npos);
+  CHECK(fs::exists(out + "/curves.csv"));
+  CHECK(fs::exists(out + "/charts/valid-accuracy-lr0.01.svg"));
 }
