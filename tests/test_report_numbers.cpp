@@ -412,3 +412,28 @@ TEST_CASE("chart ticks: few labelled decades on wide log axes, at least 3 ticks 
   for (const char* label : {">0.001<", ">0.01<", ">0.03<", "chance 2.303"})
     CHECK_MESSAGE(svg.find(label) != std::string::npos, label);
 }
+
+TEST_CASE("report numbers: runs that did not see the same data are compared unpaired (Welch)") {
+  TempDir tmp("normlab_unpaired");
+  std::vector<std::string> dirs;
+  for (int seed = 0; seed < 3; ++seed) {
+    dirs.push_back(make_run(tmp, fmt::format("ln{}", seed),
+                            {{"train", {{"seed", seed}}}, {"model", {{"norm", "layernorm"}}}}, flat(2.3, 1.0),
+                            0.9 - 0.01 * seed, 0.1));
+    // Another batch size: another data order, so seed s of one is no partner of seed s of the other.
+    dirs.push_back(make_run(tmp, fmt::format("none{}", seed),
+                            {{"train", {{"seed", seed}, {"batch_size", 16}}}, {"model", {{"norm", "none"}}}},
+                            flat(2.3, 1.0), 0.5 + 0.02 * seed, 0.1));
+  }
+  const study::ComparePlan plan = study::plan_from_run_dirs(dirs, {});
+  std::vector<study::RunResult> results;
+  for (const study::RunSpec& spec : plan.runs) results.push_back(study::read_run(spec, spec.dir));
+  const std::vector<study::Comparison> comparisons = study::compare_variants(plan, study::summarize(results));
+  REQUIRE(comparisons.size() == 1);
+  CHECK_FALSE(comparisons[0].paired);
+  const normlab::Interval expected =
+      normlab::welch_difference({0.5, 0.52, 0.54}, {0.9, 0.89, 0.88});
+  CHECK(comparisons[0].trained_accuracy.mean == doctest::Approx(expected.mean));
+  CHECK(comparisons[0].trained_accuracy.low == doctest::Approx(expected.low));
+  CHECK(study::describe_difference(comparisons[0].trained_accuracy, false).find("seeds (unpaired)") != std::string::npos);
+}
