@@ -18,16 +18,11 @@ namespace normlab::study {
 namespace {
 
 HeldOut group_of(const train::EvalMetrics& metrics, bool unseen) {
-  HeldOut h;
-  double loss = 0, correct = 0;
-  for (const train::BucketMetrics& b : metrics.buckets) {
-    if (b.bucket.beyond_train_max != unseen || b.targets == 0) continue;
-    loss += b.loss * double(b.targets);
-    correct += b.accuracy * double(b.targets);
-    h.targets += b.targets;
-  }
-  if (h.targets > 0) h.loss = loss / double(h.targets), h.accuracy = correct / double(h.targets);
-  return h;
+  std::vector<BucketResult> buckets;
+  for (const train::BucketMetrics& b : metrics.buckets)
+    buckets.push_back({b.bucket.min_len, b.bucket.max_len, b.bucket.beyond_train_max, b.loss, b.accuracy, b.sequences,
+                       b.targets});
+  return held_out_of(buckets, unseen);
 }
 
 }  // namespace

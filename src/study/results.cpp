@@ -92,6 +92,10 @@ HeldOut held_out_from(const std::vector<BucketResult>& buckets, Keep keep) {
 
 }  // namespace
 
+HeldOut held_out_of(const std::vector<BucketResult>& buckets, bool unseen) {
+  return held_out_from(buckets, [unseen](const BucketResult& b) { return b.beyond_train == unseen; });
+}
+
 RunResult read_run(const RunSpec& spec, const std::string& run_dir) {
   RunResult r;
   r.spec = spec;

@@ -83,6 +83,8 @@ struct HeldOut {
   double loss = NAN, accuracy = NAN;
   int64_t targets = 0;
 };
+// Trained lengths (unseen = false) or unseen lengths of an evaluation, from its buckets.
+HeldOut held_out_of(const std::vector<BucketResult>& buckets, bool unseen);
 // One validation record: trained lengths (up to task.max_len), unseen lengths (beyond it), all.
 struct EvalPoint {
   int64_t step = 0;
