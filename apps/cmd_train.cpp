@@ -126,6 +126,7 @@ class ConsoleLogger : public train::TrainLogger {
 // checkpoint and complete metrics lines survive that too).
 std::atomic<int> g_stop_signal{0};
 std::atomic<bool> g_usr1{false};
+std::atomic<bool> g_quiet{false};  // data-parallel: ranks other than 0 do not announce the stop
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
 
 extern "C" void on_stop_signal(int signal_number) {
@@ -134,6 +135,7 @@ extern "C" void on_stop_signal(int signal_number) {
   static const char message[] =
       "\nnormlab: stopping as soon as it is safe (a run in progress writes a checkpoint first; send the signal again "
       "to stop at once)\n";
+  if (g_quiet.load()) return;
   ssize_t ignored = ::write(STDERR_FILENO, message, sizeof(message) - 1);  // async-signal-safe
   (void)ignored;
 }
@@ -169,6 +171,7 @@ void run(const TrainOptions& options) {
   install_stop_handlers();
   dist::Communicator& comm = dist::world();  // data-parallel: the ranks of this launch (1 otherwise)
   const bool report = comm.rank() == 0;      // data-parallel: rank 0 reports
+  g_quiet.store(!report);
 
   // Everything before the first step: config, data, the model, the run directory's lock (rank 0)
   // and the checkpoint (every rank). Any of it can fail on one rank only, so the outcome is agreed:

@@ -106,7 +106,7 @@ struct TorchMath {
     Vec o(size_t(T * D), 0.0);
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < T; ++i) {
-        Vec p(size_t(T));
+        Vec p(static_cast<size_t>(T));
         double max = -INFINITY, sum = 0.0;
         for (int64_t j = 0; j < T; ++j) {
           double dot = 0.0;

@@ -6,6 +6,7 @@
 // here even when fast and reference kernels agree with each other).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -147,7 +148,7 @@ TEST_CASE("reference truth: LayerNorm forward (biased variance, mean, rstd) and 
   // A mean far from 0 and a small spread: the variance formula matters, not only its shape.
   const std::vector<float> x = normals(1, size_t(N * C), 3.0f, 0.7f), gamma = normals(2, size_t(C), 1.0f, 0.3f),
                            beta = normals(3, size_t(C)), dout = normals(4, size_t(N * C));
-  std::vector<float> y(size_t(N * C)), mean(size_t(N)), rstd(size_t(N));
+  std::vector<float> y(size_t(N * C)), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N));
   ref::layer_norm_forward(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), N, C, float(eps));
   Vec mean_truth, rstd_truth;
   const Vec y_truth = layer_norm_truth(widen(x), widen(gamma), widen(beta), N, C, eps, &mean_truth, &rstd_truth);
@@ -174,7 +175,7 @@ TEST_CASE("reference truth: RMSNorm forward and backward against float64") {
   const double eps = 1e-6;
   const std::vector<float> x = normals(5, size_t(N * C), 0.5f), gamma = normals(6, size_t(C), 1.0f, 0.3f),
                            dout = normals(7, size_t(N * C));
-  std::vector<float> y(size_t(N * C)), rstd(size_t(N));
+  std::vector<float> y(size_t(N * C)), rstd(static_cast<size_t>(N));
   ref::rms_norm_forward(y.data(), rstd.data(), x.data(), gamma.data(), N, C, float(eps));
   const Vec g = widen(gamma), xv = widen(x);
   CHECK(relative_max_error(y, rms_norm_truth(xv, g, N, C, eps)) < kTol);
@@ -190,15 +191,15 @@ TEST_CASE("reference truth: BatchNorm train (batch statistics, running averages 
   const std::vector<float> x = normals(8, size_t(N * C), -2.0f, 1.5f), gamma = normals(9, size_t(C), 1.0f, 0.3f),
                            beta = normals(10, size_t(C)), dout = normals(11, size_t(N * C));
   const Vec xv = widen(x), g = widen(gamma), b = widen(beta);
-  std::vector<float> y(size_t(N * C)), mean(size_t(C)), rstd(size_t(C));
-  std::vector<float> running_mean = normals(12, size_t(C)), running_var(size_t(C));
+  std::vector<float> y(size_t(N * C)), mean(static_cast<size_t>(C)), rstd(static_cast<size_t>(C));
+  std::vector<float> running_mean = normals(12, size_t(C)), running_var(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) running_var[size_t(c)] = 0.5f + 0.25f * float(c);
   const std::vector<float> running_mean0 = running_mean, running_var0 = running_var;
   ref::batch_norm_forward_train(y.data(), mean.data(), rstd.data(), running_mean.data(), running_var.data(), x.data(),
                                 gamma.data(), beta.data(), N, C, float(eps), float(momentum));
   CHECK(relative_max_error(y, batch_norm_train_truth(xv, g, b, N, C, eps)) < kTol);
   // torch: running = (1 - momentum) running + momentum batch, the variance unbiased (N - 1).
-  Vec mean_truth(size_t(C)), rstd_truth(size_t(C)), rm_truth(size_t(C)), rv_truth(size_t(C));
+  Vec mean_truth(static_cast<size_t>(C)), rstd_truth(static_cast<size_t>(C)), rm_truth(static_cast<size_t>(C)), rv_truth(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) {
     double m = 0.0, ss = 0.0;
     for (int64_t n = 0; n < N; ++n) m += xv[size_t(n * C + c)] / double(N);
@@ -253,7 +254,7 @@ TEST_CASE("reference truth: GELU (erf form) and ReLU, forward and backward") {
   ref::relu_backward(dr.data(), dout.data(), x.data(), 64);
   for (size_t i = 0; i < 64; ++i) {
     CHECK(r[i] == std::max(0.0f, x[i]));
-    CHECK(dr[i] - kStart == (x[i] > 0.0f ? dout[i] : 0.0f));
+    CHECK(dr[i] == kStart + (x[i] > 0.0f ? dout[i] : 0.0f));  // the same float sum
   }
 }
 
@@ -279,7 +280,7 @@ TEST_CASE("reference truth: softmax and cross-entropy (mean over the targets, -1
     }
     return Vec{total / count};
   };
-  std::vector<float> losses(size_t(R)), probs(size_t(R * C)), dlogits(size_t(R * C), kStart);
+  std::vector<float> losses(static_cast<size_t>(R)), probs(size_t(R * C)), dlogits(size_t(R * C), kStart);
   const float mean_loss = ref::cross_entropy_forward(losses.data(), probs.data(), x.data(), targets.data(), R, C);
   CHECK(std::fabs(mean_loss - loss(widen(x))[0]) < kTol * std::fabs(loss(widen(x))[0]));
   CHECK(losses[1] == 0.0f);
