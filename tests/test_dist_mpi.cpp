@@ -68,18 +68,22 @@ class MpiJob {
     }
   }
   ~MpiJob() {
-    // SIGTERM first: mpirun then kills its ranks (SIGKILL would leave them orphaned in a collective).
-    if (pid_ > 0 && !reaped_) {
-      ::kill(pid_, SIGTERM);
-      if (wait(std::chrono::seconds(10)) == -1) return;  // killed by wait()
-    }
+    if (pid_ > 0 && !reaped_) wait(std::chrono::seconds(0));  // SIGTERM, then SIGKILL (see wait)
   }
   pid_t pid() const { return pid_; }
   int wait(std::chrono::seconds timeout = std::chrono::seconds(120)) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     int status = 0;
+    bool terminated = false;
     while (::waitpid(pid_, &status, WNOHANG) != pid_) {
-      if (std::chrono::steady_clock::now() > deadline) {
+      const auto now = std::chrono::steady_clock::now();
+      // Timed out: SIGTERM first, so that mpirun takes its ranks down (SIGKILL would orphan them,
+      // still blocked in a collective); SIGKILL if it has not ended 10 s later.
+      if (now > deadline && !terminated) {
+        ::kill(pid_, SIGTERM);
+        terminated = true;
+      }
+      if (now > deadline + std::chrono::seconds(10)) {
         ::kill(pid_, SIGKILL);
         ::waitpid(pid_, nullptr, 0);
         reaped_ = true;
@@ -88,6 +92,7 @@ class MpiJob {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     reaped_ = true;
+    if (terminated) return -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
 
