@@ -216,6 +216,21 @@ mutant "trainer: optim.decay_all never reaches the optimizer" \
   'optimizer_options.decay_all = config_.optim.decay_all;' \
   'optimizer_options.decay_all = false;' \
   '*wiring*'
+mutant "trainer: optim.beta2 never reaches the optimizer (PyTorch's default instead)" \
+  src/train/trainer.cpp \
+  'optimizer_options.beta2 = static_cast<float>(config_.optim.beta2);' \
+  'optimizer_options.beta2 = 0.999f;' \
+  '*wiring*'
+mutant "trainer: optim.eps never reaches the optimizer" \
+  src/train/trainer.cpp \
+  'optimizer_options.eps = static_cast<float>(config_.optim.eps);' \
+  'optimizer_options.eps = 1e-8f;' \
+  '*wiring*'
+mutant "trainer: optim.momentum never reaches SGD" \
+  src/train/trainer.cpp \
+  'optimizer_options.momentum = static_cast<float>(config_.optim.momentum);' \
+  'optimizer_options.momentum = 0.0f;' \
+  '*wiring*'
 mutant "evaluation: runs in the model's current mode (the trainer's periodic validation in training mode)" \
   src/train/evaluate.cpp \
   '  const bool was_training = model.is_training();

@@ -222,3 +222,72 @@ TEST_CASE("wiring: the trainer validates in eval mode - dropout off, BatchNorm o
   }
   CHECK(logged == doctest::Approx(loss_sum / double(targets)).epsilon(1e-5));
 }
+
+namespace {
+
+// Every tensor of a checkpoint, the optimizer's included, by name.
+std::map<std::string, std::vector<float>> all_tensors(const std::string& run) {
+  const normlab::io::SafetensorsFile file = normlab::io::read_safetensors(run + "/checkpoint.safetensors");
+  std::map<std::string, std::vector<float>> out;
+  for (const normlab::io::TensorRecord& record : file.tensors) out[record.name] = file.floats(record.name, record.shape);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("wiring: Adam's beta1, beta2 and eps and SGD's momentum, read back from one- and two-step runs") {
+  TempDir dir("normlab_wiring");
+  const double lr = 0.01, beta1 = 0.8, beta2 = 0.95;
+  json config = tiny_run();
+  config["optim"]["name"] = "adam";
+  config["optim"]["lr"] = lr;
+  config["optim"]["beta1"] = beta1;
+  config["optim"]["beta2"] = beta2;
+  config["optim"]["eps"] = 1e-8;
+  const auto sharp = all_tensors(train(dir, "sharp", config));
+  const double eps = 1e-3;
+  config["optim"]["eps"] = eps;
+  const auto soft = all_tensors(train(dir, "soft", config));
+  // After one step: m = (1 - beta1) g, v = (1 - beta2) g^2, so m^2 / v = (1 - beta1)^2 / (1 - beta2)
+  // whatever g is; and the step is lr g / (|g| + eps) (bias-corrected m and v are g and g^2).
+  int checked = 0;
+  for (const auto& [name, m] : sharp) {
+    if (name.rfind("optim.exp_avg.", 0) != 0) continue;
+    const std::string param = name.substr(std::string("optim.exp_avg.").size());
+    const std::vector<float>& v = sharp.at("optim.exp_avg_sq." + param);
+    for (size_t i = 0; i < m.size(); ++i) {
+      const double g = double(m[i]) / (1.0 - beta1);
+      if (std::fabs(g) < 1e-3) continue;
+      INFO(param << "[" << i << "]");
+      CHECK(double(m[i]) * double(m[i]) / double(v[i]) == doctest::Approx((1 - beta1) * (1 - beta1) / (1 - beta2)).epsilon(1e-3));
+      const double expected = lr * g * (1.0 / (std::fabs(g) + 1e-8) - 1.0 / (std::fabs(g) + eps));  // soft - sharp
+      CHECK(double(soft.at(param)[i]) - double(sharp.at(param)[i]) == doctest::Approx(expected).epsilon(2e-2).scale(1e-6));
+      ++checked;
+    }
+  }
+  CHECK(checked > 20);
+
+  // SGD, dampening 0: buf1 = g1, and a second step with momentum mu moves the weights lr mu g1 further
+  // than one without (the first step, and so the second gradient, is the same in both).
+  const double mu = 0.9;
+  json sgd = tiny_run();
+  sgd["optim"]["momentum"] = mu;
+  const auto one = all_tensors(train(dir, "one", sgd));
+  sgd["train"]["steps"] = 2;
+  const auto with = all_tensors(train(dir, "with", sgd));
+  sgd["optim"]["momentum"] = 0.0;
+  const auto without = all_tensors(train(dir, "without", sgd));
+  checked = 0;
+  for (const auto& [name, buffer] : one) {
+    if (name.rfind("optim.momentum_buffer.", 0) != 0) continue;
+    const std::string param = name.substr(std::string("optim.momentum_buffer.").size());
+    for (size_t i = 0; i < buffer.size(); ++i) {
+      if (std::fabs(buffer[i]) < 1e-2) continue;
+      INFO(param << "[" << i << "]");
+      CHECK(double(with.at(param)[i]) - double(without.at(param)[i]) ==
+            doctest::Approx(-lr * mu * double(buffer[i])).epsilon(2e-2));
+      ++checked;
+    }
+  }
+  CHECK(checked > 20);
+}
