@@ -135,9 +135,17 @@ void train_grid_and_report(const Options& options) {
   if (!changed.empty() && !options.retrain_changed)
     throw InputError(study::changed_runs_message(changed, options.out));
   std::error_code ec;
-  for (const char* sub : {"runs", "configs", "logs"}) io::make_directories((out / sub).string(), "output directory");
-  // One compare per output directory; released by the kernel if this process dies.
-  const io::DirLock lock = io::DirLock::acquire(options.out, "compare output directory");
+  for (const char* sub : {"runs", "configs", "logs", ".locks"}) io::make_directories((out / sub).string(), "output directory");
+  // Each run of the grid has one owner, so that shards can share one --out (on one machine or a
+  // shared file system) while two compares never decide about the same run: this process locks
+  // the runs it trains (its shard's), or all of them when it also draws the report; released by
+  // the kernel if this process dies. The run's own directory lock belongs to its `normlab train`.
+  std::vector<io::DirLock> run_locks;
+  for (size_t i = 0; i < plan.runs.size(); ++i) {
+    if (shard && i % shard->second != shard->first) continue;
+    run_locks.push_back(io::DirLock::acquire_file((out / ".locks" / (plan.runs[i].name + ".lock")).string(),
+                                                  (out / "runs" / plan.runs[i].name).string(), "compare run"));
+  }
 
   const int jobs = options.jobs > 0 ? options.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
   const std::string exe = self_exe();
@@ -254,9 +262,9 @@ void train_grid_and_report(const Options& options) {
 
   if (shard) {
     fmt::print(stderr,
-               "compare: shard {}: no report drawn; when every shard is done, gather their runs/ into one --out and "
-               "run: normlab compare --config {} --out DIR --report-only\n",
-               options.shard, options.config);
+               "compare: shard {}: no report drawn; when every shard is done (shards on other machines: their runs/ "
+               "gathered into one --out), run: normlab compare --config {} --out {} --report-only\n",
+               options.shard, options.config, options.out);
   } else {
     std::vector<study::RunResult> results;
     for (const study::RunSpec& run : plan.runs)

@@ -118,18 +118,24 @@ class ConsoleLogger : public train::TrainLogger {
   std::chrono::steady_clock::time_point last_draw_;
 };
 
-// SIGINT / SIGTERM: the handler only records the signal. Loading data stops with nothing written;
-// training finishes its step (or abandons an evaluation), writes a checkpoint and returns; either
-// way run() exits 130 / 143. SA_RESETHAND restores the default action, so a second Ctrl-C stops at
-// once (the last checkpoint and complete metrics lines survive that too).
+// SIGINT / SIGTERM / SIGUSR1: the handler only records the signal. Loading data stops with nothing
+// written; training finishes its step (or abandons an evaluation), writes a checkpoint and
+// returns; either way run() exits 130 / 143. SIGUSR1 is a SIGTERM that mpirun forwards to every
+// rank without killing them a second later (docs/scaling.md, the grace period), so it is recorded
+// as SIGTERM. SA_RESETHAND restores the default action, so a second Ctrl-C stops at once (the last
+// checkpoint and complete metrics lines survive that too).
 std::atomic<int> g_stop_signal{0};
+std::atomic<bool> g_usr1{false};
+std::atomic<bool> g_quiet{false};  // data-parallel: ranks other than 0 do not announce the stop
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
 
 extern "C" void on_stop_signal(int signal_number) {
-  g_stop_signal.store(signal_number);
+  if (signal_number == SIGUSR1) g_usr1.store(true);
+  g_stop_signal.store(signal_number == SIGUSR1 ? SIGTERM : signal_number);
   static const char message[] =
       "\nnormlab: stopping as soon as it is safe (a run in progress writes a checkpoint first; send the signal again "
       "to stop at once)\n";
+  if (g_quiet.load()) return;
   ssize_t ignored = ::write(STDERR_FILENO, message, sizeof(message) - 1);  // async-signal-safe
   (void)ignored;
 }
@@ -141,89 +147,144 @@ void install_stop_handlers() {
   action.sa_flags = SA_RESETHAND;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGUSR1, &action, nullptr);
 }
 
 int exit_code_for(int signal_number) { return signal_number == SIGTERM ? kExitTerminated : kExitInterrupted; }
 
+std::string signal_name(int signal_number) {
+  if (signal_number != SIGTERM) return "SIGINT";
+  return g_usr1.load() ? "SIGUSR1" : "SIGTERM";
+}
+
+// The command that continues a run of `ranks` processes (another process count is refused).
+std::string resume_command(const std::string& dir, int ranks) {
+  return ranks > 1 ? fmt::format("mpirun -np {} normlab train --resume {}", ranks, dir)
+                   : fmt::format("normlab train --resume {}", dir);
+}
+
+// "Nothing to do" (the run already finished): not an error, but agreed like one, so that every
+// rank returns.
+constexpr int kNothingToDo = -1;
+
 void run(const TrainOptions& options) {
   install_stop_handlers();
+  dist::Communicator& comm = dist::world();  // data-parallel: the ranks of this launch (1 otherwise)
+  const bool report = comm.rank() == 0;      // data-parallel: rank 0 reports
+  g_quiet.store(!report);
+
+  // Everything before the first step: config, data, the model, the run directory's lock (rank 0)
+  // and the checkpoint (every rank). Any of it can fail on one rank only, so the outcome is agreed:
+  // every rank gets the first failing rank's line and exits with its code.
   std::vector<std::string> overrides = options.overrides;
   if (options.threads >= 0) overrides.push_back(fmt::format("train.threads={}", options.threads));
   std::optional<std::string> config_path;
   if (!options.config.empty()) config_path = options.config;
-
-  if (config_path && study::config_kind(*config_path) == study::ConfigKind::compare)
-    throw InputError(fmt::format("{}: is a compare config (base, set, grid), not a run config; run it with: "
-                                 "normlab compare --config {} --out runs/{}",
-                                 *config_path, *config_path, std::filesystem::path(*config_path).stem().string()));
-
   std::string dir;
   train::RunConfig config;
-  if (options.resume) {
-    if (!options.resume_dir.empty() && !options.out.empty() &&
-        std::filesystem::path(options.resume_dir) != std::filesystem::path(options.out)) {
-      throw InputError(fmt::format("--resume {} and --out {} name different directories", options.resume_dir,
-                                   options.out));
+  std::unique_ptr<ConsoleLogger> logger;
+  std::optional<train::Trainer> built;
+  int code = 0;
+  std::string line;
+  try {
+    if (config_path && study::config_kind(*config_path) == study::ConfigKind::compare)
+      throw InputError(fmt::format("{}: is a compare config (base, set, grid), not a run config; run it with: "
+                                   "normlab compare --config {} --out runs/{}",
+                                   *config_path, *config_path, std::filesystem::path(*config_path).stem().string()));
+    if (options.resume) {
+      if (!options.resume_dir.empty() && !options.out.empty() &&
+          std::filesystem::path(options.resume_dir) != std::filesystem::path(options.out)) {
+        throw InputError(fmt::format("--resume {} and --out {} name different directories", options.resume_dir,
+                                     options.out));
+      }
+      dir = !options.resume_dir.empty() ? options.resume_dir : options.out;
+      if (dir.empty() && config_path) dir = (std::filesystem::path("runs") / std::filesystem::path(*config_path).stem()).string();
+      if (dir.empty()) throw InputError("--resume: give the run directory (--resume DIR or --out DIR)");
+      config = train::resume_config(dir, config_path, overrides);
+      if (const std::optional<int64_t> done = train::finished_steps(dir); done && *done >= config.train.steps) {
+        code = kNothingToDo;
+        line = fmt::format("normlab: {} already finished its {} steps; nothing to do. To train it further: {} --set "
+                           "train.steps=N (N > {})",
+                           dir, *done, resume_command(dir, comm.size()), *done);
+      } else {
+        // The checkpoint must describe this run before a model of the requested size is built.
+        train::check_resume_checkpoint(dir, config);
+      }
+    } else {
+      if (!config_path) throw InputError("--config is required (or --resume DIR to continue a run)");
+      config = train::load_config(*config_path, overrides);
+      dir = !options.out.empty() ? options.out
+                                 : (std::filesystem::path("runs") / std::filesystem::path(*config_path).stem()).string();
     }
-    dir = !options.resume_dir.empty() ? options.resume_dir : options.out;
-    if (dir.empty() && config_path) dir = (std::filesystem::path("runs") / std::filesystem::path(*config_path).stem()).string();
-    if (dir.empty()) throw InputError("--resume: give the run directory (--resume DIR or --out DIR)");
-    config = train::resume_config(dir, config_path, overrides);
-    if (const std::optional<int64_t> done = train::finished_steps(dir); done && *done >= config.train.steps) {
-      fmt::print(stderr,
-                 "normlab: {} already finished its {} steps; nothing to do. To train it further: normlab train "
-                 "--resume {} --set train.steps=N (N > {})\n",
-                 dir, *done, dir, *done);
-      return;
+    if (code == 0) {
+      logger = std::make_unique<ConsoleLogger>(config.train.log_every, isatty(fileno(stderr)) == 1);
+      built.emplace(config, logger.get(), &g_stop_signal);
+      if (options.resume) {
+        built->resume(dir);
+      } else {
+        built->start(dir);
+      }
     }
-    // The checkpoint must describe this run before a model of the requested size is built.
-    train::check_resume_checkpoint(dir, config);
-  } else {
-    if (!config_path) throw InputError("--config is required (or --resume DIR to continue a run)");
-    config = train::load_config(*config_path, overrides);
-    dir = !options.out.empty() ? options.out
-                               : (std::filesystem::path("runs") / std::filesystem::path(*config_path).stem()).string();
+  } catch (const io::StopRequested& stop) {
+    code = exit_code_for(stop.signal_number());
+    line = fmt::format("normlab: stopped ({}) while loading the data; nothing was written",
+                       signal_name(stop.signal_number()));
+  } catch (const InputError& e) {
+    code = kExitBadInput;
+    line = fmt::format("normlab: error: {}", e.what());
+  } catch (const std::exception& e) {
+    code = 1;
+    line = fmt::format("normlab: internal error: {}", e.what());
+  }
+  const dist::Communicator::Verdict verdict = comm.agree(code, line);
+  if (verdict.code != 0) {
+    if (logger) logger->end_line();
+    if (report) {
+      std::string text = verdict.message;
+      // Another rank's refusal: say which (its files may be on another machine).
+      if (verdict.rank != 0 && text.rfind("normlab: ", 0) == 0)
+        text.insert(9, fmt::format("data-parallel rank {}: ", verdict.rank));
+      fmt::print(stderr, "{}\n", text);
+    }
+    if (verdict.code == kNothingToDo) return;
+    throw ExitCode{verdict.code};
   }
 
-  ConsoleLogger logger(config.train.log_every, isatty(fileno(stderr)) == 1);
-  std::optional<train::Trainer> built;
-  try {
-    built.emplace(config, &logger, &g_stop_signal);
-  } catch (const io::StopRequested& stop) {
-    logger.end_line();
-    fmt::print(stderr, "normlab: stopped ({}) while loading the data; nothing was written\n",
-               stop.signal_number() == SIGTERM ? "SIGTERM" : "SIGINT");
-    throw ExitCode{exit_code_for(stop.signal_number())};
-  }
   train::Trainer& trainer = *built;
-  if (options.resume) {
-    trainer.resume(dir);
-  } else {
-    trainer.start(dir);
-    if (normlab::dist::world().rank() == 0)  // data-parallel: rank 0 reports, with the rank count
-      logger.info(fmt::format("run directory: {}{}", dir,
-                              normlab::dist::world().size() > 1
-                                  ? fmt::format(" ({} data-parallel ranks)", normlab::dist::world().size())
-                                  : ""));
+  if (report) {
+    if (!options.resume)
+      logger->info(fmt::format("run directory: {}{}", dir,
+                               comm.size() > 1 ? fmt::format(" ({} data-parallel ranks)", comm.size()) : ""));
+    // Name the block being trained: with --set model.norm=none nothing else would say so.
+    const bool placement_moot = config.model.norm == "none" || config.model.norm == "rezero";
+    logger->info(fmt::format("block: {}{}",
+                             study::block_formula(config.model.norm, config.model.placement, config.model.final_norm),
+                             placement_moot && config.model.placement == "post"
+                                 ? fmt::format(" (model.placement=post has no effect with model.norm={})", config.model.norm)
+                                 : ""));
   }
-  // Name the block being trained: with --set model.norm=none nothing else would say so.
-  const bool placement_moot = config.model.norm == "none" || config.model.norm == "rezero";
-  logger.info(fmt::format("block: {}{}",
-                          study::block_formula(config.model.norm, config.model.placement, config.model.final_norm),
-                          placement_moot && config.model.placement == "post"
-                              ? fmt::format(" (model.placement=post has no effect with model.norm={})", config.model.norm)
-                              : ""));
-  train::TrainSummary summary = trainer.fit();
-  logger.end_line();
-  // data-parallel: rank 0 reports; every rank exits with the same code.
-  const bool report = normlab::dist::world().rank() == 0;
+  train::TrainSummary summary;
+  try {
+    summary = trainer.fit();
+  } catch (const std::exception& e) {
+    if (comm.size() == 1) throw;
+    // data-parallel: the other ranks cannot learn of this error (they wait in the next
+    // reduction), so the whole job ends here, with this rank's line.
+    logger->end_line();
+    const bool input = dynamic_cast<const InputError*>(&e) != nullptr;
+    fmt::print(stderr, "normlab: {}data-parallel rank {}: {}\n", input ? "error: " : "internal error: ", comm.rank(),
+               e.what());
+    comm.abort_all(input ? kExitBadInput : 1);
+    throw;
+  }
+  logger->end_line();
 
   if (summary.interrupted()) {
     const bool term = summary.stop_request == SIGTERM;
     if (report)
-      fmt::print(stderr, "normlab: {} after step {} of {}; checkpoint written to {}; continue with: normlab train --resume {}\n",
-               term ? "terminated (SIGTERM)" : "interrupted (SIGINT)", summary.steps, summary.planned_steps,
-               train::RunPaths(dir).checkpoint, dir);
+      fmt::print(stderr, "normlab: {} after step {} of {}; checkpoint written to {}; continue with: {}\n",
+                 term ? fmt::format("terminated ({})", signal_name(SIGTERM)) : "interrupted (SIGINT)", summary.steps,
+                 summary.planned_steps, train::RunPaths(dir).checkpoint, resume_command(dir, comm.size()));
     throw ExitCode{exit_code_for(summary.stop_request)};
   }
 
@@ -256,8 +317,9 @@ void add_train(CLI::App& app) {
                                         "Continue the run in DIR (or in --out) from its checkpoint")
                             ->expected(0, 1);
   cmd->footer(
-      "Ctrl-C (SIGINT) or SIGTERM: the step in flight finishes, a checkpoint is written, exit 130 / 143;\n"
-      "continue with: normlab train --resume DIR. A second signal stops at once (the last checkpoint stays).\n"
+      "Ctrl-C (SIGINT), SIGTERM or SIGUSR1: the step in flight finishes, a checkpoint is written, exit 130 / 143;\n"
+      "continue with: normlab train --resume DIR (a run of N ranks: mpirun -np N normlab train --resume DIR).\n"
+      "A second signal stops at once (the last checkpoint stays). Under mpirun, stop with SIGUSR1 to mpirun.\n"
       "Exit codes: 0 done, 2 bad input, 3 diverged.");
   cmd->callback([options, resume] {
     options->resume = resume->count() > 0;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "normlab/dist/communicator.hpp"
 #include "normlab/error.hpp"
 #include "normlab/kernels/dispatch.hpp"
 #include "normlab/kernels/reference/mode.hpp"
@@ -91,6 +92,21 @@ int main(int argc, char** argv) {
     if (!known) {
       fmt::print(stderr, "normlab: error: unknown command '{}'; the commands are: {} (normlab --help)\n", verb,
                  verbs_line(app));
+      return 2;
+    }
+    // Only train is data-parallel. Any other verb launched as one of N processes (mpirun -np N)
+    // would run N times over the same files: refused, in one line from the first process.
+    const int processes = normlab::dist::launcher_world_size();
+    bool help = false;
+    for (int i = 2; i < argc; ++i) help = help || std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h";
+    if (verb != "train" && processes > 1 && !help) {
+      if (normlab::dist::launcher_rank() == 0)
+        fmt::print(stderr, "normlab: error: {} is not data-parallel, but it was launched as one of {} processes "
+                           "(mpirun -np {}); run it once, without mpirun{}\n",
+                   verb, processes, processes,
+                   verb == "compare" ? "; to spread a comparison over processes or machines, run one compare per "
+                                       "--shard I/K (docs/scaling.md)"
+                                     : "");
       return 2;
     }
   }

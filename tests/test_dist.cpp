@@ -41,6 +41,7 @@ class MirrorCommunicator final : public dist::Communicator {
     for (double& v : values) v *= size_;
   }
   std::vector<uint64_t> all_gather(uint64_t value) override { return std::vector<uint64_t>(size_t(size_), value); }
+  Verdict agree(int code, const std::string& message) override { return {code, 0, code != 0 ? message : ""}; }
   std::string describe() const override { return "mirror"; }
 
  private:

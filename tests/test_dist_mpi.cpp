@@ -19,6 +19,8 @@ TEST_CASE("dist mpi: SKIPPED (built without MPI or no mpirun found - see docs/sc
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -35,9 +37,11 @@ namespace {
 // `mpirun -np N PROGRAM ARGS...` with the environment OpenMPI needs in a container run as root.
 class MpiJob {
  public:
-  MpiJob(int ranks, const std::string& program, const std::vector<std::string>& args, const std::string& log) {
-    std::vector<std::string> all{NORMLAB_MPIRUN, "--oversubscribe", "--bind-to", "none", "-np", std::to_string(ranks),
-                                 program};
+  MpiJob(int ranks, const std::string& program, const std::vector<std::string>& args, const std::string& log,
+         const std::vector<std::string>& mpirun_options = {}) {
+    std::vector<std::string> all{NORMLAB_MPIRUN, "--oversubscribe", "--bind-to", "none"};
+    all.insert(all.end(), mpirun_options.begin(), mpirun_options.end());
+    for (const std::string& a : {std::string("-np"), std::to_string(ranks), program}) all.push_back(a);
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (std::string& a : all) argv.push_back(a.data());
@@ -64,17 +68,22 @@ class MpiJob {
     }
   }
   ~MpiJob() {
-    if (pid_ > 0 && !reaped_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
+    if (pid_ > 0 && !reaped_) wait(std::chrono::seconds(0));  // SIGTERM, then SIGKILL (see wait)
   }
   pid_t pid() const { return pid_; }
   int wait(std::chrono::seconds timeout = std::chrono::seconds(120)) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     int status = 0;
+    bool terminated = false;
     while (::waitpid(pid_, &status, WNOHANG) != pid_) {
-      if (std::chrono::steady_clock::now() > deadline) {
+      const auto now = std::chrono::steady_clock::now();
+      // Timed out: SIGTERM first, so that mpirun takes its ranks down (SIGKILL would orphan them,
+      // still blocked in a collective); SIGKILL if it has not ended 10 s later.
+      if (now > deadline && !terminated) {
+        ::kill(pid_, SIGTERM);
+        terminated = true;
+      }
+      if (now > deadline + std::chrono::seconds(10)) {
         ::kill(pid_, SIGKILL);
         ::waitpid(pid_, nullptr, 0);
         reaped_ = true;
@@ -83,6 +92,7 @@ class MpiJob {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     reaped_ = true;
+    if (terminated) return -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
 
@@ -120,6 +130,26 @@ pid_t rank_pid(pid_t launcher, int rank) {
     }
   }
   return -1;
+}
+
+// Waits (up to 60 s) until `path` has at least `lines` lines.
+void wait_for_lines(const std::string& path, long lines) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string text = read_text(path);
+    if (std::count(text.begin(), text.end(), '\n') >= lines) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+size_t count_of(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // True while `pid` is a live (not zombie) process.
@@ -331,6 +361,113 @@ TEST_CASE("dist mpi: a dead rank stops the others within seconds - --resume unde
   REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--resume", dir.sub("run")}, dir.sub("resume.log")) == 0);
   CHECK(checkpoint_identity(dir.sub("run/checkpoint.safetensors")) ==
         checkpoint_identity(dir.sub("full/checkpoint.safetensors")));
+}
+
+// A refusal found by one rank before the first step (here rank 0's run-directory lock) is agreed
+// by every rank: the job ends at once, exit 2, with the one line.
+TEST_CASE("dist mpi: a second np=2 job on a run directory in use exits 2 within seconds with the lock message") {
+  TempDir dir("normlab_dist");
+  const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 1000000, 0));
+  MpiJob first(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("run")}, dir.sub("first.log"));
+  wait_for_lines(dir.sub("run/metrics.jsonl"), 2);
+  REQUIRE(fs::exists(dir.sub("run/metrics.jsonl")));
+
+  const auto start = std::chrono::steady_clock::now();
+  MpiJob second(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("run")}, dir.sub("second.log"));
+  const int code = second.wait(std::chrono::seconds(20));  // a hang fails here, not at ctest's timeout
+  const double seconds = seconds_since(start);
+  const std::string log = read_text(dir.sub("second.log"));
+  INFO(log);
+  CHECK(code == 2);
+  CHECK(seconds < 20.0);
+  CHECK(count_of(log, "the run directory is in use by another normlab process (pid ") == 1);
+
+  // The same for a resume of it (every rank loads the checkpoint, rank 0 also takes the lock).
+  ::kill(first.pid(), SIGUSR1);  // ends the first job (the grace-period recipe, tested below)
+  CHECK(first.wait(std::chrono::seconds(60)) == 143);
+}
+
+// A failure one rank meets during training (rank 0 cannot write the checkpoint: its path became a
+// directory) cannot be agreed: that rank ends the whole job (MPI_Abort) with its line.
+TEST_CASE("dist mpi: an error on rank 0 during training ends every rank within seconds, with its line") {
+  TempDir dir("normlab_dist");
+  const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 1000000, 200));
+  MpiJob job(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("run")}, dir.sub("run.log"));
+  const std::string checkpoint = dir.sub("run/checkpoint.safetensors");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(checkpoint) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(fs::exists(checkpoint));
+  const pid_t rank1 = rank_pid(job.pid(), 1);
+  REQUIRE(rank1 > 0);
+  fs::remove(checkpoint);
+  fs::create_directories(checkpoint + "/occupied");
+  const auto start = std::chrono::steady_clock::now();
+  const int code = job.wait(std::chrono::seconds(60));
+  const double seconds = seconds_since(start);
+  const std::string log = read_text(dir.sub("run.log"));
+  INFO(log);
+  CHECK(code == 2);
+  CHECK(seconds < 20.0);
+  CHECK(count_of(log, "normlab: error: data-parallel rank 0: " + checkpoint) == 1);
+  CHECK(!alive(rank1));
+}
+
+// mpirun --mca odls_base_sigkill_timeout 30 stops forwarding SIGTERM to the ranks (OpenMPI 4.1),
+// so the grace period is SIGUSR1 to mpirun: forwarded to every rank, with no SIGKILL after it.
+// Rank 1 is held stopped for 3 s: a rank slower than mpirun's 1 s SIGTERM grace still checkpoints.
+TEST_CASE("dist mpi: SIGUSR1 to mpirun stops every rank with a checkpoint, however long - the stop line names mpirun -np 2") {
+  TempDir dir("normlab_dist");
+  const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 1000000, 0));
+  MpiJob job(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("run")}, dir.sub("run.log"));
+  wait_for_lines(dir.sub("run/metrics.jsonl"), 5);
+  const pid_t rank1 = rank_pid(job.pid(), 1);
+  REQUIRE(rank1 > 0);
+  ::kill(rank1, SIGSTOP);
+  ::kill(job.pid(), SIGUSR1);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  ::kill(rank1, SIGCONT);
+  const int code = job.wait(std::chrono::seconds(60));
+  const std::string log = read_text(dir.sub("run.log"));
+  INFO(log);
+  CHECK(code == 143);
+  REQUIRE(fs::exists(dir.sub("run/checkpoint.safetensors")));
+  CHECK(!fs::exists(dir.sub("run/summary.json")));
+  CHECK(count_of(log, "normlab: terminated (SIGUSR1) after step ") == 1);
+  CHECK(count_of(log, "continue with: mpirun -np 2 normlab train --resume " + dir.sub("run") + "\n") == 1);
+  // The checkpoint holds the state after the last step in metrics.jsonl.
+  const std::string metrics = read_text(dir.sub("run/metrics.jsonl"));
+  const size_t steps = size_t(std::count(metrics.begin(), metrics.end(), '\n'));
+  CHECK(log.find(fmt::format("after step {} of", steps)) != std::string::npos);
+}
+
+// Only train is data-parallel: the other verbs refuse a multi-process launch in one line.
+TEST_CASE("dist mpi: mpirun -np 2 around eval, compare, report or bench is refused in one line (compare: use --shard)") {
+  TempDir dir("normlab_dist");
+  const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 2, 0));
+  REQUIRE(normlab::test::run_normlab({"train", "--config", config, "--out", dir.sub("run")}, dir.sub("t.out"),
+                                     dir.sub("t.err")) == 0);
+  const std::vector<std::vector<std::string>> commands = {
+      {"eval", "--run", dir.sub("run")},
+      {"predict", "--run", dir.sub("run"), "--input", "1 2 3"},
+      {"compare", "--config", config, "--out", dir.sub("cmp")},
+      {"report", dir.sub("run"), "--out", dir.sub("rep")},
+      {"bench", "layernorm", "--shape", "2,4,8"}};
+  for (const std::vector<std::string>& args : commands) {
+    INFO(args[0]);
+    const std::string log = dir.sub(args[0] + ".log");
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(mpirun(2, NORMLAB_BINARY, args, log) == 2);
+    CHECK(seconds_since(start) < 20.0);
+    const std::string text = read_text(log);
+    INFO(text);
+    CHECK(count_of(text, "normlab: error: " + args[0] + " is not data-parallel, but it was launched as one of 2 "
+                         "processes (mpirun -np 2)") == 1);
+    CHECK(count_of(text, "normlab: error:") == 1);
+    CHECK((args[0] == "compare") == (text.find("--shard I/K") != std::string::npos));
+  }
+  CHECK(!fs::exists(dir.sub("cmp")));
+  CHECK(!fs::exists(dir.sub("rep")));
 }
 
 #endif

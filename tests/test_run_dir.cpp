@@ -14,6 +14,7 @@
 #include "normlab/error.hpp"
 #include "normlab/io/dir_lock.hpp"
 #include "normlab/io/paths.hpp"
+#include "normlab/study/compare.hpp"
 #include "normlab/train/run_dir.hpp"
 #include "normlab/train/trainer.hpp"
 #include "support.hpp"
@@ -118,20 +119,28 @@ TEST_CASE("two train processes on one --out: the second exits 2 naming the direc
   CHECK(resumed == 0);
 }
 
-TEST_CASE("compare: a second compare on one output directory is refused") {
+TEST_CASE("compare: a compare that would train a run another compare holds is refused, naming the run") {
   TempDir dir("normlab_test_compare_lock");
   const std::string out = dir.sub("out");
-  fs::create_directories(out);
-  io::DirLock holder = io::DirLock::acquire(out, "compare output directory");
+  fs::create_directories(out + "/.locks");
   dir.write("base.json", kQuickConfig);
-  const std::string plan = dir.write("plan.json", R"({"base": "base.json", "grid": {"seeds": [0, 1]}})");
-  const int code = run_normlab({"compare", "--config", plan, "--out", out}, dir.sub("out.txt"), dir.sub("err.txt"));
-  const std::string message = read_text(dir.sub("err.txt"));
-  INFO(message);
-  CHECK(code == 2);
-  CHECK(message.find(out + ": the compare output directory is in use by another normlab process (pid " +
-                     std::to_string(::getpid()) + ")") != std::string::npos);
-  CHECK((!fs::exists(out + "/runs") || fs::is_empty(out + "/runs")));
+  const std::string plan_path = dir.write("plan.json", R"({"base": "base.json", "grid": {"seeds": [0, 1]}})");
+  const study::ComparePlan plan = study::load_compare_plan(plan_path);
+  REQUIRE(plan.runs.size() == 2);
+  // Another compare (or shard) owns the second run of the grid.
+  const std::string second = out + "/runs/" + plan.runs[1].name;
+  io::DirLock holder = io::DirLock::acquire_file(out + "/.locks/" + plan.runs[1].name + ".lock", second, "compare run");
+  for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{{}, {"--shard", "1/2"}}) {
+    std::vector<std::string> args{"compare", "--config", plan_path, "--out", out};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const int code = run_normlab(args, dir.sub("out.txt"), dir.sub("err.txt"));
+    const std::string message = read_text(dir.sub("err.txt"));
+    INFO(message);
+    CHECK(code == 2);
+    CHECK(message.find(second + ": the compare run is in use by another normlab process (pid " +
+                       std::to_string(::getpid()) + ")") != std::string::npos);
+    CHECK((!fs::exists(out + "/runs") || fs::is_empty(out + "/runs")));
+  }
 }
 
 TEST_CASE("resume: a corrupt line before the end is refused naming file:line, with nothing changed") {

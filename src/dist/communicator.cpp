@@ -44,6 +44,16 @@ int launcher_world_size() {
   return 1;
 }
 
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
+    if (const char* value = std::getenv(name)) {
+      const int rank = std::atoi(value);
+      if (rank >= 0) return rank;
+    }
+  }
+  return 0;
+}
+
 #ifdef NORMLAB_HAVE_MPI
 
 bool built_with_mpi() { return true; }
@@ -172,6 +182,28 @@ class MpiCommunicator final : public Communicator {
     std::vector<uint64_t> out(static_cast<size_t>(size_));
     check(MPI_Allgather(&value, 1, MPI_UINT64_T, out.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD), "MPI_Allgather");
     return out;
+  }
+
+  Verdict agree(int code, const std::string& message) override {
+    Watched watched(*watchdog_);
+    std::vector<int> codes(static_cast<size_t>(size_));
+    check(MPI_Allgather(&code, 1, MPI_INT, codes.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
+    Verdict verdict;
+    for (int r = 0; r < size_ && verdict.code == 0; ++r)
+      if (codes[size_t(r)] != 0) verdict = {codes[size_t(r)], r, ""};
+    if (verdict.code == 0) return verdict;
+    // The failing rank's message, to every rank (length first).
+    int64_t length = verdict.rank == rank_ ? int64_t(std::min<size_t>(message.size(), 4096)) : 0;
+    check(MPI_Bcast(&length, 1, MPI_INT64_T, verdict.rank, MPI_COMM_WORLD), "MPI_Bcast");
+    verdict.message = verdict.rank == rank_ ? message.substr(0, size_t(length)) : std::string(size_t(length), '\0');
+    check(MPI_Bcast(verdict.message.data(), int(length), MPI_CHAR, verdict.rank, MPI_COMM_WORLD), "MPI_Bcast");
+    return verdict;
+  }
+
+  void abort_all(int code) override {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
   }
 
   std::string describe() const override {

@@ -34,7 +34,10 @@ std::string read_holder(int fd) {
 }  // namespace
 
 DirLock DirLock::acquire(const std::string& dir, std::string_view what) {
-  const std::string path = (std::filesystem::path(dir) / kDirLockFile).string();
+  return acquire_file((std::filesystem::path(dir) / kDirLockFile).string(), dir, what);
+}
+
+DirLock DirLock::acquire_file(const std::string& path, const std::string& dir, std::string_view what) {
   // O_NOFOLLOW: a link planted as the lock file must not make us truncate its target.
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {

@@ -33,6 +33,23 @@ class Communicator {
   // for kDeadPeerSeconds since such a signal arrived ends the process with a one-line error, since
   // mpirun signals the survivors when a rank dies and they would otherwise wait forever for it.
   virtual void watch_stop_flag(const std::atomic<int>* flag) { (void)flag; }
+
+  // A check that can fail on some ranks only (the run-directory lock rank 0 takes, a file one
+  // machine cannot read, memory) is agreed before the first step, so that every rank stops
+  // together instead of leaving the others blocked in a collective. Every rank passes its own
+  // (code, message), code 0 for "fine"; every rank gets back the lowest rank whose code is not 0,
+  // with that rank's code and message ({0, 0, ""} when all are fine).
+  struct Verdict {
+    int code = 0;
+    int rank = 0;
+    std::string message;
+  };
+  virtual Verdict agree(int code, const std::string& message) = 0;
+
+  // Ends every process of the job at once with `code` (MPI_Abort): for an error one rank meets
+  // after the ranks agreed to start, which the others cannot learn of and would wait for forever.
+  // Single process: returns (the caller exits normally).
+  virtual void abort_all(int code) { (void)code; }
 };
 
 // Seconds a rank waits in a collective after a stop signal before it concludes a peer is dead
@@ -48,12 +65,16 @@ class SingleProcess final : public Communicator {
   int size() const override { return 1; }
   void sum(std::span<double>) override {}
   std::vector<uint64_t> all_gather(uint64_t value) override { return {value}; }
+  Verdict agree(int code, const std::string& message) override { return {code, 0, code != 0 ? message : ""}; }
   std::string describe() const override { return "single process"; }
 };
 
 // The process count a launcher announced in the environment (OMPI_COMM_WORLD_SIZE, PMI_SIZE,
 // PMIX_SIZE, SLURM_NTASKS under srun); 1 when there is none.
 int launcher_world_size();
+// This process's rank as the launcher announced it (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK);
+// 0 when there is none. Read without starting MPI (for verbs that refuse a multi-process launch).
+int launcher_rank();
 
 // This process's communicator, created on first use: MPI_COMM_WORLD when launched with more than
 // one process, else SingleProcess. InputError if launched with more than one process by a normlab

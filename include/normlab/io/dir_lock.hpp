@@ -22,6 +22,11 @@ class DirLock {
   // another normlab process (pid N) ...". `what` names the directory in that message ("run
   // directory", "compare output directory").
   static DirLock acquire(const std::string& dir, std::string_view what = "directory");
+  // The same lock on the file `lock_path` (its folder must exist), for something that is not one
+  // directory: compare locks each run of its grid in OUT/.locks/NAME.lock, since the run's own
+  // directory lock belongs to the `normlab train` that trains it. `dir` and `what` name it in the
+  // refusal.
+  static DirLock acquire_file(const std::string& lock_path, const std::string& dir, std::string_view what);
 
   DirLock() = default;
   DirLock(DirLock&& other) noexcept;
