@@ -19,7 +19,7 @@ For each run directory:
 
 Exits 1 if a difference exceeds --tolerance.
 """
-import argparseimport argparse
+import argparse
 import json
 import math
 import os
@@ -64,6 +64,8 @@ def task_vocabularies(config, metadata):
         return ["(", ")"], [str(d) for d in range(15)] + ["15+", "!"], ""
     if name == "majority":
         return ["0", "1"], ["0", "1"], " "
+    if name in ("sequence_classification", "token_classification"):  # from the training file: metadata only
+        return json.loads(metadata["vocabulary"]), json.loads(metadata["labels"]), " "
     characters = ["[MASK]", "[UNK]"] + [chr(b) for b in json.loads(metadata["task_characters"])]
     return characters, characters, ""
 
