@@ -11,6 +11,7 @@
 #include "normlab/error.hpp"
 #include "normlab/study/report.hpp"
 #include "normlab/train/saved_run.hpp"
+#include "normlab/train/setup.hpp"
 
 namespace normlab::cli {
 
@@ -59,12 +60,14 @@ void run(const EvalOptions& options) {
     out["step"] = loaded.step;
     out["data"] = result.data;
     out["train_max_len"] = loaded.train_max_len;
+    out["task"] = train::task_title(loaded.config);
     out["batch_size"] = settings.batch_size.value_or(loaded.config.train.batch_size);
     out["batch_statistics"] = settings.batch_statistics;
     fmt::print("{}\n", out.dump());
     return;
   }
-  fmt::print("run {} ({} task, step {}), data: {}\n", options.run_dir, loaded.task.name, loaded.step, result.data);
+  fmt::print("run {} (task {}, step {}), data: {}\n", options.run_dir, train::task_title(loaded.config), loaded.step,
+             result.data);
   if (settings.batch_size || settings.batch_statistics)
     fmt::print("batches of {} sequences{}\n", settings.batch_size.value_or(loaded.config.train.batch_size),
                settings.batch_statistics ? ", BatchNorm with each batch's own statistics" : "");
@@ -80,6 +83,7 @@ void run(const EvalOptions& options) {
   fmt::print("{:>10} {:>9} {:>9} {:>9.4f} {:>9.4f} {:>9.4f}\n", "all", m.sequences, m.targets, m.loss, m.accuracy,
              m.sequence_accuracy);
   if (any_beyond) fmt::print("* longer than any training sequence (training max length {})\n", loaded.train_max_len);
+  fmt::print("{}\n", train::describe_groups(m));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "normlab/train/saved_run.hpp"
+#include "normlab/train/setup.hpp"
 
 namespace normlab::cli {
 
@@ -47,7 +48,7 @@ void run(const PredictOptions& options) {
       for (int32_t id : ids) list.push_back(task.output_vocab.token(id));
       return list;
     };
-    nlohmann::json out = {{"task", task.name},
+    nlohmann::json out = {{"task", train::task_title(loaded.config)},
                           {"input", task.decode_input(p.tokens)},
                           {"predicted", tokens(p.predicted)},
                           {"input_ids", p.tokens},
@@ -98,7 +99,8 @@ void add_predict(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("predict", "Run a trained model on one input sequence");
   cmd->add_option("--run", options->run_dir, "Run directory (holds checkpoint.safetensors)")->required();
   cmd->add_option("--input", options->input,
-                  "The sequence: symbols like \"3 1 4\" or \"(()\", or text for mlm_text ([MASK] marks a blank)")
+                  "The sequence: symbols like \"3 1 4\" or \"(()\", text for mlm_text ([MASK] marks a blank), or "
+                  "whitespace-separated words for a data-defined task")
       ->required();
   cmd->add_flag("--json", options->json, "Print one JSON object");
   cmd->callback([options] { run(*options); });

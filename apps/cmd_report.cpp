@@ -68,7 +68,8 @@ void add_report(CLI::App& app) {
   cmd->add_option("--out", options->out, "Output directory: report.html, report.md, runs.csv, summary.json")
       ->required();
   cmd->add_option("--label", options->labels,
-                  "NAME=RUN_DIR: the series name of that run (default: the config keys that differ between the runs)");
+                  "NAME=RUN_DIR: the series name of that run (default: the config keys that differ between the runs)")
+      ->allow_extra_args(false);  // one value per --label, so it may stand before the run directories
   cmd->footer(
       "Runs with the same label and learning rate are one series (median and band over their seeds).\n"
       "All runs must train the same task; runs of different tasks are refused (exit 2).");

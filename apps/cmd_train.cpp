@@ -1,5 +1,6 @@
 // normlab train --config FILE [--out DIR] [--set section.key=value]... [--threads N] [--resume [DIR]]
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -40,19 +41,6 @@ std::string format_duration(double seconds) {
   const int64_t total = static_cast<int64_t>(seconds + 0.5);
   if (total >= 3600) return fmt::format("{}:{:02}:{:02}", total / 3600, total / 60 % 60, total % 60);
   return fmt::format("{}:{:02}", total / 60, total % 60);
-}
-
-// Accuracy over the buckets beyond the training length, weighted by targets; nullopt if none.
-std::optional<double> beyond_train_accuracy(const train::EvalMetrics& metrics) {
-  int64_t targets = 0;
-  double correct = 0.0;
-  for (const train::BucketMetrics& b : metrics.buckets) {
-    if (!b.bucket.beyond_train_max || b.targets == 0) continue;
-    targets += b.targets;
-    correct += b.accuracy * double(b.targets);
-  }
-  if (targets == 0) return std::nullopt;
-  return correct / double(targets);
 }
 
 // Progress on stderr: one redrawn line with a bar on a terminal, plain lines every log_every steps
@@ -98,10 +86,7 @@ class ConsoleLogger : public train::TrainLogger {
 
   void eval(int64_t step, const train::EvalMetrics& metrics) override {
     end_line();
-    std::optional<double> beyond = beyond_train_accuracy(metrics);
-    fmt::print(stderr, "eval  step {}  valid loss {:.4f}  accuracy {:.4f}  sequence accuracy {:.4f}{}\n", step,
-               metrics.loss, metrics.accuracy, metrics.sequence_accuracy,
-               beyond ? fmt::format("  (beyond training lengths: accuracy {:.4f})", *beyond) : "");
+    fmt::print(stderr, "eval  step {}  valid {}\n", step, train::describe_groups(metrics));
   }
 
   void end_line() {
@@ -231,7 +216,17 @@ void run(const TrainOptions& options) {
                        signal_name(stop.signal_number()));
   } catch (const InputError& e) {
     code = kExitBadInput;
-    line = fmt::format("normlab: error: {}", e.what());
+    // Rules that need the data (model.vocab_size against a vocabulary read from the training file)
+    // are checked when the trainer is built, not with the file: name the file all the same.
+    std::string message = e.what();
+    if ((message.rfind("model.", 0) == 0 || message.rfind("task.", 0) == 0) && (options.resume || config_path)) {
+      const std::string source =
+          options.resume ? train::RunPaths(dir).config
+                         : overrides.empty() ? *config_path
+                                             : fmt::format("{} with --set {}", *config_path, fmt::join(overrides, " --set "));
+      message = fmt::format("{}: {}", source, message);
+    }
+    line = fmt::format("normlab: error: {}", message);
   } catch (const std::exception& e) {
     code = 1;
     line = fmt::format("normlab: internal error: {}", e.what());
@@ -296,10 +291,10 @@ void run(const TrainOptions& options) {
   }
   if (!report) return;
   fmt::print("trained {} steps in {}", summary.steps, format_duration(summary.wall_time_s));
-  if (summary.final_valid) {
-    fmt::print(": valid loss {:.4f}, accuracy {:.4f}, sequence accuracy {:.4f}", summary.final_valid->loss,
-               summary.final_valid->accuracy, summary.final_valid->sequence_accuracy);
-  }
+  if (summary.final_valid) fmt::print(": valid {}", train::describe_groups(*summary.final_valid));
+  if (summary.best_valid && summary.final_valid_step && summary.best_valid->step != *summary.final_valid_step)
+    fmt::print("\nbest trained-length valid loss {:.4f} at step {}", train::selection_loss(*summary.best_valid),
+               summary.best_valid->step);
   fmt::print("\nrun directory: {}\n", dir);
 }
 

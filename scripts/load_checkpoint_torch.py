@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
-"""Load a normlab checkpoint into torch.nn.TransformerEncoder and check it computes what normlab does.
+"""Load normlab checkpoints into PyTorch modules and check they compute what normlab does.
 
-    /usr/bin/python3 scripts/load_checkpoint_torch.py runs/reverse [--normlab build/normlab]
+    /usr/bin/python3 scripts/load_checkpoint_torch.py RUN_DIR... [--normlab build/normlab]
 
+For each run directory:
 1. Reads checkpoint.safetensors with a NumPy-only safetensors reader (no `safetensors` package).
-2. Builds torch.nn.TransformerEncoder(Layer) from the config stored in the checkpoint's metadata
-   (d_model, heads, ffn, layers, activation, norm_eps, norm_first = placement == "pre", final norm)
-   and loads the encoder weights with load_state_dict(strict=False); the tensors that are not part
-   of a TransformerEncoder (embedding, positions, head, optimizer state) are listed.
-3. Rebuilds the rest of the model around it (token embedding + sinusoidal or learned positions,
-   classification head) and runs a random padded batch with src_key_padding_mask.
+2. Builds the encoder from the config in the checkpoint's metadata. model.norm = "layernorm" uses
+   torch.nn.TransformerEncoder(Layer) itself (norm_first = placement == "pre", final norm) and
+   load_state_dict(strict=False); every other norm (none, rmsnorm, batchnorm with its running
+   statistics, dyt, rezero) uses NormlabEncoderLayer below, the same block with that norm, loaded
+   with load_state_dict(strict=True) after the names of normlab's extra tensors are checked.
+3. Rebuilds the rest of the model (token embedding + sinusoidal or learned positions, per-token or
+   mean-pooled head), and runs a padded batch with src_key_padding_mask: the first validation
+   sequences of task.valid_file when it is readable, random ones otherwise. The vocabulary comes
+   from the checkpoint's metadata ("vocabulary", "labels") when present.
 4. Runs `normlab predict --json` on each sequence and compares the predicted classes and their
    probabilities with PyTorch's; also checks that batching with padding changes nothing.
 
-Only norm = "layernorm" maps onto torch's layers (torch has no RMSNorm/DyT/ReZero encoder layer in
-1.13). Exits 1 if a difference exceeds --tolerance.
+Exits 1 if a difference exceeds --tolerance.
 """
 import argparse
 import json
@@ -61,8 +64,104 @@ def task_vocabularies(config, metadata):
         return ["(", ")"], [str(d) for d in range(15)] + ["15+", "!"], ""
     if name == "majority":
         return ["0", "1"], ["0", "1"], " "
+    if name in ("sequence_classification", "token_classification"):  # from the training file: metadata only
+        return json.loads(metadata["vocabulary"]), json.loads(metadata["labels"]), " "
     characters = ["[MASK]", "[UNK]"] + [chr(b) for b in json.loads(metadata["task_characters"])]
     return characters, characters, ""
+
+
+class RMSNorm(torch.nn.Module):
+    """y = weight * x / sqrt(mean(x^2) + eps) over the last dimension (torch.nn.RMSNorm in torch >= 2.4)."""
+
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+class TokenBatchNorm(torch.nn.BatchNorm1d):
+    """BatchNorm over the features of every token: (B, L, C) viewed as (B*L, C). In eval mode (the
+    only one used here) it applies running_mean / running_var, so padding cannot change a token."""
+
+    def forward(self, x):
+        return super().forward(x.reshape(-1, x.shape[-1])).reshape(x.shape)
+
+
+class DyT(torch.nn.Module):
+    """y = weight * tanh(alpha * x) + bias, alpha one scalar (Zhu et al. 2025)."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.alpha = torch.nn.Parameter(torch.full((1,), 0.5))
+        self.weight = torch.nn.Parameter(torch.ones(dim))
+        self.bias = torch.nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        return self.weight * torch.tanh(self.alpha * x) + self.bias
+
+
+def make_norm(kind, dim, eps):
+    if kind == "layernorm":
+        return torch.nn.LayerNorm(dim, eps=eps)
+    if kind == "rmsnorm":
+        return RMSNorm(dim, eps)
+    if kind == "batchnorm":
+        return TokenBatchNorm(dim, eps=eps)
+    if kind == "dyt":
+        return DyT(dim)
+    raise ValueError(f"norm {kind} has no layer")
+
+
+class NormlabEncoderLayer(torch.nn.Module):
+    """normlab's encoder block (src/nn/encoder.cpp) with torch's parameter names:
+         none    x = x + f(x)                       rezero  x = x + resweight * f(x)
+         post    x = norm(x + f(x))                 pre     x = x + f(norm(x))
+    for f = self-attention, then f = linear2(act(linear1(x)))."""
+
+    def __init__(self, m):
+        super().__init__()
+        d = m["d_model"]
+        self.kind, self.post = m["norm"], m["placement"] == "post"
+        self.self_attn = torch.nn.MultiheadAttention(d, m["heads"], dropout=0.0, batch_first=True)
+        self.linear1 = torch.nn.Linear(d, m["ffn"])
+        self.linear2 = torch.nn.Linear(m["ffn"], d)
+        self.activation = torch.nn.functional.gelu if m["activation"] == "gelu" else torch.relu
+        if self.kind not in ("none", "rezero"):
+            self.norm1 = make_norm(self.kind, d, m["norm_eps"])
+            self.norm2 = make_norm(self.kind, d, m["norm_eps"])
+        if self.kind == "rezero":
+            self.resweight = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, x, padding):
+        attn = lambda t: self.self_attn(t, t, t, key_padding_mask=padding, need_weights=False)[0]
+        ffn = lambda t: self.linear2(self.activation(self.linear1(t)))
+        if self.kind == "none":
+            h = x + attn(x)
+            return h + ffn(h)
+        if self.kind == "rezero":
+            h = x + self.resweight * attn(x)
+            return h + self.resweight * ffn(h)
+        if self.post:
+            h = self.norm1(x + attn(x))
+            return self.norm2(h + ffn(h))
+        h = x + attn(self.norm1(x))
+        return h + ffn(self.norm2(h))
+
+
+class NormlabEncoder(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(NormlabEncoderLayer(m) for _ in range(m["layers"]))
+        pre = m["placement"] == "pre" and m["final_norm"] and m["norm"] not in ("none", "rezero")
+        self.norm = make_norm(m["norm"], m["d_model"], m["norm_eps"]) if pre else None
+
+    def forward(self, x, src_key_padding_mask):
+        for layer in self.layers:
+            x = layer(x, src_key_padding_mask)
+        return self.norm(x) if self.norm is not None else x
 
 
 def sinusoidal_table(max_len, dim):
@@ -78,14 +177,20 @@ def sinusoidal_table(max_len, dim):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("run", help="run directory or checkpoint.safetensors")
+    parser.add_argument("runs", nargs="+", help="run directories or checkpoint.safetensors files")
     parser.add_argument("--normlab", default=None, help="normlab binary (default: build/normlab, then PATH)")
     parser.add_argument("--sequences", type=int, default=4, help="sequences in the random batch")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tolerance", type=float, default=1e-4)
     args = parser.parse_args()
+    failed = [run for run in args.runs if not check_run(run, args)]
+    if failed:
+        print(f"MISMATCH in {len(failed)} of {len(args.runs)} runs: {', '.join(failed)}")
+    sys.exit(1 if failed else 0)
 
-    path = os.path.join(args.run, "checkpoint.safetensors") if os.path.isdir(args.run) else args.run
+
+def check_run(run, args):
+    path = os.path.join(run, "checkpoint.safetensors") if os.path.isdir(run) else run
     run_dir = os.path.dirname(os.path.abspath(path))
     metadata, tensors = read_safetensors(path)
     config = json.loads(metadata["config"])
@@ -93,29 +198,36 @@ def main():
     print(f"checkpoint {path}: step {metadata['step']}, {len(tensors)} tensors")
     print(f"  model: d_model {m['d_model']}, heads {m['heads']}, layers {m['layers']}, ffn {m['ffn']}, "
           f"{m['placement']}-{m['norm']}, {m['activation']}, eps {m['norm_eps']}, {m['positional']} positions")
-    if m["norm"] != "layernorm":
-        sys.exit(f"norm = {m['norm']}: only layernorm maps onto torch.nn.TransformerEncoderLayer")
-
     torch.manual_seed(args.seed)
     norm_first = m["placement"] == "pre"
-    layer = torch.nn.TransformerEncoderLayer(
-        d_model=m["d_model"], nhead=m["heads"], dim_feedforward=m["ffn"], dropout=0.0,
-        activation=m["activation"], layer_norm_eps=m["norm_eps"], batch_first=True, norm_first=norm_first)
-    final_norm = torch.nn.LayerNorm(m["d_model"], eps=m["norm_eps"]) if norm_first and m["final_norm"] else None
-    encoder = torch.nn.TransformerEncoder(layer, num_layers=m["layers"], norm=final_norm,
-                                          enable_nested_tensor=False)
-    encoder.eval()
-
+    outside = ("embedding.", "pos_embedding.", "head.", "optim.")
     state = {name: torch.from_numpy(array.copy()) for name, array in tensors.items()}
-    result = encoder.load_state_dict(state, strict=False)
-    extras = sorted(result.unexpected_keys)
-    print(f"  load_state_dict(strict=False): {len(state) - len(extras)} tensors loaded, "
-          f"missing {sorted(result.missing_keys) or 'none'}")
-    model_extras = [n for n in extras if not n.startswith("optim.")]
-    optim_extras = [n for n in extras if n.startswith("optim.")]
-    print(f"  not part of TransformerEncoder: {', '.join(model_extras)}; and {len(optim_extras)} optimizer tensors")
-    if result.missing_keys:
-        sys.exit("missing encoder tensors: the checkpoint does not match the config")
+    if m["norm"] == "layernorm":
+        layer = torch.nn.TransformerEncoderLayer(
+            d_model=m["d_model"], nhead=m["heads"], dim_feedforward=m["ffn"], dropout=0.0,
+            activation=m["activation"], layer_norm_eps=m["norm_eps"], batch_first=True, norm_first=norm_first)
+        final_norm = torch.nn.LayerNorm(m["d_model"], eps=m["norm_eps"]) if norm_first and m["final_norm"] else None
+        encoder = torch.nn.TransformerEncoder(layer, num_layers=m["layers"], norm=final_norm,
+                                              enable_nested_tensor=False)
+        kind = "torch.nn.TransformerEncoder"
+    else:
+        encoder = NormlabEncoder(m)
+        kind = f"NormlabEncoder ({m['placement']}-{m['norm']})"
+    encoder.eval()
+    encoder_state = {n: t for n, t in state.items() if not n.startswith(outside)}
+    # BatchNorm1d also counts batches; normlab does not keep that buffer (momentum is fixed).
+    for name, buffer in encoder.state_dict().items():
+        if name.endswith("num_batches_tracked"):
+            encoder_state[name] = buffer
+    result = encoder.load_state_dict(encoder_state, strict=False)
+    print(f"  {kind}: load_state_dict: {len(encoder_state)} tensors, missing {sorted(result.missing_keys) or 'none'}, "
+          f"unexpected {sorted(result.unexpected_keys) or 'none'}")
+    if result.missing_keys or result.unexpected_keys:
+        print("MISMATCH: the checkpoint's encoder tensors do not match the module")
+        return False
+    optim_count = sum(1 for n in state if n.startswith("optim."))
+    print(f"  outside the encoder: {', '.join(n for n in state if n.startswith(outside[:3]))}; "
+          f"and {optim_count} optimizer tensors")
 
     # The rest of normlab's EncoderModel: embedding + positions -> encoder -> head.
     embedding = torch.from_numpy(tensors["embedding.weight"])
@@ -124,13 +236,39 @@ def main():
     else:
         positions = torch.from_numpy(sinusoidal_table(m["max_len"], m["d_model"]))
     head_w, head_b = torch.from_numpy(tensors["head.weight"]), torch.from_numpy(tensors["head.bias"])
-    per_sequence = config["task"]["name"] == "majority"
+    task = config["task"]["name"]
+    per_sequence = task in ("majority", "sequence_classification")
+    data_task = task in ("sequence_classification", "token_classification")
 
     inputs, _, joiner = task_vocabularies(config, metadata)
-    first_symbol = 2 if config["task"]["name"] == "mlm_text" else 0  # no [MASK]/[UNK] in random text
+    if "vocabulary" in metadata:
+        saved = json.loads(metadata["vocabulary"])
+        if not data_task and task != "mlm_text" and saved != inputs:
+            print(f"MISMATCH: metadata vocabulary {saved} differs from the task's {inputs}")
+            return False
+        inputs = saved
+    if data_task:
+        joiner = " "
+    first_symbol = 2 if task == "mlm_text" or data_task else 0  # no [MASK]/[UNK]/[PAD] in a sample
     rng = np.random.default_rng(args.seed)
-    lengths = rng.integers(1, config["task"]["max_len"] + 1, size=args.sequences)
-    sequences = [rng.integers(first_symbol, len(inputs), size=int(n)) for n in lengths]
+    sequences = []
+    valid = config["task"].get("valid_file")
+    if valid and os.path.isfile(valid) and task != "mlm_text":
+        ids = {t: i for i, t in enumerate(inputs)}
+        with open(valid) as f:
+            for line in f:
+                if len(sequences) == args.sequences or not line.strip():
+                    break
+                words = json.loads(line)["tokens"]
+                words = words.split() if isinstance(words, str) else words
+                if len(words) <= m["max_len"]:
+                    sequences.append(np.array([ids.get(w, 1 if data_task else 0) for w in words]))
+        print(f"  sample: the first {len(sequences)} sequences of {valid}")
+    if not sequences:
+        lengths = rng.integers(1, config["task"]["max_len"] + 1, size=args.sequences)
+        sequences = [rng.integers(first_symbol, len(inputs), size=int(n)) for n in lengths]
+        print(f"  sample: {len(sequences)} random sequences")
+    lengths = [len(seq) for seq in sequences]
     B, L = len(sequences), int(max(lengths))
     tokens = torch.zeros(B, L, dtype=torch.long)
     padding = torch.ones(B, L, dtype=torch.bool)  # True = padding, as src_key_padding_mask means
@@ -184,9 +322,9 @@ def main():
     print(f"  normlab predict vs torch on the same {B} sequences: {compared} predictions, "
           f"{disagreements} different classes, max |probability diff| {max_prob_diff:.3g}")
     ok = padding_diff <= args.tolerance and max_prob_diff <= args.tolerance and disagreements == 0
-    print("OK: the checkpoint loads into torch.nn.TransformerEncoder and computes the same outputs" if ok
+    print(f"OK: the checkpoint loads into {kind} and computes the same outputs" if ok
           else f"MISMATCH beyond tolerance {args.tolerance}")
-    sys.exit(0 if ok else 1)
+    return ok
 
 
 if __name__ == "__main__":

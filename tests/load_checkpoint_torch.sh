@@ -1,6 +1,7 @@
 #!/bin/sh
-# ctest entry (CMakeLists.txt): trains two tiny runs and checks each loads into PyTorch with
-# scripts/load_checkpoint_torch.py, which compares PyTorch's predictions with `normlab predict`.
+# ctest entry (CMakeLists.txt): trains a tiny run of every model.norm x placement (and one
+# data-defined task) and checks each loads into PyTorch with scripts/load_checkpoint_torch.py,
+# which compares PyTorch's predictions with `normlab predict`.
 # Without torch in /usr/bin/python3 it prints why and exits 77, which ctest reports as "Skipped".
 #   tests/load_checkpoint_torch.sh NORMLAB_BINARY SOURCE_DIR
 set -eu
@@ -13,21 +14,33 @@ if [ ! -x "$python" ] || ! "$python" -c "import torch, numpy" 2>/dev/null; then
 fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/normlab_torch_load.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-for variant in "pre sinusoidal gelu" "post learned relu"; do
+runs=""
+# norm placement positions activation task
+for variant in "layernorm pre sinusoidal gelu reverse" "layernorm post learned relu reverse" \
+               "rmsnorm pre sinusoidal relu reverse" "rmsnorm post learned gelu majority" \
+               "batchnorm pre sinusoidal relu reverse" "batchnorm post sinusoidal relu brackets" \
+               "dyt pre learned relu reverse" "dyt post sinusoidal gelu reverse" \
+               "rezero pre sinusoidal relu reverse" "none pre sinusoidal relu majority" \
+               "layernorm pre sinusoidal relu shift"; do
   set -- $variant
-  cat > "$tmp/$1.json" <<JSON
+  name="$1-$2-$5"
+  task="\"name\": \"$5\""
+  if [ "$5" = shift ]; then
+    task="\"name\": \"token_classification\", \"train_file\": \"$source_dir/data/shift/train.jsonl\", \"valid_file\": \"$source_dir/data/shift/valid.jsonl\""
+  fi
+  cat > "$tmp/$name.json" <<JSON
 {
-  "model": {"d_model": 16, "heads": 2, "layers": 2, "ffn": 32, "max_len": 16, "placement": "$1",
-            "positional": "$2", "activation": "$3", "norm_eps": 1e-5},
-  "task": {"name": "reverse", "min_len": 1, "max_len": 8, "eval_max_len": 12, "eval_examples": 16},
+  "model": {"d_model": 16, "heads": 2, "layers": 2, "ffn": 32, "max_len": 16, "norm": "$1", "placement": "$2",
+            "positional": "$3", "activation": "$4", "norm_eps": 1e-5},
+  "task": {$task, "min_len": 1, "max_len": 8, "eval_max_len": 12, "eval_examples": 16},
   "optim": {"lr": 0.01, "warmup_steps": 2},
   "train": {"steps": 6, "batch_size": 8, "eval_every": 0, "log_every": 6, "checkpoint_every": 0, "threads": 1}
 }
 JSON
-  "$normlab" train --config "$tmp/$1.json" --out "$tmp/run-$1" > "$tmp/train-$1.log" 2>&1 || {
-    cat "$tmp/train-$1.log"
+  "$normlab" train --config "$tmp/$name.json" --out "$tmp/run-$name" > "$tmp/train-$name.log" 2>&1 || {
+    cat "$tmp/train-$name.log"
     exit 1
   }
-  echo "== $1-norm, $2 positions, $3"
-  "$python" "$source_dir/scripts/load_checkpoint_torch.py" "$tmp/run-$1" --normlab "$normlab"
+  runs="$runs $tmp/run-$name"
 done
+"$python" "$source_dir/scripts/load_checkpoint_torch.py" $runs --normlab "$normlab"

@@ -84,7 +84,14 @@ TEST_CASE("cli: --version names the kernel path and NORMLAB_ISA forces one and a
     CHECK(bench.out.find("\"kernels\":\"" + name + "\"") != std::string::npos);
   }
 
-  for (const char* bad : {"avx3", "GENERIC", ""}) {
+  // Set but empty means unset (the convention for environment variables): the best path.
+  for (const char* variable : {"NORMLAB_ISA=", "env -u NORMLAB_ISA NORMLAB_KERNELS="}) {
+    Run empty = run_with_env(dir, variable, "--version");
+    INFO(variable << ": " << empty.err);
+    CHECK(empty.code == 0);
+    CHECK(empty.out.find("kernels: " + std::string(kernels::isa_name(kernels::best_isa())) + "\n") != std::string::npos);
+  }
+  for (const char* bad : {"avx3", "GENERIC"}) {
     Run refused = run_with_env(dir, std::string("NORMLAB_ISA=") + bad, "--version");
     INFO("NORMLAB_ISA='" << bad << "': " << refused.err);
     CHECK(refused.code == 2);

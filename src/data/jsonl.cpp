@@ -96,6 +96,102 @@ json parse_object(std::string_view line, const Task& task, std::string_view wher
   return object;
 }
 
+bool has_space(const std::string& s) { return s.find_first_of(" \t\n\r\f\v") != std::string::npos; }
+
+// Data-defined tasks: a whitespace-separated string, or an array of strings (null allowed where
+// `nulls`), as strings. Empty strings and strings with whitespace inside are refused.
+std::vector<std::optional<std::string>> parse_words(const json& value, std::string_view where, std::string_view field,
+                                                    bool nulls, int32_t max_seq_len) {
+  std::vector<std::optional<std::string>> words;
+  if (value.is_string()) {
+    const std::string& text = value.get_ref<const std::string&>();
+    size_t pos = 0;
+    while (pos < text.size()) {
+      pos = text.find_first_not_of(" \t\n\r\f\v", pos);
+      if (pos == std::string::npos) break;
+      size_t end = text.find_first_of(" \t\n\r\f\v", pos);
+      if (end == std::string::npos) end = text.size();
+      words.emplace_back(text.substr(pos, end - pos));
+      pos = end;
+    }
+  } else if (value.is_array()) {
+    for (size_t i = 0; i < value.size(); ++i) {
+      const json& word = value[i];
+      if (word.is_null() && nulls) {
+        words.emplace_back(std::nullopt);
+        continue;
+      }
+      if (!word.is_string()) {
+        throw InputError(fmt::format("{}: {}[{}]: expected a string{}, got {}", where, field, i, nulls ? " or null" : "",
+                                     type_name(word)));
+      }
+      const std::string& s = word.get_ref<const std::string&>();
+      if (s.empty() || has_space(s)) {
+        throw InputError(fmt::format("{}: {}[{}]: {} is empty or holds whitespace (tokens and labels are single words)",
+                                     where, field, i, json_quoted(s)));
+      }
+      words.emplace_back(s);
+    }
+  } else {
+    throw InputError(fmt::format("{}: {}: expected a string of whitespace-separated words or an array of strings, got {}",
+                                 where, field, type_name(value)));
+  }
+  if (words.empty()) throw InputError(fmt::format("{}: {}: empty sequence", where, field));
+  if (words.size() > static_cast<size_t>(max_seq_len)) {
+    throw InputError(fmt::format("{}: {}: {} entries, more than the limit of {}", where, field, words.size(), max_seq_len));
+  }
+  return words;
+}
+
+std::string label_string(const json& value, std::string_view where) {
+  if (!value.is_string()) throw InputError(fmt::format("{}: label: expected a string, got {}", where, type_name(value)));
+  const std::string& s = value.get_ref<const std::string&>();
+  if (s.empty() || has_space(s)) {
+    throw InputError(fmt::format("{}: label: {} is empty or holds whitespace (labels are single words)", where,
+                                 json_quoted(s)));
+  }
+  return s;
+}
+
+StringExample parse_string_example(const json& object, const Task& schema, std::string_view where) {
+  StringExample example;
+  for (auto& token : parse_words(object.at("tokens"), where, "tokens", false, schema.max_seq_len))
+    example.tokens.push_back(std::move(*token));
+  if (schema.target_kind == TargetKind::per_sequence) {
+    example.labels.emplace_back(label_string(object.at("label"), where));
+    return example;
+  }
+  example.labels = parse_words(object.at("targets"), where, "targets", true, schema.max_seq_len);
+  if (example.labels.size() != example.tokens.size()) {
+    throw InputError(fmt::format("{}: targets: {} entries but tokens has {} (one target per token)", where,
+                                 example.labels.size(), example.tokens.size()));
+  }
+  return example;
+}
+
+// A data-defined example's strings as ids: unknown tokens are "[UNK]", unknown labels an error.
+Example data_example(const StringExample& strings, const Task& task, std::string_view where) {
+  Example example;
+  const int32_t unk = task.input_vocab.id(kUnkToken);
+  for (const std::string& token : strings.tokens) example.tokens.push_back(task.input_vocab.find(token).value_or(unk));
+  for (size_t i = 0; i < strings.labels.size(); ++i) {
+    if (!strings.labels[i]) {
+      example.targets.push_back(-1);
+      continue;
+    }
+    auto id = task.output_vocab.find(*strings.labels[i]);
+    if (!id) {
+      const std::string field =
+          task.target_kind == TargetKind::per_sequence ? "label" : fmt::format("targets[{}]", i);
+      throw InputError(fmt::format("{}: {}: label {} does not occur in the training file, so the model cannot predict "
+                                   "it (labels: {})",
+                                   where, field, json_quoted(*strings.labels[i]), joined(task.output_vocab.tokens())));
+    }
+    example.targets.push_back(*id);
+  }
+  return example;
+}
+
 std::vector<int32_t> parse_tokens(const json& tokens, const Task& task, std::string_view where) {
   if (!tokens.is_array()) {
     throw InputError(fmt::format("{}: tokens: expected an array of strings, got {}", where, type_name(tokens)));
@@ -151,7 +247,8 @@ std::vector<int32_t> parse_text(const json& text, const Task& task, std::string_
 template <typename OnLine>
 void for_each_line(const std::string& path, int64_t max_file_bytes, io::StopFlag stop, OnLine on_line) {
   const std::string contents = io::read_file(path, static_cast<size_t>(max_file_bytes));
-  if (contents.empty()) throw InputError(fmt::format("{}: empty file (expected one JSON object per line)", path));
+  if (contents.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw InputError(fmt::format("{}: empty file (expected one JSON object per line)", path));
   size_t start = 0;
   int64_t line_number = 0;
   while (start < contents.size()) {
@@ -160,6 +257,9 @@ void for_each_line(const std::string& path, int64_t max_file_bytes, io::StopFlag
     std::string_view line(contents.data() + start, end - start);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // tolerate CRLF files
     ++line_number;
+    // Blank lines at the very end (an editor's extra newline) end the file; anywhere else they are
+    // refused by the line parser.
+    if (is_blank(line) && contents.find_first_not_of(" \t\r\n", start) == std::string::npos) break;
     if (line_number % 1024 == 0) io::throw_if_stopped(stop);
     on_line(line, fmt::format("{}:{}", path, line_number));
     start = end + 1;  // a final newline ends the last line; it does not start an empty one
@@ -170,6 +270,7 @@ void for_each_line(const std::string& path, int64_t max_file_bytes, io::StopFlag
 
 Example parse_jsonl_line(std::string_view line, const Task& task, std::string_view where) {
   const json object = parse_object(line, task, where);
+  if (task.is_data_defined()) return data_example(parse_string_example(object, task, where), task, where);
   Example example;
   if (task.is_masked_lm()) {
     example.tokens = parse_text(object.at("text"), task, where);
@@ -227,6 +328,15 @@ std::vector<std::string> load_text_lines(const std::string& path, int32_t max_ch
     lines.push_back(std::move(value));
   });
   return lines;
+}
+
+std::vector<StringExample> load_string_examples(const std::string& path, const Task& schema, int64_t max_file_bytes,
+                                                io::StopFlag stop) {
+  std::vector<StringExample> examples;
+  for_each_line(path, max_file_bytes, stop, [&](std::string_view line, const std::string& where) {
+    examples.push_back(parse_string_example(parse_object(line, schema, where), schema, where));
+  });
+  return examples;
 }
 
 std::string example_to_jsonl(const Example& example, const Task& task) {

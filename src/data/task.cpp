@@ -48,12 +48,16 @@ void check_tokens(const Task& task, const std::vector<int32_t>& tokens) {
 }  // namespace
 
 std::vector<int32_t> Task::encode(std::string_view text, std::string_view what) const {
-  return segmentation == Segmentation::symbols ? encode_symbols(input_vocab, text, what)
-                                               : encode_text(input_vocab, text, what);
+  switch (segmentation) {
+    case Segmentation::symbols: return encode_symbols(input_vocab, text, what);
+    case Segmentation::characters: return encode_text(input_vocab, text, what);
+    case Segmentation::words: return encode_words(input_vocab, text, what);
+  }
+  throw UsageError("Task::encode: unknown segmentation");
 }
 
 std::string Task::decode_input(const std::vector<int32_t>& ids) const {
-  return input_vocab.decode(ids, segmentation == Segmentation::symbols ? " " : "");
+  return input_vocab.decode(ids, segmentation == Segmentation::characters ? "" : " ");
 }
 
 std::string Task::decode_targets(const std::vector<int32_t>& ids) const {
@@ -64,6 +68,54 @@ std::string Task::decode_targets(const std::vector<int32_t>& ids) const {
 const std::vector<std::string>& algorithmic_task_names() {
   static const std::vector<std::string> names = {"reverse", "sort", "brackets", "majority"};
   return names;
+}
+
+const std::vector<std::string>& data_task_names() {
+  static const std::vector<std::string> names = {"sequence_classification", "token_classification"};
+  return names;
+}
+
+bool is_data_task_name(std::string_view name) {
+  return name == "sequence_classification" || name == "token_classification";
+}
+
+Task make_data_task(std::string_view name, std::vector<std::string> tokens, std::vector<std::string> labels,
+                    int32_t max_seq_len) {
+  if (!is_data_task_name(name)) throw UsageError(fmt::format("make_data_task: {} is not a data-defined task", name));
+  auto check = [&](const std::vector<std::string>& strings, const char* what) {
+    if (strings.empty()) throw InputError(fmt::format("{}: no {}", name, what));
+    std::set<std::string_view> seen;
+    for (const std::string& s : strings) {
+      if (s.empty() || s.find_first_of(" \t\n\r\f\v") != std::string::npos)
+        throw InputError(fmt::format("{}: {} \"{}\" is empty or holds whitespace", name, what, s));
+      if (!seen.insert(s).second) throw InputError(fmt::format("{}: {} \"{}\" appears twice", name, what, s));
+    }
+  };
+  check(tokens, "token");
+  check(labels, "label");
+  for (const std::string& t : tokens)
+    if (t == kPadToken || t == kUnkToken) throw InputError(fmt::format("{}: token \"{}\" is reserved", name, t));
+  Task task;
+  task.name = std::string(name);
+  task.kind = name == "sequence_classification" ? TaskKind::sequence_classification : TaskKind::token_classification;
+  task.target_kind = task.kind == TaskKind::sequence_classification ? TargetKind::per_sequence : TargetKind::per_token;
+  task.segmentation = Segmentation::words;
+  task.input_vocab = Vocab({kPadToken, kUnkToken}, std::move(tokens));
+  task.output_vocab = Vocab({}, std::move(labels));
+  task.max_seq_len = max_seq_len;
+  return task;
+}
+
+Task make_data_task(std::string_view name, const std::vector<StringExample>& examples, int32_t max_seq_len) {
+  std::set<std::string> tokens, labels;
+  for (const StringExample& example : examples) {
+    for (const std::string& t : example.tokens)
+      if (t != kPadToken && t != kUnkToken) tokens.insert(t);  // written out, they stand for themselves
+    for (const std::optional<std::string>& l : example.labels)
+      if (l) labels.insert(*l);
+  }
+  return make_data_task(name, std::vector<std::string>(tokens.begin(), tokens.end()),
+                        std::vector<std::string>(labels.begin(), labels.end()), max_seq_len);
 }
 
 Task make_task(std::string_view name) {
@@ -85,7 +137,12 @@ Task make_task(std::string_view name) {
   if (name == "mlm_text") {
     throw InputError("task mlm_text: its vocabulary comes from the training text; build it with make_text_task");
   }
-  throw InputError(fmt::format("unknown task \"{}\" (known: reverse, sort, brackets, majority, mlm_text)", name));
+  if (is_data_task_name(name)) {
+    throw InputError(fmt::format("task {}: its vocabulary and labels come from the training file; build it with "
+                                 "make_data_task", name));
+  }
+  throw InputError(fmt::format("unknown task \"{}\" (known: reverse, sort, brackets, majority, mlm_text, "
+                               "sequence_classification, token_classification)", name));
 }
 
 Task make_text_task(const std::vector<std::string>& train_lines, int32_t max_seq_len) {
@@ -142,9 +199,12 @@ std::vector<int32_t> compute_targets(const Task& task, const std::vector<int32_t
       return {task.output_vocab.id(task.input_vocab.token(winner))};
     }
     case TaskKind::mlm_text:
+    case TaskKind::sequence_classification:
+    case TaskKind::token_classification:
       break;
   }
-  throw UsageError(fmt::format("compute_targets: task {} has no rule; its targets come from masking", task.name));
+  throw UsageError(fmt::format("compute_targets: task {} has no rule; its targets come from {}", task.name,
+                               task.is_masked_lm() ? "masking" : "the data"));
 }
 
 Example generate_example(const Task& task, int32_t length, Rng& rng) {

@@ -151,6 +151,31 @@ std::vector<int32_t> encode_symbols(const Vocab& vocab, std::string_view text, s
   return ids;
 }
 
+std::vector<int32_t> encode_words(const Vocab& vocab, std::string_view text, std::string_view what) {
+  const std::optional<int32_t> unk = vocab.find("[UNK]");
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    if (is_space(text[pos])) {
+      ++pos;
+      continue;
+    }
+    size_t end = pos;
+    while (end < text.size() && !is_space(text[end])) ++end;
+    const std::string_view word = text.substr(pos, end - pos);
+    if (auto id = vocab.find(word)) {
+      ids.push_back(*id);
+    } else if (unk) {
+      ids.push_back(*unk);
+    } else {
+      throw InputError(fmt::format("{}: unknown word \"{}\" at character {}", what, printable(word), pos + 1));
+    }
+    pos = end;
+  }
+  if (ids.empty()) throw InputError(fmt::format("{}: no words (the input is empty)", what));
+  return ids;
+}
+
 std::vector<int32_t> encode_text(const Vocab& vocab, std::string_view text, std::string_view what) {
   std::optional<int32_t> unk = vocab.find("[UNK]");
   const std::vector<std::string_view> characters = utf8_characters(text, what);

@@ -1,6 +1,8 @@
 #include "normlab/io/suggest.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <utility>
 #include <limits>
 
 namespace normlab::io {
@@ -19,7 +21,62 @@ int64_t edit_distance(const std::string& a, const std::string& b) {
   return previous[b.size()];
 }
 
+namespace {
+
+// Names users type for what normlab calls otherwise: PyTorch's and common spellings.
+const std::vector<std::pair<std::string, std::string>>& aliases() {
+  static const std::vector<std::pair<std::string, std::string>> table = {
+      {"learning_rate", "lr"}, {"lr_rate", "lr"},      {"learningrate", "lr"},     {"ln", "layernorm"},
+      {"layer_norm", "layernorm"}, {"bn", "batchnorm"}, {"batch_norm", "batchnorm"}, {"rms", "rmsnorm"},
+      {"rms_norm", "rmsnorm"}, {"variant", "variants"}, {"seed", "seeds"},       {"step", "steps"},
+      {"num_steps", "steps"},  {"max_steps", "steps"}, {"norm_type", "norm"},     {"n_layers", "layers"},
+      {"num_layers", "layers"}, {"n_heads", "heads"},  {"num_heads", "heads"},    {"batchsize", "batch_size"}};
+  return table;
+}
+
+}  // namespace
+
+// The candidate an alias of `word` names: the same prefix with the alias's target ("optim.learning_rate" ->
+// "optim.lr"), else the full dotted key ending in it ("steps" -> "train.steps"), else the target itself.
+std::string alias_of(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string lower;
+  for (char c : word) lower += c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const size_t dot = lower.rfind('.');
+  const std::string prefix = dot == std::string::npos ? "" : lower.substr(0, dot + 1);
+  const std::string last = dot == std::string::npos ? lower : lower.substr(dot + 1);
+  auto has = [&](const std::string& c) { return std::find(candidates.begin(), candidates.end(), c) != candidates.end(); };
+  for (const std::string& target : {last, std::string()}) {  // the word itself, then its alias
+    std::string name = target;
+    if (name.empty()) {
+      for (const auto& [alias, canonical] : aliases()) {
+        // A typo in a long alias ("learnig_rate") still names it.
+        if (last == alias || (alias.size() >= 6 && edit_distance(last, alias) <= 2)) {
+          name = canonical;
+          break;
+        }
+      }
+      if (name.empty()) return "";
+    }
+    if (!prefix.empty() && has(prefix + name)) return prefix + name;
+    if (prefix.empty()) {
+      for (const std::string& c : candidates)
+        if (c.size() > name.size() && c.compare(c.size() - name.size(), name.size(), name) == 0 &&
+            c[c.size() - name.size() - 1] == '.')
+          return c;
+    }
+    if (has(name)) return name;
+    if (!prefix.empty()) {
+      for (const std::string& c : candidates)
+        if (c.size() > name.size() && c.compare(c.size() - name.size(), name.size(), name) == 0 &&
+            c[c.size() - name.size() - 1] == '.')
+          return c;
+    }
+  }
+  return "";
+}
+
 std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
+  if (std::string aliased = alias_of(word, candidates); !aliased.empty() && aliased != word) return aliased;
   std::string best;
   int64_t best_distance = std::numeric_limits<int64_t>::max();
   for (const std::string& candidate : candidates) {

@@ -31,14 +31,32 @@ float lr_factor(const ScheduleOptions& s, int64_t step) {
   if (step < s.warmup_steps)
     return static_cast<float>(static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps));
   if (s.name == "warmup") return 1.0f;
+  const double min_ratio = s.min_lr_ratio;
+  if (s.restart_step >= 0 && step >= s.restart_step) {
+    const int64_t span = s.total_steps - s.restart_step;
+    const double p = span > 0 ? std::clamp(double(step - s.restart_step) / double(span), 0.0, 1.0) : 1.0;
+    const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * p));
+    return static_cast<float>(min_ratio + (double(s.restart_factor) - min_ratio) * cosine);
+  }
 
   const int64_t decay_steps = s.total_steps - s.warmup_steps;
   double progress = 1.0;
   if (decay_steps > 0) progress = static_cast<double>(step - s.warmup_steps) / static_cast<double>(decay_steps);
   progress = std::clamp(progress, 0.0, 1.0);
-  const double min_ratio = s.min_lr_ratio;
   const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
   return static_cast<float>(min_ratio + (1.0 - min_ratio) * cosine);
+}
+
+ScheduleOptions extend_schedule(const ScheduleOptions& before, int64_t step, int64_t new_total_steps) {
+  ScheduleOptions after = before;
+  after.total_steps = new_total_steps;
+  if (new_total_steps == before.total_steps) return after;
+  if (before.name == "warmup_cosine" && step >= before.warmup_steps) {
+    after.restart_step = step;
+    after.restart_factor = lr_factor(before, step);
+  }
+  check_schedule_options(after);
+  return after;
 }
 
 }  // namespace normlab::optim

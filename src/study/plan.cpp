@@ -73,11 +73,14 @@ ConfigKind config_kind(const std::string& path) {
   if (io::json_nesting_depth(text) > io::kMaxJsonDepth) return ConfigKind::unknown;
   const json root = json::parse(text, nullptr, false);
   if (root.is_discarded() || !root.is_object()) return ConfigKind::unknown;
-  bool run = false, compare = false;
+  bool run = false, compare = false, base = false;
   for (const auto& [key, value] : root.items()) {
     run = run || key == "model" || key == "task" || key == "optim" || key == "train";
-    compare = compare || key == "base" || key == "grid";
+    compare = compare || key == "set" || key == "grid";
+    base = base || key == "base";
   }
+  // "base" alone is a compare config; with sections it is a run config built on another.
+  if (base && !run) compare = true;
   if (run == compare) return ConfigKind::unknown;
   return run ? ConfigKind::run : ConfigKind::compare;
 }
@@ -147,7 +150,8 @@ ComparePlan load_compare_plan(const std::string& path) {
   if (base.is_string()) {
     const fs::path base_path = dir / base.get<std::string>();
     base_dir = base_path.parent_path();
-    plan.base = io::parse_strict(io::read_file(base_path.string(), 1 << 20), base_path.string());
+    // A run config may itself build on another ("base"): resolved here, its paths made absolute.
+    plan.base = train::load_config_json(base_path.string());
   } else if (base.is_object()) {
     plan.base = base;
   } else {
@@ -166,6 +170,9 @@ ComparePlan load_compare_plan(const std::string& path) {
     }
   };
   absolute_paths(plan.base, base_dir);
+  // The base alone first, so a mistake in it is reported against it and one in "set" against "set".
+  (void)train::config_from_json(plan.base, base.is_string() ? (dir / base.get<std::string>()).string() : path + ": base",
+                                ".");
   if (root.contains("set")) {
     const json& set = root.at("set");
     if (!set.is_object()) fail(path, "set", "must be an object of \"section.key\": value");
@@ -173,7 +180,7 @@ ComparePlan load_compare_plan(const std::string& path) {
     absolute_paths(plan.base, dir);
   }
   // Validate the base once, so a typo is reported against the file the user wrote.
-  const train::RunConfig base_config = train::config_from_json(plan.base, path + " (base)", ".");
+  const train::RunConfig base_config = train::config_from_json(plan.base, root.contains("set") ? path + ": set" : path, ".");
 
   const json grid = root.contains("grid") ? root.at("grid") : json::object();
   if (!grid.is_object()) fail(path, "grid", "must be an object");
@@ -182,7 +189,11 @@ ComparePlan load_compare_plan(const std::string& path) {
   for (const auto& [key, value] : grid.items()) {
     if (key == "variants" || key == "lr" || key == "seeds" || key == "layers" || key == "warmup") continue;
     if (std::find(all_keys.begin(), all_keys.end(), key) == all_keys.end()) {
-      const std::string closest = io::closest(key, all_keys);
+      // Suggest only what the grid accepts: the built-in axes and the keys they do not own.
+      std::vector<std::string> accepted = {"variants", "lr", "seeds", "layers", "warmup"};
+      for (const std::string& k : all_keys)
+        if (owning_axis(k).empty() && k != "train.threads" && k != "train.world_size") accepted.push_back(k);
+      const std::string closest = io::closest(key, accepted);
       fail(path, "grid." + key,
            fmt::format("unknown axis (the built-in axes are variants, lr, seeds, layers, warmup; any other axis is a "
                        "config key \"section.key\"{})",

@@ -30,7 +30,7 @@ constexpr size_t kMaxConfigBytes = size_t{1} << 20;
 constexpr int64_t kMaxSeed = (int64_t{1} << 53) - 1;
 constexpr int64_t kMaxSteps = 100'000'000;
 
-enum class Kind { integer, number, boolean, choice, path };
+enum class Kind { integer, number, boolean, choice, path, text };
 
 struct Range {
   double lo = 0, hi = 0;
@@ -125,7 +125,9 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("model", &R::model, "num_classes", &ModelConfig::num_classes, Kind::integer, closed(1, 65536)));
     // task
     f.push_back(make_field("task", &R::task, "name", &TaskConfig::name, Kind::choice, {},
-                           {"reverse", "sort", "brackets", "majority", "mlm_text"}));
+                           {"reverse", "sort", "brackets", "majority", "mlm_text", "sequence_classification",
+                            "token_classification"}));
+    f.push_back(make_field("task", &R::task, "label", &TaskConfig::label, Kind::text));
     f.push_back(make_field("task", &R::task, "train_file", &TaskConfig::train_file, Kind::path));
     f.push_back(make_field("task", &R::task, "valid_file", &TaskConfig::valid_file, Kind::path));
     f.push_back(make_field("task", &R::task, "min_len", &TaskConfig::min_len, Kind::integer, closed(1, 4096)));
@@ -186,17 +188,21 @@ const Field* find_field(const std::string& section, const std::string& key) {
 // "model.d_modle: unknown key (did you mean 'd_model'?)"; a key that exists in another section is
 // suggested with its section ("model.lr" -> 'optim.lr').
 InputError unknown_key(const std::string& where, const std::string& section, const std::string& key) {
+  const std::string full = section + "." + key;
+  auto suggest = [&](const std::string& path) {
+    return InputError(fmt::format("{}: {}: unknown key (did you mean '{}'?)", where, full, path));
+  };
   for (const Field& field : fields()) {
-    if (field.key == key && field.section != section) {
-      return InputError(fmt::format("{}: {}.{}: unknown key (did you mean '{}'?)", where, section, key, field.path()));
-    }
+    if (field.key == key && field.section != section) return suggest(field.path());
   }
-  std::vector<std::string> keys;
+  std::vector<std::string> paths, section_paths;
   for (const Field& field : fields()) {
-    if (field.section == section) keys.push_back(field.key);
+    paths.push_back(field.path());
+    if (field.section == section) section_paths.push_back(field.path());
   }
-  return InputError(
-      fmt::format("{}: {}.{}: unknown key (did you mean '{}'?)", where, section, key, io::closest(key, keys)));
+  // What users type for our keys, in any section: "optim.learning_rate" -> 'optim.lr'.
+  if (const std::string aliased = io::alias_of(full, paths); !aliased.empty()) return suggest(aliased);
+  return suggest(io::closest(full, section_paths));
 }
 
 InputError unknown_section(const std::string& where, const std::string& section) {
@@ -243,6 +249,11 @@ json validated(const Field& field, const json& value, const std::string& where, 
   if (value.is_null() && field.nullable) return value;
   switch (field.kind) {
     case Kind::integer: {
+      // 1e3 or 1000.0 name an integer exactly (JSON and --set alike); 1.5 does not.
+      if (value.is_number_float() && std::isfinite(value.get<double>()) && std::trunc(value.get<double>()) == value.get<double>() &&
+          std::fabs(value.get<double>()) <= 9007199254740992.0) {
+        return validated(field, json(static_cast<int64_t>(value.get<double>())), where, base_dir, require_files);
+      }
       bool ok = value.is_number_integer();
       double as_double = ok ? (value.is_number_unsigned() ? double(value.get<uint64_t>()) : double(value.get<int64_t>()))
                             : 0.0;
@@ -281,6 +292,15 @@ json validated(const Field& field, const json& value, const std::string& where, 
       if (std::find(field.choices.begin(), field.choices.end(), text) == field.choices.end()) {
         throw InputError(fmt::format("{}: must be one of {}, got {} (did you mean '{}'?)", prefix, list, shown(value),
                                      io::closest(text, field.choices)));
+      }
+      return value;
+    }
+    case Kind::text: {
+      const std::string text = value.is_string() ? value.get<std::string>() : std::string();
+      if (!value.is_string() || text.empty() || text.size() > 200 || !valid_utf8(text) ||
+          std::any_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; })) {
+        throw InputError(fmt::format("{}: must be a non-empty line of text (UTF-8, at most 200 bytes){}, got {}", prefix,
+                                     or_null, shown(value)));
       }
       return value;
     }
@@ -371,9 +391,44 @@ void apply_override(RunConfig& config, const std::string& assignment) {
   field->set(config, validated(*field, value, where, fs::current_path()));
 }
 
+json load_config_json(const std::string& path, int depth) {
+  if (depth > 8) throw InputError(fmt::format("{}: base: more than 8 levels of \"base\" (a cycle?)", path));
+  json parsed = io::parse_strict(io::read_file(path, kMaxConfigBytes), path);
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (!parsed.is_object()) return parsed;  // parse_sections reports it
+  // Data paths are relative to the file that names them: make them absolute before merging.
+  if (parsed.contains("task") && parsed["task"].is_object()) {
+    for (const char* key : {"train_file", "valid_file"}) {
+      if (!parsed["task"].contains(key)) continue;
+      json& v = parsed["task"][key];
+      if (v.is_string() && !v.get<std::string>().empty() && v.get<std::string>().find('\0') == std::string::npos &&
+          fs::path(v.get<std::string>()).is_relative())
+        v = fs::absolute(dir / v.get<std::string>()).lexically_normal().string();
+    }
+  }
+  if (!parsed.contains("base")) return parsed;
+  const json base_name = parsed.at("base");
+  if (!base_name.is_string() || base_name.get<std::string>().empty())
+    throw InputError(fmt::format("{}: base: must be the path of another run config, got {}", path, shown(base_name)));
+  const std::string base_path = (dir / base_name.get<std::string>()).string();
+  json merged = load_config_json(base_path, depth + 1);
+  if (!merged.is_object()) throw InputError(fmt::format("{}: must be a JSON object", base_path));
+  merged.erase("base");
+  // Section by section: this file's keys replace the base's.
+  for (const auto& [section, body] : parsed.items()) {
+    if (section == "base") continue;
+    if (!body.is_object() || !merged.contains(section) || !merged[section].is_object()) {
+      merged[section] = body;
+      continue;
+    }
+    for (const auto& [key, value] : body.items()) merged[section][key] = value;
+  }
+  return merged;
+}
+
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  const std::string text = io::read_file(path, kMaxConfigBytes);
-  json parsed = io::parse_strict(text, path);
+  const json parsed = load_config_json(path, 0);
   fs::path base = fs::path(path).parent_path();
   if (base.empty()) base = ".";
   const RunConfig from_file = parse_sections(parsed, path, base.string());
@@ -424,6 +479,13 @@ void check_config(const RunConfig& config, const std::string& where) {
   if (t.name == "mlm_text") {
     if (!t.train_file) fail("task.train_file", "the mlm_text task has no generator: give a JSONL file of {\"text\": ...} lines");
     if (!t.valid_file) fail("task.valid_file", "the mlm_text task has no generator: give a JSONL file of {\"text\": ...} lines");
+  } else if (data::is_data_task_name(t.name)) {
+    const char* shape = t.name == "sequence_classification" ? "{\"tokens\": \"w1 w2 ...\", \"label\": \"L\"}"
+                                                             : "{\"tokens\": \"w1 w2 ...\", \"targets\": \"L1 L2 ...\"}";
+    if (!t.train_file)
+      fail("task.train_file", fmt::format("the {} task learns from your data: give a JSONL file of {} lines", t.name, shape));
+    if (!t.valid_file)
+      fail("task.valid_file", fmt::format("the {} task learns from your data: give a JSONL file of {} lines", t.name, shape));
   } else {
     data::Task task = data::make_task(t.name);
     if (m.vocab_size && *m.vocab_size < task.input_vocab_size()) {
@@ -461,7 +523,8 @@ std::vector<std::string> config_keys() {
 
 const std::vector<std::string>& resume_mutable_keys() {
   static const std::vector<std::string> keys = {"train.steps",       "train.eval_every",       "train.log_every",
-                                                "train.diagnostics_every", "train.checkpoint_every", "train.threads"};
+                                                "train.diagnostics_every", "train.checkpoint_every", "train.threads",
+                                                "task.label"};
   return keys;
 }
 

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "normlab/autograd.hpp"
 #include "normlab/error.hpp"
 #include "normlab/nn/norm.hpp"
@@ -12,7 +15,7 @@ namespace normlab::train {
 namespace {
 
 struct Totals {
-  int64_t sequences = 0, targets = 0, correct = 0, sequences_correct = 0;
+  int64_t sequences = 0, targets = 0, correct = 0, sequences_correct = 0, majority_correct = 0;
   double loss_sum = 0.0;
 };
 
@@ -24,14 +27,37 @@ void fill(double& loss, double& accuracy, double& sequence_accuracy, const Total
 
 }  // namespace
 
+GroupMetrics group_metrics(const std::vector<BucketMetrics>& buckets, bool beyond, bool majority_known) {
+  GroupMetrics group;
+  double loss_sum = 0.0, correct = 0.0, sequences_correct = 0.0;
+  int64_t majority_correct = 0;
+  for (const BucketMetrics& b : buckets) {
+    if (b.bucket.beyond_train_max != beyond) continue;
+    group.sequences += b.sequences;
+    group.targets += b.targets;
+    loss_sum += b.loss * double(b.targets);
+    correct += b.accuracy * double(b.targets);
+    sequences_correct += b.sequence_accuracy * double(b.sequences);
+    majority_correct += b.majority_correct;
+  }
+  if (group.targets > 0) {
+    group.loss = loss_sum / double(group.targets);
+    group.accuracy = correct / double(group.targets);
+    if (majority_known) group.majority_accuracy = double(majority_correct) / double(group.targets);
+  }
+  if (group.sequences > 0) group.sequence_accuracy = sequences_correct / double(group.sequences);
+  return group;
+}
+
 EvalMetrics evaluate(nn::EncoderModel& model, const std::vector<data::Batch>& batches,
-                     const std::vector<data::LengthBucket>& buckets) {
-  return *evaluate_unless_stopped(model, batches, buckets, nullptr);
+                     const std::vector<data::LengthBucket>& buckets, const Baselines& baselines) {
+  return *evaluate_unless_stopped(model, batches, buckets, nullptr, false, baselines);
 }
 
 std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, const std::vector<data::Batch>& batches,
                                                    const std::vector<data::LengthBucket>& buckets,
-                                                   io::StopFlag stop, bool batch_statistics) {
+                                                   io::StopFlag stop, bool batch_statistics,
+                                                   const Baselines& baselines) {
   const bool was_training = model.is_training();
   model.eval();
   if (batch_statistics) {
@@ -41,6 +67,7 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
     if (dynamic_cast<nn::BatchNorm*>(model.encoder.norm.get()) != nullptr) model.encoder.norm->train(true);
   }
   NoGradGuard no_grad;
+  int64_t num_labels = baselines.num_labels;
   Totals total;
   std::vector<Totals> per_bucket(buckets.size());
   for (const data::Batch& batch : batches) {
@@ -50,6 +77,7 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
     }
     Tensor logits = model.forward(batch.tokens, batch.offsets);  // (rows, V)
     const int64_t V = logits.size(1);
+    if (num_labels <= 0) num_labels = V;
     const float* values = logits.data();
     const bool per_sequence = batch.target_kind == data::TargetKind::per_sequence;
     for (int64_t b = 0; b < batch.batch_size(); ++b) {
@@ -64,6 +92,7 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
         const int32_t target = batch.targets[size_t(row)];
         seq.loss_sum += row_cross_entropy(values + row * V, V, target);
         seq.correct += argmax_row(values + row * V, V) == target ? 1 : 0;
+        seq.majority_correct += target == baselines.majority_label ? 1 : 0;
       }
       seq.sequences_correct = seq.correct == seq.targets ? 1 : 0;
       auto add = [&seq](Totals& into) {
@@ -72,6 +101,7 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
         into.correct += seq.correct;
         into.sequences_correct += seq.sequences_correct;
         into.loss_sum += seq.loss_sum;
+        into.majority_correct += seq.majority_correct;
       };
       add(total);
       int64_t index = data::find_bucket(buckets, static_cast<int32_t>(batch.length(b)));
@@ -90,9 +120,57 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
     bucket.sequences = per_bucket[i].sequences;
     bucket.targets = per_bucket[i].targets;
     fill(bucket.loss, bucket.accuracy, bucket.sequence_accuracy, per_bucket[i]);
+    bucket.majority_correct = per_bucket[i].majority_correct;
     metrics.buckets.push_back(bucket);
   }
+  metrics.majority_known = baselines.majority_label >= 0;
+  metrics.trained = group_metrics(metrics.buckets, false, metrics.majority_known);
+  GroupMetrics unseen = group_metrics(metrics.buckets, true, metrics.majority_known);
+  if (unseen.targets > 0) metrics.unseen = unseen;
+  if (num_labels > 0) {
+    metrics.uniform_loss = std::log(double(num_labels));
+    metrics.uniform_accuracy = 1.0 / double(num_labels);
+  }
   return metrics;
+}
+
+namespace {
+
+nlohmann::json number_or_null(bool present, double value) {
+  return present ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+std::string describe_groups(const EvalMetrics& metrics) {
+  auto describe = [&](const char* name, const GroupMetrics& g, bool beyond) {
+    int32_t lo = 0, hi = 0;
+    for (const BucketMetrics& b : metrics.buckets) {
+      if (b.bucket.beyond_train_max != beyond || b.sequences == 0) continue;
+      lo = lo == 0 ? b.bucket.min_len : std::min(lo, b.bucket.min_len);
+      hi = std::max(hi, b.bucket.max_len);
+    }
+    const std::string lengths = lo == 0 ? "" : lo == hi ? fmt::format(" {}", lo) : fmt::format(" {}-{}", lo, hi);
+    if (g.targets == 0) return fmt::format("{} lengths: no targets", name);
+    return fmt::format("{} lengths{}: loss {:.4f}, accuracy {:.4f}, sequence accuracy {:.4f}{}", name, lengths, g.loss,
+                       g.accuracy, g.sequence_accuracy,
+                       g.majority_accuracy ? fmt::format(" (majority-label baseline {:.4f})", *g.majority_accuracy) : "");
+  };
+  std::string out = describe("trained", metrics.trained, false);
+  if (metrics.unseen) out += "; " + describe("unseen", *metrics.unseen, true);
+  if (metrics.uniform_accuracy > 0)
+    out += fmt::format("; chance: loss {:.4f}, accuracy {:.4f}", metrics.uniform_loss, metrics.uniform_accuracy);
+  return out;
+}
+
+nlohmann::json to_json(const GroupMetrics& g) {
+  const bool any = g.targets > 0;
+  return {{"loss", number_or_null(any, g.loss)},
+          {"accuracy", number_or_null(any, g.accuracy)},
+          {"sequence_accuracy", number_or_null(g.sequences > 0, g.sequence_accuracy)},
+          {"sequences", g.sequences},
+          {"targets", g.targets},
+          {"majority_accuracy", number_or_null(g.majority_accuracy.has_value(), g.majority_accuracy.value_or(0.0))}};
 }
 
 nlohmann::json to_json(const EvalMetrics& metrics) {
@@ -113,7 +191,11 @@ nlohmann::json to_json(const EvalMetrics& metrics) {
           {"sequence_accuracy", metrics.sequence_accuracy},
           {"sequences", metrics.sequences},
           {"targets", metrics.targets},
-          {"buckets", buckets}};
+          {"buckets", buckets},
+          {"trained", to_json(metrics.trained)},
+          {"unseen", metrics.unseen ? to_json(*metrics.unseen) : nlohmann::json(nullptr)},
+          {"uniform_loss", metrics.uniform_loss},
+          {"uniform_accuracy", metrics.uniform_accuracy}};
 }
 
 namespace {
@@ -138,6 +220,19 @@ int64_t integer(const nlohmann::json& json, const char* key, const std::string& 
 
 }  // namespace
 
+GroupMetrics group_metrics_from_json(const nlohmann::json& g, const std::string& at) {
+  GroupMetrics group;
+  group.loss = number_or_zero(g, "loss", at);
+  group.accuracy = number_or_zero(g, "accuracy", at);
+  group.sequence_accuracy = number_or_zero(g, "sequence_accuracy", at);
+  group.sequences = integer(g, "sequences", at);
+  group.targets = integer(g, "targets", at);
+  const nlohmann::json& majority = member(g, "majority_accuracy", at);
+  if (majority.is_number()) group.majority_accuracy = majority.get<double>();
+  else if (!majority.is_null()) throw InputError(fmt::format("{}: majority_accuracy: expected a number", at));
+  return group;
+}
+
 EvalMetrics eval_metrics_from_json(const nlohmann::json& json, const std::string& where) {
   EvalMetrics metrics;
   metrics.loss = number_or_zero(json, "loss", where);
@@ -160,6 +255,23 @@ EvalMetrics eval_metrics_from_json(const nlohmann::json& json, const std::string
     bucket.sequences = integer(b, "count", where);
     bucket.targets = integer(b, "targets", where);
     metrics.buckets.push_back(bucket);
+  }
+  // Records written before the groups existed: the groups from the buckets, majority unknown.
+  auto read_group = [&](const char* key, bool beyond) -> std::optional<GroupMetrics> {
+    if (!json.contains(key)) {
+      GroupMetrics g = group_metrics(metrics.buckets, beyond, false);
+      return beyond && g.targets == 0 ? std::nullopt : std::optional<GroupMetrics>(g);
+    }
+    const nlohmann::json& g = json.at(key);
+    if (g.is_null()) return std::nullopt;
+    return group_metrics_from_json(g, fmt::format("{}: {}", where, key));
+  };
+  metrics.trained = read_group("trained", false).value_or(GroupMetrics{});
+  metrics.unseen = read_group("unseen", true);
+  metrics.majority_known = metrics.trained.majority_accuracy.has_value();
+  if (json.contains("uniform_loss")) {
+    metrics.uniform_loss = number_or_zero(json, "uniform_loss", where);
+    metrics.uniform_accuracy = number_or_zero(json, "uniform_accuracy", where);
   }
   return metrics;
 }

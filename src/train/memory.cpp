@@ -102,6 +102,10 @@ MemoryEstimate estimate_memory(const RunConfig& config) {
   double vocab = 0, classes = 0;
   if (t.name == "mlm_text") {
     vocab = classes = distinct_characters(t.train_file) + 2;
+  } else if (data::is_data_task_name(t.name)) {
+    // From the training file, not read yet: its distinct words, bounded by one per 2 bytes (a
+    // one-byte word and a space) and by the embedding limit; the head's labels likewise.
+    vocab = classes = std::min(65536.0, file_bytes(t.train_file) / 2.0 + 2.0);
   } else {
     const data::Task task = data::make_task(t.name);
     vocab = task.input_vocab_size();
@@ -109,7 +113,7 @@ MemoryEstimate estimate_memory(const RunConfig& config) {
   }
   if (m.vocab_size) vocab = double(*m.vocab_size);
   if (m.num_classes) classes = double(*m.num_classes);
-  const bool per_sequence = t.name == "majority";
+  const bool per_sequence = t.name == "majority" || t.name == "sequence_classification";
 
   MemoryEstimate estimate;
   estimate.fixed = kFixedBytes;

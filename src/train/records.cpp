@@ -33,11 +33,28 @@ double shortest(float value) {
   return std::strtod(buffer, nullptr);
 }
 
+ValidPoint valid_point(int64_t step, const EvalMetrics& metrics) {
+  return ValidPoint{step, metrics.loss, metrics.accuracy, metrics.sequence_accuracy, metrics.trained, metrics.unseen};
+}
+
+double selection_loss(const ValidPoint& point) {
+  return point.trained && point.trained->targets > 0 ? point.trained->loss : point.loss;
+}
+
+double selection_accuracy(const ValidPoint& point) {
+  return point.trained && point.trained->targets > 0 ? point.trained->accuracy : point.accuracy;
+}
+
 json to_json(const ValidPoint& point) {
-  return {{"step", point.step},
-          {"loss", point.loss},
-          {"accuracy", point.accuracy},
-          {"sequence_accuracy", point.sequence_accuracy}};
+  json out = {{"step", point.step},
+              {"loss", point.loss},
+              {"accuracy", point.accuracy},
+              {"sequence_accuracy", point.sequence_accuracy}};
+  if (point.trained) {
+    out["trained"] = to_json(*point.trained);
+    out["unseen"] = point.unseen ? to_json(*point.unseen) : json(nullptr);
+  }
+  return out;
 }
 
 std::optional<ValidPoint> valid_point_from_json(const json& value, const std::string& where) {
@@ -50,6 +67,11 @@ std::optional<ValidPoint> valid_point_from_json(const json& value, const std::st
   point.loss = number_or_nan(value, "loss");
   point.accuracy = number_or_nan(value, "accuracy");
   point.sequence_accuracy = number_or_nan(value, "sequence_accuracy");
+  if (value.contains("trained")) {
+    point.trained = group_metrics_from_json(value.at("trained"), where + ": trained");
+    if (value.contains("unseen") && !value.at("unseen").is_null())
+      point.unseen = group_metrics_from_json(value.at("unseen"), where + ": unseen");
+  }
   return point;
 }
 

@@ -78,6 +78,32 @@ LoadedRun load_run(const std::string& dir) {
   RunConfig config =
       config_from_json(metadata_json(file, "config"), paths.checkpoint + ": metadata 'config'", ".", false);
   data::Task task = [&] {
+    if (data::is_data_task_name(config.task.name)) {
+      // The training file is not needed: the checkpoint holds the vocabulary and labels.
+      const nlohmann::json vocabulary = metadata_json(file, "vocabulary");
+      const nlohmann::json labels = metadata_json(file, "labels");
+      auto strings = [&](const nlohmann::json& list, const char* key, size_t skip) {
+        std::vector<std::string> out;
+        if (!list.is_array() || list.size() <= skip)
+          throw InputError(fmt::format("{}: metadata '{}' must be a non-empty array of strings", paths.checkpoint, key));
+        for (size_t i = 0; i < list.size(); ++i) {
+          if (!list[i].is_string())
+            throw InputError(fmt::format("{}: metadata '{}' must be a non-empty array of strings", paths.checkpoint, key));
+          if (i >= skip) out.push_back(list[i].get<std::string>());
+        }
+        return out;
+      };
+      if (!vocabulary.is_array() || vocabulary.size() < 2 || vocabulary[0] != data::kPadToken ||
+          vocabulary[1] != data::kUnkToken) {
+        throw InputError(fmt::format("{}: metadata 'vocabulary' must start with \"[PAD]\", \"[UNK]\"", paths.checkpoint));
+      }
+      try {
+        return data::make_data_task(config.task.name, strings(vocabulary, "vocabulary", 2), strings(labels, "labels", 0),
+                                    kMaxFileSequence);
+      } catch (const InputError& e) {
+        throw InputError(fmt::format("{}: metadata: {}", paths.checkpoint, e.what()));
+      }
+    }
     if (config.task.name != "mlm_text") return build_task(config);
     nlohmann::json characters = metadata_json(file, "task_characters");
     if (!characters.is_array()) {
@@ -109,7 +135,19 @@ LoadedRun load_run(const std::string& dir) {
                                  kMaxFileSequence, saved_max_len));
   }
   const int32_t train_max_len = static_cast<int32_t>(saved_max_len);
-  return LoadedRun{paths, std::move(config), std::move(task), std::move(model), step, train_max_len};
+  Baselines baselines{task.num_classes(), -1};
+  if (file.metadata.count("majority_label") != 0) {
+    const std::string& label = file.metadata.at("majority_label");
+    const std::optional<int32_t> id = task.output_vocab.find(label);
+    if (!id) {
+      throw InputError(fmt::format("{}: metadata 'majority_label' \"{}\" is not one of the task's labels",
+                                   paths.checkpoint, label));
+    }
+    baselines.majority_label = *id;
+  } else if (!config.task.train_file) {
+    baselines.majority_label = majority_label(config, task, std::nullopt);  // generated: the same sample again
+  }
+  return LoadedRun{paths, std::move(config), std::move(task), std::move(model), step, train_max_len, baselines};
 }
 
 RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& data_file) {
@@ -138,7 +176,7 @@ RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& dat
   RunConfig batching = run.config;
   if (settings.batch_size) batching.train.batch_size = *settings.batch_size;
   EvalMetrics metrics = *evaluate_unless_stopped(*run.model, evaluation_batches(*dataset, batching), buckets, nullptr,
-                                                 settings.batch_statistics);
+                                                 settings.batch_statistics, run.baselines);
   return RunEvaluation{description, std::move(metrics)};
 }
 

@@ -1,6 +1,9 @@
 #include "normlab/train/setup.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
 
 #include "normlab/data/jsonl.hpp"
 #include "normlab/error.hpp"
@@ -15,7 +18,22 @@ nn::Activation parse_activation(const std::string& name) {
 
 }  // namespace
 
+data::Task data_task_schema(const std::string& name) {
+  // Only the shape matters for reading the strings; the real vocabularies come from them.
+  return data::make_data_task(name, {"w"}, {"l"}, kMaxFileSequence);
+}
+
 data::Task build_task(const RunConfig& config, io::StopFlag stop) {
+  if (data::is_data_task_name(config.task.name)) {
+    // Validation guarantees a training file for a data-defined task.
+    const std::vector<data::StringExample> examples = data::load_string_examples(
+        *config.task.train_file, data_task_schema(config.task.name), data::kMaxJsonlBytes, stop);
+    try {
+      return data::make_data_task(config.task.name, examples, kMaxFileSequence);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: {}", *config.task.train_file, e.what()));
+    }
+  }
   if (config.task.name != "mlm_text") {
     data::Task task = data::make_task(config.task.name);
     task.max_seq_len = kMaxFileSequence;
@@ -85,15 +103,45 @@ data::MaskConfig build_mask_config(const RunConfig& config) {
   return mask;
 }
 
-std::optional<data::Dataset> load_train_set(const RunConfig& config, const data::Task& task, io::StopFlag stop) {
+std::string task_title(const RunConfig& config) {
+  if (config.task.label) return *config.task.label;
+  if (data::is_data_task_name(config.task.name) && config.task.train_file) {
+    // The data names the task: "sentiment/train.jsonl", its folder and file.
+    const std::filesystem::path path(*config.task.train_file);
+    const std::string folder = path.parent_path().filename().string();
+    return folder.empty() ? path.filename().string() : folder + "/" + path.filename().string();
+  }
+  return config.task.name;
+}
+
+std::string FileUse::describe() const {
+  if (used == lines) return fmt::format("used all {} lines", lines);
+  std::vector<std::string> reasons;
+  if (shorter > 0) reasons.push_back(fmt::format("{} shorter than task.min_len {}", shorter, min_len));
+  if (longer > 0) reasons.push_back(fmt::format("{} longer than {} {}", longer, max_key, max_len));
+  if (beyond_count > 0) reasons.push_back(fmt::format("{} after the first task.eval_examples {}", beyond_count, count_limit));
+  return fmt::format("used {} of {} lines: {}", used, lines, fmt::join(reasons, ", "));
+}
+
+std::optional<data::Dataset> load_train_set(const RunConfig& config, const data::Task& task, io::StopFlag stop,
+                                            FileUse* use) {
   if (!config.task.train_file) return std::nullopt;
   const std::string& path = *config.task.train_file;
   std::vector<data::Example> all = data::load_jsonl(path, task, data::kMaxJsonlBytes, stop);
   std::vector<data::Example> kept;
+  FileUse counts;
+  counts.lines = static_cast<int64_t>(all.size());
+  counts.min_len = config.task.min_len;
+  counts.max_len = config.task.max_len;
+  counts.max_key = "task.max_len";
   for (data::Example& example : all) {
     const int64_t length = static_cast<int64_t>(example.tokens.size());
-    if (length >= config.task.min_len && length <= config.task.max_len) kept.push_back(std::move(example));
+    if (length < config.task.min_len) ++counts.shorter;
+    else if (length > config.task.max_len) ++counts.longer;
+    else kept.push_back(std::move(example));
   }
+  counts.used = static_cast<int64_t>(kept.size());
+  if (use) *use = counts;
   if (kept.empty()) {
     throw InputError(fmt::format("{}: no example has a length in [task.min_len, task.max_len] = [{}, {}]", path,
                                  config.task.min_len, config.task.max_len));
@@ -101,7 +149,7 @@ std::optional<data::Dataset> load_train_set(const RunConfig& config, const data:
   return data::Dataset(task, std::move(kept));
 }
 
-data::Dataset load_valid_set(const RunConfig& config, const data::Task& task, io::StopFlag stop) {
+data::Dataset load_valid_set(const RunConfig& config, const data::Task& task, io::StopFlag stop, FileUse* use) {
   const TaskConfig& t = config.task;
   if (!t.valid_file) {
     return data::Dataset(task, data::generate_examples(task, t.eval_examples, static_cast<int32_t>(t.min_len),
@@ -109,10 +157,21 @@ data::Dataset load_valid_set(const RunConfig& config, const data::Task& task, io
   }
   std::vector<data::Example> all = data::load_jsonl(*t.valid_file, task, data::kMaxJsonlBytes, stop);
   std::vector<data::Example> kept;
+  FileUse counts;
+  counts.lines = static_cast<int64_t>(all.size());
+  counts.max_len = t.eval_max_len;
+  counts.max_key = "task.eval_max_len";
+  counts.count_limit = t.eval_examples;
   for (data::Example& example : all) {
-    if (static_cast<int64_t>(kept.size()) == t.eval_examples) break;
+    if (static_cast<int64_t>(kept.size()) == t.eval_examples) {
+      ++counts.beyond_count;
+      continue;
+    }
     if (static_cast<int64_t>(example.tokens.size()) <= t.eval_max_len) kept.push_back(std::move(example));
+    else ++counts.longer;
   }
+  counts.used = static_cast<int64_t>(kept.size());
+  if (use) *use = counts;
   if (kept.empty()) {
     throw InputError(fmt::format("{}: no example has a length of at most task.eval_max_len = {}", *t.valid_file,
                                  t.eval_max_len));
@@ -134,6 +193,29 @@ data::Dataset load_eval_file(const std::string& path, const RunConfig& config, c
 
 int32_t train_max_length(const RunConfig& config, const std::optional<data::Dataset>& train_set) {
   return train_set ? train_set->max_length() : static_cast<int32_t>(config.task.max_len);
+}
+
+int32_t majority_label(const RunConfig& config, const data::Task& task, const std::optional<data::Dataset>& train_set) {
+  std::vector<int64_t> counts(static_cast<size_t>(task.num_classes()), 0);
+  auto count = [&](const std::vector<data::Example>& examples) {
+    for (const data::Example& example : examples) {
+      // Raw masked-LM text: its characters are the targets masking will draw from.
+      const std::vector<int32_t>& labels = task.is_masked_lm() && example.targets.empty() ? example.tokens : example.targets;
+      for (int32_t label : labels)
+        if (label >= 0 && label < task.num_classes()) ++counts[static_cast<size_t>(label)];
+    }
+  };
+  if (train_set) {
+    count(train_set->examples());
+  } else if (task.has_generator()) {
+    // A fixed sample of the generator's training lengths: the same answer for every train.seed.
+    count(data::generate_examples(task, 4096, static_cast<int32_t>(config.task.min_len),
+                                  static_cast<int32_t>(config.task.max_len), data::derive_seed(kValidSeed, 2)));
+  }
+  int32_t best = -1;
+  for (size_t label = 0; label < counts.size(); ++label)
+    if (counts[label] > 0 && (best < 0 || counts[label] > counts[static_cast<size_t>(best)])) best = static_cast<int32_t>(label);
+  return best;
 }
 
 std::vector<data::Batch> evaluation_batches(const data::Dataset& dataset, const RunConfig& config, io::StopFlag stop) {

@@ -44,8 +44,8 @@ Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
       stop_flag_(stop),
       logger_(logger ? logger : &null_logger_),
       task_(build_task(config_, stop)),
-      train_set_(load_train_set(config_, task_, stop)),
-      valid_set_(load_valid_set(config_, task_, stop)) {
+      train_set_(load_train_set(config_, task_, stop, &train_use_)),
+      valid_set_(load_valid_set(config_, task_, stop, &valid_use_)) {
   // data-parallel: the ranks of this run (mpirun -np N; one process otherwise), recorded in the
   // resolved config so that a resume on another N is refused; only rank 0 logs and writes.
   dp_ = std::make_unique<dist::DataParallel>(dist::world(), config_);
@@ -55,6 +55,7 @@ Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
   train_max_len_ = train_max_length(config_, train_set_);
   buckets_ = data::make_length_buckets(static_cast<int32_t>(config_.task.eval_max_len),
                                        static_cast<int32_t>(config_.task.bucket_width), train_max_len_);
+  baselines_ = {task_.num_classes(), majority_label(config_, task_, train_set_)};
 
   // The data stream gets its own seed, so changing the model's initialization does not change the batches.
   const uint64_t data_seed = data::derive_seed(static_cast<uint64_t>(config_.train.seed), 1);
@@ -145,7 +146,8 @@ void Trainer::apply_update(StepRecord& record, float lr, bool diagnostics) {
 std::optional<EvalMetrics> Trainer::evaluate_valid() {
   // data-parallel: rank 0 evaluates alone while the others wait at the next step's reduction, so
   // it finishes the evaluation (the ranks agree on a stop only inside that reduction).
-  return evaluate_unless_stopped(*model_, valid_batches_, buckets_, dp_->active() ? nullptr : stop_flag_);
+  return evaluate_unless_stopped(*model_, valid_batches_, buckets_, dp_->active() ? nullptr : stop_flag_, false,
+                                 baselines_);
 }
 
 int Trainer::stop_request() const { return dp_->active() ? dp_->agreed_stop() : io::stop_signal(stop_flag_); }
@@ -197,6 +199,13 @@ void Trainer::save_checkpoint(const std::string& path) const {
   } else {
     metadata["sampler"] = json{{"kind", "generator"}, {"state", data::generator_state_to_json(generator_->state())}}.dump();
   }
+  // The vocabulary and labels, so the checkpoint alone maps strings to ids (every task).
+  metadata["vocabulary"] = json(task_.input_vocab.tokens()).dump();
+  metadata["labels"] = json(task_.output_vocab.tokens()).dump();
+  if (baselines_.majority_label >= 0) metadata["majority_label"] = task_.output_vocab.token(baselines_.majority_label);
+  if (schedule_.restart_step >= 0) {
+    metadata["schedule"] = json{{"restart_step", schedule_.restart_step}, {"restart_factor", schedule_.restart_factor}}.dump();
+  }
   if (task_.is_masked_lm()) metadata["task_characters"] = json(text_task_characters(task_)).dump();
   metadata["trainer"] = trainer_state().dump();
   write_checkpoint(path, *model_, optimizer_.get(), std::move(metadata));
@@ -211,6 +220,13 @@ void Trainer::load_checkpoint(const std::string& path) {
     json characters = metadata_json(file, "task_characters");
     if (characters != json(text_task_characters(task_))) {
       throw InputError(fmt::format("{}: the characters of {} changed since this checkpoint was written", path,
+                                   config_.task.train_file.value_or("the training file")));
+    }
+  }
+  if (task_.is_data_defined()) {
+    if (metadata_json(file, "vocabulary") != json(task_.input_vocab.tokens()) ||
+        metadata_json(file, "labels") != json(task_.output_vocab.tokens())) {
+      throw InputError(fmt::format("{}: the tokens or labels of {} changed since this checkpoint was written", path,
                                    config_.task.train_file.value_or("the training file")));
     }
   }
@@ -237,6 +253,24 @@ void Trainer::load_checkpoint(const std::string& path) {
     throw InputError(fmt::format("{}: expected a {} sampler state", where, batch_sampler_ ? "dataset" : "generator"));
   }
   const json saved_state = metadata_json(file, "trainer");
+  // The schedule the checkpoint trained under (its train.steps and any earlier restart), continued
+  // under this run's train.steps (optim/schedule.hpp: no jump in the lr).
+  optim::ScheduleOptions saved_schedule = schedule_;
+  saved_schedule.total_steps = saved.train.steps;
+  saved_schedule.restart_step = -1;
+  if (file.metadata.count("schedule") != 0) {
+    const json restart = metadata_json(file, "schedule");
+    const std::string at = path + ": metadata 'schedule'";
+    const uint64_t restart_step = json_u64(restart, "restart_step", at);
+    if (!restart.contains("restart_factor") || !restart.at("restart_factor").is_number() ||
+        !(restart.at("restart_factor").get<double>() >= 0.0 && restart.at("restart_factor").get<double>() <= 1.0) ||
+        restart_step > uint64_t(step)) {
+      throw InputError(fmt::format("{}: expected restart_step <= step and restart_factor in [0, 1]", at));
+    }
+    saved_schedule.restart_step = static_cast<int64_t>(restart_step);
+    saved_schedule.restart_factor = restart.at("restart_factor").get<float>();
+  }
+  const optim::ScheduleOptions continued = optim::extend_schedule(saved_schedule, step, config_.train.steps);
 
   load_model_state(file, *model_);
   optimizer_->load_state(optimizer_state, optimizer_steps, path);
@@ -246,6 +280,7 @@ void Trainer::load_checkpoint(const std::string& path) {
     generator_->restore(data::generator_state_from_json(sampler.at("state"), where));
   }
   step_ = step;
+  schedule_ = continued;
   restore_trainer_state(saved_state, path);
   last_checkpoint_step_ = step_;
 }
@@ -256,6 +291,11 @@ void Trainer::start(const std::string& dir) {
   if (!dp_->is_writer()) return;  // data-parallel: rank 0 owns and writes the run directory
   RunDirectory run_dir(dir, /*create=*/true);
   run_dir.begin_new(config_);
+  // The ids of every token and label (docs/run-directory.md): what eval, predict and PyTorch read.
+  io::write_file_atomic(run_dir.paths().dir + "/vocab.json",
+                        nlohmann::ordered_json{{"tokens", task_.input_vocab.tokens()},
+                                               {"labels", task_.output_vocab.tokens()}}
+                                .dump(1) + "\n");
   run_dir_ = std::move(run_dir);
 }
 
@@ -276,6 +316,16 @@ void Trainer::resume(const std::string& dir) {
   run_dir.begin_resume(config_, step_);
   run_dir_ = std::move(run_dir);
   logger_->info(fmt::format("resumed {} at step {}", dir, step_));
+  if (schedule_.restart_step == step_) {
+    const double base = config_.optim.lr;
+    const double floor = base * config_.optim.min_lr_ratio;
+    logger_->info(fmt::format("lr schedule: train.steps is now {}; the cosine continues from the lr reached at step {} "
+                              "({:.3e}) down to {:.3e} (optim.min_lr_ratio) at step {}, without a jump{}",
+                              config_.train.steps, step_, base * schedule_.restart_factor, floor, config_.train.steps,
+                              base * schedule_.restart_factor == 0.0
+                                  ? "; the lr is 0 from here, so the extra steps leave the weights unchanged"
+                                  : ""));
+  }
 }
 
 // ---------------------------------------------------------------- the loop
@@ -291,9 +341,11 @@ bool Trainer::record_eval() {
   logger_->eval(step_, *metrics);
   last_eval_step_ = step_;
   last_eval_ = metrics;
-  ValidPoint point{step_, metrics->loss, metrics->accuracy, metrics->sequence_accuracy};
-  if (!best_loss_ || metrics->loss < best_loss_->loss) best_loss_ = point;
-  if (!best_accuracy_ || metrics->accuracy > best_accuracy_->accuracy) best_accuracy_ = point;
+  // Chosen on trained lengths: the loss on unseen lengths can grow while the task is being learned.
+  // Strict comparisons keep the earliest of equal evaluations.
+  const ValidPoint point = valid_point(step_, *metrics);
+  if (!best_loss_ || selection_loss(point) < selection_loss(*best_loss_)) best_loss_ = point;
+  if (!best_accuracy_ || selection_accuracy(point) > selection_accuracy(*best_accuracy_)) best_accuracy_ = point;
   return true;
 }
 
@@ -352,12 +404,20 @@ TrainSummary Trainer::fit() {
 }
 
 std::string Trainer::describe_run() const {
-  return fmt::format("{} task, {} parameters, {} threads; training on {}, validating on {} examples", task_.name,
+  const std::string title = task_title(config_);
+  const std::string kind = task_.is_data_defined()
+                               ? fmt::format(" ({}: {} tokens, {} labels)", task_.name,
+                                             task_.input_vocab_size() - task_.input_vocab.num_specials(), task_.num_classes())
+                               : title != task_.name ? fmt::format(" ({})", task_.name) : "";
+  return fmt::format("task {}{}, {} parameters, {} threads; training on {}, validating on {}", title, kind,
                      model_->num_parameters(), num_threads(),
-                     train_set_ ? fmt::format("{} examples of {}", train_set_->size(), *config_.task.train_file)
+                     train_set_ ? fmt::format("{} examples of {} ({})", train_set_->size(), *config_.task.train_file,
+                                              train_use_.describe())
                                 : fmt::format("generated sequences of lengths {}-{}", config_.task.min_len,
                                               config_.task.max_len),
-                     valid_set_.size());
+                     config_.task.valid_file ? fmt::format("{} examples of {} ({})", valid_set_.size(),
+                                                           *config_.task.valid_file, valid_use_.describe())
+                                             : fmt::format("{} generated examples", valid_set_.size()));
 }
 
 TrainSummary Trainer::make_summary() const {

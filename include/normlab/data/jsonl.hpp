@@ -6,9 +6,13 @@
 //                       targets: one entry per token; null = no target at that position.
 //   per-sequence tasks  {"tokens":["1","0","1"],"label":"1"}
 //   masked-LM text      {"text":"In the beginning God created the heaven and the earth."}
+//   data-defined tasks  {"tokens":"the film was great","label":"positive"} (sequence_classification)
+//                       {"tokens":"a b c","targets":"<s> a b"} (token_classification); tokens and
+//                       targets may also be arrays of strings (targets: null = no target)
 //
 // Symbols and classes are the task's token strings, so a file is readable and does not depend on
-// how ids are numbered. Loading is strict: an empty file, a blank line, malformed JSON, a missing
+// how ids are numbered. Blank lines at the end of a file are ignored. Loading is strict otherwise: an
+// empty file, a blank line, malformed JSON, a missing
 // or extra (or repeated) key, a wrong type, an unknown symbol or class, an empty sequence, one
 // longer than task.max_seq_len, or a targets array whose length differs from tokens is an
 // InputError "PATH:LINE: what is wrong" (lines count from 1). A file larger than max_file_bytes is
@@ -39,6 +43,11 @@ std::vector<Example> load_jsonl(const std::string& path, const Task& task, int64
 // The "text" strings of a masked-LM file, for building its vocabulary (make_text_task). Same checks.
 std::vector<std::string> load_text_lines(const std::string& path, int32_t max_chars,
                                          int64_t max_file_bytes = kMaxJsonlBytes, io::StopFlag stop = nullptr);
+
+// The strings of a data-defined task's file, for building its vocabulary and labels (make_data_task).
+// `schema` says the shape (its kind, target_kind and max_seq_len; its vocabularies are not used).
+std::vector<StringExample> load_string_examples(const std::string& path, const Task& schema,
+                                                int64_t max_file_bytes = kMaxJsonlBytes, io::StopFlag stop = nullptr);
 
 // One line of a file; `where` ("PATH:LINE") starts every error message.
 Example parse_jsonl_line(std::string_view line, const Task& task, std::string_view where);

@@ -29,7 +29,24 @@
 //             James Bible, data/kjv/). tokens: "[MASK]", "[UNK]", then every character of the
 //             training split. There is no generator: examples come from JSONL files as raw text,
 //             and the masks are drawn at batch time (mlm.hpp), so each epoch masks differently.
+//
+// Data-defined tasks: no rule and no generator; the vocabulary and the labels are those of the
+// training file (built by make_data_task), and every example comes from a JSONL file.
+//
+//   sequence_classification  (per sequence)  {"tokens": "the film was great", "label": "positive"}
+//             one label per sequence, predicted by the mean-pooled head (like majority).
+//   token_classification     (per token)     {"tokens": "red green blue", "targets": "<s> red green"}
+//             one label per position (tagging; also seq2seq-as-tagging such as reverse or shift);
+//             a null target (array form) means "no label here".
+//
+//   Tokens and labels are strings without whitespace (a string value is split on whitespace, an
+//   array holds one per entry). Input ids: "[PAD]" = 0 (never produced by normlab, whose batches are
+//   packed; reserved for users who pad), "[UNK]" = 1 (any token absent from the training file), then
+//   the training file's distinct tokens in byte order. Labels: the training file's distinct labels in
+//   byte order, no specials; a label the training file lacks is an error (the head has no output
+//   for it).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,10 +58,14 @@
 
 namespace normlab::data {
 
-enum class TaskKind { reverse, sort, brackets, majority, mlm_text };
+enum class TaskKind { reverse, sort, brackets, majority, mlm_text, sequence_classification, token_classification };
 
-// How a user's input string becomes tokens (vocab.hpp): symbols "3 1 2" / "(()())", or characters.
-enum class Segmentation { symbols, characters };
+// How a user's input string becomes tokens (vocab.hpp): symbols "3 1 2" / "(()())", characters, or
+// whitespace-separated words (data-defined tasks: unknown words become "[UNK]").
+enum class Segmentation { symbols, characters, words };
+
+inline constexpr const char* kPadToken = "[PAD]";
+inline constexpr const char* kUnkToken = "[UNK]";
 
 struct Task {
   std::string name;  // "reverse", "sort", "brackets", "majority", "mlm_text"
@@ -58,7 +79,10 @@ struct Task {
   int32_t input_vocab_size() const { return input_vocab.size(); }
   int32_t num_classes() const { return output_vocab.size(); }
   bool is_masked_lm() const { return kind == TaskKind::mlm_text; }
-  bool has_generator() const { return kind != TaskKind::mlm_text; }
+  bool is_data_defined() const {
+    return kind == TaskKind::sequence_classification || kind == TaskKind::token_classification;
+  }
+  bool has_generator() const { return kind != TaskKind::mlm_text && !is_data_defined(); }
 
   // A user's string as input ids (InputError for unknown symbols / empty input).
   std::vector<int32_t> encode(std::string_view text, std::string_view what = "input") const;
@@ -70,6 +94,23 @@ struct Task {
 
 // The algorithmic tasks, in a fixed order: reverse, sort, brackets, majority.
 const std::vector<std::string>& algorithmic_task_names();
+// The data-defined tasks: sequence_classification, token_classification.
+const std::vector<std::string>& data_task_names();
+bool is_data_task_name(std::string_view name);
+
+// A data-defined task from its input tokens (without "[PAD]" / "[UNK]") and labels, in the order
+// they get ids (a checkpoint stores them so). InputError for an empty list, a duplicate, or a token
+// or label that is empty or holds whitespace.
+Task make_data_task(std::string_view name, std::vector<std::string> tokens, std::vector<std::string> labels,
+                    int32_t max_seq_len = 4096);
+
+// The strings of one data-defined example, before any vocabulary exists.
+struct StringExample {
+  std::vector<std::string> tokens;
+  std::vector<std::optional<std::string>> labels;  // per sequence: one; per token: one per token (nullopt: none)
+};
+// The task whose vocabulary and labels are those of `examples` (each sorted by bytes, distinct).
+Task make_data_task(std::string_view name, const std::vector<StringExample>& examples, int32_t max_seq_len = 4096);
 
 // An algorithmic task by name; InputError naming the known tasks otherwise. "mlm_text" needs its
 // vocabulary from training text: use make_text_task.

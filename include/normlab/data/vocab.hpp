@@ -57,5 +57,7 @@ std::vector<std::string_view> utf8_characters(std::string_view text, std::string
 // `what` names the input in error messages, e.g. "--input" or "data.jsonl:3: tokens".
 std::vector<int32_t> encode_symbols(const Vocab& vocab, std::string_view text, std::string_view what);
 std::vector<int32_t> encode_text(const Vocab& vocab, std::string_view text, std::string_view what);
+// Whitespace-separated words; a word not in the vocabulary becomes "[UNK]" (InputError without one).
+std::vector<int32_t> encode_words(const Vocab& vocab, std::string_view text, std::string_view what);
 
 }  // namespace normlab::data

@@ -42,7 +42,9 @@ struct ModelConfig {
 };
 
 struct TaskConfig {
-  std::string name = "reverse";           // reverse | sort | brackets | majority | mlm_text
+  std::string name = "reverse";           // reverse | sort | brackets | majority | mlm_text |
+                                          // sequence_classification | token_classification
+  std::optional<std::string> label;       // the task's name in logs and reports (null: from the task / data file)
   std::optional<std::string> train_file;  // null: generate training batches on the fly
   std::optional<std::string> valid_file;  // null: generate eval_examples validation examples
   int64_t min_len = 1;                    // training lengths (generated, or a filter on train_file)
@@ -93,7 +95,12 @@ struct RunConfig {
   bool operator==(const RunConfig&) const = default;
 };
 
-// Reads and validates a config file, then applies "--set section.key=value" overrides (the value is
+// A run config file as JSON with its "base" chain resolved: {"base": "other.json", ...} starts from
+// other.json (relative to this file; itself resolved the same way) and replaces the keys this file
+// sets, section by section. Data paths come back absolute. InputError naming the file otherwise.
+nlohmann::json load_config_json(const std::string& path, int depth = 0);
+
+// Reads and validates a config file (its "base" chain first), then applies "--set section.key=value" overrides (the value is
 // parsed as JSON when it is valid JSON, else taken as a string) and checks the result as a whole.
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 

@@ -32,13 +32,21 @@ struct StepRecord {
 nlohmann::json to_json(const StepRecord& record);
 StepRecord step_record_from_json(const nlohmann::json& json, const std::string& where);
 
-// A point on the validation curve.
+// A point on the validation curve: the whole set's metrics and its two length groups.
 struct ValidPoint {
   int64_t step = 0;
   double loss = 0.0;
   double accuracy = 0.0;
   double sequence_accuracy = 0.0;
+  std::optional<GroupMetrics> trained;  // absent only in records written before the groups existed
+  std::optional<GroupMetrics> unseen;
 };
+
+ValidPoint valid_point(int64_t step, const EvalMetrics& metrics);
+// What best_valid minimizes: the loss on trained lengths (the whole set's when that group is empty).
+double selection_loss(const ValidPoint& point);
+// What best_valid_accuracy maximizes: the accuracy on trained lengths (likewise).
+double selection_accuracy(const ValidPoint& point);
 
 nlohmann::json to_json(const ValidPoint& point);
 // null gives nullopt; InputError "<where>: ..." for anything but an object with an integer "step".
@@ -61,8 +69,8 @@ struct TrainSummary {
   std::optional<StepRecord> final_train;  // the last step
   std::optional<int64_t> final_valid_step;
   std::optional<EvalMetrics> final_valid;  // the last evaluation
-  std::optional<ValidPoint> best_valid;           // lowest validation loss
-  std::optional<ValidPoint> best_valid_accuracy;  // highest validation accuracy
+  std::optional<ValidPoint> best_valid;           // lowest trained-length validation loss, earliest on ties
+  std::optional<ValidPoint> best_valid_accuracy;  // highest trained-length validation accuracy, earliest on ties
 };
 
 nlohmann::json to_json(const TrainSummary& summary);

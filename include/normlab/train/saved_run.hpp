@@ -39,6 +39,7 @@ struct LoadedRun {
   std::unique_ptr<nn::EncoderModel> model;  // in eval mode
   int64_t step = 0;
   int32_t train_max_len = 0;
+  Baselines baselines;  // K and the training data's majority label (checkpoint metadata)
 };
 
 // InputError "<dir>: ..." if the directory or its checkpoint is missing or does not match its config.

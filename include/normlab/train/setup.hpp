@@ -24,7 +24,8 @@ inline constexpr int32_t kMaxFileSequence = 4096;
 inline constexpr uint64_t kValidSeed = 0x76616c6964ULL;      // "valid"
 inline constexpr uint64_t kValidMaskSeed = 0x6d61736b73ULL;  // "masks"
 
-// The task the config names. mlm_text: the character vocabulary is read from task.train_file.
+// The task the config names. mlm_text: the character vocabulary is read from task.train_file; a
+// data-defined task: its tokens and labels likewise (InputError "FILE: ..." naming what is wrong).
 data::Task build_task(const RunConfig& config, io::StopFlag stop = nullptr);
 // mlm_text rebuilt from the UTF-8 bytes of its characters (saved in a checkpoint), so a run can be
 // evaluated and queried without its training file.
@@ -39,15 +40,32 @@ nn::ModelOptions build_model_options(const RunConfig& config, const data::Task& 
 
 data::MaskConfig build_mask_config(const RunConfig& config);
 
+// The task's name for people: task.label when given; for a data-defined task its training file's
+// folder and name ("sentiment/train.jsonl"); otherwise task.name. Logs, eval, predict and reports
+// use it.
+std::string task_title(const RunConfig& config);
+
+// How many lines of a data file a run uses, and why the others were left out.
+struct FileUse {
+  int64_t lines = 0, used = 0;
+  int64_t shorter = 0, longer = 0, beyond_count = 0;  // below min_len, above max_len, past count_limit
+  int64_t min_len = 0, max_len = 0, count_limit = 0;
+  std::string max_key;  // "task.max_len" or "task.eval_max_len"
+  // "used all 2000 lines" or "used 1034 of 2000 lines: 966 longer than task.max_len 16"
+  std::string describe() const;
+};
+
 // Training examples from task.train_file whose length is in [task.min_len, task.max_len] (file
-// order kept); std::nullopt when training data is generated. InputError if none is left.
+// order kept); std::nullopt when training data is generated. InputError if none is left. `use`
+// (optional) receives the counts.
 std::optional<data::Dataset> load_train_set(const RunConfig& config, const data::Task& task,
-                                            io::StopFlag stop = nullptr);
+                                            io::StopFlag stop = nullptr, FileUse* use = nullptr);
 
 // The validation set: the first task.eval_examples examples of task.valid_file whose length is at
 // most task.eval_max_len, or task.eval_examples generated examples with lengths uniform in
 // [task.min_len, task.eval_max_len] from kValidSeed.
-data::Dataset load_valid_set(const RunConfig& config, const data::Task& task, io::StopFlag stop = nullptr);
+data::Dataset load_valid_set(const RunConfig& config, const data::Task& task, io::StopFlag stop = nullptr,
+                             FileUse* use = nullptr);
 
 // A user's evaluation file (`normlab eval --data`): every line, in order. A sequence longer than
 // model.max_len is an InputError "PATH:LINE: ...".
@@ -55,6 +73,11 @@ data::Dataset load_eval_file(const std::string& path, const RunConfig& config, c
 
 // The longest training sequence: task.max_len for generated data, the longest kept line otherwise.
 int32_t train_max_length(const RunConfig& config, const std::optional<data::Dataset>& train_set);
+
+// The training data's most frequent label (ties: the lowest id), for the majority-class baseline:
+// counted over the training file's targets (mlm_text: its characters, the targets masking draws),
+// or over a fixed sample of generated training sequences. -1 if there is no target at all.
+int32_t majority_label(const RunConfig& config, const data::Task& task, const std::optional<data::Dataset>& train_set);
 
 // Evaluation batches in file order; masked LM gets the fixed validation masks.
 std::vector<data::Batch> evaluation_batches(const data::Dataset& dataset, const RunConfig& config,

@@ -32,6 +32,7 @@
 #include "normlab/train/evaluate.hpp"
 #include "normlab/train/records.hpp"
 #include "normlab/train/run_dir.hpp"
+#include "normlab/train/setup.hpp"
 
 namespace normlab::dist {
 class DataParallel;
@@ -116,11 +117,13 @@ class Trainer {
   io::StopFlag stop_flag_ = nullptr;
   TrainLogger* logger_;
   TrainLogger null_logger_;
+  FileUse train_use_, valid_use_;  // filled while the data loads, so declared before it
   data::Task task_;
   std::optional<data::Dataset> train_set_;  // file-backed training data; generated otherwise
   data::Dataset valid_set_;
   std::vector<data::Batch> valid_batches_;
   std::vector<data::LengthBucket> buckets_;
+  Baselines baselines_;
   int32_t train_max_len_ = 0;
   std::unique_ptr<data::BatchSampler> batch_sampler_;
   std::unique_ptr<data::GeneratorSampler> generator_;

@@ -66,7 +66,8 @@ Isa active_isa() {
   int active = g_active.load(std::memory_order_relaxed);
   if (active != kUnset) return static_cast<Isa>(active);
   const char* forced = std::getenv("NORMLAB_ISA");
-  const Isa chosen = forced != nullptr ? parse_isa(forced, "NORMLAB_ISA") : best_isa();
+  // Set but empty means unset, as for any environment variable.
+  const Isa chosen = forced != nullptr && *forced != '\0' ? parse_isa(forced, "NORMLAB_ISA") : best_isa();
   g_active.store(static_cast<int>(chosen), std::memory_order_relaxed);
   return chosen;
 }
