@@ -91,6 +91,22 @@ Triple midpoint_case(Rng& rng) {
   return {a, b, c};
 }
 
+// The same below the float normal range: c a subnormal, a * b a hair off half its ulp (2^-150),
+// which only operands below 2^-50 can make.
+Triple subnormal_midpoint_case(Rng& rng) {
+  const uint64_t r = rng.next_u64();
+  const float c = std::ldexp(float(1 + 2 * int((r >> 40) % (1u << 22))), -149) * ((r & 1) ? -1.0f : 1.0f);
+  const int i = 1 + int((r >> 8) % 64);
+  const int split = int((r >> 16) % 40) - 20;
+  const float m1 = 1.0f + float(i) * 0x1p-23f, m2 = 1.0f - float(i) * 0x1p-23f;
+  // a * b = 2^-150 (1 - i^2 2^-46): a hair below half an ulp of c in magnitude, or, with the signs
+  // of a * b and c opposite, a hair above half an ulp below |c|.
+  float a = std::ldexp(m1, -75 + split);
+  const float b = std::ldexp(m2, -75 - split);
+  if ((r >> 25) & 1) a = -a;
+  return {a, b, c};
+}
+
 void check(const Triple& t, int& mismatches_fast, int& mismatches_exact) {
   const float want = std::fma(t.a, t.b, t.c);
   const float exact = math::fma_exact(t.a, t.b, t.c);
@@ -134,6 +150,15 @@ TEST_CASE("exact fma: sums that round to a float midpoint in double, where the n
   CHECK(bad_exact == 0);
   // the cases are hard ones: one rounding to double then one to float gets many of them wrong
   CHECK(naive_wrong > 10000);
+  naive_wrong = 0;
+  for (int n = 0; n < 100000; n++) {
+    const Triple t = subnormal_midpoint_case(rng);
+    check(t, bad_fast, bad_exact);
+    if (!same_bits(naive_fma(t.a, t.b, t.c), std::fma(t.a, t.b, t.c))) naive_wrong++;
+  }
+  CHECK(bad_fast == 0);
+  CHECK(bad_exact == 0);
+  CHECK(naive_wrong > 5000);  // what has_tiny is for: the midpoint test alone misses these
 }
 
 TEST_CASE("exact fma: subnormals and tiny products and overflow and cancellation") {
