@@ -223,3 +223,46 @@ TEST_CASE("bit identity across paths: attention forward and backward over a pack
   });
   }
 }
+
+TEST_CASE("bit identity across paths: GEMM and attention on values that need the generic path's exact fma") {
+  // The generic path's fast software fma (kernels/exact_fma.hpp) hands two kinds of input to its
+  // exact fallback: operands with tiny values (0 < |x| < 2^-50: here subnormals and 1e-20s among
+  // normal values) and sums that land on a float midpoint (integers up to 2^12 whose products
+  // and sums pass 2^24, where every odd integer is halfway between two floats).
+  Rng rng(26);
+  auto integers = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = float(int(rng.below(8192)) - 4096);
+    return v;
+  };
+  auto with_tiny = [&](std::vector<float> v) {
+    for (size_t i = 0; i < v.size(); i += 7) v[i] = (i % 2 ? 1e-20f : 3e-40f) * v[i];
+    return v;
+  };
+  const int64_t M = 37, K = 300, N = 21;
+  const auto ia = integers(M * K), ib = integers(K * N);
+  const auto ta = with_tiny(randn(M * K, 5)), tb = randn(K * N, 6);
+  for (const bool tiny : {false, true}) {
+    const auto& a = tiny ? ta : ia;
+    const auto& b = tiny ? tb : ib;
+    check_every_path(tiny ? "matmul with tiny values" : "matmul on integers past 2^24", [&] {
+      std::vector<float> nn(M * N), nt(M * N), tn(M * N);
+      matmul_nn(nn.data(), a.data(), b.data(), M, K, N, false);
+      matmul_nt(nt.data(), a.data(), b.data(), M, K, N, false);
+      matmul_tn(tn.data(), a.data(), b.data(), M, K, N, false);
+      return Buffers{nn, nt, tn};
+    });
+  }
+  // Attention with large scores: most exponentials underflow to tiny values or subnormals.
+  const int64_t C = 32, NH = 2;
+  const std::vector<int64_t> offsets{0, 5, 60, 130};
+  const int64_t B = int64_t(offsets.size()) - 1, T = offsets.back();
+  check_every_path("attention with exponentials far below 2^-50", [&] {
+    const auto qkv = randn(T * 3 * C, 41, 12.0f), dout = randn(T * C, 42);
+    std::vector<float> out(T * C), att(attention_cache_size(offsets.data(), B, NH));
+    std::vector<float> dqkv(T * 3 * C);
+    attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), B, C, NH);
+    attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), offsets.data(), B, C, NH);
+    return Buffers{out, att, dqkv};
+  });
+}

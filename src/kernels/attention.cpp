@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "normlab/error.hpp"
+#include "normlab/kernels/exact_fma.hpp"
 #include "normlab/kernels/math.hpp"
 
 #if defined(__AVX2__)
@@ -93,32 +94,13 @@ constexpr int kRowsWide = 6;
 constexpr int kRowsNarrow = 12;
 constexpr int kRowsStrided = 6;
 #else
-// generic: eight floats and std::fma (vfmadd when the CPU has FMA, else glibc's exact software
-// fma): slow, and the same bits.
-constexpr int64_t kW = 8;
-struct vf {
-  float v[kW];
-};
-inline vf vzero() { return vf{}; }
-inline vf vload(const float* p) {
-  vf x;
-  for (int64_t l = 0; l < kW; l++) x.v[l] = p[l];
-  return x;
-}
-inline void vstore(float* p, vf x) {
-  for (int64_t l = 0; l < kW; l++) p[l] = x.v[l];
-}
-inline vf vadd(vf a, vf b) {
-  for (int64_t l = 0; l < kW; l++) a.v[l] += b.v[l];
-  return a;
-}
-inline vf vfma(float a, vf b, vf c) {
-  for (int64_t l = 0; l < kW; l++) c.v[l] = std::fma(a, b.v[l], c.v[l]);
-  return c;
-}
-constexpr int kRowsWide = 4;
+// generic: four floats per "vector", held as doubles in two xmm registers, and the exact fma of
+// math/exact_fma.hpp (the tile kernel below has its own generic version).
+constexpr int64_t kW = 4;
+// (2, 2 x 4 floats) = 8 xmm accumulators, or (4, 4 floats); of SSE2's 16.
+constexpr int kRowsWide = 2;
 constexpr int kRowsNarrow = 4;
-constexpr int kRowsStrided = 4;
+constexpr int kRowsStrided = 2;
 #endif
 
 // ---- the product kernel -------------------------------------------------------------------------
@@ -130,10 +112,12 @@ struct Strided {
   int64_t k_stride;
 };
 
+#if defined(__AVX2__)
 // C (R, NV*kW) (+)= sum_{k < K} A(r, k) * B(k, :), B's row k at b + k * ldb. One fma chain per
 // element of C, k in order; then C = chain, or C += chain when add.
 template <int R, int NV>
-inline void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t K, bool add) {
+inline void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t K, bool add,
+                 [[maybe_unused]] bool exact) {
   vf acc[R][NV];
 #pragma GCC unroll 32
   for (int r = 0; r < R; r++)
@@ -161,16 +145,75 @@ inline void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, 
     }
 }
 
+#else
+// generic: the same chains, two columns per xmm register of doubles with math::sse2::fma_fast;
+// when a step may differ from std::fma (its midpoint flag), or the operands have tiny values
+// (exact), the tile's chains run again with math::fma_exact.
+template <int R, int NV>
+inline void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t K, bool add, bool exact) {
+  constexpr int kCols = NV * int(kW);
+  constexpr int kX = kCols / 2;  // xmm per row
+  float acc[R][kCols];
+  bool done = false;
+  if (!exact) {
+    using namespace math::sse2;
+    __m128d x[R][kX];
+#pragma GCC unroll 32
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+      for (int j = 0; j < kX; j++) x[r][j] = _mm_setzero_pd();
+    __m128i flags = _mm_setzero_si128();
+    for (int64_t k = 0; k < K; k++) {
+      __m128d bk[kX];
+      const float* bp = b + k * ldb;
+#pragma GCC unroll 8
+      for (int j = 0; j < kX; j += 2) {
+        const __m128 b4 = _mm_loadu_ps(bp + 2 * j);
+        bk[j] = _mm_cvtps_pd(b4);
+        bk[j + 1] = _mm_cvtps_pd(_mm_movehl_ps(b4, b4));
+      }
+      const float* ak = A.data + k * A.k_stride;
+#pragma GCC unroll 32
+      for (int r = 0; r < R; r++) {
+        const __m128d a = broadcast(ak[r * A.row_stride]);
+#pragma GCC unroll 8
+        for (int j = 0; j < kX; j += 2) fma_fast(a, bk[j], bk[j + 1], x[r][j], x[r][j + 1], flags);
+      }
+    }
+    if (!any(flags)) {
+#pragma GCC unroll 32
+      for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < kX; j++) store2(acc[r] + 2 * j, x[r][j]);
+      done = true;
+    }
+  }
+  if (!done) {
+    for (int r = 0; r < R; r++)
+      for (int j = 0; j < kCols; j++) {
+        float chain = 0.0f;
+        for (int64_t k = 0; k < K; k++)
+          chain = math::fma_exact(A.data[r * A.row_stride + k * A.k_stride], b[k * ldb + j], chain);
+        acc[r][j] = chain;
+      }
+  }
+  for (int r = 0; r < R; r++) {
+    float* cr = c + r * ldc;
+    for (int j = 0; j < kCols; j++) cr[j] = add ? cr[j] + acc[r][j] : acc[r][j];
+  }
+}
+#endif
+
 // The last rows of C, 0 < n < R of them, as one tile of n rows (short sequences have blocks of a
 // few rows, and single-row tiles would run one fma chain per vector at a time).
 template <int R, int NV>
 inline void tile_tail(int64_t n, float* c, int64_t ldc, Strided A, const float* b, int64_t ldb,
-                      int64_t K, bool add) {
+                      int64_t K, bool add, bool exact) {
   if constexpr (R > 1) {
     if (n == R - 1) {
-      tile<R - 1, NV>(c, ldc, A, b, ldb, K, add);
+      tile<R - 1, NV>(c, ldc, A, b, ldb, K, add, exact);
     } else {
-      tile_tail<R - 1, NV>(n, c, ldc, A, b, ldb, K, add);
+      tile_tail<R - 1, NV>(n, c, ldc, A, b, ldb, K, add, exact);
     }
   }
 }
@@ -178,13 +221,14 @@ inline void tile_tail(int64_t n, float* c, int64_t ldc, Strided A, const float* 
 // The rows [0, M) of C (M, NV*kW), in tiles of R rows, then one tile of the rows left.
 template <int R, int NV>
 inline void tile_rows(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t M,
-                      int64_t K, bool add) {
+                      int64_t K, bool add, bool exact) {
   int64_t i = 0;
   for (; i + R <= M; i += R)
-    tile<R, NV>(c + i * ldc, ldc, Strided{A.data + i * A.row_stride, A.row_stride, A.k_stride}, b, ldb, K, add);
+    tile<R, NV>(c + i * ldc, ldc, Strided{A.data + i * A.row_stride, A.row_stride, A.k_stride}, b, ldb, K, add,
+                exact);
   if (i < M)
     tile_tail<R, NV>(M - i, c + i * ldc, ldc, Strided{A.data + i * A.row_stride, A.row_stride, A.k_stride}, b,
-                     ldb, K, add);
+                     ldb, K, add, exact);
 }
 
 // C (M, N) (+)= A (M, K) @ B (K, N). N is a multiple of kPad; B's rows have stride ldb, C's ldc.
@@ -192,13 +236,22 @@ inline void tile_rows(float* c, int64_t ldc, Strided A, const float* b, int64_t 
 // last panel of one vector when N leaves one.
 void product(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t M, int64_t K,
              int64_t N, bool add) {
+  // generic: fma_fast needs operands without tiny values (math/exact_fma.hpp). A is M rows of K
+  // (k_stride 1) or K rows of M (row_stride 1); B is K rows of N.
+#if defined(__AVX2__)
+  constexpr bool exact = false;
+#else
+  const bool exact = (A.k_stride == 1 ? math::has_tiny(A.data, M, K, A.row_stride)
+                                      : math::has_tiny(A.data, K, M, A.k_stride)) ||
+                     math::has_tiny(b, K, N, ldb);
+#endif
   int64_t j = 0;
   if (A.row_stride == 1) {
-    for (; j + 2 * kW <= N; j += 2 * kW) tile_rows<kRowsWide, 2>(c + j, ldc, A, b + j, ldb, M, K, add);
-    for (; j < N; j += kW) tile_rows<kRowsNarrow, 1>(c + j, ldc, A, b + j, ldb, M, K, add);
+    for (; j + 2 * kW <= N; j += 2 * kW) tile_rows<kRowsWide, 2>(c + j, ldc, A, b + j, ldb, M, K, add, exact);
+    for (; j < N; j += kW) tile_rows<kRowsNarrow, 1>(c + j, ldc, A, b + j, ldb, M, K, add, exact);
   } else {
-    for (; j + 2 * kW <= N; j += 2 * kW) tile_rows<kRowsStrided, 2>(c + j, ldc, A, b + j, ldb, M, K, add);
-    for (; j < N; j += kW) tile_rows<kRowsStrided, 1>(c + j, ldc, A, b + j, ldb, M, K, add);
+    for (; j + 2 * kW <= N; j += 2 * kW) tile_rows<kRowsStrided, 2>(c + j, ldc, A, b + j, ldb, M, K, add, exact);
+    for (; j < N; j += kW) tile_rows<kRowsStrided, 1>(c + j, ldc, A, b + j, ldb, M, K, add, exact);
   }
 }
 

@@ -1,8 +1,10 @@
 // normlab's GEMM: the packed, cache-blocked scheme of Goto & van de Geijn ("Anatomy of
-// High-Performance Matrix Multiplication", 2008; the BLIS loop nest), in plain C++ loops that
-// GCC auto-vectorizes (no intrinsics). Compiled once per kernel path (dispatch.hpp).
+// High-Performance Matrix Multiplication", 2008; the BLIS loop nest). Compiled once per kernel
+// path (dispatch.hpp); the micro-kernel is plain C++ that GCC vectorizes on avx512, intrinsics on
+// avx2, and SSE2 intrinsics on generic, which has no FMA instruction and computes each fused
+// multiply-add exactly in double (kernels/exact_fma.hpp).
 //
-//   C (M,N) is cut into micro-tiles of kMR x kNR (8 x 32 on avx512, 6 x 16 on avx2, 4 x 16 on
+//   C (M,N) is cut into micro-tiles of kMR x kNR (8 x 32 on avx512, 6 x 16 on avx2, 4 x 4 on
 //   generic). The micro-kernel keeps one micro-tile in registers and runs over a K block of up to
 //   kKC = 256 steps: per step it broadcasts the kMR values of op(A) in column k and multiplies
 //   them with kNR contiguous values of op(B) in row k (fma).
@@ -28,6 +30,7 @@
 #include "normlab/kernels/matmul.hpp"
 #include "isa_kernels.hpp"
 #include "matmul_bias.hpp"
+#include "normlab/kernels/exact_fma.hpp"
 
 #include <omp.h>
 
@@ -52,8 +55,10 @@ constexpr int64_t kNR = 32;   // columns of C per micro-tile: 8 x 2 zmm = 16 of 
 constexpr int64_t kMR = 6;    // 6 x 2 ymm = 12 of the 16 ymm (BLIS's Haswell kernel)
 constexpr int64_t kNR = 16;
 #else
-constexpr int64_t kMR = 4;    // generic: each multiply-add is a std::fma call anyway
-constexpr int64_t kNR = 16;
+// generic: 4 x 4 floats held as doubles in 8 xmm (math::sse2::fma_fast), with room for a row of B,
+// a broadcast of A and the temporaries of the 16 registers of SSE2.
+constexpr int64_t kMR = 4;
+constexpr int64_t kNR = 4;
 #endif
 // The K block is the same on every path: it decides where a partial sum is added to C, so it is
 // part of the rounding (the tile sizes are not).
@@ -72,9 +77,14 @@ constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
 constexpr int64_t kMaxSplitKOutput = 256 * 256;
 constexpr int64_t kMaxSplitKPartials = int64_t{1} << 22;
 
-// One fused multiply-add, one rounding, on every path: vfmadd on avx2/avx512, glibc's exact fmaf
-// (hardware FMA when the CPU has it, software otherwise) on generic.
+// One fused multiply-add, one rounding, on every path: vfmadd on avx2/avx512; on generic the
+// double-precision emulation of math/exact_fma.hpp (fma_fast in the micro-kernel, fma_exact where
+// it cannot be used), which gives the same bits without FMA instructions.
+#if defined(__AVX2__)
 inline float multiply_add(float a, float b, float c) { return std::fma(a, b, c); }
+#else
+inline float multiply_add(float a, float b, float c) { return math::fma_exact(a, b, c); }
+#endif
 
 // ReLU as relu_forward computes it (kernels/activations.cpp): NaN and -0 become +0.
 inline float relu_of(float v) { return v > 0.0f ? v : 0.0f; }
@@ -154,7 +164,7 @@ void pack_a_panels(float* __restrict dst, Operand A, int64_t M, int64_t p_begin,
 template <bool kARowsContiguous>
 void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride,
                   const float* __restrict Bp, int64_t kc, int64_t rows, int64_t cols, bool add,
-                  const float* bias, bool relu) {
+                  const float* bias, bool relu, [[maybe_unused]] bool exact) {
   static_assert(kMR == 6 && kNR == 16);
   // Twelve named accumulators, not an array: with an array GCC stores it to the stack every step.
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
@@ -218,6 +228,49 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
     }
 }
 #else
+#if !defined(__AVX2__)
+// generic: the fma chains of a 4 x 4 micro-tile, acc[i][j] = fma(A(i, k), Bp[k][j], acc) for k in
+// order from +0, two columns per xmm register of doubles. Returns false, with acc unspecified,
+// when some step may differ from std::fma (math::sse2::fma_fast's midpoint flag): the caller
+// then runs the chains again with fma_exact. Operands must have no tiny values (has_tiny).
+// Not inlined: inside the tile loop GCC runs out of the 16 xmm registers and spills the
+// accumulators, which puts a store and a load into every chain step.
+template <bool kARowsContiguous>
+__attribute__((noinline)) bool chain_fast(float (&acc)[kMR][kNR], const float* __restrict A, int64_t a_stride,
+                const float* __restrict Bp, int64_t kc) {
+  static_assert(kMR == 4 && kNR == 4);
+  using namespace math::sse2;
+  __m128d c00 = _mm_setzero_pd(), c01 = c00, c10 = c00, c11 = c00;
+  __m128d c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+  __m128i flags = _mm_setzero_si128();
+  const int64_t row_step = kARowsContiguous ? 1 : a_stride;
+  const int64_t k_step = kARowsContiguous ? a_stride : 1;
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m128 b = _mm_loadu_ps(Bp + k * kNR);
+    const __m128d b0 = _mm_cvtps_pd(b);
+    const __m128d b1 = _mm_cvtps_pd(_mm_movehl_ps(b, b));
+    const float* a = A + k * k_step;
+    __m128d a_ik = broadcast(a[0]);
+    fma_fast(a_ik, b0, b1, c00, c01, flags);
+    a_ik = broadcast(a[row_step]);
+    fma_fast(a_ik, b0, b1, c10, c11, flags);
+    a_ik = broadcast(a[2 * row_step]);
+    fma_fast(a_ik, b0, b1, c20, c21, flags);
+    a_ik = broadcast(a[3 * row_step]);
+    fma_fast(a_ik, b0, b1, c30, c31, flags);
+  }
+  store2(acc[0], c00);
+  store2(acc[0] + 2, c01);
+  store2(acc[1], c10);
+  store2(acc[1] + 2, c11);
+  store2(acc[2], c20);
+  store2(acc[2] + 2, c21);
+  store2(acc[3], c30);
+  store2(acc[3] + 2, c31);
+  return !any(flags);
+}
+#endif
+
 // C (rows, cols) with row stride ldc (+)= op(A) (kMR, kc) @ Bp (kc, kNR), Bp a packed B panel;
 // only the top-left rows x cols of the kMR x kNR micro-tile are stored. When not adding and
 // bias is given, C = product + bias[j] (the linear layer's bias, in the same store). With relu
@@ -230,15 +283,22 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
 template <bool kARowsContiguous>
 void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride,
                   const float* __restrict Bp, int64_t kc, int64_t rows, int64_t cols, bool add,
-                  const float* bias, bool relu) {
+                  const float* bias, bool relu, [[maybe_unused]] bool exact) {
   // The accumulator is a fixed-size local array: after full unrolling of the i and j loops GCC
   // keeps it in vector registers.
   float acc[kMR][kNR] = {};
-  for (int64_t k = 0; k < kc; ++k) {
-    const float* b = Bp + k * kNR;
-    for (int64_t i = 0; i < kMR; ++i) {
-      const float a_ik = kARowsContiguous ? A[k * a_stride + i] : A[i * a_stride + k];
-      for (int64_t j = 0; j < kNR; ++j) acc[i][j] = multiply_add(a_ik, b[j], acc[i][j]);
+#if !defined(__AVX2__)
+  if (exact || !chain_fast<kARowsContiguous>(acc, A, a_stride, Bp, kc))
+#endif
+  {
+    for (int64_t i = 0; i < kMR; ++i)
+      for (int64_t j = 0; j < kNR; ++j) acc[i][j] = 0.0f;
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* b = Bp + k * kNR;
+      for (int64_t i = 0; i < kMR; ++i) {
+        const float a_ik = kARowsContiguous ? A[k * a_stride + i] : A[i * a_stride + k];
+        for (int64_t j = 0; j < kNR; ++j) acc[i][j] = multiply_add(a_ik, b[j], acc[i][j]);
+      }
     }
   }
   if (!relu && rows == kMR && cols == kNR) {  // whole tile: loops of constant length
@@ -283,16 +343,16 @@ inline int64_t group_begin(int64_t g, int64_t panels, int64_t groups) {
 template <bool kARowsContiguous>
 void row_panels_times(float* C, int64_t ldc, Operand A, int64_t M, const float* packed_a, int64_t pack_begin,
                       int64_t p_begin, int64_t p_end, int64_t k0, int64_t kc, const float* b, int64_t cols,
-                      bool add, const float* bias, bool relu) {
+                      bool add, const float* bias, bool relu, bool exact) {
   const int64_t a_stride = kARowsContiguous ? A.k_stride : A.row_stride;
   for (int64_t p = p_begin; p < p_end; ++p) {
     float* c = C + p * kMR * ldc;
     if (p < pack_begin) {
       const float* a = A.data + p * kMR * A.row_stride + k0 * A.k_stride;
-      micro_kernel<kARowsContiguous>(c, ldc, a, a_stride, b, kc, kMR, cols, add, bias, relu);
+      micro_kernel<kARowsContiguous>(c, ldc, a, a_stride, b, kc, kMR, cols, add, bias, relu, exact);
     } else {
       const float* a = packed_a + (p - pack_begin) * kc * kMR;
-      micro_kernel<true>(c, ldc, a, kMR, b, kc, std::min(kMR, M - p * kMR), cols, add, bias, relu);
+      micro_kernel<true>(c, ldc, a, kMR, b, kc, std::min(kMR, M - p * kMR), cols, add, bias, relu, exact);
     }
   }
 }
@@ -323,7 +383,7 @@ inline bool k_cuts_balance(int64_t threads, int64_t K) {
 // are the same.
 template <bool kARowsContiguous>
 void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool accumulate,
-                  int64_t threads) {
+                  int64_t threads, bool exact) {
   const int64_t row_panels = (M + kMR - 1) / kMR;
   const int64_t col_panels = (N + kNR - 1) / kNR;
   const int64_t k_blocks = (K + kKC - 1) / kKC;
@@ -349,7 +409,7 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
         pack_panel<kNR>(packed_b, B.data + q * kNR * B.row_stride + k0 * B.k_stride, B.row_stride,
                         B.k_stride, cols, kc);
         row_panels_times<kARowsContiguous>(part + q * kNR, N, A, M, packed_a, pack_begin, 0, row_panels, k0, kc,
-                                           packed_b, cols, false, nullptr, false);
+                                           packed_b, cols, false, nullptr, false, exact);
       }
     }
 #pragma omp barrier
@@ -388,10 +448,17 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
     return;
   }
   if (M * N * K < kMinParallelMacs) parallel = false;
+  // generic: the micro-kernel's fast fma needs operands without tiny values (math/exact_fma.hpp);
+  // A and B are each one contiguous block of M * K and K * N floats in every layout.
+#if defined(__AVX2__)
+  constexpr bool exact = false;
+#else
+  const bool exact = math::has_tiny(A.data, M * K) || math::has_tiny(B.data, K * N);
+#endif
   const int64_t threads = parallel ? omp_get_max_threads() : 1;
   if (kARowsContiguous && !relu && threads > 1 && M * N <= kMaxSplitKOutput &&
       (K + kKC - 1) / kKC * M * N <= kMaxSplitKPartials && k_cuts_balance(threads, K)) {
-    gemm_split_k<kARowsContiguous>(C, A, B, M, K, N, accumulate, threads);
+    gemm_split_k<kARowsContiguous>(C, A, B, M, K, N, accumulate, threads, exact);
     return;
   }
   const int64_t row_panels = (M + kMR - 1) / kMR;
@@ -463,7 +530,7 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
         const float* b = packed_b + (q - q_begin) * K * kNR + k0 * kNR;
         const float* bias_q = bias != nullptr ? bias + q * kNR : nullptr;
         row_panels_times<kARowsContiguous>(C + q * kNR, N, A, M, packed_a, pack_begin, p_begin, p_end, k0, kc, b,
-                                           cols, add, bias_q, relu_now);
+                                           cols, add, bias_q, relu_now, exact);
       }
     }
   };

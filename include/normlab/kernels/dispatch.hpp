@@ -1,8 +1,8 @@
 #pragma once
 // Which kernel path runs: one binary carries three builds of the fast kernels (src/kernels/*.cpp
 // compiled three times, docs/building.md), and every kernel call goes to the active one.
-//   generic  plain C++ for any x86-64 CPU (SSE2); multiply-adds are std::fma, exact everywhere but
-//            a library call per multiply-add on a CPU without hardware FMA
+//   generic  any x86-64 CPU (SSE2); the fused multiply-adds of GEMM and attention are computed
+//            exactly in double precision (kernels/exact_fma.hpp), no FMA instruction needed
 //   avx2     AVX2 + FMA (x86-64-v3: Haswell, Zen 1 and later)
 //   avx512   AVX-512 F/BW/DQ/VL (x86-64-v4: Skylake-X, Zen 4 and later)
 // All three compute the same bits (same reduction orders, fma in the same places, normlab::math
@@ -34,8 +34,8 @@ const char* active_isa_name();
 // while kernels run on other threads.
 void set_active_isa(Isa isa);
 
-// "" normally; one sentence when the generic path runs on a CPU without hardware FMA (exact but
-// slow), for the CLI to print at start-up and in --version.
+// "" normally; one sentence when the generic path runs because the CPU has no FMA (the same
+// results, several times slower), for the CLI to print at start-up and in --version.
 std::string isa_note();
 
 }  // namespace normlab::kernels
