@@ -295,6 +295,63 @@ mutant "normlab: eval under mpirun -np 2 runs on every rank" \
   'if (verb != "train" && verb != "eval" && processes > 1 && !help) {' \
   '*dist mpi: mpirun -np 2 around*'
 
+# The report's judgement (issue 22): outcome thresholds, "most seeds", pairing, intervals.
+mutant "findings: exactly half of the seeds counts as most" \
+  include/normlab/study/report.hpp \
+  'bool mostly_learned() const { return 2 * learned_or_solved() > int(runs.size()); }' \
+  'bool mostly_learned() const { return 2 * learned_or_solved() >= int(runs.size()); }' \
+  '*most seeds*,*findings*'
+mutant "outcome: solved only strictly above its threshold" \
+  src/study/results.cpp \
+  'if (a >= kSolvedAccuracy) return Outcome::solved;' \
+  'if (a > kSolvedAccuracy) return Outcome::solved;' \
+  '*outcome words*'
+mutant "outcome: learned threshold forgets the chance level" \
+  src/study/results.cpp \
+  'if (a >= c + kLearnedShare * (1 - c)) return Outcome::learned;' \
+  'if (a >= kLearnedShare) return Outcome::learned;' \
+  '*outcome words*'
+mutant "outcome: a diverged seed keeps its stale last evaluation" \
+  src/study/results.cpp \
+  'if (diverged) return std::isfinite(baseline.uniform_accuracy) ? baseline.uniform_accuracy : 0.0;' \
+  'if (diverged && evals.empty()) return 0.0;' \
+  '*outcome words*,*report numbers*'
+mutant "report: trained lengths include the unseen buckets" \
+  src/study/results.cpp \
+  '[](const BucketResult& b) { return !b.beyond_train; });' \
+  '[](const BucketResult&) { return true; });' \
+  '*report numbers*'
+mutant "report: seeds that saw different data are paired" \
+  src/study/results.cpp \
+  'if (other == ref_runs.end() || !same_data(*run, *other->second)) {' \
+  'if (other == ref_runs.end()) {' \
+  '*unpaired*'
+mutant "answer: headroom judged on the lowest learned rate" \
+  src/study/results.cpp \
+  'const double ln_top = ln.empty() ? 0 : ln.back(), none_top = none.empty() ? 0 : none.back();' \
+  'const double ln_top = ln.empty() ? 0 : ln.front(), none_top = none.empty() ? 0 : none.front();' \
+  '*findings and the Answer*'
+mutant "spikes: no floor near a zero loss" \
+  src/study/results.cpp \
+  'loss[t] - before > min_rise;' \
+  'loss[t] - before > 0;' \
+  '*spikes*'
+mutant "stats: the paired difference flips its sign" \
+  src/stats.cpp \
+  'if (std::isfinite(a[i]) && std::isfinite(b[i])) differences.push_back(a[i] - b[i]);' \
+  'if (std::isfinite(a[i]) && std::isfinite(b[i])) differences.push_back(b[i] - a[i]);' \
+  '*paired*,*findings*'
+mutant "stats: t quantile one degree of freedom off" \
+  src/stats.cpp \
+  'if (df <= table.size()) return table[df - 1];' \
+  'if (df <= table.size()) return table[std::min(df, table.size() - 1)];' \
+  '*t quantile*,*t interval*'
+mutant "stats: a zero-width interval at 0 shows a difference" \
+  include/normlab/stats.hpp \
+  'bool contains_zero() const { return !(low > 0) && !(high < 0); }' \
+  'bool contains_zero() const { return low < 0 && high > 0; }' \
+  '*paired*,*findings*'
+
 count=${#names[@]}
 if [ "$list" = 1 ]; then
   for ((i = 0; i < count; i++)); do printf '%2d  %-40s %s\n' $((i + 1)) "${files[$i]}" "${names[$i]}"; done
