@@ -79,7 +79,7 @@ TEST_CASE("cli: a bad config exits 2 with one line naming the file and the key")
   Result r = run_cli(dir, "train --config " + path + " --out " + dir.sub("run"));
   CHECK(r.code == 2);
   CHECK(r.err_lines() == 1);
-  CHECK(r.err.find(path + ": model.d_modle: unknown key (did you mean 'd_model'?)") != std::string::npos);
+  CHECK(r.err.find(path + ": model.d_modle: unknown key (did you mean 'model.d_model'?)") != std::string::npos);
   CHECK(!fs::exists(dir.sub("run")));
 
   Result set = run_cli(dir, "train --config " + dir.write("ok.json", kTinyConfig) + " --set optim.lr=abc --out " +

@@ -71,9 +71,9 @@ TEST_CASE("config: defaults round-trip through JSON") {
 }
 
 TEST_CASE("config: unknown keys are errors naming the closest valid key") {
-  CHECK(config_error(R"({"model": {"d_modle": 64}})").find("x.json: model.d_modle: unknown key (did you mean 'd_model'?)") !=
+  CHECK(config_error(R"({"model": {"d_modle": 64}})").find("x.json: model.d_modle: unknown key (did you mean 'model.d_model'?)") !=
         std::string::npos);
-  CHECK(config_error(R"({"optim": {"warmup": 10}})").find("optim.warmup: unknown key (did you mean 'warmup_steps'?)") !=
+  CHECK(config_error(R"({"optim": {"warmup": 10}})").find("optim.warmup: unknown key (did you mean 'optim.warmup_steps'?)") !=
         std::string::npos);
   // A key that lives in another section is suggested with its section.
   CHECK(config_error(R"({"model": {"lr": 0.1}})").find("model.lr: unknown key (did you mean 'optim.lr'?)") !=
@@ -155,7 +155,7 @@ TEST_CASE("config: --set overrides are parsed as JSON or strings and validated")
   CHECK(load_error(path, {"optim.lr"}).find("--set optim.lr: expected section.key=value") != std::string::npos);
   CHECK(load_error(path, {"lr=0.1"}).find("--set lr=0.1: lr: expected section.key (did you mean 'optim.lr'?)") !=
         std::string::npos);
-  CHECK(load_error(path, {"model.d_modle=3"}).find("--set model.d_modle=3: model.d_modle: unknown key (did you mean 'd_model'?)") !=
+  CHECK(load_error(path, {"model.d_modle=3"}).find("--set model.d_modle=3: model.d_modle: unknown key (did you mean 'model.d_model'?)") !=
         std::string::npos);
   CHECK(load_error(path, {"train.data_file=x"}).find("unknown key") != std::string::npos);
   // Cross-field rules apply to the result: a --set can repair or break the file's combination.

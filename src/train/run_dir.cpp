@@ -89,6 +89,9 @@ void RunDirectory::begin_new(const RunConfig& config) {
   io::write_file_atomic(paths_.config, ordered_config(config).dump(2) + "\n");
   std::error_code ec;
   fs::remove(paths_.summary, ec);
+  // A session killed while writing its first checkpoint left a temporary file and no checkpoint:
+  // the run starts afresh, and the temporaries are stale (one writer: the lock).
+  for (const std::string& file : {paths_.checkpoint, paths_.config, paths_.summary}) io::remove_stale_temp_files(file);
   open_metrics(true);
 }
 

@@ -125,7 +125,13 @@ LoadedRun load_run(const std::string& dir) {
                                 paths.checkpoint + ": metadata 'task_characters'");
     return build_text_task(bytes);
   }();
-  auto model = std::make_unique<nn::EncoderModel>(build_model_options(config, task));
+  nn::ModelOptions model_options;
+  try {
+    model_options = build_model_options(config, task);
+  } catch (const InputError& error) {  // e.g. model.vocab_size below the vocabulary: name the file
+    throw InputError(fmt::format("{}: metadata 'config': {}", paths.checkpoint, error.what()));
+  }
+  auto model = std::make_unique<nn::EncoderModel>(model_options);
   load_model_state(file, *model);
   model->eval();
   const int64_t step = metadata_int(file, "step");

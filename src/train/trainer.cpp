@@ -292,6 +292,8 @@ void Trainer::start(const std::string& dir) {
   RunDirectory run_dir(dir, /*create=*/true);
   run_dir.begin_new(config_);
   // The ids of every token and label (docs/run-directory.md): what eval, predict and PyTorch read.
+  // A session killed while writing it left a temporary file; this directory has one writer now.
+  io::remove_stale_temp_files(run_dir.paths().dir + "/vocab.json");
   io::write_file_atomic(run_dir.paths().dir + "/vocab.json",
                         nlohmann::ordered_json{{"tokens", task_.input_vocab.tokens()},
                                                {"labels", task_.output_vocab.tokens()}}
@@ -309,6 +311,7 @@ void Trainer::resume(const std::string& dir) {
     return;
   }
   RunDirectory run_dir(dir, /*create=*/false);
+  io::remove_stale_temp_files(run_dir.paths().dir + "/vocab.json");  // see start()
   if (!fs::is_regular_file(run_dir.paths().checkpoint)) {
     throw InputError(fmt::format("{}: no checkpoint.safetensors to resume from", dir));
   }
