@@ -59,6 +59,12 @@ void run(const BenchStepOptions& options) {
                           {"mean_tokens_per_batch", r.mean_tokens},
                           {"tokens_per_s", r.tokens_per_s},
                           {"peak_rss_mib", r.peak_rss_mib},
+                          {"kernels", r.kernels},
+                          {"flops_per_step", r.flops_per_step},
+                          {"gflops", r.gflops},
+                          {"gemm_1t_gflops", r.gemm_1t_gflops},
+                          {"mfu", r.mfu},
+                          {"flops_definition", "6*rows*in*out per Linear + 12*d_model*L^2 per layer and sequence (docs/PERFORMANCE.md)"},
                           {"tokens_per_s_definition", "real (unpadded) tokens of the timed steps / their total time"}};
     fmt::print("{}\n", out.dump());
     return;
@@ -66,10 +72,14 @@ void run(const BenchStepOptions& options) {
   fmt::print("training step: {} task, d_model {}, {} heads, {} layers, ffn {}, {} {}, {}; batch {} of lengths {}-{}\n",
              config.task.name, m.d_model, m.heads, m.layers, m.ffn, m.placement, m.norm, config.optim.name,
              r.batch_size, config.task.min_len, config.task.max_len);
-  fmt::print("  {} parameters, {} thread{}, median of {} steps after {} warmup\n", r.num_parameters, r.threads,
-             r.threads == 1 ? "" : "s", r.repeats, r.warmup);
+  fmt::print("  {} parameters, {} thread{}, kernels: {}, median of {} steps after {} warmup\n", r.num_parameters,
+             r.threads, r.threads == 1 ? "" : "s", r.kernels, r.repeats, r.warmup);
   fmt::print("  step        {:9.3f} ms  (min {:.3f}, max {:.3f})\n", r.step_ms, r.min_step_ms, r.max_step_ms);
   fmt::print("  throughput  {:9.0f} tokens/s  ({:.0f} real tokens per batch)\n", r.tokens_per_s, r.mean_tokens);
+  fmt::print("  compute     {:9.1f} GFLOP/s  ({:.1f} MFLOP per step: matrix and attention products)\n", r.gflops,
+             r.flops_per_step / 1e6);
+  fmt::print("  MFU         {:9.1f} %  of this path's 1-thread GEMM rate ({:.1f} GFLOP/s, 512^3){}\n", 100.0 * r.mfu,
+             r.gemm_1t_gflops, r.threads > 1 ? fmt::format("; {:.1f} % per thread", 100.0 * r.mfu / r.threads) : "");
   fmt::print("  peak RSS    {:9.1f} MiB  (the whole process, VmHWM)\n", r.peak_rss_mib);
 }
 

@@ -2,6 +2,8 @@
 # Installs what normlab needs from Debian 12's packages (only what is missing) and builds it.
 # Sourced by scripts/test.sh and scripts/demo.sh; safe to run again.
 #   BUILD_DIR   build directory (default: build)
+#   NORMLAB_BUILD_TARGETS  what to build (default: everything, the tests included); the main
+#               command (scripts/demo.sh) asks for `normlab` only
 #   NORMLAB_EXTRA_PACKAGES  more packages to require (the test script adds chromium)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -31,4 +33,6 @@ if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" ${NORMLAB_CMAKE_ARGS:-} >/dev/null
-cmake --build "$BUILD_DIR" -j"$(nproc)"
+targets=()
+for t in ${NORMLAB_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$BUILD_DIR" -j"$(nproc)" "${targets[@]}"

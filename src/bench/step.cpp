@@ -8,7 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "normlab/bench/gemm.hpp"
 #include "normlab/error.hpp"
+#include "normlab/kernels/dispatch.hpp"
+#include "normlab/kernels/reference/mode.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/stats.hpp"
 #include "normlab/train/trainer.hpp"
@@ -22,6 +25,20 @@ double peak_rss_mib() {
     if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // "VmHWM:   1234 kB"
   }
   return 0.0;
+}
+
+double step_flops(const nn::ModelOptions& model, const std::vector<int64_t>& lengths) {
+  const double d = double(model.encoder.d_model), ffn = double(model.encoder.dim_feedforward);
+  const double layers = double(model.encoder.num_layers), classes = double(model.num_classes);
+  double tokens = 0.0, sum_sq = 0.0;
+  for (int64_t L : lengths) {
+    tokens += double(L);
+    sum_sq += double(L) * double(L);
+  }
+  // Per layer: in_proj (d -> 3d), out_proj (d -> d), linear1 (d -> ffn), linear2 (ffn -> d).
+  const double linear_weights = layers * (4.0 * d * d + 2.0 * d * ffn);
+  const double head_rows = model.head == nn::Head::token ? tokens : double(lengths.size());
+  return 6.0 * tokens * linear_weights + 6.0 * head_rows * d * classes + layers * 12.0 * d * sum_sq;
 }
 
 BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warmup) {
@@ -39,7 +56,7 @@ BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warm
   result.batch_size = config.train.batch_size;
   result.num_parameters = trainer.model().num_parameters();
   std::vector<double> times_ms;
-  double total_s = 0.0, total_tokens = 0.0;
+  double total_s = 0.0, total_tokens = 0.0, total_flops = 0.0;
   for (int i = 0; i < warmup + repeats; ++i) {
     const data::Batch& batch = batches[size_t(i)];
     const auto begin = std::chrono::steady_clock::now();
@@ -49,6 +66,9 @@ BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warm
     times_ms.push_back(seconds * 1e3);
     total_s += seconds;
     total_tokens += double(batch.num_real_tokens);
+    std::vector<int64_t> lengths;
+    for (int64_t b = 0; b < batch.batch_size(); ++b) lengths.push_back(batch.length(b));
+    total_flops += step_flops(trainer.model().model_options, lengths);
   }
   result.step_ms = median(times_ms);
   const auto [fastest, slowest] = std::minmax_element(times_ms.begin(), times_ms.end());
@@ -57,6 +77,15 @@ BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warm
   result.mean_tokens = total_tokens / double(repeats);
   result.tokens_per_s = total_s > 0 ? total_tokens / total_s : 0.0;
   result.peak_rss_mib = peak_rss_mib();
+  result.kernels = kernels::reference::reference_kernels_enabled() ? "reference" : kernels::active_isa_name();
+  result.flops_per_step = total_flops / double(repeats);
+  result.gflops = result.flops_per_step / (result.step_ms * 1e-3) / 1e9;
+  // The 1-thread GEMM rate, after the peak RSS is read (its 3 MiB would count otherwise).
+  const int threads = num_threads();
+  set_num_threads(1);
+  result.gemm_1t_gflops = bench_gemm("nn", 512, 512, 512, 10).gflops;
+  set_num_threads(threads);
+  result.mfu = result.gflops / result.gemm_1t_gflops;
   return result;
 }
 

@@ -3,7 +3,10 @@
 // of the model a config describes, on batches of its task. The batches are drawn before the clock
 // starts, so data generation is not timed.
 #include <cstdint>
+#include <string>
+#include <vector>
 
+#include "normlab/nn/encoder.hpp"
 #include "normlab/train/config.hpp"
 
 namespace normlab::bench {
@@ -20,7 +23,22 @@ struct BenchStepResult {
   double max_step_ms = 0.0;
   double tokens_per_s = 0.0;   // all real tokens of the timed steps / their total time
   double peak_rss_mib = 0.0;   // the process's peak resident set size after the steps (VmHWM), MiB
+  std::string kernels;         // the kernel path that ran: "generic", "avx2", "avx512" or "reference"
+  // Model FLOPs of the timed steps (step_flops), docs/PERFORMANCE.md "MFU": the matrix products of
+  // every Linear, forward and backward, 6 * rows * in * out, and attention's 12 * d_model * L^2
+  // per layer and sequence (q k^T and P v forward, four products backward). Elementwise work,
+  // norms, softmax and the optimizer are not counted, nor the scores the backward recomputes.
+  double flops_per_step = 0.0;  // mean over the timed batches
+  double gflops = 0.0;          // flops_per_step / median step time
+  // The machine's 1-thread GEMM rate on the same path: median of 512 x 512 x 512 nn calls, timed
+  // right after the steps; mfu = gflops / gemm_1t_gflops (so above 1 is possible with threads).
+  double gemm_1t_gflops = 0.0;
+  double mfu = 0.0;
 };
+
+// Model FLOPs of one training step of this model on a batch with these sequence lengths (see
+// flops_per_step).
+double step_flops(const nn::ModelOptions& model, const std::vector<int64_t>& lengths);
 
 // This process's peak resident set size so far (VmHWM of /proc/self/status), MiB; 0 where the
 // kernel does not tell. VmHWM, not getrusage's ru_maxrss: ru_maxrss survives exec, so a process
