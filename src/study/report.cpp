@@ -18,6 +18,7 @@
 #include "normlab/study/report.hpp"
 #include "normlab/study/svg.hpp"
 #include "normlab/train/config.hpp"
+#include "normlab/train/setup.hpp"
 
 namespace normlab::study {
 
@@ -718,7 +719,7 @@ std::vector<std::string> write_report(const ComparePlan& plan, const std::vector
   const std::string setup_line = fmt::format(
       "Task {}, trained on lengths {}–{} and evaluated on held-out lengths up to {}; {} steps of {}, batch {}; seeds "
       "{}. {}",
-      base.task.name, base.task.min_len, base.task.max_len, base.task.eval_max_len, base.train.steps, base.optim.name,
+      train::task_title(base), base.task.min_len, base.task.max_len, base.task.eval_max_len, base.train.steps, base.optim.name,
       base.train.batch_size, seeds.empty() ? "as given" : seeds, grid);
   const std::string details = fmt::format(
       "Model: d_model {}, {} heads, ffn {}, norm eps {:g}; uniform-guess loss {}; warmup {} steps where on; gradient "
