@@ -542,6 +542,14 @@ std::vector<std::string> answer(const ComparePlan& plan, const std::vector<Group
           failures += fmt::format("{}{}{}", failures.empty() ? "" : "; ", plan.lrs.size() > 1 ? "at " + detail::format_lr(lr) + " " : "",
                                   counts.empty() ? "not most seeds" : counts);
         }
+      if (plan.lrs.size() == 1) {  // one rate: say what happened there, no range
+        const GroupSummary* g = find(groups, variant, plan.lrs.front(), setting);
+        if (!g) continue;
+        per_variant += fmt::format("{}{} {} ({}/{} seeds learned{})", per_variant.empty() ? "" : "; ", variant,
+                                   !solved.empty() ? "solved the task" : ok.empty() ? "did not learn" : "learned",
+                                   g->learned_or_solved(), g->runs.size(), failures.empty() ? "" : "; " + failures);
+        continue;
+      }
       per_variant += fmt::format("{}{} learned at {} of {} learning rates ({}){}{}", per_variant.empty() ? "" : "; ",
                                  variant, ok.size(), plan.lrs.size(), lr_range(plan, ok),
                                  solved.empty() ? ", solved at none" : ", solved at " + solved,
@@ -549,7 +557,7 @@ std::vector<std::string> answer(const ComparePlan& plan, const std::vector<Group
     }
     out.push_back(prefix + per_variant + ".");
     // The question itself: does LayerNorm widen the range of learning rates that train?
-    if (has_none && reference != none_label) {
+    if (has_none && reference != none_label && plan.lrs.size() > 1) {
       const std::vector<double> ln = learned_lrs(plan, groups, reference, setting);
       const std::vector<double> none = learned_lrs(plan, groups, none_label, setting);
       const double ln_top = ln.empty() ? 0 : ln.back(), none_top = none.empty() ? 0 : none.back();
