@@ -351,15 +351,13 @@ Section validation_section(const Context& c) {
         std::string off_top;
         for (const std::string& variant : c.plan.variants)
           if (const GroupSummary* g = c.group(variant, lr, setting)) {
-            chart.series.push_back(eval_curve(*g, &EvalPoint::trained, field, variant, c.colors.at(variant), false));
+            const Series trained = eval_curve(*g, &EvalPoint::trained, field, variant, c.colors.at(variant), false);
+            const double peak = trained.y.empty() ? 0 : *std::max_element(trained.y.begin(), trained.y.end());
+            if (!accuracy && c.loss_cap() > 0 && peak > c.loss_cap())
+              off_top += fmt::format("{}{} (median up to {:.2g})", off_top.empty() ? "" : ", ", variant, peak);
+            chart.series.push_back(trained);
             if (any_unseen)
               chart.series.push_back(eval_curve(*g, &EvalPoint::unseen, field, "", c.colors.at(variant), true));
-            for (const Series& s : chart.series) {
-              const double peak = s.y.empty() ? 0 : *std::max_element(s.y.begin(), s.y.end());
-              if (!accuracy && c.loss_cap() > 0 && peak > c.loss_cap() && !s.label.empty() &&
-                  off_top.find(s.label) == std::string::npos)
-                off_top += fmt::format("{}{} (median up to {:.2g})", off_top.empty() ? "" : ", ", s.label, peak);
-            }
           }
         if (!off_top.empty()) {
           chart.y_max = c.loss_cap();

@@ -213,6 +213,10 @@ double RunResult::judged_accuracy() const {
   return final_trained().accuracy;
 }
 
+double RunResult::judged_unseen_accuracy() const {
+  return diverged ? baseline.uniform_accuracy : final_unseen().accuracy;
+}
+
 double RunResult::peak_grad_norm() const {
   double peak = NAN;
   for (double g : grad_norm)
@@ -314,7 +318,7 @@ std::vector<GroupSummary> summarize(const std::vector<RunResult>& results) {
       }
       if (!r->finished && !r->diverged) continue;  // an unfinished run's numbers are not final
       trained_acc.push_back(r->judged_accuracy());
-      unseen_acc.push_back(r->diverged ? r->baseline.uniform_accuracy : r->final_unseen().accuracy);
+      unseen_acc.push_back(r->judged_unseen_accuracy());
       spikes.push_back(double(r->loss_spikes()));
       peaks.push_back(r->peak_grad_norm());
       if (r->diverged) continue;  // losses and the rest are over the seeds that did not diverge
@@ -387,8 +391,6 @@ bool same_data(const RunResult& a, const RunResult& b) {
          part(ca, "train", "batch_size") == part(cb, "train", "batch_size");
 }
 
-double unseen_judged(const RunResult& r) { return r.diverged ? r.baseline.uniform_accuracy : r.final_unseen().accuracy; }
-
 // "lengths 1–16" / "lengths 17–32" of the runs' task, when the config says.
 std::string length_range(const ComparePlan& plan, bool unseen) {
   if (!plan.base.contains("task") || !plan.base["task"].is_object()) return "";
@@ -446,14 +448,14 @@ std::vector<Comparison> compare_variants(const ComparePlan& plan, const std::vec
           for (const auto& [seed, run] : runs) {
             const RunResult* other = ref_runs.at(seed);
             a_trained.push_back(run->judged_accuracy()), b_trained.push_back(other->judged_accuracy());
-            a_unseen.push_back(unseen_judged(*run)), b_unseen.push_back(unseen_judged(*other));
+            a_unseen.push_back(run->judged_unseen_accuracy()), b_unseen.push_back(other->judged_unseen_accuracy());
           }
           c.trained_accuracy = paired_difference(a_trained, b_trained);
           c.unseen_accuracy = paired_difference(a_unseen, b_unseen);
         } else {
-          for (const auto& [seed, run] : runs) a_trained.push_back(run->judged_accuracy()), a_unseen.push_back(unseen_judged(*run));
+          for (const auto& [seed, run] : runs) a_trained.push_back(run->judged_accuracy()), a_unseen.push_back(run->judged_unseen_accuracy());
           for (const auto& [seed, run] : ref_runs)
-            b_trained.push_back(run->judged_accuracy()), b_unseen.push_back(unseen_judged(*run));
+            b_trained.push_back(run->judged_accuracy()), b_unseen.push_back(run->judged_unseen_accuracy());
           c.trained_accuracy = welch_difference(a_trained, b_trained);
           c.unseen_accuracy = welch_difference(a_unseen, b_unseen);
         }

@@ -119,6 +119,7 @@ struct RunResult {
   // The held-out trained-length accuracy a run is judged by: a diverged run (no usable model)
   // counts as the uniform guess.
   double judged_accuracy() const;
+  double judged_unseen_accuracy() const;  // the same for unseen lengths
   double first_train_loss() const { return loss.empty() ? NAN : loss.front(); }
   double peak_grad_norm() const;  // the largest finite global gradient norm (NaN if none)
   int64_t loss_spikes() const;    // see kSpikeFactor
