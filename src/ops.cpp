@@ -1,7 +1,8 @@
 // Differentiable ops: glue between Tensor/autograd and the raw kernels. Each op is
-//   1. check shapes, 2. allocate the output, 3. call the forward kernel (the fast one, or the
-//      reference one under NORMLAB_KERNELS=reference),
+//   1. check shapes, 2. allocate the output, 3. call the forward kernel,
 //   4. if needed, record a node whose closure calls the matching backward kernel.
+// Which build of a kernel runs (reference, generic, avx2, avx512) is the dispatch's business
+// (kernels/dispatch.hpp), not the op's.
 // The closures capture exactly what backward needs (inputs, cached statistics), never the output.
 #include "normlab/ops.hpp"
 
@@ -23,28 +24,13 @@
 #include "normlab/kernels/layer_norm.hpp"
 #include "normlab/kernels/linear.hpp"
 #include "normlab/kernels/matmul.hpp"
-#include "normlab/kernels/reference/activations.hpp"
-#include "normlab/kernels/reference/attention.hpp"
-#include "normlab/kernels/reference/batch_norm.hpp"
-#include "normlab/kernels/reference/cross_entropy.hpp"
-#include "normlab/kernels/reference/layer_norm.hpp"
-#include "normlab/kernels/reference/matmul.hpp"
-#include "normlab/kernels/reference/mode.hpp"
-#include "normlab/kernels/reference/rms_norm.hpp"
-#include "normlab/kernels/reference/softmax.hpp"
 #include "normlab/kernels/rms_norm.hpp"
 #include "normlab/kernels/softmax.hpp"
 #include "normlab/rng.hpp"
 
 namespace normlab::ops {
 
-namespace reference = kernels::reference;
-
 namespace {
-
-// NORMLAB_KERNELS=reference: run the plain loops of kernels/reference/ instead of the fast
-// kernels. An op decides once and its backward uses the same family as its forward.
-bool use_reference_kernels() { return reference::reference_kernels_enabled(); }
 
 // Below this many iterations an OpenMP region costs more than it saves (and a deep chain of tiny
 // ops would spend its time starting threads).
@@ -305,27 +291,21 @@ Tensor square(const Tensor& a) {
 }
 
 Tensor relu(const Tensor& a) {
-  const bool ref = use_reference_kernels();
   Tensor out = Tensor::empty(a.shape());
-  const auto kernel = ref ? reference::relu_forward : kernels::relu_forward;
-  kernel(out.data(), a.data(), a.numel());
+  kernels::relu_forward(out.data(), a.data(), a.numel());
   if (!needs_grad({&a})) return out;
-  record(out, "relu", {a}, [a, ref](const float* g) {
-    const auto kernel = ref ? reference::relu_backward : kernels::relu_backward;
-    kernel(grad_ptr(a), g, a.data(), a.numel());
+  record(out, "relu", {a}, [a](const float* g) {
+    kernels::relu_backward(grad_ptr(a), g, a.data(), a.numel());
   });
   return out;
 }
 
 Tensor gelu(const Tensor& a) {
-  const bool ref = use_reference_kernels();
   Tensor out = Tensor::empty(a.shape());
-  const auto kernel = ref ? reference::gelu_forward : kernels::gelu_forward;
-  kernel(out.data(), a.data(), a.numel());
+  kernels::gelu_forward(out.data(), a.data(), a.numel());
   if (!needs_grad({&a})) return out;
-  record(out, "gelu", {a}, [a, ref](const float* g) {
-    const auto kernel = ref ? reference::gelu_backward : kernels::gelu_backward;
-    kernel(grad_ptr(a), g, a.data(), a.numel());
+  record(out, "gelu", {a}, [a](const float* g) {
+    kernels::gelu_backward(grad_ptr(a), g, a.data(), a.numel());
   });
   return out;
 }
@@ -419,28 +399,19 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  const bool ref = use_reference_kernels();
   require(a.dim() >= 1 && b.dim() == 2 && a.size(-1) == b.size(0),
           fmt::format("matmul: cannot multiply {} by {}", shape_str(a.shape()), shape_str(b.shape())));
   const int64_t K = b.size(0), N = b.size(1), M = K == 0 ? 0 : a.numel() / K;
   Shape out_shape = a.shape();
   out_shape.back() = N;
   Tensor out = Tensor::empty(out_shape);
-  if (ref)
-    reference::matmul_nn(out.data(), a.data(), b.data(), M, K, N, false);
-  else
-    kernels::matmul_nn(out.data(), a.data(), b.data(), M, K, N, false);
+  kernels::matmul_nn(out.data(), a.data(), b.data(), M, K, N, false);
   if (!needs_grad({&a, &b})) return out;
-  record(out, "matmul", {a, b}, [a, b, M, K, N, ref](const float* g) {
+  record(out, "matmul", {a, b}, [a, b, M, K, N](const float* g) {
     float* da = grad_ptr(a);
     float* db = grad_ptr(b);
-    if (ref) {
-      if (da) reference::matmul_nt(da, g, b.data(), M, N, K, true);  // dA = G B^T
-      if (db) reference::matmul_tn(db, a.data(), g, K, M, N, true);  // dB = A^T G
-    } else {
-      if (da) kernels::matmul_nt(da, g, b.data(), M, N, K, true);
-      if (db) kernels::matmul_tn(db, a.data(), g, K, M, N, true);
-    }
+    if (da) kernels::matmul_nt(da, g, b.data(), M, N, K, true);  // dA = G B^T
+    if (db) kernels::matmul_tn(db, a.data(), g, K, M, N, true);  // dB = A^T G
   });
   return out;
 }
@@ -467,21 +438,17 @@ LinearSizes linear_sizes(const Tensor& x, const Tensor& weight, const Tensor& bi
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  const bool ref = use_reference_kernels();
   auto [N, C, OC, out, inputs] = linear_sizes(x, weight, bias, "linear");
-  const auto kernel = ref ? reference::linear_forward : kernels::linear_forward;
-  kernel(out.data(), x.data(), weight.data(), bias.defined() ? bias.data() : nullptr, N, C, OC);
+  kernels::linear_forward(out.data(), x.data(), weight.data(), bias.defined() ? bias.data() : nullptr, N, C, OC);
   if (!needs_grad({&x, &weight, &bias})) return out;
-  record(out, "linear", inputs, [x, weight, bias, N, C, OC, ref](const float* g) {
-    const auto kernel = ref ? reference::linear_backward : kernels::linear_backward;
+  record(out, "linear", inputs, [x, weight, bias, N, C, OC](const float* g) {
     const auto [dx, dweight, dbias] = grad_outs<3>({&x, &weight, &bias});
-    kernel(dx, dweight, dbias, g, x.data(), weight.data(), N, C, OC);
+    kernels::linear_backward(dx, dweight, dbias, g, x.data(), weight.data(), N, C, OC);
   });
   return out;
 }
 
 Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  if (use_reference_kernels()) return relu(linear(x, weight, bias));  // the reference: the two ops
   auto [N, C, OC, out, inputs] = linear_sizes(x, weight, bias, "linear_relu");
   kernels::linear_relu_forward(out.data(), x.data(), weight.data(), bias.defined() ? bias.data() : nullptr, N, C, OC);
   if (!needs_grad({&x, &weight, &bias})) return out;
@@ -495,7 +462,6 @@ Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& gamma, const Tensor& beta,
                   float eps) {
-  const bool ref = use_reference_kernels();
   const int64_t cols = trailing_cols(x, normalized_shape, "layer_norm");
   check_param(gamma, normalized_shape, "layer_norm", "weight (gamma)");
   check_param(beta, normalized_shape, "layer_norm", "bias (beta)");
@@ -506,44 +472,40 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   // input. Only kept when backward will need them.
   auto mean = std::make_shared<std::vector<float>>(grad ? rows : 0);
   auto rstd = std::make_shared<std::vector<float>>(grad ? rows : 0);
-  const auto kernel = ref ? reference::layer_norm_forward : kernels::layer_norm_forward;
-  kernel(out.data(), grad ? mean->data() : nullptr, grad ? rstd->data() : nullptr, x.data(),
-         gamma.defined() ? gamma.data() : nullptr, beta.defined() ? beta.data() : nullptr, rows, cols, eps);
+  kernels::layer_norm_forward(out.data(), grad ? mean->data() : nullptr, grad ? rstd->data() : nullptr, x.data(),
+                              gamma.defined() ? gamma.data() : nullptr, beta.defined() ? beta.data() : nullptr, rows,
+                              cols, eps);
   if (!grad) return out;
   std::vector<Tensor> inputs{x};
   if (gamma.defined()) inputs.push_back(gamma);
   if (beta.defined()) inputs.push_back(beta);
-  record(out, "layer_norm", inputs, [x, gamma, beta, mean, rstd, rows, cols, ref](const float* g) {
-    const auto kernel = ref ? reference::layer_norm_backward : kernels::layer_norm_backward;
-    kernel(grad_ptr(x), grad_ptr(gamma), grad_ptr(beta), g, x.data(), gamma.defined() ? gamma.data() : nullptr,
-           mean->data(), rstd->data(), rows, cols);
+  record(out, "layer_norm", inputs, [x, gamma, beta, mean, rstd, rows, cols](const float* g) {
+    kernels::layer_norm_backward(grad_ptr(x), grad_ptr(gamma), grad_ptr(beta), g, x.data(),
+                                 gamma.defined() ? gamma.data() : nullptr, mean->data(), rstd->data(), rows, cols);
   });
   return out;
 }
 
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& gamma, float eps) {
-  const bool ref = use_reference_kernels();
   const int64_t cols = trailing_cols(x, normalized_shape, "rms_norm");
   check_param(gamma, normalized_shape, "rms_norm", "weight (gamma)");
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
   Tensor out = Tensor::empty(x.shape());
   auto rstd = std::make_shared<std::vector<float>>(rows);
-  const auto kernel = ref ? reference::rms_norm_forward : kernels::rms_norm_forward;
-  kernel(out.data(), rstd->data(), x.data(), gamma.defined() ? gamma.data() : nullptr, rows, cols, eps);
+  kernels::rms_norm_forward(out.data(), rstd->data(), x.data(), gamma.defined() ? gamma.data() : nullptr, rows, cols,
+                            eps);
   if (!needs_grad({&x, &gamma})) return out;
   std::vector<Tensor> inputs{x};
   if (gamma.defined()) inputs.push_back(gamma);
-  record(out, "rms_norm", inputs, [x, gamma, rstd, rows, cols, ref](const float* g) {
-    const auto kernel = ref ? reference::rms_norm_backward : kernels::rms_norm_backward;
-    kernel(grad_ptr(x), grad_ptr(gamma), g, x.data(), gamma.defined() ? gamma.data() : nullptr, rstd->data(), rows,
-           cols);
+  record(out, "rms_norm", inputs, [x, gamma, rstd, rows, cols](const float* g) {
+    kernels::rms_norm_backward(grad_ptr(x), grad_ptr(gamma), g, x.data(), gamma.defined() ? gamma.data() : nullptr,
+                               rstd->data(), rows, cols);
   });
   return out;
 }
 
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor running_mean,
                   Tensor running_var, bool training, float momentum, float eps) {
-  const bool ref = use_reference_kernels();
   require(x.dim() == 2, fmt::format("batch_norm: expects (tokens, features), got {}", shape_str(x.shape())));
   const int64_t N = x.size(0), C = x.size(1);
   check_param(gamma, {C}, "batch_norm", "weight (gamma)");
@@ -557,13 +519,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tens
   const float* pb = beta.defined() ? beta.data() : nullptr;
   if (training) {
     require(N > 0, "batch_norm: training mode needs at least one token");
-    const auto kernel = ref ? reference::batch_norm_forward_train : kernels::batch_norm_forward_train;
-    kernel(out.data(), mean->data(), rstd->data(), running_mean.defined() ? running_mean.data() : nullptr,
-           running_var.defined() ? running_var.data() : nullptr, x.data(), pg, pb, N, C, eps, momentum);
+    kernels::batch_norm_forward_train(out.data(), mean->data(), rstd->data(),
+                                      running_mean.defined() ? running_mean.data() : nullptr,
+                                      running_var.defined() ? running_var.data() : nullptr, x.data(), pg, pb, N, C, eps,
+                                      momentum);
   } else {
     require(running_mean.defined() && running_var.defined(), "batch_norm: eval mode needs running statistics");
-    const auto kernel = ref ? reference::batch_norm_forward_eval : kernels::batch_norm_forward_eval;
-    kernel(out.data(), x.data(), running_mean.data(), running_var.data(), pg, pb, N, C, eps);
+    kernels::batch_norm_forward_eval(out.data(), x.data(), running_mean.data(), running_var.data(), pg, pb, N, C, eps);
     for (int64_t c = 0; c < C; ++c) {
       (*mean)[c] = running_mean.data()[c];
       (*rstd)[c] = 1.0f / std::sqrt(running_var.data()[c] + eps);
@@ -573,11 +535,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tens
   std::vector<Tensor> inputs{x};
   if (gamma.defined()) inputs.push_back(gamma);
   if (beta.defined()) inputs.push_back(beta);
-  record(out, "batch_norm", inputs, [x, gamma, beta, mean, rstd, N, C, training, ref](const float* g) {
+  record(out, "batch_norm", inputs, [x, gamma, beta, mean, rstd, N, C, training](const float* g) {
     const float* pgam = gamma.defined() ? gamma.data() : nullptr;
     if (training) {
-      const auto kernel = ref ? reference::batch_norm_backward : kernels::batch_norm_backward;
-      kernel(grad_ptr(x), grad_ptr(gamma), grad_ptr(beta), g, x.data(), pgam, mean->data(), rstd->data(), N, C);
+      kernels::batch_norm_backward(grad_ptr(x), grad_ptr(gamma), grad_ptr(beta), g, x.data(), pgam, mean->data(),
+                                   rstd->data(), N, C);
       return;
     }
     // Eval mode: the statistics are constants, so the op is an affine map per feature.
@@ -626,7 +588,6 @@ Tensor embedding(const std::vector<int32_t>& ids, const Tensor& weight) {
 }
 
 Tensor attention(const Tensor& qkv, const std::vector<int64_t>& offsets, int64_t num_heads) {
-  const bool ref = use_reference_kernels();
   require(qkv.dim() == 2 && qkv.size(1) % 3 == 0,
           fmt::format("attention: qkv must be (tokens, 3*d_model), got {}", shape_str(qkv.shape())));
   const int64_t T = qkv.size(0), C = qkv.size(1) / 3, B = static_cast<int64_t>(offsets.size()) - 1;
@@ -639,31 +600,26 @@ Tensor attention(const Tensor& qkv, const std::vector<int64_t>& offsets, int64_t
   // The forward writes every float of its cache: not zero-filled first (Storage), so each thread's
   // first touch of its part is its own write, not a line the main thread just zeroed.
   auto att = std::make_shared<Storage>(
-      !grad ? 0
-      : ref ? reference::attention_cache_size(saved_offsets->data(), B, num_heads)
-            : kernels::attention_cache_size(saved_offsets->data(), B, num_heads));
-  const auto kernel = ref ? reference::attention_forward : kernels::attention_forward;
-  kernel(out.data(), grad ? att->data() : nullptr, qkv.data(), saved_offsets->data(), B, C, num_heads);
+      grad ? kernels::attention_cache_size(saved_offsets->data(), B, num_heads) : 0);
+  kernels::attention_forward(out.data(), grad ? att->data() : nullptr, qkv.data(), saved_offsets->data(), B, C,
+                             num_heads);
   if (!grad) return out;
-  record(out, "attention", {qkv}, [qkv, saved_offsets, att, B, C, num_heads, ref](const float* g) {
-    const auto kernel = ref ? reference::attention_backward : kernels::attention_backward;
-    kernel(grad_outs<1>({&qkv})[0], g, qkv.data(), att->data(), saved_offsets->data(), B, C, num_heads);
+  record(out, "attention", {qkv}, [qkv, saved_offsets, att, B, C, num_heads](const float* g) {
+    kernels::attention_backward(grad_outs<1>({&qkv})[0], g, qkv.data(), att->data(), saved_offsets->data(), B, C,
+                                num_heads);
   });
   return out;
 }
 
 Tensor softmax(const Tensor& x) {
-  const bool ref = use_reference_kernels();
   require(x.dim() >= 1, "softmax: needs at least one dimension");
   const int64_t cols = x.size(-1), rows = cols == 0 ? 0 : x.numel() / cols;
   Tensor out = Tensor::empty(x.shape());
-  const auto kernel = ref ? reference::softmax_forward : kernels::softmax_forward;
-  kernel(out.data(), x.data(), rows, cols);
+  kernels::softmax_forward(out.data(), x.data(), rows, cols);
   if (!needs_grad({&x})) return out;
   Tensor y = out.detach();
-  record(out, "softmax", {x}, [x, y, rows, cols, ref](const float* g) {
-    const auto kernel = ref ? reference::softmax_backward : kernels::softmax_backward;
-    kernel(grad_ptr(x), g, y.data(), rows, cols);
+  record(out, "softmax", {x}, [x, y, rows, cols](const float* g) {
+    kernels::softmax_backward(grad_ptr(x), g, y.data(), rows, cols);
   });
   return out;
 }
@@ -701,7 +657,6 @@ Tensor mean_pool(const Tensor& x, const std::vector<int64_t>& offsets) {
 }
 
 Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets) {
-  const bool ref = use_reference_kernels();
   require(logits.dim() == 2 && logits.size(0) == static_cast<int64_t>(targets.size()),
           fmt::format("cross_entropy: logits {} and {} targets do not match", shape_str(logits.shape()),
                       targets.size()));
@@ -711,13 +666,12 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets) 
   auto probs = std::make_shared<std::vector<float>>(static_cast<size_t>(N * V));
   std::vector<float> losses(static_cast<size_t>(N));
   auto saved_targets = std::make_shared<std::vector<int32_t>>(targets);
-  const auto kernel = ref ? reference::cross_entropy_forward : kernels::cross_entropy_forward;
-  const float loss = kernel(losses.data(), probs->data(), logits.data(), saved_targets->data(), N, V);
+  const float loss =
+      kernels::cross_entropy_forward(losses.data(), probs->data(), logits.data(), saved_targets->data(), N, V);
   Tensor out = Tensor::scalar(loss);
   if (!needs_grad({&logits})) return out;
-  record(out, "cross_entropy", {logits}, [logits, probs, saved_targets, N, V, ref](const float* g) {
-    const auto kernel = ref ? reference::cross_entropy_backward : kernels::cross_entropy_backward;
-    kernel(grad_ptr(logits), probs->data(), saved_targets->data(), N, V, g[0]);
+  record(out, "cross_entropy", {logits}, [logits, probs, saved_targets, N, V](const float* g) {
+    kernels::cross_entropy_backward(grad_ptr(logits), probs->data(), saved_targets->data(), N, V, g[0]);
   });
   return out;
 }

@@ -3,7 +3,6 @@
 #include <fstream>
 
 #include "normlab/kernels/dispatch.hpp"
-#include "normlab/kernels/reference/mode.hpp"
 
 namespace normlab {
 
@@ -22,7 +21,7 @@ std::string cpu_model() {
 }
 
 std::string kernels_in_use() {
-  return kernels::reference::reference_kernels_enabled() ? "reference" : kernels::active_isa_name();
+  return kernels::active_isa_name();
 }
 
 }  // namespace normlab

@@ -6,7 +6,7 @@
 
 namespace normlab::test {
 
-// The paths this machine can run, generic first.
+// The fast paths this machine can run, generic first (the reference path computes other bits).
 inline std::vector<kernels::Isa> available_isas() {
   std::vector<kernels::Isa> isas;
   for (kernels::Isa isa : {kernels::Isa::generic, kernels::Isa::avx2, kernels::Isa::avx512})

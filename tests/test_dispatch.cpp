@@ -37,6 +37,11 @@ TEST_CASE("dispatch: names and the best path and parsing NORMLAB_ISA values") {
   CHECK(std::string(kernels::isa_name(kernels::Isa::generic)) == "generic");
   CHECK(std::string(kernels::isa_name(kernels::Isa::avx2)) == "avx2");
   CHECK(std::string(kernels::isa_name(kernels::Isa::avx512)) == "avx512");
+  CHECK(std::string(kernels::isa_name(kernels::Isa::reference)) == "reference");
+  // The reference is an entry of the dispatch that any CPU runs, but never the one chosen for speed.
+  CHECK(kernels::parse_isa("reference", "NORMLAB_ISA") == kernels::Isa::reference);
+  CHECK(kernels::cpu_supports(kernels::Isa::reference));
+  CHECK(kernels::best_isa() != kernels::Isa::reference);
   CHECK(kernels::cpu_supports(kernels::Isa::generic));
   CHECK(kernels::cpu_supports(kernels::best_isa()));
   // avx512 implies avx2 (x86-64-v4 includes v3), and avx2 implies FMA.

@@ -18,6 +18,7 @@
 #include "normlab/kernels/activations.hpp"
 #include "normlab/kernels/attention.hpp"
 #include "normlab/kernels/cross_entropy.hpp"
+#include "normlab/kernels/dispatch.hpp"
 #include "normlab/kernels/layer_norm.hpp"
 #include "normlab/kernels/linear.hpp"
 #include "normlab/kernels/matmul.hpp"
@@ -52,21 +53,22 @@ std::vector<float> normals(uint64_t seed, size_t n, float stddev = 1.0f) {
 }
 
 
-// Sets NORMLAB_KERNELS for one scope and restores what was there.
-struct KernelsEnv {
+// Sets an environment variable for one scope and restores what was there.
+struct ScopedEnv {
+  const char* name;
   std::optional<std::string> saved;
-  explicit KernelsEnv(const char* value) {
-    if (const char* old = std::getenv("NORMLAB_KERNELS")) saved = old;
+  ScopedEnv(const char* variable, const char* value) : name(variable) {
+    if (const char* old = std::getenv(name)) saved = old;
     if (value)
-      ::setenv("NORMLAB_KERNELS", value, 1);
+      ::setenv(name, value, 1);
     else
-      ::unsetenv("NORMLAB_KERNELS");
+      ::unsetenv(name);
   }
-  ~KernelsEnv() {
+  ~ScopedEnv() {
     if (saved)
-      ::setenv("NORMLAB_KERNELS", saved->c_str(), 1);
+      ::setenv(name, saved->c_str(), 1);
     else
-      ::unsetenv("NORMLAB_KERNELS");
+      ::unsetenv(name);
   }
 };
 
@@ -78,29 +80,49 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& lengths) {
 
 }  // namespace
 
-TEST_CASE("reference kernels: NORMLAB_KERNELS selects them, and a bad value names the variable") {
+TEST_CASE("reference kernels: one entry of the dispatch, chosen by NORMLAB_ISA or NORMLAB_KERNELS") {
+  using normlab::kernels::Isa;
+  using normlab::kernels::isa_from_environment;
   {
-    KernelsEnv env(nullptr);
-    CHECK_FALSE(ref::reference_kernels_enabled());
-  }
-  {
-    KernelsEnv env("fast");
-    CHECK_FALSE(ref::reference_kernels_enabled());
+    ScopedEnv isa("NORMLAB_ISA", nullptr), kernels("NORMLAB_KERNELS", nullptr);
+    CHECK(isa_from_environment() == normlab::kernels::best_isa());
   }
   {
-    KernelsEnv env("reference");
-    CHECK(ref::reference_kernels_enabled());
+    ScopedEnv isa("NORMLAB_ISA", nullptr), kernels("NORMLAB_KERNELS", "fast");
+    CHECK(isa_from_environment() == normlab::kernels::best_isa());
   }
-  KernelsEnv env("refrence");
-  try {
-    ref::reference_kernels_enabled();
-    FAIL("no error for NORMLAB_KERNELS=refrence");
-  } catch (const normlab::InputError& e) {
-    CHECK(std::string(e.what()).find("NORMLAB_KERNELS") != std::string::npos);
-    CHECK(std::string(e.what()).find("refrence") != std::string::npos);
+  {
+    ScopedEnv isa("NORMLAB_ISA", "reference"), kernels("NORMLAB_KERNELS", nullptr);
+    CHECK(isa_from_environment() == Isa::reference);
   }
-  // The ops check it too: an input error, not a silent fallback to the fast kernels.
-  CHECK_THROWS_AS(normlab::ops::softmax(Tensor::ones({2, 3})), normlab::InputError);
+  {
+    ScopedEnv isa("NORMLAB_ISA", nullptr), kernels("NORMLAB_KERNELS", "reference");
+    CHECK(isa_from_environment() == Isa::reference);
+  }
+  {
+    ScopedEnv isa("NORMLAB_ISA", "generic"), kernels("NORMLAB_KERNELS", "reference");
+    CHECK_THROWS_WITH_AS(isa_from_environment(), doctest::Contains("two different kernel paths"),
+                         normlab::InputError);
+  }
+  {
+    ScopedEnv isa("NORMLAB_ISA", nullptr), kernels("NORMLAB_KERNELS", "refrence");
+    try {
+      isa_from_environment();
+      FAIL("no error for NORMLAB_KERNELS=refrence");
+    } catch (const normlab::InputError& e) {
+      CHECK(std::string(e.what()).find("NORMLAB_KERNELS") != std::string::npos);
+      CHECK(std::string(e.what()).find("refrence") != std::string::npos);
+    }
+  }
+  // Set in a test, the reference path is what every public kernel runs: the same numbers as
+  // calling the reference build by name.
+  const Isa before = normlab::kernels::active_isa();
+  normlab::kernels::set_active_isa(Isa::reference);
+  std::vector<float> x = {1.0f, 2.0f, 4.0f, -3.0f}, y_public(4), y_ref(4);
+  nk::layer_norm_forward(y_public.data(), nullptr, nullptr, x.data(), nullptr, nullptr, 1, 4, 1e-5f);
+  ref::layer_norm_forward(y_ref.data(), nullptr, nullptr, x.data(), nullptr, nullptr, 1, 4, 1e-5f);
+  normlab::kernels::set_active_isa(before);
+  CHECK(y_public == y_ref);
 }
 
 TEST_CASE("reference kernels: fast softmax, gelu, relu and cross-entropy agree with them") {
@@ -165,16 +187,16 @@ TEST_CASE("reference kernels: the fast GEMM layouts and Linear agree with them")
     INFO("accumulate " << accumulate);
     std::vector<float> c_fast = C0, c_ref = C0;
     nk::matmul_nn(c_fast.data(), A.data(), B.data(), M, K, N, accumulate);
-    ref::matmul_nn(c_ref.data(), A.data(), B.data(), M, K, N, accumulate);
+    ref::matmul_nn(c_ref.data(), A.data(), B.data(), M, K, N, accumulate, false);
     CHECK(relative_max_error(c_fast, c_ref) <= 1e-5);
     // The same buffers read as B^T (N,K) and A^T (K,M).
     c_fast = C0, c_ref = C0;
     nk::matmul_nt(c_fast.data(), A.data(), B.data(), M, K, N, accumulate);
-    ref::matmul_nt(c_ref.data(), A.data(), B.data(), M, K, N, accumulate);
+    ref::matmul_nt(c_ref.data(), A.data(), B.data(), M, K, N, accumulate, false);
     CHECK(relative_max_error(c_fast, c_ref) <= 1e-5);
     c_fast = C0, c_ref = C0;
     nk::matmul_tn(c_fast.data(), A.data(), B.data(), M, K, N, accumulate);
-    ref::matmul_tn(c_ref.data(), A.data(), B.data(), M, K, N, accumulate);
+    ref::matmul_tn(c_ref.data(), A.data(), B.data(), M, K, N, accumulate, false);
     CHECK(relative_max_error(c_fast, c_ref) <= 1e-5);
   }
 
@@ -291,6 +313,7 @@ TEST_CASE("reference kernels: a short training run ends within 1e-3 of the fast 
   CHECK(std::fabs(valid_ref - valid_fast) <= 1e-3 * std::fabs(valid_fast));
 
   CHECK(run("NORMLAB_KERNELS=reference", "--version").second.find("kernels: reference") != std::string::npos);
+  CHECK(run("NORMLAB_ISA=reference", "--version").second.find("kernels: reference") != std::string::npos);
   CHECK(run("NORMLAB_KERNELS=fast", "--version").second.find("kernels: reference") == std::string::npos);
   auto [code, output] = run("NORMLAB_KERNELS=slow", "--version");
   CHECK(code == 2);
@@ -337,7 +360,7 @@ TEST_CASE("reference kernels: NORMLAB_KERNELS routes the ops and Adam to them, b
     if (reference) {
       ref::layer_norm_forward(out[0].data(), nullptr, nullptr, x.data(), gamma.data(), beta.data(), N, C, 1e-5f);
       ref::softmax_forward(out[1].data(), x.data(), N, C);
-      ref::matmul_nn(out[2].data(), x.data(), w.data(), N, C, 7, false);
+      ref::matmul_nn(out[2].data(), x.data(), w.data(), N, C, 7, false, false);
       ref::gelu_forward(out[3].data(), x.data(), N * C);
     } else {
       nk::layer_norm_forward(out[0].data(), nullptr, nullptr, x.data(), gamma.data(), beta.data(), N, C, 1e-5f);

@@ -312,9 +312,9 @@ TEST_CASE("reference truth: matmul (nn, nt, tn, accumulate) and Linear forward a
     for (int64_t j = 0; j < N; ++j) bt[size_t(j * K + k)] = b[size_t(k * N + j)];
   for (bool add : {false, true}) {
     std::vector<float> nn = start, nt = start, tn = start;
-    ref::matmul_nn(nn.data(), a.data(), b.data(), M, K, N, add);
-    ref::matmul_nt(nt.data(), a.data(), bt.data(), M, K, N, add);
-    ref::matmul_tn(tn.data(), at.data(), b.data(), M, K, N, add);
+    ref::matmul_nn(nn.data(), a.data(), b.data(), M, K, N, add, false);
+    ref::matmul_nt(nt.data(), a.data(), bt.data(), M, K, N, add, false);
+    ref::matmul_tn(tn.data(), at.data(), b.data(), M, K, N, add, false);
     CHECK(relative_max_error(nn, product(add)) < kTol);
     CHECK(relative_max_error(nt, product(add)) < kTol);
     CHECK(relative_max_error(tn, product(add)) < kTol);

@@ -8,8 +8,6 @@
 
 #include "normlab/error.hpp"
 #include "normlab/kernels/attention.hpp"
-#include "normlab/kernels/reference/attention.hpp"
-#include "normlab/kernels/reference/mode.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/rng.hpp"
 #include "normlab/stats.hpp"
@@ -27,11 +25,10 @@ AttentionBenchResult bench_attention(int64_t B, int64_t L, int64_t C, int64_t NH
   for (int64_t b = 0; b <= B; b++) offsets[size_t(b)] = b * L;
   const int64_t T = B * L;
 
-  // NORMLAB_KERNELS=reference times the plain loops instead (and their (L, L) cache).
-  const bool reference = kernels::reference::reference_kernels_enabled();
-  const auto cache_size = reference ? kernels::reference::attention_cache_size : kernels::attention_cache_size;
-  const auto forward_kernel = reference ? kernels::reference::attention_forward : kernels::attention_forward;
-  const auto backward_kernel = reference ? kernels::reference::attention_backward : kernels::attention_backward;
+  // NORMLAB_ISA=reference times the plain loops (and their (L, L) cache): the dispatch picks them.
+  const auto cache_size = kernels::attention_cache_size;
+  const auto forward_kernel = kernels::attention_forward;
+  const auto backward_kernel = kernels::attention_backward;
 
   Rng rng(1234);
   // Tensor storage (cache-line aligned), as in training: threads then write disjoint cache lines.

@@ -8,8 +8,6 @@
 
 #include "normlab/error.hpp"
 #include "normlab/kernels/matmul.hpp"
-#include "normlab/kernels/reference/matmul.hpp"
-#include "normlab/kernels/reference/mode.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/rng.hpp"
 #include "normlab/stats.hpp"
@@ -31,15 +29,8 @@ GemmBenchResult bench_gemm(std::string_view variant, int64_t M, int64_t K, int64
   for (auto& v : A) v = rng.normal();
   for (auto& v : B) v = rng.normal();
 
-  // NORMLAB_KERNELS=reference times the plain loops instead.
-  const bool reference = kernels::reference::reference_kernels_enabled();
+  // NORMLAB_ISA=reference times the plain loops (the dispatch picks them).
   auto call = [&] {
-    if (reference) {
-      if (variant == "nn") kernels::reference::matmul_nn(C.data(), A.data(), B.data(), M, K, N, false);
-      if (variant == "nt") kernels::reference::matmul_nt(C.data(), A.data(), B.data(), M, K, N, false);
-      if (variant == "tn") kernels::reference::matmul_tn(C.data(), A.data(), B.data(), M, K, N, false);
-      return;
-    }
     if (variant == "nn") kernels::matmul_nn(C.data(), A.data(), B.data(), M, K, N, false);
     if (variant == "nt") kernels::matmul_nt(C.data(), A.data(), B.data(), M, K, N, false);
     if (variant == "tn") kernels::matmul_tn(C.data(), A.data(), B.data(), M, K, N, false);

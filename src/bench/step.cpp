@@ -11,7 +11,6 @@
 #include "normlab/bench/gemm.hpp"
 #include "normlab/error.hpp"
 #include "normlab/kernels/dispatch.hpp"
-#include "normlab/kernels/reference/mode.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/stats.hpp"
 #include "normlab/train/trainer.hpp"
@@ -77,7 +76,7 @@ BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warm
   result.mean_tokens = total_tokens / double(repeats);
   result.tokens_per_s = total_s > 0 ? total_tokens / total_s : 0.0;
   result.peak_rss_mib = peak_rss_mib();
-  result.kernels = kernels::reference::reference_kernels_enabled() ? "reference" : kernels::active_isa_name();
+  result.kernels = kernels::active_isa_name();
   result.flops_per_step = total_flops / double(repeats);
   result.gflops = result.flops_per_step / (result.step_ms * 1e-3) / 1e9;
   // The 1-thread GEMM rate, after the peak RSS is read (its 3 MiB would count otherwise).

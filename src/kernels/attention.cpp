@@ -29,6 +29,7 @@
 // 16 fixed lanes. So every path gives the same bits.
 #include "normlab/kernels/attention.hpp"
 #include "isa_kernels.hpp"
+#include "lanes.hpp"
 
 #include <omp.h>
 
@@ -51,8 +52,6 @@ namespace {
 
 // Query rows per block: the same on every path, since dK and dV are summed block by block.
 constexpr int64_t kQueryBlock = 48;
-// Row sums run over this many fixed lanes (one cache line), whatever the vector width.
-constexpr int64_t kLanes = 16;
 // Rows of B (and of the scratch matrices) are padded to a multiple of this many floats.
 constexpr int64_t kPad = 16;
 
@@ -336,29 +335,6 @@ void transpose_padded(float* dst, int64_t ld, const float* src, int64_t src_ld, 
 #endif
   for (int64_t r = 0; r < rows; r++)
     for (int64_t c = c0; c < cols; c++) dst[c * ld + r] = src[r * src_ld + c];
-}
-
-// The kLanes partial sums of a row, added pairwise in a fixed order (lane l + lane l+8, then
-// halves again): the same bits whatever the vector width.
-// The vector paths run the same additions on registers: (lo 8 + hi 8), (lo 4 + hi 4), ...
-#if defined(__AVX2__)
-inline float sum_halves(__m256 y) {  // y = the 8 sums lane l + lane l+8
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(y), _mm256_extractf128_ps(y, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
-  return _mm_cvtss_f32(x);
-}
-#endif
-inline float sum_lanes(const float* lanes) {
-#if defined(__AVX2__)
-  return sum_halves(_mm256_add_ps(_mm256_loadu_ps(lanes), _mm256_loadu_ps(lanes + 8)));
-#else
-  float x[kLanes];
-  for (int64_t l = 0; l < kLanes; l++) x[l] = lanes[l];
-  for (int64_t width = kLanes / 2; width >= 1; width /= 2)
-    for (int64_t l = 0; l < width; l++) x[l] += x[l + width];
-  return x[0];
-#endif
 }
 
 // sum of x[j] * y[j] over [0, n), n a multiple of kLanes: lane l sums j = l, l + 16, ... in order.

@@ -1,8 +1,11 @@
 #pragma once
-// The fast kernels are compiled once per path (CMakeLists.txt): each src/kernels/*.cpp defines its
-// functions in normlab::kernels::NORMLAB_KERNEL_ISA (generic, avx2 or avx512), with the public
-// signature. This header declares all three sets; src/kernels/dispatch/entry_points.cpp defines
-// the public normlab::kernels functions, each a switch on active_isa().
+// The four builds of every kernel, each in its own namespace with the public signature:
+//   reference  src/kernels/reference/*.cpp, the plain loops (compiled once)
+//   generic, avx2, avx512  src/kernels/*.cpp compiled once per path (CMakeLists.txt), each defining
+//              its functions in normlab::kernels::NORMLAB_KERNEL_ISA
+// This header declares all four sets, so a build whose signature drifts from the public one fails
+// to compile or link; src/kernels/dispatch/entry_points.cpp defines the public normlab::kernels
+// functions, each a switch on active_isa().
 #include "normlab/kernels/activations.hpp"
 #include "normlab/kernels/attention.hpp"
 #include "normlab/kernels/batch_norm.hpp"
@@ -17,14 +20,13 @@
 #include "normlab/kernels/softmax.hpp"
 
 // Every dispatched kernel, by name.
-#define NORMLAB_FAST_KERNELS(X)                                                                    \
+#define NORMLAB_KERNELS(X)                                                                    \
   X(relu_forward) X(relu_backward) X(gelu_forward) X(gelu_backward) X(dyt_forward) X(dyt_backward) \
   X(attention_cache_size) X(attention_forward) X(attention_backward)                               \
   X(batch_norm_forward_train) X(batch_norm_forward_eval) X(batch_norm_backward)                    \
   X(cross_entropy_forward) X(cross_entropy_backward)                              \
   X(dropout_forward) X(dropout_backward) X(embedding_forward) X(embedding_backward)                \
-  X(layer_norm_forward) X(layer_norm_backward) X(layer_norm_residual_forward)  \
-  X(layer_norm_residual_backward) X(linear_forward) X(linear_backward)                \
+  X(layer_norm_forward) X(layer_norm_backward) X(linear_forward) X(linear_backward)                \
   X(linear_relu_forward) X(linear_relu_backward)                                                   \
   X(matmul_nn) X(matmul_nt) X(matmul_tn) X(rms_norm_forward) X(rms_norm_backward)                  \
   X(softmax_forward) X(softmax_backward)
@@ -33,14 +35,17 @@
 // between kernels of one path pass every argument).
 #define NORMLAB_DECLARE_ISA_KERNEL(name) decltype(::normlab::kernels::name) name;
 
+namespace normlab::kernels::reference {
+NORMLAB_KERNELS(NORMLAB_DECLARE_ISA_KERNEL)
+}
 namespace normlab::kernels::generic {
-NORMLAB_FAST_KERNELS(NORMLAB_DECLARE_ISA_KERNEL)
+NORMLAB_KERNELS(NORMLAB_DECLARE_ISA_KERNEL)
 }
 namespace normlab::kernels::avx2 {
-NORMLAB_FAST_KERNELS(NORMLAB_DECLARE_ISA_KERNEL)
+NORMLAB_KERNELS(NORMLAB_DECLARE_ISA_KERNEL)
 }
 namespace normlab::kernels::avx512 {
-NORMLAB_FAST_KERNELS(NORMLAB_DECLARE_ISA_KERNEL)
+NORMLAB_KERNELS(NORMLAB_DECLARE_ISA_KERNEL)
 }
 
 #undef NORMLAB_DECLARE_ISA_KERNEL

@@ -1,70 +1,46 @@
-// LayerNorm forward/backward on raw arrays. Math and derivation: docs/layernorm.md.
+// LayerNorm forward/backward on raw arrays, the fast version. Read the plain version first
+// (src/kernels/reference/layer_norm.cpp: the same math, one loop per step); the derivation of the
+// backward is in docs/layernorm.md. This file computes the same numbers to float rounding, and the
+// same bits on every fast path, thread count and row grouping.
+//
+// Call map, top to bottom:
+//
+//   Part 1, one row at a time (the whole algorithm):
+//     forward_row        mean (row_sum), biased variance (row_sum_squared_deviation), rstd,
+//                        then y = gamma * xhat + beta (normalize_row)
+//     backward_row       pass 1: g = dout * gamma and three row sums (backward_row_sums);
+//                        pass 2: dx and this thread's dgamma/dbeta partials (backward_row_update)
+//   Part 2, speed (no new math):
+//     forward_rows<R>, backward_rows<R>   the same steps for R rows side by side
+//     PrefetchNext                        ask for the next rows while this one is summed
+//     for_row_groups                      groups of R while they fit in L1, then single rows
+//   Part 3, the public kernels:
+//     layer_norm_forward, layer_norm_backward   split the rows over threads (thread_rows)
 //
 // Precision plan: each row's statistics (mean, variance, and the two row means of the backward)
-// are accumulated in double; the elementwise work (normalize, dx) is float and vectorizes. Sums
-// over a row keep kLanes independent partial sums, each added in index order, then combined in lane
-// order: the compiler can put the lanes in vector registers (so the loop vectorizes without
-// -ffast-math), and the rounding of a row depends only on the row's values, not on its address,
-// its neighbours or the thread that ran it.
-//
-// Rows go a few at a time (a group), step by step: the sums of all the group's rows, then their
-// means, then their squared deviations, and so on. One row is a chain of dependent steps (sum,
-// reduce, divide, sum again, sqrt, divide, normalize); at small cols (64) the row spends most of
-// its time waiting on their latencies. The group's rows are independent chains placed side by
-// side, which the out-of-order core overlaps. Each row still goes through exactly the operations
-// it would alone, so the bits do not depend on the grouping.
+// are accumulated in double, in the fixed lanes of lanes.hpp; the elementwise work (normalize, dx)
+// is float and vectorizes.
 #include "normlab/kernels/layer_norm.hpp"
 #include "isa_kernels.hpp"
+#include "lanes.hpp"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <vector>
 
 namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 namespace {
 
-// Independent partial sums per row reduction: 16 doubles = two AVX-512 or four AVX2 registers. The
-// same 16 on every path, so the rounding does not depend on the vector width.
-constexpr int kLanes = 16;
-// Rows processed side by side (see the top of the file); a thread's last rows that do not fill a
-// group go one at a time through the same code. The backward's group is smaller: each of its rows
-// has four arrays in play (dout, x, g, dx) where the forward's has two.
-constexpr int kForwardGroup = 8;
-constexpr int kBackwardGroup = 4;
-// Groups are used while a group spans at most this many floats per array (8 KB): beyond, a row's
-// own chain is long enough to keep the core busy, and a group's rows (with the next group's,
-// prefetched) would crowd L1, where one row at a time stays in it between its passes.
-constexpr int64_t kMaxGroupFloats = 2048;
-// Below this many elements a call runs on one thread: starting a team costs more than it saves.
-constexpr int64_t kMinParallelElements = int64_t{1} << 15;
+// ======================================================================== Part 1: one row
 
-// Rows [begin, end) of thread `thread` of `threads`: contiguous blocks, the first rows % threads
-// threads one row more. This is the split libgomp's schedule(static) makes of a loop over rows;
-// the backward's dgamma/dbeta depend on it (each thread sums its own rows), so it is spelled out.
-struct RowRange {
-  int64_t begin, end;
+// Prefetch hints for the row sums: NoPrefetch asks for nothing (Part 2 has the one that does). A
+// hint changes when memory is read, never a result.
+struct NoPrefetch {
+  void operator()(int64_t /*i*/) const {}
 };
-RowRange thread_rows(int64_t rows, int thread, int threads) {
-  const int64_t per_thread = rows / threads, extra = rows % threads, t = thread;
-  const int64_t begin = t * per_thread + std::min(t, extra);
-  return {begin, begin + per_thread + (t < extra ? 1 : 0)};
-}
-
-// Pairwise, in a fixed order: lane l + lane l+8, then halves again, down to one number. The lanes
-// are only read here: reducing them in place makes GCC keep half of them in memory inside the
-// summing loops.
-double sum_lanes(const double* lanes) {  // lanes: (kLanes)
-  double pairs[kLanes / 2];
-  for (int l = 0; l < kLanes / 2; l++) pairs[l] = lanes[l] + lanes[l + kLanes / 2];
-  for (int width = kLanes / 4; width >= 1; width /= 2) {
-    for (int l = 0; l < width; l++) pairs[l] += pairs[l + width];
-  }
-  return pairs[0];
-}
 
 // About the lane sums below: lanes start at 0.0, and the first line of the row sets them to
 // 0.0 + term (the rounding of adding the term to a zeroed lane; the compiler keeps the addition,
@@ -72,30 +48,22 @@ double sum_lanes(const double* lanes) {  // lanes: (kLanes)
 // microcoded store that costs more than the whole sum of a 64-float row. A row shorter than one
 // line has all-zero lanes, whose pairwise sum is 0.0: its total starts at 0.0.
 
-// Software prefetch of the 64-byte line holding p (16 floats). The passes over a row that already
-// sits in L1 are pure arithmetic, and without help the memory bus idles during them; asking for the
-// next rows' lines (and the lines this row will write) while the first pass streams keeps DRAM busy.
-inline void prefetch_for_read(const float* p) { __builtin_prefetch(p, 0, 3); }
-inline void prefetch_for_write(float* p) { __builtin_prefetch(p, 1, 3); }
-
-// sum_i x[i], in double; prefetches next_x (read) and y (write) along the way.
-double row_sum(const float* x, int64_t n,        // x: (n)
-               const float* next_x, float* y) {  // (n), (n): only prefetched
+// sum_i x[i], in double. prefetch(i) is called once per line of 16 floats after the first.
+template <class Prefetch>
+double row_sum(const float* x, int64_t n, Prefetch prefetch) {  // x: (n)
   double total = 0.0;
   int64_t i = 0;
   if (n >= kLanes) {
     double lanes[kLanes];
     for (int l = 0; l < kLanes; l++) lanes[l] = 0.0 + double(x[l]);
     for (i = kLanes; i + kLanes <= n; i += kLanes) {  // kLanes floats = one cache line
-      prefetch_for_read(next_x + i);
-      prefetch_for_write(y + i);
-      // The prefetch calls make GCC give up on this loop nest; simd asks for the lanes loop anyway
+      prefetch(i);
+      // A prefetch call makes GCC give up on this loop nest; simd asks for the lanes loop anyway
       // (lanes are independent: no reordering of any sum).
 #pragma omp simd
       for (int l = 0; l < kLanes; l++) lanes[l] += double(x[i + l]);
     }
-    prefetch_for_read(next_x);  // the first line, skipped above
-    prefetch_for_write(y);
+    prefetch(0);  // the first line, skipped above
     total = sum_lanes(lanes);
   }
   for (; i < n; i++) total += double(x[i]);
@@ -129,6 +97,10 @@ double row_sum_squared_deviation(const float* x, int64_t n, double center) {  //
   return total;
 }
 
+// rstd = 1 / sqrt(var + eps). A constant row has var 0: rstd = 1/sqrt(eps) and every xhat is
+// exactly 0, so y = beta.
+double row_rstd(double var, float eps) { return 1.0 / std::sqrt(var + double(eps)); }
+
 // y = gamma * xhat + beta for one row, in float (gamma, beta may be nullptr). x - mean is formed
 // as (x - mean_hi) - mean_lo with mean = mean_hi + mean_lo to double precision: x - mean_hi is
 // exact when x is near the mean (Sterbenz lemma), so a row with mean 1e4 keeps the precision of its
@@ -154,87 +126,22 @@ void normalize_row(float* __restrict y,                                         
   }
 }
 
-// The rows after a group, to prefetch while the group is summed: row k of the group asks for row
-// k of the next group, or for itself past the last row of the array.
-struct NextRows {
-  const float* first;  // (count, cols): the next group's rows
-  int64_t count;       // how many of them exist, 0..group size
-  const float* row(const float* self, int k, int64_t cols) const { return k < count ? first + k * cols : self; }
-};
-
-// Forward of R consecutive rows: y = LN(x), mean and rstd of each row written where not nullptr.
-// Per row: two passes (it sits in L1 after the first): the mean, then the biased variance
-// (divided by cols: the normalizer of this row, not an estimate of a population's).
-template <int R>
-void forward_rows(float* y, float* mean, float* rstd,                  // (R, cols), (R), (R)
-                  const float* x, NextRows next_x,                      // (R, cols), prefetched
-                  const float* gamma, const float* beta, int64_t cols,  // (cols), (cols)
-                  float eps) {
-  double row_mean[R], row_vars[R], row_rstds[R];
-  for (int r = 0; r < R; r++) {
-    const float* x_r = x + r * cols;  // (cols)
-    row_mean[r] = row_sum(x_r, cols, next_x.row(x_r, r, cols), y + r * cols) / double(cols);
-  }
-  for (int r = 0; r < R; r++) row_vars[r] = row_sum_squared_deviation(x + r * cols, cols, row_mean[r]) / double(cols);
-  for (int r = 0; r < R; r++) {
-    // A constant row has var 0: rstd = 1/sqrt(eps) and every xhat is exactly 0, so y = beta.
-    const double row_var = row_vars[r];
-    double row_rstd = 1.0 / std::sqrt(row_var + double(eps));
-    row_rstds[r] = row_rstd;
-  }
-  for (int r = 0; r < R; r++) {
-    if (mean != nullptr) mean[r] = float(row_mean[r]);
-    if (rstd != nullptr) rstd[r] = float(row_rstds[r]);
-  }
-  for (int r = 0; r < R; r++) normalize_row(y + r * cols, x + r * cols, gamma, beta, cols, row_mean[r], row_rstds[r]);
+// The forward of one row: y = LN(x); its mean and rstd written where not nullptr. Two passes over
+// the row (it sits in L1 after the first): the mean, then the biased variance (divided by cols:
+// the normalizer of this row, not an estimate of a population's).
+template <class Prefetch = NoPrefetch>
+void forward_row(float* y, float* mean_out, float* rstd_out,          // (cols), (1), (1)
+                 const float* x, const float* gamma, const float* beta,  // (cols), (cols), (cols)
+                 int64_t cols, float eps, Prefetch prefetch = {}) {
+  const double mean = row_sum(x, cols, prefetch) / double(cols);
+  const double var = row_sum_squared_deviation(x, cols, mean) / double(cols);
+  const double rstd = row_rstd(var, eps);
+  if (mean_out != nullptr) *mean_out = float(mean);
+  if (rstd_out != nullptr) *rstd_out = float(rstd);
+  normalize_row(y, x, gamma, beta, cols, mean, rstd);
 }
 
-// Forward of rows [begin, end): whole groups, then the rest one row at a time. With residual
-// != nullptr, x is first formed as inp + residual into sum (post-LN's LN(x + f(x))): one pass over
-// memory fewer than an add kernel followed by layer_norm_forward, the group's rows being in L1.
-void forward_range(float* out, float* sum, float* mean, float* rstd,  // (rows, cols) x2, (rows) x2
-                   const float* inp, const float* residual,           // (rows, cols), (rows, cols)
-                   const float* gamma, const float* beta, int64_t rows, int64_t cols, float eps, RowRange range) {
-  auto rows_at = [&](auto group, int64_t r) {
-    constexpr int R = decltype(group)::value;
-    const float* x = inp + r * cols;  // (R, cols)
-    if (residual != nullptr) {
-      const float* res = residual + r * cols;  // (R, cols)
-      float* s = sum + r * cols;               // (R, cols)
-      for (int64_t i = 0; i < R * cols; i++) s[i] = x[i] + res[i];
-      x = s;
-    }
-    const NextRows next{inp + (r + R) * cols, std::clamp<int64_t>(rows - (r + R), 0, R)};
-    forward_rows<R>(out + r * cols, mean != nullptr ? mean + r : nullptr, rstd != nullptr ? rstd + r : nullptr, x,
-                    next, gamma, beta, cols, eps);
-  };
-  int64_t r = range.begin;
-  if (kForwardGroup * cols <= kMaxGroupFloats) {
-    for (; r + kForwardGroup <= range.end; r += kForwardGroup) rows_at(std::integral_constant<int, kForwardGroup>{}, r);
-  }
-  for (; r < range.end; r++) rows_at(std::integral_constant<int, 1>{}, r);
-}
-
-}  // namespace
-
-void layer_norm_forward(float* out, float* mean, float* rstd,                 // (rows, cols), (rows), (rows)
-                        const float* inp, const float* gamma, const float* beta,  // (rows, cols), (cols), (cols)
-                        int64_t rows, int64_t cols, float eps) {
-#pragma omp parallel if (rows * cols >= kMinParallelElements)
-  forward_range(out, nullptr, mean, rstd, inp, nullptr, gamma, beta, rows, cols, eps,
-                thread_rows(rows, omp_get_thread_num(), omp_get_num_threads()));
-}
-
-void layer_norm_residual_forward(float* out, float* sum, float* mean, float* rstd,  // (rows, cols) x2, (rows) x2
-                                 const float* inp, const float* residual,          // (rows, cols), (rows, cols)
-                                 const float* gamma, const float* beta,            // (cols), (cols)
-                                 int64_t rows, int64_t cols, float eps) {
-#pragma omp parallel if (rows * cols >= kMinParallelElements)
-  forward_range(out, sum, mean, rstd, inp, residual, gamma, beta, rows, cols, eps,
-                thread_rows(rows, omp_get_thread_num(), omp_get_num_threads()));
-}
-
-// ---- Backward ----
+// ---- Backward of one row
 //
 // With xhat = (x - mean) * rstd, y = gamma * xhat + beta and g = dout * gamma (the gradient reaching
 // xhat), the chain rule through mean and rstd gives (derivation in docs/layernorm.md):
@@ -251,8 +158,6 @@ void layer_norm_residual_forward(float* out, float* sum, float* mean, float* rst
 // The row helpers take __restrict pointers: outputs never alias inputs, and saying so lets the
 // compiler vectorize the loops without runtime overlap checks.
 
-namespace {
-
 // (No default member initializers: a zero-initialized array of these is cleared with rep stosq.)
 struct BackwardRowSums {
   double g;        // sum of g
@@ -260,19 +165,17 @@ struct BackwardRowSums {
   double xhat0;    // sum of xhat0
 };
 
-// Pass 1 of a row: g = dout * gamma (kept in g for pass 2) and three row sums in double lanes,
-// prefetching the next rows' dout and x and this row's dx.
+// Pass 1 of a row: g = dout * gamma (kept in g for pass 2) and three row sums in double lanes.
 //
 // xhat0 is xhat computed with the cached float mean. The forward's mean was a double rounded to
 // float (off by up to half an ulp: 5e-4 for a mean of 1e4), so xhat0 = xhat + shift with one
 // constant shift for the row. The true xhat sums to exactly 0, so shift = mean(xhat0), and pass 2
 // subtracts it: the gradient does not depend on how well a float holds the mean.
+template <class Prefetch>
 BackwardRowSums backward_row_sums(float* __restrict g,                                    // (cols)
                                   const float* __restrict dy, const float* __restrict x,  // (cols), (cols)
                                   const float* __restrict gamma,                          // (cols) or nullptr
-                                  int64_t cols, float mean, float rstd,
-                                  const float* next_dy, const float* next_x,              // (cols), (cols)
-                                  float* dx) {                                            // (cols): prefetched
+                                  int64_t cols, float mean, float rstd, Prefetch prefetch) {
   BackwardRowSums sums = {0.0, 0.0, 0.0};
   int64_t i = 0;
   if (cols >= kLanes) {
@@ -286,10 +189,8 @@ BackwardRowSums backward_row_sums(float* __restrict g,                          
       lanes_xhat0[l] = 0.0 + double(xhat0);
     }
     for (i = kLanes; i + kLanes <= cols; i += kLanes) {  // kLanes floats = one cache line
-      prefetch_for_read(next_dy + i);
-      prefetch_for_read(next_x + i);
-      prefetch_for_write(dx + i);
-#pragma omp simd  // as in row_sum: vectorize the independent lanes despite the prefetch calls
+      prefetch(i);
+#pragma omp simd  // as in row_sum: vectorize the independent lanes despite the prefetch call
       for (int l = 0; l < kLanes; l++) {
         float xhat0 = (x[i + l] - mean) * rstd;
         g[i + l] = gamma != nullptr ? dy[i + l] * gamma[i + l] : dy[i + l];
@@ -298,9 +199,7 @@ BackwardRowSums backward_row_sums(float* __restrict g,                          
         lanes_xhat0[l] += double(xhat0);
       }
     }
-    prefetch_for_read(next_dy);  // the first line, skipped above
-    prefetch_for_read(next_x);
-    prefetch_for_write(dx);
+    prefetch(0);  // the first line, skipped above
     sums.g = sum_lanes(lanes_g);
     sums.g_xhat0 = sum_lanes(lanes_g_xhat0);
     sums.xhat0 = sum_lanes(lanes_xhat0);
@@ -315,88 +214,216 @@ BackwardRowSums backward_row_sums(float* __restrict g,                          
   return sums;
 }
 
-// Pass 2 of R rows: dx += rstd * ((g - mean(g)) - xhat * mean(g * xhat)) for each row (kWithDx),
-// and the rows' shares of dgamma (+= dout * xhat) and dbeta (+= dout) into this thread's partial
-// buffers (kWithPartials), added row after row (row r before row r + 1, as one row at a time
-// would). g is the one pass 1 stored: recomputing dout * gamma here could fuse into an FMA that
-// skips its rounding, and g - mean(g) would be rounding noise times rstd where it must be exactly 0
-// (e.g. cols = 1). The per-row scalars are (R) arrays.
-template <int R, bool kWithDx, bool kWithPartials>
-void backward_rows_update(float* __restrict dx,                                     // (R, cols)
-                          double* __restrict dgamma_partial,                       // (cols)
-                          double* __restrict dbeta_partial,                        // (cols)
-                          const float* __restrict g, const float* __restrict dy,  // (R, cols), (R, cols)
-                          const float* __restrict x,                               // (R, cols)
-                          int64_t cols, const float* mean, const float* rstd, const float* shift,
-                          const float* mean_g, const float* mean_g_xhat) {
-  if constexpr (kWithPartials) {
-    // Column by column, the R rows in order: the partials stay in registers across the group, and
-    // each xhat serves both dx and dgamma.
-    for (int64_t j = 0; j < cols; j++) {
-      double dgamma_j = dgamma_partial[j];
-      double dbeta_j = dbeta_partial[j];
-      for (int r = 0; r < R; r++) {
-        const int64_t k = r * cols + j;
-        float xhat = (x[k] - mean[r]) * rstd[r] - shift[r];
-        if constexpr (kWithDx) dx[k] += rstd[r] * ((g[k] - mean_g[r]) - xhat * mean_g_xhat[r]);
-        dgamma_j += double(dy[k] * xhat);
-        dbeta_j += double(dy[k]);
-      }
-      dgamma_partial[j] = dgamma_j;
-      dbeta_partial[j] = dbeta_j;
-    }
-  } else if constexpr (kWithDx) {
-    for (int r = 0; r < R; r++) {
-      const int64_t o = r * cols;  // row r's offset
-      for (int64_t j = 0; j < cols; j++) {
-        float xhat = (x[o + j] - mean[r]) * rstd[r] - shift[r];
-        dx[o + j] += rstd[r] * ((g[o + j] - mean_g[r]) - xhat * mean_g_xhat[r]);
-      }
+// The row's three means from its sums, in float for pass 2.
+struct BackwardRowMeans {
+  float shift;        // mean(xhat0): what xhat0 is off by
+  float mean_g;       // mean(g)
+  float mean_g_xhat;  // mean(g * xhat) = mean(g * (xhat0 - shift))
+};
+BackwardRowMeans backward_row_means(const BackwardRowSums& sums, int64_t cols) {
+  const double shift = sums.xhat0 / double(cols);
+  const double mean_g = sums.g / double(cols);
+  return {float(shift), float(mean_g), float(sums.g_xhat0 / double(cols) - shift * mean_g)};
+}
+
+// Pass 2 of a row: dx += rstd * ((g - mean(g)) - xhat * mean(g * xhat)) where dx is not nullptr,
+// and the row's shares of dgamma (+= dout * xhat) and dbeta (+= dout) added into this thread's
+// partial buffers where they are not nullptr. g is the one pass 1 stored: recomputing dout * gamma
+// here could fuse into an FMA that skips its rounding, and g - mean(g) would be rounding noise
+// times rstd where it must be exactly 0 (e.g. cols = 1).
+void backward_row_update(float* __restrict dx,                                     // (cols) or nullptr
+                         double* __restrict dgamma_partial,                       // (cols) or nullptr
+                         double* __restrict dbeta_partial,                        // (cols) or nullptr
+                         const float* __restrict g, const float* __restrict dy,  // (cols), (cols)
+                         const float* __restrict x,                               // (cols)
+                         int64_t cols, float mean, float rstd, BackwardRowMeans m) {
+  for (int64_t j = 0; j < cols; j++) {
+    float xhat = (x[j] - mean) * rstd - m.shift;
+    if (dx != nullptr) dx[j] += rstd * ((g[j] - m.mean_g) - xhat * m.mean_g_xhat);
+    if (dgamma_partial != nullptr) {
+      dgamma_partial[j] += double(dy[j] * xhat);
+      dbeta_partial[j] += double(dy[j]);
     }
   }
 }
 
-// Both passes for R consecutive rows, step by step across the rows as in forward_rows. g is a
-// (R, cols) scratch; dx (R, cols) may be nullptr, as may the partials.
+// Both passes for one row. g is a (cols) scratch; dx and the partials may be nullptr.
+template <class Prefetch = NoPrefetch>
+void backward_row(float* dx, double* dgamma_partial, double* dbeta_partial,  // (cols), (cols), (cols)
+                  float* g,                                                  // (cols) scratch
+                  const float* dy, const float* x, const float* gamma,       // (cols), (cols), (cols)
+                  float mean, float rstd, int64_t cols, Prefetch prefetch = {}) {
+  const BackwardRowSums sums = backward_row_sums(g, dy, x, gamma, cols, mean, rstd, prefetch);
+  const BackwardRowMeans means = backward_row_means(sums, cols);
+  backward_row_update(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, means);
+}
+
+// ======================================================================== Part 2: speed
+//
+// Nothing here changes a number: each row goes through exactly the operations of Part 1.
+//
+// Row groups. One row is a chain of dependent steps (sum, reduce, divide, sum again, sqrt, divide,
+// normalize); at small cols (64) the row spends most of its time waiting on their latencies. R rows
+// placed side by side, step by step (the sums of all R rows, then their means, ...), are R
+// independent chains, which the out-of-order core overlaps.
+//
+// Prefetch. The passes over a row that already sits in L1 are pure arithmetic, and without help
+// the memory bus idles during them; asking for the next rows' lines (and the lines this row will
+// write) while the first pass streams keeps DRAM busy.
+
+// Rows processed side by side. The backward's group is smaller: each of its rows has four arrays
+// in play (dout, x, g, dx) where the forward's has two.
+constexpr int kForwardGroup = 8;
+constexpr int kBackwardGroup = 4;
+// Groups are used while a group spans at most this many floats per array (8 KB): beyond, a row's
+// own chain is long enough to keep the core busy, and a group's rows (with the next group's,
+// prefetched) would crowd L1, where one row at a time stays in it between its passes.
+constexpr int64_t kMaxGroupFloats = 2048;
+
+// Prefetch of the 64-byte lines at offset i of the next row(s) to read and of this row's output.
+// The first line of each is asked for after the row (prefetch(0)).
+struct PrefetchNext {
+  const float* read_a;   // (cols): the next row of the first input
+  const float* read_b;   // (cols) or nullptr: the next row of a second input
+  float* write;          // (cols): this row's output
+  void operator()(int64_t i) const {
+    __builtin_prefetch(read_a + i, 0, 3);
+    if (read_b != nullptr) __builtin_prefetch(read_b + i, 0, 3);
+    __builtin_prefetch(write + i, 1, 3);
+  }
+};
+
+// Row k of the next group of R rows starting at `next`, or row `self` itself past the last row of
+// the array (`remaining` rows exist after this group).
+inline const float* next_row(const float* self, const float* next, int k, int64_t remaining, int64_t cols) {
+  return k < remaining ? next + k * cols : self;
+}
+
+// Forward of R consecutive rows, step by step across the rows.
+template <int R>
+void forward_rows(float* y, float* mean, float* rstd,                  // (R, cols), (R), (R)
+                  const float* x, int64_t remaining,                    // (R, cols), rows after these
+                  const float* gamma, const float* beta, int64_t cols,  // (cols), (cols)
+                  float eps) {
+  double row_mean[R], row_rstd_[R];
+  for (int r = 0; r < R; r++) {
+    const float* x_r = x + r * cols;  // (cols)
+    const PrefetchNext prefetch{next_row(x_r, x + R * cols, r, remaining, cols), nullptr, y + r * cols};
+    row_mean[r] = row_sum(x_r, cols, prefetch) / double(cols);
+  }
+  for (int r = 0; r < R; r++)
+    row_rstd_[r] = row_rstd(row_sum_squared_deviation(x + r * cols, cols, row_mean[r]) / double(cols), eps);
+  for (int r = 0; r < R; r++) {
+    if (mean != nullptr) mean[r] = float(row_mean[r]);
+    if (rstd != nullptr) rstd[r] = float(row_rstd_[r]);
+  }
+  for (int r = 0; r < R; r++) normalize_row(y + r * cols, x + r * cols, gamma, beta, cols, row_mean[r], row_rstd_[r]);
+}
+
+// Pass 2 of R rows together, column by column with the R rows in order: the partials stay in
+// registers across the group, and each xhat serves both dx and dgamma. Row r's share is added
+// before row r + 1's, as one row at a time would add them.
+template <int R>
+void backward_rows_update(float* __restrict dx,                                     // (R, cols) or nullptr
+                          double* __restrict dgamma_partial,                       // (cols)
+                          double* __restrict dbeta_partial,                        // (cols)
+                          const float* __restrict g, const float* __restrict dy,  // (R, cols), (R, cols)
+                          const float* __restrict x,                               // (R, cols)
+                          int64_t cols, const float* mean, const float* rstd, const BackwardRowMeans* m) {
+  for (int64_t j = 0; j < cols; j++) {
+    double dgamma_j = dgamma_partial[j];
+    double dbeta_j = dbeta_partial[j];
+    for (int r = 0; r < R; r++) {
+      const int64_t k = r * cols + j;
+      float xhat = (x[k] - mean[r]) * rstd[r] - m[r].shift;
+      if (dx != nullptr) dx[k] += rstd[r] * ((g[k] - m[r].mean_g) - xhat * m[r].mean_g_xhat);
+      dgamma_j += double(dy[k] * xhat);
+      dbeta_j += double(dy[k]);
+    }
+    dgamma_partial[j] = dgamma_j;
+    dbeta_partial[j] = dbeta_j;
+  }
+}
+
+// Both passes for R consecutive rows, step by step across the rows. g is a (R, cols) scratch.
 template <int R>
 void backward_rows(float* dx, double* dgamma_partial, double* dbeta_partial,  // (R, cols), (cols), (cols)
                    float* g,                                                  // (R, cols) scratch
                    const float* dy, const float* x, const float* gamma,       // (R, cols), (R, cols), (cols)
                    const float* mean, const float* rstd,                      // (R), (R)
-                   NextRows next_dy, NextRows next_x, int64_t cols) {
-  BackwardRowSums sums[R];
+                   int64_t remaining, int64_t cols) {                         // rows after these
+  BackwardRowMeans means[R];
   for (int r = 0; r < R; r++) {
     const int64_t o = r * cols;
-    sums[r] = backward_row_sums(g + o, dy + o, x + o, gamma, cols, mean[r], rstd[r], next_dy.row(dy + o, r, cols),
-                                next_x.row(x + o, r, cols), dx != nullptr ? dx + o : g + o);
+    const PrefetchNext prefetch{next_row(dy + o, dy + R * cols, r, remaining, cols),
+                                next_row(x + o, x + R * cols, r, remaining, cols), dx != nullptr ? dx + o : g + o};
+    means[r] = backward_row_means(backward_row_sums(g + o, dy + o, x + o, gamma, cols, mean[r], rstd[r], prefetch), cols);
   }
-  float shift[R], mean_g[R], mean_g_xhat[R];
-  for (int r = 0; r < R; r++) {
-    const double row_shift = sums[r].xhat0 / double(cols);
-    const double row_mean_g = sums[r].g / double(cols);
-    shift[r] = float(row_shift);
-    mean_g[r] = float(row_mean_g);
-    mean_g_xhat[r] = float(sums[r].g_xhat0 / double(cols) - row_shift * row_mean_g);  // mean(g * (xhat0 - shift))
+  if (dgamma_partial != nullptr) {
+    backward_rows_update<R>(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, means);
+  } else {
+    for (int r = 0; r < R; r++) {
+      const int64_t o = r * cols;
+      backward_row_update(dx + o, nullptr, nullptr, g + o, dy + o, x + o, cols, mean[r], rstd[r], means[r]);
+    }
   }
-  // dx and the partials may each be nullptr
-  if (dgamma_partial != nullptr && dx != nullptr)
-    backward_rows_update<R, true, true>(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, shift, mean_g,
-                                        mean_g_xhat);
-  else if (dgamma_partial != nullptr)
-    backward_rows_update<R, false, true>(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, shift,
-                                         mean_g, mean_g_xhat);
-  else if (dx != nullptr)
-    backward_rows_update<R, true, false>(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, shift,
-                                         mean_g, mean_g_xhat);
 }
 
-// layer_norm_backward, and with dresidual != nullptr the fused residual backward: the rows' input
-// gradient is then formed in a zeroed buffer and added to both dinp and dresidual, the same bits
-// as a separate add's backward would give.
-void backward(float* dinp, float* dresidual, float* dgamma, float* dbeta,  // (rows, cols) x2, (cols), (cols)
-              const float* dout, const float* inp, const float* gamma,    // (rows, cols), (rows, cols), (cols)
-              const float* mean, const float* rstd,                        // (rows), (rows)
-              int64_t rows, int64_t cols) {
+// Rows [begin, end) of thread `thread` of `threads`: contiguous blocks, the first rows % threads
+// threads one row more. This is the split libgomp's schedule(static) makes of a loop over rows;
+// the backward's dgamma/dbeta depend on it (each thread sums its own rows), so it is spelled out.
+struct RowRange {
+  int64_t begin, end;
+};
+RowRange thread_rows(int64_t rows, int thread, int threads) {
+  const int64_t per_thread = rows / threads, extra = rows % threads, t = thread;
+  const int64_t begin = t * per_thread + std::min(t, extra);
+  return {begin, begin + per_thread + (t < extra ? 1 : 0)};
+}
+
+// A thread's rows: group(r) for each whole group of G rows from row r while a group fits
+// kMaxGroupFloats, then row(r) for each row left.
+template <int G, class Group, class Row>
+void for_row_groups(RowRange range, int64_t cols, Group group, Row row) {
+  int64_t r = range.begin;
+  if (G * cols <= kMaxGroupFloats) {
+    for (; r + G <= range.end; r += G) group(r);
+  }
+  for (; r < range.end; r++) row(r);
+}
+
+// Below this many elements a call runs on one thread: starting a team costs more than it saves.
+constexpr int64_t kMinParallelElements = int64_t{1} << 15;
+
+}  // namespace
+
+// ======================================================================== Part 3: the kernels
+
+void layer_norm_forward(float* out, float* mean, float* rstd,                 // (rows, cols), (rows), (rows)
+                        const float* inp, const float* gamma, const float* beta,  // (rows, cols), (cols), (cols)
+                        int64_t rows, int64_t cols, float eps) {
+#pragma omp parallel if (rows * cols >= kMinParallelElements)
+  {
+    const RowRange range = thread_rows(rows, omp_get_thread_num(), omp_get_num_threads());
+    auto at = [](float* p, int64_t r) { return p != nullptr ? p + r : nullptr; };
+    for_row_groups<kForwardGroup>(
+        range, cols,
+        [&](int64_t r) {
+          forward_rows<kForwardGroup>(out + r * cols, at(mean, r), at(rstd, r), inp + r * cols,
+                                      rows - (r + kForwardGroup), gamma, beta, cols, eps);
+        },
+        [&](int64_t r) {
+          const float* x = inp + r * cols;
+          const PrefetchNext prefetch{r + 1 < rows ? x + cols : x, nullptr, out + r * cols};
+          forward_row(out + r * cols, at(mean, r), at(rstd, r), x, gamma, beta, cols, eps, prefetch);
+        });
+  }
+}
+
+void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,                // (rows, cols), (cols), (cols)
+                         const float* dout, const float* inp, const float* gamma,  // (rows, cols), (rows, cols), (cols)
+                         const float* mean, const float* rstd,                      // (rows), (rows)
+                         int64_t rows, int64_t cols) {
   const bool parallel = rows * cols >= kMinParallelElements;
   const int num_threads = parallel ? omp_get_max_threads() : 1;
   const size_t width = size_t(cols);
@@ -416,35 +443,21 @@ void backward(float* dinp, float* dresidual, float* dgamma, float* dbeta,  // (r
     if (need_param_grads) partial.assign(2 * width, 0.0);
     double* dgamma_thread = need_param_grads ? partial.data() : nullptr;         // (cols)
     double* dbeta_thread = need_param_grads ? partial.data() + width : nullptr;  // (cols)
-    // (kBackwardGroup, cols) each: g of the group, from pass 1 to pass 2; the fused variant's gradient.
-    std::vector<float> g_rows(kBackwardGroup * width);
-    std::vector<float> ds_rows(dresidual != nullptr ? kBackwardGroup * width : 0);
-
-    auto rows_at = [&](auto group, int64_t r) {
-      constexpr int R = decltype(group)::value;
-      const float* x = inp + r * cols;    // (R, cols)
-      const float* dy = dout + r * cols;  // (R, cols)
-      float* dx = dresidual != nullptr ? ds_rows.data() : dinp != nullptr ? dinp + r * cols : nullptr;  // (R, cols)
-      if (dresidual != nullptr) std::fill(ds_rows.begin(), ds_rows.begin() + R * cols, 0.0f);
-      const int64_t next_count = std::clamp<int64_t>(rows - (r + R), 0, R);
-      backward_rows<R>(dx, dgamma_thread, dbeta_thread, g_rows.data(), dy, x, gamma, mean + r, rstd + r,
-                       NextRows{dy + R * cols, next_count}, NextRows{x + R * cols, next_count}, cols);
-      if (dresidual != nullptr) {
-        float* dres = dresidual + r * cols;  // (R, cols)
-        float* din = dinp + r * cols;        // (R, cols)
-        for (int64_t j = 0; j < R * cols; j++) {
-          din[j] += ds_rows[size_t(j)];
-          dres[j] += ds_rows[size_t(j)];
-        }
-      }
-    };
-    const RowRange range = thread_rows(rows, thread, omp_get_num_threads());
-    int64_t r = range.begin;
-    if (kBackwardGroup * cols <= kMaxGroupFloats) {
-      for (; r + kBackwardGroup <= range.end; r += kBackwardGroup)
-        rows_at(std::integral_constant<int, kBackwardGroup>{}, r);
-    }
-    for (; r < range.end; r++) rows_at(std::integral_constant<int, 1>{}, r);
+    std::vector<float> g_rows(kBackwardGroup * width);  // g of a group, from pass 1 to pass 2
+    auto dx_at = [&](int64_t r) { return dinp != nullptr ? dinp + r * cols : nullptr; };
+    for_row_groups<kBackwardGroup>(
+        thread_rows(rows, thread, omp_get_num_threads()), cols,
+        [&](int64_t r) {
+          backward_rows<kBackwardGroup>(dx_at(r), dgamma_thread, dbeta_thread, g_rows.data(), dout + r * cols,
+                                        inp + r * cols, gamma, mean + r, rstd + r, rows - (r + kBackwardGroup), cols);
+        },
+        [&](int64_t r) {
+          const float *dy = dout + r * cols, *x = inp + r * cols;
+          const bool last = r + 1 >= rows;
+          float* dx = dx_at(r);
+          const PrefetchNext prefetch{last ? dy : dy + cols, last ? x : x + cols, dx != nullptr ? dx : g_rows.data()};
+          backward_row(dx, dgamma_thread, dbeta_thread, g_rows.data(), dy, x, gamma, mean[r], rstd[r], cols, prefetch);
+        });
   }
 
   // Fixed combination order (thread 0, 1, ...): the same bits on every run with this thread count.
@@ -460,19 +473,6 @@ void backward(float* dinp, float* dresidual, float* dgamma, float* dbeta,  // (r
       if (dbeta != nullptr) dbeta[j] += float(dbeta_sum);
     }
   }
-}
-
-}  // namespace
-
-void layer_norm_backward(float* dinp, float* dgamma, float* dbeta, const float* dout, const float* inp,
-                         const float* gamma, const float* mean, const float* rstd, int64_t rows, int64_t cols) {
-  backward(dinp, nullptr, dgamma, dbeta, dout, inp, gamma, mean, rstd, rows, cols);
-}
-
-void layer_norm_residual_backward(float* dinp, float* dresidual, float* dgamma, float* dbeta, const float* dout,
-                                  const float* sum, const float* gamma, const float* mean, const float* rstd,
-                                  int64_t rows, int64_t cols) {
-  backward(dinp, dresidual, dgamma, dbeta, dout, sum, gamma, mean, rstd, rows, cols);
 }
 
 }  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

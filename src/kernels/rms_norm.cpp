@@ -3,6 +3,7 @@
 // elementwise work in float.
 #include "normlab/kernels/rms_norm.hpp"
 #include "isa_kernels.hpp"
+#include "lanes.hpp"
 
 #include <omp.h>
 
@@ -13,17 +14,7 @@ namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 namespace {
 
-constexpr int kLanes = 16;  // independent partial sums per row reduction (see layer_norm.cpp)
 constexpr int64_t kMinParallelElements = int64_t{1} << 15;
-
-double sum_lanes(const double* lanes) {  // lanes: (kLanes); pairwise in a fixed order (layer_norm.cpp)
-  double pairs[kLanes / 2];
-  for (int l = 0; l < kLanes / 2; l++) pairs[l] = lanes[l] + lanes[l + kLanes / 2];
-  for (int width = kLanes / 4; width >= 1; width /= 2) {
-    for (int l = 0; l < width; l++) pairs[l] += pairs[l + width];
-  }
-  return pairs[0];
-}
 
 // sum_i x[i]^2, in double.
 double row_sum_squares(const float* x, int64_t n) {  // x: (n)

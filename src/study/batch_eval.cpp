@@ -72,7 +72,7 @@ std::vector<BatchEvalCell> batch_dependence(const ComparePlan& plan, const std::
         return batch_eval_modes(32);
       }();
       for (const BatchEvalMode& mode : modes) {
-        BatchEvalCell cell{variant, setting, lr, mode, {}, {}};
+        BatchEvalCell cell{variant, setting, lr, mode, {}, {}, {}};
         for (const RunResult& r : results) {
           if (r.spec.variant != variant || r.spec.setting != setting || r.spec.lr != lr) continue;
           if (!r.finished || r.diverged) continue;

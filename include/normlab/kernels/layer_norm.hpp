@@ -15,8 +15,7 @@
 //  - backward keeps g = dout * gamma from pass 1 for pass 2: g - mean(g) is exactly 0 when it must be;
 //  - dgamma/dbeta in per-thread double buffers, each allocated by its thread, summed in thread
 //    order: no false sharing, bit-identical at a fixed thread count;
-//  - small inputs stay on one thread: a team costs more than it saves;
-//  - layer_norm_residual_*: post-LN's x + f(x) formed and normalized while the row is in L1.
+//  - small inputs stay on one thread: a team costs more than it saves.
 //
 // Every row of `cols` numbers (the trailing normalized_shape flattened; rows = product of the
 // leading dims, e.g. rows = batch * seq_len, cols = d_model) is normalized on its own:
@@ -42,22 +41,5 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
                          const float* dout, const float* inp, const float* gamma,  // (rows, cols), (rows, cols), (cols)
                          const float* mean, const float* rstd,                      // (rows), (rows)
                          int64_t rows, int64_t cols);
-
-// Post-LN's residual block LN(x + f(x)) in one pass over each row: sum = inp + residual (kept
-// for the backward), then out = LN(sum), mean and rstd as layer_norm_forward writes them. The same
-// bits as the add followed by layer_norm_forward.
-void layer_norm_residual_forward(float* out, float* sum, float* mean, float* rstd,  // (rows, cols) x2, (rows) x2
-                                 const float* inp, const float* residual,          // (rows, cols), (rows, cols)
-                                 const float* gamma, const float* beta,            // (cols), (cols)
-                                 int64_t rows, int64_t cols, float eps);
-
-// Its backward: the gradient reaching sum is ACCUMULATED (+=) into both dinp and dresidual (the
-// add's two inputs), dgamma/dbeta as in layer_norm_backward. dinp and dresidual must not be
-// nullptr; dgamma/dbeta are nullptr exactly when gamma is. The same bits as layer_norm_backward
-// into a zeroed buffer followed by the add's backward.
-void layer_norm_residual_backward(float* dinp, float* dresidual, float* dgamma, float* dbeta,  // (rows, cols) x2, (cols) x2
-                                  const float* dout, const float* sum, const float* gamma,    // (rows, cols) x2, (cols)
-                                  const float* mean, const float* rstd,                        // (rows), (rows)
-                                  int64_t rows, int64_t cols);
 
 }  // namespace normlab::kernels

@@ -1,10 +1,11 @@
 // Choosing the kernel path: cpuid through GCC's __builtin_cpu_supports (which also checks that the
-// OS saves the YMM/ZMM registers), NORMLAB_ISA to force one.
+// OS saves the YMM/ZMM registers), NORMLAB_ISA to force one (dispatch.hpp).
 #include "normlab/kernels/dispatch.hpp"
 
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "normlab/error.hpp"
 
@@ -19,6 +20,7 @@ const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::avx512: return "avx512";
     case Isa::avx2: return "avx2";
+    case Isa::reference: return "reference";
     case Isa::generic: break;
   }
   return "generic";
@@ -30,6 +32,7 @@ bool cpu_supports(Isa isa) {
   switch (isa) {
     case Isa::avx512: return __builtin_cpu_supports("x86-64-v4");
     case Isa::avx2: return __builtin_cpu_supports("x86-64-v3");
+    case Isa::reference:
     case Isa::generic: break;
   }
   return true;
@@ -51,9 +54,11 @@ Isa parse_isa(std::string_view name, std::string_view where) {
     isa = Isa::avx2;
   } else if (name == "avx512") {
     isa = Isa::avx512;
+  } else if (name == "reference") {
+    isa = Isa::reference;
   } else {
     throw InputError(std::string(where) + ": unknown kernel path '" + std::string(name) +
-                     "' (expected generic, avx2 or avx512)");
+                     "' (expected reference, generic, avx2 or avx512)");
   }
   if (!cpu_supports(isa)) {
     throw InputError(std::string(where) + ": this CPU cannot run the " + isa_name(isa) + " kernels (best here: " +
@@ -62,12 +67,30 @@ Isa parse_isa(std::string_view name, std::string_view where) {
   return isa;
 }
 
+// NORMLAB_KERNELS=reference is another spelling of NORMLAB_ISA=reference; =fast (or unset, or
+// empty) leaves the choice to NORMLAB_ISA. The two may not contradict each other.
+Isa isa_from_environment() {
+  // Set but empty means unset, as for any environment variable.
+  const char* isa_env = std::getenv("NORMLAB_ISA");
+  const char* kernels_env = std::getenv("NORMLAB_KERNELS");
+  const std::string_view kernels = kernels_env != nullptr ? kernels_env : "";
+  if (!kernels.empty() && kernels != "fast" && kernels != "reference")
+    throw InputError("environment variable NORMLAB_KERNELS: unknown value '" + std::string(kernels) +
+                     "' (expected 'reference' or 'fast'; NORMLAB_ISA=reference says the same)");
+  const bool isa_set = isa_env != nullptr && *isa_env != '\0';
+  const Isa isa = isa_set ? parse_isa(isa_env, "NORMLAB_ISA") : best_isa();
+  if (kernels == "reference" && isa_set && isa != Isa::reference)
+    throw InputError("environment: NORMLAB_KERNELS=reference and NORMLAB_ISA=" + std::string(isa_env) +
+                     " ask for two different kernel paths (NORMLAB_ISA=reference alone is enough)");
+  if (kernels == "fast" && isa == Isa::reference)
+    throw InputError("environment: NORMLAB_KERNELS=fast and NORMLAB_ISA=reference ask for two different kernel paths");
+  return kernels == "reference" ? Isa::reference : isa;
+}
+
 Isa active_isa() {
   int active = g_active.load(std::memory_order_relaxed);
   if (active != kUnset) return static_cast<Isa>(active);
-  const char* forced = std::getenv("NORMLAB_ISA");
-  // Set but empty means unset, as for any environment variable.
-  const Isa chosen = forced != nullptr && *forced != '\0' ? parse_isa(forced, "NORMLAB_ISA") : best_isa();
+  const Isa chosen = isa_from_environment();
   g_active.store(static_cast<int>(chosen), std::memory_order_relaxed);
   return chosen;
 }

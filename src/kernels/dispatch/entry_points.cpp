@@ -6,6 +6,7 @@
   switch (active_isa()) {                                            \
     case Isa::avx512: return avx512::name(__VA_ARGS__);              \
     case Isa::avx2: return avx2::name(__VA_ARGS__);                  \
+    case Isa::reference: return reference::name(__VA_ARGS__);        \
     case Isa::generic: break;                                        \
   }                                                                  \
   return generic::name(__VA_ARGS__)
@@ -89,17 +90,6 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta, const float* 
   NORMLAB_DISPATCH(layer_norm_backward, dinp, dgamma, dbeta, dout, inp, gamma, mean, rstd, rows, cols);
 }
 
-void layer_norm_residual_forward(float* out, float* sum, float* mean, float* rstd, const float* inp,
-                                 const float* residual, const float* gamma, const float* beta, int64_t rows,
-                                 int64_t cols, float eps) {
-  NORMLAB_DISPATCH(layer_norm_residual_forward, out, sum, mean, rstd, inp, residual, gamma, beta, rows, cols, eps);
-}
-void layer_norm_residual_backward(float* dinp, float* dresidual, float* dgamma, float* dbeta, const float* dout,
-                                  const float* sum, const float* gamma, const float* mean, const float* rstd,
-                                  int64_t rows, int64_t cols) {
-  NORMLAB_DISPATCH(layer_norm_residual_backward, dinp, dresidual, dgamma, dbeta, dout, sum, gamma, mean, rstd, rows,
-                   cols);
-}
 
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC) {
