@@ -56,8 +56,8 @@ mutant "GELU backward: tanh-approximation derivative under the exact erf forward
   '*f64*,*golden*'
 mutant "LayerNorm: eps outside the square root" \
   src/kernels/layer_norm.cpp \
-  'double row_rstd = 1.0 / std::sqrt(row_var + double(eps));' \
-  'double row_rstd = 1.0 / (std::sqrt(row_var) + double(eps));' \
+  'double row_rstd(double var, float eps) { return 1.0 / std::sqrt(var + double(eps)); }' \
+  'double row_rstd(double var, float eps) { return 1.0 / (std::sqrt(var) + double(eps)); }' \
   '*f64*,*golden*,*layer_norm*,*layernorm*'
 mutant "make_norm: rmsnorm builds a LayerNorm" \
   src/nn/norm.cpp \

@@ -102,7 +102,7 @@ TEST_CASE("cli: --version names the kernel path and NORMLAB_ISA forces one and a
     CHECK(refused.code == 2);
     CHECK(refused.out.empty());
     CHECK(refused.err == std::string("normlab: error: NORMLAB_ISA: unknown kernel path '") + bad +
-                             "' (expected generic, avx2 or avx512)\n");
+                             "' (expected reference, generic, avx2 or avx512)\n");
   }
   // Before any verb runs, too: a training run is not started.
   Run train = run_with_env(dir, "NORMLAB_ISA=bogus", "train --config /nonexistent.json");

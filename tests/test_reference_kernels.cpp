@@ -35,6 +35,7 @@
 #include "normlab/ops.hpp"
 #include "normlab/optim/optimizer.hpp"
 #include "normlab/rng.hpp"
+#include "isa_support.hpp"
 #include "support.hpp"
 
 namespace nk = normlab::kernels;
@@ -70,6 +71,13 @@ struct ScopedEnv {
     else
       ::unsetenv(name);
   }
+};
+
+// Runs "reference" or "fast" (the best fast path) kernels until the end of scope.
+struct KernelsEnv : normlab::test::ScopedIsa {
+  explicit KernelsEnv(const char* kernels)
+      : ScopedIsa(std::string(kernels) == "reference" ? normlab::kernels::Isa::reference
+                                                      : normlab::kernels::best_isa()) {}
 };
 
 std::vector<int64_t> offsets_of(const std::vector<int64_t>& lengths) {
@@ -341,7 +349,7 @@ TEST_CASE("reference kernels: compiled with debug info and little optimization i
   CHECK(reference_sources >= 9);
 }
 
-TEST_CASE("reference kernels: NORMLAB_KERNELS routes the ops and Adam to them, bit for bit") {
+TEST_CASE("reference kernels: the reference path routes the ops and Adam to them, bit for bit") {
   normlab::Rng rng(21);
   const Tensor x = Tensor::normal({5, 12}, rng), gamma = Tensor::normal({12}, rng), beta = Tensor::normal({12}, rng);
   const Tensor w = Tensor::normal({12, 7}, rng);
@@ -374,7 +382,7 @@ TEST_CASE("reference kernels: NORMLAB_KERNELS routes the ops and Adam to them, b
   CHECK(run_ops("reference") == direct(true));
   CHECK(run_ops("fast") == direct(false));
 
-  // Adam: the optimizer's update under NORMLAB_KERNELS=reference is reference::adam_step's.
+  // Adam: the optimizer's update on the reference path is reference::adam_step's.
   normlab::optim::OptimizerOptions options;
   options.name = "adamw";
   options.weight_decay = 0.1f;

@@ -10,6 +10,22 @@ namespace {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
+// Calls on_word(word, pos) for each run of non-space characters of text, pos its byte offset.
+template <class OnWord>
+void for_each_word(std::string_view text, OnWord on_word) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    if (is_space(text[pos])) {
+      ++pos;
+      continue;
+    }
+    size_t end = pos;
+    while (end < text.size() && !is_space(text[end])) ++end;
+    on_word(text.substr(pos, end - pos), pos);
+    pos = end;
+  }
+}
+
 // Text as it should appear in an error message: printable ASCII and whole UTF-8 characters as
 // themselves, control characters and stray bytes as hex.
 std::string printable(std::string_view text) {
@@ -122,15 +138,7 @@ std::string Vocab::decode(const std::vector<int32_t>& ids, std::string_view sepa
 
 std::vector<int32_t> encode_symbols(const Vocab& vocab, std::string_view text, std::string_view what) {
   std::vector<int32_t> ids;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    if (is_space(text[pos])) {
-      ++pos;
-      continue;
-    }
-    size_t end = pos;
-    while (end < text.size() && !is_space(text[end])) ++end;
-    std::string_view word = text.substr(pos, end - pos);
+  for_each_word(text, [&](std::string_view word, size_t pos) {
     if (auto id = vocab.find(word)) {
       ids.push_back(*id);
     } else {
@@ -145,8 +153,7 @@ std::vector<int32_t> encode_symbols(const Vocab& vocab, std::string_view text, s
         ids.push_back(*char_id);
       }
     }
-    pos = end;
-  }
+  });
   if (ids.empty()) throw InputError(fmt::format("{}: no symbols (the input is empty)", what));
   return ids;
 }
@@ -154,15 +161,7 @@ std::vector<int32_t> encode_symbols(const Vocab& vocab, std::string_view text, s
 std::vector<int32_t> encode_words(const Vocab& vocab, std::string_view text, std::string_view what) {
   const std::optional<int32_t> unk = vocab.find("[UNK]");
   std::vector<int32_t> ids;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    if (is_space(text[pos])) {
-      ++pos;
-      continue;
-    }
-    size_t end = pos;
-    while (end < text.size() && !is_space(text[end])) ++end;
-    const std::string_view word = text.substr(pos, end - pos);
+  for_each_word(text, [&](std::string_view word, size_t pos) {
     if (auto id = vocab.find(word)) {
       ids.push_back(*id);
     } else if (unk) {
@@ -170,8 +169,7 @@ std::vector<int32_t> encode_words(const Vocab& vocab, std::string_view text, std
     } else {
       throw InputError(fmt::format("{}: unknown word \"{}\" at character {}", what, printable(word), pos + 1));
     }
-    pos = end;
-  }
+  });
   if (ids.empty()) throw InputError(fmt::format("{}: no words (the input is empty)", what));
   return ids;
 }

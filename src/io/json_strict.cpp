@@ -98,7 +98,7 @@ class StrictDomBuilder {
   int error_id_ = 0;
 };
 
-// Rethrown with the type json::parse would have thrown, so callers catch json::exception as before.
+// Rethrown with the type json::parse would have thrown, so callers catch json::exception as for json::parse.
 class ReportedJsonError : public json::exception {
  public:
   ReportedJsonError(int id, const std::string& what) : json::exception(id, what.c_str()) {}

@@ -5,23 +5,21 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <limits>
 
 #include "normlab/dist/data_parallel.hpp"
 #include "normlab/error.hpp"
-#include "normlab/io/atomic_file.hpp"
 #include "normlab/ops.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/train/checkpoint.hpp"
 #include "normlab/train/metrics.hpp"
 #include "normlab/train/setup.hpp"
+#include "run_output.hpp"
 
 namespace normlab::train {
 
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 }  // namespace
@@ -31,15 +29,17 @@ using nlohmann::json;
 Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
     : config_(std::move(config)),
       stop_flag_(stop),
-      logger_(logger ? logger : &null_logger_),
+      given_logger_(logger),
       task_(build_task(config_, stop)),
       train_set_(load_train_set(config_, task_, stop, &train_use_)),
       valid_set_(load_valid_set(config_, task_, stop, &valid_use_)) {
   // data-parallel: the ranks of this run (mpirun -np N; one process otherwise), recorded in the
-  // resolved config so that a resume on another N is refused; only rank 0 logs and writes.
+  // resolved config so that a resume on another N is refused. Rank 0 (or the one process) owns
+  // the run's output; the other ranks follow (run_output.hpp).
   dp_ = std::make_unique<dist::DataParallel>(dist::world(), config_);
   config_.train.world_size = dp_->size();
-  if (!dp_->is_writer()) logger_ = &null_logger_;
+  output_ = dp_->is_writer() ? make_run_owner(given_logger_ ? *given_logger_ : silent_logger_) : make_run_follower();
+  logger_ = &output_->logger();
   valid_batches_ = evaluation_batches(valid_set_, config_, stop);
   train_max_len_ = train_max_length(config_, train_set_);
   buckets_ = data::make_length_buckets(static_cast<int32_t>(config_.task.eval_max_len),
@@ -144,36 +144,16 @@ int Trainer::stop_request() const { return dp_->active() ? dp_->agreed_stop() : 
 // ---------------------------------------------------------------- the run directory
 
 void Trainer::start(const std::string& dir) {
-  if (!dp_->is_writer()) return;  // data-parallel: rank 0 owns and writes the run directory
-  RunDirectory run_dir(dir, /*create=*/true);
-  run_dir.begin_new(config_);
-  // The ids of every token and label (docs/run-directory.md): what eval, predict and PyTorch read.
-  // A session killed while writing it left a temporary file; this directory has one writer now.
-  io::remove_stale_temp_files(run_dir.paths().dir + "/vocab.json");
-  io::write_file_atomic(run_dir.paths().dir + "/vocab.json",
-                        nlohmann::ordered_json{{"tokens", task_.input_vocab.tokens()},
-                                               {"labels", task_.output_vocab.tokens()}}
-                                .dump(1) + "\n");
-  run_dir_ = std::move(run_dir);
+  // vocab.json: the ids of every token and label (docs/run-directory.md).
+  output_->open_new(dir, config_,
+                    nlohmann::ordered_json{{"tokens", task_.input_vocab.tokens()}, {"labels", task_.output_vocab.tokens()}}
+                            .dump(1) +
+                        "\n");
 }
 
 void Trainer::resume(const std::string& dir) {
-  if (!dp_->is_writer()) {  // data-parallel: every rank loads the checkpoint, rank 0 owns the directory
-    const RunPaths paths(dir);
-    if (!fs::is_regular_file(paths.checkpoint)) {
-      throw InputError(fmt::format("{}: no checkpoint.safetensors to resume from", dir));
-    }
-    load_checkpoint(paths.checkpoint);
-    return;
-  }
-  RunDirectory run_dir(dir, /*create=*/false);
-  io::remove_stale_temp_files(run_dir.paths().dir + "/vocab.json");  // see start()
-  if (!fs::is_regular_file(run_dir.paths().checkpoint)) {
-    throw InputError(fmt::format("{}: no checkpoint.safetensors to resume from", dir));
-  }
-  load_checkpoint(run_dir.paths().checkpoint);
-  run_dir.begin_resume(config_, step_);
-  run_dir_ = std::move(run_dir);
+  load_checkpoint(output_->open_existing(dir));
+  output_->resumed(config_, step_);
   logger_->info(fmt::format("resumed {} at step {}", dir, step_));
   if (schedule_.restart_step == step_) {
     const double base = config_.optim.lr;
@@ -190,13 +170,13 @@ void Trainer::resume(const std::string& dir) {
 // ---------------------------------------------------------------- the loop
 
 bool Trainer::record_eval() {
-  if (!dp_->is_writer()) return true;  // data-parallel: rank 0 evaluates and writes
+  if (!output_->evaluates()) return true;
   std::optional<EvalMetrics> metrics = evaluate_valid();
   if (!metrics) return false;
   json record = to_json(*metrics);
   record["step"] = step_;
   record["split"] = "valid";
-  run_dir_->append_metrics(record);
+  output_->append_metrics(record);
   logger_->eval(step_, *metrics);
   last_eval_step_ = step_;
   last_eval_ = metrics;
@@ -209,16 +189,14 @@ bool Trainer::record_eval() {
 }
 
 TrainSummary Trainer::fit() {
-  if (!run_dir_ && dp_->is_writer()) throw UsageError("Trainer::fit: call start() or resume() first");
+  if (!output_->is_open()) throw UsageError("Trainer::fit: call start() or resume() first");
   if (config_.train.threads > 0) set_num_threads(static_cast<int>(config_.train.threads));
   session_start_ = std::chrono::steady_clock::now();
   const TrainConfig& t = config_.train;
   logger_->info(describe_run());
   auto checkpoint = [&] {
     last_checkpoint_step_ = step_;
-    if (!dp_->is_writer()) return;  // data-parallel: rank 0 writes
-    save_checkpoint(run_dir_->paths().checkpoint);
-    logger_->checkpoint(step_, run_dir_->paths().checkpoint);
+    output_->checkpoint(step_, [&](const std::string& path) { save_checkpoint(path); });
   };
   std::optional<int64_t> diverged_at;
   // Polled between steps (a step is never cut in half, so the checkpoint holds exactly the state
@@ -235,7 +213,7 @@ TrainSummary Trainer::fit() {
     StepRecord record = train_step(batch, diagnostics);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     record.tokens_per_s = seconds > 0 ? double(record.tokens) / seconds : 0.0;
-    if (dp_->is_writer()) run_dir_->append_metrics(to_json(record));  // data-parallel: rank 0 writes
+    output_->append_metrics(to_json(record));
     last_record_ = record;
     logger_->step(record, t.steps);
     if (record.diverged) {
@@ -257,8 +235,7 @@ TrainSummary Trainer::fit() {
   // A stop that came after the last step and its evaluation changes nothing: the run is finished.
   if (summary.interrupted() && step_ == t.steps && last_eval_step_ == step_) summary.stop_request = 0;
   if (summary.interrupted()) return summary;  // not finished: no summary.json, so resume continues it
-  if (!dp_->is_writer()) return summary;      // data-parallel: rank 0 writes
-  run_dir_->write_summary(to_json(summary));
+  output_->write_summary(to_json(summary));
   return summary;
 }
 

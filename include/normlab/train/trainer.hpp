@@ -40,6 +40,8 @@ class DataParallel;
 
 namespace normlab::train {
 
+class RunOutput;  // who writes the run: the one process or rank 0, or a follower rank (src/train/run_output.hpp)
+
 // Receives progress; every method has an empty default.
 class TrainLogger {
  public:
@@ -115,8 +117,10 @@ class Trainer {
 
   RunConfig config_;
   io::StopFlag stop_flag_ = nullptr;
-  TrainLogger* logger_;
-  TrainLogger null_logger_;
+  TrainLogger* given_logger_;  // the caller's, or nullptr
+  TrainLogger silent_logger_;
+  std::unique_ptr<RunOutput> output_;  // who writes this run: set once, by the constructor
+  TrainLogger* logger_ = nullptr;      // output_->logger()
   FileUse train_use_, valid_use_;  // filled while the data loads, so declared before it
   data::Task task_;
   std::optional<data::Dataset> train_set_;  // file-backed training data; generated otherwise
@@ -132,7 +136,6 @@ class Trainer {
   optim::ScheduleOptions schedule_;
 
   int64_t step_ = 0;
-  std::optional<RunDirectory> run_dir_;
   double previous_wall_time_s_ = 0.0;  // sessions before a resume
   std::optional<StepRecord> last_record_;
   std::optional<int64_t> last_eval_step_;

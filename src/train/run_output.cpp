@@ -1,0 +1,82 @@
+#include "run_output.hpp"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <optional>
+
+#include "normlab/error.hpp"
+#include "normlab/io/atomic_file.hpp"
+#include "normlab/train/run_dir.hpp"
+
+namespace normlab::train {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string existing_checkpoint(const RunPaths& paths, const std::string& dir) {
+  if (!fs::is_regular_file(paths.checkpoint))
+    throw InputError(fmt::format("{}: no checkpoint.safetensors to resume from", dir));
+  return paths.checkpoint;
+}
+
+class Owner final : public RunOutput {
+ public:
+  explicit Owner(TrainLogger& logger) : logger_(logger) {}
+  TrainLogger& logger() override { return logger_; }
+
+  void open_new(const std::string& dir, const RunConfig& config, const std::string& vocab_json) override {
+    RunDirectory run_dir(dir, /*create=*/true);
+    run_dir.begin_new(config);
+    // The ids of every token and label (docs/run-directory.md): what eval, predict and PyTorch
+    // read. A session killed while writing it left a temporary file; this directory has one
+    // writer now.
+    io::remove_stale_temp_files(run_dir.paths().dir + "/vocab.json");
+    io::write_file_atomic(run_dir.paths().dir + "/vocab.json", vocab_json);
+    run_dir_ = std::move(run_dir);
+  }
+  std::string open_existing(const std::string& dir) override {
+    RunDirectory run_dir(dir, /*create=*/false);
+    io::remove_stale_temp_files(run_dir.paths().dir + "/vocab.json");  // see open_new
+    const std::string checkpoint = existing_checkpoint(run_dir.paths(), dir);
+    run_dir_ = std::move(run_dir);
+    return checkpoint;
+  }
+  void resumed(const RunConfig& config, int64_t step) override { run_dir_->begin_resume(config, step); }
+  bool is_open() const override { return run_dir_.has_value(); }
+  bool evaluates() const override { return true; }
+  void append_metrics(const nlohmann::json& record) override { run_dir_->append_metrics(record); }
+  void checkpoint(int64_t step, const std::function<void(const std::string&)>& save) override {
+    save(run_dir_->paths().checkpoint);
+    logger_.checkpoint(step, run_dir_->paths().checkpoint);
+  }
+  void write_summary(const nlohmann::json& summary) override { run_dir_->write_summary(summary); }
+
+ private:
+  TrainLogger& logger_;
+  std::optional<RunDirectory> run_dir_;
+};
+
+class Follower final : public RunOutput {
+ public:
+  TrainLogger& logger() override { return silent_; }
+  void open_new(const std::string&, const RunConfig&, const std::string&) override {}
+  std::string open_existing(const std::string& dir) override { return existing_checkpoint(RunPaths(dir), dir); }
+  void resumed(const RunConfig&, int64_t) override {}
+  bool is_open() const override { return true; }
+  bool evaluates() const override { return false; }
+  void append_metrics(const nlohmann::json&) override {}
+  void checkpoint(int64_t, const std::function<void(const std::string&)>&) override {}
+  void write_summary(const nlohmann::json&) override {}
+
+ private:
+  TrainLogger silent_;
+};
+
+}  // namespace
+
+std::unique_ptr<RunOutput> make_run_owner(TrainLogger& logger) { return std::make_unique<Owner>(logger); }
+std::unique_ptr<RunOutput> make_run_follower() { return std::make_unique<Follower>(); }
+
+}  // namespace normlab::train

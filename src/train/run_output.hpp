@@ -1,0 +1,42 @@
+#pragma once
+// Who writes a run, decided once (Trainer's constructor): the training loop calls these and never
+// asks which rank it is.
+//   owner     one process, or rank 0 of a data-parallel run (mpirun -np N): owns the run directory
+//             (RunDirectory, locked) and writes config.json, vocab.json, metrics.jsonl with the
+//             evaluations, checkpoint.safetensors and summary.json; evaluates; logs
+//   follower  the other ranks: train their share of each batch and load the checkpoint on resume;
+//             write, evaluate and log nothing
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "normlab/train/config.hpp"
+#include "normlab/train/trainer.hpp"
+
+namespace normlab::train {
+
+class RunOutput {
+ public:
+  virtual ~RunOutput() = default;
+  // Where progress goes: the caller's logger for the owner, a silent one for a follower.
+  virtual TrainLogger& logger() = 0;
+  // A new run in dir: the owner creates and locks it, writes config.json and vocab.json.
+  virtual void open_new(const std::string& dir, const RunConfig& config, const std::string& vocab_json) = 0;
+  // The run in dir to resume: its checkpoint's path (InputError if there is none). The owner locks
+  // the directory first.
+  virtual std::string open_existing(const std::string& dir) = 0;
+  // After the checkpoint loaded: the owner cuts metrics.jsonl back to `step`.
+  virtual void resumed(const RunConfig& config, int64_t step) = 0;
+  virtual bool is_open() const = 0;
+  virtual bool evaluates() const = 0;
+  virtual void append_metrics(const nlohmann::json& record) = 0;
+  // save(path) writes the checkpoint, on the rank that writes it.
+  virtual void checkpoint(int64_t step, const std::function<void(const std::string&)>& save) = 0;
+  virtual void write_summary(const nlohmann::json& summary) = 0;
+};
+
+std::unique_ptr<RunOutput> make_run_owner(TrainLogger& logger);
+std::unique_ptr<RunOutput> make_run_follower();
+
+}  // namespace normlab::train
