@@ -4,6 +4,9 @@
 // optimizers do their double scalar math (1 - beta1, lr / bias_correction) on the value the config
 // file meant, as PyTorch does on Python doubles such as 0.9 (on 0.899999976 it would differ by ~2e-7
 // relative before any state is touched). A pure function of the float, so the bits reproduce.
+// std::to_chars, not fmt: both give the shortest digits, but from 2^25 up, where the fixed form is
+// the shorter, to_chars writes a float's exact integer (33742552, fmt "33742550"); the records'
+// large losses keep their values that way, and every optimizer input (at most 10) is unaffected.
 #include <charconv>
 #include <cmath>
 
