@@ -1,4 +1,9 @@
-// The compare grid: variants, the compare config, its expansion into runs.
+// The compare grid: variants, the compare config, its expansion into runs. load_compare_plan is
+// parse -> axes -> expand -> run specs, each step's input checked before the next:
+//   parse_compare_config   the file, its base run config and "set", the grid's keys
+//   read_*_axes            each axis's values (fill_missing_axes: the base's value for an absent one)
+//   expand_grid            the settings (layers x warmup x config-key axes), in grid order
+//   make_run_spec          one run per setting, lr, variant and seed: its name and full config
 #include <fmt/format.h>
 
 #include <algorithm>
