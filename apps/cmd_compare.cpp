@@ -107,23 +107,25 @@ std::string format_duration(double seconds) {
   return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
 }
 
-// Trains what the grid still needs (in children), then draws the report.
-void train_grid_and_report(const Options& options) {
+// --shard I/K as {I, K}: this process trains the runs whose index is I modulo K.
+using Shard = std::optional<std::pair<size_t, size_t>>;
+
+// The flags checked against each other; the shard parsed.
+Shard check_options(const Options& options) {
   if (options.report_only && options.retrain_changed)
     throw InputError("--report-only and --retrain-changed: choose one (--report-only never trains)");
   if (options.report_only && !options.shard.empty())
     throw InputError("--report-only and --shard: a shard trains part of the grid; draw the report with --report-only alone");
-  std::optional<std::pair<size_t, size_t>> shard;
+  Shard shard;
   if (!options.shard.empty()) shard = parse_shard(options.shard);
-  const study::ComparePlan plan = study::load_compare_plan(options.config);
-  const fs::path out(options.out);
-  if (options.report_only && !fs::is_directory(out / "runs"))
-    throw InputError(fmt::format("{}: no runs/ here: nothing to report (train the grid first: normlab compare --config {} "
-                                 "--out {})",
-                                 options.out, options.config, options.out));
+  return shard;
+}
 
-  // Never report old results under new settings: a started run is reused only when its resolved
-  // config is the one asked for now.
+// The started runs whose config differs from the grid's, among the runs this process trains.
+// Never report old results under new settings: a started run is reused only when its resolved
+// config is the one asked for now.
+std::vector<study::ChangedRun> changed_runs_of(const study::ComparePlan& plan, const Options& options,
+                                               const Shard& shard) {
   std::vector<study::ChangedRun> changed = study::changed_runs(plan, options.out);
   if (shard) {
     std::vector<study::ChangedRun> mine;
@@ -134,26 +136,28 @@ void train_grid_and_report(const Options& options) {
   }
   if (!changed.empty() && !options.retrain_changed)
     throw InputError(study::changed_runs_message(changed, options.out));
-  std::error_code ec;
-  for (const char* sub : {"runs", "configs", "logs", ".locks"}) io::make_directories((out / sub).string(), "output directory");
-  // Each run of the grid has one owner, so that shards can share one --out (on one machine or a
-  // shared file system) while two compares never decide about the same run: this process locks
-  // the runs it trains (its shard's), or all of them when it also draws the report; released by
-  // the kernel if this process dies. The run's own directory lock belongs to its `normlab train`.
+  return changed;
+}
+
+// Each run of the grid has one owner, so that shards can share one --out (on one machine or a
+// shared file system) while two compares never decide about the same run: this process locks
+// the runs it trains (its shard's), or all of them when it also draws the report; released by
+// the kernel if this process dies. The run's own directory lock belongs to its `normlab train`.
+std::vector<io::DirLock> lock_runs(const study::ComparePlan& plan, const fs::path& out, const Shard& shard) {
   std::vector<io::DirLock> run_locks;
   for (size_t i = 0; i < plan.runs.size(); ++i) {
     if (shard && i % shard->second != shard->first) continue;
     run_locks.push_back(io::DirLock::acquire_file((out / ".locks" / (plan.runs[i].name + ".lock")).string(),
                                                   (out / "runs" / plan.runs[i].name).string(), "compare run"));
   }
+  return run_locks;
+}
 
-  const int jobs = options.jobs > 0 ? options.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
-  const std::string exe = self_exe();
-  const bool tty = isatty(STDERR_FILENO);
-
-  // Decide what each run needs.
-  std::deque<size_t> queue;
-  int already_done = 0;
+// What each run this process trains needs: the changed runs are removed, a finished run is
+// counted as skipped, any other gets its config file and a place in the queue (by index).
+std::deque<size_t> queue_runs(const study::ComparePlan& plan, const fs::path& out, const Options& options,
+                              const std::vector<study::ChangedRun>& changed, const Shard& shard, int& already_done) {
+  std::error_code ec;
   for (const study::ChangedRun& c : changed) {
     fs::remove_all(out / "runs" / c.name, ec);
     if (ec) throw InputError(fmt::format("{}: cannot remove the changed run: {}", (out / "runs" / c.name).string(), ec.message()));
@@ -162,6 +166,7 @@ void train_grid_and_report(const Options& options) {
   if (!changed.empty())
     fmt::print(stderr, "compare: retraining {} run(s) whose config changed (first: {})\n", changed.size(),
                changed.front().name);
+  std::deque<size_t> queue;
   for (size_t i = 0; i < plan.runs.size() && !options.report_only; ++i) {
     if (shard && i % shard->second != shard->first) continue;
     const study::RunSpec& run = plan.runs[i];
@@ -174,91 +179,165 @@ void train_grid_and_report(const Options& options) {
     io::write_file_atomic((out / "configs" / (run.name + ".json")).string(), run.config.dump(2) + "\n");
     queue.push_back(i);
   }
+  return queue;
+}
 
-  std::signal(SIGINT, on_interrupt);
-  std::signal(SIGTERM, on_interrupt);
-  std::map<pid_t, std::pair<size_t, std::chrono::steady_clock::time_point>> running;
-  int done = 0, diverged = 0, failed = 0, interrupted = 0;
-  bool forwarded = false;
-  double busy_seconds = 0;
-  const size_t to_run = queue.size();
-  const auto start = std::chrono::steady_clock::now();
-  std::string last_line;
-  std::string bad_input;  // a run rejected its input: stop launching, report it
+// The queued runs as child processes, `jobs` at a time, watched until every one has exited and
+// none is left to launch (a signal or a run's bad input stops the launching); progress on stderr.
+class RunWatcher {
+ public:
+  RunWatcher(const study::ComparePlan& plan, const fs::path& out, int jobs, int already_done)
+      : plan_(plan), out_(out), jobs_(jobs), already_done_(already_done) {}
 
-  auto progress = [&](bool final_line) {
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const int finished = done + diverged + failed;
+  void run(std::deque<size_t> queue, const std::string& exe) {
+    to_run_ = queue.size();
+    start_ = std::chrono::steady_clock::now();
+    auto last_print = std::chrono::steady_clock::now();
+    while ((!queue.empty() && !g_interrupted && bad_input_.empty()) || !running_.empty()) {
+      while (running_.size() < size_t(jobs_) && !queue.empty() && !g_interrupted && bad_input_.empty()) {
+        const size_t i = queue.front();
+        queue.pop_front();
+        launch_run(i, exe);
+      }
+      if (g_interrupted && !forwarded_) stop_running();
+      int status = 0;
+      const pid_t pid = waitpid(-1, &status, WNOHANG);
+      if (pid > 0 && running_.count(pid)) {
+        reap(pid, status);
+        print_progress(false);
+        continue;
+      }
+      if (pid < 0 && errno == ECHILD) running_.clear();
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_print > std::chrono::seconds(tty_ ? 1 : 30)) {
+        print_progress(false);
+        last_print = now;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+
+  void print_progress(bool final_line) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const int finished = done_ + diverged_ + failed_;
     std::string eta = "?";
     if (finished > 0) {
-      const double per_run = busy_seconds / finished;
-      eta = format_duration(per_run * double(to_run - size_t(finished)) / jobs);
+      const double per_run = busy_seconds_ / finished;
+      eta = format_duration(per_run * double(to_run_ - size_t(finished)) / jobs_);
     }
     const std::string line =
         fmt::format("compare: {}/{} runs done ({} diverged, {} failed, {} skipped as finished{}), {} running, "
                     "elapsed {}, ETA {}",
-                    finished, to_run, diverged, failed, already_done,
-                    interrupted > 0 ? fmt::format(", {} stopped with a checkpoint", interrupted) : "",
-                    running.size(), format_duration(elapsed), eta);
-    if (tty) {
+                    finished, to_run_, diverged_, failed_, already_done_,
+                    interrupted_ > 0 ? fmt::format(", {} stopped with a checkpoint", interrupted_) : "",
+                    running_.size(), format_duration(elapsed), eta);
+    if (tty_) {
       fmt::print(stderr, "\r\033[K{}{}", line, final_line ? "\n" : "");
-    } else if (line != last_line) {
+    } else if (line != last_line_) {
       fmt::print(stderr, "{}\n", line);
     }
-    last_line = line;
-  };
-
-  auto last_print = std::chrono::steady_clock::now();
-  while ((!queue.empty() && !g_interrupted && bad_input.empty()) || !running.empty()) {
-    while (running.size() < size_t(jobs) && !queue.empty() && !g_interrupted && bad_input.empty()) {
-      const size_t i = queue.front();
-      queue.pop_front();
-      const study::RunSpec& run = plan.runs[i];
-      const fs::path dir = out / "runs" / run.name;
-      std::vector<std::string> args{"train",     "--config", (out / "configs" / (run.name + ".json")).string(),
-                                    "--out",     dir.string(), "--threads", "1"};
-      if (fs::exists(dir / "checkpoint.safetensors")) args.push_back("--resume");
-      const pid_t pid = launch(exe, args, (out / "logs" / (run.name + ".log")).string());
-      running[pid] = {i, std::chrono::steady_clock::now()};
-    }
-    if (g_interrupted && !forwarded) {
-      // Each run finishes its step, writes a checkpoint and exits 130/143; rerunning resumes it.
-      for (const auto& entry : running) kill(entry.first, SIGTERM);
-      forwarded = true;
-      if (!running.empty())
-        fmt::print(stderr, "\ncompare: stopping: {} running run(s) write a checkpoint and exit\n", running.size());
-    }
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid > 0 && running.count(pid)) {
-      const auto [i, started] = running[pid];
-      running.erase(pid);
-      busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      if (code == kExitOk) {
-        ++done;
-      } else if (code == kExitDiverged) {
-        ++diverged;
-      } else if ((code == kExitInterrupted || code == kExitTerminated) && g_interrupted) {
-        ++interrupted;  // stopped on our request, checkpointed: not a failure
-      } else {
-        ++failed;
-        if (code == kExitBadInput && bad_input.empty())
-          bad_input = fmt::format("run {} rejected its input; see {}", plan.runs[i].name,
-                                  (out / "logs" / (plan.runs[i].name + ".log")).string());
-      }
-      progress(false);
-      continue;
-    }
-    if (pid < 0 && errno == ECHILD) running.clear();
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_print > std::chrono::seconds(tty ? 1 : 30)) {
-      progress(false);
-      last_print = now;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    last_line_ = line;
   }
-  if (!options.report_only) progress(true);
+
+  int failed() const { return failed_; }
+  // "run NAME rejected its input; see LOG" when a run exited 2: launching stopped there.
+  const std::string& bad_input() const { return bad_input_; }
+
+ private:
+  void launch_run(size_t i, const std::string& exe) {
+    const study::RunSpec& run = plan_.runs[i];
+    const fs::path dir = out_ / "runs" / run.name;
+    std::vector<std::string> args{"train",     "--config", (out_ / "configs" / (run.name + ".json")).string(),
+                                  "--out",     dir.string(), "--threads", "1"};
+    if (fs::exists(dir / "checkpoint.safetensors")) args.push_back("--resume");
+    const pid_t pid = launch(exe, args, (out_ / "logs" / (run.name + ".log")).string());
+    running_[pid] = {i, std::chrono::steady_clock::now()};
+  }
+
+  // Each run finishes its step, writes a checkpoint and exits 130/143; rerunning resumes it.
+  void stop_running() {
+    for (const auto& entry : running_) kill(entry.first, SIGTERM);
+    forwarded_ = true;
+    if (!running_.empty())
+      fmt::print(stderr, "\ncompare: stopping: {} running run(s) write a checkpoint and exit\n", running_.size());
+  }
+
+  // A run has exited with `status` (waitpid's): counted by its exit code.
+  void reap(pid_t pid, int status) {
+    const auto [i, started] = running_[pid];
+    running_.erase(pid);
+    busy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code == kExitOk) {
+      ++done_;
+    } else if (code == kExitDiverged) {
+      ++diverged_;
+    } else if ((code == kExitInterrupted || code == kExitTerminated) && g_interrupted) {
+      ++interrupted_;  // stopped on our request, checkpointed: not a failure
+    } else {
+      ++failed_;
+      if (code == kExitBadInput && bad_input_.empty())
+        bad_input_ = fmt::format("run {} rejected its input; see {}", plan_.runs[i].name,
+                                (out_ / "logs" / (plan_.runs[i].name + ".log")).string());
+    }
+  }
+
+  const study::ComparePlan& plan_;
+  const fs::path& out_;
+  const int jobs_;
+  const int already_done_;
+  const bool tty_ = isatty(STDERR_FILENO);
+  std::map<pid_t, std::pair<size_t, std::chrono::steady_clock::time_point>> running_;  // run index, start
+  int done_ = 0, diverged_ = 0, failed_ = 0, interrupted_ = 0;
+  std::string bad_input_;
+  bool forwarded_ = false;  // the stop signal has been passed on to the running runs
+  double busy_seconds_ = 0;
+  size_t to_run_ = 0;
+  std::chrono::steady_clock::time_point start_;
+  std::string last_line_;
+};
+
+// report.html, report.md, runs.csv, summary.json from every run of the grid; the Answer on stdout.
+// A signal while drawing stops it (exit 130/143, nothing half-written).
+void draw_report(const study::ComparePlan& plan, const fs::path& out) {
+  std::vector<study::RunResult> results;
+  for (const study::RunSpec& run : plan.runs) results.push_back(study::read_run(run, (out / "runs" / run.name).string()));
+  const int signals_before = g_signals;
+  std::vector<std::string> answer;
+  try {
+    answer = study::write_report(plan, results, out.string(), [&] { return g_signals != signals_before; });
+  } catch (const study::ReportStopped&) {
+    fmt::print(stderr, "compare: stopped while drawing the report; rerun with --report-only to draw it\n");
+    throw ExitCode{g_interrupted == SIGTERM ? kExitTerminated : kExitInterrupted};
+  }
+  fmt::print("Answer (held-out data; definitions in docs/compare.md):\n");
+  for (const std::string& sentence : answer) fmt::print("  {}\n", sentence);
+  fmt::print("compare: report written to {}\n", (out / "report.html").string());
+}
+
+// Trains what the grid still needs (in children), then draws the report (a shard draws none).
+void train_grid_and_report(const Options& options) {
+  const Shard shard = check_options(options);
+  const study::ComparePlan plan = study::load_compare_plan(options.config);
+  const fs::path out(options.out);
+  if (options.report_only && !fs::is_directory(out / "runs"))
+    throw InputError(fmt::format("{}: no runs/ here: nothing to report (train the grid first: normlab compare --config {} "
+                                 "--out {})",
+                                 options.out, options.config, options.out));
+  const std::vector<study::ChangedRun> changed = changed_runs_of(plan, options, shard);
+  for (const char* sub : {"runs", "configs", "logs", ".locks"}) io::make_directories((out / sub).string(), "output directory");
+  const std::vector<io::DirLock> run_locks = lock_runs(plan, out, shard);
+
+  const int jobs = options.jobs > 0 ? options.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  const std::string exe = self_exe();
+  int already_done = 0;
+  std::deque<size_t> queue = queue_runs(plan, out, options, changed, shard, already_done);
+
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
+  RunWatcher watcher(plan, out, jobs, already_done);
+  watcher.run(std::move(queue), exe);
+  if (!options.report_only) watcher.print_progress(true);
 
   if (shard) {
     fmt::print(stderr,
@@ -266,28 +345,15 @@ void train_grid_and_report(const Options& options) {
                "gathered into one --out), run: normlab compare --config {} --out {} --report-only\n",
                options.shard, options.config, options.out);
   } else {
-    std::vector<study::RunResult> results;
-    for (const study::RunSpec& run : plan.runs)
-      results.push_back(study::read_run(run, (out / "runs" / run.name).string()));
-    const int signals_before = g_signals;
-    std::vector<std::string> answer;
-    try {
-      answer = study::write_report(plan, results, out.string(), [&] { return g_signals != signals_before; });
-    } catch (const study::ReportStopped&) {
-      fmt::print(stderr, "compare: stopped while drawing the report; rerun with --report-only to draw it\n");
-      throw ExitCode{g_interrupted == SIGTERM ? kExitTerminated : kExitInterrupted};
-    }
-    fmt::print("Answer (held-out data; definitions in docs/compare.md):\n");
-    for (const std::string& sentence : answer) fmt::print("  {}\n", sentence);
-    fmt::print("compare: report written to {}\n", (out / "report.html").string());
+    draw_report(plan, out);
   }
-  if (!bad_input.empty()) throw InputError(bad_input);
+  if (!watcher.bad_input().empty()) throw InputError(watcher.bad_input());
   if (g_interrupted) {
     fmt::print(stderr, "compare: interrupted; run the same command again to resume the unfinished runs\n");
     throw ExitCode{g_interrupted == SIGTERM ? kExitTerminated : kExitInterrupted};
   }
-  if (failed > 0) {
-    fmt::print(stderr, "compare: {} run(s) failed; their logs are in {}\n", failed, (out / "logs").string());
+  if (watcher.failed() > 0) {
+    fmt::print(stderr, "compare: {} run(s) failed; their logs are in {}\n", watcher.failed(), (out / "logs").string());
     throw ExitCode{1};
   }
 }

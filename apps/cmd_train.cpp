@@ -152,88 +152,162 @@ std::string resume_command(const std::string& dir, int ranks) {
 // rank returns.
 constexpr int kNothingToDo = -1;
 
+// The run directory: --resume DIR, --out DIR, or runs/<config name>.
+std::string run_dir(const TrainOptions& options, const std::optional<std::string>& config_path) {
+  namespace fs = std::filesystem;
+  if (options.resume) {
+    if (!options.resume_dir.empty() && !options.out.empty() && fs::path(options.resume_dir) != fs::path(options.out)) {
+      throw InputError(fmt::format("--resume {} and --out {} name different directories", options.resume_dir,
+                                   options.out));
+    }
+    std::string dir = !options.resume_dir.empty() ? options.resume_dir : options.out;
+    if (dir.empty() && config_path) dir = (fs::path("runs") / fs::path(*config_path).stem()).string();
+    if (dir.empty()) throw InputError("--resume: give the run directory (--resume DIR or --out DIR)");
+    return dir;
+  }
+  if (!config_path) throw InputError("--config is required (or --resume DIR to continue a run)");
+  return !options.out.empty() ? options.out : (fs::path("runs") / fs::path(*config_path).stem()).string();
+}
+
+// What a run needs before its first step; filled by set_up.
+struct Setup {
+  std::string dir;
+  train::RunConfig config;
+  std::unique_ptr<ConsoleLogger> logger;
+  std::optional<train::Trainer> trainer;  // built, its run directory started or resumed
+};
+
+// Config, data, the model, the run directory's lock (rank 0) and the checkpoint (every rank) into
+// setup. Returns 0 when the trainer is ready; otherwise the exit code (or kNothingToDo) with its
+// one line in `line`, for every rank to agree on.
+int set_up(const TrainOptions& options, const std::vector<std::string>& overrides,
+           const std::optional<std::string>& config_path, int ranks, Setup& setup, std::string& line) {
+  try {
+    if (config_path && study::config_kind(*config_path) == study::ConfigKind::compare)
+      throw InputError(fmt::format("{}: is a compare config (base, set, grid), not a run config; run it with: "
+                                   "normlab compare --config {} --out runs/{}",
+                                   *config_path, *config_path, std::filesystem::path(*config_path).stem().string()));
+    setup.dir = run_dir(options, config_path);
+    if (!options.resume) {
+      setup.config = train::load_config(*config_path, overrides);
+    } else {
+      setup.config = train::resume_config(setup.dir, config_path, overrides);
+      if (const std::optional<int64_t> done = train::finished_steps(setup.dir);
+          done && *done >= setup.config.train.steps) {
+        line = fmt::format("normlab: {} already finished its {} steps; nothing to do. To train it further: {} --set "
+                           "train.steps=N (N > {})",
+                           setup.dir, *done, resume_command(setup.dir, ranks), *done);
+        return kNothingToDo;
+      }
+      // The checkpoint must describe this run before a model of the requested size is built.
+      train::check_resume_checkpoint(setup.dir, setup.config);
+    }
+    setup.logger = std::make_unique<ConsoleLogger>(setup.config.train.log_every, isatty(fileno(stderr)) == 1);
+    setup.trainer.emplace(setup.config, setup.logger.get(), &g_stop_signal);
+    if (options.resume) {
+      setup.trainer->resume(setup.dir);
+    } else {
+      setup.trainer->start(setup.dir);
+    }
+    return 0;
+  } catch (const io::StopRequested& stop) {
+    line = fmt::format("normlab: stopped ({}) while loading the data; nothing was written",
+                       signal_name(stop.signal_number()));
+    return exit_code_for(stop.signal_number());
+  } catch (const InputError& e) {
+    // Rules that need the data (model.vocab_size against a vocabulary read from the training file)
+    // are checked when the trainer is built, not with the file: name the file all the same.
+    std::string message = e.what();
+    if ((message.rfind("model.", 0) == 0 || message.rfind("task.", 0) == 0) && (options.resume || config_path)) {
+      const std::string source =
+          options.resume ? train::RunPaths(setup.dir).config
+                         : overrides.empty() ? *config_path
+                                             : fmt::format("{} with --set {}", *config_path, fmt::join(overrides, " --set "));
+      message = fmt::format("{}: {}", source, message);
+    }
+    line = fmt::format("normlab: error: {}", message);
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    line = fmt::format("normlab: internal error: {}", e.what());
+    return 1;
+  }
+}
+
+// The run directory (a fresh run) and the residual block being trained: with --set model.norm=none
+// nothing else would say which.
+void announce(const TrainOptions& options, const Setup& setup, int ranks) {
+  const train::RunConfig& config = setup.config;
+  if (!options.resume)
+    setup.logger->info(fmt::format("run directory: {}{}", setup.dir,
+                                   ranks > 1 ? fmt::format(" ({} data-parallel ranks)", ranks) : ""));
+  const bool placement_moot = config.model.norm == "none" || config.model.norm == "rezero";
+  setup.logger->info(
+      fmt::format("block: {}{}", study::block_formula(config.model.norm, config.model.placement, config.model.final_norm),
+                  placement_moot && config.model.placement == "post"
+                      ? fmt::format(" (model.placement=post has no effect with model.norm={})", config.model.norm)
+                      : ""));
+}
+
+// Trainer::fit on every rank. data-parallel: an error on one rank cannot reach the others (they
+// wait in the next reduction), so the whole job ends here, with this rank's line.
+train::TrainSummary fit(Setup& setup, dist::Communicator& comm) {
+  try {
+    return setup.trainer->fit();
+  } catch (const std::exception& e) {
+    if (comm.size() == 1) throw;
+    setup.logger->end_line();
+    const bool input = dynamic_cast<const InputError*>(&e) != nullptr;
+    fmt::print(stderr, "normlab: {}data-parallel rank {}: {}\n", input ? "error: " : "internal error: ", comm.rank(),
+               e.what());
+    comm.abort_all(input ? kExitBadInput : 1);
+    throw;
+  }
+}
+
+// How training ended: a stop (checkpointed, exit 130/143), divergence (exit 3), or the final
+// numbers on stdout. Only the reporting rank prints.
+void finish(const train::TrainSummary& summary, const std::string& dir, int ranks, bool report) {
+  if (summary.interrupted()) {
+    const bool term = summary.stop_request == SIGTERM;
+    if (report)
+      fmt::print(stderr, "normlab: {} after step {} of {}; checkpoint written to {}; continue with: {}\n",
+                 term ? fmt::format("terminated ({})", signal_name(SIGTERM)) : "interrupted (SIGINT)", summary.steps,
+                 summary.planned_steps, train::RunPaths(dir).checkpoint, resume_command(dir, ranks));
+    throw ExitCode{exit_code_for(summary.stop_request)};
+  }
+  if (summary.diverged) {
+    if (report)
+      fmt::print(stderr, "normlab: training diverged at step {} (non-finite loss or gradient norm); see {}\n",
+                 summary.diverged_at_step.value_or(0), train::RunPaths(dir).metrics);
+    throw ExitCode{kExitDiverged};
+  }
+  if (!report) return;
+  fmt::print("trained {} steps in {}", summary.steps, format_duration(summary.wall_time_s));
+  if (summary.final_valid) fmt::print(": valid {}", train::describe_groups(*summary.final_valid));
+  if (summary.best_valid && summary.final_valid_step && summary.best_valid->step != *summary.final_valid_step)
+    fmt::print("\nbest trained-length valid loss {:.4f} at step {}", train::selection_loss(*summary.best_valid),
+               summary.best_valid->step);
+  fmt::print("\nrun directory: {}\n", dir);
+}
+
 void run(const TrainOptions& options) {
   install_stop_handlers();
   dist::Communicator& comm = dist::world();  // data-parallel: the ranks of this launch (1 otherwise)
   const bool report = comm.rank() == 0;      // data-parallel: rank 0 reports
   g_quiet.store(!report);
 
-  // Everything before the first step: config, data, the model, the run directory's lock (rank 0)
-  // and the checkpoint (every rank). Any of it can fail on one rank only, so the outcome is agreed:
-  // every rank gets the first failing rank's line and exits with its code.
   std::vector<std::string> overrides = options.overrides;
   if (options.threads >= 0) overrides.push_back(fmt::format("train.threads={}", options.threads));
   std::optional<std::string> config_path;
   if (!options.config.empty()) config_path = options.config;
-  std::string dir;
-  train::RunConfig config;
-  std::unique_ptr<ConsoleLogger> logger;
-  std::optional<train::Trainer> built;
-  int code = 0;
+  // Any step of the set-up can fail on one rank only, so the outcome is agreed: every rank gets the
+  // first failing rank's line and exits with its code.
+  Setup setup;
   std::string line;
-  try {
-    if (config_path && study::config_kind(*config_path) == study::ConfigKind::compare)
-      throw InputError(fmt::format("{}: is a compare config (base, set, grid), not a run config; run it with: "
-                                   "normlab compare --config {} --out runs/{}",
-                                   *config_path, *config_path, std::filesystem::path(*config_path).stem().string()));
-    if (options.resume) {
-      if (!options.resume_dir.empty() && !options.out.empty() &&
-          std::filesystem::path(options.resume_dir) != std::filesystem::path(options.out)) {
-        throw InputError(fmt::format("--resume {} and --out {} name different directories", options.resume_dir,
-                                     options.out));
-      }
-      dir = !options.resume_dir.empty() ? options.resume_dir : options.out;
-      if (dir.empty() && config_path) dir = (std::filesystem::path("runs") / std::filesystem::path(*config_path).stem()).string();
-      if (dir.empty()) throw InputError("--resume: give the run directory (--resume DIR or --out DIR)");
-      config = train::resume_config(dir, config_path, overrides);
-      if (const std::optional<int64_t> done = train::finished_steps(dir); done && *done >= config.train.steps) {
-        code = kNothingToDo;
-        line = fmt::format("normlab: {} already finished its {} steps; nothing to do. To train it further: {} --set "
-                           "train.steps=N (N > {})",
-                           dir, *done, resume_command(dir, comm.size()), *done);
-      } else {
-        // The checkpoint must describe this run before a model of the requested size is built.
-        train::check_resume_checkpoint(dir, config);
-      }
-    } else {
-      if (!config_path) throw InputError("--config is required (or --resume DIR to continue a run)");
-      config = train::load_config(*config_path, overrides);
-      dir = !options.out.empty() ? options.out
-                                 : (std::filesystem::path("runs") / std::filesystem::path(*config_path).stem()).string();
-    }
-    if (code == 0) {
-      logger = std::make_unique<ConsoleLogger>(config.train.log_every, isatty(fileno(stderr)) == 1);
-      built.emplace(config, logger.get(), &g_stop_signal);
-      if (options.resume) {
-        built->resume(dir);
-      } else {
-        built->start(dir);
-      }
-    }
-  } catch (const io::StopRequested& stop) {
-    code = exit_code_for(stop.signal_number());
-    line = fmt::format("normlab: stopped ({}) while loading the data; nothing was written",
-                       signal_name(stop.signal_number()));
-  } catch (const InputError& e) {
-    code = kExitBadInput;
-    // Rules that need the data (model.vocab_size against a vocabulary read from the training file)
-    // are checked when the trainer is built, not with the file: name the file all the same.
-    std::string message = e.what();
-    if ((message.rfind("model.", 0) == 0 || message.rfind("task.", 0) == 0) && (options.resume || config_path)) {
-      const std::string source =
-          options.resume ? train::RunPaths(dir).config
-                         : overrides.empty() ? *config_path
-                                             : fmt::format("{} with --set {}", *config_path, fmt::join(overrides, " --set "));
-      message = fmt::format("{}: {}", source, message);
-    }
-    line = fmt::format("normlab: error: {}", message);
-  } catch (const std::exception& e) {
-    code = 1;
-    line = fmt::format("normlab: internal error: {}", e.what());
-  }
+  const int code = set_up(options, overrides, config_path, comm.size(), setup, line);
   const dist::Communicator::Verdict verdict = comm.agree(code, line);
   if (verdict.code != 0) {
-    if (logger) logger->end_line();
+    if (setup.logger) setup.logger->end_line();
     if (report) {
       std::string text = verdict.message;
       // Another rank's refusal: say which (its files may be on another machine).
@@ -245,57 +319,10 @@ void run(const TrainOptions& options) {
     throw ExitCode{verdict.code};
   }
 
-  train::Trainer& trainer = *built;
-  if (report) {
-    if (!options.resume)
-      logger->info(fmt::format("run directory: {}{}", dir,
-                               comm.size() > 1 ? fmt::format(" ({} data-parallel ranks)", comm.size()) : ""));
-    // Name the block being trained: with --set model.norm=none nothing else would say so.
-    const bool placement_moot = config.model.norm == "none" || config.model.norm == "rezero";
-    logger->info(fmt::format("block: {}{}",
-                             study::block_formula(config.model.norm, config.model.placement, config.model.final_norm),
-                             placement_moot && config.model.placement == "post"
-                                 ? fmt::format(" (model.placement=post has no effect with model.norm={})", config.model.norm)
-                                 : ""));
-  }
-  train::TrainSummary summary;
-  try {
-    summary = trainer.fit();
-  } catch (const std::exception& e) {
-    if (comm.size() == 1) throw;
-    // data-parallel: the other ranks cannot learn of this error (they wait in the next
-    // reduction), so the whole job ends here, with this rank's line.
-    logger->end_line();
-    const bool input = dynamic_cast<const InputError*>(&e) != nullptr;
-    fmt::print(stderr, "normlab: {}data-parallel rank {}: {}\n", input ? "error: " : "internal error: ", comm.rank(),
-               e.what());
-    comm.abort_all(input ? kExitBadInput : 1);
-    throw;
-  }
-  logger->end_line();
-
-  if (summary.interrupted()) {
-    const bool term = summary.stop_request == SIGTERM;
-    if (report)
-      fmt::print(stderr, "normlab: {} after step {} of {}; checkpoint written to {}; continue with: {}\n",
-                 term ? fmt::format("terminated ({})", signal_name(SIGTERM)) : "interrupted (SIGINT)", summary.steps,
-                 summary.planned_steps, train::RunPaths(dir).checkpoint, resume_command(dir, comm.size()));
-    throw ExitCode{exit_code_for(summary.stop_request)};
-  }
-
-  if (summary.diverged) {
-    if (report)
-      fmt::print(stderr, "normlab: training diverged at step {} (non-finite loss or gradient norm); see {}\n",
-               summary.diverged_at_step.value_or(0), train::RunPaths(dir).metrics);
-    throw ExitCode{kExitDiverged};
-  }
-  if (!report) return;
-  fmt::print("trained {} steps in {}", summary.steps, format_duration(summary.wall_time_s));
-  if (summary.final_valid) fmt::print(": valid {}", train::describe_groups(*summary.final_valid));
-  if (summary.best_valid && summary.final_valid_step && summary.best_valid->step != *summary.final_valid_step)
-    fmt::print("\nbest trained-length valid loss {:.4f} at step {}", train::selection_loss(*summary.best_valid),
-               summary.best_valid->step);
-  fmt::print("\nrun directory: {}\n", dir);
+  if (report) announce(options, setup, comm.size());
+  const train::TrainSummary summary = fit(setup, comm);
+  setup.logger->end_line();
+  finish(summary, setup.dir, comm.size(), report);
 }
 
 }  // namespace

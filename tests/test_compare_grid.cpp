@@ -47,7 +47,7 @@ TEST_CASE("grid: any config key is an axis - runs get unique names and the facet
   REQUIRE(plan.extra_axes.size() == 3);
   CHECK(plan.extra_axes[0].first == "model.norm_eps");  // extra axes in key order, whatever the file's order
 
-  // Without extra axes the names are what they always were, so earlier output directories still match.
+  // Without extra axes a name has no extra part: variant, lr, depth, warmup, seed.
   const study::ComparePlan plain = plan_with(tmp, R"({"variants": ["pre-ln"], "lr": [0.001], "seeds": [3]})");
   CHECK(plain.runs.at(0).name == "pre-ln_lr0.001_L2_warmup_s3");
 }

@@ -29,16 +29,81 @@ double thread_cpu_ms() {
   return double(now.tv_sec) * 1e3 + double(now.tv_nsec) * 1e-6;
 }
 
-// Runs body once; appends its wall time and its CPU time (calling thread) in ms.
+// The wall and CPU times (calling thread) of repeated calls, in ms.
+struct Samples {
+  std::vector<double> wall_ms, cpu_ms;
+};
+
+// Runs body once; appends its wall time and its CPU time to samples.
 template <typename F>
-void time_call(F&& body, std::vector<double>& wall_ms, std::vector<double>& cpu_ms) {
+void time_call(F&& body, Samples& samples) {
   const double cpu_start = thread_cpu_ms();
   const auto start = std::chrono::steady_clock::now();
   body();
   const auto stop = std::chrono::steady_clock::now();
   const double cpu_stop = thread_cpu_ms();
-  wall_ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
-  cpu_ms.push_back(cpu_stop - cpu_start);
+  samples.wall_ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
+  samples.cpu_ms.push_back(cpu_stop - cpu_start);
+}
+
+// The kernels' arrays: x, dout (rows, cols) seeded normals, gamma ~ 1 + 0.1 N(0,1), beta ~ 0.1 N(0,1).
+struct Buffers {
+  Storage x, dout, y, dx;              // (rows, cols)
+  Storage gamma, beta, dgamma, dbeta;  // (cols)
+  Storage mean, rstd;                  // (rows)
+};
+
+Buffers make_buffers(int64_t rows, int64_t cols) {
+  Rng rng(1234);
+  const size_t n = size_t(rows) * size_t(cols);
+  const size_t num_cols = size_t(cols);
+  const size_t num_rows = size_t(rows);
+  Buffers b{Storage(n), Storage(n), Storage(n), Storage(n, 0.0f), Storage(num_cols), Storage(num_cols),
+            Storage(num_cols, 0.0f), Storage(num_cols, 0.0f), Storage(num_rows), Storage(num_rows)};
+  for (auto& v : b.x) v = rng.normal();
+  for (auto& v : b.dout) v = rng.normal();
+  for (auto& v : b.gamma) v = 1.0f + 0.1f * rng.normal();
+  for (auto& v : b.beta) v = 0.1f * rng.normal();
+  return b;
+}
+
+// The streaming reference: copy x into y (rows, cols), each thread its contiguous share of the rows.
+void copy_rows(float* y, const float* x, int64_t rows, int64_t cols) {
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t begin = rows * t / threads, end = rows * (t + 1) / threads;
+    std::memcpy(y + begin * cols, x + begin * cols, size_t((end - begin) * cols) * sizeof(float));
+  }
+}
+
+// Medians and bandwidths from the samples; bytes as layernorm.hpp counts them.
+LayerNormBenchResult summarize(int64_t B, int64_t T, int64_t C, int repeats, const Samples& forward,
+                               const Samples& backward, const Samples& forward_backward, const Samples& copy) {
+  const int64_t rows = B * T;
+  const int64_t cols = C;
+  LayerNormBenchResult result;
+  result.B = B;
+  result.T = T;
+  result.C = C;
+  result.threads = num_threads();
+  result.repeats = repeats;
+  result.forward_ms = median(forward.wall_ms);
+  result.backward_ms = median(backward.wall_ms);
+  result.forward_backward_ms = median(forward_backward.wall_ms);
+  result.forward_cpu_ms = median(forward.cpu_ms);
+  result.backward_cpu_ms = median(backward.cpu_ms);
+  result.forward_backward_cpu_ms = median(forward_backward.cpu_ms);
+  const double f = sizeof(float);
+  const double elements = double(rows) * double(cols);
+  result.forward_bytes = f * (2.0 * elements + 2.0 * double(cols) + 2.0 * double(rows));
+  result.backward_bytes = f * (4.0 * elements + 2.0 * double(rows) + 3.0 * double(cols));
+  result.forward_gbps = result.forward_bytes / (result.forward_ms * 1e-3) / 1e9;
+  result.forward_backward_gbps =
+      (result.forward_bytes + result.backward_bytes) / (result.forward_backward_ms * 1e-3) / 1e9;
+  result.copy_ms = median(copy.wall_ms);
+  result.copy_gbps = f * 2.0 * elements / (result.copy_ms * 1e-3) / 1e9;
+  return result;
 }
 
 }  // namespace
@@ -50,18 +115,7 @@ LayerNormBenchResult bench_layernorm(int64_t B, int64_t T, int64_t C, int repeat
   }
   const int64_t rows = B * T;
   const int64_t cols = C;
-  const size_t n = size_t(rows) * size_t(cols);
-
-  Rng rng(1234);
-  Storage x(n), dout(n), y(n), dx(n, 0.0f);
-  const size_t num_cols = size_t(cols);
-  const size_t num_rows = size_t(rows);
-  Storage gamma(num_cols), beta(num_cols), dgamma(num_cols, 0.0f), dbeta(num_cols, 0.0f);
-  Storage mean(num_rows), rstd(num_rows);
-  for (auto& v : x) v = rng.normal();
-  for (auto& v : dout) v = rng.normal();
-  for (auto& v : gamma) v = 1.0f + 0.1f * rng.normal();
-  for (auto& v : beta) v = 0.1f * rng.normal();
+  Buffers b = make_buffers(rows, cols);
   const float eps = 1e-12f;
 
   // NORMLAB_KERNELS=reference times the plain loops instead.
@@ -69,64 +123,30 @@ LayerNormBenchResult bench_layernorm(int64_t B, int64_t T, int64_t C, int repeat
   const auto forward_kernel = reference ? kernels::reference::layer_norm_forward : kernels::layer_norm_forward;
   const auto backward_kernel = reference ? kernels::reference::layer_norm_backward : kernels::layer_norm_backward;
   auto forward = [&] {
-    forward_kernel(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), rows, cols, eps);
+    forward_kernel(b.y.data(), b.mean.data(), b.rstd.data(), b.x.data(), b.gamma.data(), b.beta.data(), rows, cols,
+                   eps);
   };
   // dx, dgamma, dbeta keep accumulating over the repeats; the values stay O(repeats) and the
   // memory traffic is the same as with fresh buffers.
   auto backward = [&] {
-    backward_kernel(dx.data(), dgamma.data(), dbeta.data(), dout.data(), x.data(), gamma.data(), mean.data(),
-                    rstd.data(), rows, cols);
+    backward_kernel(b.dx.data(), b.dgamma.data(), b.dbeta.data(), b.dout.data(), b.x.data(), b.gamma.data(),
+                    b.mean.data(), b.rstd.data(), rows, cols);
   };
-
-  const int warmup = std::max(2, repeats / 10);
-  for (int i = 0; i < warmup; i++) {
-    forward();
-    backward();
-  }
-  std::vector<double> forward_times, backward_times, forward_backward_times;
-  std::vector<double> forward_cpu, backward_cpu, forward_backward_cpu;
   auto forward_backward = [&] {
     forward();
     backward();
   };
-  for (int i = 0; i < repeats; i++) time_call(forward, forward_times, forward_cpu);
-  for (int i = 0; i < repeats; i++) time_call(backward, backward_times, backward_cpu);
-  for (int i = 0; i < repeats; i++) time_call(forward_backward, forward_backward_times, forward_backward_cpu);
-  // The reference: copy x into y, each thread its contiguous share of the rows.
-  auto copy = [&] {
-#pragma omp parallel
-    {
-      const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-      const int64_t begin = rows * t / threads, end = rows * (t + 1) / threads;
-      std::memcpy(y.data() + begin * cols, x.data() + begin * cols, size_t((end - begin) * cols) * sizeof(float));
-    }
-  };
-  std::vector<double> copy_times, copy_cpu;
-  for (int i = 0; i < warmup; i++) copy();
-  for (int i = 0; i < repeats; i++) time_call(copy, copy_times, copy_cpu);
+  auto copy = [&] { copy_rows(b.y.data(), b.x.data(), rows, cols); };
 
-  LayerNormBenchResult result;
-  result.B = B;
-  result.T = T;
-  result.C = C;
-  result.threads = num_threads();
-  result.repeats = repeats;
-  result.forward_ms = median(forward_times);
-  result.backward_ms = median(backward_times);
-  result.forward_backward_ms = median(forward_backward_times);
-  result.forward_cpu_ms = median(forward_cpu);
-  result.backward_cpu_ms = median(backward_cpu);
-  result.forward_backward_cpu_ms = median(forward_backward_cpu);
-  const double f = sizeof(float);
-  const double elements = double(rows) * double(cols);
-  result.forward_bytes = f * (2.0 * elements + 2.0 * double(cols) + 2.0 * double(rows));
-  result.backward_bytes = f * (4.0 * elements + 2.0 * double(rows) + 3.0 * double(cols));
-  result.forward_gbps = result.forward_bytes / (result.forward_ms * 1e-3) / 1e9;
-  result.forward_backward_gbps =
-      (result.forward_bytes + result.backward_bytes) / (result.forward_backward_ms * 1e-3) / 1e9;
-  result.copy_ms = median(copy_times);
-  result.copy_gbps = f * 2.0 * elements / (result.copy_ms * 1e-3) / 1e9;
-  return result;
+  const int warmup = std::max(2, repeats / 10);
+  for (int i = 0; i < warmup; i++) forward_backward();
+  Samples forward_samples, backward_samples, forward_backward_samples, copy_samples;
+  for (int i = 0; i < repeats; i++) time_call(forward, forward_samples);
+  for (int i = 0; i < repeats; i++) time_call(backward, backward_samples);
+  for (int i = 0; i < repeats; i++) time_call(forward_backward, forward_backward_samples);
+  for (int i = 0; i < warmup; i++) copy();
+  for (int i = 0; i < repeats; i++) time_call(copy, copy_samples);
+  return summarize(B, T, C, repeats, forward_samples, backward_samples, forward_backward_samples, copy_samples);
 }
 
 }  // namespace normlab::bench

@@ -5,13 +5,13 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <set>
 
 #include "normlab/error.hpp"
 #include "normlab/kernels/reference/adam.hpp"
 #include "normlab/kernels/reference/mode.hpp"
+#include "normlab/shortest.hpp"
 
 namespace normlab::optim {
 
@@ -19,18 +19,6 @@ namespace {
 
 // Below this many elements a parameter is updated by one thread: forking costs more than the loop.
 constexpr int64_t kParallelMinElements = 1 << 15;
-
-// The decimal value a float hyperparameter was written as: 0.9f -> 0.9 (double). PyTorch does its
-// scalar math (1 - beta1, 1 - beta1^t, lr / bias_correction) on Python doubles such as 0.9; doing
-// it on 0.899999976 instead would differ by ~2e-7 relative before any state is touched. fmt prints
-// the shortest decimal that round-trips the float, and that decimal read as a double is the value
-// the config file (or the Python user) meant.
-double decimal(float x) {
-  std::string text = fmt::format("{}", x);
-  double value = static_cast<double>(x);
-  std::from_chars(text.data(), text.data() + text.size(), value);
-  return value;
-}
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -162,9 +150,9 @@ void Optimizer::step_sgd(size_t index, float lr, int64_t begin, int64_t end) {
   Tensor& param = params_[index].second;
   float* p = param.data();              // (numel)
   const float* g = param.grad_data();   // (numel)
-  const float weight_decay = decay_[index] ? static_cast<float>(decimal(options_.weight_decay)) : 0.0f;
-  const float momentum = static_cast<float>(decimal(options_.momentum));
-  const float neg_lr = static_cast<float>(-decimal(lr));
+  const float weight_decay = decay_[index] ? static_cast<float>(shortest(options_.weight_decay)) : 0.0f;
+  const float momentum = static_cast<float>(shortest(options_.momentum));
+  const float neg_lr = static_cast<float>(-shortest(lr));
   float* buf = momentum_buffer_.empty() ? nullptr : momentum_buffer_[index].data();  // (numel)
   for (int64_t i = begin; i < end; i++) {
     float d = g[i];
@@ -189,10 +177,10 @@ void Optimizer::step_adam(size_t index, float lr, int64_t begin, int64_t end) {
   float* m = exp_avg_[index].data();     // (numel)
   float* v = exp_avg_sq_[index].data();  // (numel)
 
-  const double lr_d = decimal(lr);
-  const double wd_d = decay_[index] ? decimal(options_.weight_decay) : 0.0;
-  const double beta1 = decimal(options_.beta1);
-  const double beta2 = decimal(options_.beta2);
+  const double lr_d = shortest(lr);
+  const double wd_d = decay_[index] ? shortest(options_.weight_decay) : 0.0;
+  const double beta1 = shortest(options_.beta1);
+  const double beta2 = shortest(options_.beta2);
   const double t = static_cast<double>(step_count_);
   const double bias_correction1 = 1.0 - std::pow(beta1, t);
   const double bias_correction2 = 1.0 - std::pow(beta2, t);
@@ -205,7 +193,7 @@ void Optimizer::step_adam(size_t index, float lr, int64_t begin, int64_t end) {
   const float one_minus_beta1 = static_cast<float>(1.0 - beta1);
   const float one_minus_beta2 = static_cast<float>(1.0 - beta2);
   const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  const float eps = static_cast<float>(decimal(options_.eps));
+  const float eps = static_cast<float>(shortest(options_.eps));
   const float neg_step_size = static_cast<float>(-(lr_d / bias_correction1));
 
   for (int64_t i = begin; i < end; i++) {

@@ -1,4 +1,9 @@
-// The compare grid: variants, the compare config, its expansion into runs.
+// The compare grid: variants, the compare config, its expansion into runs. load_compare_plan is
+// parse -> axes -> expand -> run specs, each step's input checked before the next:
+//   parse_compare_config   the file, its base run config and "set", the grid's keys
+//   read_*_axes            each axis's values (fill_missing_axes: the base's value for an absent one)
+//   expand_grid            the settings (layers x warmup x config-key axes), in grid order
+//   make_run_spec          one run per setting, lr, variant and seed: its name and full config
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -128,11 +133,32 @@ std::string owning_axis(const std::string& key) {
   return "";
 }
 
-}  // namespace
+// The data file paths of a run config (task.train_file, task.valid_file) made absolute against
+// the directory of the file that names them: the runs' configs live elsewhere. A null path is
+// dropped (the key's default).
+void make_data_paths_absolute(json& config, const fs::path& relative_to) {
+  if (!config.contains("task") || !config["task"].is_object()) return;
+  for (const char* key : {"train_file", "valid_file"}) {
+    if (!config["task"].contains(key)) continue;
+    json& v = config["task"][key];
+    if (v.is_string() && fs::path(v.get<std::string>()).is_relative())
+      v = fs::absolute(relative_to / v.get<std::string>()).lexically_normal().string();
+    if (v.is_null()) config["task"].erase(key);
+  }
+}
 
-ComparePlan load_compare_plan(const std::string& path) {
-  ComparePlan plan;
-  plan.source = path;
+// A compare config read and checked, ready to expand: the base run config and the grid object.
+struct CompareConfig {
+  std::string path;
+  fs::path dir;                   // the compare config's directory: its relative paths start here
+  json base;                      // the base run config with "set" applied, data paths absolute
+  train::RunConfig base_config;   // the same, validated
+  json grid;                      // the "grid" object ({} when absent)
+  std::vector<std::string> keys;  // the grid's config-key axes ("train.batch_size"), in grid order
+};
+
+// The compare config's top-level object; its kind and keys checked.
+json read_compare_root(const std::string& path) {
   const json root = io::parse_strict(io::read_file(path, 1 << 20), path);
   if (!root.is_object()) throw InputError(fmt::format("{}: must be a JSON object", path));
   if (config_kind(path) == ConfigKind::run)
@@ -142,50 +168,42 @@ ComparePlan load_compare_plan(const std::string& path) {
   for (const auto& [key, value] : root.items())
     if (key != "base" && key != "set" && key != "grid") fail(path, key, "unknown key (expected base, set, grid)");
   if (!root.contains("base")) fail(path, "base", "missing (a run config path or object)");
+  return root;
+}
 
-  // The base run config: a file next to the compare config, or inline.
-  const fs::path dir = fs::path(path).parent_path();
+// Fills config.base and config.base_config from "base" (a file next to the compare config, or
+// inline) and "set". The base is validated alone first, so a mistake in it is reported against it
+// and one in "set" against "set".
+void resolve_base(const json& root, CompareConfig& config) {
+  const std::string& path = config.path;
   const json& base = root.at("base");
-  fs::path base_dir = dir;
+  fs::path base_dir = config.dir;
   if (base.is_string()) {
-    const fs::path base_path = dir / base.get<std::string>();
+    const fs::path base_path = config.dir / base.get<std::string>();
     base_dir = base_path.parent_path();
     // A run config may itself build on another ("base"): resolved here, its paths made absolute.
-    plan.base = train::load_config_json(base_path.string());
+    config.base = train::load_config_json(base_path.string());
   } else if (base.is_object()) {
-    plan.base = base;
+    config.base = base;
   } else {
     fail(path, "base", "must be a path (string) or a run config (object)");
   }
-  // Data file paths are relative to the file that names them; the runs' configs live elsewhere, so
-  // make them absolute now.
-  auto absolute_paths = [](json& config, const fs::path& relative_to) {
-    if (!config.contains("task") || !config["task"].is_object()) return;
-    for (const char* key : {"train_file", "valid_file"}) {
-      if (!config["task"].contains(key)) continue;
-      json& v = config["task"][key];
-      if (v.is_string() && fs::path(v.get<std::string>()).is_relative())
-        v = fs::absolute(relative_to / v.get<std::string>()).lexically_normal().string();
-      if (v.is_null()) config["task"].erase(key);
-    }
-  };
-  absolute_paths(plan.base, base_dir);
-  // The base alone first, so a mistake in it is reported against it and one in "set" against "set".
-  (void)train::config_from_json(plan.base, base.is_string() ? (dir / base.get<std::string>()).string() : path + ": base",
-                                ".");
+  make_data_paths_absolute(config.base, base_dir);
+  (void)train::config_from_json(config.base,
+                                base.is_string() ? (config.dir / base.get<std::string>()).string() : path + ": base", ".");
   if (root.contains("set")) {
     const json& set = root.at("set");
     if (!set.is_object()) fail(path, "set", "must be an object of \"section.key\": value");
-    for (const auto& [key, value] : set.items()) set_path(plan.base, key, value, path);
-    absolute_paths(plan.base, dir);
+    for (const auto& [key, value] : set.items()) set_path(config.base, key, value, path);
+    make_data_paths_absolute(config.base, config.dir);
   }
-  // Validate the base once, so a typo is reported against the file the user wrote.
-  const train::RunConfig base_config = train::config_from_json(plan.base, root.contains("set") ? path + ": set" : path, ".");
+  config.base_config = train::config_from_json(config.base, root.contains("set") ? path + ": set" : path, ".");
+}
 
-  const json grid = root.contains("grid") ? root.at("grid") : json::object();
-  if (!grid.is_object()) fail(path, "grid", "must be an object");
+// The grid's keys other than the built-in axes: each must be a config key no built-in axis owns.
+std::vector<std::string> config_key_axes(const json& grid, const std::string& path) {
   const std::vector<std::string> all_keys = train::config_keys();
-  std::vector<std::string> extra_keys;
+  std::vector<std::string> keys;
   for (const auto& [key, value] : grid.items()) {
     if (key == "variants" || key == "lr" || key == "seeds" || key == "layers" || key == "warmup") continue;
     if (std::find(all_keys.begin(), all_keys.end(), key) == all_keys.end()) {
@@ -203,9 +221,28 @@ ComparePlan load_compare_plan(const std::string& path) {
     if (key == "train.threads") fail(path, "grid." + key, "compare runs every run single-threaded; not an axis");
     if (key == "optim.warmup_steps" && grid.contains("warmup"))
       fail(path, "grid." + key, "grid.warmup sets it too: use one of the two");
-    extra_keys.push_back(key);
+    keys.push_back(key);
   }
+  return keys;
+}
 
+// Reads a compare config: its top level, the base run config and the grid's keys, all checked.
+// Every error is an InputError naming the file and key.
+CompareConfig parse_compare_config(const std::string& path) {
+  CompareConfig config;
+  config.path = path;
+  config.dir = fs::path(path).parent_path();
+  const json root = read_compare_root(path);
+  resolve_base(root, config);
+  config.grid = root.contains("grid") ? root.at("grid") : json::object();
+  if (!config.grid.is_object()) fail(path, "grid", "must be an object");
+  config.keys = config_key_axes(config.grid, path);
+  return config;
+}
+
+// The built-in axes' values (variants, lr, seeds, layers, warmup) from the grid into plan, each
+// checked; an axis the grid leaves out stays empty here.
+void read_builtin_axes(const json& grid, const std::string& path, ComparePlan& plan) {
   plan.variants = read_axis<std::string>(
       grid, "variants", path,
       [&](const json& v) {
@@ -248,106 +285,150 @@ ComparePlan load_compare_plan(const std::string& path) {
         return v.get<bool>();
       },
       [](const bool& w) { return w ? "warmup" : "nowarmup"; });
+}
 
-  // Any other config key: each value validated as `--set` validates it (on the base, so a path is
-  // relative to this file like the base's paths).
-  std::vector<std::vector<json>> extra_values;
-  for (const std::string& key : extra_keys) {
+// The config-key axes' values: each validated as `--set` validates it (on the base, so a path is
+// relative to the compare config like the base's paths). Their texts in run names go to
+// plan.extra_axes; returned are the values as set in the runs' configs, one list per axis.
+std::vector<std::vector<json>> read_config_key_axes(const CompareConfig& config, ComparePlan& plan) {
+  std::vector<std::vector<json>> axis_values;
+  for (const std::string& key : config.keys) {
     std::vector<json> values = read_axis<json>(
-        grid, key, path,
+        config.grid, key, config.path,
         [&](const json& v) {
           json value = v;
           if ((key == "task.train_file" || key == "task.valid_file") && v.is_string() &&
               fs::path(v.get<std::string>()).is_relative())
-            value = fs::absolute(dir / v.get<std::string>()).lexically_normal().string();
-          json probe = plan.base;
-          set_path(probe, key, value, path);
-          train::config_from_json(probe, fmt::format("{}: grid.{} = {}", path, key, v.dump()), ".");
+            value = fs::absolute(config.dir / v.get<std::string>()).lexically_normal().string();
+          json probe = config.base;
+          set_path(probe, key, value, config.path);
+          train::config_from_json(probe, fmt::format("{}: grid.{} = {}", config.path, key, v.dump()), ".");
           return value;
         },
         [&](const json& v) { return key + "=" + name_part(v); });
     std::vector<std::string> texts;
     for (const json& v : values) texts.push_back(name_part(v));
     plan.extra_axes.emplace_back(key, texts);
-    extra_values.push_back(std::move(values));
+    axis_values.push_back(std::move(values));
   }
+  return axis_values;
+}
 
-  // Missing axes keep the base config's value.
+// A built-in axis the grid leaves out holds the base config's value; then the grid's size is checked.
+void fill_missing_axes(const CompareConfig& config, const std::vector<std::vector<json>>& key_axis_values,
+                       ComparePlan& plan) {
+  const train::RunConfig& base = config.base_config;
   if (plan.variants.empty()) {
-    const std::string name = variant_of(base_config.model.norm, base_config.model.placement);
-    plan.variants.push_back(name.empty() ? base_config.model.norm + "-" + base_config.model.placement : name);
+    const std::string name = variant_of(base.model.norm, base.model.placement);
+    plan.variants.push_back(name.empty() ? base.model.norm + "-" + base.model.placement : name);
   }
-  if (plan.lrs.empty()) plan.lrs.push_back(base_config.optim.lr);
-  if (plan.seeds.empty()) plan.seeds.push_back(uint64_t(base_config.train.seed));
-  if (plan.layers.empty()) plan.layers.push_back(base_config.model.layers);
-  if (plan.warmups.empty()) plan.warmups.push_back(base_config.optim.warmup_steps > 0);
-  const int64_t base_warmup = base_config.optim.warmup_steps;
-  if (std::find(plan.warmups.begin(), plan.warmups.end(), true) != plan.warmups.end() && base_warmup == 0 &&
-      grid.contains("warmup"))
-    fail(path, "grid.warmup", "contains true but the base config has optim.warmup_steps = 0");
+  if (plan.lrs.empty()) plan.lrs.push_back(base.optim.lr);
+  if (plan.seeds.empty()) plan.seeds.push_back(uint64_t(base.train.seed));
+  if (plan.layers.empty()) plan.layers.push_back(base.model.layers);
+  if (plan.warmups.empty()) plan.warmups.push_back(base.optim.warmup_steps > 0);
+  if (std::find(plan.warmups.begin(), plan.warmups.end(), true) != plan.warmups.end() &&
+      base.optim.warmup_steps == 0 && config.grid.contains("warmup"))
+    fail(config.path, "grid.warmup", "contains true but the base config has optim.warmup_steps = 0");
 
   double total = double(plan.variants.size() * plan.lrs.size() * plan.seeds.size() * plan.layers.size() *
                         plan.warmups.size());
-  for (const auto& values : extra_values) total *= double(values.size());
-  if (total > 5000) fail(path, "grid", fmt::format("{:.0f} runs is more than the limit of 5000", total));
+  for (const auto& values : key_axis_values) total *= double(values.size());
+  if (total > 5000) fail(config.path, "grid", fmt::format("{:.0f} runs is more than the limit of 5000", total));
+}
 
-  // Every combination of the extra axes, first axis slowest.
+// One setting of the grid: every axis but variant, lr and seed fixed.
+struct Setting {
+  int64_t layers = 0;
+  bool warmup = false;
+  std::vector<size_t> key_values;  // an index into each config-key axis's values
+  std::string label;               // "4 layers, no warmup, train.batch_size=4"
+  std::string name_suffix;         // "_train.batch_size=4", the config-key axes' part of a run name
+  std::vector<std::pair<std::string, std::string>> extra;  // config-key axes: key, value as in the name
+};
+
+// Every setting of the plan's axes, in grid order: layers slowest, then warmup, then each
+// config-key axis (the first slowest).
+std::vector<Setting> expand_grid(const ComparePlan& plan) {
   std::vector<std::vector<size_t>> combos{{}};
-  for (const auto& values : extra_values) {
+  for (const auto& [key, texts] : plan.extra_axes) {
     std::vector<std::vector<size_t>> next;
     for (const auto& c : combos)
-      for (size_t i = 0; i < values.size(); ++i) {
+      for (size_t i = 0; i < texts.size(); ++i) {
         next.push_back(c);
         next.back().push_back(i);
       }
     combos = std::move(next);
   }
-
-  const bool explicit_warmup = grid.contains("warmup");
+  std::vector<Setting> settings;
   for (int64_t layers : plan.layers)
     for (bool warmup : plan.warmups)
       for (const std::vector<size_t>& combo : combos) {
-        std::string setting = fmt::format("{} layers, {}", layers, warmup ? "warmup" : "no warmup");
-        std::string extra_name;
-        std::vector<std::pair<std::string, std::string>> extra;
+        Setting setting{layers, warmup, combo, fmt::format("{} layers, {}", layers, warmup ? "warmup" : "no warmup"),
+                        "", {}};
         for (size_t a = 0; a < combo.size(); ++a) {
           const std::string& key = plan.extra_axes[a].first;
           const std::string& text = plan.extra_axes[a].second[combo[a]];
-          setting += fmt::format(", {}={}", key, text);
-          extra_name += fmt::format("_{}={}", key, text);
-          extra.emplace_back(key, text);
+          setting.label += fmt::format(", {}={}", key, text);
+          setting.name_suffix += fmt::format("_{}={}", key, text);
+          setting.extra.emplace_back(key, text);
         }
-        plan.settings.push_back(setting);
-        for (double lr : plan.lrs)
-          for (const std::string& variant_name : plan.variants)
-            for (uint64_t seed : plan.seeds) {
-              const Variant* variant = find_variant(variant_name);
-              RunSpec spec;
-              spec.variant = variant_name;
-              spec.lr = lr;
-              spec.layers = layers;
-              spec.warmup = warmup;
-              spec.seed = seed;
-              spec.extra = extra;
-              spec.setting = setting;
-              spec.name = fmt::format("{}_lr{}_L{}_{}{}_s{}", variant_name, format_lr(lr), layers,
-                                      warmup ? "warmup" : "nowarmup", extra_name, seed);
-              spec.config = plan.base;
-              if (variant) {
-                set_path(spec.config, "model.norm", variant->norm, path);
-                set_path(spec.config, "model.placement", variant->placement, path);
-              }
-              set_path(spec.config, "optim.lr", lr, path);
-              set_path(spec.config, "model.layers", layers, path);
-              if (explicit_warmup) set_path(spec.config, "optim.warmup_steps", warmup ? base_warmup : 0, path);
-              for (size_t a = 0; a < combo.size(); ++a)
-                set_path(spec.config, plan.extra_axes[a].first, extra_values[a][combo[a]], path);
-              set_path(spec.config, "train.seed", seed, path);
-              set_path(spec.config, "train.threads", 1, path);
-              train::config_from_json(spec.config, fmt::format("{}: run {}", path, spec.name), ".");
-              plan.runs.push_back(std::move(spec));
-            }
+        settings.push_back(std::move(setting));
       }
+  return settings;
+}
+
+// One run of the grid: the base config with the run's axis values set, validated as a whole.
+RunSpec make_run_spec(const CompareConfig& config, const std::vector<std::vector<json>>& key_axis_values,
+                      const ComparePlan& plan, const Setting& setting, double lr, const std::string& variant_name,
+                      uint64_t seed) {
+  const std::string& path = config.path;
+  const Variant* variant = find_variant(variant_name);
+  RunSpec spec;
+  spec.variant = variant_name;
+  spec.lr = lr;
+  spec.layers = setting.layers;
+  spec.warmup = setting.warmup;
+  spec.seed = seed;
+  spec.extra = setting.extra;
+  spec.setting = setting.label;
+  spec.name = fmt::format("{}_lr{}_L{}_{}{}_s{}", variant_name, format_lr(lr), setting.layers,
+                          setting.warmup ? "warmup" : "nowarmup", setting.name_suffix, seed);
+  spec.config = config.base;
+  if (variant) {
+    set_path(spec.config, "model.norm", variant->norm, path);
+    set_path(spec.config, "model.placement", variant->placement, path);
+  }
+  set_path(spec.config, "optim.lr", lr, path);
+  set_path(spec.config, "model.layers", setting.layers, path);
+  if (config.grid.contains("warmup"))
+    set_path(spec.config, "optim.warmup_steps", setting.warmup ? config.base_config.optim.warmup_steps : 0, path);
+  for (size_t a = 0; a < setting.key_values.size(); ++a)
+    set_path(spec.config, plan.extra_axes[a].first, key_axis_values[a][setting.key_values[a]], path);
+  set_path(spec.config, "train.seed", seed, path);
+  set_path(spec.config, "train.threads", 1, path);
+  train::config_from_json(spec.config, fmt::format("{}: run {}", path, spec.name), ".");
+  return spec;
+}
+
+}  // namespace
+
+// parse (the config and its axes) -> expand (the settings) -> one run spec per setting, lr,
+// variant and seed, in that order.
+ComparePlan load_compare_plan(const std::string& path) {
+  const CompareConfig config = parse_compare_config(path);
+  ComparePlan plan;
+  plan.source = path;
+  plan.base = config.base;
+  read_builtin_axes(config.grid, path, plan);
+  const std::vector<std::vector<json>> key_axis_values = read_config_key_axes(config, plan);
+  fill_missing_axes(config, key_axis_values, plan);
+  for (const Setting& setting : expand_grid(plan)) {
+    plan.settings.push_back(setting.label);
+    for (double lr : plan.lrs)
+      for (const std::string& variant_name : plan.variants)
+        for (uint64_t seed : plan.seeds)
+          plan.runs.push_back(make_run_spec(config, key_axis_values, plan, setting, lr, variant_name, seed));
+  }
   return plan;
 }
 

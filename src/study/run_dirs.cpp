@@ -52,23 +52,28 @@ const json& at_key(const json& config, const std::string& key) {
   return config.at(key.substr(0, dot)).at(key.substr(dot + 1));
 }
 
-}  // namespace
+std::string canonical(const std::string& dir) { return fs::weakly_canonical(fs::absolute(dir)).string(); }
 
-ComparePlan plan_from_run_dirs(const std::vector<std::string>& dirs,
-                               const std::vector<std::pair<std::string, std::string>>& labels) {
-  if (dirs.empty()) throw InputError("report: give at least one run directory");
-  std::vector<std::string> run_dirs;
+// The run directories the arguments name (a compare output directory stands for its runs/, in
+// name order), and each labelled run's label by its canonical path. InputError for an empty
+// compare directory, an empty label, or a label naming a directory that is not an argument.
+struct LabelledRuns {
+  std::vector<std::string> dirs;
   std::map<std::string, std::string> label_of;  // canonical run dir -> label
-  auto canonical = [](const std::string& d) { return fs::weakly_canonical(fs::absolute(d)).string(); };
+};
+
+LabelledRuns expand_run_dirs(const std::vector<std::string>& dirs,
+                             const std::vector<std::pair<std::string, std::string>>& labels) {
+  LabelledRuns runs;
   std::set<std::string> inputs;
   for (const std::string& dir : dirs) {
     inputs.insert(canonical(dir));
     if (is_compare_dir(dir)) {
-      const std::vector<std::string> runs = compare_dir_runs(dir);
-      if (runs.empty()) throw InputError(fmt::format("{}: a compare output directory with no runs in runs/", dir));
-      run_dirs.insert(run_dirs.end(), runs.begin(), runs.end());
+      const std::vector<std::string> compare_runs = compare_dir_runs(dir);
+      if (compare_runs.empty()) throw InputError(fmt::format("{}: a compare output directory with no runs in runs/", dir));
+      runs.dirs.insert(runs.dirs.end(), compare_runs.begin(), compare_runs.end());
     } else {
-      run_dirs.push_back(dir);
+      runs.dirs.push_back(dir);
     }
   }
   for (const auto& [label, dir] : labels) {
@@ -76,12 +81,16 @@ ComparePlan plan_from_run_dirs(const std::vector<std::string>& dirs,
     if (!inputs.count(canonical(dir)))
       throw InputError(fmt::format("--label {}={}: {} is not one of the run directories given", label, dir, dir));
     if (is_compare_dir(dir)) {
-      for (const std::string& run : compare_dir_runs(dir)) label_of[canonical(run)] = label;
+      for (const std::string& run : compare_dir_runs(dir)) runs.label_of[canonical(run)] = label;
     } else {
-      label_of[canonical(dir)] = label;
+      runs.label_of[canonical(dir)] = label;
     }
   }
+  return runs;
+}
 
+// Each run's resolved config; InputError naming two runs of different tasks.
+std::vector<json> read_run_configs(const std::vector<std::string>& run_dirs) {
   std::vector<json> configs;
   for (const std::string& dir : run_dirs) configs.push_back(read_run_config(dir));
   for (size_t i = 1; i < configs.size(); ++i)
@@ -90,8 +99,12 @@ ComparePlan plan_from_run_dirs(const std::vector<std::string>& dirs,
                                    "make one report per task",
                                    run_dirs[0], configs[0]["task"]["name"].dump(), run_dirs[i],
                                    configs[i]["task"]["name"].dump()));
+  return configs;
+}
 
-  // The keys that differ between the runs name them (seed and learning rate have their own axes).
+// The config keys whose value differs between the runs, in config key order; seed and learning
+// rate have their own axes, and keys that never change the numbers are left out.
+std::vector<std::string> differing_keys(const std::vector<json>& configs) {
   std::vector<std::string> differing;
   for (const std::string& key : train::config_keys()) {
     if (key == "train.seed" || key == "optim.lr" || key == "train.threads") continue;
@@ -103,44 +116,66 @@ ComparePlan plan_from_run_dirs(const std::vector<std::string>& dirs,
         break;
       }
   }
+  return differing;
+}
+
+// The series a run belongs to: its --label, else its values of the differing keys
+// ("model.norm=rmsnorm, train.batch_size=4"), else its variant name, else "run".
+std::string series_of(const std::string& run_dir, const json& config, const LabelledRuns& runs,
+                      const std::vector<std::string>& differing) {
+  if (auto it = runs.label_of.find(canonical(run_dir)); it != runs.label_of.end()) return it->second;
+  std::string label;
+  for (const std::string& key : differing)
+    label += fmt::format("{}{}={}", label.empty() ? "" : ", ", key, detail::value_text(at_key(config, key)));
+  if (label.empty()) label = variant_of(config["model"]["norm"], config["model"]["placement"]);
+  return label.empty() ? "run" : label;
+}
+
+// The run's directory name, made unique among `names` (taken) with "-2", "-3", ...
+std::string unique_name(const std::string& run_dir, std::set<std::string>& names) {
+  std::string name = fs::path(run_dir).lexically_normal().filename().string();
+  if (name.empty()) name = fs::path(run_dir).lexically_normal().parent_path().filename().string();
+  for (int k = 2; names.count(name); ++k) name = fmt::format("{}-{}", fs::path(run_dir).filename().string(), k);
+  names.insert(name);
+  return name;
+}
+
+template <typename T>
+void add_unique(std::vector<T>& values, const T& value) {
+  if (std::find(values.begin(), values.end(), value) == values.end()) values.push_back(value);
+}
+
+}  // namespace
+
+ComparePlan plan_from_run_dirs(const std::vector<std::string>& dirs,
+                               const std::vector<std::pair<std::string, std::string>>& labels) {
+  if (dirs.empty()) throw InputError("report: give at least one run directory");
+  const LabelledRuns runs = expand_run_dirs(dirs, labels);
+  const std::vector<json> configs = read_run_configs(runs.dirs);
+  const std::vector<std::string> differing = differing_keys(configs);
 
   ComparePlan plan;
   plan.title = "normlab report";
   plan.base = configs[0];
-  plan.source = run_dirs.size() == 1 ? run_dirs[0] : fmt::format("{} run directories", run_dirs.size());
+  plan.source = runs.dirs.size() == 1 ? runs.dirs[0] : fmt::format("{} run directories", runs.dirs.size());
   plan.settings = {""};
   std::set<std::string> names;
-  for (size_t i = 0; i < run_dirs.size(); ++i) {
+  for (size_t i = 0; i < runs.dirs.size(); ++i) {
     const json& c = configs[i];
     RunSpec spec;
-    spec.dir = run_dirs[i];
+    spec.dir = runs.dirs[i];
     spec.config = c;
     spec.lr = c["optim"]["lr"].get<double>();
     spec.seed = c["train"]["seed"].get<uint64_t>();
     spec.layers = c["model"]["layers"].get<int64_t>();
     spec.warmup = c["optim"]["warmup_steps"].get<int64_t>() > 0;
-    std::string name = fs::path(run_dirs[i]).lexically_normal().filename().string();
-    if (name.empty()) name = fs::path(run_dirs[i]).lexically_normal().parent_path().filename().string();
-    for (int k = 2; names.count(name); ++k) name = fmt::format("{}-{}", fs::path(run_dirs[i]).filename().string(), k);
-    names.insert(name);
-    spec.name = name;
-    if (auto it = label_of.find(canonical(run_dirs[i])); it != label_of.end()) {
-      spec.variant = it->second;
-    } else {
-      std::string label;
-      for (const std::string& key : differing)
-        label += fmt::format("{}{}={}", label.empty() ? "" : ", ", key, detail::value_text(at_key(c, key)));
-      if (label.empty()) label = variant_of(c["model"]["norm"], c["model"]["placement"]);
-      spec.variant = label.empty() ? "run" : label;
-    }
-    if (std::find(plan.variants.begin(), plan.variants.end(), spec.variant) == plan.variants.end())
-      plan.variants.push_back(spec.variant);
-    if (std::find(plan.lrs.begin(), plan.lrs.end(), spec.lr) == plan.lrs.end()) plan.lrs.push_back(spec.lr);
-    if (std::find(plan.seeds.begin(), plan.seeds.end(), spec.seed) == plan.seeds.end()) plan.seeds.push_back(spec.seed);
-    if (std::find(plan.layers.begin(), plan.layers.end(), spec.layers) == plan.layers.end())
-      plan.layers.push_back(spec.layers);
-    if (std::find(plan.warmups.begin(), plan.warmups.end(), spec.warmup) == plan.warmups.end())
-      plan.warmups.push_back(spec.warmup);
+    spec.name = unique_name(runs.dirs[i], names);
+    spec.variant = series_of(runs.dirs[i], c, runs, differing);
+    add_unique(plan.variants, spec.variant);
+    add_unique(plan.lrs, spec.lr);
+    add_unique(plan.seeds, spec.seed);
+    add_unique(plan.layers, spec.layers);
+    add_unique(plan.warmups, spec.warmup);
     plan.runs.push_back(std::move(spec));
   }
   std::sort(plan.lrs.begin(), plan.lrs.end());

@@ -241,6 +241,88 @@ bool valid_utf8(const std::string& text) {
   }
 }
 
+// Each check below takes a value of the field's kind and the message prefix ("WHERE: section.key");
+// it returns the value to store or throws the one-line InputError.
+
+json validated_integer(const Field& field, const json& value, const std::string& prefix, const char* or_null) {
+  // 1e3 or 1000.0 name an integer exactly (JSON and --set alike); 1.5 does not.
+  if (value.is_number_float() && std::isfinite(value.get<double>()) && std::trunc(value.get<double>()) == value.get<double>() &&
+      std::fabs(value.get<double>()) <= 9007199254740992.0) {
+    return validated_integer(field, json(static_cast<int64_t>(value.get<double>())), prefix, or_null);
+  }
+  bool ok = value.is_number_integer();
+  double as_double = ok ? (value.is_number_unsigned() ? double(value.get<uint64_t>()) : double(value.get<int64_t>()))
+                        : 0.0;
+  if (!ok || !in_range(as_double, field.range) ||
+      (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))) {
+    throw InputError(fmt::format("{}: must be an integer in {}{}, got {}", prefix, range_text(field), or_null,
+                                 shown(value)));
+  }
+  return value;
+}
+
+json validated_number(const Field& field, const json& value, const std::string& prefix, const char* or_null) {
+  if (!value.is_number() || !std::isfinite(value.get<double>()) || !in_range(value.get<double>(), field.range)) {
+    throw InputError(fmt::format("{}: must be a number in {}{}, got {}", prefix, range_text(field), or_null,
+                                 shown(value)));
+  }
+  // Every number is used as a float32: check the value the code will compute with. 1e-46 is 0
+  // there, 0.99999999999 is 1, and a subnormal loses its precision (and underflows under a
+  // schedule factor).
+  const double wanted = value.get<double>();
+  const float used = static_cast<float>(wanted);
+  if (!in_range(double(used), field.range) || (wanted != 0.0 && std::fabs(used) < std::numeric_limits<float>::min())) {
+    throw InputError(fmt::format("{}: must be a number in {}{}, got {}, which is {} in float32, the precision "
+                                 "normlab computes in",
+                                 prefix, range_text(field), or_null, shown(value), double(used)));
+  }
+  return json(wanted);
+}
+
+json validated_choice(const Field& field, const json& value, const std::string& prefix) {
+  std::string list;
+  for (const std::string& choice : field.choices) list += (list.empty() ? "\"" : ", \"") + choice + "\"";
+  if (!value.is_string()) throw InputError(fmt::format("{}: must be one of {}, got {}", prefix, list, shown(value)));
+  const std::string text = value.get<std::string>();
+  if (std::find(field.choices.begin(), field.choices.end(), text) == field.choices.end()) {
+    throw InputError(fmt::format("{}: must be one of {}, got {} (did you mean '{}'?)", prefix, list, shown(value),
+                                 io::closest(text, field.choices)));
+  }
+  return value;
+}
+
+json validated_text(const json& value, const std::string& prefix, const char* or_null) {
+  const std::string text = value.is_string() ? value.get<std::string>() : std::string();
+  if (!value.is_string() || text.empty() || text.size() > 200 || !valid_utf8(text) ||
+      std::any_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; })) {
+    throw InputError(fmt::format("{}: must be a non-empty line of text (UTF-8, at most 200 bytes){}, got {}", prefix,
+                                 or_null, shown(value)));
+  }
+  return value;
+}
+
+// A path is stored absolute: relative to base_dir (the config file's directory).
+json validated_path(const json& value, const std::string& prefix, const char* or_null, const fs::path& base_dir,
+                    bool require_files) {
+  if (!value.is_string() || value.get<std::string>().empty() || !valid_utf8(value.get<std::string>())) {
+    throw InputError(fmt::format("{}: must be a file path (a non-empty UTF-8 string){}, got {}", prefix, or_null,
+                                 shown(value)));
+  }
+  // The system ends a path at a NUL byte: "data/train.jsonl\u0000x" would open data/train.jsonl.
+  if (value.get<std::string>().find('\0') != std::string::npos) {
+    throw InputError(fmt::format("{}: a file path cannot contain a NUL byte (\\u0000), got {}", prefix, shown(value)));
+  }
+  fs::path path(value.get<std::string>());
+  if (path.is_relative()) path = base_dir / path;
+  std::error_code ec;
+  fs::path absolute = fs::absolute(path, ec).lexically_normal();
+  if (ec) absolute = path.lexically_normal();
+  if (require_files && !fs::is_regular_file(absolute, ec)) {
+    throw InputError(fmt::format("{}: no such file: {}", prefix, absolute.string()));
+  }
+  return json(absolute.string());
+}
+
 // Checks one value against its field; returns the value to store (paths made absolute).
 json validated(const Field& field, const json& value, const std::string& where, const fs::path& base_dir,
                bool require_files = true) {
@@ -248,81 +330,19 @@ json validated(const Field& field, const json& value, const std::string& where, 
   const char* or_null = field.nullable ? " or null" : "";
   if (value.is_null() && field.nullable) return value;
   switch (field.kind) {
-    case Kind::integer: {
-      // 1e3 or 1000.0 name an integer exactly (JSON and --set alike); 1.5 does not.
-      if (value.is_number_float() && std::isfinite(value.get<double>()) && std::trunc(value.get<double>()) == value.get<double>() &&
-          std::fabs(value.get<double>()) <= 9007199254740992.0) {
-        return validated(field, json(static_cast<int64_t>(value.get<double>())), where, base_dir, require_files);
-      }
-      bool ok = value.is_number_integer();
-      double as_double = ok ? (value.is_number_unsigned() ? double(value.get<uint64_t>()) : double(value.get<int64_t>()))
-                            : 0.0;
-      if (!ok || !in_range(as_double, field.range) ||
-          (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))) {
-        throw InputError(fmt::format("{}: must be an integer in {}{}, got {}", prefix, range_text(field), or_null,
-                                     shown(value)));
-      }
-      return value;
-    }
-    case Kind::number: {
-      if (!value.is_number() || !std::isfinite(value.get<double>()) || !in_range(value.get<double>(), field.range)) {
-        throw InputError(fmt::format("{}: must be a number in {}{}, got {}", prefix, range_text(field), or_null,
-                                     shown(value)));
-      }
-      // Every number is used as a float32: check the value the code will compute with. 1e-46 is 0
-      // there, 0.99999999999 is 1, and a subnormal loses its precision (and underflows under a
-      // schedule factor).
-      const double wanted = value.get<double>();
-      const float used = static_cast<float>(wanted);
-      if (!in_range(double(used), field.range) || (wanted != 0.0 && std::fabs(used) < std::numeric_limits<float>::min())) {
-        throw InputError(fmt::format("{}: must be a number in {}{}, got {}, which is {} in float32, the precision "
-                                     "normlab computes in",
-                                     prefix, range_text(field), or_null, shown(value), double(used)));
-      }
-      return json(wanted);
-    }
+    case Kind::integer:
+      return validated_integer(field, value, prefix, or_null);
+    case Kind::number:
+      return validated_number(field, value, prefix, or_null);
     case Kind::boolean:
       if (!value.is_boolean()) throw InputError(fmt::format("{}: must be true or false, got {}", prefix, shown(value)));
       return value;
-    case Kind::choice: {
-      std::string list;
-      for (const std::string& choice : field.choices) list += (list.empty() ? "\"" : ", \"") + choice + "\"";
-      if (!value.is_string()) throw InputError(fmt::format("{}: must be one of {}, got {}", prefix, list, shown(value)));
-      const std::string text = value.get<std::string>();
-      if (std::find(field.choices.begin(), field.choices.end(), text) == field.choices.end()) {
-        throw InputError(fmt::format("{}: must be one of {}, got {} (did you mean '{}'?)", prefix, list, shown(value),
-                                     io::closest(text, field.choices)));
-      }
-      return value;
-    }
-    case Kind::text: {
-      const std::string text = value.is_string() ? value.get<std::string>() : std::string();
-      if (!value.is_string() || text.empty() || text.size() > 200 || !valid_utf8(text) ||
-          std::any_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; })) {
-        throw InputError(fmt::format("{}: must be a non-empty line of text (UTF-8, at most 200 bytes){}, got {}", prefix,
-                                     or_null, shown(value)));
-      }
-      return value;
-    }
-    case Kind::path: {
-      if (!value.is_string() || value.get<std::string>().empty() || !valid_utf8(value.get<std::string>())) {
-        throw InputError(fmt::format("{}: must be a file path (a non-empty UTF-8 string){}, got {}", prefix, or_null,
-                                     shown(value)));
-      }
-      // The system ends a path at a NUL byte: "data/train.jsonl\u0000x" would open data/train.jsonl.
-      if (value.get<std::string>().find('\0') != std::string::npos) {
-        throw InputError(fmt::format("{}: a file path cannot contain a NUL byte (\\u0000), got {}", prefix, shown(value)));
-      }
-      fs::path path(value.get<std::string>());
-      if (path.is_relative()) path = base_dir / path;
-      std::error_code ec;
-      fs::path absolute = fs::absolute(path, ec).lexically_normal();
-      if (ec) absolute = path.lexically_normal();
-      if (require_files && !fs::is_regular_file(absolute, ec)) {
-        throw InputError(fmt::format("{}: no such file: {}", prefix, absolute.string()));
-      }
-      return json(absolute.string());
-    }
+    case Kind::choice:
+      return validated_choice(field, value, prefix);
+    case Kind::text:
+      return validated_text(value, prefix, or_null);
+    case Kind::path:
+      return validated_path(value, prefix, or_null, base_dir, require_files);
   }
   return value;
 }

@@ -2,9 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 
 #include "normlab/error.hpp"
@@ -24,14 +22,6 @@ double number_or_nan(const json& object, const char* key) {
 }
 
 }  // namespace
-
-double shortest(float value) {
-  if (!std::isfinite(value)) return double(value);
-  char buffer[32];
-  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  *end = '\0';
-  return std::strtod(buffer, nullptr);
-}
 
 ValidPoint valid_point(int64_t step, const EvalMetrics& metrics) {
   return ValidPoint{step, metrics.loss, metrics.accuracy, metrics.sequence_accuracy, metrics.trained, metrics.unseen};

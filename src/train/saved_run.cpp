@@ -68,6 +68,86 @@ std::optional<int64_t> finished_steps(const std::string& dir) {
   return std::nullopt;  // unreadable: not a finished run we can vouch for; the resume checks the rest
 }
 
+namespace {
+
+// A data-defined task from the vocabulary and labels in the checkpoint's metadata (the training
+// file is not needed). InputError naming the checkpoint if they are malformed.
+data::Task saved_data_task(const io::SafetensorsFile& file, const RunConfig& config, const std::string& checkpoint) {
+  const nlohmann::json vocabulary = metadata_json(file, "vocabulary");
+  const nlohmann::json labels = metadata_json(file, "labels");
+  auto strings = [&](const nlohmann::json& list, const char* key, size_t skip) {
+    std::vector<std::string> out;
+    if (!list.is_array() || list.size() <= skip)
+      throw InputError(fmt::format("{}: metadata '{}' must be a non-empty array of strings", checkpoint, key));
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!list[i].is_string())
+        throw InputError(fmt::format("{}: metadata '{}' must be a non-empty array of strings", checkpoint, key));
+      if (i >= skip) out.push_back(list[i].get<std::string>());
+    }
+    return out;
+  };
+  if (!vocabulary.is_array() || vocabulary.size() < 2 || vocabulary[0] != data::kPadToken ||
+      vocabulary[1] != data::kUnkToken) {
+    throw InputError(fmt::format("{}: metadata 'vocabulary' must start with \"[PAD]\", \"[UNK]\"", checkpoint));
+  }
+  try {
+    return data::make_data_task(config.task.name, strings(vocabulary, "vocabulary", 2), strings(labels, "labels", 0),
+                                kMaxFileSequence);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: metadata: {}", checkpoint, e.what()));
+  }
+}
+
+// The mlm_text task from the characters in the checkpoint's metadata.
+data::Task saved_text_task(const io::SafetensorsFile& file, const std::string& checkpoint) {
+  nlohmann::json characters = metadata_json(file, "task_characters");
+  if (!characters.is_array()) {
+    throw InputError(fmt::format("{}: metadata 'task_characters' must be an array of bytes", checkpoint));
+  }
+  std::vector<uint8_t> bytes;
+  for (const nlohmann::json& c : characters) {
+    if (!c.is_number_unsigned() || c.get<uint64_t>() > 255) {
+      throw InputError(fmt::format("{}: metadata 'task_characters' must be an array of bytes", checkpoint));
+    }
+    bytes.push_back(static_cast<uint8_t>(c.get<uint64_t>()));
+  }
+  // The characters are UTF-8 and there is at least one (masking needs an ordinary symbol); refuse
+  // anything else here, naming the file, rather than fail inside the data code.
+  if (bytes.empty()) {
+    throw InputError(fmt::format("{}: metadata 'task_characters' is empty", checkpoint));
+  }
+  (void)data::utf8_characters(std::string(bytes.begin(), bytes.end()), checkpoint + ": metadata 'task_characters'");
+  return build_text_task(bytes);
+}
+
+// The run's task: from the checkpoint's metadata, or generated again from the config.
+data::Task saved_task(const io::SafetensorsFile& file, const RunConfig& config, const std::string& checkpoint) {
+  if (data::is_data_task_name(config.task.name)) return saved_data_task(file, config, checkpoint);
+  if (config.task.name != "mlm_text") return build_task(config);
+  return saved_text_task(file, checkpoint);
+}
+
+// K and the training data's majority label: from the metadata, or (generated data) from the same
+// sample again.
+Baselines saved_baselines(const io::SafetensorsFile& file, const RunConfig& config, const data::Task& task,
+                          const std::string& checkpoint) {
+  Baselines baselines{task.num_classes(), -1};
+  if (file.metadata.count("majority_label") != 0) {
+    const std::string& label = file.metadata.at("majority_label");
+    const std::optional<int32_t> id = task.output_vocab.find(label);
+    if (!id) {
+      throw InputError(
+          fmt::format("{}: metadata 'majority_label' \"{}\" is not one of the task's labels", checkpoint, label));
+    }
+    baselines.majority_label = *id;
+  } else if (!config.task.train_file) {
+    baselines.majority_label = majority_label(config, task, std::nullopt);
+  }
+  return baselines;
+}
+
+}  // namespace
+
 LoadedRun load_run(const std::string& dir) {
   RunPaths paths(dir);
   if (!std::filesystem::is_directory(dir)) throw InputError(fmt::format("{}: no such run directory", dir));
@@ -77,54 +157,7 @@ LoadedRun load_run(const std::string& dir) {
   io::SafetensorsFile file = read_checkpoint(paths.checkpoint);
   RunConfig config =
       config_from_json(metadata_json(file, "config"), paths.checkpoint + ": metadata 'config'", ".", false);
-  data::Task task = [&] {
-    if (data::is_data_task_name(config.task.name)) {
-      // The training file is not needed: the checkpoint holds the vocabulary and labels.
-      const nlohmann::json vocabulary = metadata_json(file, "vocabulary");
-      const nlohmann::json labels = metadata_json(file, "labels");
-      auto strings = [&](const nlohmann::json& list, const char* key, size_t skip) {
-        std::vector<std::string> out;
-        if (!list.is_array() || list.size() <= skip)
-          throw InputError(fmt::format("{}: metadata '{}' must be a non-empty array of strings", paths.checkpoint, key));
-        for (size_t i = 0; i < list.size(); ++i) {
-          if (!list[i].is_string())
-            throw InputError(fmt::format("{}: metadata '{}' must be a non-empty array of strings", paths.checkpoint, key));
-          if (i >= skip) out.push_back(list[i].get<std::string>());
-        }
-        return out;
-      };
-      if (!vocabulary.is_array() || vocabulary.size() < 2 || vocabulary[0] != data::kPadToken ||
-          vocabulary[1] != data::kUnkToken) {
-        throw InputError(fmt::format("{}: metadata 'vocabulary' must start with \"[PAD]\", \"[UNK]\"", paths.checkpoint));
-      }
-      try {
-        return data::make_data_task(config.task.name, strings(vocabulary, "vocabulary", 2), strings(labels, "labels", 0),
-                                    kMaxFileSequence);
-      } catch (const InputError& e) {
-        throw InputError(fmt::format("{}: metadata: {}", paths.checkpoint, e.what()));
-      }
-    }
-    if (config.task.name != "mlm_text") return build_task(config);
-    nlohmann::json characters = metadata_json(file, "task_characters");
-    if (!characters.is_array()) {
-      throw InputError(fmt::format("{}: metadata 'task_characters' must be an array of bytes", paths.checkpoint));
-    }
-    std::vector<uint8_t> bytes;
-    for (const nlohmann::json& c : characters) {
-      if (!c.is_number_unsigned() || c.get<uint64_t>() > 255) {
-        throw InputError(fmt::format("{}: metadata 'task_characters' must be an array of bytes", paths.checkpoint));
-      }
-      bytes.push_back(static_cast<uint8_t>(c.get<uint64_t>()));
-    }
-    // The characters are UTF-8 and there is at least one (masking needs an ordinary symbol); refuse
-    // anything else here, naming the file, rather than fail inside the data code.
-    if (bytes.empty()) {
-      throw InputError(fmt::format("{}: metadata 'task_characters' is empty", paths.checkpoint));
-    }
-    (void)data::utf8_characters(std::string(bytes.begin(), bytes.end()),
-                                paths.checkpoint + ": metadata 'task_characters'");
-    return build_text_task(bytes);
-  }();
+  data::Task task = saved_task(file, config, paths.checkpoint);
   nn::ModelOptions model_options;
   try {
     model_options = build_model_options(config, task);
@@ -141,18 +174,7 @@ LoadedRun load_run(const std::string& dir) {
                                  kMaxFileSequence, saved_max_len));
   }
   const int32_t train_max_len = static_cast<int32_t>(saved_max_len);
-  Baselines baselines{task.num_classes(), -1};
-  if (file.metadata.count("majority_label") != 0) {
-    const std::string& label = file.metadata.at("majority_label");
-    const std::optional<int32_t> id = task.output_vocab.find(label);
-    if (!id) {
-      throw InputError(fmt::format("{}: metadata 'majority_label' \"{}\" is not one of the task's labels",
-                                   paths.checkpoint, label));
-    }
-    baselines.majority_label = *id;
-  } else if (!config.task.train_file) {
-    baselines.majority_label = majority_label(config, task, std::nullopt);  // generated: the same sample again
-  }
+  Baselines baselines = saved_baselines(file, config, task, paths.checkpoint);
   return LoadedRun{paths, std::move(config), std::move(task), std::move(model), step, train_max_len, baselines};
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "normlab/shortest.hpp"  // the step records' lr and loss
 #include "normlab/train/evaluate.hpp"
 
 namespace normlab::train {
@@ -74,10 +75,6 @@ struct TrainSummary {
 };
 
 nlohmann::json to_json(const TrainSummary& summary);
-
-// A float as the double with the same shortest decimal form: 0.001f is written "0.001", not
-// "0.0010000000474974513". Still a pure function of the float, so records stay bit-reproducible.
-double shortest(float value);
 
 // A metrics.jsonl line (no newline) with "step" (and "split") first; the other keys sorted.
 std::string record_line(const nlohmann::json& record);

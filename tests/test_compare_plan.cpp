@@ -1,0 +1,118 @@
+// The compare plan's three steps, each on its own: parse (paths relative to the file that names
+// them, errors against base, set or grid), expand (the fixed order of the runs, what grid.warmup
+// sets) and the axes a grid leaves out (the base config's values).
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "normlab/error.hpp"
+#include "normlab/study/compare.hpp"
+#include "support.hpp"
+
+using namespace normlab;
+using normlab::test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kBase = R"({"task": {"name": "reverse", "max_len": 16, "eval_max_len": 32}, "train": {"steps": 20}})";
+
+std::string absolute(const std::string& path) { return fs::absolute(path).lexically_normal().string(); }
+
+}  // namespace
+
+TEST_CASE("plan: runs in grid order - layers, warmup, then lr, variant and seed; grid.warmup sets warmup_steps") {
+  TempDir tmp("normlab_plan_order");
+  tmp.write("base.json", R"({"task": {"name": "reverse", "max_len": 16, "eval_max_len": 32},
+                             "optim": {"warmup_steps": 5}, "train": {"steps": 20}})");
+  const study::ComparePlan plan = study::load_compare_plan(tmp.write("compare.json", R"({"base": "base.json",
+      "grid": {"variants": ["none", "pre-ln"], "lr": [0.001, 0.003], "seeds": [0, 1], "layers": [1, 2],
+               "warmup": [true, false]}})"));
+  REQUIRE(plan.runs.size() == 32);
+  CHECK(plan.settings ==
+        std::vector<std::string>{"1 layers, warmup", "1 layers, no warmup", "2 layers, warmup", "2 layers, no warmup"});
+  const std::vector<std::string> first_setting{
+      "none_lr0.001_L1_warmup_s0",   "none_lr0.001_L1_warmup_s1",   "pre-ln_lr0.001_L1_warmup_s0",
+      "pre-ln_lr0.001_L1_warmup_s1", "none_lr0.003_L1_warmup_s0",   "none_lr0.003_L1_warmup_s1",
+      "pre-ln_lr0.003_L1_warmup_s0", "pre-ln_lr0.003_L1_warmup_s1"};
+  for (size_t i = 0; i < first_setting.size(); ++i) CHECK(plan.runs[i].name == first_setting[i]);
+  CHECK(plan.runs[8].name == "none_lr0.001_L1_nowarmup_s0");
+  CHECK(plan.runs[16].name == "none_lr0.001_L2_warmup_s0");
+  CHECK(plan.runs.back().name == "pre-ln_lr0.003_L2_nowarmup_s1");
+  for (const study::RunSpec& r : plan.runs) {
+    CHECK(r.config["optim"]["warmup_steps"] == (r.warmup ? 5 : 0));
+    CHECK(r.config["model"]["layers"] == r.layers);
+    CHECK(r.config["optim"]["lr"] == r.lr);
+    CHECK(r.config["train"]["seed"] == r.seed);
+    CHECK(r.config["train"]["threads"] == 1);
+    CHECK(r.config["model"]["norm"] == (r.variant == "none" ? "none" : "layernorm"));
+    CHECK(r.setting == plan.settings[size_t(r.layers - 1) * 2 + (r.warmup ? 0 : 1)]);
+  }
+
+  // Without grid.warmup the run configs leave optim.warmup_steps as the base has it (here: unset).
+  tmp.write("plain.json", kBase);
+  const study::ComparePlan plain =
+      study::load_compare_plan(tmp.write("compare2.json", R"({"base": "plain.json", "grid": {"seeds": [4]}})"));
+  REQUIRE(plain.runs.size() == 1);
+  CHECK_FALSE(plain.runs[0].config.at("optim").contains("warmup_steps"));
+}
+
+TEST_CASE("plan: an axis the grid leaves out holds the base's value - warmup true needs a base warmup") {
+  TempDir tmp("normlab_plan_defaults");
+  tmp.write("base.json", R"({"model": {"norm": "rmsnorm", "placement": "post", "layers": 3},
+                             "task": {"name": "reverse", "max_len": 16, "eval_max_len": 32},
+                             "optim": {"lr": 0.002, "warmup_steps": 0}, "train": {"steps": 20, "seed": 7}})");
+  const study::ComparePlan plan =
+      study::load_compare_plan(tmp.write("compare.json", R"({"base": "base.json", "grid": {}})"));
+  CHECK(plan.variants == std::vector<std::string>{"post-rmsnorm"});
+  CHECK(plan.lrs == std::vector<double>{0.002});
+  CHECK(plan.seeds == std::vector<uint64_t>{7});
+  CHECK(plan.layers == std::vector<int64_t>{3});
+  CHECK(plan.warmups == std::vector<bool>{false});
+  REQUIRE(plan.runs.size() == 1);
+  CHECK(plan.runs[0].name == "post-rmsnorm_lr0.002_L3_nowarmup_s7");
+  CHECK(plan.runs[0].config["model"]["norm"] == "rmsnorm");
+  CHECK(plan.runs[0].config["model"]["placement"] == "post");
+
+  CHECK_THROWS_WITH_AS(
+      study::load_compare_plan(tmp.write("warm.json", R"({"base": "base.json", "grid": {"warmup": [true, false]}})")),
+      (tmp.sub("warm.json") + ": grid.warmup: contains true but the base config has optim.warmup_steps = 0").c_str(),
+      InputError);
+  // "set" comes before the grid: with a warmup set there, the same grid is accepted.
+  const study::ComparePlan warm = study::load_compare_plan(tmp.write(
+      "warm2.json", R"({"base": "base.json", "set": {"optim.warmup_steps": 4}, "grid": {"warmup": [true, false]}})"));
+  CHECK(warm.runs.size() == 2);
+  CHECK(warm.runs[0].config["optim"]["warmup_steps"] == 4);
+}
+
+TEST_CASE("plan: data paths are relative to the file that names them - an inline base's mistake says base") {
+  TempDir tmp("normlab_plan_paths");
+  fs::create_directories(tmp.path / "sub");
+  const std::string line = "{\"tokens\": \"a b\", \"label\": \"x\"}\n";
+  tmp.write("sub/data.jsonl", line);
+  tmp.write("top.jsonl", line);
+  tmp.write("sub/base.json", R"({"model": {"d_model": 32}, "task": {"name": "sequence_classification",
+      "train_file": "data.jsonl", "valid_file": "data.jsonl"}, "train": {"steps": 7}})");
+  const study::ComparePlan plan = study::load_compare_plan(tmp.write("compare.json", R"({"base": "sub/base.json",
+      "set": {"task.valid_file": "top.jsonl"}, "grid": {"task.train_file": ["top.jsonl", "sub/data.jsonl"]}})"));
+  CHECK(plan.base["task"]["train_file"] == absolute(tmp.sub("sub/data.jsonl")));  // the base's directory
+  CHECK(plan.base["task"]["valid_file"] == absolute(tmp.sub("top.jsonl")));       // "set": the compare config's
+  REQUIRE(plan.runs.size() == 2);
+  CHECK(plan.runs[0].config["task"]["train_file"] == absolute(tmp.sub("top.jsonl")));  // the grid: the same
+  CHECK(plan.runs[1].config["task"]["train_file"] == absolute(tmp.sub("sub/data.jsonl")));
+  REQUIRE(plan.extra_axes.size() == 1);
+  CHECK(plan.extra_axes[0].first == "task.train_file");
+
+  const std::string inline_base =
+      tmp.write("inline.json", R"({"base": {"task": {"name": "reverse"}, "model": {"d_modle": 8}}})");
+  CHECK_THROWS_WITH_AS(study::load_compare_plan(inline_base),
+                       doctest::Contains((inline_base + ": base: model.d_modle: unknown key").c_str()), InputError);
+  CHECK_THROWS_WITH_AS(study::load_compare_plan(tmp.write("number.json", R"({"base": 3})")),
+                       (tmp.sub("number.json") + ": base: must be a path (string) or a run config (object)").c_str(),
+                       InputError);
+  CHECK_THROWS_WITH_AS(study::load_compare_plan(tmp.write("grid.json", R"({"base": "sub/base.json", "grid": []})")),
+                       (tmp.sub("grid.json") + ": grid: must be an object").c_str(), InputError);
+}
