@@ -8,8 +8,8 @@ namespace normlab {
 // The CPU's model name from /proc/cpuinfo ("AMD EPYC"), or "unknown CPU".
 std::string cpu_model();
 
-// The kernels in use: "reference" under NORMLAB_KERNELS=reference, else the vector path
-// ("generic", "avx2", "avx512"; NORMLAB_ISA or the best this CPU runs).
+// The kernel path in use: "reference", "generic", "avx2" or "avx512" (NORMLAB_ISA, or the best
+// fast path this CPU runs; kernels/dispatch.hpp).
 std::string kernels_in_use();
 
 }  // namespace normlab

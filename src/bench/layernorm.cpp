@@ -12,8 +12,6 @@
 
 #include "normlab/error.hpp"
 #include "normlab/kernels/layer_norm.hpp"
-#include "normlab/kernels/reference/layer_norm.hpp"
-#include "normlab/kernels/reference/mode.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/rng.hpp"
 #include "normlab/stats.hpp"
@@ -118,10 +116,9 @@ LayerNormBenchResult bench_layernorm(int64_t B, int64_t T, int64_t C, int repeat
   Buffers b = make_buffers(rows, cols);
   const float eps = 1e-12f;
 
-  // NORMLAB_KERNELS=reference times the plain loops instead.
-  const bool reference = kernels::reference::reference_kernels_enabled();
-  const auto forward_kernel = reference ? kernels::reference::layer_norm_forward : kernels::layer_norm_forward;
-  const auto backward_kernel = reference ? kernels::reference::layer_norm_backward : kernels::layer_norm_backward;
+  // NORMLAB_ISA=reference times the plain loops (the dispatch picks them).
+  const auto forward_kernel = kernels::layer_norm_forward;
+  const auto backward_kernel = kernels::layer_norm_backward;
   auto forward = [&] {
     forward_kernel(b.y.data(), b.mean.data(), b.rstd.data(), b.x.data(), b.gamma.data(), b.beta.data(), rows, cols,
                    eps);

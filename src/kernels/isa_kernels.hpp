@@ -20,7 +20,7 @@
 #include "normlab/kernels/softmax.hpp"
 
 // Every dispatched kernel, by name.
-#define NORMLAB_KERNELS(X)                                                                    \
+#define NORMLAB_KERNEL_LIST(X)                                                                    \
   X(relu_forward) X(relu_backward) X(gelu_forward) X(gelu_backward) X(dyt_forward) X(dyt_backward) \
   X(attention_cache_size) X(attention_forward) X(attention_backward)                               \
   X(batch_norm_forward_train) X(batch_norm_forward_eval) X(batch_norm_backward)                    \
@@ -36,16 +36,16 @@
 #define NORMLAB_DECLARE_ISA_KERNEL(name) decltype(::normlab::kernels::name) name;
 
 namespace normlab::kernels::reference {
-NORMLAB_KERNELS(NORMLAB_DECLARE_ISA_KERNEL)
+NORMLAB_KERNEL_LIST(NORMLAB_DECLARE_ISA_KERNEL)
 }
 namespace normlab::kernels::generic {
-NORMLAB_KERNELS(NORMLAB_DECLARE_ISA_KERNEL)
+NORMLAB_KERNEL_LIST(NORMLAB_DECLARE_ISA_KERNEL)
 }
 namespace normlab::kernels::avx2 {
-NORMLAB_KERNELS(NORMLAB_DECLARE_ISA_KERNEL)
+NORMLAB_KERNEL_LIST(NORMLAB_DECLARE_ISA_KERNEL)
 }
 namespace normlab::kernels::avx512 {
-NORMLAB_KERNELS(NORMLAB_DECLARE_ISA_KERNEL)
+NORMLAB_KERNEL_LIST(NORMLAB_DECLARE_ISA_KERNEL)
 }
 
 #undef NORMLAB_DECLARE_ISA_KERNEL

@@ -210,7 +210,7 @@ void Optimizer::step_adam(size_t index, float lr, int64_t begin, int64_t end) {
   }
 }
 
-// NORMLAB_KERNELS=reference: the plain Adam loop of kernels/reference/adam.hpp.
+// On the reference path (NORMLAB_ISA=reference): the plain Adam loop of kernels/reference/adam.hpp.
 void Optimizer::step_adam_reference(size_t index, float lr) {
   Tensor& param = params_[index].second;
   kernels::reference::adam_step(param.data(), exp_avg_[index].data(), exp_avg_sq_[index].data(), param.grad_data(),

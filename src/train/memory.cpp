@@ -150,7 +150,7 @@ MemoryEstimate estimate_memory(const RunConfig& config) {
   // kernels/attention.hpp), and for sequences of at most 64 tokens their exponentials, up to the
   // length rounded up to 16 floats per token and head; its per-thread scratch holds a block of 48
   // query rows against all the keys, twice, and a few (keys, head size) matrices.
-  // (NORMLAB_KERNELS=reference keeps every (len, len) probability matrix instead; this estimate is
+  // (NORMLAB_ISA=reference keeps every (len, len) probability matrix instead; this estimate is
   // for the fast kernels.)
   const double threads = config.train.threads > 0 ? double(config.train.threads)
                                                   : double(std::max(1u, std::thread::hardware_concurrency()));

@@ -65,7 +65,7 @@ class Optimizer {
   // The update of elements [begin, end) of parameter `index`.
   void step_sgd(size_t index, float lr, int64_t begin, int64_t end);
   void step_adam(size_t index, float lr, int64_t begin, int64_t end);
-  void step_adam_reference(size_t index, float lr);  // NORMLAB_KERNELS=reference
+  void step_adam_reference(size_t index, float lr);  // NORMLAB_ISA=reference
   std::vector<std::string> state_kinds() const;  // "exp_avg", ... for this optimizer
   const std::vector<std::vector<float>>& state_buffers(const std::string& kind) const;
   std::vector<std::vector<float>>& state_buffers(const std::string& kind);
