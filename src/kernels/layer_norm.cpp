@@ -226,21 +226,22 @@ BackwardRowMeans backward_row_means(const BackwardRowSums& sums, int64_t cols) {
   return {float(shift), float(mean_g), float(sums.g_xhat0 / double(cols) - shift * mean_g)};
 }
 
-// Pass 2 of a row: dx += rstd * ((g - mean(g)) - xhat * mean(g * xhat)) where dx is not nullptr,
-// and the row's shares of dgamma (+= dout * xhat) and dbeta (+= dout) added into this thread's
-// partial buffers where they are not nullptr. g is the one pass 1 stored: recomputing dout * gamma
-// here could fuse into an FMA that skips its rounding, and g - mean(g) would be rounding noise
-// times rstd where it must be exactly 0 (e.g. cols = 1).
-void backward_row_update(float* __restrict dx,                                     // (cols) or nullptr
-                         double* __restrict dgamma_partial,                       // (cols) or nullptr
-                         double* __restrict dbeta_partial,                        // (cols) or nullptr
+// Pass 2 of a row: dx += rstd * ((g - mean(g)) - xhat * mean(g * xhat)) (kWithDx), and the row's
+// shares of dgamma (+= dout * xhat) and dbeta (+= dout) added into this thread's partial buffers
+// (kWithPartials). g is the one pass 1 stored: recomputing dout * gamma here could fuse into an
+// FMA that skips its rounding, and g - mean(g) would be rounding noise times rstd where it must be
+// exactly 0 (e.g. cols = 1). What is wanted is a template argument, so each loop is branch-free.
+template <bool kWithDx, bool kWithPartials>
+void backward_row_update(float* __restrict dx,                                     // (cols)
+                         double* __restrict dgamma_partial,                       // (cols)
+                         double* __restrict dbeta_partial,                        // (cols)
                          const float* __restrict g, const float* __restrict dy,  // (cols), (cols)
                          const float* __restrict x,                               // (cols)
                          int64_t cols, float mean, float rstd, BackwardRowMeans m) {
   for (int64_t j = 0; j < cols; j++) {
     float xhat = (x[j] - mean) * rstd - m.shift;
-    if (dx != nullptr) dx[j] += rstd * ((g[j] - m.mean_g) - xhat * m.mean_g_xhat);
-    if (dgamma_partial != nullptr) {
+    if constexpr (kWithDx) dx[j] += rstd * ((g[j] - m.mean_g) - xhat * m.mean_g_xhat);
+    if constexpr (kWithPartials) {
       dgamma_partial[j] += double(dy[j] * xhat);
       dbeta_partial[j] += double(dy[j]);
     }
@@ -254,8 +255,13 @@ void backward_row(float* dx, double* dgamma_partial, double* dbeta_partial,  // 
                   const float* dy, const float* x, const float* gamma,       // (cols), (cols), (cols)
                   float mean, float rstd, int64_t cols, Prefetch prefetch = {}) {
   const BackwardRowSums sums = backward_row_sums(g, dy, x, gamma, cols, mean, rstd, prefetch);
-  const BackwardRowMeans means = backward_row_means(sums, cols);
-  backward_row_update(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, means);
+  const BackwardRowMeans m = backward_row_means(sums, cols);
+  if (dx != nullptr && dgamma_partial != nullptr)
+    backward_row_update<true, true>(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, m);
+  else if (dx != nullptr)
+    backward_row_update<true, false>(dx, nullptr, nullptr, g, dy, x, cols, mean, rstd, m);
+  else if (dgamma_partial != nullptr)
+    backward_row_update<false, true>(nullptr, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, m);
 }
 
 // ======================================================================== Part 2: speed
@@ -280,15 +286,14 @@ constexpr int kBackwardGroup = 4;
 // prefetched) would crowd L1, where one row at a time stays in it between its passes.
 constexpr int64_t kMaxGroupFloats = 2048;
 
-// Prefetch of the 64-byte lines at offset i of the next row(s) to read and of this row's output.
-// The first line of each is asked for after the row (prefetch(0)).
+// Prefetch of the 64-byte lines at offset i of the next row of each of kReads inputs and of this
+// row's output. The first line of each is asked for after the row (prefetch(0)).
+template <int kReads>
 struct PrefetchNext {
-  const float* read_a;   // (cols): the next row of the first input
-  const float* read_b;   // (cols) or nullptr: the next row of a second input
-  float* write;          // (cols): this row's output
+  const float* read[kReads];  // (cols) each: the next row of each input
+  float* write;               // (cols): this row's output
   void operator()(int64_t i) const {
-    __builtin_prefetch(read_a + i, 0, 3);
-    if (read_b != nullptr) __builtin_prefetch(read_b + i, 0, 3);
+    for (int k = 0; k < kReads; k++) __builtin_prefetch(read[k] + i, 0, 3);
     __builtin_prefetch(write + i, 1, 3);
   }
 };
@@ -308,7 +313,7 @@ void forward_rows(float* y, float* mean, float* rstd,                  // (R, co
   double row_mean[R], row_rstd_[R];
   for (int r = 0; r < R; r++) {
     const float* x_r = x + r * cols;  // (cols)
-    const PrefetchNext prefetch{next_row(x_r, x + R * cols, r, remaining, cols), nullptr, y + r * cols};
+    const PrefetchNext<1> prefetch{{next_row(x_r, x + R * cols, r, remaining, cols)}, y + r * cols};
     row_mean[r] = row_sum(x_r, cols, prefetch) / double(cols);
   }
   for (int r = 0; r < R; r++)
@@ -323,8 +328,8 @@ void forward_rows(float* y, float* mean, float* rstd,                  // (R, co
 // Pass 2 of R rows together, column by column with the R rows in order: the partials stay in
 // registers across the group, and each xhat serves both dx and dgamma. Row r's share is added
 // before row r + 1's, as one row at a time would add them.
-template <int R>
-void backward_rows_update(float* __restrict dx,                                     // (R, cols) or nullptr
+template <int R, bool kWithDx>
+void backward_rows_update(float* __restrict dx,                                     // (R, cols)
                           double* __restrict dgamma_partial,                       // (cols)
                           double* __restrict dbeta_partial,                        // (cols)
                           const float* __restrict g, const float* __restrict dy,  // (R, cols), (R, cols)
@@ -336,7 +341,7 @@ void backward_rows_update(float* __restrict dx,                                 
     for (int r = 0; r < R; r++) {
       const int64_t k = r * cols + j;
       float xhat = (x[k] - mean[r]) * rstd[r] - m[r].shift;
-      if (dx != nullptr) dx[k] += rstd[r] * ((g[k] - m[r].mean_g) - xhat * m[r].mean_g_xhat);
+      if constexpr (kWithDx) dx[k] += rstd[r] * ((g[k] - m[r].mean_g) - xhat * m[r].mean_g_xhat);
       dgamma_j += double(dy[k] * xhat);
       dbeta_j += double(dy[k]);
     }
@@ -352,19 +357,25 @@ void backward_rows(float* dx, double* dgamma_partial, double* dbeta_partial,  //
                    const float* dy, const float* x, const float* gamma,       // (R, cols), (R, cols), (cols)
                    const float* mean, const float* rstd,                      // (R), (R)
                    int64_t remaining, int64_t cols) {                         // rows after these
-  BackwardRowMeans means[R];
+  BackwardRowSums sums[R];
   for (int r = 0; r < R; r++) {
     const int64_t o = r * cols;
-    const PrefetchNext prefetch{next_row(dy + o, dy + R * cols, r, remaining, cols),
-                                next_row(x + o, x + R * cols, r, remaining, cols), dx != nullptr ? dx + o : g + o};
-    means[r] = backward_row_means(backward_row_sums(g + o, dy + o, x + o, gamma, cols, mean[r], rstd[r], prefetch), cols);
+    const PrefetchNext<2> prefetch{
+        {next_row(dy + o, dy + R * cols, r, remaining, cols), next_row(x + o, x + R * cols, r, remaining, cols)},
+        dx != nullptr ? dx + o : g + o};
+    sums[r] = backward_row_sums(g + o, dy + o, x + o, gamma, cols, mean[r], rstd[r], prefetch);
   }
-  if (dgamma_partial != nullptr) {
-    backward_rows_update<R>(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, means);
-  } else {
+  BackwardRowMeans means[R];
+  for (int r = 0; r < R; r++) means[r] = backward_row_means(sums[r], cols);
+  if (dgamma_partial != nullptr && dx != nullptr) {
+    backward_rows_update<R, true>(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, means);
+  } else if (dgamma_partial != nullptr) {
+    backward_rows_update<R, false>(nullptr, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, means);
+  } else if (dx != nullptr) {
     for (int r = 0; r < R; r++) {
       const int64_t o = r * cols;
-      backward_row_update(dx + o, nullptr, nullptr, g + o, dy + o, x + o, cols, mean[r], rstd[r], means[r]);
+      backward_row_update<true, false>(dx + o, nullptr, nullptr, g + o, dy + o, x + o, cols, mean[r], rstd[r],
+                                       means[r]);
     }
   }
 }
@@ -414,7 +425,7 @@ void layer_norm_forward(float* out, float* mean, float* rstd,                 //
         },
         [&](int64_t r) {
           const float* x = inp + r * cols;
-          const PrefetchNext prefetch{r + 1 < rows ? x + cols : x, nullptr, out + r * cols};
+          const PrefetchNext<1> prefetch{{r + 1 < rows ? x + cols : x}, out + r * cols};
           forward_row(out + r * cols, at(mean, r), at(rstd, r), x, gamma, beta, cols, eps, prefetch);
         });
   }
@@ -455,7 +466,8 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
           const float *dy = dout + r * cols, *x = inp + r * cols;
           const bool last = r + 1 >= rows;
           float* dx = dx_at(r);
-          const PrefetchNext prefetch{last ? dy : dy + cols, last ? x : x + cols, dx != nullptr ? dx : g_rows.data()};
+          const PrefetchNext<2> prefetch{{last ? dy : dy + cols, last ? x : x + cols},
+                                         dx != nullptr ? dx : g_rows.data()};
           backward_row(dx, dgamma_thread, dbeta_thread, g_rows.data(), dy, x, gamma, mean[r], rstd[r], cols, prefetch);
         });
   }
