@@ -192,7 +192,7 @@ std::string status_html(const std::vector<RunStatus>& runs) {
 }
 
 const char* kStatusStyle =
-    "<style id=\"serve-style\">#serve-status th:first-child,#serve-status td:nth-child(2){text-align:left}"
+    "<style id=\"serve-style\">#serve-status th:nth-child(-n+2),#serve-status td:nth-child(2){text-align:left}"
     ".serve-running td:nth-child(2){color:#0072b2;font-weight:bold}.serve-diverged td:nth-child(2){color:#d55e00}"
     ".serve-stopped td:nth-child(2){color:#a0522d}.serve-queued td{color:#888}#serve-note{color:#d55e00}</style>\n";
 
