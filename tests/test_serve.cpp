@@ -306,7 +306,7 @@ TEST_CASE("serve: nothing outside DIR is served - .., %2e%2e, absolute paths, li
   CHECK(serve.child.wait(std::chrono::seconds(10)) == 0);
 }
 
-TEST_CASE("serve: a running run's torn last line does not break the page; its state follows its lock") {
+TEST_CASE("serve: a running run's torn last line does not break the page; running, stopped, diverged, finished") {
   TempDir tmp("normlab_serve_torn");
   const fs::path dir = tmp.path / "runs";
   tmp.write("base.json", base_config(40));
@@ -322,6 +322,12 @@ TEST_CASE("serve: a running run's torn last line does not break the page; its st
     for (int i = 0; i < 12 && std::getline(in, line); ++i) metrics += line + "\n";
   }
   std::ofstream(dir / "live" / "metrics.jsonl") << metrics << R"({"step":13,"accuracy":0.2,"grad_no)";
+  // And one that diverged at step 5.
+  fs::create_directories(dir / "blown");
+  fs::copy_file(dir / "done" / "config.json", dir / "blown" / "config.json");
+  std::ofstream(dir / "blown" / "metrics.jsonl") << metrics.substr(0, metrics.find(R"({"step":5,)"))
+                                                 << R"({"step":5,"loss":null,"grad_norm":null,"diverged":true})" << "\n";
+  std::ofstream(dir / "blown" / "summary.json") << R"({"diverged": true, "diverged_at_step": 5, "wall_time_s": 0.1})";
   const int lock = ::open((dir / "live" / ".normlab.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   REQUIRE(lock >= 0);
   REQUIRE(::flock(lock, LOCK_EX | LOCK_NB) == 0);
@@ -330,7 +336,7 @@ TEST_CASE("serve: a running run's torn last line does not break the page; its st
   REQUIRE_MESSAGE(serve.port > 0, read_text(serve.err_path));
   const Response live = http_get(serve.port, "/");
   CHECK(live.status == 200);
-  CHECK(run_states(live.body) == std::vector<std::string>{"finished", "running"});
+  CHECK(run_states(live.body) == std::vector<std::string>{"diverged", "finished", "running"});
   CHECK(live.body.find("<td>12 / 40</td>") != std::string::npos);  // the last whole line's step
   CHECK(live.body.find("<h2>Answer</h2>") != std::string::npos);
   // Unchanged since the page's ETag: 304, nothing drawn again.
@@ -351,7 +357,7 @@ TEST_CASE("serve: a running run's torn last line does not break the page; its st
   CHECK(wait_for(
       [&] {
         stopped = http_get(serve.port, "/");
-        return run_states(stopped.body) == std::vector<std::string>{"finished", "stopped"};
+        return run_states(stopped.body) == std::vector<std::string>{"diverged", "finished", "stopped"};
       },
       10));
   CHECK(stopped.status == 200);
