@@ -1,5 +1,6 @@
 // The report: a header saying what was run and by what, the Findings, a summary table, and the
-// charts (stability, curves, inside the stack, accuracy by length). One function per section.
+// charts (stability, curves, inside the stack, accuracy by length). One function per section;
+// build_report gathers them into the model (report_render.cpp draws it), write_report writes it.
 #include <fmt/format.h>
 
 #include <algorithm>
