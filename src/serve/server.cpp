@@ -132,6 +132,8 @@ int Server::bind(const std::string& address, int port) {
     throw InputError(fmt::format("--bind {}: not an IP address (e.g. 127.0.0.1, ::1)", address));
   if (port < 0 || port > 65535) throw InputError(fmt::format("--port {}: must be in 0..65535 (0: any free port)", port));
   const int bound = port == 0 ? impl_->http.bind_to_any_port(address) : (impl_->http.bind_to_port(address, port) ? port : -1);
+  if (bound < 0 && port == 0)
+    throw InputError(fmt::format("--bind {}: cannot listen there: not an address of this machine", address));
   if (bound < 0)
     throw InputError(fmt::format("cannot listen on {}:{}: the port is in use or the address is not this machine's; "
                                  "choose another --port (0 picks a free one)",
