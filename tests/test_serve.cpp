@@ -229,6 +229,7 @@ TEST_CASE("serve: a compare in progress in headless Chromium - a chart gains poi
   CHECK(std::count(first_states.begin(), first_states.end(), "finished") < 4);
   CHECK(std::count(first_states.begin(), first_states.end(), "queued") >= 1);
   CHECK(first_points > 0);
+  CHECK(first.find("data-serve-polls=\"") != std::string::npos);  // the update script asked, and got its answer
   paused.release();
 
   // Second look: every run finished.
@@ -240,6 +241,7 @@ TEST_CASE("serve: a compare in progress in headless Chromium - a chart gains poi
   CHECK(second_states == std::vector<std::string>(4, "finished"));
   CHECK(second_states != first_states);
   CHECK(training_loss_points(second) > first_points);
+  CHECK(second.find("data-serve-polls=\"") != std::string::npos);
 
   // The finished study's page is the report `normlab report` draws, plus serve's own parts.
   REQUIRE(normlab::test::run_normlab({"report", out, "--out", tmp.sub("report")}, tmp.sub("report.out"),

@@ -166,7 +166,8 @@ std::string format_eta(double seconds) {
 
 std::string format_loss(double loss) { return std::isfinite(loss) ? fmt::format("{:.4g}", loss) : "–"; }
 
-// The run table, its counts line and a place for the update script's note.
+// The run table (scrolling on its own past 28 lines: a study has hundreds of runs), its counts line
+// and a place for the update script's note.
 std::string status_html(const std::vector<RunStatus>& runs) {
   std::map<RunState, int> counts;
   for (const RunStatus& r : runs) ++counts[r.state];
@@ -176,7 +177,7 @@ std::string status_html(const std::vector<RunStatus>& runs) {
   std::string html = fmt::format(
       "<section id=\"serve-status\"><h2>Runs</h2>\n<p>{} run(s): {}. This page follows the runs as they write "
       "(normlab serve); the report below is what <code>normlab report</code> draws from them now. "
-      "<span id=\"serve-note\"></span></p>\n<table><tr><th>run</th><th>state</th><th>step</th><th>ETA</th>"
+      "<span id=\"serve-note\"></span></p>\n<div id=\"serve-runs\"><table><tr><th>run</th><th>state</th><th>step</th><th>ETA</th>"
       "<th>last loss</th></tr>\n",
       runs.size(), summary.empty() ? "none yet" : summary);
   for (const RunStatus& r : runs) {
@@ -188,24 +189,29 @@ std::string status_html(const std::vector<RunStatus>& runs) {
                         r.problem.empty() ? "" : " (" + study::xml_escape(r.problem) + ")", step, eta,
                         format_loss(r.last_loss));
   }
-  return html + "</table></section>\n";
+  return html + "</table></div></section>\n";
 }
 
 const char* kStatusStyle =
-    "<style id=\"serve-style\">#serve-status th:nth-child(-n+2),#serve-status td:nth-child(2){text-align:left}"
+    "<style id=\"serve-style\">#serve-runs{max-height:28em;overflow-y:auto;display:inline-block}"
+    "#serve-status th:nth-child(-n+2),#serve-status td:nth-child(2){text-align:left}"
     ".serve-running td:nth-child(2){color:#0072b2;font-weight:bold}.serve-diverged td:nth-child(2){color:#d55e00}"
     ".serve-stopped td:nth-child(2){color:#a0522d}.serve-queued td{color:#888}#serve-note{color:#d55e00}</style>\n";
 
-// Fetches the page every 2 s (a 304 when nothing changed) and swaps in the new body: no reload.
+// Fetches the page every 2 s (a 304 when nothing changed) and swaps in the new body: no reload;
+// the page's and the run table's scroll positions stay where the reader left them. <html
+// data-serve-polls> counts the answers handled, for a test to see the script at work.
 std::string update_script(const std::string& etag) {
-  return "<script id=\"serve-live\">(function(){var etag=" + json(etag).dump() +
+  return "<script id=\"serve-live\">(function(){var polls=0,etag=" + json(etag).dump() +
          ";function again(ms){setTimeout(poll,ms);}"
          "function poll(){fetch(location.pathname,{cache:'no-store',headers:{'If-None-Match':etag}})"
          ".then(function(r){if(r.status===304)return null;if(!r.ok)throw new Error(r.status);"
          "etag=r.headers.get('ETag')||'';return r.text();})"
          ".then(function(text){if(text!==null){var doc=new DOMParser().parseFromString(text,'text/html');"
-         "var y=window.scrollY;document.title=doc.title;document.body.innerHTML=doc.body.innerHTML;"
-         "window.scrollTo(0,y);}again(2000);})"
+         "var y=window.scrollY,t=document.getElementById('serve-runs'),ty=t?t.scrollTop:0;"
+         "document.title=doc.title;document.body.innerHTML=doc.body.innerHTML;window.scrollTo(0,y);"
+         "t=document.getElementById('serve-runs');if(t)t.scrollTop=ty;}"
+         "document.documentElement.setAttribute('data-serve-polls',++polls);again(2000);})"
          ".catch(function(){var n=document.getElementById('serve-note');"
          "if(n)n.textContent='normlab serve does not answer: this page is not updating.';again(5000);});}"
          "again(2000);})();</script>\n";
