@@ -14,6 +14,7 @@ void add_eval(CLI::App& app);               // apps/cmd_eval.cpp
 void add_predict(CLI::App& app);            // apps/cmd_predict.cpp
 void add_compare(CLI::App& app);            // apps/cmd_compare.cpp
 void add_report(CLI::App& app);             // apps/cmd_report.cpp
+void add_serve(CLI::App& app);              // apps/cmd_serve.cpp
 
 // InputError if `dir` is a compare output directory (names its runs); eval and predict call it.
 void refuse_compare_dir(const std::string& dir, const char* verb);  // apps/cmd_eval.cpp

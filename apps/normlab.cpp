@@ -44,6 +44,40 @@ std::string config_key_hint(int argc, char** argv) {
   return "";
 }
 
+// `normlab help` and an unknown verb: the verbs, before CLI11's generic message; a verb other than
+// train launched as one of several MPI processes: refused. The exit code, or -1 to go on.
+int check_verb(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return -1;
+  const std::string verb = argv[1];
+  if (verb == "help") {
+    fmt::print("{}", app.help());
+    return 0;
+  }
+  bool known = false;
+  for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->get_name() == verb;
+  if (!known) {
+    fmt::print(stderr, "normlab: error: unknown command '{}'; the commands are: {} (normlab --help)\n", verb,
+               verbs_line(app));
+    return 2;
+  }
+  // Only train is data-parallel. Any other verb launched as one of N processes (mpirun -np N)
+  // would run N times over the same files: refused, in one line from the first process.
+  const int processes = normlab::dist::launcher_world_size();
+  bool help = false;
+  for (int i = 2; i < argc; ++i) help = help || std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h";
+  if (verb != "train" && processes > 1 && !help) {
+    if (normlab::dist::launcher_rank() == 0)
+      fmt::print(stderr, "normlab: error: {} is not data-parallel, but it was launched as one of {} processes "
+                         "(mpirun -np {}); run it once, without mpirun{}\n",
+                 verb, processes, processes,
+                 verb == "compare" ? "; to spread a comparison over processes or machines, run one compare per "
+                                     "--shard I/K (docs/scaling.md)"
+                                   : "");
+    return 2;
+  }
+  return -1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,37 +113,9 @@ int main(int argc, char** argv) {
   normlab::cli::add_predict(app);
   normlab::cli::add_compare(app);
   normlab::cli::add_report(app);
+  normlab::cli::add_serve(app);
 
-  // `normlab help` and an unknown verb: the verbs, before CLI11's generic message.
-  if (argc >= 2 && argv[1][0] != '-') {
-    const std::string verb = argv[1];
-    if (verb == "help") {
-      fmt::print("{}", app.help());
-      return 0;
-    }
-    bool known = false;
-    for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->get_name() == verb;
-    if (!known) {
-      fmt::print(stderr, "normlab: error: unknown command '{}'; the commands are: {} (normlab --help)\n", verb,
-                 verbs_line(app));
-      return 2;
-    }
-    // Only train is data-parallel. Any other verb launched as one of N processes (mpirun -np N)
-    // would run N times over the same files: refused, in one line from the first process.
-    const int processes = normlab::dist::launcher_world_size();
-    bool help = false;
-    for (int i = 2; i < argc; ++i) help = help || std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h";
-    if (verb != "train" && processes > 1 && !help) {
-      if (normlab::dist::launcher_rank() == 0)
-        fmt::print(stderr, "normlab: error: {} is not data-parallel, but it was launched as one of {} processes "
-                           "(mpirun -np {}); run it once, without mpirun{}\n",
-                   verb, processes, processes,
-                   verb == "compare" ? "; to spread a comparison over processes or machines, run one compare per "
-                                       "--shard I/K (docs/scaling.md)"
-                                     : "");
-      return 2;
-    }
-  }
+  if (const int code = check_verb(app, argc, argv); code >= 0) return code;
 
   try {
     app.parse(argc, argv);

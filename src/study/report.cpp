@@ -1,5 +1,6 @@
 // The report: a header saying what was run and by what, the Findings, a summary table, and the
-// charts (stability, curves, inside the stack, accuracy by length). One function per section.
+// charts (stability, curves, inside the stack, accuracy by length). One function per section;
+// build_report gathers them into the model (report_render.cpp draws it), write_report writes it.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,12 +29,7 @@ using detail::format_lr;
 
 namespace {
 
-struct Section {
-  std::string title, text;
-  std::vector<std::string> bullets;
-  std::vector<std::pair<std::string, std::string>> charts;  // file name (no extension), SVG
-  std::string table_html, table_md;
-};
+using Section = ReportSection;
 
 // Everything the sections share.
 struct Context {
@@ -47,6 +43,7 @@ struct Context {
   size_t window;                            // moving-average window of the curves, in steps
   std::map<std::string, std::string> colors;  // series label -> colour
   std::function<bool()> stop_requested;
+  mutable int charts_drawn = 0;  // numbers each chart's clip path within this report
 
   const GroupSummary* group(const std::string& variant, double lr, const std::string& setting) const {
     for (const GroupSummary& g : groups)
@@ -55,7 +52,7 @@ struct Context {
   }
   std::string draw(const Chart& chart) const {
     if (stop_requested && stop_requested()) throw ReportStopped{};
-    return render_svg(chart);
+    return render_svg(chart, ++charts_drawn);
   }
   // "-6-layers-no-warmup": a setting in a chart's file name ("" for the only setting).
   std::string setting_slug(const std::string& setting) const {
@@ -545,16 +542,16 @@ std::string csv_field(const std::string& text) {
   return quoted + "\"";
 }
 
-std::string runs_csv(const Context& c) {
+std::string runs_csv_of(const ComparePlan& plan, const std::vector<RunResult>& results) {
   std::string extra_header;
-  for (const auto& [key, values] : c.plan.extra_axes) extra_header += "," + key;
+  for (const auto& [key, values] : plan.extra_axes) extra_header += "," + key;
   std::string csv = "name,variant,norm,placement,lr,layers,warmup,seed" + extra_header +
                     ",finished,diverged,diverged_at_step,outcome,steps_done,first_train_loss,final_train_loss,"
                     "trained_valid_loss,trained_valid_accuracy,unseen_valid_loss,unseen_valid_accuracy,"
                     "chance_accuracy,steps_to_solve,loss_spikes,peak_grad_norm,final_valid_loss,final_valid_accuracy,"
                     "wall_time_s\n";
   auto num = [](double v, const char* spec) { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : ""; };
-  for (const RunResult& r : c.results) {
+  for (const RunResult& r : results) {
     const json m = r.spec.config.contains("model") ? r.spec.config["model"] : json::object();
     std::string extra;
     for (const auto& [key, value] : r.spec.extra) extra += "," + csv_field(value);
@@ -574,10 +571,10 @@ std::string runs_csv(const Context& c) {
 }
 
 // Every curve the charts draw, for re-plotting elsewhere: training steps and evaluations.
-std::string curves_csv(const Context& c) {
+std::string curves_csv_of(const std::vector<RunResult>& results) {
   std::string csv = "run,variant,lr,seed,step,split,lengths,loss,accuracy\n";
   auto num = [](double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string(); };
-  for (const RunResult& r : c.results) {
+  for (const RunResult& r : results) {
     const std::string prefix =
         fmt::format("{},{},{},{},", r.spec.name, csv_field(r.spec.variant), format_lr(r.spec.lr), r.spec.seed);
     for (size_t i = 0; i < r.steps.size(); ++i)
@@ -607,63 +604,16 @@ struct Provenance {
   }
 };
 
-const char* kStyle =
-    "<style>body{font-family:sans-serif;margin:24px;color:#222}"
-    "h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}"
-    "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
-    "th{background:#f3f3f3}td:first-child{text-align:left}"
-    ".answer{background:#f4f8fc;border-left:4px solid #0072b2;padding:4px 16px}"
-    ".charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:8px}"
-    ".charts svg{width:100%;height:auto}p,li{line-height:1.4;max-width:1400px}</style>";
-
-// The two renderings of one list of sections.
-std::string render_markdown(const std::string& title, const std::vector<std::string>& intro, const std::vector<Section>& sections) {
-  std::string md = "# " + title + "\n\n";
-  for (const std::string& p : intro) md += p + "\n\n";
-  for (const Section& sec : sections) {
-    md += "## " + sec.title + "\n\n" + sec.text + "\n\n";
-    for (const std::string& b : sec.bullets) md += "- " + b + "\n";
-    if (!sec.bullets.empty()) md += "\n";
-    md += sec.table_md + (sec.table_md.empty() ? "" : "\n");
-    if (!sec.charts.empty()) {
-      for (const auto& [name, svg] : sec.charts) md += "![" + name + "](charts/" + name + ".svg) ";
-      md += "\n\n";
-    }
-  }
-  return md + "Charts: report.html and charts/*.svg. One row per run: runs.csv; every curve: curves.csv.\n";
+Provenance provenance_of(const std::vector<RunResult>& results) {
+  Provenance provenance;
+  for (const RunResult& r : results)
+    if (r.threads > 0 && std::find(provenance.threads.begin(), provenance.threads.end(), r.threads) == provenance.threads.end())
+      provenance.threads.push_back(r.threads);
+  return provenance;
 }
 
-std::string render_html(const std::string& title, const std::vector<std::string>& intro,
-                        const std::vector<Section>& sections) {
-  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + xml_escape(title) +
-                     "</title>\n" + kStyle + "</head><body>\n<h1>" + xml_escape(title) + "</h1>\n";
-  for (const std::string& p : intro) html += "<p>" + xml_escape(p) + "</p>\n";
-  for (const Section& sec : sections) {
-    const bool answer = sec.title == "Answer";
-    html += "<h2>" + xml_escape(sec.title) + "</h2>\n" + (answer ? "<div class=\"answer\">" : "") + "<p>" +
-            xml_escape(sec.text) + "</p>\n";
-    if (!sec.bullets.empty()) {
-      html += answer ? "" : "<ul>\n";
-      for (const std::string& b : sec.bullets) html += answer ? "<p>" + xml_escape(b) + "</p>\n" : "<li>" + xml_escape(b) + "</li>\n";
-      html += answer ? "" : "</ul>\n";
-    }
-    if (answer) html += "</div>\n";
-    html += sec.table_html;
-    if (!sec.charts.empty()) {
-      html += "<div class=\"charts\">\n";
-      for (const auto& [name, svg] : sec.charts) html += svg;
-      html += "</div>\n";
-    }
-  }
-  return html + "<p>One row per run: <a href=\"runs.csv\">runs.csv</a>; every curve: <a href=\"curves.csv\">curves.csv</a>; "
-                "each chart as SVG in charts/. Tables as Markdown: report.md.</p>\n</body></html>\n";
-}
-
-}  // namespace
-
-std::vector<std::string> write_report(const ComparePlan& plan, const std::vector<RunResult>& results, const std::string& out_dir,
-                  const std::function<bool()>& stop_requested) {
-  const train::RunConfig base = train::config_from_json(plan.base, plan.source, ".", false);
+Context make_context(const ComparePlan& plan, const std::vector<RunResult>& results, const train::RunConfig& base,
+                     const std::function<bool()>& stop_requested) {
   Context c{plan, results, summarize(results), chance_loss(plan.base), 0, 0, false,
             size_t(std::max<int64_t>(1, base.train.steps / 40)), series_colors(plan), stop_requested};
   for (const RunResult& r : results) {
@@ -675,11 +625,80 @@ std::vector<std::string> write_report(const ComparePlan& plan, const std::vector
   });
   for (size_t i = 0; i < c.groups.size(); ++i)
     c.fewest_seeds = i == 0 ? c.groups[i].runs.size() : std::min(c.fewest_seeds, c.groups[i].runs.size());
-  Provenance provenance;
-  for (const RunResult& r : results)
-    if (r.threads > 0 && std::find(provenance.threads.begin(), provenance.threads.end(), r.threads) == provenance.threads.end())
-      provenance.threads.push_back(r.threads);
+  return c;
+}
 
+// The one line of setup before the Answer: task, lengths, steps, seeds and the grid.
+std::string setup_line(const Context& c, const train::RunConfig& base) {
+  const ComparePlan& plan = c.plan;
+  std::string grid;
+  if (plan.title == "normlab report") {
+    grid = fmt::format("{} run(s) from {}.", plan.runs.size(), plan.source);
+  } else {
+    std::string extra;
+    for (const auto& [key, values] : plan.extra_axes) extra += fmt::format(" × {} values of {}", values.size(), key);
+    grid = fmt::format("Grid: {} variants × {} learning rates × {} seeds × {} depths × {} warmup settings{} = {} runs.",
+                       plan.variants.size(), plan.lrs.size(), plan.seeds.size(), plan.layers.size(),
+                       plan.warmups.size(), extra, plan.runs.size());
+  }
+  std::string seeds;
+  for (uint64_t s : plan.seeds) seeds += (seeds.empty() ? "" : ", ") + std::to_string(s);
+  return fmt::format(
+      "Task {}, trained on lengths {}–{} and evaluated on held-out lengths up to {}; {} steps of {}, batch {}; seeds "
+      "{}. {}",
+      train::task_title(base), base.task.min_len, base.task.max_len, base.task.eval_max_len, base.train.steps, base.optim.name,
+      base.train.batch_size, seeds.empty() ? "as given" : seeds, grid);
+}
+
+// The details after the Answer: the model, where the numbers came from, what LayerNorm computes,
+// and one bullet per series.
+Section setup_section(const Context& c, const train::RunConfig& base, const Provenance& provenance, bool batch_lesson) {
+  Section about;
+  about.title = "Setup";
+  for (const std::string& name : c.plan.variants) {
+    const Variant* v = find_variant(name);
+    const std::string description =
+        v ? v->description + "; block " + block_formula(v->norm, v->placement, base.model.final_norm) : "";
+    about.bullets.push_back(fmt::format("{}{}", name, description.empty() ? "" : ": " + description));
+  }
+  const std::string details = fmt::format(
+      "Model: d_model {}, {} heads, ffn {}, norm eps {:g}; uniform-guess loss {}; warmup {} steps where on; gradient "
+      "clipping {}; weight decay {:g}.",
+      base.model.d_model, base.model.heads, base.model.ffn, base.model.norm_eps,
+      std::isfinite(c.chance) ? fmt::format("{:.3f}", c.chance) : "unknown", base.optim.warmup_steps,
+      base.optim.clip_grad_norm > 0 ? fmt::format("at {:g}", base.optim.clip_grad_norm) : "off", base.optim.weight_decay);
+  const std::string ln_fact =
+      std::string("LayerNorm computes y = gamma * (x - mean) / sqrt(var + eps) + beta with mean and (biased) variance "
+                  "over each token's own features, so training and evaluation compute the same function and a "
+                  "sequence's result does not depend on its batch-mates or their lengths.") +
+      (!c.has_batchnorm ? ""
+       : batch_lesson   ? " BatchNorm's statistics are over the batch's tokens per feature, with running averages at "
+                          "evaluation — the last section evaluates the same trained models both ways."
+                        : " BatchNorm's statistics are over the batch's tokens per feature, with running averages at "
+                          "evaluation.");
+  about.text = details + " " + provenance.text() + " " + ln_fact;
+  return about;
+}
+
+json summary_json(const Context& c, const Provenance& provenance, const std::vector<Section>& sections) {
+  json summary = {{"normlab_version", provenance.version}, {"cpu", provenance.cpu}, {"kernels", provenance.kernels},
+                  {"threads", provenance.threads}, {"runs", c.results.size()},
+                  {"chance_loss", std::isfinite(c.chance) ? json(c.chance) : json(nullptr)},
+                  {"reference", reference_variant(c.plan)}, {"seeds", c.plan.seeds}};
+  std::map<std::string, int> outcomes;
+  for (const RunResult& r : c.results) ++outcomes[outcome_name(classify(r))];
+  summary["outcomes"] = outcomes;
+  summary["answer"] = sections.front().bullets;
+  summary["findings"] = sections[2].bullets;
+  return summary;
+}
+
+}  // namespace
+
+ReportModel build_report(const ComparePlan& plan, const std::vector<RunResult>& results,
+                         const std::function<bool()>& stop_requested) {
+  const train::RunConfig base = train::config_from_json(plan.base, plan.source, ".", false);
+  const Context c = make_context(plan, results, base, stop_requested);
   std::vector<Section> sections;
   sections.push_back(answer_section(c));
   sections.push_back(findings_section(c));
@@ -693,81 +712,38 @@ std::vector<std::string> write_report(const ComparePlan& plan, const std::vector
   sections.push_back(length_section(c));
   const std::optional<Section> bn = batch_section(c);
   if (bn) sections.push_back(*bn);
-
-  std::vector<std::string> series;
-  for (const std::string& name : plan.variants) {
-    const Variant* v = find_variant(name);
-    const std::string description =
-        v ? v->description + "; block " + block_formula(v->norm, v->placement, base.model.final_norm) : "";
-    series.push_back(fmt::format("{}{}", name, description.empty() ? "" : ": " + description));
-  }
-  std::string grid;
-  if (plan.title == "normlab report") {
-    grid = fmt::format("{} run(s) from {}.", plan.runs.size(), plan.source);
-  } else {
-    std::string extra;
-    for (const auto& [key, values] : plan.extra_axes) extra += fmt::format(" × {} values of {}", values.size(), key);
-    grid = fmt::format("Grid: {} variants × {} learning rates × {} seeds × {} depths × {} warmup settings{} = {} runs.",
-                       plan.variants.size(), plan.lrs.size(), plan.seeds.size(), plan.layers.size(),
-                       plan.warmups.size(), extra, plan.runs.size());
-  }
-  std::string seeds;
-  for (uint64_t s : plan.seeds) seeds += (seeds.empty() ? "" : ", ") + std::to_string(s);
-  // One line of setup before the Answer; the details after it.
-  const std::string setup_line = fmt::format(
-      "Task {}, trained on lengths {}–{} and evaluated on held-out lengths up to {}; {} steps of {}, batch {}; seeds "
-      "{}. {}",
-      train::task_title(base), base.task.min_len, base.task.max_len, base.task.eval_max_len, base.train.steps, base.optim.name,
-      base.train.batch_size, seeds.empty() ? "as given" : seeds, grid);
-  const std::string details = fmt::format(
-      "Model: d_model {}, {} heads, ffn {}, norm eps {:g}; uniform-guess loss {}; warmup {} steps where on; gradient "
-      "clipping {}; weight decay {:g}.",
-      base.model.d_model, base.model.heads, base.model.ffn, base.model.norm_eps,
-      std::isfinite(c.chance) ? fmt::format("{:.3f}", c.chance) : "unknown", base.optim.warmup_steps,
-      base.optim.clip_grad_norm > 0 ? fmt::format("at {:g}", base.optim.clip_grad_norm) : "off", base.optim.weight_decay);
-  const std::string ln_fact =
-      std::string("LayerNorm computes y = gamma * (x - mean) / sqrt(var + eps) + beta with mean and (biased) variance "
-                  "over each token's own features, so training and evaluation compute the same function and a "
-                  "sequence's result does not depend on its batch-mates or their lengths.") +
-      (!c.has_batchnorm ? ""
-       : bn         ? " BatchNorm's statistics are over the batch's tokens per feature, with running averages at "
-                      "evaluation — the last section evaluates the same trained models both ways."
-                    : " BatchNorm's statistics are over the batch's tokens per feature, with running averages at "
-                      "evaluation.");
   // The setup line, then the Answer; the details follow it.
-  Section about;
-  about.title = "Setup";
-  about.text = details + " " + provenance.text() + " " + ln_fact;
-  about.bullets = series;
-  sections.insert(sections.begin() + 1, about);
+  const Provenance provenance = provenance_of(results);
+  sections.insert(sections.begin() + 1, setup_section(c, base, provenance, bn.has_value()));
+  ReportModel report{plan.title, {setup_line(c, base)}, std::move(sections), {}};
+  report.summary = summary_json(c, provenance, report.sections);
+  return report;
+}
 
+std::string runs_csv(const ComparePlan& plan, const std::vector<RunResult>& results) {
+  return runs_csv_of(plan, results);
+}
+
+std::string curves_csv(const std::vector<RunResult>& results) { return curves_csv_of(results); }
+
+std::vector<std::string> write_report(const ComparePlan& plan, const std::vector<RunResult>& results, const std::string& out_dir,
+                  const std::function<bool()>& stop_requested) {
+  const ReportModel report = build_report(plan, results, stop_requested);
   // Every chart as its own file, then the pages that embed them.
   const fs::path chart_dir = fs::path(out_dir) / "charts";
   std::error_code ignored;
   fs::remove_all(chart_dir, ignored);  // charts of an earlier drawing with other names must not linger
   fs::create_directories(chart_dir);
-  for (const Section& sec : sections)
+  for (const Section& sec : report.sections)
     for (const auto& [name, svg] : sec.charts)
       io::write_file_atomic((chart_dir / (name + ".svg")).string(),
                             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + svg);
-  io::write_file_atomic((fs::path(out_dir) / "runs.csv").string(), runs_csv(c));
-  io::write_file_atomic((fs::path(out_dir) / "curves.csv").string(), curves_csv(c));
-
-  const std::vector<std::string> intro{setup_line};
-  json summary = {{"normlab_version", provenance.version}, {"cpu", provenance.cpu}, {"kernels", provenance.kernels},
-                  {"threads", provenance.threads}, {"runs", results.size()},
-                  {"chance_loss", std::isfinite(c.chance) ? json(c.chance) : json(nullptr)},
-                  {"reference", reference_variant(plan)}, {"seeds", plan.seeds}};
-  std::map<std::string, int> outcomes;
-  for (const RunResult& r : results) ++outcomes[outcome_name(classify(r))];
-  summary["outcomes"] = outcomes;
-  summary["answer"] = sections.front().bullets;
-  summary["findings"] = sections[2].bullets;
-  io::write_file_atomic((fs::path(out_dir) / "summary.json").string(), summary.dump(2) + "\n");
-  io::write_file_atomic((fs::path(out_dir) / "report.md").string(),
-                        render_markdown(plan.title, intro, sections));
-  io::write_file_atomic((fs::path(out_dir) / "report.html").string(), render_html(plan.title, intro, sections));
-  return sections.front().bullets;
+  io::write_file_atomic((fs::path(out_dir) / "runs.csv").string(), runs_csv(plan, results));
+  io::write_file_atomic((fs::path(out_dir) / "curves.csv").string(), curves_csv(results));
+  io::write_file_atomic((fs::path(out_dir) / "summary.json").string(), report.summary.dump(2) + "\n");
+  io::write_file_atomic((fs::path(out_dir) / "report.md").string(), render_markdown(report));
+  io::write_file_atomic((fs::path(out_dir) / "report.html").string(), render_html(report));
+  return report.sections.front().bullets;
 }
 
 }  // namespace normlab::study

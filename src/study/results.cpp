@@ -96,14 +96,72 @@ HeldOut held_out_of(const std::vector<BucketResult>& buckets, bool unseen) {
   return held_out_from(buckets, [unseen](const BucketResult& b) { return b.beyond_train == unseen; });
 }
 
-RunResult read_run(const RunSpec& spec, const std::string& run_dir) {
-  RunResult r;
-  r.spec = spec;
-  if (r.spec.dir.empty()) r.spec.dir = run_dir;
-  r.baseline.uniform_loss = chance_loss(spec.config);
-  if (std::isfinite(r.baseline.uniform_loss)) r.baseline.uniform_accuracy = std::exp(-r.baseline.uniform_loss);
-  const fs::path dir(run_dir);
-  const std::string metrics_path = (dir / "metrics.jsonl").string();
+namespace {
+
+// An evaluation record ("split": "valid"): the last evaluation's buckets and one more EvalPoint.
+void read_eval_record(const json& rec, const FieldReader& f, RunResult& r) {
+  r.final_valid_loss = f.number(rec, "loss");
+  r.final_valid_accuracy = f.number(rec, "accuracy");
+  r.buckets.clear();
+  if (rec.contains("buckets")) {
+    if (!rec.at("buckets").is_array()) f.wrong("buckets", "a list of bucket objects", rec.at("buckets"));
+    for (const json& b : rec.at("buckets")) {
+      if (!b.is_object()) f.wrong("buckets", "a list of bucket objects", b);
+      const FieldReader fb{f.where + ": buckets"};
+      BucketResult br;
+      br.min_len = fb.integer(b, "min_len", 0);
+      br.max_len = fb.integer(b, "max_len", 0);
+      br.beyond_train = fb.boolean(b, "beyond_train");
+      br.loss = fb.number(b, "loss");
+      br.accuracy = fb.number(b, "accuracy");
+      br.count = fb.integer(b, "count", 0);
+      br.targets = fb.integer(b, "targets", br.count);
+      r.buckets.push_back(br);
+    }
+  }
+  EvalPoint point;
+  point.step = f.integer(rec, "step", r.steps.empty() ? 0 : int64_t(r.steps.back()));
+  point.trained = rec.contains("trained")
+                      ? held_out_from(rec.at("trained"), f)
+                      : held_out_from(r.buckets, [](const BucketResult& b) { return !b.beyond_train; });
+  point.unseen = rec.contains("unseen")
+                     ? held_out_from(rec.at("unseen"), f)
+                     : held_out_from(r.buckets, [](const BucketResult& b) { return b.beyond_train; });
+  point.all = {r.final_valid_loss, r.final_valid_accuracy, f.integer(rec, "targets", 0)};
+  if (r.buckets.empty() && !rec.contains("trained")) point.trained = point.all;  // no buckets: all lengths trained
+  r.evals.push_back(point);
+  if (const double u = f.number(rec, "uniform_loss"); std::isfinite(u)) r.baseline.uniform_loss = u;
+  if (const double u = f.number(rec, "uniform_accuracy"); std::isfinite(u)) r.baseline.uniform_accuracy = u;
+  if (rec.contains("trained") && rec.at("trained").is_object())
+    if (const double m = f.number(rec.at("trained"), "majority_accuracy"); std::isfinite(m))
+      r.baseline.majority_accuracy = m;
+}
+
+// A step record: the curves, and the first and last diagnostics.
+void read_step_record(const json& rec, const FieldReader& f, RunResult& r, bool& have_init_diag) {
+  const int64_t step = f.integer(rec, "step", 0);
+  if (f.boolean(rec, "diverged")) {
+    r.diverged = true;
+    r.diverged_at = step;
+    return;
+  }
+  r.steps.push_back(double(step));
+  r.loss.push_back(f.number(rec, "loss"));
+  r.grad_norm.push_back(f.number(rec, "grad_norm"));
+  r.accuracy.push_back(f.number(rec, "accuracy"));
+  if (rec.contains("residual_rms")) {
+    std::vector<double> rms = f.numbers(rec, "residual_rms"), grads = f.numbers(rec, "layer_grad_norms");
+    if (!have_init_diag) {
+      r.init_residual_rms = rms;
+      r.init_layer_grad_norms = grads;
+      have_init_diag = true;
+    }
+    r.end_residual_rms = std::move(rms);
+    r.end_layer_grad_norms = std::move(grads);
+  }
+}
+
+void read_metrics(const std::string& metrics_path, RunResult& r) {
   std::ifstream metrics(metrics_path);
   std::string line;
   bool have_init_diag = false;
@@ -118,79 +176,37 @@ RunResult read_run(const RunSpec& spec, const std::string& run_dir) {
     if (!rec.is_object()) f.wrong("record", "a JSON object", rec);
     if (rec.contains("split")) {
       if (!rec.at("split").is_string()) f.wrong("split", "a string", rec.at("split"));
-      if (rec.at("split").get<std::string>() != "valid") continue;
-      r.final_valid_loss = f.number(rec, "loss");
-      r.final_valid_accuracy = f.number(rec, "accuracy");
-      r.buckets.clear();
-      if (rec.contains("buckets")) {
-        if (!rec.at("buckets").is_array()) f.wrong("buckets", "a list of bucket objects", rec.at("buckets"));
-        for (const json& b : rec.at("buckets")) {
-          if (!b.is_object()) f.wrong("buckets", "a list of bucket objects", b);
-          const FieldReader fb{f.where + ": buckets"};
-          BucketResult br;
-          br.min_len = fb.integer(b, "min_len", 0);
-          br.max_len = fb.integer(b, "max_len", 0);
-          br.beyond_train = fb.boolean(b, "beyond_train");
-          br.loss = fb.number(b, "loss");
-          br.accuracy = fb.number(b, "accuracy");
-          br.count = fb.integer(b, "count", 0);
-          br.targets = fb.integer(b, "targets", br.count);
-          r.buckets.push_back(br);
-        }
-      }
-      EvalPoint point;
-      point.step = f.integer(rec, "step", r.steps.empty() ? 0 : int64_t(r.steps.back()));
-      point.trained = rec.contains("trained")
-                          ? held_out_from(rec.at("trained"), f)
-                          : held_out_from(r.buckets, [](const BucketResult& b) { return !b.beyond_train; });
-      point.unseen = rec.contains("unseen")
-                         ? held_out_from(rec.at("unseen"), f)
-                         : held_out_from(r.buckets, [](const BucketResult& b) { return b.beyond_train; });
-      point.all = {r.final_valid_loss, r.final_valid_accuracy, f.integer(rec, "targets", 0)};
-      if (r.buckets.empty() && !rec.contains("trained")) point.trained = point.all;  // no buckets: all lengths trained
-      r.evals.push_back(point);
-      if (const double u = f.number(rec, "uniform_loss"); std::isfinite(u)) r.baseline.uniform_loss = u;
-      if (const double u = f.number(rec, "uniform_accuracy"); std::isfinite(u)) r.baseline.uniform_accuracy = u;
-      if (rec.contains("trained") && rec.at("trained").is_object())
-        if (const double m = f.number(rec.at("trained"), "majority_accuracy"); std::isfinite(m))
-          r.baseline.majority_accuracy = m;
+      if (rec.at("split").get<std::string>() == "valid") read_eval_record(rec, f, r);
       continue;
     }
-    if (!rec.contains("step")) continue;
-    const int64_t step = f.integer(rec, "step", 0);
-    if (f.boolean(rec, "diverged")) {
-      r.diverged = true;
-      r.diverged_at = step;
-      continue;
-    }
-    r.steps.push_back(double(step));
-    r.loss.push_back(f.number(rec, "loss"));
-    r.grad_norm.push_back(f.number(rec, "grad_norm"));
-    r.accuracy.push_back(f.number(rec, "accuracy"));
-    if (rec.contains("residual_rms")) {
-      std::vector<double> rms = f.numbers(rec, "residual_rms"), grads = f.numbers(rec, "layer_grad_norms");
-      if (!have_init_diag) {
-        r.init_residual_rms = rms;
-        r.init_layer_grad_norms = grads;
-        have_init_diag = true;
-      }
-      r.end_residual_rms = std::move(rms);
-      r.end_layer_grad_norms = std::move(grads);
-    }
+    if (rec.contains("step")) read_step_record(rec, f, r, have_init_diag);
   }
-  const std::string summary_path = (dir / "summary.json").string();
+}
+
+void read_summary(const std::string& summary_path, RunResult& r) {
   std::ifstream summary_file(summary_path);
-  if (summary_file) {
-    const json summary = json::parse(summary_file, nullptr, false);
-    if (summary.is_object()) {  // anything else: a summary being written; the run is not finished
-      const FieldReader f{summary_path};
-      r.finished = true;
-      if (f.boolean(summary, "diverged")) r.diverged = true;
-      r.diverged_at = f.integer(summary, "diverged_at_step", r.diverged_at);
-      r.wall_time_s = f.number(summary, "wall_time_s");
-      r.threads = f.integer(summary, "threads", 0);
-    }
-  }
+  if (!summary_file) return;
+  const json summary = json::parse(summary_file, nullptr, false);
+  if (!summary.is_object()) return;  // a summary being written; the run is not finished
+  const FieldReader f{summary_path};
+  r.finished = true;
+  if (f.boolean(summary, "diverged")) r.diverged = true;
+  r.diverged_at = f.integer(summary, "diverged_at_step", r.diverged_at);
+  r.wall_time_s = f.number(summary, "wall_time_s");
+  r.threads = f.integer(summary, "threads", 0);
+}
+
+}  // namespace
+
+RunResult read_run(const RunSpec& spec, const std::string& run_dir) {
+  RunResult r;
+  r.spec = spec;
+  if (r.spec.dir.empty()) r.spec.dir = run_dir;
+  r.baseline.uniform_loss = chance_loss(spec.config);
+  if (std::isfinite(r.baseline.uniform_loss)) r.baseline.uniform_accuracy = std::exp(-r.baseline.uniform_loss);
+  const fs::path dir(run_dir);
+  read_metrics((dir / "metrics.jsonl").string(), r);
+  read_summary((dir / "summary.json").string(), r);
   if (!r.loss.empty()) {
     const size_t tail = std::max<size_t>(1, r.loss.size() / 10);
     double sum = 0;
@@ -519,6 +535,104 @@ int seeds_per_cell(const std::vector<GroupSummary>& groups) {
 
 }  // namespace
 
+namespace {
+
+// "pre-ln learned at 2 of 3 learning rates (0.001–0.003), solved at 0.001 — ...": what each variant
+// did at one setting.
+std::string variant_outcomes(const ComparePlan& plan, const std::vector<GroupSummary>& groups,
+                             const std::string& setting) {
+  std::string per_variant;
+  for (const std::string& variant : plan.variants) {
+    const std::vector<double> ok = learned_lrs(plan, groups, variant, setting);
+    std::string solved;
+    for (double lr : plan.lrs)
+      if (const GroupSummary* g = find(groups, variant, lr, setting); g && 2 * g->solved > int(g->runs.size()))
+        solved += (solved.empty() ? "" : ", ") + detail::format_lr(lr);
+    std::string failures;
+    for (double lr : plan.lrs)
+      if (const GroupSummary* g = find(groups, variant, lr, setting); g && !g->mostly_learned()) {
+        const std::string counts = failure_counts(*g);
+        failures += fmt::format("{}{}{}", failures.empty() ? "" : "; ", plan.lrs.size() > 1 ? "at " + detail::format_lr(lr) + " " : "",
+                                counts.empty() ? "not most seeds" : counts);
+      }
+    if (plan.lrs.size() == 1) {  // one rate: say what happened there, no range
+      const GroupSummary* g = find(groups, variant, plan.lrs.front(), setting);
+      if (!g) continue;
+      per_variant += fmt::format("{}{} {} ({}/{} seeds learned{})", per_variant.empty() ? "" : "; ", variant,
+                                 !solved.empty() ? "solved the task" : ok.empty() ? "did not learn" : "learned",
+                                 g->learned_or_solved(), g->runs.size(), failures.empty() ? "" : "; " + failures);
+      continue;
+    }
+    per_variant += fmt::format("{}{} learned at {} of {} learning rates ({}){}{}", per_variant.empty() ? "" : "; ",
+                               variant, ok.size(), plan.lrs.size(), lr_range(plan, ok),
+                               solved.empty() ? ", solved at none" : ", solved at " + solved,
+                               failures.empty() ? "" : " — " + failures);
+  }
+  return per_variant;
+}
+
+// The question itself: does LayerNorm widen the range of learning rates that train?
+std::string headroom_verdict(const ComparePlan& plan, const std::vector<GroupSummary>& groups,
+                             const std::string& setting, const std::string& reference, const std::string& none_label) {
+  const std::vector<double> ln = learned_lrs(plan, groups, reference, setting);
+  const std::vector<double> none = learned_lrs(plan, groups, none_label, setting);
+  const double ln_top = ln.empty() ? 0 : ln.back(), none_top = none.empty() ? 0 : none.back();
+  if (ln_top > none_top)
+    return fmt::format("{} trained at higher learning rates than {} (up to {} vs {}): "
+                       "normalization bought learning-rate headroom here.",
+                       reference, none_label, detail::format_lr(ln_top), none.empty() ? "none" : detail::format_lr(none_top));
+  if (ln_top == none_top)
+    return fmt::format("{} trained at as high a learning rate as {} ({}): no learning-rate "
+                       "headroom from LayerNorm in this grid.",
+                       none_label, reference, ln.empty() ? "neither learned at any" : "up to " + detail::format_lr(ln_top));
+  return fmt::format("{} trained at higher learning rates than {} (up to {} vs {}): LayerNorm "
+                     "did not help here.",
+                     none_label, reference, detail::format_lr(none_top), ln.empty() ? "none" : detail::format_lr(ln_top));
+}
+
+// Where both learned: the paired held-out accuracy differences against the reference ("" if no cell).
+std::string learned_differences(const ComparePlan& plan, const std::vector<GroupSummary>& groups,
+                                const std::vector<Comparison>& comparisons, const std::string& setting,
+                                const std::string& reference, const std::string& prefix) {
+  std::string shown, not_shown;
+  for (const Comparison& c : comparisons) {
+    if (c.setting != setting) continue;
+    const GroupSummary* a = find(groups, c.variant, c.lr, setting);
+    const GroupSummary* b = find(groups, c.reference, c.lr, setting);
+    if (!a || !b || !a->mostly_learned() || !b->mostly_learned()) continue;
+    const std::string at = plan.lrs.size() > 1 ? " at " + detail::format_lr(c.lr) : "";
+    if (c.trained_accuracy.has_interval() && !c.trained_accuracy.contains_zero())
+      shown += fmt::format("{}{}{} {} by {:.3f}", shown.empty() ? "" : ", ", c.variant, at,
+                           c.trained_accuracy.mean > 0 ? "higher" : "lower", std::abs(c.trained_accuracy.mean));
+    else
+      not_shown += fmt::format("{}{}{}", not_shown.empty() ? "" : ", ", c.variant, at);
+  }
+  if (shown.empty() && not_shown.empty()) return "";
+  return fmt::format("{}Where both learned, held-out accuracy on trained lengths against {} (paired by seed, "
+                     "95% CI): {}{}.",
+                     prefix, reference, shown.empty() ? "" : "a difference for " + shown,
+                     not_shown.empty() ? "" : (shown.empty() ? "" : "; ") + std::string("no difference shown for ") + not_shown);
+}
+
+// Length extrapolation, apart from the trained lengths ("" when no cell was evaluated on unseen lengths).
+std::string unseen_sentence(const ComparePlan& plan, const std::vector<GroupSummary>& groups) {
+  const GroupSummary* best_unseen = nullptr;
+  for (const GroupSummary& g : groups)
+    if (std::isfinite(g.unseen_accuracy.mean) && (!best_unseen || g.unseen_accuracy.mean > best_unseen->unseen_accuracy.mean))
+      best_unseen = &g;
+  if (!best_unseen) return "";
+  const std::string range = length_range(plan, true);
+  const std::string at = where(best_unseen->lr, best_unseen->setting, plan);
+  return fmt::format("On unseen {}, no cell's mean accuracy exceeded {:.3f} ({}{}): {}.",
+                     range.empty() ? "lengths" : range, best_unseen->unseen_accuracy.mean, best_unseen->variant,
+                     at.empty() ? "" : " at " + at,
+                     best_unseen->unseen_accuracy.mean >= kSolvedAccuracy
+                         ? "length extrapolation was solved there"
+                         : "no variant extrapolates to lengths it never saw");
+}
+
+}  // namespace
+
 std::vector<std::string> answer(const ComparePlan& plan, const std::vector<GroupSummary>& groups) {
   std::vector<std::string> out;
   if (groups.empty()) return out;
@@ -530,89 +644,13 @@ std::vector<std::string> answer(const ComparePlan& plan, const std::vector<Group
   const std::vector<Comparison> comparisons = compare_variants(plan, groups);
   for (const std::string& setting : plan.settings) {
     const std::string prefix = plan.settings.size() > 1 ? (setting.empty() ? "" : setting + ": ") : "";
-    std::string per_variant;
-    for (const std::string& variant : plan.variants) {
-      const std::vector<double> ok = learned_lrs(plan, groups, variant, setting);
-      std::string solved;
-      for (double lr : plan.lrs)
-        if (const GroupSummary* g = find(groups, variant, lr, setting); g && 2 * g->solved > int(g->runs.size()))
-          solved += (solved.empty() ? "" : ", ") + detail::format_lr(lr);
-      std::string failures;
-      for (double lr : plan.lrs)
-        if (const GroupSummary* g = find(groups, variant, lr, setting); g && !g->mostly_learned()) {
-          const std::string counts = failure_counts(*g);
-          failures += fmt::format("{}{}{}", failures.empty() ? "" : "; ", plan.lrs.size() > 1 ? "at " + detail::format_lr(lr) + " " : "",
-                                  counts.empty() ? "not most seeds" : counts);
-        }
-      if (plan.lrs.size() == 1) {  // one rate: say what happened there, no range
-        const GroupSummary* g = find(groups, variant, plan.lrs.front(), setting);
-        if (!g) continue;
-        per_variant += fmt::format("{}{} {} ({}/{} seeds learned{})", per_variant.empty() ? "" : "; ", variant,
-                                   !solved.empty() ? "solved the task" : ok.empty() ? "did not learn" : "learned",
-                                   g->learned_or_solved(), g->runs.size(), failures.empty() ? "" : "; " + failures);
-        continue;
-      }
-      per_variant += fmt::format("{}{} learned at {} of {} learning rates ({}){}{}", per_variant.empty() ? "" : "; ",
-                                 variant, ok.size(), plan.lrs.size(), lr_range(plan, ok),
-                                 solved.empty() ? ", solved at none" : ", solved at " + solved,
-                                 failures.empty() ? "" : " — " + failures);
-    }
-    out.push_back(prefix + per_variant + ".");
-    // The question itself: does LayerNorm widen the range of learning rates that train?
-    if (has_none && reference != none_label && plan.lrs.size() > 1) {
-      const std::vector<double> ln = learned_lrs(plan, groups, reference, setting);
-      const std::vector<double> none = learned_lrs(plan, groups, none_label, setting);
-      const double ln_top = ln.empty() ? 0 : ln.back(), none_top = none.empty() ? 0 : none.back();
-      std::string verdict;
-      if (ln_top > none_top)
-        verdict = fmt::format("{} trained at higher learning rates than {} (up to {} vs {}): "
-                              "normalization bought learning-rate headroom here.",
-                              reference, none_label, detail::format_lr(ln_top), none.empty() ? "none" : detail::format_lr(none_top));
-      else if (ln_top == none_top)
-        verdict = fmt::format("{} trained at as high a learning rate as {} ({}): no learning-rate "
-                              "headroom from LayerNorm in this grid.",
-                              none_label, reference, ln.empty() ? "neither learned at any" : "up to " + detail::format_lr(ln_top));
-      else
-        verdict = fmt::format("{} trained at higher learning rates than {} (up to {} vs {}): LayerNorm "
-                              "did not help here.",
-                              none_label, reference, detail::format_lr(none_top), ln.empty() ? "none" : detail::format_lr(ln_top));
-      out.push_back(prefix + verdict);
-    }
-    // Where both learned: the paired held-out accuracy differences against the reference.
-    std::string shown, not_shown;
-    for (const Comparison& c : comparisons) {
-      if (c.setting != setting) continue;
-      const GroupSummary* a = find(groups, c.variant, c.lr, setting);
-      const GroupSummary* b = find(groups, c.reference, c.lr, setting);
-      if (!a || !b || !a->mostly_learned() || !b->mostly_learned()) continue;
-      const std::string at = plan.lrs.size() > 1 ? " at " + detail::format_lr(c.lr) : "";
-      if (c.trained_accuracy.has_interval() && !c.trained_accuracy.contains_zero())
-        shown += fmt::format("{}{}{} {} by {:.3f}", shown.empty() ? "" : ", ", c.variant, at,
-                             c.trained_accuracy.mean > 0 ? "higher" : "lower", std::abs(c.trained_accuracy.mean));
-      else
-        not_shown += fmt::format("{}{}{}", not_shown.empty() ? "" : ", ", c.variant, at);
-    }
-    if (!shown.empty() || !not_shown.empty())
-      out.push_back(fmt::format("{}Where both learned, held-out accuracy on trained lengths against {} (paired by seed, "
-                                "95% CI): {}{}.",
-                                prefix, reference, shown.empty() ? "" : "a difference for " + shown,
-                                not_shown.empty() ? "" : (shown.empty() ? "" : "; ") + std::string("no difference shown for ") + not_shown));
+    out.push_back(prefix + variant_outcomes(plan, groups, setting) + ".");
+    if (has_none && reference != none_label && plan.lrs.size() > 1)
+      out.push_back(prefix + headroom_verdict(plan, groups, setting, reference, none_label));
+    if (std::string d = learned_differences(plan, groups, comparisons, setting, reference, prefix); !d.empty())
+      out.push_back(d);
   }
-  // Length extrapolation, apart from the trained lengths.
-  const GroupSummary* best_unseen = nullptr;
-  for (const GroupSummary& g : groups)
-    if (std::isfinite(g.unseen_accuracy.mean) && (!best_unseen || g.unseen_accuracy.mean > best_unseen->unseen_accuracy.mean))
-      best_unseen = &g;
-  if (best_unseen) {
-    const std::string range = length_range(plan, true);
-    const std::string at = where(best_unseen->lr, best_unseen->setting, plan);
-    out.push_back(fmt::format("On unseen {}, no cell's mean accuracy exceeded {:.3f} ({}{}): {}.",
-                              range.empty() ? "lengths" : range, best_unseen->unseen_accuracy.mean, best_unseen->variant,
-                              at.empty() ? "" : " at " + at,
-                              best_unseen->unseen_accuracy.mean >= kSolvedAccuracy
-                                  ? "length extrapolation was solved there"
-                                  : "no variant extrapolates to lengths it never saw"));
-  }
+  if (std::string u = unseen_sentence(plan, groups); !u.empty()) out.push_back(u);
   const int seeds = seeds_per_cell(groups);
   if (seeds > 0 && size_t(seeds) < kMinSeeds)
     out.push_back(fmt::format("Caution: as few as {} seed{} per cell (fewer than {}); intervals are wide and a "
@@ -620,6 +658,34 @@ std::vector<std::string> answer(const ComparePlan& plan, const std::vector<Group
                               seeds, seeds == 1 ? "" : "s", kMinSeeds));
   return out;
 }
+
+namespace {
+
+// Paired differences against the reference, both length groups: one line per cell of the grid.
+void paired_difference_lines(const ComparePlan& plan, const std::vector<GroupSummary>& groups,
+                             std::vector<std::string>& out) {
+  const std::vector<Comparison> comparisons = compare_variants(plan, groups);
+  for (const std::string& setting : plan.settings)
+    for (double lr : plan.lrs) {
+      std::string trained, unseen, reference;
+      for (const Comparison& c : comparisons) {
+        if (c.setting != setting || c.lr != lr) continue;
+        reference = c.reference;
+        if (c.unseen_accuracy.n == 0) {  // no lengths beyond training in this grid
+          trained += fmt::format("{}{} {}", trained.empty() ? "" : "; ", c.variant, describe_difference(c.trained_accuracy, c.paired));
+          continue;
+        }
+        trained += fmt::format("{}{} {}", trained.empty() ? "" : "; ", c.variant, describe_difference(c.trained_accuracy, c.paired));
+        unseen += fmt::format("{}{} {}", unseen.empty() ? "" : "; ", c.variant, describe_difference(c.unseen_accuracy, c.paired));
+      }
+      if (trained.empty()) continue;
+      const std::string at = where(lr, setting, plan);
+      out.push_back(fmt::format("{}against {}, held-out accuracy — trained lengths: {}.{}", at.empty() ? "" : at + ": ",
+                                reference, trained, unseen.empty() ? "" : " Unseen lengths: " + unseen + "."));
+    }
+}
+
+}  // namespace
 
 std::vector<std::string> findings(const ComparePlan& plan, const std::vector<GroupSummary>& groups) {
   std::vector<std::string> out;
@@ -677,26 +743,7 @@ std::vector<std::string> findings(const ComparePlan& plan, const std::vector<Gro
                                 "the seeds that reached it): {}.",
                                 at.empty() ? "" : " at " + at, kSolvedAccuracy, list));
     }
-  // Paired differences against the reference, both length groups: one line per cell of the grid.
-  const std::vector<Comparison> comparisons = compare_variants(plan, groups);
-  for (const std::string& setting : plan.settings)
-    for (double lr : plan.lrs) {
-      std::string trained, unseen, reference;
-      for (const Comparison& c : comparisons) {
-        if (c.setting != setting || c.lr != lr) continue;
-        reference = c.reference;
-        if (c.unseen_accuracy.n == 0) {  // no lengths beyond training in this grid
-          trained += fmt::format("{}{} {}", trained.empty() ? "" : "; ", c.variant, describe_difference(c.trained_accuracy, c.paired));
-          continue;
-        }
-        trained += fmt::format("{}{} {}", trained.empty() ? "" : "; ", c.variant, describe_difference(c.trained_accuracy, c.paired));
-        unseen += fmt::format("{}{} {}", unseen.empty() ? "" : "; ", c.variant, describe_difference(c.unseen_accuracy, c.paired));
-      }
-      if (trained.empty()) continue;
-      const std::string at = where(lr, setting, plan);
-      out.push_back(fmt::format("{}against {}, held-out accuracy — trained lengths: {}.{}", at.empty() ? "" : at + ": ",
-                                reference, trained, unseen.empty() ? "" : " Unseen lengths: " + unseen + "."));
-    }
+  paired_difference_lines(plan, groups, out);
   const int seeds = seeds_per_cell(groups);
   if (seeds > 0 && size_t(seeds) < kMinSeeds)
     out.push_back(fmt::format("Warning: some cells have only {} seed{} (fewer than {}).", seeds, seeds == 1 ? "" : "s",

@@ -131,13 +131,21 @@ void fit(Axis& axis, const std::vector<double>& values) {
 
 }  // namespace
 
-std::string render_svg(const Chart& chart) {
+namespace {
+
+// The plot area: its axes mapped to pixels, and the margins around it.
+struct Frame {
+  Axis x, y;
+  double left = 64, top = 30;
+};
+
+Frame frame_of(const Chart& chart) {
   // The legend sits right of the plot; make room for its longest label (about 6.5 px per character).
   size_t longest_label = 0;
   for (const Series& s : chart.series) longest_label = std::max(longest_label, s.label.size());
-  const double left = 64, right = std::clamp(44.0 + 6.5 * double(longest_label), 150.0, 0.45 * chart.width);
-  const double top = 30, bottom = chart.note.empty() ? 46 : 62;
-  Axis xa{chart.log_x}, ya{chart.log_y};
+  Frame f{Axis{chart.log_x}, Axis{chart.log_y}};
+  const double right = std::clamp(44.0 + 6.5 * double(longest_label), 150.0, 0.45 * chart.width);
+  const double bottom = chart.note.empty() ? 46 : 62;
   std::vector<double> xs, ys;
   for (const Series& s : chart.series) {
     xs.insert(xs.end(), s.x.begin(), s.x.end());
@@ -148,25 +156,23 @@ std::string render_svg(const Chart& chart) {
   if (chart.shade_to > chart.shade_from) xs.push_back(chart.shade_to);
   xs.insert(xs.end(), chart.x_ticks.begin(), chart.x_ticks.end());
   for (const Chart::HLine& line : chart.h_lines) ys.push_back(line.y);
-  fit(xa, xs);
+  fit(f.x, xs);
   if (chart.y_max > 0) {
     const double cap = chart.y_max;
     ys.erase(std::remove_if(ys.begin(), ys.end(), [&](double v) { return v > cap; }), ys.end());
     ys.push_back(cap);
   }
-  fit(ya, ys);
-  xa.px0 = left;
-  xa.px1 = chart.width - right;
-  ya.px0 = chart.height - bottom;
-  ya.px1 = top;
+  fit(f.y, ys);
+  f.x.px0 = f.left;
+  f.x.px1 = chart.width - right;
+  f.y.px0 = chart.height - bottom;
+  f.y.px1 = f.top;
+  return f;
+}
 
-  std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
-      "font-family=\"sans-serif\" font-size=\"11\">\n",
-      chart.width, chart.height);
-  svg += fmt::format("<rect x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"white\"/>\n", chart.width, chart.height);
-  svg += fmt::format("<text x=\"{}\" y=\"18\" font-size=\"13\" font-weight=\"bold\">{}</text>\n", left,
-                     xml_escape(chart.title));
+// The shaded range, grid lines, ticks, the plot's frame and the axis labels.
+std::string draw_axes(const Chart& chart, const Axis& xa, const Axis& ya) {
+  std::string svg;
   if (chart.shade_to > chart.shade_from) {
     const double x0 = std::max(xa.px0, xa.map(chart.shade_from)), x1 = std::min(xa.px1, xa.map(chart.shade_to));
     svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#eeeeee\"/>\n", x0,
@@ -201,50 +207,54 @@ std::string render_svg(const Chart& chart) {
       "<text transform=\"translate(14 {:.1f}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n", (ya.px0 + ya.px1) / 2,
       xml_escape(chart.y_label));
 
-  // Clip the data to the plot area so an outlier cannot draw over the legend.
-  static int clip_counter = 0;
-  const std::string clip_id = fmt::format("plot{}", ++clip_counter);
-  svg += fmt::format("<clipPath id=\"{}\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/></clipPath>\n",
-                     clip_id, xa.px0, ya.px1, xa.px1 - xa.px0, ya.px0 - ya.px1);
-  svg += fmt::format("<g clip-path=\"url(#{})\">\n", clip_id);
-  for (const Series& s : chart.series) {
-    const bool band = s.y_low.size() == s.x.size() && s.y_high.size() == s.x.size() && !s.x.empty();
-    if (band) {
-      std::string points;
-      for (size_t i = 0; i < s.x.size(); ++i)
-        if (usable(s.x[i], xa.log) && usable(s.y_high[i], ya.log))
-          points += fmt::format("{:.1f},{:.1f} ", xa.map(s.x[i]), ya.map(s.y_high[i]));
-      for (size_t i = s.x.size(); i-- > 0;)
-        if (usable(s.x[i], xa.log) && usable(s.y_low[i], ya.log))
-          points += fmt::format("{:.1f},{:.1f} ", xa.map(s.x[i]), ya.map(s.y_low[i]));
-      svg += fmt::format("<polygon points=\"{}\" fill=\"{}\" fill-opacity=\"0.18\" stroke=\"none\"/>\n", points, s.color);
-    }
-    std::string path;
-    bool pen_down = false;
-    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
-      if (!usable(s.x[i], xa.log) || !usable(s.y[i], ya.log)) {
-        pen_down = false;  // a gap, not a line through a missing value
-        continue;
-      }
-      path += fmt::format("{}{:.1f},{:.1f} ", pen_down ? "L" : "M", xa.map(s.x[i]), ya.map(s.y[i]));
-      pen_down = true;
-    }
-    if (!path.empty())
-      svg += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\"{}/>\n", path, s.color,
-                         s.dashed ? " stroke-dasharray=\"5 3\"" : "");
-    if (s.markers)
-      for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
-        if (!usable(s.x[i], xa.log) || !usable(s.y[i], ya.log)) continue;
-        const double px = xa.map(s.x[i]), py = ya.map(s.y[i]);
-        if (i < s.crossed.size() && s.crossed[i])
-          svg += fmt::format(
-              "<path d=\"M{0:.1f},{1:.1f} L{2:.1f},{3:.1f} M{0:.1f},{3:.1f} L{2:.1f},{1:.1f}\" stroke=\"{4}\" "
-              "stroke-width=\"2\"/>\n",
-              px - 4, py - 4, px + 4, py + 4, s.color);
-        else
-          svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", px, py, s.color);
-      }
+  return svg;
+}
+
+// One series: its band, its line (with gaps at missing values) and its markers.
+std::string draw_series(const Series& s, const Axis& xa, const Axis& ya) {
+  std::string svg;
+  const bool band = s.y_low.size() == s.x.size() && s.y_high.size() == s.x.size() && !s.x.empty();
+  if (band) {
+    std::string points;
+    for (size_t i = 0; i < s.x.size(); ++i)
+      if (usable(s.x[i], xa.log) && usable(s.y_high[i], ya.log))
+        points += fmt::format("{:.1f},{:.1f} ", xa.map(s.x[i]), ya.map(s.y_high[i]));
+    for (size_t i = s.x.size(); i-- > 0;)
+      if (usable(s.x[i], xa.log) && usable(s.y_low[i], ya.log))
+        points += fmt::format("{:.1f},{:.1f} ", xa.map(s.x[i]), ya.map(s.y_low[i]));
+    svg += fmt::format("<polygon points=\"{}\" fill=\"{}\" fill-opacity=\"0.18\" stroke=\"none\"/>\n", points, s.color);
   }
+  std::string path;
+  bool pen_down = false;
+  for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+    if (!usable(s.x[i], xa.log) || !usable(s.y[i], ya.log)) {
+      pen_down = false;  // a gap, not a line through a missing value
+      continue;
+    }
+    path += fmt::format("{}{:.1f},{:.1f} ", pen_down ? "L" : "M", xa.map(s.x[i]), ya.map(s.y[i]));
+    pen_down = true;
+  }
+  if (!path.empty())
+    svg += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\"{}/>\n", path, s.color,
+                       s.dashed ? " stroke-dasharray=\"5 3\"" : "");
+  if (s.markers)
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      if (!usable(s.x[i], xa.log) || !usable(s.y[i], ya.log)) continue;
+      const double px = xa.map(s.x[i]), py = ya.map(s.y[i]);
+      if (i < s.crossed.size() && s.crossed[i])
+        svg += fmt::format(
+            "<path d=\"M{0:.1f},{1:.1f} L{2:.1f},{3:.1f} M{0:.1f},{3:.1f} L{2:.1f},{1:.1f}\" stroke=\"{4}\" "
+            "stroke-width=\"2\"/>\n",
+            px - 4, py - 4, px + 4, py + 4, s.color);
+      else
+        svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", px, py, s.color);
+    }
+  return svg;
+}
+
+// Dashed reference lines and the legend right of the plot.
+std::string draw_h_lines(const Chart& chart, const Axis& xa, const Axis& ya) {
+  std::string svg;
   for (const Chart::HLine& line : chart.h_lines) {
     if (!usable(line.y, ya.log)) continue;
     const double py = ya.map(line.y);
@@ -254,8 +264,11 @@ std::string render_svg(const Chart& chart) {
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#555\" font-size=\"10\" text-anchor=\"end\">{}</text>\n",
                        xa.px1 - 4, py - 4, xml_escape(line.label));
   }
-  svg += "</g>\n";
-  // Legend, right of the plot.
+  return svg;
+}
+
+std::string draw_legend(const Chart& chart, const Axis& xa, double top) {
+  std::string svg;
   double ly = top + 8;
   for (const Series& s : chart.series) {
     if (s.label.empty()) continue;
@@ -264,11 +277,43 @@ std::string render_svg(const Chart& chart) {
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", xa.px1 + 34, ly + 4, xml_escape(s.label));
     ly += 16;
   }
+  return svg;
+}
+
+}  // namespace
+
+std::string render_svg(const Chart& chart, int clip_number) {
+  const Frame frame = frame_of(chart);
+  const Axis &xa = frame.x, &ya = frame.y;
+  const double left = frame.left;
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
+      "font-family=\"sans-serif\" font-size=\"11\">\n",
+      chart.width, chart.height);
+  svg += fmt::format("<rect x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"white\"/>\n", chart.width, chart.height);
+  svg += fmt::format("<text x=\"{}\" y=\"18\" font-size=\"13\" font-weight=\"bold\">{}</text>\n", left,
+                     xml_escape(chart.title));
+  svg += draw_axes(chart, xa, ya);
+  // Clip the data to the plot area so an outlier cannot draw over the legend.
+  const std::string clip_id = fmt::format("plot{}", clip_number);
+  svg += fmt::format("<clipPath id=\"{}\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/></clipPath>\n",
+                     clip_id, xa.px0, ya.px1, xa.px1 - xa.px0, ya.px0 - ya.px1);
+  svg += fmt::format("<g clip-path=\"url(#{})\">\n", clip_id);
+  for (const Series& s : chart.series) svg += draw_series(s, xa, ya);
+  svg += draw_h_lines(chart, xa, ya);
+  svg += "</g>\n";
+  // Legend, right of the plot.
+  svg += draw_legend(chart, xa, frame.top);
   if (!chart.note.empty())
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#555\" font-size=\"10\">{}</text>\n", left,
                        chart.height - 8, xml_escape(chart.note));
   svg += "</svg>\n";
   return svg;
+}
+
+std::string render_svg(const Chart& chart) {
+  static int clip_counter = 0;
+  return render_svg(chart, ++clip_counter);
 }
 
 }  // namespace normlab::study

@@ -228,11 +228,41 @@ std::vector<BatchEvalCell> batch_dependence(const ComparePlan& plan, const std::
                                             const std::vector<GroupSummary>& groups,
                                             const std::function<bool()>& stop_requested = {});
 
+// One section of the report: the Markdown and the HTML renderer draw the same list.
+struct ReportSection {
+  std::string title, text;
+  std::vector<std::string> bullets;
+  std::vector<std::pair<std::string, std::string>> charts;  // file name (no extension), SVG
+  std::string table_html, table_md;
+};
+// The report before it is rendered: what report.md, report.html and summary.json say.
+struct ReportModel {
+  std::string title;
+  std::vector<std::string> intro;       // paragraphs before the first section
+  std::vector<ReportSection> sections;  // Answer, Setup, Findings, Summary, the charts' sections
+  nlohmann::json summary;               // summary.json
+};
+// Computes every section from the runs; throws ReportStopped when stop_requested() turns true
+// (polled between charts). Writes nothing.
+ReportModel build_report(const ComparePlan& plan, const std::vector<RunResult>& results,
+                         const std::function<bool()>& stop_requested = {});
+std::string render_markdown(const ReportModel& report);  // report.md
+// What a caller adds to the page (`normlab serve`: its run table and update script); none in report.html.
+struct HtmlExtras {
+  std::string head;             // inside <head>, after the style
+  std::string before_sections;  // after the intro, before the Answer
+  std::string before_end;       // before </body>
+};
+std::string render_html(const ReportModel& report, const HtmlExtras& extras = {});  // report.html
+// runs.csv (one row per run) and curves.csv (every training and evaluation point).
+std::string runs_csv(const ComparePlan& plan, const std::vector<RunResult>& results);
+std::string curves_csv(const std::vector<RunResult>& results);
+
 // Thrown by write_report when stop_requested() turns true while it draws.
 struct ReportStopped {};
 
-// Writes DIR/report.html (self-contained, inline SVG), DIR/report.md, DIR/runs.csv and
-// DIR/summary.json. stop_requested is polled between charts.
+// Writes DIR/report.html (self-contained, inline SVG), DIR/report.md, DIR/runs.csv, DIR/curves.csv,
+// DIR/charts/*.svg and DIR/summary.json: build_report rendered. stop_requested is polled between charts.
 // Returns the Answer's sentences (also in summary.json), for the CLI to print.
 std::vector<std::string> write_report(const ComparePlan& plan, const std::vector<RunResult>& results, const std::string& out_dir,
                   const std::function<bool()>& stop_requested = {});

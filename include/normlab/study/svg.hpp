@@ -38,6 +38,9 @@ struct Chart {
 };
 
 std::string render_svg(const Chart& chart);
+// The same, its clip path named "plot<clip_number>": one number per chart keeps the ids unique
+// within a page that inlines many charts, and the same page after page.
+std::string render_svg(const Chart& chart, int clip_number);
 
 // Tick positions: at most about 6 per axis, at least 3 on a range that is not a single point; a
 // log axis labels 1-2-5 steps within a narrow range and every k-th decade over a wide one.
