@@ -13,7 +13,6 @@
 #include "normlab/dist/communicator.hpp"
 #include "normlab/error.hpp"
 #include "normlab/kernels/dispatch.hpp"
-#include "normlab/kernels/reference/mode.hpp"
 #include "normlab/train/config.hpp"
 
 namespace {
@@ -88,12 +87,10 @@ int main(int argc, char** argv) {
   mallopt(M_TOP_PAD, 64 << 20);
   CLI::App app{"normlab: train small Transformer encoders and study Layer Normalization"};
   // "kernels: avx2": NORMLAB_ISA or the best path this CPU runs; "kernels: reference" under
-  // NORMLAB_KERNELS=reference (the plain loops, for reading and debugging).
+  // NORMLAB_ISA=reference (the plain loops, for reading and debugging).
   std::string kernels_line;
   try {
-    kernels_line = normlab::kernels::reference::reference_kernels_enabled()
-                       ? std::string("kernels: reference")
-                       : std::string("kernels: ") + normlab::kernels::active_isa_name();
+    kernels_line = std::string("kernels: ") + normlab::kernels::active_isa_name();
     if (std::string note = normlab::kernels::isa_note(); !note.empty()) fmt::print(stderr, "normlab: note: {}\n", note);
   } catch (const normlab::InputError& e) {
     fmt::print(stderr, "normlab: error: {}\n", e.what());
