@@ -62,11 +62,12 @@ std::string regex_escape(const std::string& s) {
 bool defines(const std::string& source, const std::string& name) {
   const std::string e = regex_escape(name);
   if (name.find("::") != std::string::npos) return std::regex_search(source, std::regex("\\b" + e + "\\s*\\("));
-  if (std::regex_search(source, std::regex("\\b(struct|class|enum class|enum|#define)\\s+" + e + "\\b")) ||
+  if (std::regex_search(source, std::regex("(\\b(struct|class|enum class|enum)|#define)\\s+" + e + "\\b")) ||
       std::regex_search(source, std::regex("\\b(constexpr|const)\\b[^;=\\n(]*\\b" + e + "\\s*[={]"))) {
     return true;
   }
-  static const std::set<std::string> not_types = {"return", "else", "new", "delete", "throw", "case", "sizeof", "co_return"};
+  static const std::set<std::string> not_types = {"return", "else", "new",    "delete",
+                                                  "throw",  "case", "sizeof", "co_return"};
   const std::regex function("([A-Za-z_][A-Za-z0-9_:]*)[>*&]?[ \\t*&]+" + e + "\\s*\\(");
   for (auto it = std::sregex_iterator(source.begin(), source.end(), function); it != std::sregex_iterator(); ++it) {
     if (not_types.count((*it)[1].str()) == 0) return true;
@@ -133,7 +134,8 @@ void check_spans(const std::string& doc, const std::string& prose, Problems& pro
   static const std::regex span("`([^`]+)`");
   static const std::regex file_name(
       R"(([A-Za-z0-9_./-]+\.(cpp|hpp|h|py|sh)):([A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*))");
-  static const std::regex repo_path(R"((src|include|tests|apps|scripts|configs|data|bench|docs|fuzz)/[A-Za-z0-9_./-]*)");
+  static const std::regex repo_path(
+      R"((src|include|tests|apps|scripts|configs|data|bench|docs|fuzz)/[A-Za-z0-9_./-]*)");
   for (auto it = std::sregex_iterator(prose.begin(), prose.end(), span); it != std::sregex_iterator(); ++it) {
     const std::string text = (*it)[1].str();
     const int line = line_at(prose, size_t(it->position(0)));
@@ -159,11 +161,12 @@ TEST_CASE("tour: the definition check finds definitions and rejects calls and mi
   const std::string source =
       "template <class P = NoPrefetch>\nvoid forward_row(float* y, int64_t cols) {\n"
       "  const double mean = row_sum(x, cols) / double(cols);\n  return row_rstd(var, eps);\n}\n"
-      "inline constexpr int kLanes = 16;\nstruct PrefetchNext {\n};\n"
+      "inline constexpr int kLanes = 16;\nstruct PrefetchNext {\n};\n#define NORMLAB_KERNELS(X) X(a)\n"
       "TrainSummary Trainer::fit() {\n  data::Task task = build_task(config);\n}\n";
   CHECK(defines(source, "forward_row"));
   CHECK(defines(source, "kLanes"));
   CHECK(defines(source, "PrefetchNext"));
+  CHECK(defines(source, "NORMLAB_KERNELS"));
   CHECK(defines(source, "Trainer::fit"));
   CHECK_FALSE(defines(source, "row_sum"));      // only called
   CHECK_FALSE(defines(source, "row_rstd"));     // only returned
