@@ -161,12 +161,12 @@ TEST_CASE("tour: the definition check finds definitions and rejects calls and mi
   const std::string source =
       "template <class P = NoPrefetch>\nvoid forward_row(float* y, int64_t cols) {\n"
       "  const double mean = row_sum(x, cols) / double(cols);\n  return row_rstd(var, eps);\n}\n"
-      "inline constexpr int kLanes = 16;\nstruct PrefetchNext {\n};\n#define NORMLAB_KERNELS(X) X(a)\n"
+      "inline constexpr int kLanes = 16;\nstruct PrefetchNext {\n};\n#define NORMLAB_KERNEL_LIST(X) X(a)\n"
       "TrainSummary Trainer::fit() {\n  data::Task task = build_task(config);\n}\n";
   CHECK(defines(source, "forward_row"));
   CHECK(defines(source, "kLanes"));
   CHECK(defines(source, "PrefetchNext"));
-  CHECK(defines(source, "NORMLAB_KERNELS"));
+  CHECK(defines(source, "NORMLAB_KERNEL_LIST"));
   CHECK(defines(source, "Trainer::fit"));
   CHECK_FALSE(defines(source, "row_sum"));      // only called
   CHECK_FALSE(defines(source, "row_rstd"));     // only returned
