@@ -18,6 +18,8 @@
 #include "normlab/kernels/activations.hpp"
 #include "normlab/kernels/attention.hpp"
 #include "normlab/kernels/cross_entropy.hpp"
+#include "normlab/kernels/embedding.hpp"
+#include "normlab/kernels/dropout.hpp"
 #include "normlab/kernels/dispatch.hpp"
 #include "normlab/kernels/layer_norm.hpp"
 #include "normlab/kernels/linear.hpp"
@@ -26,6 +28,8 @@
 #include "normlab/kernels/reference/adam.hpp"
 #include "normlab/kernels/reference/attention.hpp"
 #include "normlab/kernels/reference/cross_entropy.hpp"
+#include "normlab/kernels/reference/embedding.hpp"
+#include "normlab/kernels/reference/dropout.hpp"
 #include "normlab/kernels/reference/layer_norm.hpp"
 #include "normlab/kernels/reference/matmul.hpp"
 #include "normlab/kernels/reference/mode.hpp"
@@ -184,6 +188,68 @@ TEST_CASE("reference kernels: fast softmax, gelu, relu and cross-entropy agree w
     CHECK_THROWS_AS(ref::cross_entropy_forward(losses_ref.data(), probs_ref.data(), x.data(), targets.data(), rows,
                                                cols),
                     normlab::UsageError);
+  }
+}
+
+TEST_CASE("reference kernels: fast dropout, embedding and DyT agree with them") {
+  SUBCASE("dropout: the same mask bit for bit (it is a function of the coordinates), forward and backward") {
+    const std::vector<int64_t> offsets = offsets_of({3, 7, 1});
+    const int64_t B = 3, C = 9, n = offsets[B] * C;
+    const std::vector<float> x = normals(30, size_t(n)), dout = normals(31, size_t(n));
+    for (float p : {0.0f, 0.3f, 1.0f}) {
+      INFO("p = " << p);
+      const size_t size = size_t(n);
+      std::vector<float> y_fast(size), m_fast(size), y_ref(size), m_ref(size);
+      nk::dropout_forward(y_fast.data(), m_fast.data(), x.data(), offsets.data(), B, C, p, 77, 5);
+      ref::dropout_forward(y_ref.data(), m_ref.data(), x.data(), offsets.data(), B, C, p, 77, 5);
+      CHECK(m_fast == m_ref);
+      CHECK(y_fast == y_ref);
+      std::vector<float> dx_fast(size, 0.25f), dx_ref(size, 0.25f);
+      nk::dropout_backward(dx_fast.data(), dout.data(), m_fast.data(), n);
+      ref::dropout_backward(dx_ref.data(), dout.data(), m_ref.data(), n);
+      CHECK(dx_fast == dx_ref);
+    }
+    std::vector<float> y(static_cast<size_t>(n)), m(static_cast<size_t>(n));
+    CHECK_THROWS_AS(ref::dropout_forward(y.data(), m.data(), x.data(), offsets.data(), B, C, 1.5f, 77, 5),
+                    normlab::UsageError);
+  }
+  SUBCASE("embedding: rows copied and gradients summed in token order; a bad id is refused") {
+    const int64_t V = 6, C = 5, N = 8;
+    const std::vector<int32_t> ids = {0, 5, 2, 2, 4, 0, 2, 1};
+    const std::vector<float> w = normals(32, size_t(V * C)), dout = normals(33, size_t(N * C));
+    std::vector<float> y_fast(size_t(N * C)), y_ref(size_t(N * C));
+    nk::embedding_forward(y_fast.data(), ids.data(), w.data(), N, V, C);
+    ref::embedding_forward(y_ref.data(), ids.data(), w.data(), N, V, C);
+    CHECK(y_fast == y_ref);
+    std::vector<float> dw_fast(size_t(V * C), 0.5f), dw_ref(size_t(V * C), 0.5f);
+    nk::embedding_backward(dw_fast.data(), dout.data(), ids.data(), N, V, C);
+    ref::embedding_backward(dw_ref.data(), dout.data(), ids.data(), N, V, C);
+    CHECK(dw_fast == dw_ref);
+    const std::vector<int32_t> bad = {0, 6};
+    CHECK_THROWS_WITH_AS(ref::embedding_forward(y_ref.data(), bad.data(), w.data(), 2, V, C),
+                         doctest::Contains("token id 6 at position 1 is outside the vocabulary [0, 6)"),
+                         normlab::UsageError);
+  }
+  SUBCASE("DyT: forward, input and parameter gradients within float rounding") {
+    const int64_t N = 11, C = 13;
+    const std::vector<float> x = normals(34, size_t(N * C), 2.0f), dout = normals(35, size_t(N * C));
+    const std::vector<float> gamma = normals(36, size_t(C)), beta = normals(37, size_t(C));
+    const float alpha = 0.7f;
+    std::vector<float> y_fast(size_t(N * C)), y_ref(size_t(N * C));
+    nk::dyt_forward(y_fast.data(), x.data(), &alpha, gamma.data(), beta.data(), N, C);
+    ref::dyt_forward(y_ref.data(), x.data(), &alpha, gamma.data(), beta.data(), N, C);
+    CHECK(relative_max_error(y_fast, y_ref) <= 1e-6);
+    std::vector<float> dx_fast(size_t(N * C), 0.0f), dx_ref(size_t(N * C), 0.0f);
+    std::vector<float> dg_fast(size_t(C), 0.0f), dg_ref(size_t(C), 0.0f), db_fast(size_t(C), 0.0f),
+        db_ref(size_t(C), 0.0f), da_fast(1, 0.0f), da_ref(1, 0.0f);
+    nk::dyt_backward(dx_fast.data(), da_fast.data(), dg_fast.data(), db_fast.data(), dout.data(), x.data(), &alpha,
+                     gamma.data(), N, C);
+    ref::dyt_backward(dx_ref.data(), da_ref.data(), dg_ref.data(), db_ref.data(), dout.data(), x.data(), &alpha,
+                      gamma.data(), N, C);
+    CHECK(relative_max_error(dx_fast, dx_ref) <= 1e-5);
+    CHECK(relative_max_error(dg_fast, dg_ref) <= 1e-5);
+    CHECK(relative_max_error(db_fast, db_ref) <= 1e-5);
+    CHECK(relative_max_error(da_fast, da_ref) <= 1e-5);
   }
 }
 

@@ -13,9 +13,10 @@
 //   Part 2, speed (no new math):
 //     forward_rows<R>, backward_rows<R>   the same steps for R rows side by side
 //     PrefetchNext                        ask for the next rows while this one is summed
+//     thread_rows                         each thread's contiguous block of rows
 //     for_row_groups                      groups of R while they fit in L1, then single rows
 //   Part 3, the public kernels:
-//     layer_norm_forward, layer_norm_backward   split the rows over threads (thread_rows)
+//     layer_norm_forward, layer_norm_backward   split the rows over threads, then for_row_groups
 //
 // Precision plan: each row's statistics (mean, variance, and the two row means of the backward)
 // are accumulated in double, in the fixed lanes of lanes.hpp; the elementwise work (normalize, dx)
