@@ -598,8 +598,9 @@ struct Provenance {
   std::string text() const {
     std::string t;
     for (int64_t n : threads) t += (t.empty() ? "" : ", ") + std::to_string(n);
-    return fmt::format("Produced by normlab {} ({} kernels) on {}; the runs used {} thread(s) each{}. A rerun gives the same "
-                       "numbers only on the same CPU instruction set with the same thread count.",
+    return fmt::format("Produced by normlab {} ({} kernels) on {}; the runs used {} thread(s) each{}. A rerun with the same "
+                       "thread count gives the same numbers on any of the fast kernel paths (generic, avx2, avx512); "
+                       "the reference path rounds differently.",
                        version, kernels, cpu, t.empty() ? "?" : t, threads.size() > 1 ? " (different runs, different counts)" : "");
   }
 };
