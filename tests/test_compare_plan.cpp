@@ -24,7 +24,7 @@ std::string absolute(const std::string& path) { return fs::absolute(path).lexica
 
 }  // namespace
 
-TEST_CASE("plan: runs in grid order - layers, warmup, then lr, variant and seed; grid.warmup sets warmup_steps") {
+TEST_CASE("plan: runs in grid order - layers, warmup, then lr, variant and seed - grid.warmup sets warmup_steps") {
   TempDir tmp("normlab_plan_order");
   tmp.write("base.json", R"({"task": {"name": "reverse", "max_len": 16, "eval_max_len": 32},
                              "optim": {"warmup_steps": 5}, "train": {"steps": 20}})");

@@ -79,7 +79,7 @@ TEST_CASE("compare shards: two shards at once into one --out, then --report-only
   CHECK(without_timing(sharded_csv) == without_timing(single_csv));
 }
 
-TEST_CASE("compare shards: the same shard twice at once is refused by its runs' locks; --report-only waits for no one but refuses while a shard trains") {
+TEST_CASE("compare shards: the same shard twice at once is refused by its runs' locks - --report-only waits for no one but refuses while a shard trains") {
   TempDir dir("normlab_shards");
   std::string slow = kBase;
   slow.replace(slow.find("\"steps\": 40"), 11, "\"steps\": 100000");

@@ -100,7 +100,7 @@ RunConfig majority_file_config(const TempDir& dir) {
 
 }  // namespace
 
-TEST_CASE("eval groups: trained and unseen sum their buckets; the longest training length counts as trained") {
+TEST_CASE("eval groups: trained and unseen sum their buckets - the longest training length counts as trained") {
   TempDir dir;
   RunConfig config = majority_file_config(dir);
   Trainer trainer(config);

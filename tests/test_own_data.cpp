@@ -127,7 +127,7 @@ TEST_CASE("own data: the vocabulary is [PAD], [UNK], then the training file's to
   CHECK_THROWS_AS(data::parse_jsonl_line(R"({"tokens": ["a b"], "label": "pos"})", task, "v.jsonl:5"), InputError);
 }
 
-TEST_CASE("own data: a token_classification run saves its vocabulary; eval and predict need no data file") {
+TEST_CASE("own data: a token_classification run saves its vocabulary - eval and predict need no data file") {
   TempDir dir;
   RunConfig config = shift_config(dir);
   config.task.label = "shift-by-one";
@@ -260,7 +260,7 @@ TEST_CASE("resume: extending a finished run keeps the lr continuous at the seam 
   CHECK(lr[30] == doctest::Approx(floor).epsilon(1e-6));
 }
 
-TEST_CASE("messages: integral floats are integers; a run config may build on a base") {
+TEST_CASE("messages: integral floats are integers - a run config may build on a base") {
   RunConfig c;
   apply_override(c, "train.steps=1e3");
   CHECK(c.train.steps == 1000);

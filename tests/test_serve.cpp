@@ -256,7 +256,7 @@ TEST_CASE("serve: a compare in progress in headless Chromium - a chart gains poi
   CHECK(serve.child.wait(std::chrono::seconds(10)) == 0);
 }
 
-TEST_CASE("serve: nothing outside DIR is served - .., %2e%2e, absolute paths, links leading out; nothing is written") {
+TEST_CASE("serve: nothing outside DIR is served - .., %2e%2e, absolute paths, links leading out - nothing is written") {
   TempDir tmp("normlab_serve_paths");
   const fs::path dir = tmp.path / "served";
   fs::create_directories(dir / "run1");
@@ -308,7 +308,7 @@ TEST_CASE("serve: nothing outside DIR is served - .., %2e%2e, absolute paths, li
   CHECK(serve.child.wait(std::chrono::seconds(10)) == 0);
 }
 
-TEST_CASE("serve: a running run's torn last line does not break the page; running, stopped, diverged, finished") {
+TEST_CASE("serve: a running run's torn last line does not break the page - running, stopped, diverged, finished") {
   TempDir tmp("normlab_serve_torn");
   const fs::path dir = tmp.path / "runs";
   tmp.write("base.json", base_config(40));

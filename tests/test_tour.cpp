@@ -196,7 +196,7 @@ TEST_CASE("tour: every file, link and file:name that tour.md and layernorm.md na
 // Stop 6's exercise, as a test: sequence 1 of a packed batch gets the same LayerNorm and attention
 // bits whatever its batch-mate is (8 rows go through the kernel's row groups, 5 rows one at a time),
 // and different BatchNorm outputs in training mode.
-TEST_CASE("tour: a sequence's LayerNorm and attention rows do not depend on its batch-mate; BatchNorm's do") {
+TEST_CASE("tour: a sequence's LayerNorm and attention rows do not depend on its batch-mate - BatchNorm's do") {
   using namespace normlab;
   const int64_t C = 8;
   std::vector<float> table(10 * C), w(3 * C * C);
@@ -220,4 +220,23 @@ TEST_CASE("tour: a sequence's LayerNorm and attention rows do not depend on its 
   CHECK(same_first_sequence(a.layer_norm, b.layer_norm));
   CHECK(same_first_sequence(a.attention, b.attention));
   CHECK_FALSE(same_first_sequence(a.batch_norm, b.batch_norm));
+}
+
+// ctest learns the test names from doctest (doctest_discover_tests) and keeps them in a CMake list,
+// where ';' separates items: a name holding one becomes two ctest entries whose filters match no
+// test case, so the test silently runs nothing. Every TEST_CASE name here must be free of it.
+TEST_CASE("test names: no TEST_CASE name holds a semicolon, which would make ctest run nothing for it") {
+  const std::regex test_case(R"re(TEST_CASE\(\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\))re");
+  int names = 0;
+  for (const auto& entry : fs::directory_iterator(kRoot / "tests")) {
+    if (entry.path().extension() != ".cpp") continue;
+    const std::string text = normlab::test::read_text(entry.path().string());
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), test_case); it != std::sregex_iterator(); ++it) {
+      ++names;
+      const std::string name = (*it)[1].str();
+      INFO(entry.path().filename().string() << ": " << name);
+      CHECK(name.find(';') == std::string::npos);
+    }
+  }
+  CHECK(names > 300);  // the scan found the suite's test cases
 }

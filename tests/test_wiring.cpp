@@ -152,7 +152,7 @@ TEST_CASE("wiring: weight decay reaches the weight matrices only, by lr * weight
   CHECK(kept_tensors > 0);
 }
 
-TEST_CASE("wiring: clip_grad_norm scales the whole gradient to the clip norm; the logged grad_norm is before clipping") {
+TEST_CASE("wiring: clip_grad_norm scales the whole gradient to the clip norm - the logged grad_norm is before clipping") {
   TempDir dir("normlab_wiring");
   json config = tiny_run();
   const auto once = model_tensors(train(dir, "once", config));  // p0 - lr g
