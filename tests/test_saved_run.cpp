@@ -73,7 +73,9 @@ TEST_CASE("saved run: a data task's vocabulary, labels and majority label come f
   names(with_metadata("vocabulary", R"(["[PAD]", "[UNK]"])"),  // nothing after the specials
         "metadata 'vocabulary' must be a non-empty array of strings");
   with_metadata("vocabulary", vocabulary);
-  names(with_metadata("labels", R"({"pos": 1})"), "metadata 'labels' must be a non-empty array of strings");
+  // Named once: "CKPT: metadata 'labels' ...", not "CKPT: metadata: CKPT: metadata 'labels' ...".
+  CHECK(with_metadata("labels", R"({"pos": 1})") ==
+        checkpoint + ": metadata 'labels' must be a non-empty array of strings");
   names(with_metadata("labels", R"(["pos", 3])"), "metadata 'labels' must be a non-empty array of strings");
   names(with_metadata("labels", R"(["pos", "pos"])"), "pos");  // the data code's check of the labels
   CHECK(with_metadata("labels", R"(["neg", "pos"])").empty());

@@ -90,9 +90,10 @@ data::Task saved_data_task(const io::SafetensorsFile& file, const RunConfig& con
       vocabulary[1] != data::kUnkToken) {
     throw InputError(fmt::format("{}: metadata 'vocabulary' must start with \"[PAD]\", \"[UNK]\"", checkpoint));
   }
+  // Read before the try: their messages name the checkpoint already.
+  std::vector<std::string> tokens = strings(vocabulary, "vocabulary", 2), label_names = strings(labels, "labels", 0);
   try {
-    return data::make_data_task(config.task.name, strings(vocabulary, "vocabulary", 2), strings(labels, "labels", 0),
-                                kMaxFileSequence);
+    return data::make_data_task(config.task.name, std::move(tokens), std::move(label_names), kMaxFileSequence);
   } catch (const InputError& e) {
     throw InputError(fmt::format("{}: metadata: {}", checkpoint, e.what()));
   }
