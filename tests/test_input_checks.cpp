@@ -19,24 +19,18 @@
 #include "normlab/train/config.hpp"
 #include "normlab/train/saved_run.hpp"
 #include "normlab/train/trainer.hpp"
+#include "input_error.hpp"
 #include "support.hpp"
 
 namespace fs = std::filesystem;
 using namespace normlab;
 using normlab::test::read_text;
 using normlab::test::run_normlab;
+using normlab::test::error_of;
 using normlab::test::TempDir;
 
 namespace {
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::string config_error(const std::string& text, const std::vector<std::string>& overrides = {}) {
   TempDir dir;

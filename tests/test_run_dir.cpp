@@ -17,6 +17,7 @@
 #include "normlab/study/compare.hpp"
 #include "normlab/train/run_dir.hpp"
 #include "normlab/train/trainer.hpp"
+#include "input_error.hpp"
 #include "support.hpp"
 
 namespace fs = std::filesystem;
@@ -24,18 +25,11 @@ using namespace normlab;
 using normlab::test::Child;
 using normlab::test::read_text;
 using normlab::test::run_normlab;
+using normlab::test::error_of;
 using normlab::test::TempDir;
 
 namespace {
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // Slow enough (a few seconds) that a second process can try the same directory meanwhile.
 const char* kSlowConfig = R"({

@@ -11,25 +11,14 @@
 #include "normlab/error.hpp"
 #include "normlab/io/safetensors.hpp"
 #include "normlab/train/saved_run.hpp"
+#include "input_error.hpp"
 #include "support.hpp"
 
 using namespace normlab;
 using normlab::test::run_normlab;
+using normlab::test::error_of;
 using normlab::test::TempDir;
 namespace fs = std::filesystem;
-
-namespace {
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-}  // namespace
 
 TEST_CASE("saved run: a data task's vocabulary, labels and majority label come from the checkpoint, checked") {
   TempDir dir("normlab_saved_run");

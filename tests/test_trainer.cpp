@@ -22,8 +22,10 @@
 #include "normlab/train/saved_run.hpp"
 #include "normlab/train/trainer.hpp"
 
+#include "input_error.hpp"
 #include "support.hpp"
 
+using normlab::test::error_of;
 using normlab::test::TempDir;
 
 
@@ -102,14 +104,6 @@ struct CrashAt : TrainLogger {
   }
 };
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // Train uninterrupted; train again but crash after the first checkpoint (leaving records past it
 // and a torn line), resume; the metrics, summary and final weights must match exactly.

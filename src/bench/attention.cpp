@@ -26,20 +26,17 @@ AttentionBenchResult bench_attention(int64_t B, int64_t L, int64_t C, int64_t NH
   const int64_t T = B * L;
 
   // NORMLAB_ISA=reference times the plain loops (and their (L, L) cache): the dispatch picks them.
-  const auto cache_size = kernels::attention_cache_size;
-  const auto forward_kernel = kernels::attention_forward;
-  const auto backward_kernel = kernels::attention_backward;
 
   Rng rng(1234);
   // Tensor storage (cache-line aligned), as in training: threads then write disjoint cache lines.
   Storage qkv(size_t(T * 3 * C)), dout(size_t(T * C)), out(size_t(T * C)), dqkv(size_t(T * 3 * C), 0.0f);
-  Storage cache(size_t(cache_size(offsets.data(), B, NH)));
+  Storage cache(size_t(kernels::attention_cache_size(offsets.data(), B, NH)));
   for (auto& v : qkv) v = rng.normal();
   for (auto& v : dout) v = rng.normal();
-  auto forward = [&] { forward_kernel(out.data(), cache.data(), qkv.data(), offsets.data(), B, C, NH); };
+  auto forward = [&] { kernels::attention_forward(out.data(), cache.data(), qkv.data(), offsets.data(), B, C, NH); };
   // dqkv keeps accumulating over the repeats, as the backward's += contract allows.
   auto backward = [&] {
-    backward_kernel(dqkv.data(), dout.data(), qkv.data(), cache.data(), offsets.data(), B, C, NH);
+    kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), cache.data(), offsets.data(), B, C, NH);
   };
   auto elapsed_ms = [](auto&& body) {
     const auto start = std::chrono::steady_clock::now();

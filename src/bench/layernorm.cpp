@@ -117,17 +117,15 @@ LayerNormBenchResult bench_layernorm(int64_t B, int64_t T, int64_t C, int repeat
   const float eps = 1e-12f;
 
   // NORMLAB_ISA=reference times the plain loops (the dispatch picks them).
-  const auto forward_kernel = kernels::layer_norm_forward;
-  const auto backward_kernel = kernels::layer_norm_backward;
   auto forward = [&] {
-    forward_kernel(b.y.data(), b.mean.data(), b.rstd.data(), b.x.data(), b.gamma.data(), b.beta.data(), rows, cols,
-                   eps);
+    kernels::layer_norm_forward(b.y.data(), b.mean.data(), b.rstd.data(), b.x.data(), b.gamma.data(), b.beta.data(),
+                                rows, cols, eps);
   };
   // dx, dgamma, dbeta keep accumulating over the repeats; the values stay O(repeats) and the
   // memory traffic is the same as with fresh buffers.
   auto backward = [&] {
-    backward_kernel(b.dx.data(), b.dgamma.data(), b.dbeta.data(), b.dout.data(), b.x.data(), b.gamma.data(),
-                    b.mean.data(), b.rstd.data(), rows, cols);
+    kernels::layer_norm_backward(b.dx.data(), b.dgamma.data(), b.dbeta.data(), b.dout.data(), b.x.data(),
+                                 b.gamma.data(), b.mean.data(), b.rstd.data(), rows, cols);
   };
   auto forward_backward = [&] {
     forward();

@@ -23,7 +23,7 @@ std::string existing_checkpoint(const RunPaths& paths, const std::string& dir) {
 
 class Owner final : public RunOutput {
  public:
-  explicit Owner(TrainLogger& logger) : logger_(logger) {}
+  explicit Owner(TrainLogger* logger) : logger_(logger != nullptr ? *logger : silent_) {}
   TrainLogger& logger() override { return logger_; }
 
   void open_new(const std::string& dir, const RunConfig& config, const std::string& vocab_json) override {
@@ -54,6 +54,7 @@ class Owner final : public RunOutput {
   void write_summary(const nlohmann::json& summary) override { run_dir_->write_summary(summary); }
 
  private:
+  TrainLogger silent_;  // declared before logger_, which may refer to it
   TrainLogger& logger_;
   std::optional<RunDirectory> run_dir_;
 };
@@ -76,7 +77,7 @@ class Follower final : public RunOutput {
 
 }  // namespace
 
-std::unique_ptr<RunOutput> make_run_owner(TrainLogger& logger) { return std::make_unique<Owner>(logger); }
+std::unique_ptr<RunOutput> make_run_owner(TrainLogger* logger) { return std::make_unique<Owner>(logger); }
 std::unique_ptr<RunOutput> make_run_follower() { return std::make_unique<Follower>(); }
 
 }  // namespace normlab::train

@@ -36,7 +36,8 @@ class RunOutput {
   virtual void write_summary(const nlohmann::json& summary) = 0;
 };
 
-std::unique_ptr<RunOutput> make_run_owner(TrainLogger& logger);
+// logger: the caller's, or nullptr for none.
+std::unique_ptr<RunOutput> make_run_owner(TrainLogger* logger);
 std::unique_ptr<RunOutput> make_run_follower();
 
 }  // namespace normlab::train

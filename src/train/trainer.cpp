@@ -29,7 +29,6 @@ using nlohmann::json;
 Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
     : config_(std::move(config)),
       stop_flag_(stop),
-      given_logger_(logger),
       task_(build_task(config_, stop)),
       train_set_(load_train_set(config_, task_, stop, &train_use_)),
       valid_set_(load_valid_set(config_, task_, stop, &valid_use_)) {
@@ -38,7 +37,7 @@ Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
   // the run's output; the other ranks follow (run_output.hpp).
   dp_ = std::make_unique<dist::DataParallel>(dist::world(), config_);
   config_.train.world_size = dp_->size();
-  output_ = dp_->is_writer() ? make_run_owner(given_logger_ ? *given_logger_ : silent_logger_) : make_run_follower();
+  output_ = dp_->is_writer() ? make_run_owner(logger) : make_run_follower();
   logger_ = &output_->logger();
   valid_batches_ = evaluation_batches(valid_set_, config_, stop);
   train_max_len_ = train_max_length(config_, train_set_);

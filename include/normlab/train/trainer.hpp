@@ -117,8 +117,6 @@ class Trainer {
 
   RunConfig config_;
   io::StopFlag stop_flag_ = nullptr;
-  TrainLogger* given_logger_;  // the caller's, or nullptr
-  TrainLogger silent_logger_;
   std::unique_ptr<RunOutput> output_;  // who writes this run: set once, by the constructor
   TrainLogger* logger_ = nullptr;      // output_->logger()
   FileUse train_use_, valid_use_;  // filled while the data loads, so declared before it
