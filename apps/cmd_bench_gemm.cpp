@@ -32,7 +32,7 @@ struct BenchGemmOptions {
   bool json = false;
 };
 
-std::vector<int64_t> parse_shape(const std::string& text) {
+std::vector<int64_t> parse_gemm_shape(const std::string& text) {
   const char* expected = "three positive integers M,K,N like 1040,64,192";
   auto bad = [&](const std::string& why) {
     return InputError(fmt::format("--shape: {} (got \"{}\", expected {})", why, text, expected));
@@ -46,7 +46,7 @@ std::vector<int64_t> parse_shape(const std::string& text) {
 }
 
 void run(const BenchGemmOptions& options) {
-  std::vector<int64_t> shape = parse_shape(options.shape);
+  std::vector<int64_t> shape = parse_gemm_shape(options.shape);
   if (options.variant != "nn" && options.variant != "nt" && options.variant != "tn") {
     throw InputError(fmt::format("--variant: must be nn, nt or tn (got \"{}\")", options.variant));
   }

@@ -27,7 +27,7 @@ struct BenchLayerNormOptions {
   bool json = false;
 };
 
-std::vector<int64_t> parse_shape(const std::string& text) {
+std::vector<int64_t> parse_layernorm_shape(const std::string& text) {
   const char* expected = "three positive integers B,T,C like 64,128,768";
   auto bad = [&](const std::string& why) {
     return InputError(fmt::format("--shape: {} (got \"{}\", expected {})", why, text, expected));
@@ -40,7 +40,7 @@ std::vector<int64_t> parse_shape(const std::string& text) {
 }
 
 void run(const BenchLayerNormOptions& options) {
-  std::vector<int64_t> shape = parse_shape(options.shape);
+  std::vector<int64_t> shape = parse_layernorm_shape(options.shape);
   if (options.threads_given && (options.threads < 1 || options.threads > 1024)) {
     throw InputError(fmt::format("--threads: must be between 1 and 1024 (got {})", options.threads));
   }

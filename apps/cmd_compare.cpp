@@ -101,7 +101,7 @@ pid_t launch(const std::string& exe, const std::vector<std::string>& args, const
   return pid;
 }
 
-std::string format_duration(double seconds) {
+std::string format_eta(double seconds) {
   if (!(seconds >= 0)) return "?";
   const int s = int(seconds + 0.5);
   return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
@@ -223,14 +223,14 @@ class RunWatcher {
     std::string eta = "?";
     if (finished > 0) {
       const double per_run = busy_seconds_ / finished;
-      eta = format_duration(per_run * double(to_run_ - size_t(finished)) / jobs_);
+      eta = format_eta(per_run * double(to_run_ - size_t(finished)) / jobs_);
     }
     const std::string line =
         fmt::format("compare: {}/{} runs done ({} diverged, {} failed, {} skipped as finished{}), {} running, "
                     "elapsed {}, ETA {}",
                     finished, to_run_, diverged_, failed_, already_done_,
                     interrupted_ > 0 ? fmt::format(", {} stopped with a checkpoint", interrupted_) : "",
-                    running_.size(), format_duration(elapsed), eta);
+                    running_.size(), format_eta(elapsed), eta);
     if (tty_) {
       fmt::print(stderr, "\r\033[K{}{}", line, final_line ? "\n" : "");
     } else if (line != last_line_) {

@@ -26,7 +26,7 @@ struct ServeOptions {
   std::string bind = "127.0.0.1";
 };
 
-void on_stop_signal(int) {}  // never runs: the signals are blocked and taken by sigwait
+void on_serve_signal(int) {}  // never runs: the signals are blocked and taken by sigwait
 
 bool is_loopback(const std::string& address) { return address.rfind("127.", 0) == 0 || address == "::1"; }
 
@@ -42,8 +42,8 @@ void run(const ServeOptions& options) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  std::signal(SIGINT, on_serve_signal);
+  std::signal(SIGTERM, on_serve_signal);
   std::thread stopper([&] {
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);

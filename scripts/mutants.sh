@@ -91,22 +91,18 @@ mutant_all "attention: scores scaled by 1/hd instead of 1/sqrt(hd), forward and 
   '*f64*,*golden*,*attention*,*encoder*'
 mutant "Adam: no bias correction of the first moment" \
   src/optim/optimizer.cpp \
-  'const float neg_step_size = static_cast<float>(-(lr_d / bias_correction1));' \
-  'const float neg_step_size = static_cast<float>(-lr_d);' \
+  's.neg_step_size = static_cast<float>(-(lr_d / bias_correction1));' \
+  's.neg_step_size = static_cast<float>(-lr_d);' \
   '*optim*,*adam*'
 mutant "Adam: eps inside the square root" \
-  src/optim/optimizer.cpp \
-  'float denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;' \
-  'float denom = std::sqrt(v[i] + eps) / bias_correction2_sqrt;' \
+  src/kernels/adam.cpp \
+  'const float denom = std::sqrt(v) / s.bias_correction2_sqrt + s.eps;' \
+  'const float denom = std::sqrt(v + s.eps) / s.bias_correction2_sqrt;' \
   '*optim*,*adam*'
 mutant "AdamW: weight decay added to the gradient (Adam's L2) instead of decoupled" \
   src/optim/optimizer.cpp \
-  '    if (decoupled) {
-      if (wd_d != 0.0) p[i] = p[i] * param_scale;
-    } else if (grad_decay != 0.0f) {' \
-  '    if (decoupled) {
-      if (wd_d != 0.0) grad = grad + static_cast<float>(wd_d) * p[i];
-    } else if (grad_decay != 0.0f) {' \
+  's.decoupled = options_.name == "adamw";' \
+  's.decoupled = false;' \
   '*optim*,*adam*'
 mutant "positions: sin and cos swapped" \
   src/nn/layers.cpp \

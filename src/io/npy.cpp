@@ -24,7 +24,7 @@ constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicSize = 6;
 // numpy itself refuses headers above 10000 bytes unless told otherwise; anything bigger is not a
 // file we wrote or want.
-constexpr uint64_t kMaxHeaderBytes = 1 << 16;
+constexpr uint64_t kMaxNpyHeaderBytes = 1 << 16;
 
 struct Header {
   std::string descr;
@@ -201,7 +201,7 @@ RawNpy read_raw(const std::string& path, const std::vector<std::string>& accepte
   } else {
     throw InputError(fmt::format("{}: unsupported .npy format version {}.{}", path, major, minor));
   }
-  if (header_len > kMaxHeaderBytes) throw InputError(fmt::format("{}: header length {} is absurd", path, header_len));
+  if (header_len > kMaxNpyHeaderBytes) throw InputError(fmt::format("{}: header length {} is absurd", path, header_len));
   if (preamble_size + header_len > file_size) {
     throw InputError(fmt::format("{}: truncated: header length {} runs past the end of the {}-byte file", path,
                                  header_len, file_size));

@@ -7,6 +7,7 @@
 // to compile or link; src/kernels/dispatch/entry_points.cpp defines the public normlab::kernels
 // functions, each a switch on active_isa().
 #include "normlab/kernels/activations.hpp"
+#include "normlab/kernels/adam.hpp"
 #include "normlab/kernels/attention.hpp"
 #include "normlab/kernels/batch_norm.hpp"
 #include "normlab/kernels/cross_entropy.hpp"
@@ -21,7 +22,7 @@
 
 // Every dispatched kernel, by name.
 #define NORMLAB_KERNEL_LIST(X)                                                                    \
-  X(relu_forward) X(relu_backward) X(gelu_forward) X(gelu_backward) X(dyt_forward) X(dyt_backward) \
+  X(adam_update) X(relu_forward) X(relu_backward) X(gelu_forward) X(gelu_backward) X(dyt_forward) X(dyt_backward) \
   X(attention_cache_size) X(attention_forward) X(attention_backward)                               \
   X(batch_norm_forward_train) X(batch_norm_forward_eval) X(batch_norm_backward)                    \
   X(cross_entropy_forward) X(cross_entropy_backward)                              \

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "normlab/error.hpp"
+#include "normlab/kernels/adam.hpp"
 #include "normlab/kernels/reference/adam.hpp"
 #include "normlab/kernels/reference/mode.hpp"
 #include "normlab/shortest.hpp"
@@ -185,29 +186,19 @@ void Optimizer::step_adam(size_t index, float lr, int64_t begin, int64_t end) {
   const double bias_correction1 = 1.0 - std::pow(beta1, t);
   const double bias_correction2 = 1.0 - std::pow(beta2, t);
 
-  const bool decoupled = options_.name == "adamw";
-  const float param_scale = static_cast<float>(1.0 - lr_d * wd_d);  // adamw
-  const float grad_decay = static_cast<float>(wd_d);                 // adam
-  const float beta1_f = static_cast<float>(beta1);
-  const float beta2_f = static_cast<float>(beta2);
-  const float one_minus_beta1 = static_cast<float>(1.0 - beta1);
-  const float one_minus_beta2 = static_cast<float>(1.0 - beta2);
-  const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  const float eps = static_cast<float>(shortest(options_.eps));
-  const float neg_step_size = static_cast<float>(-(lr_d / bias_correction1));
-
-  for (int64_t i = begin; i < end; i++) {
-    float grad = g[i];
-    if (decoupled) {
-      if (wd_d != 0.0) p[i] = p[i] * param_scale;
-    } else if (grad_decay != 0.0f) {
-      grad = grad + grad_decay * p[i];
-    }
-    m[i] = m[i] * beta1_f + one_minus_beta1 * grad;
-    v[i] = v[i] * beta2_f + one_minus_beta2 * grad * grad;
-    float denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;
-    p[i] = p[i] + neg_step_size * m[i] / denom;
-  }
+  kernels::AdamScalars s;
+  s.decoupled = options_.name == "adamw";
+  s.param_scale = static_cast<float>(1.0 - lr_d * wd_d);  // adamw; 1 when wd_d is 0
+  s.grad_decay = static_cast<float>(wd_d);                 // adam
+  s.beta1 = static_cast<float>(beta1);
+  s.beta2 = static_cast<float>(beta2);
+  s.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  s.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s.eps = static_cast<float>(shortest(options_.eps));
+  s.neg_step_size = static_cast<float>(-(lr_d / bias_correction1));
+  // The element loop is a kernel (kernels/adam.hpp), in the active path's vector width.
+  kernels::adam_update(p + begin, m + begin, v + begin, g + begin, end - begin, s);
 }
 
 // On the reference path (NORMLAB_ISA=reference): the plain Adam loop of kernels/reference/adam.hpp.

@@ -325,7 +325,7 @@ LiveReport::Page LiveReport::page() {
   for (const std::string& d : layout.run_dirs) {
     fingerprint += d + "|" + (lock_held(d, held) ? "L" : "-");
     for (const char* file : {"config.json", "metrics.jsonl", "summary.json"})
-      fingerprint += "|" + file_stamp(fs::path(d) / file);
+      fingerprint.append("|").append(file_stamp(fs::path(d) / file));
     fingerprint += "\n";
   }
   for (const std::string& name : layout.planned) fingerprint += name + "\n";

@@ -544,7 +544,7 @@ std::string csv_field(const std::string& text) {
 
 std::string runs_csv_of(const ComparePlan& plan, const std::vector<RunResult>& results) {
   std::string extra_header;
-  for (const auto& [key, values] : plan.extra_axes) extra_header += "," + key;
+  for (const auto& [key, values] : plan.extra_axes) extra_header.append(",").append(key);
   std::string csv = "name,variant,norm,placement,lr,layers,warmup,seed" + extra_header +
                     ",finished,diverged,diverged_at_step,outcome,steps_done,first_train_loss,final_train_loss,"
                     "trained_valid_loss,trained_valid_accuracy,unseen_valid_loss,unseen_valid_accuracy,"
@@ -554,7 +554,7 @@ std::string runs_csv_of(const ComparePlan& plan, const std::vector<RunResult>& r
   for (const RunResult& r : results) {
     const json m = r.spec.config.contains("model") ? r.spec.config["model"] : json::object();
     std::string extra;
-    for (const auto& [key, value] : r.spec.extra) extra += "," + csv_field(value);
+    for (const auto& [key, value] : r.spec.extra) extra.append(",").append(csv_field(value));
     const int64_t solve = r.steps_to_solve();
     csv += fmt::format("{},{},{},{},{},{},{},{}{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.spec.name,
                        csv_field(r.spec.variant), m.value("norm", ""), m.value("placement", ""), format_lr(r.spec.lr),

@@ -1,4 +1,5 @@
 #include "normlab/kernels/reference/adam.hpp"
+#include "../isa_kernels.hpp"
 
 #include <cmath>
 
@@ -25,6 +26,23 @@ void adam_step(float* param, float* m, float* v,  // (N), (N), (N)
     const double m_hat = m[i] / bias_correction1;
     const double v_hat = v[i] / bias_correction2;
     param[i] = float(param[i] - double(lr) * m_hat / (std::sqrt(v_hat) + double(eps)));
+  }
+}
+
+// The dispatched element loop (kernels/adam.hpp) in its plain form. The optimizer does not call it
+// on this path (it runs adam_step above); it is here so that every path has every kernel, and the
+// tests compare it with the fast builds.
+void adam_update(float* p, float* m, float* v, const float* g, int64_t N, const AdamScalars& s) {
+  for (int64_t i = 0; i < N; i++) {
+    float grad = g[i];
+    if (s.decoupled)
+      p[i] = p[i] * s.param_scale;
+    else
+      grad = grad + s.grad_decay * p[i];
+    m[i] = m[i] * s.beta1 + s.one_minus_beta1 * grad;
+    v[i] = v[i] * s.beta2 + s.one_minus_beta2 * grad * grad;
+    const float denom = std::sqrt(v[i]) / s.bias_correction2_sqrt + s.eps;
+    p[i] = p[i] + s.neg_step_size * m[i] / denom;
   }
 }
 

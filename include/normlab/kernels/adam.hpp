@@ -1,0 +1,28 @@
+#pragma once
+// The element loop of one Adam / AdamW step over a contiguous range of one parameter tensor: the
+// update of src/optim/optimizer.cpp (Optimizer::step_adam), which computes the scalars in double
+// once per tensor and rounds them to float (torch.optim.Adam's float32 operation order):
+//   adamw: p = p * param_scale                adam: g = g + grad_decay * p
+//   m = m * beta1 + one_minus_beta1 * g;      v = v * beta2 + one_minus_beta2 * g * g
+//   p = p + neg_step_size * m / (sqrt(v) / bias_correction2_sqrt + eps)
+// Every operation is one IEEE float operation (no fused multiply-add), so each path gives the same
+// bits. The NORMLAB_ISA=reference path does not come here: it runs the plain loop of
+// kernels/reference/adam.hpp, scalars and all.
+#include <cstdint>
+
+namespace normlab::kernels {
+
+struct AdamScalars {
+  bool decoupled;        // AdamW: scale the parameter (when param_scale != 1); Adam: decay the gradient
+  float param_scale;     // 1 - lr * weight_decay (AdamW)
+  float grad_decay;      // weight_decay (Adam; 0 for none)
+  float beta1, beta2, one_minus_beta1, one_minus_beta2;
+  float bias_correction2_sqrt;  // sqrt(1 - beta2^t)
+  float eps;
+  float neg_step_size;  // -lr / (1 - beta1^t)
+};
+
+// p, m, v, g: N floats each. Runs on the calling thread (the optimizer splits the work).
+void adam_update(float* p, float* m, float* v, const float* g, int64_t N, const AdamScalars& s);
+
+}  // namespace normlab::kernels
