@@ -11,9 +11,6 @@
 namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 namespace {
-// Below this many elements a loop runs on the calling thread: waking the team costs more than the
-// loop (the result is the same either way: each element or row is computed on its own).
-constexpr int64_t kMinParallelElements = int64_t{1} << 15;
 // exp / tanh / erfc cost tens of operations per element: a smaller grain pays.
 constexpr int64_t kMinParallelTranscendentals = int64_t{1} << 12;
 }  // namespace

@@ -15,8 +15,6 @@ namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 namespace {
 
-constexpr int64_t kMinParallelElements = int64_t{1} << 15;
-
 // data-parallel: sums (count) and the token count replaced by their totals over all ranks.
 double sum_over_ranks(double* sums, int64_t count, int64_t tokens) {
   const BatchNormSumHook hook = normlab::kernels::batch_norm_sum_hook();

@@ -12,9 +12,6 @@ namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 namespace {
 constexpr int32_t kIgnore = -1;
-// Below this many elements a loop runs on the calling thread: waking the team costs more than the
-// loop (each row is computed on its own either way; the forward's exp gets a smaller grain).
-constexpr int64_t kMinParallelElements = int64_t{1} << 15;
 
 int64_t count_targets(const char* where, const int32_t* targets, int64_t N, int64_t V) {
   int64_t count = 0;

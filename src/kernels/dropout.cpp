@@ -7,12 +7,6 @@
 
 namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
-namespace {
-// Below this many elements a loop runs on the calling thread: waking the team costs more than the
-// loop (the result is the same either way: each element or row is computed on its own).
-constexpr int64_t kMinParallelElements = int64_t{1} << 15;
-}  // namespace
-
 void dropout_forward(float* out, float* mask, const float* inp, const int64_t* offsets, int64_t B, int64_t C,
                      float p, uint64_t key, int64_t first_sequence) {
   if (!(p >= 0.0f && p <= 1.0f)) {

@@ -10,9 +10,6 @@
 namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 namespace {
-// Below this many elements a loop runs on the calling thread: waking the team costs more than the
-// loop (every element is summed in token order either way).
-constexpr int64_t kMinParallelElements = int64_t{1} << 15;
 // Checked before any thread starts: an exception cannot leave an OpenMP region.
 void check_ids(const char* where, const int32_t* ids, int64_t N, int64_t V) {
   for (int64_t n = 0; n < N; n++) {

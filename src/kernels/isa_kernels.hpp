@@ -20,6 +20,13 @@
 #include "normlab/kernels/rms_norm.hpp"
 #include "normlab/kernels/softmax.hpp"
 
+namespace normlab::kernels {
+// Below this many elements a kernel's loop runs on the calling thread: waking the team costs more
+// than the loop. The result is the same either way (every split is over independent rows or
+// elements, or reduced in a fixed order).
+inline constexpr int64_t kMinParallelElements = int64_t{1} << 15;
+}  // namespace normlab::kernels
+
 // Every dispatched kernel, by name.
 #define NORMLAB_KERNEL_LIST(X)                                                                    \
   X(adam_update) X(relu_forward) X(relu_backward) X(gelu_forward) X(gelu_backward) X(dyt_forward) X(dyt_backward) \

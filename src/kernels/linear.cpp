@@ -14,8 +14,6 @@ namespace {
 // dbias is summed in blocks of this many columns, one block per loop iteration: the partial sums
 // of a block fit in registers, and rows are read in contiguous runs.
 constexpr int64_t kBiasBlock = 32;
-// Below this many elements the bias loops stay on one thread.
-constexpr int64_t kMinParallelElements = int64_t{1} << 15;
 }  // namespace
 
 void linear_forward(float* out,                                         // (N, OC)

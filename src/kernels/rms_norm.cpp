@@ -14,8 +14,6 @@ namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 namespace {
 
-constexpr int64_t kMinParallelElements = int64_t{1} << 15;
-
 // sum_i x[i]^2, in double.
 double row_sum_squares(const float* x, int64_t n) {  // x: (n)
   double lanes[kLanes] = {};

@@ -8,12 +8,6 @@
 
 namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
-namespace {
-// Below this many elements a loop runs on the calling thread: waking the team costs more than the
-// loop (the result is the same either way: each element or row is computed on its own).
-constexpr int64_t kMinParallelElements = int64_t{1} << 15;
-}  // namespace
-
 void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols) {
 #pragma omp parallel for schedule(static) if (rows * cols >= kMinParallelElements / 8)
   for (int64_t r = 0; r < rows; r++) {
