@@ -28,6 +28,7 @@
 // kQueryBlock the same on every path (dK and dV add one block's chain at a time), row sums over
 // 16 fixed lanes. So every path gives the same bits.
 #include "normlab/kernels/attention.hpp"
+#include "attention_exp.hpp"
 #include "isa_kernels.hpp"
 #include "lanes.hpp"
 
@@ -402,6 +403,31 @@ float row_max(const float* s, int64_t Lp) {
 void softmax_row(float* s, int64_t L, int64_t Lp, float scale, float* stats) {
   std::fill(s + L, s + Lp, -INFINITY);  // exp(-inf) = 0: the padding drops out of max and sum
   const float m = row_max(s, Lp);
+  stats[0] = m;
+#if defined(__AVX512F__)
+  const __m512 mv = _mm512_set1_ps(m), sv = _mm512_set1_ps(scale);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < Lp; j += kLanes) {
+    const __m512 e = exp16(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), mv), sv));
+    _mm512_storeu_ps(s + j, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  float lanes[kLanes];
+  _mm512_storeu_ps(lanes, sum);
+  stats[1] = 1.0f / sum_lanes(lanes);
+#elif defined(__AVX2__)
+  const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(scale);
+  __m256 lo = _mm256_setzero_ps(), hi = lo;
+  for (int64_t j = 0; j < Lp; j += kLanes) {
+    const __m256 e_lo = exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv), sv));
+    const __m256 e_hi = exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), mv), sv));
+    _mm256_storeu_ps(s + j, e_lo);
+    _mm256_storeu_ps(s + j + 8, e_hi);
+    lo = _mm256_add_ps(lo, e_lo);
+    hi = _mm256_add_ps(hi, e_hi);
+  }
+  stats[1] = 1.0f / sum_halves(_mm256_add_ps(lo, hi));
+#else
   float lanes[kLanes] = {};
   for (int64_t j = 0; j < Lp; j += kLanes)
 #pragma omp simd
@@ -410,8 +436,8 @@ void softmax_row(float* s, int64_t L, int64_t Lp, float scale, float* stats) {
       s[j + l] = e;
       lanes[l] += e;
     }
-  stats[0] = m;
   stats[1] = 1.0f / sum_lanes(lanes);
+#endif
 }
 
 // The same exponentials from the raw scores and the max softmax_row kept: the same operations on
@@ -419,9 +445,19 @@ void softmax_row(float* s, int64_t L, int64_t Lp, float scale, float* stats) {
 void recompute_exps(float* s, int64_t L, int64_t Lp, float scale, const float* stats) {
   std::fill(s + L, s + Lp, -INFINITY);
   const float m = stats[0];
+#if defined(__AVX512F__)
+  const __m512 mv = _mm512_set1_ps(m), sv = _mm512_set1_ps(scale);
+  for (int64_t j = 0; j < Lp; j += kLanes)
+    _mm512_storeu_ps(s + j, exp16(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), mv), sv)));
+#elif defined(__AVX2__)
+  const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(scale);
+  for (int64_t j = 0; j < Lp; j += 8)
+    _mm256_storeu_ps(s + j, exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv), sv)));
+#else
   for (int64_t j = 0; j < Lp; j += kLanes)
 #pragma omp simd
     for (int64_t l = 0; l < kLanes; l++) s[j + l] = math::exp((s[j + l] - m) * scale);
+#endif
 }
 
 // ---- scratch ------------------------------------------------------------------------------------
