@@ -78,7 +78,7 @@ inline vf vfma(float a, vf b, vf c) { return _mm512_fmadd_ps(_mm512_set1_ps(a), 
 inline vf vset1(float a) { return _mm512_set1_ps(a); }
 inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
-inline vf vexp(vf x) { return exp16(x); }
+inline vf vexp(vf x) { return exp16_nonpositive(x); }
 // x with the lanes from n on set to 0 (all kept when n >= kW)
 inline vf keep_first(vf x, int64_t n) {
   return n >= kW ? x : _mm512_maskz_mov_ps(__mmask16((1u << std::max<int64_t>(n, 0)) - 1), x);
@@ -100,7 +100,7 @@ inline vf vfma(float a, vf b, vf c) { return _mm256_fmadd_ps(_mm256_set1_ps(a), 
 inline vf vset1(float a) { return _mm256_set1_ps(a); }
 inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
 inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
-inline vf vexp(vf x) { return exp8(x); }
+inline vf vexp(vf x) { return exp8_nonpositive(x); }
 inline vf keep_first(vf x, int64_t n) {
   if (n >= kW) return x;
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -432,7 +432,7 @@ void softmax_row(float* s, int64_t L, int64_t Lp, float scale, float* stats) {
   const __m512 mv = _mm512_set1_ps(m), sv = _mm512_set1_ps(scale);
   __m512 sum = _mm512_setzero_ps();
   for (int64_t j = 0; j < Lp; j += kLanes) {
-    const __m512 e = exp16(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), mv), sv));
+    const __m512 e = exp16_nonpositive(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), mv), sv));
     _mm512_storeu_ps(s + j, e);
     sum = _mm512_add_ps(sum, e);
   }
@@ -443,8 +443,8 @@ void softmax_row(float* s, int64_t L, int64_t Lp, float scale, float* stats) {
   const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(scale);
   __m256 lo = _mm256_setzero_ps(), hi = lo;
   for (int64_t j = 0; j < Lp; j += kLanes) {
-    const __m256 e_lo = exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv), sv));
-    const __m256 e_hi = exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), mv), sv));
+    const __m256 e_lo = exp8_nonpositive(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv), sv));
+    const __m256 e_hi = exp8_nonpositive(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), mv), sv));
     _mm256_storeu_ps(s + j, e_lo);
     _mm256_storeu_ps(s + j + 8, e_hi);
     lo = _mm256_add_ps(lo, e_lo);

@@ -1,19 +1,23 @@
 #pragma once
-// math::exp on a whole vector, for attention's rows of exponentials: the same bits as math::exp
-// (include/normlab/math.hpp) for every float, in fewer instructions.
+// math::exp on a whole vector, for attention's exponentials exp((s - max) * scale): the same bits as
+// math::exp (include/normlab/kernels/math.hpp) for every x <= 0 and every NaN, the only arguments
+// attention has (s <= max; inf - inf and NaN scores give NaN), in fewer instructions.
 //
-// math::exp ends with m * 2^n, n in [-150, 128], as two products (m 2^n1) 2^(n - n1): the first
-// is exact, the second rounds once, so the result is m 2^n correctly rounded (a subnormal or inf
-// where it lies there). These give that same number more cheaply:
+// math::exp ends with m * 2^n, here n in [-150, 0], as two products (m 2^n1) 2^(n - n1): the first
+// is exact, the second rounds once, so the result is m 2^n correctly rounded (a subnormal where it
+// lies there). These give that same number more cheaply:
 //   avx512  vscalefps(m, n): m 2^n with one rounding;
-//   avx2    n added to m's exponent bits, exact whenever the result is a normal float (n in
-//           [-125, 127], as m is in [0.7, 1.42]); a vector with a lane outside that (exponentials
-//           below 2^-125, deep in a row's tail) takes math::exp's two products for all its lanes.
-// Every other step is math::exp's own, operation for operation (no fused multiply-add: the build
-// sets -ffp-contract=off), and the clamp to [-104, 89] uses max/min instructions whose operand
-// order gives math::exp's selects exactly (x > c ? x : c, a NaN becoming c). The generic path
-// calls math::exp itself. tests: every float's bits checked against math::exp when the file was
-// written (docs/PERFORMANCE.md, issue 26), and the cross-path bit-identity tests.
+//   avx2    n added to m's exponent bits, exact whenever the result is a normal float (n >= -125,
+//           as m >= 0.7); a vector with a lane below that (exponentials under 2^-125, deep in a
+//           row's tail) takes math::exp's two products for all its lanes.
+// n = x / ln2 rounded to nearest is one rounding instruction instead of math::exp's add and
+// subtract of 1.5 * 2^23 (the same integer; only the sign of a zero n can differ, and it changes
+// neither r's value nor 2^n). Every other step is math::exp's own, operation for operation (no
+// fused multiply-add: the build sets -ffp-contract=off); the clamp at -104 is a max instruction
+// whose operand order gives math::exp's select exactly (x > c ? x : c, a NaN becoming c), and the
+// clamp at 89 has nothing to do for x <= 0. The generic path calls math::exp itself. Checked: all
+// 2^31 floats with the sign bit set and every NaN, bit for bit against math::exp (issue 26's section
+// of docs/PERFORMANCE.md), and the cross-path bit-identity tests.
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -21,15 +25,13 @@
 namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
 #if defined(__AVX512F__)
-inline __m512 exp16(__m512 x) {
+inline __m512 exp16_nonpositive(__m512 x) {
   // (the all-lanes maskz forms: GCC 12 warns about the plain intrinsics' undefined passthrough)
   const __mmask16 all = 0xFFFF;
-  const __m512 xc =
-      _mm512_maskz_min_ps(all, _mm512_maskz_max_ps(all, x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
+  const __m512 xc = _mm512_maskz_max_ps(all, x, _mm512_set1_ps(-104.0f));
   // reduce_ln2: x = n ln2 + r
-  const __m512 kRound = _mm512_set1_ps(12582912.0f);
-  const __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), kRound),
-                                 kRound);
+  const __m512 n = _mm512_maskz_roundscale_ps(all, _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 r = _mm512_sub_ps(_mm512_sub_ps(xc, _mm512_mul_ps(n, _mm512_set1_ps(0.693145751953125f))),
                                  _mm512_mul_ps(n, _mm512_set1_ps(1.42860682030941723e-6f)));
   // expm1_small(r), Horner in float
@@ -47,11 +49,10 @@ inline __m512 exp16(__m512 x) {
 #endif
 
 #if defined(__AVX2__)
-inline __m256 exp8(__m256 x) {
-  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-104.0f)), _mm256_set1_ps(89.0f));
-  const __m256 kRound = _mm256_set1_ps(12582912.0f);
-  const __m256 n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)), kRound),
-                                 kRound);
+inline __m256 exp8_nonpositive(__m256 x) {
+  const __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(-104.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 r = _mm256_sub_ps(_mm256_sub_ps(xc, _mm256_mul_ps(n, _mm256_set1_ps(0.693145751953125f))),
                                  _mm256_mul_ps(n, _mm256_set1_ps(1.42860682030941723e-6f)));
   __m256 q = _mm256_set1_ps(1.0f / 5040.0f);
@@ -63,9 +64,8 @@ inline __m256 exp8(__m256 x) {
   const __m256 m = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(r, _mm256_mul_ps(_mm256_mul_ps(r, r), q)));
   const __m256i ni = _mm256_cvttps_epi32(n);
   __m256 e = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(m), _mm256_slli_epi32(ni, 23)));
-  // n outside [-125, 127]: (m 2^n1) 2^(n - n1), n1 = n / 2 rounded toward zero, as math::exp
-  const __m256i outside = _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(-125), ni),
-                                          _mm256_cmpgt_epi32(ni, _mm256_set1_epi32(127)));
+  // n below -125: (m 2^n1) 2^(n - n1), n1 = n / 2 rounded toward zero, as math::exp
+  const __m256i outside = _mm256_cmpgt_epi32(_mm256_set1_epi32(-125), ni);
   if (!_mm256_testz_si256(outside, outside)) {
     const __m256i n1 = _mm256_srai_epi32(_mm256_add_epi32(ni, _mm256_srli_epi32(ni, 31)), 1);
     const __m256i bias = _mm256_set1_epi32(127);
