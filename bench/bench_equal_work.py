@@ -21,7 +21,9 @@ re-executes itself without OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (a machine tha
 to Haswell, would hold OpenBLAS to AVX2 and a smaller L2 blocking), and prints that it did.
 --baseline BIN times a second normlab binary in the same run (its step beside ours for every L),
 so a before/after table comes from one run. --rounds R repeats every L R times, the order of the
-sides rotating each round, and reports each figure's median over the rounds.
+sides rotating each round, and reports each time's median over the rounds and each speed-up as the
+median over the rounds of that round's torch step / normlab step (on a shared machine the two
+sides of one round see the same neighbours).
 
 Usage: /usr/bin/python3 bench/bench_equal_work.py [build/normlab] [--lengths 64 128 256 512 1024]
                  [--threads 1] [--steps 10] [--isa avx2|avx512] [--baseline BIN] [--rounds 1] [--json OUT]
@@ -39,7 +41,8 @@ import time
 # OpenBLAS reads these when torch loads it, so they are dropped by re-executing before the import.
 OPENBLAS_LIMITS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 if any(name in os.environ for name in OPENBLAS_LIMITS):
-    dropped = ",".join("{}={}".format(name, os.environ.pop(name)) for name in OPENBLAS_LIMITS if name in os.environ)
+    dropped = ",".join("{}={}".format(name, os.environ.pop(name))
+                       for name in OPENBLAS_LIMITS if name in os.environ)
     os.environ["BENCH_EQUAL_WORK_DROPPED"] = dropped
     os.execv(sys.executable, [sys.executable] + sys.argv)
 
@@ -126,8 +129,9 @@ def measure_length(args, L):
         "torch": lambda: (torch_step(L, args.threads, args.steps), torch_attention(L, args.threads, repeats)),
     }
     if args.baseline:
-        sides["baseline"] = lambda: (normlab_step(args.baseline, args.config, L, args.threads, args.steps, args.isa),
-                                     normlab_attention(args.baseline, L, args.threads, repeats, args.isa))
+        sides["baseline"] = lambda: (
+            normlab_step(args.baseline, args.config, L, args.threads, args.steps, args.isa),
+            normlab_attention(args.baseline, L, args.threads, repeats, args.isa))
     names = list(sides)
     figures = {name: ([], []) for name in names}
     for r in range(args.rounds):
@@ -135,8 +139,14 @@ def measure_length(args, L):
             step_ms, attention_ms = sides[name]()
             figures[name][0].append(step_ms)
             figures[name][1].append(attention_ms)
-    return {name: (statistics.median(steps), statistics.median(attention)) for name, (steps, attention) in
-            figures.items()}
+    result = {name: (statistics.median(steps), statistics.median(attention)) for name, (steps, attention) in
+              figures.items()}
+    # speed-ups: torch's step over each normlab binary's within a round, median over the rounds
+    for name in names:
+        if name != "torch":
+            ratios = [t / n for t, n in zip(figures["torch"][0], figures[name][0])]
+            result[name + "_speedup"] = statistics.median(ratios)
+    return result
 
 
 def main():
@@ -165,7 +175,8 @@ def main():
                                                          args.rounds))
     dropped = os.environ.get("BENCH_EQUAL_WORK_DROPPED")
     print("torch side: OpenBLAS at its defaults{}; GLIBC_TUNABLES={}".format(
-        " (unset for this run: {})".format(dropped) if dropped else "", os.environ.get("GLIBC_TUNABLES", "(glibc defaults)")))
+        " (unset for this run: {})".format(dropped) if dropped else "",
+        os.environ.get("GLIBC_TUNABLES", "(glibc defaults)")))
     header = "{:>6} | {:>10} {:>10} {:>8} | {:>10} {:>10} {:>9} {:>9}".format(
         "L", "normlab", "torch", "speed-up", "attn ours", "attn torch", "share us", "share pt")
     if args.baseline:
@@ -178,7 +189,7 @@ def main():
             "L": L,
             "normlab_step_ms": ours,
             "torch_step_ms": theirs,
-            "speedup": theirs / ours,
+            "speedup": figures["normlab_speedup"],
             "normlab_attention_ms": ours_attention,
             "torch_attention_ms": theirs_attention,
             "normlab_attention_share": LAYERS * ours_attention / ours,
@@ -189,12 +200,13 @@ def main():
             row["torch_attention_ms"], 100 * row["normlab_attention_share"], 100 * row["torch_attention_share"])
         if args.baseline:
             base, base_attention = figures["baseline"]
-            row.update({"baseline_step_ms": base, "baseline_speedup": theirs / base,
+            row.update({"baseline_step_ms": base, "baseline_speedup": figures["baseline_speedup"],
                         "baseline_attention_ms": base_attention})
             line += " | {:10.2f} {:7.2f}x {:10.3f}".format(base, row["baseline_speedup"], base_attention)
         rows.append(row)
         print(line, flush=True)
-    print("attn = the attention core, forward+backward, per layer; share = 4 layers x attn / step")
+    print("attn = the attention core, forward+backward, per layer; share = 4 layers x attn / step; speed-up = "
+          "median over the rounds of torch step / normlab step")
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"cpu": cpu_model(), "threads": args.threads, "torch": torch.__version__, "isa": kernels,

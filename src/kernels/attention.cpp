@@ -104,7 +104,8 @@ inline vf vexp(vf x) { return exp8_nonpositive(x); }
 inline vf keep_first(vf x, int64_t n) {
   if (n >= kW) return x;
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::max<int64_t>(n, 0))), lane)));
+  const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::max<int64_t>(n, 0))), lane);
+  return _mm256_and_ps(x, _mm256_castsi256_ps(keep));
 }
 // (6, 2 ymm) = 12 accumulators, or (12, 1 ymm); of 16 ymm. 6 rows when A's rows are apart.
 constexpr int kRowsWide = 6;
