@@ -16,8 +16,17 @@ Adam); for each L the script runs, in one process and one after the other:
 Attention's share of a step = layers x (attention forward+backward) / step, for each side. Medians
 throughout; the default is 1 thread (issue 12's table); the machine should be idle (`uptime`).
 
+--isa sets NORMLAB_ISA for the normlab runs only. PyTorch always runs at its best: the script
+re-executes itself without OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (a machine that sets them, say
+to Haswell, would hold OpenBLAS to AVX2 and a smaller L2 blocking), and prints that it did.
+--baseline BIN times a second normlab binary in the same run (its step beside ours for every L),
+so a before/after table comes from one run. --rounds R repeats every L R times, the order of the
+sides rotating each round, and reports each time's median over the rounds and each speed-up as the
+median over the rounds of that round's torch step / normlab step (on a shared machine the two
+sides of one round see the same neighbours).
+
 Usage: /usr/bin/python3 bench/bench_equal_work.py [build/normlab] [--lengths 64 128 256 512 1024]
-                                                 [--threads 1] [--steps 10] [--json OUT]
+                 [--threads 1] [--steps 10] [--isa avx2|avx512] [--baseline BIN] [--rounds 1] [--json OUT]
 """
 import argparse
 import json
@@ -28,6 +37,14 @@ import statistics
 import subprocess
 import sys
 import time
+
+# OpenBLAS reads these when torch loads it, so they are dropped by re-executing before the import.
+OPENBLAS_LIMITS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+if any(name in os.environ for name in OPENBLAS_LIMITS):
+    dropped = ",".join("{}={}".format(name, os.environ.pop(name))
+                       for name in OPENBLAS_LIMITS if name in os.environ)
+    os.environ["BENCH_EQUAL_WORK_DROPPED"] = dropped
+    os.execv(sys.executable, [sys.executable] + sys.argv)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_step_torch  # noqa: E402
@@ -77,26 +94,59 @@ def torch_attention(L, threads, repeats):
     return statistics.median(times)
 
 
-def run_json(command):
-    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+def run_json(command, isa=None):
+    env = dict(os.environ)
+    if isa:
+        env["NORMLAB_ISA"] = isa
+    proc = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
         sys.exit("{} exited with {}: {}".format(" ".join(command), proc.returncode, proc.stderr.strip()))
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def normlab_step(binary, config, L, threads, steps):
+def normlab_step(binary, config, L, threads, steps, isa):
     sets = ["task.min_len={}".format(L), "task.max_len={}".format(L), "task.eval_max_len={}".format(L),
             "model.max_len={}".format(L), "train.batch_size={}".format(BATCH)]
     command = [binary, "bench", "step", "--config", config, "--threads", str(threads), "--repeats", str(steps),
                "--json"]
     for s in sets:
         command += ["--set", s]
-    return run_json(command)
+    return run_json(command, isa)["step_ms"]
 
 
-def normlab_attention(binary, L, threads, repeats):
+def normlab_attention(binary, L, threads, repeats, isa):
     return run_json([binary, "bench", "attention", "--shape", "{},{},{},{}".format(BATCH, L, D_MODEL, HEADS),
-                     "--threads", str(threads), "--repeats", str(repeats), "--json"])
+                     "--threads", str(threads), "--repeats", str(repeats), "--json"], isa)["forward_backward_ms"]
+
+
+def measure_length(args, L):
+    """Every figure of one length: each side's step and attention core, medians over args.rounds rounds
+    whose order of sides rotates."""
+    repeats = max(3, min(50, 20000 // L))
+    sides = {
+        "normlab": lambda: (normlab_step(args.binary, args.config, L, args.threads, args.steps, args.isa),
+                            normlab_attention(args.binary, L, args.threads, repeats, args.isa)),
+        "torch": lambda: (torch_step(L, args.threads, args.steps), torch_attention(L, args.threads, repeats)),
+    }
+    if args.baseline:
+        sides["baseline"] = lambda: (
+            normlab_step(args.baseline, args.config, L, args.threads, args.steps, args.isa),
+            normlab_attention(args.baseline, L, args.threads, repeats, args.isa))
+    names = list(sides)
+    figures = {name: ([], []) for name in names}
+    for r in range(args.rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            step_ms, attention_ms = sides[name]()
+            figures[name][0].append(step_ms)
+            figures[name][1].append(attention_ms)
+    result = {name: (statistics.median(steps), statistics.median(attention)) for name, (steps, attention) in
+              figures.items()}
+    # speed-ups: torch's step over each normlab binary's within a round, median over the rounds
+    for name in names:
+        if name != "torch":
+            ratios = [t / n for t, n in zip(figures["torch"][0], figures[name][0])]
+            result[name + "_speedup"] = statistics.median(ratios)
+    return result
 
 
 def main():
@@ -106,44 +156,61 @@ def main():
     parser.add_argument("--lengths", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per side and length")
+    parser.add_argument("--isa", choices=["generic", "avx2", "avx512"], help="NORMLAB_ISA for the normlab runs")
+    parser.add_argument("--baseline", help="a second normlab binary, timed in the same run")
+    parser.add_argument("--rounds", type=int, default=1, help="measurements of every length (medians)")
     parser.add_argument("--json", help="also write all figures to this file")
     torch_malloc.add_argument(parser)
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
     torch_malloc.reexec_with_tunables(args)
     torch.set_num_interop_threads(1)
 
     rows = []
-    print("CPU {}; normlab {}; torch {}; {} thread(s); 8 sequences of L tokens, d_model 64, 4 heads, 4 layers; "
-          "median ms".format(cpu_model(), run_json([args.binary, "bench", "attention", "--shape", "1,1,4,1",
-                                                    "--repeats", "1", "--json"])["kernels"],
-                             torch.__version__, args.threads))
-    print("{:>6} | {:>10} {:>10} {:>8} | {:>10} {:>10} {:>9} {:>9}".format(
-        "L", "normlab", "torch", "speed-up", "attn ours", "attn torch", "share us", "share pt"))
+    kernels = run_json([args.binary, "bench", "attention", "--shape", "1,1,4,1", "--repeats", "1", "--json"],
+                       args.isa)["kernels"]
+    print("CPU {}; normlab kernels {}; torch {}; {} thread(s); 8 sequences of L tokens, d_model 64, 4 heads, "
+          "4 layers; median ms over {} round(s)".format(cpu_model(), kernels, torch.__version__, args.threads,
+                                                         args.rounds))
+    dropped = os.environ.get("BENCH_EQUAL_WORK_DROPPED")
+    print("torch side: OpenBLAS at its defaults{}; GLIBC_TUNABLES={}".format(
+        " (unset for this run: {})".format(dropped) if dropped else "",
+        os.environ.get("GLIBC_TUNABLES", "(glibc defaults)")))
+    header = "{:>6} | {:>10} {:>10} {:>8} | {:>10} {:>10} {:>9} {:>9}".format(
+        "L", "normlab", "torch", "speed-up", "attn ours", "attn torch", "share us", "share pt")
+    if args.baseline:
+        header += " | {:>10} {:>8} {:>10}".format("baseline", "speed-up", "attn base")
+    print(header)
     for L in args.lengths:
-        repeats = max(3, min(50, 20000 // L))
-        ours = normlab_step(args.binary, args.config, L, args.threads, args.steps)
-        ours_attention = normlab_attention(args.binary, L, args.threads, repeats)
-        theirs = torch_step(L, args.threads, args.steps)
-        theirs_attention = torch_attention(L, args.threads, repeats)
+        figures = measure_length(args, L)
+        (ours, ours_attention), (theirs, theirs_attention) = figures["normlab"], figures["torch"]
         row = {
             "L": L,
-            "normlab_step_ms": ours["step_ms"],
+            "normlab_step_ms": ours,
             "torch_step_ms": theirs,
-            "speedup": theirs / ours["step_ms"],
-            "normlab_attention_ms": ours_attention["forward_backward_ms"],
+            "speedup": figures["normlab_speedup"],
+            "normlab_attention_ms": ours_attention,
             "torch_attention_ms": theirs_attention,
-            "normlab_attention_share": LAYERS * ours_attention["forward_backward_ms"] / ours["step_ms"],
+            "normlab_attention_share": LAYERS * ours_attention / ours,
             "torch_attention_share": LAYERS * theirs_attention / theirs,
         }
-        rows.append(row)
-        print("{:6d} | {:10.2f} {:10.2f} {:7.2f}x | {:10.3f} {:10.3f} {:8.0f}% {:8.0f}%".format(
+        line = "{:6d} | {:10.2f} {:10.2f} {:7.2f}x | {:10.3f} {:10.3f} {:8.0f}% {:8.0f}%".format(
             L, row["normlab_step_ms"], row["torch_step_ms"], row["speedup"], row["normlab_attention_ms"],
-            row["torch_attention_ms"], 100 * row["normlab_attention_share"], 100 * row["torch_attention_share"]))
-    print("attn = the attention core, forward+backward, per layer; share = 4 layers x attn / step")
+            row["torch_attention_ms"], 100 * row["normlab_attention_share"], 100 * row["torch_attention_share"])
+        if args.baseline:
+            base, base_attention = figures["baseline"]
+            row.update({"baseline_step_ms": base, "baseline_speedup": figures["baseline_speedup"],
+                        "baseline_attention_ms": base_attention})
+            line += " | {:10.2f} {:7.2f}x {:10.3f}".format(base, row["baseline_speedup"], base_attention)
+        rows.append(row)
+        print(line, flush=True)
+    print("attn = the attention core, forward+backward, per layer; share = 4 layers x attn / step; speed-up = "
+          "median over the rounds of torch step / normlab step")
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"cpu": cpu_model(), "threads": args.threads, "torch": torch.__version__, "rows": rows}, out,
-                      indent=1)
+            json.dump({"cpu": cpu_model(), "threads": args.threads, "torch": torch.__version__, "isa": kernels,
+                       "rounds": args.rounds, "openblas_unset": dropped, "rows": rows}, out, indent=1)
 
 
 if __name__ == "__main__":

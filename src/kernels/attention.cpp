@@ -28,6 +28,7 @@
 // kQueryBlock the same on every path (dK and dV add one block's chain at a time), row sums over
 // 16 fixed lanes. So every path gives the same bits.
 #include "normlab/kernels/attention.hpp"
+#include "attention_exp.hpp"
 #include "isa_kernels.hpp"
 #include "lanes.hpp"
 
@@ -74,6 +75,14 @@ inline vf vload(const float* p) { return _mm512_loadu_ps(p); }
 inline void vstore(float* p, vf x) { _mm512_storeu_ps(p, x); }
 inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
 inline vf vfma(float a, vf b, vf c) { return _mm512_fmadd_ps(_mm512_set1_ps(a), b, c); }
+inline vf vset1(float a) { return _mm512_set1_ps(a); }
+inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+inline vf vexp(vf x) { return exp16_nonpositive(x); }
+// x with the lanes from n on set to 0 (all kept when n >= kW)
+inline vf keep_first(vf x, int64_t n) {
+  return n >= kW ? x : _mm512_maskz_mov_ps(__mmask16((1u << std::max<int64_t>(n, 0)) - 1), x);
+}
 // Register tiles: (12, 2 zmm) = 24 accumulators, or (24, 1 zmm); of 32 zmm. When A's rows are
 // far apart (row_stride > 1) each row needs its own pointer, and 24 of them do not fit the 16
 // general registers: 8 rows then.
@@ -88,6 +97,16 @@ inline vf vload(const float* p) { return _mm256_loadu_ps(p); }
 inline void vstore(float* p, vf x) { _mm256_storeu_ps(p, x); }
 inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
 inline vf vfma(float a, vf b, vf c) { return _mm256_fmadd_ps(_mm256_set1_ps(a), b, c); }
+inline vf vset1(float a) { return _mm256_set1_ps(a); }
+inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
+inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+inline vf vexp(vf x) { return exp8_nonpositive(x); }
+inline vf keep_first(vf x, int64_t n) {
+  if (n >= kW) return x;
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::max<int64_t>(n, 0))), lane);
+  return _mm256_and_ps(x, _mm256_castsi256_ps(keep));
+}
 // (6, 2 ymm) = 12 accumulators, or (12, 1 ymm); of 16 ymm. 6 rows when A's rows are apart.
 constexpr int kRowsWide = 6;
 constexpr int kRowsNarrow = 12;
@@ -112,11 +131,11 @@ struct Strided {
 };
 
 #if defined(__AVX2__)
-// C (R, NV*kW) (+)= sum_{k < K} A(r, k) * B(k, :), B's row k at b + k * ldb. One fma chain per
-// element of C, k in order; then C = chain, or C += chain when add.
-template <int R, int NV>
-inline void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t K, bool add,
-                 [[maybe_unused]] bool exact) {
+// The chains of one register tile: chain(r, v) = sum_{k < K} A(r, k) * B(k, v*kW : (v+1)*kW), B's
+// row k at b + k * ldb, one fma chain per element, k in order; each handed to store(r, v, chain).
+template <int R, int NV, class Store>
+__attribute__((always_inline)) inline void tile_chains(Strided A, const float* b, int64_t ldb, int64_t K,
+                                                       Store&& store) {
   vf acc[R][NV];
 #pragma GCC unroll 32
   for (int r = 0; r < R; r++)
@@ -138,10 +157,17 @@ inline void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, 
 #pragma GCC unroll 32
   for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; v++) {
-      float* cr = c + r * ldc + v * kW;
-      vstore(cr, add ? vadd(vload(cr), acc[r][v]) : acc[r][v]);
-    }
+    for (int v = 0; v < NV; v++) store(r, v, acc[r][v]);
+}
+
+// C (R, NV*kW) (+)= the tile's chains: C = chain, or C += chain when add.
+template <int R, int NV>
+inline void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t K, bool add,
+                 [[maybe_unused]] bool exact) {
+  tile_chains<R, NV>(A, b, ldb, K, [&](int r, int v, vf chain) {
+    float* cr = c + r * ldc + v * kW;
+    vstore(cr, add ? vadd(vload(cr), chain) : chain);
+  });
 }
 
 #else
@@ -402,6 +428,31 @@ float row_max(const float* s, int64_t Lp) {
 void softmax_row(float* s, int64_t L, int64_t Lp, float scale, float* stats) {
   std::fill(s + L, s + Lp, -INFINITY);  // exp(-inf) = 0: the padding drops out of max and sum
   const float m = row_max(s, Lp);
+  stats[0] = m;
+#if defined(__AVX512F__)
+  const __m512 mv = _mm512_set1_ps(m), sv = _mm512_set1_ps(scale);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < Lp; j += kLanes) {
+    const __m512 e = exp16_nonpositive(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), mv), sv));
+    _mm512_storeu_ps(s + j, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  float lanes[kLanes];
+  _mm512_storeu_ps(lanes, sum);
+  stats[1] = 1.0f / sum_lanes(lanes);
+#elif defined(__AVX2__)
+  const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(scale);
+  __m256 lo = _mm256_setzero_ps(), hi = lo;
+  for (int64_t j = 0; j < Lp; j += kLanes) {
+    const __m256 e_lo = exp8_nonpositive(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv), sv));
+    const __m256 e_hi = exp8_nonpositive(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), mv), sv));
+    _mm256_storeu_ps(s + j, e_lo);
+    _mm256_storeu_ps(s + j + 8, e_hi);
+    lo = _mm256_add_ps(lo, e_lo);
+    hi = _mm256_add_ps(hi, e_hi);
+  }
+  stats[1] = 1.0f / sum_halves(_mm256_add_ps(lo, hi));
+#else
   float lanes[kLanes] = {};
   for (int64_t j = 0; j < Lp; j += kLanes)
 #pragma omp simd
@@ -410,10 +461,30 @@ void softmax_row(float* s, int64_t L, int64_t Lp, float scale, float* stats) {
       s[j + l] = e;
       lanes[l] += e;
     }
-  stats[0] = m;
   stats[1] = 1.0f / sum_lanes(lanes);
+#endif
 }
 
+#if defined(__AVX2__)
+// Rows [0, M) in tiles of R rows, then one tile of the rows left: f.template operator()<Rt>(i)
+// does rows i..i+Rt.
+template <int R, class F>
+inline void row_tail(int64_t n, int64_t i, F& f) {
+  if constexpr (R >= 1) {
+    if (n == R) {
+      f.template operator()<R>(i);
+    } else {
+      row_tail<R - 1>(n, i, f);
+    }
+  }
+}
+template <int R, class F>
+inline void row_tiles(int64_t M, F&& f) {
+  int64_t i = 0;
+  for (; i + R <= M; i += R) f.template operator()<R>(i);
+  if (i < M) row_tail<R - 1>(M - i, i, f);
+}
+#else
 // The same exponentials from the raw scores and the max softmax_row kept: the same operations on
 // the same numbers, so the same bits.
 void recompute_exps(float* s, int64_t L, int64_t Lp, float scale, const float* stats) {
@@ -422,6 +493,36 @@ void recompute_exps(float* s, int64_t L, int64_t Lp, float scale, const float* s
   for (int64_t j = 0; j < Lp; j += kLanes)
 #pragma omp simd
     for (int64_t l = 0; l < kLanes; l++) s[j + l] = math::exp((s[j + l] - m) * scale);
+}
+#endif
+
+// The backward's exponentials of a query block, recomputed: e (rows, Lp) = exp((Qb K^T - max_i) *
+// scale), zero past column L, from the max softmax_row kept (row i's at stats[2 * i]). The same
+// chains and the same exp as the forward, so the same bits. On avx2/avx512 each register tile of
+// scores becomes exponentials before it is stored: the scores never go through memory, and the
+// exp's arithmetic overlaps the next tile's fma chains.
+void scores_to_exps(float* e, int64_t lde, Strided Q, const float* kT, int64_t ldk, int64_t rows, int64_t K,
+                    int64_t Lp, int64_t L, const float* stats, float scale) {
+#if defined(__AVX2__)
+  const vf sv = vset1(scale);
+  auto panel = [&]<int NV>(int64_t j) {
+    row_tiles<kRowsStrided>(rows, [&]<int R>(int64_t i) {
+      const Strided A{Q.data + i * Q.row_stride, Q.row_stride, Q.k_stride};
+      float* ei = e + i * lde + j;
+      const float* st = stats + 2 * i;
+      tile_chains<R, NV>(A, kT + j, ldk, K, [&](int r, int v, vf chain) {
+        const vf x = vmul(vsub(chain, vset1(st[2 * r])), sv);
+        vstore(ei + r * lde + v * kW, keep_first(vexp(x), L - (j + v * kW)));
+      });
+    });
+  };
+  int64_t j = 0;
+  for (; j + 2 * kW <= Lp; j += 2 * kW) panel.template operator()<2>(j);
+  for (; j < Lp; j += kW) panel.template operator()<1>(j);
+#else
+  product(e, lde, Q, kT, ldk, rows, K, Lp, false);
+  for (int64_t i = 0; i < rows; i++) recompute_exps(e + i * lde, L, Lp, scale, stats + 2 * i);
+#endif
 }
 
 // ---- scratch ------------------------------------------------------------------------------------
@@ -582,8 +683,7 @@ void pair_backward(float* dqkv, bool accumulate, const float* dout, const float*
       Eb = exps + i0 * Lp;
       lde = Lp;
     } else {
-      product(E, ld, Strided{q + i0 * C3, C3, 1}, kT, ld, rows, hd, Lp, false);
-      for (int64_t i = 0; i < rows; i++) recompute_exps(E + i * ld, L, Lp, scale, st + 2 * i);
+      scores_to_exps(E, ld, Strided{q + i0 * C3, C3, 1}, kT, ld, rows, hd, Lp, L, st, scale);
     }
     // dP = dOb V^T; then with P = e / sum:  dS = P * (dP - sum_j P dP) * scale, in place
     product(dS, ld, Strided{dO + i0 * C, C, 1}, vT, ld, rows, hd, Lp, false);
