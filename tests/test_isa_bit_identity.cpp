@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -312,5 +313,50 @@ TEST_CASE("bit identity across paths: the Adam update (AdamW decay, Adam decay, 
       CHECK(std::memcmp(generic[b].data(), reference[b].data(), generic[b].size() * sizeof(float)) == 0);
     // The steps moved the weights (a kernel that did nothing would pass the comparisons above).
     CHECK(std::memcmp(generic[0].data(), randn(N, 40).data(), N * sizeof(float)) != 0);
+  }
+}
+
+// Scores that are NaN or infinite reach attention's exponential as x - max = NaN or -inf, and
+// huge finite scores as x - max far below -87 (exp underflows to 0): the vector exp takes every
+// such argument the way math::exp does, on every path. A NaN result is compared by being a NaN
+// in the same places (its payload may depend on the instruction order).
+TEST_CASE("bit identity across paths: attention with NaN, infinite and huge scores") {
+  const int64_t C = 48, NH = 3;
+  const std::vector<int64_t> offsets{0, 7, 40, 100};
+  const int64_t B = int64_t(offsets.size()) - 1, T = offsets.back();
+  auto compute = [&] {
+    auto qkv = randn(T * 3 * C, 41);
+    const auto dout = randn(T * C, 42);
+    qkv[size_t(8 * 3 * C + 2)] = std::numeric_limits<float>::quiet_NaN();   // a query of sequence 1
+    qkv[size_t(50 * 3 * C + C + 1)] = std::numeric_limits<float>::infinity();  // a key of sequence 2
+    for (int64_t c = 0; c < C; c++) qkv[size_t(70 * 3 * C + C + c)] *= 1e4f;  // a huge key in sequence 2
+    std::vector<float> out(T * C), att(attention_cache_size(offsets.data(), B, NH));
+    auto dqkv = randn(T * 3 * C, 43);
+    attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), B, C, NH);
+    attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), offsets.data(), B, C, NH);
+    return Buffers{out, dqkv};
+  };
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    for (size_t i = 0; i < a.size(); i++) {
+      if (std::isnan(a[i]) != std::isnan(b[i])) return false;
+      if (!std::isnan(a[i]) && std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return false;
+    }
+    return true;
+  };
+  Buffers generic;
+  {
+    test::ScopedIsa scoped(Isa::generic);
+    generic = compute();
+  }
+  size_t nans = 0;
+  for (float v : generic[0]) nans += std::isnan(v);
+  CHECK(nans > 0);                      // the NaN query's row is NaN...
+  CHECK(nans < generic[0].size() / 2);  // ...and the other sequences are not
+  for (Isa isa : test::available_isas()) {
+    test::ScopedIsa scoped(isa);
+    const Buffers got = compute();
+    INFO(std::string(isa_name(isa)));
+    CHECK(same(got[0], generic[0]));
+    CHECK(same(got[1], generic[1]));
   }
 }
