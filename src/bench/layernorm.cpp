@@ -127,7 +127,11 @@ LayerNormBenchResult summarize(int64_t B, int64_t T, int64_t C, int repeats, con
   result.memcpy_gbps = copy_bytes / (result.memcpy_ms * 1e-3) / 1e9;
   result.stream_copy_ms = median(stream_copy.wall_ms);
   result.stream_copy_gbps = copy_bytes / (result.stream_copy_ms * 1e-3) / 1e9;
-  result.copy_ms = std::min(result.memcpy_ms, result.stream_copy_ms);
+  result.memcpy_cpu_ms = median(memcpy_copy.cpu_ms);
+  result.stream_copy_cpu_ms = median(stream_copy.cpu_ms);
+  const bool stream_faster = result.stream_copy_ms < result.memcpy_ms;
+  result.copy_ms = stream_faster ? result.stream_copy_ms : result.memcpy_ms;
+  result.copy_cpu_ms = stream_faster ? result.stream_copy_cpu_ms : result.memcpy_cpu_ms;
   result.copy_gbps = copy_bytes / (result.copy_ms * 1e-3) / 1e9;
   return result;
 }

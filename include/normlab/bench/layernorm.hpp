@@ -43,6 +43,11 @@ struct LayerNormBenchResult {
   double memcpy_gbps = 0;
   double stream_copy_ms = 0;
   double stream_copy_gbps = 0;
+  // Their CPU times as above (the calling thread's): at one thread, a busy machine's slices to
+  // other processes left out of both the kernels' and the copy's times.
+  double copy_cpu_ms = 0;
+  double memcpy_cpu_ms = 0;
+  double stream_copy_cpu_ms = 0;
 };
 
 // Inputs are seeded normals (x, dout) and gamma ~ 1 + 0.1 N(0,1), beta ~ 0.1 N(0,1); eps = 1e-12.
