@@ -14,8 +14,8 @@
 //     forward_rows<R>, backward_rows<R>   the same steps for R rows side by side
 //     PrefetchNext                        ask for the next rows while this one is summed
 //     thread_rows                         each thread's contiguous block of rows
-//     for_row_groups                      groups of R while they fit in L1 (forward) or L2
-//                                         (backward), then single rows
+//     for_row_groups                      groups of R while they fit in L1 (the backward's on
+//                                         AVX-512: in L2), then single rows
 //   Part 3, the public kernels:
 //     layer_norm_forward, layer_norm_backward   split the rows over threads, then for_row_groups
 //
@@ -287,11 +287,16 @@ constexpr int kBackwardGroup = 4;
 // row's own chain is long enough to keep the core busy, and a group's rows (with the next group's,
 // prefetched) would crowd L1, where one row at a time stays in it between its passes.
 constexpr int64_t kMaxGroupFloats = 2048;
-// The backward's limit is larger (64 KB, cols <= 4096): its group also keeps a column's dgamma and
-// dbeta partials in registers across the group's rows (backward_rows_update), where one row at a
-// time loads and stores both (cols) double arrays for every row. That saves more than the crowding
-// of L1 costs (docs/PERFORMANCE.md, issue 26).
+// On AVX-512 the backward's limit is larger (64 KB, cols <= 4096): its group also keeps a column's
+// dgamma and dbeta partials in registers across the group's rows (backward_rows_update), where one
+// row at a time loads and stores both (cols) double arrays for every row, and that saves more than
+// the crowding of L1 costs. With AVX2's 16 vector registers it does not (docs/PERFORMANCE.md,
+// issue 26), so the other paths keep the forward's limit. Either way the bits are the same.
+#if defined(__AVX512F__)
 constexpr int64_t kMaxBackwardGroupFloats = 16384;
+#else
+constexpr int64_t kMaxBackwardGroupFloats = kMaxGroupFloats;
+#endif
 
 // Prefetch of the 64-byte lines at offset i of the next row of each of kReads inputs and of this
 // row's output. The first line of each is asked for after the row (prefetch(0)).
