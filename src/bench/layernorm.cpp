@@ -4,9 +4,13 @@
 
 #include <omp.h>
 #include <time.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -65,19 +69,38 @@ Buffers make_buffers(int64_t rows, int64_t cols) {
   return b;
 }
 
-// The streaming reference: copy x into y (rows, cols), each thread its contiguous share of the rows.
-void copy_rows(float* y, const float* x, int64_t rows, int64_t cols) {
+// The streaming references: copy x into y (rows, cols), each thread its contiguous share of the
+// rows, by glibc's memcpy or by stream_copy.
+void copy_rows(float* y, const float* x, int64_t rows, int64_t cols, void (*copy)(float*, const float*, size_t)) {
 #pragma omp parallel
   {
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t begin = rows * t / threads, end = rows * (t + 1) / threads;
-    std::memcpy(y + begin * cols, x + begin * cols, size_t((end - begin) * cols) * sizeof(float));
+    copy(y + begin * cols, x + begin * cols, size_t((end - begin) * cols));
   }
+}
+
+void memcpy_floats(float* y, const float* x, size_t n) { std::memcpy(y, x, n * sizeof(float)); }
+
+// A copy whose stores bypass the cache (non-temporal): it moves two streams, read x and write y,
+// where a copy with ordinary stores also reads each line of y before writing it. glibc's memcpy
+// switches to such stores only above x86_non_temporal_threshold, a fraction of the L3 size the CPU
+// reports: on a VM that reports a large L3 (508 MB on the EPYC of docs/PERFORMANCE.md, a threshold
+// of 133 MB) a 25 MB memcpy uses ordinary stores, and this copy is the faster one.
+void stream_copy_floats(float* y, const float* x, size_t n) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  for (; i < n && reinterpret_cast<uintptr_t>(y + i) % 16 != 0; i++) y[i] = x[i];
+  for (; i + 4 <= n; i += 4) _mm_stream_ps(y + i, _mm_loadu_ps(x + i));
+  _mm_sfence();
+#endif
+  for (; i < n; i++) y[i] = x[i];
 }
 
 // Medians and bandwidths from the samples; bytes as layernorm.hpp counts them.
 LayerNormBenchResult summarize(int64_t B, int64_t T, int64_t C, int repeats, const Samples& forward,
-                               const Samples& backward, const Samples& forward_backward, const Samples& copy) {
+                               const Samples& backward, const Samples& forward_backward, const Samples& memcpy_copy,
+                               const Samples& stream_copy) {
   const int64_t rows = B * T;
   const int64_t cols = C;
   LayerNormBenchResult result;
@@ -99,8 +122,17 @@ LayerNormBenchResult summarize(int64_t B, int64_t T, int64_t C, int repeats, con
   result.forward_gbps = result.forward_bytes / (result.forward_ms * 1e-3) / 1e9;
   result.forward_backward_gbps =
       (result.forward_bytes + result.backward_bytes) / (result.forward_backward_ms * 1e-3) / 1e9;
-  result.copy_ms = median(copy.wall_ms);
-  result.copy_gbps = f * 2.0 * elements / (result.copy_ms * 1e-3) / 1e9;
+  const double copy_bytes = f * 2.0 * elements;
+  result.memcpy_ms = median(memcpy_copy.wall_ms);
+  result.memcpy_gbps = copy_bytes / (result.memcpy_ms * 1e-3) / 1e9;
+  result.stream_copy_ms = median(stream_copy.wall_ms);
+  result.stream_copy_gbps = copy_bytes / (result.stream_copy_ms * 1e-3) / 1e9;
+  result.memcpy_cpu_ms = median(memcpy_copy.cpu_ms);
+  result.stream_copy_cpu_ms = median(stream_copy.cpu_ms);
+  const bool stream_faster = result.stream_copy_ms < result.memcpy_ms;
+  result.copy_ms = stream_faster ? result.stream_copy_ms : result.memcpy_ms;
+  result.copy_cpu_ms = stream_faster ? result.stream_copy_cpu_ms : result.memcpy_cpu_ms;
+  result.copy_gbps = copy_bytes / (result.copy_ms * 1e-3) / 1e9;
   return result;
 }
 
@@ -131,17 +163,26 @@ LayerNormBenchResult bench_layernorm(int64_t B, int64_t T, int64_t C, int repeat
     forward();
     backward();
   };
-  auto copy = [&] { copy_rows(b.y.data(), b.x.data(), rows, cols); };
+  auto memcpy_copy = [&] { copy_rows(b.y.data(), b.x.data(), rows, cols, memcpy_floats); };
+  auto stream_copy = [&] { copy_rows(b.y.data(), b.x.data(), rows, cols, stream_copy_floats); };
 
   const int warmup = std::max(2, repeats / 10);
   for (int i = 0; i < warmup; i++) forward_backward();
-  Samples forward_samples, backward_samples, forward_backward_samples, copy_samples;
+  Samples forward_samples, backward_samples, forward_backward_samples, memcpy_samples, stream_copy_samples;
   for (int i = 0; i < repeats; i++) time_call(forward, forward_samples);
   for (int i = 0; i < repeats; i++) time_call(backward, backward_samples);
   for (int i = 0; i < repeats; i++) time_call(forward_backward, forward_backward_samples);
-  for (int i = 0; i < warmup; i++) copy();
-  for (int i = 0; i < repeats; i++) time_call(copy, copy_samples);
-  return summarize(B, T, C, repeats, forward_samples, backward_samples, forward_backward_samples, copy_samples);
+  for (int i = 0; i < warmup; i++) {
+    memcpy_copy();
+    stream_copy();
+  }
+  // Alternated, so a slow phase of a shared machine falls on both copies alike.
+  for (int i = 0; i < repeats; i++) {
+    time_call(memcpy_copy, memcpy_samples);
+    time_call(stream_copy, stream_copy_samples);
+  }
+  return summarize(B, T, C, repeats, forward_samples, backward_samples, forward_backward_samples, memcpy_samples,
+                   stream_copy_samples);
 }
 
 }  // namespace normlab::bench

@@ -14,7 +14,8 @@
 //     forward_rows<R>, backward_rows<R>   the same steps for R rows side by side
 //     PrefetchNext                        ask for the next rows while this one is summed
 //     thread_rows                         each thread's contiguous block of rows
-//     for_row_groups                      groups of R while they fit in L1, then single rows
+//     for_row_groups                      groups of R while they fit in L1 (the backward's on
+//                                         AVX-512: in L2), then single rows
 //   Part 3, the public kernels:
 //     layer_norm_forward, layer_norm_backward   split the rows over threads, then for_row_groups
 //
@@ -282,10 +283,20 @@ void backward_row(float* dx, double* dgamma_partial, double* dbeta_partial,  // 
 // in play (dout, x, g, dx) where the forward's has two.
 constexpr int kForwardGroup = 8;
 constexpr int kBackwardGroup = 4;
-// Groups are used while a group spans at most this many floats per array (8 KB): beyond, a row's
-// own chain is long enough to keep the core busy, and a group's rows (with the next group's,
+// The forward uses groups while a group spans at most this many floats per array (8 KB): beyond, a
+// row's own chain is long enough to keep the core busy, and a group's rows (with the next group's,
 // prefetched) would crowd L1, where one row at a time stays in it between its passes.
 constexpr int64_t kMaxGroupFloats = 2048;
+// On AVX-512 the backward's limit is larger (64 KB, cols <= 4096): its group also keeps a column's
+// dgamma and dbeta partials in registers across the group's rows (backward_rows_update), where one
+// row at a time loads and stores both (cols) double arrays for every row, and that saves more than
+// the crowding of L1 costs. With AVX2's 16 vector registers it does not (docs/PERFORMANCE.md,
+// issue 26), so the other paths keep the forward's limit. Either way the bits are the same.
+#if defined(__AVX512F__)
+constexpr int64_t kMaxBackwardGroupFloats = 16384;
+#else
+constexpr int64_t kMaxBackwardGroupFloats = kMaxGroupFloats;
+#endif
 
 // Prefetch of the 64-byte lines at offset i of the next row of each of kReads inputs and of this
 // row's output. The first line of each is asked for after the row (prefetch(0)).
@@ -393,12 +404,13 @@ RowRange thread_rows(int64_t rows, int thread, int threads) {
   return {begin, begin + per_thread + (t < extra ? 1 : 0)};
 }
 
-// A thread's rows: group(r) for each whole group of G rows from row r while a group fits
-// kMaxGroupFloats, then row(r) for each row left.
+// A thread's rows: group(r) for each whole group of G rows from row r while a group spans at most
+// max_group_floats per array (kMaxGroupFloats or kMaxBackwardGroupFloats), then row(r) for each
+// row left.
 template <int G, class Group, class Row>
-void for_row_groups(RowRange range, int64_t cols, Group group, Row row) {
+void for_row_groups(RowRange range, int64_t cols, int64_t max_group_floats, Group group, Row row) {
   int64_t r = range.begin;
-  if (G * cols <= kMaxGroupFloats) {
+  if (G * cols <= max_group_floats) {
     for (; r + G <= range.end; r += G) group(r);
   }
   for (; r < range.end; r++) row(r);
@@ -419,7 +431,7 @@ void layer_norm_forward(float* out, float* mean, float* rstd,                 //
     const RowRange range = thread_rows(rows, omp_get_thread_num(), omp_get_num_threads());
     auto at = [](float* p, int64_t r) { return p != nullptr ? p + r : nullptr; };
     for_row_groups<kForwardGroup>(
-        range, cols,
+        range, cols, kMaxGroupFloats,
         [&](int64_t r) {
           forward_rows<kForwardGroup>(out + r * cols, at(mean, r), at(rstd, r), inp + r * cols,
                                       rows - (r + kForwardGroup), gamma, beta, cols, eps);
@@ -458,7 +470,7 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
     std::vector<float> g_rows(kBackwardGroup * width);  // g of a group, from pass 1 to pass 2
     auto dx_at = [&](int64_t r) { return dinp != nullptr ? dinp + r * cols : nullptr; };
     for_row_groups<kBackwardGroup>(
-        thread_rows(rows, thread, omp_get_num_threads()), cols,
+        thread_rows(rows, thread, omp_get_num_threads()), cols, kMaxBackwardGroupFloats,
         [&](int64_t r) {
           backward_rows<kBackwardGroup>(dx_at(r), dgamma_thread, dbeta_thread, g_rows.data(), dout + r * cols,
                                         inp + r * cols, gamma, mean + r, rstd + r, rows - (r + kBackwardGroup), cols);

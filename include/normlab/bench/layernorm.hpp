@@ -32,9 +32,22 @@ struct LayerNormBenchResult {
   double forward_backward_gbps = 0;  // (forward_bytes + backward_bytes) / forward_backward_ms
   // The streaming reference on the same machine, threads and sizes: a copy of x into y (the
   // forward's two big arrays), split over the threads like the kernels' rows; bytes = read x +
-  // write y. The kernels' GB/s divided by this is how close they come to moving memory only.
+  // write y. Timed two ways, alternating: glibc's memcpy, and a copy with non-temporal stores
+  // (two streams: read x, write y, where ordinary stores also read each line of y first; glibc's
+  // memcpy uses them only above a threshold derived from the L3 size the CPU reports). copy_* is
+  // the faster of the two, the least time these bytes take on this machine. The kernels' GB/s
+  // divided by copy_gbps is how close they come to moving memory only.
   double copy_ms = 0;
   double copy_gbps = 0;
+  double memcpy_ms = 0;
+  double memcpy_gbps = 0;
+  double stream_copy_ms = 0;
+  double stream_copy_gbps = 0;
+  // Their CPU times as above (the calling thread's): at one thread, a busy machine's slices to
+  // other processes left out of both the kernels' and the copy's times.
+  double copy_cpu_ms = 0;
+  double memcpy_cpu_ms = 0;
+  double stream_copy_cpu_ms = 0;
 };
 
 // Inputs are seeded normals (x, dout) and gamma ~ 1 + 0.1 N(0,1), beta ~ 0.1 N(0,1); eps = 1e-12.
