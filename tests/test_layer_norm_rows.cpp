@@ -54,12 +54,15 @@ TEST_CASE("layernorm rows in groups and left over give the bits of each row alon
     test::ScopedIsa scoped(isa);
     // Row counts around the group sizes, on one thread (these calls are below the kernels'
     // parallel threshold). 131 rows of 256 are above it, so the threads' row blocks (66 + 65,
-    // 44 + 44 + 43) end in partial groups too; rows of 1024 floats are too long to be grouped.
+    // 44 + 44 + 43) end in partial groups too. Rows of 1024 floats are too long for the forward's
+    // groups (2048 floats) and for the backward's on avx2 and generic, not for avx512's backward
+    // (groups up to 16384 floats, kMaxBackwardGroupFloats): 4096 columns is its last grouped width
+    // and 4100 the first one taken a row at a time.
     struct Shape {
       int64_t rows, cols;
       bool threaded;
     };
-    std::vector<Shape> shapes = {{131, 256, true}, {37, 1024, true}};
+    std::vector<Shape> shapes = {{131, 256, true}, {37, 1024, true}, {9, 4096, true}, {9, 4100, true}};
     for (int64_t cols : {1, 16, 19, 64})
       for (int64_t rows : {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 17, 37}) shapes.push_back({rows, cols, false});
     for (const Shape& shape : shapes) {

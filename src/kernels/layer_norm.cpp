@@ -416,9 +416,6 @@ void for_row_groups(RowRange range, int64_t cols, int64_t max_group_floats, Grou
   for (; r < range.end; r++) row(r);
 }
 
-// Below this many elements a call runs on one thread: starting a team costs more than it saves.
-constexpr int64_t kMinParallelElements = int64_t{1} << 15;
-
 }  // namespace
 
 // ======================================================================== Part 3: the kernels
