@@ -437,9 +437,13 @@ void softmax_row(float* s, int64_t L, int64_t Lp, float scale, float* stats) {
     _mm512_storeu_ps(s + j, e);
     sum = _mm512_add_ps(sum, e);
   }
-  float lanes[kLanes];
-  _mm512_storeu_ps(lanes, sum);
-  stats[1] = 1.0f / sum_lanes(lanes);
+  // sum_lanes' additions on registers: lanes l + l+8, then sum_halves (the same order, the same
+  // bits). Not through a stack array: GCC 12's AddressSanitizer with detect_stack_use_after_return
+  // gives this frame a bad fake-stack address and the store faults (scripts/test-sanitize.sh).
+  // (maskz extracts: GCC 12 warns about the undefined passthrough of the plain ones and of the cast)
+  const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(sum), 0));
+  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(sum), 1));
+  stats[1] = 1.0f / sum_halves(_mm256_add_ps(lo, hi));
 #elif defined(__AVX2__)
   const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(scale);
   __m256 lo = _mm256_setzero_ps(), hi = lo;
