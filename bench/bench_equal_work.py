@@ -19,6 +19,9 @@ throughout; the default is 1 thread (issue 12's table); the machine should be id
 --isa sets NORMLAB_ISA for the normlab runs only. PyTorch always runs at its best: the script
 re-executes itself without OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (a machine that sets them, say
 to Haswell, would hold OpenBLAS to AVX2 and a smaller L2 blocking), and prints that it did.
+--torch-isa avx2 holds PyTorch to AVX2 instead (OpenBLAS's Haswell kernels, oneDNN and ATen at AVX2):
+with --isa avx2 that is the comparison a CPU without AVX-512 would see. It is not PyTorch's best on
+an AVX-512 machine, and the script says which it ran.
 --baseline BIN times a second normlab binary in the same run (its step beside ours for every L),
 so a before/after table comes from one run. --rounds R repeats every L R times, the order of the
 sides rotating each round, and reports each time's median over the rounds and each speed-up as the
@@ -26,7 +29,7 @@ median over the rounds of that round's torch step / normlab step (on a shared ma
 sides of one round see the same neighbours).
 
 Usage: /usr/bin/python3 bench/bench_equal_work.py [build/normlab] [--lengths 64 128 256 512 1024]
-                 [--threads 1] [--steps 10] [--isa avx2|avx512] [--baseline BIN] [--rounds 1] [--json OUT]
+                 [--threads 1] [--steps 10] [--isa avx2|avx512] [--torch-isa native|avx2] [--baseline BIN] [--rounds 1] [--json OUT]
 """
 import argparse
 import json
@@ -38,9 +41,30 @@ import subprocess
 import sys
 import time
 
-# OpenBLAS reads these when torch loads it, so they are dropped by re-executing before the import.
+# OpenBLAS, oneDNN and ATen read these when torch loads, so they are set or dropped by
+# re-executing before the import.
 OPENBLAS_LIMITS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-if any(name in os.environ for name in OPENBLAS_LIMITS):
+
+
+def torch_isa_from_argv(argv):
+    """--torch-isa's value, read before argparse runs (it decides the environment torch loads in)."""
+    for i, arg in enumerate(argv):
+        if arg == "--torch-isa" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--torch-isa="):
+            return arg.split("=", 1)[1]
+    return "native"
+
+
+# --torch-isa avx2: PyTorch held to AVX2 everywhere, as on a CPU without AVX-512: OpenBLAS's
+# Haswell kernels, oneDNN's and ATen's AVX2 code.
+TORCH_AVX2 = {"OPENBLAS_CORETYPE": "Haswell", "DNNL_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+if torch_isa_from_argv(sys.argv[1:]) == "avx2":
+    if any(os.environ.get(name) != value for name, value in TORCH_AVX2.items()) or "OPENBLAS_L2_SIZE" in os.environ:
+        os.environ.pop("OPENBLAS_L2_SIZE", None)
+        os.environ.update(TORCH_AVX2)
+        os.execv(sys.executable, [sys.executable] + sys.argv)
+elif any(name in os.environ for name in OPENBLAS_LIMITS):
     dropped = ",".join("{}={}".format(name, os.environ.pop(name))
                        for name in OPENBLAS_LIMITS if name in os.environ)
     os.environ["BENCH_EQUAL_WORK_DROPPED"] = dropped
@@ -157,6 +181,9 @@ def main():
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per side and length")
     parser.add_argument("--isa", choices=["generic", "avx2", "avx512"], help="NORMLAB_ISA for the normlab runs")
+    parser.add_argument("--torch-isa", choices=["native", "avx2"], default="native",
+                        help="native (default): PyTorch at its best on this CPU; avx2: PyTorch held to AVX2, "
+                             "the like-for-like partner of --isa avx2 on an AVX-512 machine")
     parser.add_argument("--baseline", help="a second normlab binary, timed in the same run")
     parser.add_argument("--rounds", type=int, default=1, help="measurements of every length (medians)")
     parser.add_argument("--json", help="also write all figures to this file")
@@ -174,9 +201,14 @@ def main():
           "4 layers; median ms over {} round(s)".format(cpu_model(), kernels, torch.__version__, args.threads,
                                                          args.rounds))
     dropped = os.environ.get("BENCH_EQUAL_WORK_DROPPED")
-    print("torch side: OpenBLAS at its defaults{}; GLIBC_TUNABLES={}".format(
-        " (unset for this run: {})".format(dropped) if dropped else "",
-        os.environ.get("GLIBC_TUNABLES", "(glibc defaults)")))
+    if args.torch_isa == "avx2":
+        print("torch side: held to AVX2 ({}); GLIBC_TUNABLES={}".format(
+            " ".join("{}={}".format(name, value) for name, value in TORCH_AVX2.items()),
+            os.environ.get("GLIBC_TUNABLES", "(glibc defaults)")))
+    else:
+        print("torch side: OpenBLAS at its defaults{}; GLIBC_TUNABLES={}".format(
+            " (unset for this run: {})".format(dropped) if dropped else "",
+            os.environ.get("GLIBC_TUNABLES", "(glibc defaults)")))
     header = "{:>6} | {:>10} {:>10} {:>8} | {:>10} {:>10} {:>9} {:>9}".format(
         "L", "normlab", "torch", "speed-up", "attn ours", "attn torch", "share us", "share pt")
     if args.baseline:
@@ -210,7 +242,7 @@ def main():
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"cpu": cpu_model(), "threads": args.threads, "torch": torch.__version__, "isa": kernels,
-                       "rounds": args.rounds, "openblas_unset": dropped, "rows": rows}, out, indent=1)
+                       "rounds": args.rounds, "openblas_unset": dropped, "torch_isa": args.torch_isa, "rows": rows}, out, indent=1)
 
 
 if __name__ == "__main__":
