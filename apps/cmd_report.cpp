@@ -1,7 +1,7 @@
 // normlab report RUN_DIR... --out DIR [--label NAME=RUN_DIR]...
 //
 // The compare report (report.html, report.md, runs.csv, summary.json) for any run directories:
-// runs trained by hand, a compare output directory (its runs/), or one run alone.
+// runs trained by hand, a folder of them, a compare output directory (its runs/), or one run alone.
 #include <fmt/core.h>
 
 #include <csignal>
@@ -63,7 +63,7 @@ void run(const ReportOptions& options) {
 void add_report(CLI::App& app) {
   auto options = std::make_shared<ReportOptions>();
   CLI::App* cmd = app.add_subcommand("report", "Write the comparison report for any run directories");
-  cmd->add_option("run_dirs", options->run_dirs, "Run directories, or compare output directories (their runs/)")
+  cmd->add_option("run_dirs", options->run_dirs, "Run directories, folders of run directories, or compare output directories (their runs/)")
       ->required();
   cmd->add_option("--out", options->out, "Output directory: report.html, report.md, runs.csv, summary.json")
       ->required();

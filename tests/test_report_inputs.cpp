@@ -80,3 +80,32 @@ TEST_CASE("report inputs: a label on a compare directory labels its runs - empty
                        (tmp.sub("empty") + ": a compare output directory with no runs in runs/").c_str(), InputError);
   CHECK_THROWS_WITH_AS(study::plan_from_run_dirs({}, {}), "report: give at least one run directory", InputError);
 }
+
+TEST_CASE("report inputs: a folder of run directories stands for the runs in it - hidden and non-run folders skipped") {
+  TempDir tmp("normlab_report_folder");
+  // What `normlab train --out runs/NAME` leaves: runs side by side, no config.json in runs/ itself.
+  config_only_run(tmp, "runs/b", {{"train", {{"seed", 2}}}});
+  config_only_run(tmp, "runs/a", {{"train", {{"seed", 1}}}});
+  config_only_run(tmp, "runs/.partial", {{"train", {{"seed", 3}}}});  // hidden: skipped
+  fs::create_directories(tmp.path / "runs" / "notes");                // no config.json: skipped
+  const std::string folder = tmp.sub("runs");
+  const study::ComparePlan plan = study::plan_from_run_dirs({folder}, {});
+  REQUIRE(plan.runs.size() == 2);
+  CHECK(plan.runs[0].name == "a");  // in name order
+  CHECK(plan.runs[1].name == "b");
+  CHECK(plan.seeds == std::vector<uint64_t>{1, 2});
+
+  // A label on the folder labels every run in it.
+  const study::ComparePlan labelled = study::plan_from_run_dirs({folder}, {{"mine", folder}});
+  REQUIRE(labelled.runs.size() == 2);
+  CHECK(labelled.runs[0].variant == "mine");
+  CHECK(labelled.runs[1].variant == "mine");
+
+  // A folder with no run in it is refused, in one line naming it.
+  fs::create_directories(tmp.path / "nothing" / "here");
+  CHECK_THROWS_WITH_AS(study::plan_from_run_dirs({tmp.sub("nothing")}, {}),
+                       (tmp.sub("nothing") + ": no config.json: not a run directory (nor a folder of run directories, "
+                                             "nor a compare output directory with runs/)")
+                           .c_str(),
+                       InputError);
+}

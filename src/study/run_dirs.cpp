@@ -34,12 +34,38 @@ std::vector<std::string> compare_dir_runs(const std::string& dir) {
 
 namespace {
 
+// A folder of runs, as `normlab train --out runs/NAME` leaves them: a directory without a
+// config.json of its own whose subdirectories (not hidden) have one. Empty when DIR is not that.
+std::vector<std::string> folder_runs(const std::string& dir) {
+  std::vector<std::string> out;
+  if (!fs::is_directory(dir) || fs::exists(fs::path(dir) / "config.json")) return out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_directory() && entry.path().filename().string()[0] != '.' &&
+        fs::exists(entry.path() / "config.json"))
+      out.push_back(entry.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The run directories DIR stands for: a compare output directory's runs/, a folder's runs, or DIR.
+std::vector<std::string> runs_of(const std::string& dir) {
+  if (is_compare_dir(dir)) {
+    std::vector<std::string> runs = compare_dir_runs(dir);
+    if (runs.empty()) throw InputError(fmt::format("{}: a compare output directory with no runs in runs/", dir));
+    return runs;
+  }
+  if (std::vector<std::string> runs = folder_runs(dir); !runs.empty()) return runs;
+  return {dir};
+}
+
 // The run's resolved config, as the trainer wrote it.
 json read_run_config(const std::string& dir) {
   const fs::path path = fs::path(dir) / "config.json";
   if (!fs::is_directory(dir)) throw InputError(fmt::format("{}: not a directory", dir));
   if (!fs::exists(path))
-    throw InputError(fmt::format("{}: no config.json: not a run directory (nor a compare output directory with runs/)", dir));
+    throw InputError(fmt::format("{}: no config.json: not a run directory (nor a folder of run directories, nor a "
+                                 "compare output directory with runs/)", dir));
   const std::string text = io::read_file(path.string(), 1 << 20);
   io::require_json_depth(text, path.string());
   const json parsed = json::parse(text, nullptr, false);
@@ -54,9 +80,10 @@ const json& at_key(const json& config, const std::string& key) {
 
 std::string canonical(const std::string& dir) { return fs::weakly_canonical(fs::absolute(dir)).string(); }
 
-// The run directories the arguments name (a compare output directory stands for its runs/, in
-// name order), and each labelled run's label by its canonical path. InputError for an empty
-// compare directory, an empty label, or a label naming a directory that is not an argument.
+// The run directories the arguments name (a compare output directory stands for its runs/, a
+// folder of runs for the runs in it, in name order), and each labelled run's label by its
+// canonical path. InputError for an empty compare directory, an empty label, or a label naming a
+// directory that is not an argument.
 struct LabelledRuns {
   std::vector<std::string> dirs;
   std::map<std::string, std::string> label_of;  // canonical run dir -> label
@@ -68,23 +95,14 @@ LabelledRuns expand_run_dirs(const std::vector<std::string>& dirs,
   std::set<std::string> inputs;
   for (const std::string& dir : dirs) {
     inputs.insert(canonical(dir));
-    if (is_compare_dir(dir)) {
-      const std::vector<std::string> compare_runs = compare_dir_runs(dir);
-      if (compare_runs.empty()) throw InputError(fmt::format("{}: a compare output directory with no runs in runs/", dir));
-      runs.dirs.insert(runs.dirs.end(), compare_runs.begin(), compare_runs.end());
-    } else {
-      runs.dirs.push_back(dir);
-    }
+    const std::vector<std::string> dir_runs = runs_of(dir);
+    runs.dirs.insert(runs.dirs.end(), dir_runs.begin(), dir_runs.end());
   }
   for (const auto& [label, dir] : labels) {
     if (label.empty()) throw InputError(fmt::format("--label ={}: the label is empty", dir));
     if (!inputs.count(canonical(dir)))
       throw InputError(fmt::format("--label {}={}: {} is not one of the run directories given", label, dir, dir));
-    if (is_compare_dir(dir)) {
-      for (const std::string& run : compare_dir_runs(dir)) runs.label_of[canonical(run)] = label;
-    } else {
-      runs.label_of[canonical(dir)] = label;
-    }
+    for (const std::string& run : runs_of(dir)) runs.label_of[canonical(run)] = label;
   }
   return runs;
 }
