@@ -53,6 +53,9 @@ TEST_CASE("report inputs: names made unique, series from the keys that differ, l
   CHECK(plan.layers == std::vector<int64_t>{2, 3});
   CHECK(plan.source == "3 run directories");
   CHECK(plan.runs[2].dir == dirs[2]);
+  // A trailing slash on a name that is taken: "run-2", not "-2".
+  const study::ComparePlan slashed = study::plan_from_run_dirs({dirs[0], dirs[1] + "/"}, {});
+  CHECK(slashed.runs[1].name == "run-2");
 
   // Runs that differ in nothing but seed and lr: one series, named by its variant.
   const std::string seeded = config_only_run(tmp, "d", {{"train", {{"seed", 9}}}});

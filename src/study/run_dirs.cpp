@@ -151,9 +151,10 @@ std::string series_of(const std::string& run_dir, const json& config, const Labe
 
 // The run's directory name, made unique among `names` (taken) with "-2", "-3", ...
 std::string unique_name(const std::string& run_dir, std::set<std::string>& names) {
-  std::string name = fs::path(run_dir).lexically_normal().filename().string();
-  if (name.empty()) name = fs::path(run_dir).lexically_normal().parent_path().filename().string();
-  for (int k = 2; names.count(name); ++k) name = fmt::format("{}-{}", fs::path(run_dir).filename().string(), k);
+  std::string base = fs::path(run_dir).lexically_normal().filename().string();
+  if (base.empty()) base = fs::path(run_dir).lexically_normal().parent_path().filename().string();  // "dir/"
+  std::string name = base;
+  for (int k = 2; names.count(name); ++k) name = fmt::format("{}-{}", base, k);
   names.insert(name);
   return name;
 }
