@@ -115,29 +115,27 @@ void Optimizer::step(float lr) {
       if (params_[i].second.has_grad()) step_adam_reference(i, lr);
     return;
   }
-  // Each tensor's elements cut into one contiguous share per thread, at whole cache lines (16
-  // floats), in one thread team for the whole update. Each element's update is independent, so
-  // the split changes no bit. Thread t takes the same part of every tensor that the backward's
-  // thread t wrote: a weight gradient's rows are added up over the threads in halves (matmul.cpp,
-  // gemm_split_k), so its first half is in thread 0's cache, its second in thread 1's. (Cut as one
-  // range over all the parameters instead, a thread read half of each tensor's gradient from the
-  // other core.) The same elements every step, too, so the optimizer state stays in one core's cache.
+  // All the parameters' elements as one index range, cut into one contiguous share per thread.
+  // Each element's update is independent, so the split changes no bit; and a thread updates the
+  // same elements every step, so their optimizer state stays in its own core's cache. One thread
+  // team for the whole update, not one per tensor.
   std::vector<size_t> with_grad;
+  std::vector<int64_t> first;  // first[k]: index of with_grad[k]'s element 0 in the whole range
   int64_t total = 0;
   for (size_t i = 0; i < params_.size(); i++) {
     if (!params_[i].second.has_grad()) continue;
     with_grad.push_back(i);
+    first.push_back(total);
     total += params_[i].second.numel();
   }
   const bool sgd = options_.name == "sgd";
 #pragma omp parallel if (total >= kParallelMinElements)
   {
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-    constexpr int64_t kLine = 16;  // floats per cache line
-    auto cut = [&](int64_t n, int64_t u) { return u >= threads ? n : n * u / threads / kLine * kLine; };
+    const int64_t lo = total * t / threads, hi = total * (t + 1) / threads;
     for (size_t k = 0; k < with_grad.size(); k++) {
-      const int64_t n = params_[with_grad[k]].second.numel();
-      const int64_t begin = cut(n, t), end = cut(n, t + 1);
+      const int64_t begin = std::max(lo, first[k]) - first[k];
+      const int64_t end = std::min(hi, first[k] + params_[with_grad[k]].second.numel()) - first[k];
       if (begin >= end) continue;
       if (sgd)
         step_sgd(with_grad[k], lr, begin, end);
