@@ -5,66 +5,12 @@
 
 #include <algorithm>
 #include <limits>
-#include <mutex>
-#include <unordered_map>
 
 #include "normlab/autograd.hpp"
 #include "normlab/error.hpp"
 #include "normlab/rng.hpp"
 
 namespace normlab {
-
-namespace detail {
-namespace {
-// The freed large blocks of tensor storage (DefaultInitAllocator), by exact size, the most
-// recently freed last: the next request of that size gets it back (why: default_init_allocator.hpp).
-// Bounded in total; a block freed beyond the bound goes back to the heap. Never destroyed (a
-// tensor in a static may be freed after any static cache would have been), and reachable, so
-// leak checkers do not report the blocks it holds.
-struct BlockCache {
-  static constexpr std::size_t kMaxBytes = std::size_t{256} << 20;
-  std::mutex mutex;
-  std::unordered_map<std::size_t, std::vector<void*>> free_blocks;  // bytes -> blocks
-  std::size_t cached_bytes = 0;
-};
-BlockCache& block_cache() {
-  static BlockCache* cache = new BlockCache;
-  return *cache;
-}
-constexpr std::align_val_t kBlockAlignment{64};
-}  // namespace
-
-void* allocate_cached_block(std::size_t bytes) {
-  BlockCache& cache = block_cache();
-  {
-    std::lock_guard<std::mutex> lock(cache.mutex);
-    auto it = cache.free_blocks.find(bytes);
-    if (it != cache.free_blocks.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
-      cache.cached_bytes -= bytes;
-      return p;
-    }
-  }
-  return ::operator new(bytes, kBlockAlignment);
-}
-
-void release_cached_block(void* p, std::size_t bytes) noexcept {
-  BlockCache& cache = block_cache();
-  {
-    std::lock_guard<std::mutex> lock(cache.mutex);
-    if (cache.cached_bytes + bytes <= BlockCache::kMaxBytes) {
-      try {
-        cache.free_blocks[bytes].push_back(p);
-        cache.cached_bytes += bytes;
-        return;
-      } catch (...) {  // no memory for the list's entry: free the block instead
-      }
-    }
-  }
-  ::operator delete(p, bytes, kBlockAlignment);
-}
-}  // namespace detail
 
 namespace {
 // 2^34 floats = 64 GiB: far beyond this project's models; refusing it turns a typo into an error
