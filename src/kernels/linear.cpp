@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <thread>
 #include <vector>
 
 #include "matmul_bias.hpp"
@@ -92,9 +93,10 @@ void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,     // (N, C)
       const int64_t width = std::min(kBiasBlock, OC - o_begin);
       float sum[kBiasBlock] = {};
       if (t > 0) {
-        while (ready[size_t(b)].load(std::memory_order_acquire) < t) {
-          // spin: the previous thread is one block of its rows away
-        }
+        // Spin: the previous thread is one block of its rows away. If it is not running (more
+        // threads than free cores), give the core up now and then instead of spinning it away.
+        for (int spins = 1; ready[size_t(b)].load(std::memory_order_acquire) < t; spins++)
+          if (spins % 4096 == 0) std::this_thread::yield();
         for (int64_t o = 0; o < width; o++) sum[o] = partial[o_begin + o];
       }
       if (width == kBiasBlock) {
