@@ -85,6 +85,15 @@ void store_each(const kernels::GradOut& d, int64_t n, F value) {
 void require(bool ok, const std::string& message) {
   if (!ok) throw UsageError(message);
 }
+// The same with a message built only when the check fails: `require(ok, [&] { return
+// fmt::format(...); })`. The ops run hundreds of times a step, and formatting every message (shape
+// strings and all) whether or not it is needed took about 0.1 ms of each bench-step step, on the
+// main thread while the other threads waited.
+template <class Message>
+  requires std::is_invocable_r_v<std::string, Message&>
+void require(bool ok, Message&& message) {
+  if (!ok) throw UsageError(message());
+}
 
 // For each element of `out_shape` (row-major), the index of the element of `in_shape` that
 // broadcasting maps to it.
@@ -230,22 +239,27 @@ int64_t trailing_cols(const Tensor& x, const Shape& normalized_shape, const char
   const Shape& s = x.shape();
   bool ok = !normalized_shape.empty() && normalized_shape.size() <= s.size() &&
             std::equal(normalized_shape.begin(), normalized_shape.end(), s.end() - normalized_shape.size());
-  require(ok, fmt::format("{}: normalized_shape {} must match the trailing dims of the input {}", op,
-                          shape_str(normalized_shape), shape_str(s)));
+  require(ok, [&] {
+    return fmt::format("{}: normalized_shape {} must match the trailing dims of the input {}", op,
+                       shape_str(normalized_shape), shape_str(s));
+  });
   return shape_numel(normalized_shape);
 }
 
 void check_param(const Tensor& p, const Shape& shape, const char* op, const char* what) {
   if (!p.defined()) return;
-  require(p.shape() == shape, fmt::format("{}: {} has shape {}, expected {}", op, what, shape_str(p.shape()),
-                                          shape_str(shape)));
+  require(p.shape() == shape, [&] {
+    return fmt::format("{}: {} has shape {}, expected {}", op, what, shape_str(p.shape()), shape_str(shape));
+  });
 }
 
 void check_offsets(const std::vector<int64_t>& offsets, int64_t num_tokens, const char* op) {
   require(offsets.size() >= 2 && offsets.front() == 0 && offsets.back() == num_tokens,
-          fmt::format("{}: offsets must start at 0 and end at the number of tokens ({})", op, num_tokens));
+          [&] {
+            return fmt::format("{}: offsets must start at 0 and end at the number of tokens ({})", op, num_tokens);
+          });
   for (size_t i = 1; i < offsets.size(); ++i)
-    require(offsets[i] >= offsets[i - 1], fmt::format("{}: offsets must be non-decreasing", op));
+    require(offsets[i] >= offsets[i - 1], [&] { return fmt::format("{}: offsets must be non-decreasing", op); });
 }
 
 }  // namespace
@@ -257,7 +271,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
     int64_t da = k < a.size() ? a[a.size() - 1 - k] : 1;
     int64_t db = k < b.size() ? b[b.size() - 1 - k] : 1;
     require(da == db || da == 1 || db == 1,
-            fmt::format("shapes {} and {} cannot be broadcast together", shape_str(a), shape_str(b)));
+            [&] { return fmt::format("shapes {} and {} cannot be broadcast together", shape_str(a), shape_str(b)); });
     out[nd - 1 - k] = std::max(da, db);
   }
   return out;
@@ -333,7 +347,9 @@ Tensor mean(const Tensor& a) {
 
 Tensor sum_trailing(const Tensor& a, int64_t ndims, bool keepdim) {
   require(ndims >= 1 && ndims <= a.dim(),
-          fmt::format("sum_trailing: cannot reduce {} trailing dims of {}", ndims, shape_str(a.shape())));
+          [&] {
+            return fmt::format("sum_trailing: cannot reduce {} trailing dims of {}", ndims, shape_str(a.shape()));
+          });
   Shape out_shape(a.shape().begin(), a.shape().end() - ndims);
   Shape inner_shape(a.shape().end() - ndims, a.shape().end());
   if (keepdim) out_shape.insert(out_shape.end(), static_cast<size_t>(ndims), 1);
@@ -372,17 +388,17 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
       require(infer_at < 0, "reshape: only one dimension can be -1");
       infer_at = static_cast<int64_t>(i);
     } else {
-      require(resolved[i] >= 0, fmt::format("reshape: invalid shape {}", shape_str(shape)));
+      require(resolved[i] >= 0, [&] { return fmt::format("reshape: invalid shape {}", shape_str(shape)); });
       known *= resolved[i];
     }
   }
   if (infer_at >= 0) {
     require(known > 0 && a.numel() % known == 0,
-            fmt::format("reshape: cannot infer -1 in {} for {} elements", shape_str(shape), a.numel()));
+            [&] { return fmt::format("reshape: cannot infer -1 in {} for {} elements", shape_str(shape), a.numel()); });
     resolved[static_cast<size_t>(infer_at)] = a.numel() / known;
   }
   require(shape_numel(resolved) == a.numel(),
-          fmt::format("reshape: {} elements cannot have shape {}", a.numel(), shape_str(shape)));
+          [&] { return fmt::format("reshape: {} elements cannot have shape {}", a.numel(), shape_str(shape)); });
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = resolved;
   impl->storage = a.impl()->storage;
@@ -400,7 +416,7 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   require(a.dim() >= 1 && b.dim() == 2 && a.size(-1) == b.size(0),
-          fmt::format("matmul: cannot multiply {} by {}", shape_str(a.shape()), shape_str(b.shape())));
+          [&] { return fmt::format("matmul: cannot multiply {} by {}", shape_str(a.shape()), shape_str(b.shape())); });
   const int64_t K = b.size(0), N = b.size(1), M = K == 0 ? 0 : a.numel() / K;
   Shape out_shape = a.shape();
   out_shape.back() = N;
@@ -425,8 +441,10 @@ struct LinearSizes {
 };
 LinearSizes linear_sizes(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* op) {
   require(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
-          fmt::format("{}: input {} does not match weight {} (expected [out, {}])", op, shape_str(x.shape()),
-                      shape_str(weight.shape()), x.dim() >= 1 ? x.size(-1) : 0));
+          [&] {
+            return fmt::format("{}: input {} does not match weight {} (expected [out, {}])", op, shape_str(x.shape()),
+                               shape_str(weight.shape()), x.dim() >= 1 ? x.size(-1) : 0);
+          });
   const int64_t C = weight.size(1), OC = weight.size(0), N = C == 0 ? 0 : x.numel() / C;
   check_param(bias, {OC}, op, "bias");
   Shape out_shape = x.shape();
@@ -506,7 +524,8 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& ga
 
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor running_mean,
                   Tensor running_var, bool training, float momentum, float eps) {
-  require(x.dim() == 2, fmt::format("batch_norm: expects (tokens, features), got {}", shape_str(x.shape())));
+  require(x.dim() == 2,
+          [&] { return fmt::format("batch_norm: expects (tokens, features), got {}", shape_str(x.shape())); });
   const int64_t N = x.size(0), C = x.size(1);
   check_param(gamma, {C}, "batch_norm", "weight (gamma)");
   check_param(beta, {C}, "batch_norm", "bias (beta)");
@@ -575,7 +594,9 @@ Tensor dyt(const Tensor& x, const Tensor& alpha, const Tensor& gamma, const Tens
 }
 
 Tensor embedding(const std::vector<int32_t>& ids, const Tensor& weight) {
-  require(weight.dim() == 2, fmt::format("embedding: weight must be (vocab, dim), got {}", shape_str(weight.shape())));
+  require(weight.dim() == 2, [&] {
+    return fmt::format("embedding: weight must be (vocab, dim), got {}", shape_str(weight.shape()));
+  });
   const int64_t N = static_cast<int64_t>(ids.size()), V = weight.size(0), C = weight.size(1);
   Tensor out = Tensor::empty({N, C});
   auto saved_ids = std::make_shared<std::vector<int32_t>>(ids);
@@ -589,10 +610,10 @@ Tensor embedding(const std::vector<int32_t>& ids, const Tensor& weight) {
 
 Tensor attention(const Tensor& qkv, const std::vector<int64_t>& offsets, int64_t num_heads) {
   require(qkv.dim() == 2 && qkv.size(1) % 3 == 0,
-          fmt::format("attention: qkv must be (tokens, 3*d_model), got {}", shape_str(qkv.shape())));
+          [&] { return fmt::format("attention: qkv must be (tokens, 3*d_model), got {}", shape_str(qkv.shape())); });
   const int64_t T = qkv.size(0), C = qkv.size(1) / 3, B = static_cast<int64_t>(offsets.size()) - 1;
   require(num_heads >= 1 && C % num_heads == 0,
-          fmt::format("attention: d_model {} is not divisible by {} heads", C, num_heads));
+          [&] { return fmt::format("attention: d_model {} is not divisible by {} heads", C, num_heads); });
   check_offsets(offsets, T, "attention");
   Tensor out = Tensor::empty({T, C});
   const bool grad = needs_grad({&qkv});
@@ -625,7 +646,8 @@ Tensor softmax(const Tensor& x) {
 }
 
 Tensor mean_pool(const Tensor& x, const std::vector<int64_t>& offsets) {
-  require(x.dim() == 2, fmt::format("mean_pool: expects (tokens, features), got {}", shape_str(x.shape())));
+  require(x.dim() == 2,
+          [&] { return fmt::format("mean_pool: expects (tokens, features), got {}", shape_str(x.shape())); });
   const int64_t T = x.size(0), C = x.size(1), B = static_cast<int64_t>(offsets.size()) - 1;
   check_offsets(offsets, T, "mean_pool");
   Tensor out = Tensor::zeros({B, C});
@@ -658,11 +680,14 @@ Tensor mean_pool(const Tensor& x, const std::vector<int64_t>& offsets) {
 
 Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets) {
   require(logits.dim() == 2 && logits.size(0) == static_cast<int64_t>(targets.size()),
-          fmt::format("cross_entropy: logits {} and {} targets do not match", shape_str(logits.shape()),
-                      targets.size()));
+          [&] {
+            return fmt::format("cross_entropy: logits {} and {} targets do not match", shape_str(logits.shape()),
+                               targets.size());
+          });
   const int64_t N = logits.size(0), V = logits.size(1);
   for (int32_t t : targets)
-    require(t == -1 || (t >= 0 && t < V), fmt::format("cross_entropy: target {} out of range [0, {})", t, V));
+    require(t == -1 || (t >= 0 && t < V),
+            [&] { return fmt::format("cross_entropy: target {} out of range [0, {})", t, V); });
   auto probs = std::make_shared<std::vector<float>>(static_cast<size_t>(N * V));
   std::vector<float> losses(static_cast<size_t>(N));
   auto saved_targets = std::make_shared<std::vector<int32_t>>(targets);
@@ -678,9 +703,9 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets) 
 
 Tensor dropout(const Tensor& x, const std::vector<int64_t>& offsets, float p, uint64_t key, int64_t first_sequence,
                bool training) {
-  require(p >= 0.0f && p < 1.0f, fmt::format("dropout: p must be in [0, 1), got {}", p));
+  require(p >= 0.0f && p < 1.0f, [&] { return fmt::format("dropout: p must be in [0, 1), got {}", p); });
   if (!training || p == 0.0f) return x;
-  require(x.dim() == 2, fmt::format("dropout: x must be (T, C), got {}", shape_str(x.shape())));
+  require(x.dim() == 2, [&] { return fmt::format("dropout: x must be (T, C), got {}", shape_str(x.shape())); });
   check_offsets(offsets, x.size(0), "dropout");
   const int64_t n = x.numel(), B = int64_t(offsets.size()) - 1;
   Tensor out = Tensor::empty(x.shape());

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "normlab/error.hpp"
 #include "normlab/gradcheck.hpp"
 #include "normlab/ops.hpp"
 #include "normlab/rng.hpp"
@@ -140,4 +141,20 @@ TEST_CASE("gradcheck: embedding, attention, softmax, mean_pool, cross_entropy, d
   const std::vector<int64_t> drop_offsets{0, 3, 4};  // lengths 3, 1
   check_grad([drop_offsets](const Inputs& in) { return ops::dropout(in[0], drop_offsets, 0.3f, 77, 5, true); },
              {param({4, 6}, 45)});
+}
+
+// The ops build a failed check's message only when the check fails (src/ops.cpp, require): the
+// message must still be the whole sentence, with the values that failed.
+TEST_CASE("ops: a failed check still names what failed (messages are built only on failure)") {
+  const Tensor logits = Tensor::zeros({2, 3});
+  CHECK_THROWS_WITH_AS(ops::cross_entropy(logits, {0, 3}), "cross_entropy: target 3 out of range [0, 3)", UsageError);
+  CHECK_THROWS_WITH_AS(ops::cross_entropy(logits, {0}), "cross_entropy: logits [2, 3] and 1 targets do not match",
+                       UsageError);
+  CHECK_NOTHROW(ops::cross_entropy(logits, {-1, 2}));  // -1: no target at that row
+  CHECK_THROWS_WITH_AS(ops::matmul(Tensor::zeros({2, 3}), Tensor::zeros({4, 5})),
+                       "matmul: cannot multiply [2, 3] by [4, 5]", UsageError);
+  CHECK_THROWS_WITH_AS(ops::mean_pool(Tensor::zeros({4, 2}), {0, 3, 2, 4}),
+                       "mean_pool: offsets must be non-decreasing", UsageError);
+  CHECK_THROWS_WITH_AS(ops::mean_pool(Tensor::zeros({4, 2}), {0, 3}),
+                       "mean_pool: offsets must start at 0 and end at the number of tokens (4)", UsageError);
 }
