@@ -116,18 +116,21 @@ std::vector<double> to_double(const std::vector<float>& v) { return std::vector<
 
 }  // namespace
 
-TEST_CASE("attention cache: two floats per token and head, and the exponentials of sequences up to 64") {
+TEST_CASE("attention cache: two floats per token and head, and the exponentials of sequences up to 128") {
   // Statistics 2 * T * NH floats, rounded up to 16 when exponentials follow; then per sequence of
-  // at most 64 tokens NH (L, Lp) matrices, Lp = L rounded up to 16. At most 64 floats per token
+  // at most 128 tokens NH (L, Lp) matrices, Lp = L rounded up to 16. At most 128 floats per token
   // and head: linear in the lengths, never the (L, L) matrices of long sequences.
+  REQUIRE(nk::kAttentionKeptExpsMaxLength == 128);
   const std::vector<int64_t> offsets = offsets_of({3, 1, 0, 5});
   CHECK(nk::attention_cache_size(offsets.data(), 4, 2) == 48 + 2 * (3 * 16 + 1 * 16 + 5 * 16));
   CHECK(nk::attention_cache_size(offsets.data(), 0, 2) == 0);
   const std::vector<int64_t> long_one = offsets_of({1024});
   CHECK(nk::attention_cache_size(long_one.data(), 1, 4) == 2 * 4 * 1024);
-  const std::vector<int64_t> at_limit = offsets_of({64}), past_limit = offsets_of({65});
-  CHECK(nk::attention_cache_size(at_limit.data(), 1, 4) == 2 * 4 * 64 + 4 * 64 * 64);
-  CHECK(nk::attention_cache_size(past_limit.data(), 1, 4) == 2 * 4 * 65);
+  const std::vector<int64_t> at_limit = offsets_of({128}), past_limit = offsets_of({129});
+  CHECK(nk::attention_cache_size(at_limit.data(), 1, 4) == 2 * 4 * 128 + 4 * 128 * 128);
+  CHECK(nk::attention_cache_size(past_limit.data(), 1, 4) == 2 * 4 * 129);
+  const std::vector<int64_t> mixed = offsets_of({100, 129});  // one keeps (Lp = 112), one does not
+  CHECK(nk::attention_cache_size(mixed.data(), 2, 2) == 928 + 2 * 100 * 112);  // 2 * 229 * 2 = 916 -> 928
 }
 
 TEST_CASE("attention forward matches a padded, key-masked double reference") {

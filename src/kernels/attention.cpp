@@ -4,7 +4,7 @@
 // per-thread scratch (kQueryBlock, L), and only two numbers per query row are kept for the
 // backward pass: the row's largest raw score and 1 / (sum of its exponentials). The backward pass
 // recomputes the block's exponentials from them, bit for bit the forward's. (Sequences of at most
-// 64 tokens keep their exponentials instead, at most 64 floats per row: see kMaxKeptExpsLength.)
+// 128 tokens keep their exponentials instead, at most 128 floats per row: see keeps_exps.)
 //
 // Why blocks of whole rows and not the online softmax over key tiles of GPU flash attention: a
 // block's row of scores (kQueryBlock x L floats, 192 KB at L = 1024) fits in a CPU core's L2, and
@@ -547,11 +547,15 @@ struct Pair {
 // two heads of one sequence write to different cache lines.
 inline int64_t stats_index(int64_t t, int64_t h, int64_t T) { return (h * T + t) * 2; }
 
-// Sequences up to this long also keep their exponentials e (L, Lp) per head in the cache, after
-// the statistics: at most 64 floats per token and head, and the backward reads them instead of
-// recomputing S = Q K^T and its exps. For such short sequences that recomputation is a fifth of
-// the backward's products and all of its second pass of exps; beyond it, memory stays linear.
-constexpr int64_t kMaxKeptExpsLength = 64;
+// Sequences up to kAttentionKeptExpsMaxLength (128) tokens also keep their exponentials e (L, Lp)
+// per head in the cache, after the statistics: at most 128 floats per token and head, and the
+// backward reads them instead of recomputing S = Q K^T and its exps (a fifth of the backward's
+// products and all of its second pass of exps); beyond it, memory stays linear. Measured
+// (docs/PERFORMANCE.md): a limit of 64 gave the step +4.6% on 1..64 tokens; 128 gives attention
+// on 8 x 128 tokens 1.06 -> 0.87 ms (avx512) and 1.79 -> 1.38 ms (avx2), the step +6.6% on avx2
+// and about nothing on avx512, where the GEMMs lose to the kept matrices' cache footprint what
+// attention gains. 256 gave avx2 +9% at L = 256 for 1 KiB per token and head: not taken.
+constexpr int64_t kMaxKeptExpsLength = kAttentionKeptExpsMaxLength;
 inline bool keeps_exps(int64_t L) { return L > 0 && L <= kMaxKeptExpsLength; }
 
 // Where the kept exponentials start in the cache, per sequence (-1: not kept), and the cache's

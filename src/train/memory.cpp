@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "normlab/data/task.hpp"
+#include "normlab/kernels/attention.hpp"
 
 namespace normlab::train {
 
@@ -147,7 +148,7 @@ MemoryEstimate estimate_memory(const RunConfig& config) {
   const double train_tokens = batch * train_length;
   const double train_rows = per_sequence ? batch : train_tokens;
   // Attention keeps 2 floats per token and head for its backward (it recomputes the probabilities:
-  // kernels/attention.hpp), and for sequences of at most 64 tokens their exponentials, up to the
+  // kernels/attention.hpp), and for sequences of at most 128 tokens their exponentials, up to the
   // length rounded up to 16 floats per token and head; its per-thread scratch holds a block of 48
   // query rows against all the keys, twice, and a few (keys, head size) matrices.
   // (NORMLAB_ISA=reference keeps every (len, len) probability matrix instead; this estimate is
@@ -155,7 +156,9 @@ MemoryEstimate estimate_memory(const RunConfig& config) {
   const double threads = config.train.threads > 0 ? double(config.train.threads)
                                                   : double(std::max(1u, std::thread::hardware_concurrency()));
   const double attention_scratch = threads * (4 * 48 * double(t.max_len) + 5 * double(t.max_len) * d);
-  const double kept_exps = t.min_len <= 64 ? std::ceil(double(std::min<int64_t>(t.max_len, 64)) / 16.0) * 16.0 : 0.0;
+  const int64_t kept_limit = kernels::kAttentionKeptExpsMaxLength;
+  const double kept_exps =
+      t.min_len <= kept_limit ? std::ceil(double(std::min<int64_t>(t.max_len, kept_limit)) / 16.0) * 16.0 : 0.0;
   estimate.training_step =
       kFloat * (layers * train_tokens * (16 * d + 3 * ffn + (2 + kept_exps) * heads) + 4 * train_rows * classes +
                 4 * train_tokens * d + attention_scratch);
