@@ -50,6 +50,7 @@ void run(const BenchStepOptions& options) {
                           {"lengths", {config.task.min_len, config.task.max_len}},
                           {"num_parameters", r.num_parameters},
                           {"threads", r.threads},
+                          {"openmp_wait", r.openmp_wait},
                           {"repeats", r.repeats},
                           {"warmup", r.warmup},
                           {"statistic", "median"},
@@ -72,8 +73,9 @@ void run(const BenchStepOptions& options) {
   fmt::print("training step: {} task, d_model {}, {} heads, {} layers, ffn {}, {} {}, {}; batch {} of lengths {}-{}\n",
              config.task.name, m.d_model, m.heads, m.layers, m.ffn, m.placement, m.norm, config.optim.name,
              r.batch_size, config.task.min_len, config.task.max_len);
-  fmt::print("  {} parameters, {} thread{}, kernels: {}, median of {} steps after {} warmup\n", r.num_parameters,
-             r.threads, r.threads == 1 ? "" : "s", r.kernels, r.repeats, r.warmup);
+  fmt::print("  {} parameters, {} thread{}{}, kernels: {}, median of {} steps after {} warmup\n", r.num_parameters,
+             r.threads, r.threads == 1 ? "" : "s", r.threads == 1 ? "" : " (" + r.openmp_wait + ")", r.kernels,
+             r.repeats, r.warmup);
   fmt::print("  step        {:9.3f} ms  (min {:.3f}, max {:.3f})\n", r.step_ms, r.min_step_ms, r.max_step_ms);
   fmt::print("  throughput  {:9.0f} tokens/s  ({:.0f} real tokens per batch)\n", r.tokens_per_s, r.mean_tokens);
   fmt::print("  compute     {:9.1f} GFLOP/s  ({:.1f} MFLOP per step: matrix and attention products)\n", r.gflops,

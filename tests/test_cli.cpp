@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "normlab/parallel.hpp"
 #include "support.hpp"
 
 using normlab::test::TempDir;
@@ -35,10 +36,12 @@ struct Result {
   }
 };
 
-// Runs `normlab ARGS` (in `cwd` if given) with stdout and stderr captured in files.
-Result run_cli(const TempDir& dir, const std::string& args, const std::string& cwd = "") {
+// Runs `normlab ARGS` (in `cwd` if given, under `env VARS` if given) with stdout and stderr
+// captured in files.
+Result run_cli(const TempDir& dir, const std::string& args, const std::string& cwd = "", const std::string& env = "") {
   const std::string out = dir.sub("stdout.txt"), err = dir.sub("stderr.txt");
-  std::string command = std::string("\"") + NORMLAB_BINARY + "\" " + args + " >\"" + out + "\" 2>\"" + err + "\"";
+  std::string command = (env.empty() ? "" : "env " + env + " ") + std::string("\"") + NORMLAB_BINARY + "\" " + args +
+                        " >\"" + out + "\" 2>\"" + err + "\"";
   if (!cwd.empty()) command = "cd \"" + cwd + "\" && " + command;
   const int status = std::system(command.c_str());
   Result result;
@@ -196,6 +199,23 @@ TEST_CASE("cli: bench step prints step time and throughput") {
   // The peak RSS is this process's own (VmHWM), not the size of whatever started it.
   CHECK(out["peak_rss_mib"].get<double>() > 1.0);
   CHECK(out["peak_rss_mib"].get<double>() < 1024.0);
+}
+
+TEST_CASE("cli: the commands that compute run with normlab's OpenMP spin count unless the user chose one") {
+  TempDir dir;
+  const std::string config = dir.write("tiny.json", kTinyConfig);
+  const std::string bench = "bench step --config " + config + " --threads 2 --repeats 1 --json";
+  auto wait_of = [&](const std::string& env) {
+    Result r = run_cli(dir, bench, "", env);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    return json::parse(r.out)["openmp_wait"].get<std::string>();
+  };
+  // libgomp read its environment before main: the process starts over with the variable set
+  CHECK(wait_of("-u GOMP_SPINCOUNT -u OMP_WAIT_POLICY") == std::string("GOMP_SPINCOUNT=") + normlab::kOpenMPSpinCount +
+                                                              ", normlab's default");
+  CHECK(wait_of("-u OMP_WAIT_POLICY GOMP_SPINCOUNT=1234") == "GOMP_SPINCOUNT=1234");
+  CHECK(wait_of("-u GOMP_SPINCOUNT OMP_WAIT_POLICY=passive") == "OMP_WAIT_POLICY=passive");
 }
 
 TEST_CASE("cli: bench attention times the kernels and keeps a cache linear in the tokens") {

@@ -77,6 +77,7 @@ BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warm
   result.tokens_per_s = total_s > 0 ? total_tokens / total_s : 0.0;
   result.peak_rss_mib = peak_rss_mib();
   result.kernels = kernels::active_isa_name();
+  result.openmp_wait = openmp_wait_setting();
   result.flops_per_step = total_flops / double(repeats);
   result.gflops = result.flops_per_step / (result.step_ms * 1e-3) / 1e9;
   // The 1-thread GEMM rate, after the peak RSS is read (its 3 MiB would count otherwise).

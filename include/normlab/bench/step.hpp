@@ -24,6 +24,7 @@ struct BenchStepResult {
   double tokens_per_s = 0.0;   // all real tokens of the timed steps / their total time
   double peak_rss_mib = 0.0;   // the process's peak resident set size after the steps (VmHWM), MiB
   std::string kernels;         // the kernel path that ran: "generic", "avx2", "avx512" or "reference"
+  std::string openmp_wait;     // what idle OpenMP threads do (openmp_wait_setting)
   // Model FLOPs of the timed steps (step_flops), docs/PERFORMANCE.md "MFU": the matrix products of
   // every Linear, forward and backward, 6 * rows * in * out, and attention's 12 * d_model * L^2
   // per layer and sequence (q k^T and P v forward, four products backward). Elementwise work,
