@@ -197,9 +197,9 @@ def main():
     rows = []
     kernels = run_json([args.binary, "bench", "attention", "--shape", "1,1,4,1", "--repeats", "1", "--json"],
                        args.isa)["kernels"]
-    print("CPU {}; normlab kernels {}; torch {}; {} thread(s); 8 sequences of L tokens, d_model 64, 4 heads, "
-          "4 layers; median ms over {} round(s)".format(cpu_model(), kernels, torch.__version__, args.threads,
-                                                         args.rounds))
+    print("CPU {}; normlab kernels {}; torch {}; {} thread(s) ({} on both sides); 8 sequences of L tokens, "
+          "d_model 64, 4 heads, 4 layers; median ms over {} round(s)".format(
+              cpu_model(), kernels, torch.__version__, args.threads, torch_malloc.openmp_wait(), args.rounds))
     dropped = os.environ.get("BENCH_EQUAL_WORK_DROPPED")
     if args.torch_isa == "avx2":
         print("torch side: held to AVX2 ({}); GLIBC_TUNABLES={}".format(

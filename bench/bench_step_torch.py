@@ -252,7 +252,7 @@ def main():
     if args.json:
         report = {"torch_version": torch.__version__, "config": config, "torch": results,
                   "best_threads": best["threads"], "torch_peak_rss_mib": torch_peak_rss,
-                  "torch_rss_after_import_mib": rss_after_import}
+                  "torch_rss_after_import_mib": rss_after_import, "openmp_wait": torch_malloc.openmp_wait()}
         if args.normlab:
             report["normlab"] = [dict(r, threads=t) for t, r in sorted(ours.items())]
             report["round_ratios"] = ratios
@@ -260,8 +260,9 @@ def main():
         print(json.dumps(report))
         return
 
-    print("torch {}  {}  malloc: {}".format(torch.__version__, " ".join("{}={}".format(k, v) for k, v in config.items()),
-                                            os.environ.get("GLIBC_TUNABLES", "glibc defaults")))
+    print("torch {}  {}  malloc: {}  OpenMP: {}".format(
+        torch.__version__, " ".join("{}={}".format(k, v) for k, v in config.items()),
+        os.environ.get("GLIBC_TUNABLES", "glibc defaults"), torch_malloc.openmp_wait()))
     print("{:>7s} {:>10s} {:>10s} {:>12s} {:>12s}".format("threads", "step_ms", "min_ms", "tokens/s", "real tok/step"))
     for r in results:
         print("{:7d} {:10.2f} {:10.2f} {:12.0f} {:12.1f}".format(

@@ -7,11 +7,17 @@ GLIBC_TUNABLES raising the mmap and trim thresholds, unless --default-malloc is 
 on top: a buffer above glibc's largest mmap threshold (32 MiB), such as the (8, 4, 1024, 1024)
 attention probabilities of bench_equal_work.py at L = 1024, would otherwise still be mapped and
 unmapped on every call (7.7 s instead of 0.78 s per step).
+
+The same restart sets GOMP_SPINCOUNT=30000 when neither it nor OMP_WAIT_POLICY is set: the spin
+normlab's commands use (include/normlab/parallel.hpp), so both sides' OpenMP threads (PyTorch's
+libgomp too) wait the same way; libgomp's default spin stalls 2-thread runs on a shared VM
+(docs/PERFORMANCE.md, "OpenMP's spin"). Like GLIBC_TUNABLES it is read when the process starts.
 """
 import os
 import sys
 
 MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296:glibc.malloc.mmap_max=0"
+OPENMP_SPIN = "30000"  # normlab::kOpenMPSpinCount
 
 
 def add_argument(parser):
@@ -21,7 +27,20 @@ def add_argument(parser):
 
 def reexec_with_tunables(args):
     """Restarts this script with MALLOC_TUNABLES unless it already runs with them or
-    args.default_malloc is set (GLIBC_TUNABLES is read once, when the process starts)."""
+    args.default_malloc is set (GLIBC_TUNABLES is read once, when the process starts), and with
+    GOMP_SPINCOUNT=OPENMP_SPIN unless GOMP_SPINCOUNT or OMP_WAIT_POLICY is set."""
+    restart = False
     if not args.default_malloc and os.environ.get("GLIBC_TUNABLES") != MALLOC_TUNABLES:
         os.environ["GLIBC_TUNABLES"] = MALLOC_TUNABLES
+        restart = True
+    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN
+        restart = True
+    if restart:
         os.execv(sys.executable, [sys.executable] + sys.argv)
+
+
+def openmp_wait():
+    """The OpenMP wait setting both sides run with, for a header line."""
+    return ", ".join("{}={}".format(name, os.environ[name]) for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+                     if name in os.environ) or "libgomp's default spin"
