@@ -70,14 +70,8 @@ bool inside(const fs::path& root, const fs::path& path) {
 
 // The subdirectories of `parent` that are run directories and do not lead outside `root`.
 std::vector<std::string> run_subdirs(const fs::path& root, const fs::path& parent) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(parent, ec))
-    if (entry.is_directory() && entry.path().filename().string()[0] != '.' && inside(root, entry.path()) &&
-        is_run_dir(entry.path()))
-      out.push_back(entry.path().string());
-  std::sort(out.begin(), out.end());
-  return out;
+  return study::run_subdirectories(parent.string(),
+                                   [&](const std::string& sub) { return inside(root, sub) && is_run_dir(sub); });
 }
 
 Layout scan(const std::string& dir) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <set>
 
 #include "common.hpp"
@@ -32,20 +33,24 @@ std::vector<std::string> compare_dir_runs(const std::string& dir) {
   return out;
 }
 
+std::vector<std::string> run_subdirectories(const std::string& dir,
+                                            const std::function<bool(const std::string&)>& keep) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_directory() && entry.path().filename().string()[0] != '.' && keep(entry.path().string()))
+      out.push_back(entry.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 namespace {
 
 // A folder of runs, as `normlab train --out runs/NAME` leaves them: a directory without a
 // config.json of its own whose subdirectories (not hidden) have one. Empty when DIR is not that.
 std::vector<std::string> folder_runs(const std::string& dir) {
-  std::vector<std::string> out;
-  if (!fs::is_directory(dir) || fs::exists(fs::path(dir) / "config.json")) return out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.is_directory() && entry.path().filename().string()[0] != '.' &&
-        fs::exists(entry.path() / "config.json"))
-      out.push_back(entry.path().string());
-  std::sort(out.begin(), out.end());
-  return out;
+  if (!fs::is_directory(dir) || fs::exists(fs::path(dir) / "config.json")) return {};
+  return run_subdirectories(dir, [](const std::string& sub) { return fs::exists(fs::path(sub) / "config.json"); });
 }
 
 // The run directories DIR stands for: a compare output directory's runs/, a folder's runs, or DIR.

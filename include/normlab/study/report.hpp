@@ -68,6 +68,11 @@ ComparePlan plan_from_run_dirs(const std::vector<std::string>& dirs,
 bool is_compare_dir(const std::string& dir);
 // The run directories under a compare output directory, sorted by name.
 std::vector<std::string> compare_dir_runs(const std::string& dir);
+// The subdirectories of DIR that are not hidden and for which keep(path) holds, sorted by name:
+// the runs of a folder of run directories, each caller saying what makes one (report: a
+// config.json; serve: any file a run leaves, and a path that stays inside what it serves).
+std::vector<std::string> run_subdirectories(const std::string& dir,
+                                            const std::function<bool(const std::string&)>& keep);
 
 // What one finished (or diverged, or unfinished) run left in its directory.
 struct BucketResult {
