@@ -15,9 +15,10 @@
 // neither r's value nor 2^n). Every other step is math::exp's own, operation for operation (no
 // fused multiply-add: the build sets -ffp-contract=off); the clamp at -104 is a max instruction
 // whose operand order gives math::exp's select exactly (x > c ? x : c, a NaN becoming c), and the
-// clamp at 89 has nothing to do for x <= 0. The generic path calls math::exp itself. Checked: all
-// 2^31 floats with the sign bit set and every NaN, bit for bit against math::exp (issue 26's section
-// of docs/PERFORMANCE.md), and the cross-path bit-identity tests.
+// clamp at 89 has nothing to do for x <= 0. The generic path calls math::exp itself. Checked bit
+// for bit against math::exp by tests/test_attention_exp.cpp on each vector path: every 61st float
+// with the sign bit set, every NaN and the edges in the suite; all 2^31 negative floats in its
+// skipped case (--no-skip); and by the cross-path bit-identity tests.
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
