@@ -56,6 +56,7 @@ void run(const BenchAttentionOptions& options) {
         {"head_dim", r.C / r.NH},
         {"kernels", path},
         {"threads", r.threads},
+        {"openmp_wait", openmp_wait_setting()},
         {"repeats", r.repeats},
         {"statistic", "median"},
         {"forward_ms", r.forward_ms},
@@ -68,8 +69,9 @@ void run(const BenchAttentionOptions& options) {
     fmt::print("{}\n", out.dump());
     return;
   }
-  fmt::print("attention: {} sequences of {} tokens, d_model {}, {} heads (head dim {}), kernels {}, {} thread{}, median of {}\n",
-             r.B, r.L, r.C, r.NH, r.C / r.NH, path, r.threads, r.threads == 1 ? "" : "s", r.repeats);
+  fmt::print("attention: {} sequences of {} tokens, d_model {}, {} heads (head dim {}), kernels {}, {} thread{}{}, median of {}\n",
+             r.B, r.L, r.C, r.NH, r.C / r.NH, path, r.threads, r.threads == 1 ? "" : "s",
+             r.threads == 1 ? "" : " (" + openmp_wait_setting() + ")", r.repeats);
   fmt::print("  forward            {:9.3f} ms  {:7.1f} GFLOP/s\n", r.forward_ms, r.forward_gflops);
   fmt::print("  forward+backward   {:9.3f} ms  {:7.1f} GFLOP/s\n", r.forward_backward_ms, r.forward_backward_gflops);
   fmt::print("  cache kept for the backward: {} floats ({:.1f} MiB)\n", r.cache_floats,
