@@ -162,8 +162,8 @@ __attribute__((always_inline)) inline void tile_chains(Strided A, const float* b
 
 // C (R, NV*kW) (+)= the tile's chains: C = chain, or C += chain when add.
 template <int R, int NV>
-inline void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t K, bool add,
-                 [[maybe_unused]] bool exact) {
+__attribute__((always_inline)) inline void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb,
+                                                int64_t K, bool add, [[maybe_unused]] bool exact) {
   tile_chains<R, NV>(A, b, ldb, K, [&](int r, int v, vf chain) {
     float* cr = c + r * ldc + v * kW;
     vstore(cr, add ? vadd(vload(cr), chain) : chain);
