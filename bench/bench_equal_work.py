@@ -13,7 +13,11 @@ Adam); for each L the script runs, in one process and one after the other:
   normlab    `normlab bench step --config configs/bench-step.json --set ...` with batches of 8 x L,
              and `normlab bench attention --shape 8,L,64,4` (the same attention core)
 
-Attention's share of a step = layers x (attention forward+backward) / step, for each side. Medians
+Attention's share of a step = layers x (attention forward+backward) / step, for each side. The
+bound is the time of the step's counted products (bench step's flops_per_step) at this path's
+fastest 1-thread 512^3 GEMM rate seen in the run (times the threads), the ceiling torch's step over
+it: about the largest speed-up any kernels could reach, since the step also has norms, softmax,
+exps and Adam, and its products are smaller than 512^3 (so they run no faster). Medians
 throughout; the default is 1 thread (issue 12's table); the machine should be idle (`uptime`).
 
 --isa sets NORMLAB_ISA for the normlab runs only. PyTorch always runs at its best: the script
@@ -135,7 +139,7 @@ def normlab_step(binary, config, L, threads, steps, isa):
                "--json"]
     for s in sets:
         command += ["--set", s]
-    return run_json(command, isa)["step_ms"]
+    return run_json(command, isa)
 
 
 def normlab_attention(binary, L, threads, repeats, isa):
@@ -147,14 +151,22 @@ def measure_length(args, L):
     """Every figure of one length: each side's step and attention core, medians over args.rounds rounds
     whose order of sides rotates."""
     repeats = max(3, min(50, 20000 // L))
+    bound = {"flops": 0.0, "gemm_gflops": 0.0}
+
+    def ours():
+        step = normlab_step(args.binary, args.config, L, args.threads, args.steps, args.isa)
+        # the fastest 1-thread GEMM rate seen: a slower measurement is a noisier one, not a lower bound
+        bound["flops"] = step["flops_per_step"]
+        bound["gemm_gflops"] = max(bound["gemm_gflops"], step["gemm_1t_gflops"])
+        return step["step_ms"], normlab_attention(args.binary, L, args.threads, repeats, args.isa)
+
     sides = {
-        "normlab": lambda: (normlab_step(args.binary, args.config, L, args.threads, args.steps, args.isa),
-                            normlab_attention(args.binary, L, args.threads, repeats, args.isa)),
+        "normlab": ours,
         "torch": lambda: (torch_step(L, args.threads, args.steps), torch_attention(L, args.threads, repeats)),
     }
     if args.baseline:
         sides["baseline"] = lambda: (
-            normlab_step(args.baseline, args.config, L, args.threads, args.steps, args.isa),
+            normlab_step(args.baseline, args.config, L, args.threads, args.steps, args.isa)["step_ms"],
             normlab_attention(args.baseline, L, args.threads, repeats, args.isa))
     names = list(sides)
     figures = {name: ([], []) for name in names}
@@ -170,6 +182,11 @@ def measure_length(args, L):
         if name != "torch":
             ratios = [t / n for t, n in zip(figures["torch"][0], figures[name][0])]
             result[name + "_speedup"] = statistics.median(ratios)
+    # The step's counted products (bench step's flops_per_step) at the path's 1-thread 512^3 GEMM
+    # rate times the threads: a lower bound on the step while no product runs faster than 512^3,
+    # so torch's step over it is about the largest speed-up any kernels could reach here.
+    result["bound_ms"] = bound["flops"] / (bound["gemm_gflops"] * 1e6 * args.threads)
+    result["ceiling"] = result["torch"][0] / result["bound_ms"]
     return result
 
 
@@ -209,8 +226,8 @@ def main():
         print("torch side: OpenBLAS at its defaults{}; GLIBC_TUNABLES={}".format(
             " (unset for this run: {})".format(dropped) if dropped else "",
             os.environ.get("GLIBC_TUNABLES", "(glibc defaults)")))
-    header = "{:>6} | {:>10} {:>10} {:>8} | {:>10} {:>10} {:>9} {:>9}".format(
-        "L", "normlab", "torch", "speed-up", "attn ours", "attn torch", "share us", "share pt")
+    header = "{:>6} | {:>10} {:>10} {:>8} | {:>10} {:>10} {:>9} {:>9} | {:>8} {:>8}".format(
+        "L", "normlab", "torch", "speed-up", "attn ours", "attn torch", "share us", "share pt", "bound", "ceiling")
     if args.baseline:
         header += " | {:>10} {:>8} {:>10}".format("baseline", "speed-up", "attn base")
     print(header)
@@ -226,10 +243,13 @@ def main():
             "torch_attention_ms": theirs_attention,
             "normlab_attention_share": LAYERS * ours_attention / ours,
             "torch_attention_share": LAYERS * theirs_attention / theirs,
+            "bound_ms": figures["bound_ms"],
+            "ceiling": figures["ceiling"],
         }
-        line = "{:6d} | {:10.2f} {:10.2f} {:7.2f}x | {:10.3f} {:10.3f} {:8.0f}% {:8.0f}%".format(
+        line = "{:6d} | {:10.2f} {:10.2f} {:7.2f}x | {:10.3f} {:10.3f} {:8.0f}% {:8.0f}% | {:8.2f} {:7.2f}x".format(
             L, row["normlab_step_ms"], row["torch_step_ms"], row["speedup"], row["normlab_attention_ms"],
-            row["torch_attention_ms"], 100 * row["normlab_attention_share"], 100 * row["torch_attention_share"])
+            row["torch_attention_ms"], 100 * row["normlab_attention_share"], 100 * row["torch_attention_share"],
+            row["bound_ms"], row["ceiling"])
         if args.baseline:
             base, base_attention = figures["baseline"]
             row.update({"baseline_step_ms": base, "baseline_speedup": figures["baseline_speedup"],
@@ -239,6 +259,9 @@ def main():
         print(line, flush=True)
     print("attn = the attention core, forward+backward, per layer; share = 4 layers x attn / step; speed-up = "
           "median over the rounds of torch step / normlab step")
+    print("bound = the step's counted matrix and attention products (bench step's flops_per_step) at this path's "
+          "fastest 1-thread 512^3 GEMM rate x threads (a lower bound on the step while no product runs faster than "
+          "512^3); ceiling = torch step / bound, about the largest speed-up any kernels could show in this run")
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"cpu": cpu_model(), "threads": args.threads, "torch": torch.__version__, "isa": kernels,
