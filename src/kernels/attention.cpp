@@ -555,8 +555,7 @@ inline int64_t stats_index(int64_t t, int64_t h, int64_t T) { return (h * T + t)
 // on 8 x 128 tokens 1.06 -> 0.87 ms (avx512) and 1.79 -> 1.38 ms (avx2), the step +6.6% on avx2
 // and about nothing on avx512, where the GEMMs lose to the kept matrices' cache footprint what
 // attention gains. 256 gave avx2 +9% at L = 256 for 1 KiB per token and head: not taken.
-constexpr int64_t kMaxKeptExpsLength = kAttentionKeptExpsMaxLength;
-inline bool keeps_exps(int64_t L) { return L > 0 && L <= kMaxKeptExpsLength; }
+inline bool keeps_exps(int64_t L) { return L > 0 && L <= kAttentionKeptExpsMaxLength; }
 
 // Where the kept exponentials start in the cache, per sequence (-1: not kept), and the cache's
 // size: the statistics (2 T NH floats, rounded up to a cache line when exponentials follow), then
