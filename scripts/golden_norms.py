@@ -27,7 +27,10 @@ Inside a file:
                not one picked by hand.
 
 PyTorch 1.13 has modules for LayerNorm and BatchNorm1d (used as is); RMSNorm and DyT are written
-out in torch ops; ReZero is x + alpha * f(x). Attention is torch's F.multi_head_attention_forward
+out in torch ops; ReZero is x + alpha * f(x). PowerNorm is Algorithm 1 of Shen et al. 2020 as a
+torch.autograd.Function (its backward is the paper's approximation, not autograd's derivative):
+the forward divides by the running quadratic mean, the backward subtracts grad_ema * xhat and
+updates grad_ema. Its cases come last, so adding them left every other file as it was. Attention is torch's F.multi_head_attention_forward
 run on each sequence alone (the packed layout the C++ code uses); the mean-pooled head averages each
 sequence's tokens.
 """
@@ -93,8 +96,35 @@ def dyt(x, alpha, weight, bias):
     return weight * torch.tanh(alpha * x) + bias
 
 
+class PowerNormFunction(torch.autograd.Function):
+    """PowerNorm, Shen et al. 2020 Algorithm 1; momentum = 1 - alpha. running_phi (psi^2) and
+    grad_ema (nu) are updated in place: phi by the training forward, nu by the training backward."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, running_phi, grad_ema, momentum, eps, training):
+        rstd = torch.rsqrt(running_phi + eps)  # the statistic of the steps before this one
+        xhat = x * rstd
+        ctx.save_for_backward(xhat, rstd, weight)
+        ctx.grad_ema, ctx.momentum, ctx.training = grad_ema, momentum, training
+        if training:
+            running_phi.mul_(1 - momentum).add_(momentum * (x * x).mean(0))
+        return xhat * weight + bias
+
+    @staticmethod
+    def backward(ctx, dout):
+        xhat, rstd, weight = ctx.saved_tensors
+        g = dout * weight
+        dx = rstd * g
+        if ctx.training:
+            nu, m = ctx.grad_ema, ctx.momentum
+            dx = rstd * (g - nu * xhat)
+            nu.copy_(nu * (1 - m * (xhat * xhat).mean(0)) + m * (g * xhat).mean(0))
+        return dx, (dout * xhat).sum(0), dout.sum(0), None, None, None, None, None
+
+
 def apply_norm(kind, p, prefix, x, eps, buffers, training):
-    """p: parameters by name; buffers: BatchNorm running statistics by name (updated in place)."""
+    """p: parameters by name; buffers: BatchNorm / PowerNorm running statistics by name (updated in
+    place)."""
     if kind == "layernorm":
         return F.layer_norm(x, (x.shape[-1],), p[prefix + "weight"], p[prefix + "bias"], eps)
     if kind == "rmsnorm":
@@ -103,13 +133,25 @@ def apply_norm(kind, p, prefix, x, eps, buffers, training):
         return F.batch_norm(x, buffers[prefix + "running_mean"], buffers[prefix + "running_var"],
                             p[prefix + "weight"], p[prefix + "bias"], training=training, momentum=0.1,
                             eps=eps)
+    if kind == "powernorm":
+        return PowerNormFunction.apply(x, p[prefix + "weight"], p[prefix + "bias"], buffers[prefix + "running_phi"],
+                                       buffers[prefix + "grad_ema"], 0.1, eps, training)
     if kind == "dyt":
         return dyt(x, p[prefix + "alpha"], p[prefix + "weight"], p[prefix + "bias"])
     raise ValueError(kind)
 
 
+def norm_buffers(kind, prefix, d, dtype):
+    """A new layer's running statistics, as the C++ layers start them."""
+    if kind == "batchnorm":
+        return {prefix + "running_mean": torch.zeros(d, dtype=dtype), prefix + "running_var": torch.ones(d, dtype=dtype)}
+    if kind == "powernorm":
+        return {prefix + "running_phi": torch.ones(d, dtype=dtype), prefix + "grad_ema": torch.zeros(d, dtype=dtype)}
+    return {}
+
+
 def norm_param_shapes(kind, d):
-    if kind in ("layernorm", "batchnorm"):
+    if kind in ("layernorm", "batchnorm", "powernorm"):
         return {"weight": (d,), "bias": (d,)}
     if kind == "rmsnorm":
         return {"weight": (d,)}
@@ -136,7 +178,7 @@ def run_norm_steps(kind, eps, params, steps, dtype):
     """Runs the steps in `dtype`; returns per step out, grads, buffers after the step."""
     p = {k: v.to(dtype).clone().requires_grad_(True) for k, v in params.items()}
     d = steps[0]["x"].shape[-1]
-    buffers = {"running_mean": torch.zeros(d, dtype=dtype), "running_var": torch.ones(d, dtype=dtype)}
+    buffers = norm_buffers(kind, "", d, dtype)
     results = []
     for step in steps:
         for t in p.values():
@@ -147,7 +189,7 @@ def run_norm_steps(kind, eps, params, steps, dtype):
         r = {"out": out.detach().clone(), "grad.x": x.grad.detach().clone()}
         for k, t in p.items():
             r["grad." + k] = t.grad.detach().clone()
-        if kind == "batchnorm":
+        if kind in ("batchnorm", "powernorm"):
             for k, t in buffers.items():
                 r["buffer." + k] = t.detach().clone()
         results.append(r)
@@ -345,12 +387,9 @@ def model_forward(cfg, p, buffers, tokens, lengths):
 def run_model(cfg, params, tokens, lengths, dout, dtype):
     p = {k: v.to(dtype).clone().requires_grad_(True) for k, v in params.items()}
     buffers = {}
-    if cfg["norm"] == "batchnorm":
-        for name in params:
-            if name.endswith(".weight") and (".norm" in name or name.startswith("norm.")):
-                prefix = name[: -len("weight")]
-                buffers[prefix + "running_mean"] = torch.zeros(cfg["d_model"], dtype=dtype)
-                buffers[prefix + "running_var"] = torch.ones(cfg["d_model"], dtype=dtype)
+    for name in params:
+        if name.endswith(".weight") and (".norm" in name or name.startswith("norm.")):
+            buffers.update(norm_buffers(cfg["norm"], name[: -len("weight")], cfg["d_model"], dtype))
     out = model_forward(cfg, p, buffers, torch.tensor(tokens), lengths)
     (out * dout.to(dtype)).sum().backward()
     r = {"out": out.detach().clone()}
@@ -441,6 +480,28 @@ def model_cases(gen, out_dir):
     return report
 
 
+def powernorm_cases(gen, out_dir):
+    """PowerNorm: three training steps of different batch sizes and scales (running_phi and
+    grad_ema move each time, so steps 2 and 3 test the approximate gradient with nu != 0), then an
+    eval step; and a whole model per placement."""
+    d = 16
+    report = []
+
+    def step(x, training=True):
+        return {"x": x, "dout": torch.randn(x.shape, generator=gen), "training": training}
+
+    steps = [step(rows(gen, 9, d, 2.0, 1.0)), step(rows(gen, 5, d, 0.5, -2.0)),
+             step(rows(gen, 14, d, 1.0, 0.3)), step(rows(gen, 6, d, 1.5, 0.0), training=False)]
+    report.append(("norm_powernorm", norm_case("norm_powernorm", "powernorm", 1e-5, steps, gen, out_dir)))
+    base = dict(d_model=8, heads=2, layers=2, ffn=16, activation="gelu", eps=1e-5, final_norm=True,
+                vocab=11, classes=5, max_len=16, positional="sinusoidal", head="token", norm="powernorm")
+    for placement, head in (("post", "sequence"), ("pre", "token")):
+        cfg = dict(base, placement=placement, head=head)
+        name = "model_powernorm_{}".format(placement)
+        report.append((name, model_case(name, cfg, [5, 1, 7], gen, out_dir)))
+    return report
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
@@ -456,6 +517,7 @@ def main():
     report.append(positions_case(50, 16, out_dir))
     report.append(positions_case(12, 7, out_dir))
     report += model_cases(gen, out_dir)
+    report += powernorm_cases(gen, out_dir)
     for name, worst in report:
         print("{:40s} max |f32 - f64| {:9.2e}".format(name, worst))
     total = sum(os.path.getsize(os.path.join(out_dir, f)) for f in os.listdir(out_dir))

@@ -8,7 +8,7 @@ For each run directory:
 2. Builds the encoder from the config in the checkpoint's metadata. model.norm = "layernorm" uses
    torch.nn.TransformerEncoder(Layer) itself (norm_first = placement == "pre", final norm) and
    load_state_dict(strict=False); every other norm (none, rmsnorm, batchnorm with its running
-   statistics, dyt, rezero) uses NormlabEncoderLayer below, the same block with that norm, loaded
+   statistics, powernorm with its running quadratic mean, dyt, rezero) uses NormlabEncoderLayer below, the same block with that norm, loaded
    with load_state_dict(strict=True) after the names of normlab's extra tensors are checked.
 3. Rebuilds the rest of the model (token embedding + sinusoidal or learned positions, per-token or
    mean-pooled head), and runs a padded batch with src_key_padding_mask: the first validation
@@ -90,6 +90,22 @@ class TokenBatchNorm(torch.nn.BatchNorm1d):
         return super().forward(x.reshape(-1, x.shape[-1])).reshape(x.shape)
 
 
+class PowerNorm(torch.nn.Module):
+    """PowerNorm in eval mode (Shen et al. 2020): y = weight * x / sqrt(running_phi + eps) + bias per
+    feature, running_phi the running quadratic mean. grad_ema only matters to training's backward."""
+
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.ones(dim))
+        self.bias = torch.nn.Parameter(torch.zeros(dim))
+        self.register_buffer("running_phi", torch.ones(dim))
+        self.register_buffer("grad_ema", torch.zeros(dim))
+
+    def forward(self, x):
+        return self.weight * x * torch.rsqrt(self.running_phi + self.eps) + self.bias
+
+
 class DyT(torch.nn.Module):
     """y = weight * tanh(alpha * x) + bias, alpha one scalar (Zhu et al. 2025)."""
 
@@ -110,6 +126,8 @@ def make_norm(kind, dim, eps):
         return RMSNorm(dim, eps)
     if kind == "batchnorm":
         return TokenBatchNorm(dim, eps=eps)
+    if kind == "powernorm":
+        return PowerNorm(dim, eps)
     if kind == "dyt":
         return DyT(dim)
     raise ValueError(f"norm {kind} has no layer")

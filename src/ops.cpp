@@ -18,6 +18,7 @@
 #include "normlab/kernels/activations.hpp"
 #include "normlab/kernels/attention.hpp"
 #include "normlab/kernels/batch_norm.hpp"
+#include "normlab/kernels/power_norm.hpp"
 #include "normlab/kernels/cross_entropy.hpp"
 #include "normlab/kernels/dropout.hpp"
 #include "normlab/kernels/embedding.hpp"
@@ -573,6 +574,34 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tens
         if (dgamma) dgamma[c] += gi * (xv[i * C + c] - (*mean)[c]) * rs;
         if (dbeta) dbeta[c] += gi;
       }
+  });
+  return out;
+}
+
+Tensor power_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor running_phi, Tensor grad_ema,
+                  bool training, float momentum, float eps) {
+  require(x.dim() == 2,
+          [&] { return fmt::format("power_norm: expects (tokens, features), got {}", shape_str(x.shape())); });
+  const int64_t N = x.size(0), C = x.size(1);
+  check_param(gamma, {C}, "power_norm", "weight (gamma)");
+  check_param(beta, {C}, "power_norm", "bias (beta)");
+  check_param(running_phi, {C}, "power_norm", "running_phi");
+  check_param(grad_ema, {C}, "power_norm", "grad_ema");
+  require(running_phi.defined() && grad_ema.defined(), "power_norm: needs running_phi and grad_ema");
+  Tensor out = Tensor::empty(x.shape());
+  auto rstd = std::make_shared<std::vector<float>>(C);
+  kernels::power_norm_forward(out.data(), rstd->data(), running_phi.data(), x.data(),
+                              gamma.defined() ? gamma.data() : nullptr, beta.defined() ? beta.data() : nullptr, N, C,
+                              eps, training ? momentum : 0.0f);
+  if (!needs_grad({&x, &gamma, &beta})) return out;
+  std::vector<Tensor> inputs{x};
+  if (gamma.defined()) inputs.push_back(gamma);
+  if (beta.defined()) inputs.push_back(beta);
+  record(out, "power_norm", inputs, [x, gamma, beta, grad_ema, rstd, N, C, training, momentum](const float* g) {
+    // Training: the approximate gradient, and grad_ema moves on (once per backward of this forward).
+    Tensor ema = grad_ema;
+    kernels::power_norm_backward(grad_ptr(x), grad_ptr(gamma), grad_ptr(beta), training ? ema.data() : nullptr, g,
+                                 x.data(), gamma.defined() ? gamma.data() : nullptr, rstd->data(), N, C, momentum);
   });
   return out;
 }

@@ -261,7 +261,7 @@ TEST_CASE("messages: predict on mlm_text says so when the input has no [MASK]") 
   CHECK(masked.err.find("no [MASK]") == std::string::npos);
 }
 
-TEST_CASE("compare with BatchNorm: the report evaluates the same checkpoints three ways - LayerNorm's rows are one") {
+TEST_CASE("compare with BatchNorm: the report evaluates the same checkpoints four ways - LayerNorm's rows are one") {
   TempDir dir("normlab_bn_section");
   dir.write("base.json", kBase);
   const std::string config = dir.write(
@@ -275,7 +275,7 @@ TEST_CASE("compare with BatchNorm: the report evaluates the same checkpoints thr
   const std::string report = read_text(out + "/report.md");
   const size_t section = report.find("## BatchNorm and its batch");
   REQUIRE(section != std::string::npos);
-  // Table rows of the section: variant | at | normalized with | eval batch | n | trained acc | ...
+  // Table rows of the section: variant | at | normalized with | held-out batches | eval batch | n | trained acc | ...
   std::vector<std::vector<std::string>> rows;
   std::istringstream lines(report.substr(section));
   for (std::string line; std::getline(lines, line);) {
@@ -285,19 +285,24 @@ TEST_CASE("compare with BatchNorm: the report evaluates the same checkpoints thr
     for (std::string cell; std::getline(fields, cell, '|');) cells.push_back(cell);
     rows.push_back(cells);
   }
-  REQUIRE(rows.size() == 6);  // 2 variants x (running averages at 8, batch statistics at 8, at 1)
+  // 2 variants x (running averages at 8; batch statistics at 8 on trained lengths only, at 8 on trained +
+  // unseen lengths, at 1)
+  REQUIRE(rows.size() == 8);
   CHECK(rows[0][2] == " running averages ");
-  CHECK(rows[2][3] == " 1 ");
-  CHECK(rows[0][4] == " 2 ");  // both seeds
-  for (size_t i : {1, 2}) {
-    CHECK(rows[i][5] == rows[0][5]);  // LayerNorm: the same held-out accuracy whatever the batch
-    CHECK(rows[i][6] == rows[0][6]);
-    CHECK(rows[i][7] == " 0.0000 ");
+  CHECK(rows[1][3].find("trained lengths only") != std::string::npos);
+  CHECK(rows[2][3].find("trained + unseen lengths mixed") != std::string::npos);
+  CHECK(rows[1][7] == " — ");  // no unseen length in trained-length batches
+  CHECK(rows[3][4] == " 1 ");
+  CHECK(rows[0][5] == " 2 ");  // both seeds
+  for (size_t i : {1, 2, 3}) {
+    CHECK(rows[i][6] == rows[0][6]);  // LayerNorm: the same held-out accuracy whatever the batch
+    if (i != 1) CHECK(rows[i][7] == rows[0][7]);
+    CHECK(rows[i][8] == " 0.0000 ");
   }
-  CHECK(rows[3][0] == " batchnorm ");
+  CHECK(rows[4][0] == " batchnorm ");
   // The running-average evaluation is the one the trainer made: the summary table's cell.
   CHECK(report.find("| batchnorm | 0.01 | 2 (!) |") != std::string::npos);
-  CHECK(report.find(rows[3][5] + "|", report.find("| batchnorm | 0.01 | 2 (!) |")) != std::string::npos);
+  CHECK(report.find(rows[4][6] + "|", report.find("| batchnorm | 0.01 | 2 (!) |")) != std::string::npos);
   CHECK(fs::exists(out + "/curves.csv"));
   CHECK(fs::exists(out + "/charts/valid-accuracy-lr0.01.svg"));
 }

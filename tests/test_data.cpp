@@ -721,3 +721,92 @@ TEST_CASE("data shipped kjv splits: load, vocabulary, size, and regenerate when 
     CHECK(read_all(kjv + "/" + split + ".jsonl") == read_all(dir.sub("kjv") + "/" + split + ".jsonl"));
   }
 }
+
+// ---- length regimes (data/regime.hpp): single, bucketed and mixed batches, tokens matched
+
+TEST_CASE("length regime: tokens per batch matched to a mixed batch's mean, names round-trip") {
+  CHECK(matched_tokens_per_batch(32, 1, 16) == 272);  // 32 x 8.5
+  CHECK(matched_tokens_per_batch(3, 1, 2) == 5);      // 4.5 rounds up
+  for (const char* name : {"mixed", "single", "bucketed"}) CHECK(to_string(parse_length_regime(name)) == name);
+  CHECK_THROWS_WITH_AS(parse_length_regime("sorted"), doctest::Contains("choose mixed, single, bucketed"), UsageError);
+}
+
+TEST_CASE("length regime: single batches hold sequences of length max_len only, nearest to the matched tokens") {
+  const Task task = make_task("reverse");
+  GeneratorOptions options;
+  options.batch_size = 32;
+  options.min_len = 1;
+  options.max_len = 16;
+  options.regime = LengthRegime::single;
+  GeneratorSampler sampler(task, options);
+  for (int i = 0; i < 5; ++i) {
+    const Batch batch = sampler.next();
+    CHECK(batch.batch_size() == 17);  // 272 tokens / 16
+    CHECK(batch.min_length() == 16);
+    CHECK(batch.max_length() == 16);
+  }
+  options.max_len = 15;  // 32 x 8 = 256 tokens: 17 x 15 = 255 is nearer than 18 x 15 = 270
+  GeneratorSampler odd(task, options);
+  CHECK(odd.next().num_real_tokens == 255);
+}
+
+TEST_CASE("length regime: bucketed batches stay in one bucket and see each length as often as mixed ones") {
+  const Task task = make_task("reverse");
+  GeneratorOptions options;
+  options.batch_size = 16;
+  options.min_len = 1;
+  options.max_len = 20;  // buckets 1-8, 9-16, 17-20 (the last one cut)
+  options.bucket_width = 8;
+  options.seed = 3;
+  const int64_t tokens = matched_tokens_per_batch(16, 1, 20);  // 168
+  std::map<LengthRegime, std::vector<double>> sequences_of_length;
+  std::map<LengthRegime, double> mean_tokens;
+  const int kBatches = 3000;
+  for (LengthRegime regime : {LengthRegime::mixed, LengthRegime::bucketed}) {
+    options.regime = regime;
+    GeneratorSampler sampler(task, options);
+    std::vector<double>& counts = sequences_of_length[regime];
+    counts.assign(21, 0.0);
+    for (int i = 0; i < kBatches; ++i) {
+      const Batch batch = sampler.next();
+      mean_tokens[regime] += double(batch.num_real_tokens) / kBatches;
+      for (int64_t b = 0; b < batch.batch_size(); ++b) counts[size_t(batch.length(b))] += 1.0 / kBatches;
+      if (regime != LengthRegime::bucketed) continue;
+      CAPTURE(i);
+      CHECK((batch.min_length() - 1) / 8 == (batch.max_length() - 1) / 8);  // one bucket
+      // nearest to the matched count: within half of the bucket's longest sequence
+      CHECK(std::abs(double(batch.num_real_tokens - tokens)) <= batch.max_length() / 2.0 + 0.5);
+    }
+  }
+  CHECK(mean_tokens[LengthRegime::mixed] == doctest::Approx(tokens).epsilon(0.02));
+  CHECK(mean_tokens[LengthRegime::bucketed] == doctest::Approx(tokens).epsilon(0.03));
+  // Mixed: 16 / 20 = 0.8 sequences of each length per batch; bucketed the same in expectation.
+  for (int length = 1; length <= 20; ++length) {
+    CAPTURE(length);
+    CHECK(sequences_of_length[LengthRegime::mixed][size_t(length)] == doctest::Approx(0.8).epsilon(0.06));
+    CHECK(sequences_of_length[LengthRegime::bucketed][size_t(length)] == doctest::Approx(0.8).epsilon(0.12));
+  }
+}
+
+TEST_CASE("length regime: mixed batches are drawn exactly as before the regimes existed") {
+  const Task task = make_task("majority");
+  GeneratorOptions options;
+  options.batch_size = 9;
+  options.min_len = 2;
+  options.max_len = 11;
+  options.seed = 17;
+  GeneratorSampler sampler(task, options);
+  Rng rng(17);  // the original loop: a length, then its example, from one generator
+  for (int i = 0; i < 4; ++i) {
+    std::vector<Example> examples;
+    for (int b = 0; b < 9; ++b) {
+      const int32_t length = 2 + static_cast<int32_t>(rng.below(10));
+      examples.push_back(generate_example(task, length, rng));
+    }
+    const Batch expected = pack_batch(examples, task.target_kind);
+    const Batch got = sampler.next();
+    CHECK(got.tokens == expected.tokens);
+    CHECK(got.offsets == expected.offsets);
+    CHECK(got.targets == expected.targets);
+  }
+}

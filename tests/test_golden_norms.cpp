@@ -123,8 +123,8 @@ std::vector<std::string> golden_names(const std::string& prefix) {
 
 TEST_CASE("golden norms: each norm layer from make_norm, forward and backward, against PyTorch") {
   const std::vector<std::string> names = golden_names("norm_");
-  // layernorm, rmsnorm, dyt, batchnorm, and the four small-variance cases
-  CHECK(names.size() == 8);
+  // layernorm, rmsnorm, dyt, batchnorm, powernorm, and the four small-variance cases
+  CHECK(names.size() == 9);
   for (const std::string& name : names) {
     CAPTURE(name);
     Golden g(name);
@@ -182,8 +182,10 @@ TEST_CASE("golden norms: the sinusoidal position table matches PyTorch's formula
 }
 
 TEST_CASE("golden norms: whole EncoderModel per norm kind x placement, embedding + head, pooled head") {
+  // PowerNorm's running_phi and grad_ema are compared after the forward and the backward: the model
+  // file checks that every PowerNorm layer of both placements updates its own two running averages.
   const std::vector<std::string> names = golden_names("model_");
-  CHECK(names.size() == 14);  // 6 kinds x 2 placements + 2 without layers
+  CHECK(names.size() == 16);  // 7 kinds x 2 placements + 2 without layers
   std::set<std::string> kinds_seen;
   for (const std::string& name : names) {
     CAPTURE(name);
@@ -220,7 +222,7 @@ TEST_CASE("golden norms: whole EncoderModel per norm kind x placement, embedding
     for (auto& [bname, t] : model.named_buffers()) g.check("ref.buffer." + bname, t.to_vector());
     g.check_all_compared();
   }
-  CHECK(kinds_seen.size() == 12);  // every kind x placement (the two layer-less files are none/pre)
+  CHECK(kinds_seen.size() == 14);  // every kind x placement (the two layer-less files are none/pre)
 }
 
 TEST_CASE("model.norm_eps from a config reaches every norm layer (and final norm) of the model") {

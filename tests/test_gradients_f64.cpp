@@ -425,6 +425,64 @@ TEST_CASE("f64 gradients: rms_norm, batch_norm (training and eval), dyt") {
             {x, alpha, gamma, beta}, 1e-6, 2e-6);
 }
 
+// PowerNorm normalizes with its running statistic (a constant of the step), so its forward is an
+// affine map per feature; the training backward replaces the exact input gradient by the paper's
+// approximation rstd * (g - grad_ema * xhat), which is exact while grad_ema is 0 (a new layer).
+TEST_CASE("f64 gradients: power_norm (training with grad_ema 0 and not, eval), and its two running averages") {
+  const int64_t N = 6, C = 5;
+  Tensor x = param({N, C}, 40, 1.5f, 0.5f);
+  Tensor gamma = param({C}, 41, 0.2f, 1.0f), beta = param({C}, 42, 0.2f);
+  const std::vector<float> phi{1.0f, 2.5f, 0.4f, 1.2f, 0.9f}, nu{0.3f, -0.2f, 0.5f, 0.0f, 0.1f};
+  auto power_norm64 = [phi](const std::vector<Vec>& v) {
+    Vec y(size_t(N * C));
+    for (size_t n = 0; n < size_t(N); ++n)
+      for (size_t c = 0; c < size_t(C); ++c)
+        y[n * C + c] = v[1][c] * v[0][n * C + c] / std::sqrt(double(phi[c]) + 1e-5) + v[2][c];
+    return y;
+  };
+  for (bool training : {true, false}) {
+    CAPTURE(training);
+    // grad_ema 0 in training; in eval a non-zero one, which eval must ignore
+    const std::vector<float> ema = training ? std::vector<float>(size_t(C), 0.0f) : nu;
+    check_f64("power_norm",
+              [&](const Inputs& in) {
+                return ops::power_norm(in[0], in[1], in[2], constant({C}, phi), constant({C}, ema), training, 0.1f,
+                                       1e-5f);
+              },
+              power_norm64, {x, gamma, beta}, 1e-6, 2e-6);
+  }
+  // grad_ema != 0: gamma's and beta's gradients stay exact (x is held constant here) ...
+  Tensor x_fixed = constant({N, C}, x.to_vector());
+  check_f64("power_norm train, grad_ema != 0, parameters",
+            [&](const Inputs& in) {
+              return ops::power_norm(in[0], in[1], in[2], constant({C}, phi), constant({C}, nu), true, 0.1f, 1e-5f);
+            },
+            power_norm64, {x_fixed, gamma, beta}, 1e-6, 2e-6);
+  // ... the input gradient is the approximation, and both running averages move as Algorithm 1 says.
+  Tensor xi = param({N, C}, 40, 1.5f, 0.5f), running_phi = constant({C}, phi), grad_ema = constant({C}, nu);
+  Tensor out = ops::power_norm(xi, gamma, beta, running_phi, grad_ema, true, 0.1f, 1e-5f);
+  Rng rng(7);
+  std::vector<float> dout(size_t(N * C));
+  for (float& d : dout) d = rng.uniform(-1.0f, 1.0f);
+  out.backward(Tensor::from_data({N, C}, dout));
+  const std::vector<float> xv = xi.to_vector(), dx = xi.grad().to_vector(), g = gamma.to_vector();
+  for (size_t c = 0; c < size_t(C); ++c) {
+    CAPTURE(c);
+    const double rstd = 1.0 / std::sqrt(double(phi[c]) + 1e-5);
+    double sum_sq = 0.0, xhat_sq = 0.0, g_xhat = 0.0;
+    for (size_t n = 0; n < size_t(N); ++n) {
+      const double xhat = xv[n * C + c] * rstd, gn = g[c] * double(dout[n * C + c]);
+      CHECK(dx[n * C + c] == doctest::Approx(rstd * (gn - nu[c] * xhat)).epsilon(1e-5));
+      sum_sq += double(xv[n * C + c]) * xv[n * C + c];
+      xhat_sq += xhat * xhat;
+      g_xhat += gn * xhat;
+    }
+    CHECK(running_phi.to_vector()[c] == doctest::Approx(0.9 * phi[c] + 0.1 * sum_sq / N).epsilon(1e-6));
+    const double nu_next = nu[c] * (1.0 - 0.1 * xhat_sq / N) + 0.1 * g_xhat / N;
+    CHECK(grad_ema.to_vector()[c] == doctest::Approx(nu_next).epsilon(1e-5).scale(1.0));
+  }
+}
+
 TEST_CASE("f64 gradients: embedding, attention, softmax, mean_pool, cross_entropy, dropout") {
   const std::vector<int32_t> ids{3, 0, 3, 2, 1};
   check_f64("embedding", [ids](const Inputs& in) { return ops::embedding(ids, in[0]); },

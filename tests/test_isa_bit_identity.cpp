@@ -22,6 +22,7 @@
 #include "normlab/kernels/layer_norm.hpp"
 #include "normlab/kernels/linear.hpp"
 #include "normlab/kernels/matmul.hpp"
+#include "normlab/kernels/power_norm.hpp"
 #include "normlab/kernels/rms_norm.hpp"
 #include "normlab/kernels/softmax.hpp"
 #include "normlab/parallel.hpp"
@@ -160,6 +161,27 @@ TEST_CASE("bit identity across paths: BatchNorm train and eval and backward") {
                         rstd.data(), N, C);
     return Buffers{y, mean, rstd, running_mean, running_var, ye, dx, dgamma, dbeta};
   });
+}
+
+TEST_CASE("bit identity across paths: PowerNorm train and eval forward, both backwards") {
+  for (int64_t N : {70, 1000}) {  // 1000 x 37 takes the threaded column sums
+    const int64_t C = 37;
+    check_every_path("power_norm N=" + std::to_string(N), [&] {
+      const auto x = randn(N * C, 25, 2.0f), gamma = randn(C, 26), beta = randn(C, 27), dy = randn(N * C, 28);
+      std::vector<float> y(N * C), ye(N * C), rstd(C), rstd_eval(C), running_phi(C, 1.5f);
+      auto grad_ema = randn(C, 29, 0.3f);
+      auto dx = randn(N * C, 30), dgamma = randn(C, 31), dbeta = randn(C, 32), dx_exact = dx;
+      power_norm_forward(y.data(), rstd.data(), running_phi.data(), x.data(), gamma.data(), beta.data(), N, C, 1e-5f,
+                         0.1f);
+      power_norm_forward(ye.data(), rstd_eval.data(), running_phi.data(), x.data(), gamma.data(), beta.data(), N, C,
+                         1e-5f, 0.0f);
+      power_norm_backward(dx.data(), dgamma.data(), dbeta.data(), grad_ema.data(), dy.data(), x.data(), gamma.data(),
+                          rstd.data(), N, C, 0.1f);
+      power_norm_backward(dx_exact.data(), nullptr, nullptr, nullptr, dy.data(), x.data(), gamma.data(),
+                          rstd_eval.data(), N, C, 0.1f);
+      return Buffers{y, ye, rstd, rstd_eval, running_phi, grad_ema, dx, dgamma, dbeta, dx_exact};
+    });
+  }
 }
 
 TEST_CASE("bit identity across paths: activations (ReLU GELU DyT) and softmax and dropout") {

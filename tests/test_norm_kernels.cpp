@@ -1,4 +1,4 @@
-// RMSNorm and BatchNorm kernels: the reference kernels, PyTorch golden data (RMSNorm), finite
+// RMSNorm, BatchNorm and PowerNorm kernels: the reference kernels, PyTorch golden data (RMSNorm), finite
 // differences, running statistics, determinism, and the per-token vs per-batch contrast with
 // LayerNorm. Error metric: max|ours - ref| / max(1, max|ref|) per tensor (see
 // test_layernorm_kernels.cpp).
@@ -17,7 +17,9 @@
 #include "normlab/io/npy.hpp"
 #include "normlab/kernels/batch_norm.hpp"
 #include "normlab/kernels/layer_norm.hpp"
+#include "normlab/kernels/power_norm.hpp"
 #include "normlab/kernels/reference/batch_norm.hpp"
+#include "normlab/kernels/reference/power_norm.hpp"
 #include "normlab/kernels/reference/rms_norm.hpp"
 #include "normlab/kernels/rms_norm.hpp"
 #include "normlab/parallel.hpp"
@@ -330,4 +332,78 @@ TEST_CASE("batchnorm output of a token depends on its batch-mates - layernorm's 
   k::layer_norm_forward(ln_a.data(), nullptr, nullptr, batch_a.data(), gamma.data(), beta.data(), 10, C, 1e-5f);
   k::layer_norm_forward(ln_b.data(), nullptr, nullptr, batch_b.data(), gamma.data(), beta.data(), 16, C, 1e-5f);
   CHECK(std::memcmp(ln_a.data(), ln_b.data(), ln_a.size() * sizeof(float)) == 0);
+}
+
+namespace {
+
+// One PowerNorm training step (forward, then the approximate backward) from running_phi = 1.5 and a
+// given grad_ema, by the fast kernels or the reference ones.
+struct PowerNormStep {
+  std::vector<float> y, rstd, running_phi, grad_ema, dx, dgamma, dbeta;
+};
+
+template <class Forward, class Backward>
+PowerNormStep power_norm_step(Forward forward, Backward backward, const std::vector<float>& x,
+                              const std::vector<float>& gamma, const std::vector<float>& beta,
+                              const std::vector<float>& dout, const std::vector<float>& grad_ema, int64_t N, int64_t C) {
+  PowerNormStep s;
+  s.y.resize(x.size());
+  s.rstd.resize(size_t(C));
+  s.running_phi.assign(size_t(C), 1.5f);
+  s.grad_ema = grad_ema;
+  s.dx.assign(x.size(), 0.0f);
+  s.dgamma.assign(size_t(C), 0.0f);
+  s.dbeta.assign(size_t(C), 0.0f);
+  forward(s.y.data(), s.rstd.data(), s.running_phi.data(), x.data(), gamma.data(), beta.data(), N, C, 1e-5f, 0.1f);
+  backward(s.dx.data(), s.dgamma.data(), s.dbeta.data(), s.grad_ema.data(), dout.data(), x.data(), gamma.data(),
+           s.rstd.data(), N, C, 0.1f);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("powernorm matches the reference kernels and is bit-identical run to run at a fixed thread count") {
+  ThreadGuard guard;
+  normlab::Rng rng(36);
+  const int64_t N = 900, C = 48;  // over kMinParallelElements: the threaded column sums
+  std::vector<float> x = normals(rng, size_t(N * C), 0.5f, 2.0f);
+  std::vector<float> gamma = normals(rng, size_t(C), 1.0f, 0.2f), beta = normals(rng, size_t(C));
+  std::vector<float> dout = normals(rng, x.size()), grad_ema = normals(rng, size_t(C), 0.0f, 0.3f);
+  const PowerNormStep ref = power_norm_step(k::reference::power_norm_forward, k::reference::power_norm_backward, x,
+                                            gamma, beta, dout, grad_ema, N, C);
+  for (int threads : {1, 2, 3}) {
+    INFO("threads " << threads);
+    normlab::set_num_threads(threads);
+    const PowerNormStep a = power_norm_step(k::power_norm_forward, k::power_norm_backward, x, gamma, beta, dout,
+                                            grad_ema, N, C);
+    const PowerNormStep b = power_norm_step(k::power_norm_forward, k::power_norm_backward, x, gamma, beta, dout,
+                                            grad_ema, N, C);
+    CHECK(relative_max_error(a.y, ref.y) <= 1e-6);
+    CHECK(relative_max_error(a.running_phi, ref.running_phi) <= 1e-6);
+    CHECK(relative_max_error(a.dx, ref.dx) <= 1e-5);
+    CHECK(relative_max_error(a.dgamma, ref.dgamma) <= 1e-5);
+    CHECK(relative_max_error(a.dbeta, ref.dbeta) <= 1e-5);
+    CHECK(relative_max_error(a.grad_ema, ref.grad_ema) <= 1e-5);
+    CHECK(same_bits(a.y, b.y));
+    CHECK(same_bits(a.running_phi, b.running_phi));
+    CHECK(same_bits(a.dx, b.dx));
+    CHECK(same_bits(a.dgamma, b.dgamma));
+    CHECK(same_bits(a.grad_ema, b.grad_ema));
+  }
+}
+
+TEST_CASE("powernorm output of a token does not depend on its batch-mates; its running statistic does") {
+  normlab::Rng rng(37);
+  const int64_t C = 16;
+  std::vector<float> batch_b = normals(rng, size_t(16 * C), 0.0f, 2.0f);
+  std::vector<float> batch_a(batch_b.begin(), batch_b.begin() + 10 * C);
+  std::vector<float> gamma(size_t(C), 1.0f), beta(size_t(C), 0.0f), rstd(static_cast<size_t>(C));
+  std::vector<float> y_a(batch_a.size()), y_b(batch_b.size()), phi_a(size_t(C), 2.0f), phi_b(size_t(C), 2.0f);
+  k::power_norm_forward(y_a.data(), rstd.data(), phi_a.data(), batch_a.data(), gamma.data(), beta.data(), 10, C, 1e-5f,
+                        0.1f);
+  k::power_norm_forward(y_b.data(), rstd.data(), phi_b.data(), batch_b.data(), gamma.data(), beta.data(), 16, C, 1e-5f,
+                        0.1f);
+  CHECK(same_bits(y_a, std::vector<float>(y_b.begin(), y_b.begin() + 10 * C)));  // the statistic of past steps
+  CHECK(!same_bits(phi_a, phi_b));                                                 // this batch moves it
+  for (int64_t c = 0; c < C; c++) CHECK(y_a[size_t(c)] == doctest::Approx(batch_a[size_t(c)] / std::sqrt(2.0 + 1e-5)));
 }

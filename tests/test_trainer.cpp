@@ -472,3 +472,40 @@ TEST_CASE("trainer: a saved run loads back for evaluation and prediction") {
         std::string::npos);
   CHECK(error_of([&] { load_run(dir.sub("nothing")); }).find("no such run directory") != std::string::npos);
 }
+
+TEST_CASE("trainer: step records carry the batch composition; the length regime shapes it") {
+  TempDir dir;
+  RunConfig config = tiny_config();
+  config.train.steps = 6;
+  config.train.eval_every = 0;
+  for (const char* regime : {"mixed", "single", "bucketed"}) {
+    CAPTURE(regime);
+    config.task.length_regime = regime;
+    const std::string run = dir.sub(regime);
+    train_in(config, run);
+    int steps = 0;
+    for (const json& r : read_metrics(RunPaths(run).metrics)) {
+      if (r.contains("split")) continue;
+      ++steps;
+      const int64_t tokens = r.at("tokens"), sequences = r.at("sequences");
+      const int64_t shortest = r.at("shortest"), longest = r.at("longest");
+      CHECK(1 <= shortest);
+      CHECK(shortest <= longest);
+      CHECK(longest <= 8);
+      CHECK(sequences * shortest <= tokens);
+      CHECK(tokens <= sequences * longest);
+      if (std::string(regime) == "mixed") CHECK(sequences == 16);
+      if (std::string(regime) == "single") CHECK((shortest == 8 && sequences == 9));  // 16 x 4.5 = 72 tokens
+      if (std::string(regime) == "bucketed") CHECK((shortest - 1) / 4 == (longest - 1) / 4);  // one bucket of 4
+      const StepRecord back = step_record_from_json(r, "metrics.jsonl");
+      CHECK(back.tokens == tokens);
+      CHECK(back.longest == longest);
+    }
+    CHECK(steps == 6);
+  }
+  // Batches of generated data only: a training file is read in shuffled batches of sequences.
+  config.task.length_regime = "bucketed";
+  config.task.train_file = std::string(NORMLAB_SOURCE_DIR) + "/configs/reverse.json";
+  CHECK_THROWS_WITH_AS(check_config(config, "c.json"), doctest::Contains("c.json: task.length_regime: \"bucketed\""),
+                       InputError);
+}

@@ -55,6 +55,13 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& ga
 // otherwise normalize with running_mean / running_var.
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor running_mean,
                   Tensor running_var, bool training, float momentum, float eps);
+// PowerNorm over the rows of x (N, C) (Shen et al. 2020, Algorithm 1): y = gamma * x / sqrt(running_phi
+// + eps) + beta with the running quadratic mean per feature. training: running_phi moves towards this
+// batch's mean square after normalizing, and the backward's input gradient is the paper's
+// approximation through grad_ema (updated in place by the backward). Otherwise running_phi and
+// grad_ema stay as they are and the backward is the exact one.
+Tensor power_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor running_phi, Tensor grad_ema,
+                  bool training, float momentum, float eps);
 // Dynamic Tanh: gamma * tanh(alpha * x) + beta, alpha a one-element tensor, gamma/beta (C).
 Tensor dyt(const Tensor& x, const Tensor& alpha, const Tensor& gamma, const Tensor& beta);
 

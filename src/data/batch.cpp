@@ -14,6 +14,13 @@ int64_t Batch::max_length() const {
   return longest;
 }
 
+int64_t Batch::min_length() const {
+  if (batch_size() <= 0) return 0;
+  int64_t shortest = length(0);
+  for (int64_t b = 1; b < batch_size(); ++b) shortest = std::min(shortest, length(b));
+  return shortest;
+}
+
 Batch pack_batch(std::span<const Example* const> examples, TargetKind kind) {
   if (examples.empty()) throw UsageError("pack_batch: no examples");
   Batch batch;

@@ -163,12 +163,19 @@ GeneratorSampler::GeneratorSampler(Task task, GeneratorOptions options)
 }
 
 Batch GeneratorSampler::next() {
-  const uint32_t num_lengths = static_cast<uint32_t>(options_.max_len - options_.min_len + 1);
   std::vector<Example> examples;
-  examples.reserve(static_cast<size_t>(options_.batch_size));
-  for (int64_t b = 0; b < options_.batch_size; ++b) {
-    int32_t length = options_.min_len + static_cast<int32_t>(rng_.below(num_lengths));
-    examples.push_back(generate_example(task_, length, rng_));
+  if (options_.regime == LengthRegime::mixed) {
+    // Each length drawn just before its example (the order every mixed run so far was trained in).
+    const uint32_t num_lengths = static_cast<uint32_t>(options_.max_len - options_.min_len + 1);
+    examples.reserve(static_cast<size_t>(options_.batch_size));
+    for (int64_t b = 0; b < options_.batch_size; ++b) {
+      int32_t length = options_.min_len + static_cast<int32_t>(rng_.below(num_lengths));
+      examples.push_back(generate_example(task_, length, rng_));
+    }
+  } else {
+    const RegimeOptions regime{options_.regime, options_.batch_size, options_.min_len, options_.max_len,
+                               options_.bucket_width};
+    for (int32_t length : draw_regime_lengths(regime, rng_)) examples.push_back(generate_example(task_, length, rng_));
   }
   ++batches_drawn_;
   return pack_batch(examples, task_.target_kind);

@@ -30,7 +30,8 @@ const std::vector<std::pair<std::string, std::string>>& aliases() {
       {"layer_norm", "layernorm"}, {"bn", "batchnorm"}, {"batch_norm", "batchnorm"}, {"rms", "rmsnorm"},
       {"rms_norm", "rmsnorm"}, {"variant", "variants"}, {"seed", "seeds"},       {"step", "steps"},
       {"num_steps", "steps"},  {"max_steps", "steps"}, {"norm_type", "norm"},     {"n_layers", "layers"},
-      {"num_layers", "layers"}, {"n_heads", "heads"},  {"num_heads", "heads"},    {"batchsize", "batch_size"}};
+      {"num_layers", "layers"}, {"n_heads", "heads"},  {"num_heads", "heads"},    {"batchsize", "batch_size"},
+      {"power_norm", "powernorm"}, {"pn", "powernorm"}};
   return table;
 }
 

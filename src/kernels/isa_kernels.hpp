@@ -17,6 +17,7 @@
 #include "normlab/kernels/layer_norm.hpp"
 #include "normlab/kernels/linear.hpp"
 #include "normlab/kernels/matmul.hpp"
+#include "normlab/kernels/power_norm.hpp"
 #include "normlab/kernels/rms_norm.hpp"
 #include "normlab/kernels/softmax.hpp"
 
@@ -37,6 +38,7 @@ inline constexpr int64_t kMinParallelElements = int64_t{1} << 15;
   X(layer_norm_forward) X(layer_norm_backward) X(linear_forward) X(linear_backward)                \
   X(linear_relu_forward) X(linear_relu_backward)                                                   \
   X(matmul_nn) X(matmul_nt) X(matmul_tn) X(rms_norm_forward) X(rms_norm_backward)                  \
+  X(power_norm_forward) X(power_norm_backward)                                                     \
   X(softmax_forward) X(softmax_backward)
 
 // Declares `name` with the type of the public normlab::kernels::name (no default arguments: calls

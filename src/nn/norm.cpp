@@ -28,6 +28,16 @@ Tensor BatchNorm::forward(const Tensor& x) {
   return ops::batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps);
 }
 
+PowerNorm::PowerNorm(int64_t dim, float eps_, float momentum_) : eps(eps_), momentum(momentum_) {
+  weight = register_parameter("weight", Tensor::ones({dim}));
+  bias = register_parameter("bias", Tensor::zeros({dim}));
+  running_phi = register_buffer("running_phi", Tensor::ones({dim}));
+  grad_ema = register_buffer("grad_ema", Tensor::zeros({dim}));
+}
+Tensor PowerNorm::forward(const Tensor& x) {
+  return ops::power_norm(x, weight, bias, running_phi, grad_ema, is_training(), momentum, eps);
+}
+
 DyT::DyT(int64_t dim, float alpha_init) {
   alpha = register_parameter("alpha", Tensor::full({1}, alpha_init));
   weight = register_parameter("weight", Tensor::ones({dim}));
@@ -38,13 +48,13 @@ Tensor DyT::forward(const Tensor& x) { return ops::dyt(x, alpha, weight, bias); 
 namespace {
 constexpr std::pair<NormKind, const char*> kNormNames[] = {
     {NormKind::layernorm, "layernorm"}, {NormKind::rmsnorm, "rmsnorm"}, {NormKind::batchnorm, "batchnorm"},
-    {NormKind::dyt, "dyt"},             {NormKind::rezero, "rezero"},   {NormKind::none, "none"}};
+    {NormKind::powernorm, "powernorm"}, {NormKind::dyt, "dyt"},             {NormKind::rezero, "rezero"},   {NormKind::none, "none"}};
 }
 
 NormKind parse_norm_kind(const std::string& name) {
   for (auto [kind, text] : kNormNames)
     if (name == text) return kind;
-  throw UsageError(fmt::format("unknown norm '{}' (choose layernorm, rmsnorm, batchnorm, dyt, rezero, none)", name));
+  throw UsageError(fmt::format("unknown norm '{}' (choose layernorm, rmsnorm, batchnorm, powernorm, dyt, rezero, none)", name));
 }
 
 std::string to_string(NormKind kind) {
@@ -60,6 +70,7 @@ std::unique_ptr<NormLayer> make_norm(NormKind kind, int64_t dim, float eps) {
     case NormKind::layernorm: return std::make_unique<LayerNorm>(Shape{dim}, eps);
     case NormKind::rmsnorm: return std::make_unique<RMSNorm>(dim, eps);
     case NormKind::batchnorm: return std::make_unique<BatchNorm>(dim, eps);
+    case NormKind::powernorm: return std::make_unique<PowerNorm>(dim, eps);
     case NormKind::dyt: return std::make_unique<DyT>(dim);
     default: throw UsageError(fmt::format("norm '{}' has no normalization layer", to_string(kind)));
   }

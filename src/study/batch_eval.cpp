@@ -1,8 +1,10 @@
 // The variable-length lesson, measured on the trained models themselves: the same BatchNorm and
-// LayerNorm checkpoints evaluated with BatchNorm's running averages, with each evaluation batch's
-// own statistics at the training batch size, and with batch statistics over one sequence at a time.
-// LayerNorm's statistics are per token, so its three rows are the same model computing the same
-// function; BatchNorm's answer depends on what else is in the batch.
+// LayerNorm checkpoints evaluated with BatchNorm's running averages; with each evaluation batch's own
+// statistics at the training batch size, once over batches of trained lengths only (in-distribution
+// batch dependence) and once over the whole held-out set, where unseen lengths share the batches
+// (contamination from unseen lengths); and with batch statistics over one sequence at a time.
+// LayerNorm's statistics are per token, so its rows are the same model computing the same function;
+// BatchNorm's answer depends on what else is in the batch.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,9 +30,10 @@ HeldOut group_of(const train::EvalMetrics& metrics, bool unseen) {
 }  // namespace
 
 std::vector<BatchEvalMode> batch_eval_modes(int64_t train_batch_size) {
-  return {{"running averages", train_batch_size, false},
-          {"batch statistics", train_batch_size, true},
-          {"batch statistics", 1, true}};
+  return {{"running averages", train_batch_size, false, "every held-out sequence", false},
+          {"batch statistics", train_batch_size, true, "trained lengths only: in-distribution", true},
+          {"batch statistics", train_batch_size, true, "trained + unseen lengths mixed: contamination", false},
+          {"batch statistics", 1, true, "one sequence at a time", false}};
 }
 
 std::vector<BatchEvalCell> batch_dependence(const ComparePlan& plan, const std::vector<RunResult>& results,
@@ -84,6 +87,7 @@ std::vector<BatchEvalCell> batch_dependence(const ComparePlan& plan, const std::
           train::EvalSettings settings;
           settings.batch_size = mode.batch_size;
           settings.batch_statistics = mode.batch_statistics;
+          settings.trained_lengths_only = mode.trained_lengths_only;
           const train::RunEvaluation eval = train::evaluate_run(run, std::nullopt, settings);
           cell.trained.push_back(group_of(eval.metrics, false).accuracy);
           cell.unseen.push_back(group_of(eval.metrics, true).accuracy);

@@ -35,6 +35,7 @@ const std::vector<Variant>& known_variants() {
       {"pre-ln", "layernorm", "pre", "LayerNorm on each sublayer's input, plus a final LayerNorm", "#0072B2"},
       {"rmsnorm", "rmsnorm", "pre", "RMSNorm (no centering), pre placement", "#009E73"},
       {"batchnorm", "batchnorm", "pre", "BatchNorm over the batch's real tokens, pre placement", "#CC79A7"},
+      {"powernorm", "powernorm", "pre", "PowerNorm: running quadratic-mean statistics per feature, pre placement", "#661100"},
       {"rezero", "rezero", "pre", "no normalization: x + alpha * f(x), alpha = 0 at init", "#E69F00"},
       {"dyt", "dyt", "pre", "Dynamic Tanh gamma * tanh(a x) + beta in place of each norm, pre placement", "#56B4E9"},
       {"post-rmsnorm", "rmsnorm", "post", "RMSNorm, post placement", "#117733"},

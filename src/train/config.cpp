@@ -111,7 +111,7 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("model", &R::model, "activation", &ModelConfig::activation, Kind::choice, {},
                            {"relu", "gelu"}));
     f.push_back(make_field("model", &R::model, "norm", &ModelConfig::norm, Kind::choice, {},
-                           {"layernorm", "rmsnorm", "batchnorm", "dyt", "rezero", "none"}));
+                           {"layernorm", "rmsnorm", "batchnorm", "powernorm", "dyt", "rezero", "none"}));
     // data-parallel: BatchNorm statistics per rank or over all ranks (docs/scaling.md)
     f.push_back(make_field("model", &R::model, "batchnorm_stats", &ModelConfig::batchnorm_stats, Kind::choice, {},
                            {"local", "sync"}));
@@ -136,6 +136,8 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("task", &R::task, "eval_examples", &TaskConfig::eval_examples, Kind::integer,
                            closed(1, 1'000'000)));
     f.push_back(make_field("task", &R::task, "bucket_width", &TaskConfig::bucket_width, Kind::integer, closed(1, 4096)));
+    f.push_back(make_field("task", &R::task, "length_regime", &TaskConfig::length_regime, Kind::choice, {},
+                           {"mixed", "single", "bucketed"}));
     f.push_back(make_field("task", &R::task, "select_prob", &TaskConfig::select_prob, Kind::number, open_closed(0, 1)));
     f.push_back(make_field("task", &R::task, "mask_prob", &TaskConfig::mask_prob, Kind::number, closed(0, 1)));
     f.push_back(make_field("task", &R::task, "random_prob", &TaskConfig::random_prob, Kind::number, closed(0, 1)));
@@ -495,6 +497,11 @@ void check_config(const RunConfig& config, const std::string& where) {
   if (t.mask_prob + t.random_prob > 1.0 || static_cast<float>(t.mask_prob) + static_cast<float>(t.random_prob) > 1.0f) {
     fail("task.random_prob", fmt::format("task.mask_prob + task.random_prob must be <= 1 (got {} + {})", t.mask_prob,
                                          t.random_prob));
+  }
+  if (t.length_regime != "mixed" && t.train_file) {
+    fail("task.length_regime", fmt::format("\"{}\" applies to generated training batches; a task.train_file is read in "
+                                           "shuffled batches of train.batch_size sequences (use \"mixed\")",
+                                           t.length_regime));
   }
   if (t.name == "mlm_text") {
     if (!t.train_file) fail("task.train_file", "the mlm_text task has no generator: give a JSONL file of {\"text\": ...} lines");

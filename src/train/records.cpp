@@ -82,6 +82,10 @@ json to_json(const StepRecord& record) {
               {"accuracy", record.accuracy},
               {"lr", record.lr},
               {"grad_norm", finite_or_null(record.grad_norm)},
+              {"tokens", record.tokens},
+              {"sequences", record.sequences},
+              {"shortest", record.shortest},
+              {"longest", record.longest},
               {"tokens_per_s", record.tokens_per_s}};
   if (!record.residual_rms.empty()) {
     json values = json::array();
@@ -108,6 +112,14 @@ StepRecord step_record_from_json(const json& value, const std::string& where) {
   record.lr = number_or_nan(value, "lr");
   record.grad_norm = number_or_nan(value, "grad_norm");
   record.tokens_per_s = number_or_nan(value, "tokens_per_s");
+  const std::pair<const char*, int64_t*> composition[] = {
+      {"tokens", &record.tokens}, {"sequences", &record.sequences}, {"shortest", &record.shortest}, {"longest", &record.longest}};
+  for (auto [key, into] : composition) {
+    if (!value.contains(key)) continue;
+    if (!value.at(key).is_number_integer() || value.at(key).get<int64_t>() < 0)
+      throw InputError(fmt::format("{}: step record: \"{}\" must be a non-negative integer", where, key));
+    *into = value.at(key).get<int64_t>();
+  }
   auto read_list = [&](const char* key, std::vector<double>& into) {
     if (!value.contains(key)) return;
     if (!value.at(key).is_array()) throw InputError(fmt::format("{}: step record: \"{}\" must be a list", where, key));

@@ -199,6 +199,15 @@ RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& dat
                       : fmt::format("generated validation set ({} examples, lengths {}-{})", dataset->size(),
                                     run.config.task.min_len, run.config.task.eval_max_len);
   }
+  if (settings.trained_lengths_only) {
+    std::vector<data::Example> trained;
+    for (const data::Example& example : dataset->examples())
+      if (static_cast<int64_t>(example.tokens.size()) <= run.train_max_len) trained.push_back(example);
+    if (trained.empty())
+      throw InputError(fmt::format("{}: no sequence of a trained length (at most {})", description, run.train_max_len));
+    dataset.emplace(run.task, std::move(trained));
+    description += fmt::format(", trained lengths (at most {}) only", run.train_max_len);
+  }
   const int32_t longest = std::max<int32_t>(1, dataset->max_length());
   std::vector<data::LengthBucket> buckets =
       data::make_length_buckets(longest, static_cast<int32_t>(run.config.task.bucket_width), run.train_max_len);

@@ -61,6 +61,8 @@ Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
     options.min_len = static_cast<int32_t>(config_.task.min_len);
     options.max_len = static_cast<int32_t>(config_.task.max_len);
     options.seed = data_seed;
+    options.regime = data::parse_length_regime(config_.task.length_regime);
+    options.bucket_width = static_cast<int32_t>(config_.task.bucket_width);
     generator_ = std::make_unique<data::GeneratorSampler>(task_, options);
   }
 
@@ -94,6 +96,9 @@ StepRecord Trainer::train_step(const data::Batch& batch, bool diagnostics) {
   StepRecord record;
   record.step = step_ + 1;
   record.tokens = batch.num_real_tokens;
+  record.sequences = batch.batch_size();
+  record.shortest = batch.min_length();
+  record.longest = batch.max_length();
   const float lr = static_cast<float>(config_.optim.lr) * optim::lr_factor(schedule_, step_);
   record.lr = shortest(lr);
 

@@ -38,6 +38,7 @@ struct Batch {
   int64_t batch_size() const { return static_cast<int64_t>(offsets.size()) - 1; }
   int64_t length(int64_t b) const { return offsets[b + 1] - offsets[b]; }
   int64_t max_length() const;
+  int64_t min_length() const;  // 0 for a batch without sequences
 };
 
 // Packs the examples in the given order. UsageError if an example is empty or its targets do not

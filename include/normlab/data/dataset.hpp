@@ -19,6 +19,7 @@
 
 #include "normlab/data/batch.hpp"
 #include "normlab/data/mlm.hpp"
+#include "normlab/data/regime.hpp"
 #include "normlab/data/task.hpp"
 #include "normlab/rng.hpp"
 
@@ -98,6 +99,8 @@ struct GeneratorOptions {
   int32_t min_len = 1;
   int32_t max_len = 32;
   uint64_t seed = 0;
+  LengthRegime regime = LengthRegime::mixed;  // regime.hpp: which lengths share a batch
+  int32_t bucket_width = 8;                   // bucketed regime only
 };
 
 struct GeneratorState {
@@ -107,8 +110,8 @@ struct GeneratorState {
   bool operator==(const GeneratorState&) const = default;
 };
 
-// Fresh examples every batch, lengths uniform in [min_len, max_len]: training data that never
-// repeats. UsageError for a task without a generator (mlm_text) or a bad length range.
+// Fresh examples every batch: training data that never repeats. Lengths uniform in [min_len,
+// max_len] in every batch (mixed), or chosen by the regime (single, bucketed; regime.hpp). UsageError for a task without a generator (mlm_text) or a bad length range.
 class GeneratorSampler {
  public:
   GeneratorSampler(Task task, GeneratorOptions options);

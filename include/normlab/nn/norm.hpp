@@ -6,6 +6,8 @@
 //   RMSNorm    per token:   y = gamma * x / sqrt(mean_t(x^2) + eps)
 //   BatchNorm  per feature: y = gamma * (x - mean_c) / sqrt(var_c + eps) + beta, where mean_c and
 //              var_c are over all real tokens of the batch in training and running averages in eval
+//   PowerNorm  per feature: y = gamma * x / sqrt(phi_c + eps) + beta, phi_c the running mean of x^2
+//              over past batches' real tokens, in training too (Shen et al. 2020, Algorithm 1)
 //   DyT        no statistics: y = gamma * tanh(alpha * x) + beta (Zhu et al. 2025)
 #include <memory>
 #include <string>
@@ -45,6 +47,17 @@ class BatchNorm : public NormLayer {
   Tensor weight, bias, running_mean, running_var;
 };
 
+// PowerNorm (Shen et al. 2020, Algorithm 1; docs/layernorm.md). momentum is the paper's 1 - alpha.
+class PowerNorm : public NormLayer {
+ public:
+  explicit PowerNorm(int64_t dim, float eps = 1e-5f, float momentum = 0.1f);
+  Tensor forward(const Tensor& x) override;  // x (tokens, dim)
+  float eps, momentum;
+  Tensor weight, bias;
+  Tensor running_phi;  // (dim) running quadratic mean psi^2, init 1
+  Tensor grad_ema;     // (dim) the backward's running average nu, init 0
+};
+
 class DyT : public NormLayer {
  public:
   explicit DyT(int64_t dim, float alpha_init = 0.5f);
@@ -52,13 +65,13 @@ class DyT : public NormLayer {
   Tensor alpha, weight, bias;
 };
 
-enum class NormKind { layernorm, rmsnorm, batchnorm, dyt, rezero, none };
+enum class NormKind { layernorm, rmsnorm, batchnorm, powernorm, dyt, rezero, none };
 NormKind parse_norm_kind(const std::string& name);  // throws UsageError listing the choices
 std::string to_string(NormKind kind);
 // True for the kinds that put a normalization layer in each block (not rezero / none).
 bool has_norm_layer(NormKind kind);
 
-// The layer for kind (layernorm, rmsnorm, batchnorm, dyt); eps applies to the first three.
+// The layer for kind (layernorm, rmsnorm, batchnorm, powernorm, dyt); eps applies to all but dyt.
 std::unique_ptr<NormLayer> make_norm(NormKind kind, int64_t dim, float eps);
 
 }  // namespace normlab::nn

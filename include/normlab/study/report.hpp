@@ -212,11 +212,15 @@ double most_different_lr(const ComparePlan& plan, const std::vector<GroupSummary
 
 
 // The variable-length lesson (report section "BatchNorm and its batch"): the same trained
-// checkpoints evaluated three ways. Drawn when the grid has BatchNorm and a LayerNorm reference.
+// checkpoints evaluated four ways. Drawn when the grid has BatchNorm and a LayerNorm reference.
 struct BatchEvalMode {
   std::string statistics;  // "running averages" or "batch statistics"
   int64_t batch_size = 1;  // sequences per evaluation batch
   bool batch_statistics = false;
+  std::string batches;     // which held-out sequences share a batch, in words
+  // Only held-out sequences of trained lengths (in-distribution batch dependence); otherwise the
+  // whole held-out set, where unseen lengths share batches with trained ones (contamination).
+  bool trained_lengths_only = false;
 };
 std::vector<BatchEvalMode> batch_eval_modes(int64_t train_batch_size);
 struct BatchEvalCell {

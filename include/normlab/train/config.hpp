@@ -29,7 +29,7 @@ struct ModelConfig {
   int64_t ffn = 256;
   double dropout = 0.0;
   std::string activation = "relu";        // relu | gelu
-  std::string norm = "layernorm";         // layernorm | rmsnorm | batchnorm | dyt | rezero | none
+  std::string norm = "layernorm";         // layernorm | rmsnorm | batchnorm | powernorm | dyt | rezero | none
   std::string batchnorm_stats = "local";  // data-parallel BatchNorm: local (per rank) | sync (global)
   std::string placement = "pre";          // pre | post
   bool final_norm = true;                 // pre placement: a norm after the last block
@@ -51,7 +51,8 @@ struct TaskConfig {
   int64_t max_len = 32;
   int64_t eval_max_len = 64;              // validation lengths go up to here
   int64_t eval_examples = 512;            // validation set size (a file: its first N usable lines)
-  int64_t bucket_width = 8;               // lengths per bucket in the evaluation report
+  int64_t bucket_width = 8;               // lengths per bucket in the evaluation report (and bucketed batches)
+  std::string length_regime = "mixed";    // generated training batches: mixed | single | bucketed (data/regime.hpp)
   double select_prob = 0.15;              // mlm_text: fraction of positions with a target
   double mask_prob = 0.8;                 // mlm_text: of those, replaced by [MASK]
   double random_prob = 0.1;               // mlm_text: of those, replaced by a random character

@@ -22,14 +22,18 @@ struct StepRecord {
   double lr = 0.0;
   double grad_norm = 0.0;  // global L2 norm before clipping
   int64_t tokens = 0;      // real tokens in the batch
+  int64_t sequences = 0;   // sequences in the batch, and the shortest and longest of them: what the
+  int64_t shortest = 0;    // length regime (task.length_regime) put together, so that a loss spike
+  int64_t longest = 0;     // can be traced to its batch
   double tokens_per_s = 0.0;
   std::vector<double> residual_rms;      // diagnostics steps only: after each block
   std::vector<double> layer_grad_norms;  // diagnostics steps only: per block, before clipping
   bool diverged = false;                 // non-finite loss or gradient norm; no update was made
 };
 
-// {"step", "loss", "accuracy", "lr", "grad_norm", "tokens_per_s"[, "residual_rms", "layer_grad_norms"]
-//  [, "diverged": true]}; a non-finite value is written as null.
+// {"step", "loss", "accuracy", "lr", "grad_norm", "tokens", "sequences", "shortest", "longest",
+//  "tokens_per_s"[, "residual_rms", "layer_grad_norms"][, "diverged": true]}; a non-finite value is
+// written as null. Records written before the batch composition was logged read back with 0s there.
 nlohmann::json to_json(const StepRecord& record);
 StepRecord step_record_from_json(const nlohmann::json& json, const std::string& where);
 

@@ -62,6 +62,9 @@ struct EvalSettings {
   // instead of its running averages. LayerNorm, RMSNorm and DyT have no such mode: their
   // statistics are per token, so the result does not depend on the batch at all.
   bool batch_statistics = false;
+  // Only the sequences no longer than the longest training sequence (summary.json's
+  // train_max_len): batches of trained lengths alone. InputError if none is left.
+  bool trained_lengths_only = false;
 };
 RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& data_file, const EvalSettings& settings);
 

@@ -124,6 +124,15 @@ void matmul_tn(float* C, const float* A, const float* B, int64_t M, int64_t K, i
   NORMLAB_DISPATCH(matmul_tn, C, A, B, M, K, N, accumulate, parallel);
 }
 
+void power_norm_forward(float* out, float* rstd, float* running_phi, const float* inp, const float* gamma,
+                        const float* beta, int64_t N, int64_t C, float eps, float momentum) {
+  NORMLAB_DISPATCH(power_norm_forward, out, rstd, running_phi, inp, gamma, beta, N, C, eps, momentum);
+}
+void power_norm_backward(float* dinp, float* dgamma, float* dbeta, float* grad_ema, const float* dout,
+                         const float* inp, const float* gamma, const float* rstd, int64_t N, int64_t C,
+                         float momentum) {
+  NORMLAB_DISPATCH(power_norm_backward, dinp, dgamma, dbeta, grad_ema, dout, inp, gamma, rstd, N, C, momentum);
+}
 void rms_norm_forward(float* out, float* rstd, const float* inp, const float* gamma, int64_t rows, int64_t cols,
                       float eps) {
   NORMLAB_DISPATCH(rms_norm_forward, out, rstd, inp, gamma, rows, cols, eps);
