@@ -392,7 +392,7 @@ TEST_CASE("powernorm matches the reference kernels and is bit-identical run to r
   }
 }
 
-TEST_CASE("powernorm output of a token does not depend on its batch-mates; its running statistic does") {
+TEST_CASE("powernorm output of a token does not depend on its batch-mates, its running statistic does") {
   normlab::Rng rng(37);
   const int64_t C = 16;
   std::vector<float> batch_b = normals(rng, size_t(16 * C), 0.0f, 2.0f);

@@ -473,7 +473,7 @@ TEST_CASE("trainer: a saved run loads back for evaluation and prediction") {
   CHECK(error_of([&] { load_run(dir.sub("nothing")); }).find("no such run directory") != std::string::npos);
 }
 
-TEST_CASE("trainer: step records carry the batch composition; the length regime shapes it") {
+TEST_CASE("trainer: step records carry the batch composition, which the length regime shapes") {
   TempDir dir;
   RunConfig config = tiny_config();
   config.train.steps = 6;

@@ -513,8 +513,9 @@ std::optional<Section> batch_section(const Context& c) {
       "(every finished seed) on the held-out set: (1) with running averages; (2) IN-DISTRIBUTION BATCH DEPENDENCE: "
       "each batch's own statistics at the training batch size, over held-out sequences of trained lengths only, "
       "the kind of batch BatchNorm was trained on; (3) CONTAMINATION FROM UNSEEN LENGTHS: the same batch size over "
-      "the whole held-out set, where sequences longer than any trained one share the batches, so its trained-length "
-      "accuracy measures what unseen batch-mates do to the statistics, not batch dependence on trained data; (4) "
+      "the whole held-out set, where sequences longer than any trained one share the batches: the change of "
+      "trained-length accuracy from (2) to (3) is what unseen batch-mates do to the statistics, not batch "
+      "dependence on trained data; (4) "
       "batch statistics over one sequence at a time (batch 1). Mean over seeds [95% interval]; 'max change' is the "
       "largest per-seed change of trained-length accuracy from the first row.";
   std::vector<std::vector<std::string>> rows;

@@ -253,8 +253,12 @@ std::string Trainer::describe_run() const {
                      model_->num_parameters(), num_threads(),
                      train_set_ ? fmt::format("{} examples of {} ({})", train_set_->size(), *config_.task.train_file,
                                               train_use_.describe())
-                                : fmt::format("generated sequences of lengths {}-{}", config_.task.min_len,
-                                              config_.task.max_len),
+                                : fmt::format("generated sequences of lengths {}-{}{}", config_.task.min_len,
+                                              config_.task.max_len,
+                                              config_.task.length_regime == "mixed"
+                                                  ? ""
+                                                  : fmt::format(" in {} batches (task.length_regime)",
+                                                                config_.task.length_regime)),
                      config_.task.valid_file ? fmt::format("{} examples of {} ({})", valid_set_.size(),
                                                            *config_.task.valid_file, valid_use_.describe())
                                              : fmt::format("{} generated examples", valid_set_.size()));
