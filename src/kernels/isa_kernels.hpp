@@ -19,6 +19,7 @@
 #include "normlab/kernels/matmul.hpp"
 #include "normlab/kernels/rms_norm.hpp"
 #include "normlab/kernels/softmax.hpp"
+#include "normlab/parallel.hpp"
 
 namespace normlab::kernels {
 // Below this many elements a kernel's loop runs on the calling thread: waking the team costs more
