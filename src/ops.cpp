@@ -15,6 +15,7 @@
 
 #include "normlab/autograd.hpp"
 #include "normlab/error.hpp"
+#include "normlab/parallel.hpp"
 #include "normlab/kernels/activations.hpp"
 #include "normlab/kernels/attention.hpp"
 #include "normlab/kernels/batch_norm.hpp"
@@ -33,7 +34,7 @@ namespace normlab::ops {
 
 namespace {
 
-// Below this many iterations an OpenMP region costs more than it saves (and a deep chain of tiny
+// Below this many iterations a parallel region costs more than it saves (and a deep chain of tiny
 // ops would spend its time starting threads).
 constexpr int64_t kParallelGrain = 1 << 14;
 
@@ -66,20 +67,17 @@ std::array<kernels::GradOut, N> grad_outs(const std::array<const Tensor*, N>& in
   return outs;
 }
 
-// d[i] (+)= value(i) for i < n, added or written as d says; nothing when d is not wanted. A
-// worksharing loop: called inside a parallel region, the threads split it (static schedule, so two
-// calls with the same n give each thread the same i); outside one, it runs whole. The test is out
-// of the loop, which stays a plain vector loop.
+// d[i] (+)= value(i) for i in [begin, end), added or written as d says; nothing when d is not
+// wanted. Called on one block of a parallel_for. The test is out of the loop, which stays a plain
+// vector loop.
 template <class F>
-void store_each(const kernels::GradOut& d, int64_t n, F value) {
+void store_each(const kernels::GradOut& d, int64_t begin, int64_t end, F value) {
   if (d.data == nullptr) return;
   float* p = d.data;
   if (d.accumulate) {
-#pragma omp for schedule(static) nowait
-    for (int64_t i = 0; i < n; ++i) p[i] += value(i);
+    for (int64_t i = begin; i < end; ++i) p[i] += value(i);
   } else {
-#pragma omp for schedule(static) nowait
-    for (int64_t i = 0; i < n; ++i) p[i] = value(i);
+    for (int64_t i = begin; i < end; ++i) p[i] = value(i);
   }
 }
 
@@ -166,12 +164,14 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* name) {
     ib = std::make_shared<std::vector<int64_t>>(broadcast_index_map(out_shape, b.shape()));
   }
   if (flat) {
-#pragma omp parallel for schedule(static) if(n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) po[i] = Op::f(pa[i], pb[i]);
+    parallel_for(n, n > kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) po[i] = Op::f(pa[i], pb[i]);
+    });
   } else if (scalar_b) {
     const float s = pb[0];
-#pragma omp parallel for schedule(static) if(n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) po[i] = Op::f(pa[i], s);
+    parallel_for(n, n > kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) po[i] = Op::f(pa[i], s);
+    });
   } else {
     for (int64_t i = 0; i < n; ++i) po[i] = Op::f(pa[(*ia)[i]], pb[(*ib)[i]]);
   }
@@ -181,19 +181,19 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* name) {
     const float* y = b.data();
     if (flat) {  // one gradient element per input element: stored
       const auto [da, db] = grad_outs<2>({&a, &b});
-#pragma omp parallel if(n > kParallelGrain)
-      {
-        store_each(da, n, [&](int64_t i) { return g[i] * Op::dfdx(x[i], y[i]); });
-        // a and b one tensor (x + x): both add to its zeroed buffer, each thread the same i
-        store_each(db, n, [&](int64_t i) { return g[i] * Op::dfdy(x[i], y[i]); });
-      }
+      parallel_for(n, n > kParallelGrain, [&](int64_t begin, int64_t end) {
+        store_each(da, begin, end, [&](int64_t i) { return g[i] * Op::dfdx(x[i], y[i]); });
+        // a and b one tensor (x + x): both add to its zeroed buffer, one thread per i
+        store_each(db, begin, end, [&](int64_t i) { return g[i] * Op::dfdy(x[i], y[i]); });
+      });
     } else if (scalar_b) {
       // a's gradient element by element over the threads; b's, one sum over all elements in
       // order on one thread: the order (and the bits) of the general loop below.
       const float s = y[0];
       const auto [da] = grad_outs<1>({&a});
-#pragma omp parallel if(n > kParallelGrain)
-      store_each(da, n, [&](int64_t i) { return g[i] * Op::dfdx(x[i], s); });
+      parallel_for(n, n > kParallelGrain, [&](int64_t begin, int64_t end) {
+        store_each(da, begin, end, [&](int64_t i) { return g[i] * Op::dfdx(x[i], s); });
+      });
       if (float* db = grad_ptr(b)) {
         float sum = db[0];
         for (int64_t i = 0; i < n; ++i) sum += g[i] * Op::dfdy(x[i], s);
@@ -221,16 +221,18 @@ Tensor unary(const Tensor& a, const char* name, F f, DF dfdx) {
   const int64_t n = a.numel();
   const float* x = a.data();
   float* y = out.data();
-#pragma omp parallel for schedule(static) if(n > kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+  parallel_for(n, n > kParallelGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = f(x[i]);
+  });
   if (!needs_grad({&a})) return out;
   Tensor y_saved = out.detach();  // the values, not the node: no cycle
   record(out, name, {a}, [a, y_saved, n, dfdx](const float* g) {
     const auto [da] = grad_outs<1>({&a});
     const float* xv = a.data();
     const float* yv = y_saved.data();
-#pragma omp parallel if(n > kParallelGrain)
-    store_each(da, n, [&](int64_t i) { return g[i] * dfdx(xv[i], yv[i]); });
+    parallel_for(n, n > kParallelGrain, [&](int64_t begin, int64_t end) {
+      store_each(da, begin, end, [&](int64_t i) { return g[i] * dfdx(xv[i], yv[i]); });
+    });
   });
   return out;
 }
@@ -335,8 +337,9 @@ Tensor sum(const Tensor& a) {
   record(out, "sum", {a}, [a, n](const float* g) {
     float* da = grad_ptr(a);
     const float gv = g[0];
-#pragma omp parallel for schedule(static) if(n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) da[i] += gv;
+    parallel_for(n, n > kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) da[i] += gv;
+    });
   });
   return out;
 }
@@ -359,18 +362,20 @@ Tensor sum_trailing(const Tensor& a, int64_t ndims, bool keepdim) {
   Tensor out = Tensor::zeros(out_shape);
   const float* x = a.data();
   float* y = out.data();
-#pragma omp parallel for schedule(static) if(rows * inner > kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) {
-    double acc = 0.0;
-    for (int64_t j = 0; j < inner; ++j) acc += x[r * inner + j];
-    y[r] = static_cast<float>(acc);
-  }
+  parallel_for(rows, rows * inner > kParallelGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      double acc = 0.0;
+      for (int64_t j = 0; j < inner; ++j) acc += x[r * inner + j];
+      y[r] = static_cast<float>(acc);
+    }
+  });
   if (!needs_grad({&a})) return out;
   record(out, "sum_trailing", {a}, [a, rows, inner](const float* g) {
     float* da = grad_ptr(a);
-#pragma omp parallel for schedule(static) if(rows * inner > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < inner; ++j) da[r * inner + j] += g[r];
+    parallel_for(rows, rows * inner > kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r)
+        for (int64_t j = 0; j < inner; ++j) da[r * inner + j] += g[r];
+    });
   });
   return out;
 }
@@ -409,8 +414,9 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
   const int64_t n = a.numel();
   record(out, "reshape", {a}, [a, n](const float* g) {
     const auto [da] = grad_outs<1>({&a});
-#pragma omp parallel if(n > kParallelGrain)
-    store_each(da, n, [&](int64_t i) { return g[i]; });
+    parallel_for(n, n > kParallelGrain, [&](int64_t begin, int64_t end) {
+      store_each(da, begin, end, [&](int64_t i) { return g[i]; });
+    });
   });
   return out;
 }
@@ -682,27 +688,29 @@ Tensor mean_pool(const Tensor& x, const std::vector<int64_t>& offsets) {
   Tensor out = Tensor::zeros({B, C});
   const float* xv = x.data();
   float* y = out.data();
-#pragma omp parallel for schedule(static) if(T * C > kParallelGrain)
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t len = offsets[b + 1] - offsets[b];
-    if (len == 0) continue;
-    for (int64_t t = offsets[b]; t < offsets[b + 1]; ++t)
-      for (int64_t c = 0; c < C; ++c) y[b * C + c] += xv[t * C + c];
-    for (int64_t c = 0; c < C; ++c) y[b * C + c] /= static_cast<float>(len);
-  }
+  parallel_for(B, T * C > kParallelGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t len = offsets[b + 1] - offsets[b];
+      if (len == 0) continue;
+      for (int64_t t = offsets[b]; t < offsets[b + 1]; ++t)
+        for (int64_t c = 0; c < C; ++c) y[b * C + c] += xv[t * C + c];
+      for (int64_t c = 0; c < C; ++c) y[b * C + c] /= static_cast<float>(len);
+    }
+  });
   if (!needs_grad({&x})) return out;
   auto saved = std::make_shared<std::vector<int64_t>>(offsets);
   record(out, "mean_pool", {x}, [x, saved, B, C, T](const float* g) {
     float* dx = grad_ptr(x);
     const auto& off = *saved;
-#pragma omp parallel for schedule(static) if(T * C > kParallelGrain)
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t len = off[b + 1] - off[b];
-      if (len == 0) continue;
-      const float scale = 1.0f / static_cast<float>(len);
-      for (int64_t t = off[b]; t < off[b + 1]; ++t)
-        for (int64_t c = 0; c < C; ++c) dx[t * C + c] += g[b * C + c] * scale;
-    }
+    parallel_for(B, T * C > kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) {
+        const int64_t len = off[b + 1] - off[b];
+        if (len == 0) continue;
+        const float scale = 1.0f / static_cast<float>(len);
+        for (int64_t t = off[b]; t < off[b + 1]; ++t)
+          for (int64_t c = 0; c < C; ++c) dx[t * C + c] += g[b * C + c] * scale;
+      }
+    });
   });
   return out;
 }

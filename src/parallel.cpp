@@ -1,15 +1,233 @@
 #include "normlab/parallel.hpp"
 
+#include <linux/futex.h>
 #include <omp.h>
-
-#include <cstdlib>
-#include <cstring>
-
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
 namespace normlab {
-void set_num_threads(int n) { omp_set_num_threads(n < 1 ? 1 : n); }
-int num_threads() { return omp_get_max_threads(); }
+
+namespace {
+
+// How many times a thread with nothing to do checks for work (a pause between checks, ~40 ns on
+// the machines measured) before it sleeps on a futex: about 100 us, longer than the serial gaps
+// between the kernels of a step, shorter than a scheduler tick. A thread that spins long keeps a
+// core busy that another thread (or process) could use.
+constexpr int kSpinChecks = 2000;
+
+inline void cpu_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+void futex_wait(std::atomic<uint32_t>& word, uint32_t expected) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+}
+
+void futex_wake(std::atomic<uint32_t>& word, int count) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr, 0);
+}
+
+// The process default thread count, read once (OMP_NUM_THREADS as OpenMP reads it, else the
+// number of cores); a thread's own setting overrides it.
+int default_threads() {
+  static const int threads = omp_get_max_threads();
+  return threads;
+}
+thread_local int t_threads = 0;      // 0: the default
+thread_local bool t_in_part = false;  // running a part: a nested region runs serially
+thread_local bool t_is_worker = false;
+
+// One region at a time runs on the pool. `state` holds the region's generation (high 32 bits) and
+// the next part to claim (low 32 bits): a thread claims a part with one compare-exchange, which
+// fails if the region it read the task of has ended meanwhile, so a worker that wakes late can
+// never run a part of an old region. The task fields are atomics written only between regions.
+class Pool {
+ public:
+  // Runs the region on the pool if it is free and sized for `threads`; false when the caller must
+  // run the parts itself (the pool is busy with another caller's region).
+  bool run(int64_t parts, int threads, PartTask task, void* context);
+  void set_worker_delay(int microseconds) { worker_delay_us_.store(microseconds, std::memory_order_relaxed); }
+  PartCounts counts() const {
+    return {by_caller_.load(std::memory_order_relaxed), by_workers_.load(std::memory_order_relaxed)};
+  }
+
+ private:
+  void resize(int workers);
+  void worker_loop();
+  // Claims and runs parts of the current region until none is left; returns how many it ran.
+  int64_t take_parts();
+  void wait_for_region(uint32_t& seen);
+  void wait_until_finished(uint32_t parts);
+
+  std::mutex owner_;  // held by the caller for the whole region
+  std::vector<std::thread> workers_;
+  alignas(64) std::atomic<uint64_t> state_{0};
+  std::atomic<PartTask> task_{nullptr};
+  std::atomic<void*> context_{nullptr};
+  std::atomic<uint32_t> parts_{0};
+  alignas(64) std::atomic<uint32_t> finished_{0};  // parts done in this region; futex word
+  std::atomic<uint32_t> caller_sleeping_{0};
+  alignas(64) std::atomic<uint32_t> region_{0};  // bumped for every region; futex word
+  std::atomic<int> workers_sleeping_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<int> worker_delay_us_{0};
+  std::mutex error_mutex_;
+  std::exception_ptr error_;
+  alignas(64) std::atomic<int64_t> by_caller_{0};
+  std::atomic<int64_t> by_workers_{0};
+};
+
+Pool& pool() {
+  // Never destroyed: workers asleep at exit cost nothing, and a kernel called from a static
+  // destructor still finds a pool.
+  static Pool* const instance = new Pool;
+  return *instance;
+}
+
+int64_t Pool::take_parts() {
+  int64_t ran = 0;
+  uint64_t state = state_.load(std::memory_order_acquire);
+  for (;;) {
+    const auto next = static_cast<uint32_t>(state);
+    const uint32_t parts = parts_.load(std::memory_order_relaxed);
+    const PartTask task = task_.load(std::memory_order_relaxed);
+    void* const context = context_.load(std::memory_order_relaxed);
+    if (next >= parts) return ran;
+    // Succeeds only while the region read above is still open, so parts, task and context are its.
+    if (!state_.compare_exchange_weak(state, state + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+      continue;
+    if (t_is_worker) {
+      // The test hook: a worker that stops between claiming a part and running it.
+      if (const int delay = worker_delay_us_.load(std::memory_order_relaxed); delay > 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(delay));
+    }
+    t_in_part = true;
+    try {
+      task(context, int64_t(next));
+    } catch (...) {
+      std::lock_guard lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+    t_in_part = false;
+    ran++;
+    if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == parts &&
+        caller_sleeping_.load(std::memory_order_seq_cst) != 0)
+      futex_wake(finished_, 1);
+    state = state_.load(std::memory_order_acquire);
+  }
+}
+
+void Pool::wait_for_region(uint32_t& seen) {
+  for (int i = 0; i < kSpinChecks; i++) {
+    if (region_.load(std::memory_order_acquire) != seen) break;
+    cpu_pause();
+  }
+  while (region_.load(std::memory_order_acquire) == seen) {
+    workers_sleeping_.fetch_add(1, std::memory_order_seq_cst);
+    if (region_.load(std::memory_order_seq_cst) == seen) futex_wait(region_, seen);
+    workers_sleeping_.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  seen = region_.load(std::memory_order_acquire);
+}
+
+void Pool::worker_loop() {
+  t_is_worker = true;
+  uint32_t seen = region_.load(std::memory_order_acquire);
+  for (;;) {
+    wait_for_region(seen);
+    if (stop_.load(std::memory_order_acquire)) return;
+    by_workers_.fetch_add(take_parts(), std::memory_order_relaxed);
+  }
+}
+
+void Pool::wait_until_finished(uint32_t parts) {
+  for (int i = 0; i < kSpinChecks; i++) {
+    if (finished_.load(std::memory_order_acquire) == parts) return;
+    cpu_pause();
+  }
+  // A worker holds a part and is not running: sleep, so that its core (or ours) is free for it.
+  caller_sleeping_.store(1, std::memory_order_seq_cst);
+  for (uint32_t done; (done = finished_.load(std::memory_order_seq_cst)) != parts;) futex_wait(finished_, done);
+  caller_sleeping_.store(0, std::memory_order_relaxed);
+}
+
+void Pool::resize(int workers) {
+  if (!workers_.empty()) {
+    stop_.store(true, std::memory_order_release);
+    region_.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(region_, INT_MAX);
+    for (std::thread& w : workers_) w.join();
+    workers_.clear();
+    stop_.store(false, std::memory_order_release);
+  }
+  for (int i = 0; i < workers; i++) workers_.emplace_back([this] { worker_loop(); });
+}
+
+bool Pool::run(int64_t parts, int threads, PartTask task, void* context) {
+  std::unique_lock lock(owner_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  if (int(workers_.size()) != threads - 1) resize(threads - 1);
+  task_.store(task, std::memory_order_relaxed);
+  context_.store(context, std::memory_order_relaxed);
+  parts_.store(uint32_t(parts), std::memory_order_relaxed);
+  finished_.store(0, std::memory_order_relaxed);
+  // Opens the region: a new generation, part 0 next (release: the task fields above go with it).
+  const uint64_t generation = (state_.load(std::memory_order_relaxed) >> 32) + 1;
+  state_.store(generation << 32, std::memory_order_release);
+  region_.fetch_add(1, std::memory_order_seq_cst);
+  if (workers_sleeping_.load(std::memory_order_seq_cst) > 0) futex_wake(region_, INT_MAX);
+  by_caller_.fetch_add(take_parts(), std::memory_order_relaxed);
+  wait_until_finished(uint32_t(parts));
+  if (error_) {
+    std::exception_ptr error = std::exchange(error_, nullptr);
+    std::rethrow_exception(error);
+  }
+  return true;
+}
+
+}  // namespace
+
+void set_num_threads(int n) { t_threads = n < 1 ? 1 : n; omp_set_num_threads(t_threads); }
+int num_threads() { return t_threads > 0 ? t_threads : default_threads(); }
+
+int parallel_parts(bool wanted) {
+  if (!wanted || t_in_part || omp_in_parallel()) return 1;
+  return num_threads();
+}
+
+void run_parts(int64_t parts, PartTask task, void* context) {
+  if (parts <= 0) return;
+  if (parts == 1 || t_in_part || num_threads() == 1) {
+    for (int64_t part = 0; part < parts; part++) task(context, part);
+    return;
+  }
+  if (parts < INT32_MAX && pool().run(parts, num_threads(), task, context)) return;
+  // The pool is busy with another thread's region: the parts here, as nested ones (same bits).
+  t_in_part = true;
+  try {
+    for (int64_t part = 0; part < parts; part++) task(context, part);
+  } catch (...) {
+    t_in_part = false;
+    throw;
+  }
+  t_in_part = false;
+}
+
+void set_worker_delay_for_tests(int microseconds) { pool().set_worker_delay(microseconds); }
+PartCounts part_counts() { return pool().counts(); }
 
 void restart_with_openmp_spin(char** argv) {
   if (std::getenv("GOMP_SPINCOUNT") != nullptr || std::getenv("OMP_WAIT_POLICY") != nullptr) return;

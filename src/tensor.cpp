@@ -1,13 +1,13 @@
 #include "normlab/tensor.hpp"
 
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <limits>
 
 #include "normlab/autograd.hpp"
 #include "normlab/error.hpp"
+#include "normlab/parallel.hpp"
 #include "normlab/rng.hpp"
 
 namespace normlab {
@@ -32,12 +32,11 @@ std::shared_ptr<Storage> make_storage(size_t n, bool zero) {
     std::fill(data, data + count, 0.0f);
     return storage;
   }
-#pragma omp parallel
-  {
-    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+  const int64_t threads = parallel_parts();
+  run_parts(threads, [&](int64_t t) {
     const int64_t begin = count * t / threads, end = count * (t + 1) / threads;
     std::fill(data + begin, data + end, 0.0f);
-  }
+  });
   return storage;
 }
 

@@ -2,7 +2,6 @@
 
 #include <fmt/core.h>
 
-#include <omp.h>
 #include <time.h>
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -72,12 +71,11 @@ Buffers make_buffers(int64_t rows, int64_t cols) {
 // The streaming references: copy x into y (rows, cols), each thread its contiguous share of the
 // rows, by glibc's memcpy or by stream_copy.
 void copy_rows(float* y, const float* x, int64_t rows, int64_t cols, void (*copy)(float*, const float*, size_t)) {
-#pragma omp parallel
-  {
-    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+  const int64_t threads = parallel_parts();
+  run_parts(threads, [&](int64_t t) {
     const int64_t begin = rows * t / threads, end = rows * (t + 1) / threads;
     copy(y + begin * cols, x + begin * cols, size_t((end - begin) * cols));
-  }
+  });
 }
 
 void memcpy_floats(float* y, const float* x, size_t n) { std::memcpy(y, x, n * sizeof(float)); }

@@ -1,12 +1,12 @@
 #include "normlab/kernels/activations.hpp"
 #include "isa_kernels.hpp"
 
-#include <omp.h>
 
 #include <cmath>
 #include <vector>
 
 #include "normlab/kernels/math.hpp"
+#include "normlab/parallel.hpp"
 
 namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
@@ -16,13 +16,15 @@ constexpr int64_t kMinParallelTranscendentals = int64_t{1} << 12;
 }  // namespace
 
 void relu_forward(float* out, const float* inp, int64_t N) {
-#pragma omp parallel for schedule(static) if (N >= kMinParallelElements)
-  for (int64_t i = 0; i < N; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+  parallel_for(N, N >= kMinParallelElements, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+  });
 }
 
 void relu_backward(float* dinp, const float* dout, const float* inp, int64_t N) {
-#pragma omp parallel for schedule(static) if (N >= kMinParallelElements)
-  for (int64_t i = 0; i < N; i++) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+  parallel_for(N, N >= kMinParallelElements, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+  });
 }
 
 namespace {
@@ -31,56 +33,55 @@ constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
 }  // namespace
 
 void gelu_forward(float* out, const float* inp, int64_t N) {
-#pragma omp parallel for schedule(static) if (N >= kMinParallelTranscendentals)
-  for (int64_t i = 0; i < N; i++) {
-    const float x = inp[i];
-    // Phi(x) = 0.5 erfc(-x / sqrt(2)) = 0.5 (1 + erf(x / sqrt(2))), but without the cancellation
-    // of 1 + erf for negative x (gelu(-3) would lose ~9 bits)
-    out[i] = 0.5f * x * math::erfc(-x * kInvSqrt2);
-  }
+  parallel_for(N, N >= kMinParallelTranscendentals, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++) {
+      const float x = inp[i];
+      // Phi(x) = 0.5 erfc(-x / sqrt(2)) = 0.5 (1 + erf(x / sqrt(2))), but without the cancellation
+      // of 1 + erf for negative x (gelu(-3) would lose ~9 bits)
+      out[i] = 0.5f * x * math::erfc(-x * kInvSqrt2);
+    }
+  });
 }
 
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t N) {
-#pragma omp parallel for schedule(static) if (N >= kMinParallelTranscendentals)
-  for (int64_t i = 0; i < N; i++) {
-    const float x = inp[i];
-    const float cdf = 0.5f * math::erfc(-x * kInvSqrt2);
-    const float pdf = kInvSqrt2Pi * math::exp(-0.5f * x * x);
-    dinp[i] += dout[i] * (cdf + x * pdf);
-  }
+  parallel_for(N, N >= kMinParallelTranscendentals, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++) {
+      const float x = inp[i];
+      const float cdf = 0.5f * math::erfc(-x * kInvSqrt2);
+      const float pdf = kInvSqrt2Pi * math::exp(-0.5f * x * x);
+      dinp[i] += dout[i] * (cdf + x * pdf);
+    }
+  });
 }
 
 void dyt_forward(float* out, const float* inp, const float* alpha, const float* gamma,
                  const float* beta, int64_t N, int64_t C) {
   const float a = alpha[0];
-#pragma omp parallel for schedule(static) if (N * C >= kMinParallelTranscendentals)
-  for (int64_t n = 0; n < N; n++) {
-    const float* x = inp + n * C;
-    float* y = out + n * C;
-    for (int64_t c = 0; c < C; c++) y[c] = gamma[c] * math::tanh(a * x[c]) + beta[c];
-  }
+  parallel_for(N, N * C >= kMinParallelTranscendentals, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; n++) {
+      const float* x = inp + n * C;
+      float* y = out + n * C;
+      for (int64_t c = 0; c < C; c++) y[c] = gamma[c] * math::tanh(a * x[c]) + beta[c];
+    }
+  });
 }
 
 void dyt_backward(float* dinp, float* dalpha, float* dgamma, float* dbeta, const float* dout,
                   const float* inp, const float* alpha, const float* gamma, int64_t N, int64_t C) {
   const float a = alpha[0];
-  // One partial row per thread of the team: [dgamma (C) | dbeta (C) | dalpha (1)], in double.
+  // One partial row per part (thread of the team): [dgamma (C) | dbeta (C) | dalpha (1)], in double.
   const int64_t partial_size = 2 * C + 1;
-  std::vector<double> partials;
-#pragma omp parallel
-  {
-#pragma omp single
-    partials.assign(size_t(partial_size) * size_t(omp_get_num_threads()), 0.0);
-    // (implicit barrier after single: every thread sees the buffer)
-    double* mine = partials.data() + size_t(omp_get_thread_num()) * size_t(partial_size);
+  const int64_t parts = parallel_parts();
+  std::vector<double> partials(size_t(partial_size) * size_t(parts), 0.0);  // (parts, partial_size)
+  for_blocks(N, parts, [&](int64_t part, int64_t begin, int64_t end) {
+    double* mine = partials.data() + size_t(part) * size_t(partial_size);
     double* pgamma = mine;
     double* pbeta = mine + C;
     double dalpha_thread = 0.0;
     // A row's dalpha terms: summed after the row's vector loop, in column order. Inside it, the one
     // float sum (which the compiler may not reorder) would keep the whole loop scalar.
     std::vector<float> dalpha_terms(static_cast<size_t>(C));
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
+    for (int64_t n = begin; n < end; n++) {
       const float* x = inp + n * C;
       const float* dy = dout + n * C;
       float* dx = dinp != nullptr ? dinp + n * C : nullptr;
@@ -99,8 +100,8 @@ void dyt_backward(float* dinp, float* dalpha, float* dgamma, float* dbeta, const
       dalpha_thread += double(dalpha_row);
     }
     mine[2 * C] = dalpha_thread;
-  }
-  // Combine the partials in thread order.
+  });
+  // Combine the partials in part order.
   const int64_t num_partials = int64_t(partials.size()) / partial_size;
   for (int64_t c = 0; c < C; c++) {
     double gsum = 0.0;

@@ -32,8 +32,6 @@
 #include "isa_kernels.hpp"
 #include "lanes.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -748,7 +746,7 @@ void check_shapes(const char* where, const int64_t* offsets, int64_t B, int64_t 
 }
 
 // The (sequence, head) pairs with at least one token, longest first: their cost grows as L^2, and
-// handing the long ones out first evens the threads' loads under schedule(dynamic).
+// handing the long ones out first evens the threads' loads when they are handed out one at a time.
 std::vector<Pair> pairs_of(const int64_t* offsets, int64_t B, int64_t NH) {
   std::vector<Pair> pairs;
   for (int64_t b = 0; b < B; b++) {
@@ -772,7 +770,7 @@ constexpr int64_t kPairOverhead = 128;
 // GEMMs before and after it give the same thread, and stay in that core's cache, while a cut may
 // fall between two heads of one sequence, so the shares differ by at most about one pair's work.
 // When even that cannot balance (one long sequence and a single head, say), the pairs are dealt
-// out longest first under schedule(dynamic). Each pair writes only its own rows and head columns,
+// out longest first, one part each, to whichever thread is free. Each pair writes only its own rows and head columns,
 // so the split never changes a bit.
 template <class F>
 void for_each_pair(const int64_t* offsets, int64_t B, int64_t C, int64_t NH, F&& fn) {
@@ -794,8 +792,8 @@ void for_each_pair(const int64_t* offsets, int64_t B, int64_t C, int64_t NH, F&&
   const int64_t n = B * NH;
   int64_t total = 0;
   for (int64_t p = 0; p < n; p++) total += work(p);
-  const int64_t threads = omp_get_max_threads();
-  if (total < kMinParallelWork || threads == 1 || omp_in_parallel()) {
+  const int64_t threads = parallel_parts(total >= kMinParallelWork);
+  if (threads == 1) {
     run_pairs(0, n);
     return;
   }
@@ -814,17 +812,12 @@ void for_each_pair(const int64_t* offsets, int64_t B, int64_t C, int64_t NH, F&&
   }
   largest = std::max(largest, total - share_start);
   if (largest * threads * 8 <= total * 9) {  // every share within 12.5% of the mean
-#pragma omp parallel num_threads(int(threads))
-    {
-      const int64_t t = omp_get_thread_num();
-      run_pairs(cuts[size_t(t)], cuts[size_t(t) + 1]);
-    }
+    run_parts(threads, [&](int64_t t) { run_pairs(cuts[size_t(t)], cuts[size_t(t) + 1]); });
     return;
   }
   const std::vector<Pair> pairs = pairs_of(offsets, B, NH);
   const auto count = static_cast<int64_t>(pairs.size());
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t i = 0; i < count; i++) fn(pairs[size_t(i)]);
+  run_parts(count, [&](int64_t i) { fn(pairs[size_t(i)]); });
 }
 
 }  // namespace

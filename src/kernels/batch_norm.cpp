@@ -5,11 +5,12 @@
 #include "normlab/kernels/batch_norm.hpp"
 #include "isa_kernels.hpp"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
+
+#include "normlab/parallel.hpp"
 
 namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
@@ -44,39 +45,35 @@ void batch_norm_forward_train(float* out, float* mean, float* rstd,             
                               int64_t N, int64_t C, float eps, float momentum) {
   if (N <= 0) return;
   const bool parallel = N * C >= kMinParallelElements;
-  const int num_threads = parallel ? omp_get_max_threads() : 1;
+  const int num_threads = parallel_parts(parallel);  // parts: a partial buffer each
   const size_t num_features = size_t(C);
   std::vector<double> partial(size_t(num_threads) * num_features, 0.0);  // (threads, C)
   std::vector<double> batch_mean(num_features), batch_var(num_features);  // (C), (C)
   std::vector<float> mean_hi(num_features), mean_lo(num_features), rstd_f(num_features);
 
   // Pass 1: the mean of every feature over all N tokens.
-#pragma omp parallel num_threads(num_threads) if (parallel)
-  {
-    double* sum_thread = partial.data() + size_t(omp_get_thread_num()) * size_t(C);
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
+  for_blocks(N, num_threads, [&](int64_t part, int64_t begin, int64_t end) {
+    double* sum_thread = partial.data() + size_t(part) * size_t(C);
+    for (int64_t n = begin; n < end; n++) {
       const float* x = inp + n * C;  // (C)
       for (int64_t c = 0; c < C; c++) sum_thread[c] += double(x[c]);
     }
-  }
+  });
   combine_partials(batch_mean.data(), partial, num_threads, C);
   const double total_tokens = sum_over_ranks(batch_mean.data(), C, N);
   for (int64_t c = 0; c < C; c++) batch_mean[size_t(c)] /= total_tokens;
 
   // Pass 2: biased variance about that mean (two-pass, like LayerNorm).
-#pragma omp parallel num_threads(num_threads) if (parallel)
-  {
-    double* sum_thread = partial.data() + size_t(omp_get_thread_num()) * size_t(C);
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
+  for_blocks(N, num_threads, [&](int64_t part, int64_t begin, int64_t end) {
+    double* sum_thread = partial.data() + size_t(part) * size_t(C);
+    for (int64_t n = begin; n < end; n++) {
       const float* x = inp + n * C;  // (C)
       for (int64_t c = 0; c < C; c++) {
         double deviation = double(x[c]) - batch_mean[size_t(c)];
         sum_thread[c] += deviation * deviation;
       }
     }
-  }
+  });
   combine_partials(batch_var.data(), partial, num_threads, C);
   sum_over_ranks(batch_var.data(), C, N);
 
@@ -102,16 +99,17 @@ void batch_norm_forward_train(float* out, float* mean, float* rstd,             
   }
 
   // Normalize: elementwise, any order.
-#pragma omp parallel for schedule(static) num_threads(num_threads) if (parallel)
-  for (int64_t n = 0; n < N; n++) {
-    const float* x = inp + n * C;  // (C)
-    float* y = out + n * C;        // (C)
-    for (int64_t c = 0; c < C; c++) {
-      float xhat = ((x[c] - mean_hi[size_t(c)]) - mean_lo[size_t(c)]) * rstd_f[size_t(c)];
-      float scaled = gamma != nullptr ? xhat * gamma[c] : xhat;
-      y[c] = beta != nullptr ? scaled + beta[c] : scaled;
+  parallel_for(N, parallel, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; n++) {
+      const float* x = inp + n * C;  // (C)
+      float* y = out + n * C;        // (C)
+      for (int64_t c = 0; c < C; c++) {
+        float xhat = ((x[c] - mean_hi[size_t(c)]) - mean_lo[size_t(c)]) * rstd_f[size_t(c)];
+        float scaled = gamma != nullptr ? xhat * gamma[c] : xhat;
+        y[c] = beta != nullptr ? scaled + beta[c] : scaled;
+      }
     }
-  }
+  });
 }
 
 void batch_norm_forward_eval(float* out, const float* inp,                       // (N, C), (N, C)
@@ -122,16 +120,17 @@ void batch_norm_forward_eval(float* out, const float* inp,                      
   const size_t num_features = size_t(C);
   std::vector<float> rstd(num_features);
   for (int64_t c = 0; c < C; c++) rstd[size_t(c)] = float(1.0 / std::sqrt(double(running_var[c]) + double(eps)));
-#pragma omp parallel for schedule(static) if (N * C >= kMinParallelElements)
-  for (int64_t n = 0; n < N; n++) {
-    const float* x = inp + n * C;  // (C)
-    float* y = out + n * C;        // (C)
-    for (int64_t c = 0; c < C; c++) {
-      float xhat = (x[c] - running_mean[c]) * rstd[size_t(c)];
-      float scaled = gamma != nullptr ? xhat * gamma[c] : xhat;
-      y[c] = beta != nullptr ? scaled + beta[c] : scaled;
+  parallel_for(N, N * C >= kMinParallelElements, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; n++) {
+      const float* x = inp + n * C;  // (C)
+      float* y = out + n * C;        // (C)
+      for (int64_t c = 0; c < C; c++) {
+        float xhat = (x[c] - running_mean[c]) * rstd[size_t(c)];
+        float scaled = gamma != nullptr ? xhat * gamma[c] : xhat;
+        y[c] = beta != nullptr ? scaled + beta[c] : scaled;
+      }
     }
-  }
+  });
 }
 
 // The LayerNorm derivation with rows and columns swapped: for one feature, the N tokens play the
@@ -145,7 +144,7 @@ void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,              
                          int64_t N, int64_t C) {
   if (N <= 0) return;
   const bool parallel = N * C >= kMinParallelElements;
-  const int num_threads = parallel ? omp_get_max_threads() : 1;
+  const int num_threads = parallel_parts(parallel);  // parts: a partial buffer each
   const size_t stride = size_t(C);
   // Three column sums per thread: dout, dout * xhat0 and xhat0, where xhat0 uses the float mean.
   // As in layer_norm_backward, xhat0 = xhat + shift with shift = mean_N(xhat0), because the true
@@ -153,14 +152,12 @@ void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,              
   std::vector<double> partial(size_t(num_threads) * 3 * stride, 0.0);  // (threads, 3, C)
   std::vector<double> sum_dy(stride), sum_dy_xhat0(stride), sum_xhat0(stride);
 
-#pragma omp parallel num_threads(num_threads) if (parallel)
-  {
-    double* sums = partial.data() + size_t(omp_get_thread_num()) * 3 * stride;
+  for_blocks(N, num_threads, [&](int64_t part, int64_t begin, int64_t end) {
+    double* sums = partial.data() + size_t(part) * 3 * stride;
     double* dy_thread = sums;
     double* dy_xhat_thread = sums + stride;
     double* xhat_thread = sums + 2 * stride;
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
+    for (int64_t n = begin; n < end; n++) {
       const float* x = inp + n * C;    // (C)
       const float* dy = dout + n * C;  // (C)
       for (int64_t c = 0; c < C; c++) {
@@ -170,7 +167,7 @@ void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,              
         xhat_thread[c] += double(xhat0);
       }
     }
-  }
+  });
   for (int64_t c = 0; c < C; c++) {
     double a = 0.0, b = 0.0, s = 0.0;
     for (int t = 0; t < num_threads; t++) {
@@ -212,17 +209,18 @@ void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,              
   }
   if (dinp == nullptr) return;
 
-#pragma omp parallel for schedule(static) num_threads(num_threads) if (parallel)
-  for (int64_t n = 0; n < N; n++) {
-    const float* x = inp + n * C;    // (C)
-    const float* dy = dout + n * C;  // (C)
-    float* dx = dinp + n * C;        // (C)
-    for (int64_t c = 0; c < C; c++) {
-      float xhat = (x[c] - mean[c]) * rstd[c] - shift[size_t(c)];
-      float g = gamma != nullptr ? dy[c] * gamma[c] : dy[c];
-      dx[c] += rstd[c] * ((g - mean_g[size_t(c)]) - xhat * mean_gxhat[size_t(c)]);
+  parallel_for(N, parallel, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; n++) {
+      const float* x = inp + n * C;    // (C)
+      const float* dy = dout + n * C;  // (C)
+      float* dx = dinp + n * C;        // (C)
+      for (int64_t c = 0; c < C; c++) {
+        float xhat = (x[c] - mean[c]) * rstd[c] - shift[size_t(c)];
+        float g = gamma != nullptr ? dy[c] * gamma[c] : dy[c];
+        dx[c] += rstd[c] * ((g - mean_g[size_t(c)]) - xhat * mean_gxhat[size_t(c)]);
+      }
     }
-  }
+  });
 }
 
 }  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

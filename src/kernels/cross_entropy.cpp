@@ -30,24 +30,25 @@ int64_t count_targets(const char* where, const int32_t* targets, int64_t N, int6
 float cross_entropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
                             int64_t N, int64_t V) {
   const int64_t count = count_targets("cross_entropy_forward", targets, N, V);
-#pragma omp parallel for schedule(static) if (N * V >= kMinParallelElements / 8)
-  for (int64_t n = 0; n < N; n++) {
-    const float* z = logits + n * V;
-    float* p = probs + n * V;
-    float maxval = -INFINITY;
-    for (int64_t v = 0; v < V; v++) maxval = std::max(maxval, z[v]);
-    // sum in double: log(sum) is the loss itself, not just a normalizer
-    double sum = 0.0;
-    for (int64_t v = 0; v < V; v++) {
-      p[v] = math::exp(z[v] - maxval);
-      sum += double(p[v]);
+  parallel_for(N, N * V >= kMinParallelElements / 8, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; n++) {
+      const float* z = logits + n * V;
+      float* p = probs + n * V;
+      float maxval = -INFINITY;
+      for (int64_t v = 0; v < V; v++) maxval = std::max(maxval, z[v]);
+      // sum in double: log(sum) is the loss itself, not just a normalizer
+      double sum = 0.0;
+      for (int64_t v = 0; v < V; v++) {
+        p[v] = math::exp(z[v] - maxval);
+        sum += double(p[v]);
+      }
+      const float inv_sum = float(1.0 / sum);
+      for (int64_t v = 0; v < V; v++) p[v] *= inv_sum;
+      const int32_t target = targets[n];
+      // -log softmax(z)[t] = log sum_v exp(z_v - max) - (z_t - max)
+      losses[n] = target == kIgnore ? 0.0f : float(std::log(sum) - double(z[target] - maxval));
     }
-    const float inv_sum = float(1.0 / sum);
-    for (int64_t v = 0; v < V; v++) p[v] *= inv_sum;
-    const int32_t target = targets[n];
-    // -log softmax(z)[t] = log sum_v exp(z_v - max) - (z_t - max)
-    losses[n] = target == kIgnore ? 0.0f : float(std::log(sum) - double(z[target] - maxval));
-  }
+  });
   if (count == 0) return 0.0f;
   double total = 0.0;
   for (int64_t n = 0; n < N; n++) total += double(losses[n]);
@@ -59,17 +60,18 @@ void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* t
   const int64_t count = count_targets("cross_entropy_backward", targets, N, V);
   if (count == 0) return;
   const float scale = dloss / float(count);
-#pragma omp parallel for schedule(static) if (N * V >= kMinParallelElements)
-  for (int64_t n = 0; n < N; n++) {
-    const int32_t target = targets[n];
-    if (target == kIgnore) continue;
-    const float* p = probs + n * V;
-    float* dz = dlogits + n * V;
-    for (int64_t v = 0; v < V; v++) {
-      const float indicator = v == target ? 1.0f : 0.0f;
-      dz[v] += scale * (p[v] - indicator);
+  parallel_for(N, N * V >= kMinParallelElements, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; n++) {
+      const int32_t target = targets[n];
+      if (target == kIgnore) continue;
+      const float* p = probs + n * V;
+      float* dz = dlogits + n * V;
+      for (int64_t v = 0; v < V; v++) {
+        const float indicator = v == target ? 1.0f : 0.0f;
+        dz[v] += scale * (p[v] - indicator);
+      }
     }
-  }
+  });
 }
 
 }  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

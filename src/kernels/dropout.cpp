@@ -14,20 +14,22 @@ void dropout_forward(float* out, float* mask, const float* inp, const int64_t* o
   }
   // Each element's mask is a function of its coordinates alone, so any thread may draw it.
   const float scale = 1.0f / (1.0f - p);  // inf at p == 1, where u >= p never holds
-#pragma omp parallel for schedule(static) if (offsets[B] * C >= kMinParallelElements)
-  for (int64_t b = 0; b < B; b++) {
-    const uint64_t seed = dropout_sequence_seed(key, first_sequence + b);
-    const int64_t begin = offsets[b] * C, end = offsets[b + 1] * C;
-    for (int64_t i = begin; i < end; i++) {  // index within the sequence: position * C + feature
-      mask[i] = dropout_uniform(seed, i - begin) >= p ? scale : 0.0f;
-      out[i] = inp[i] * mask[i];
+  parallel_for(B, offsets[B] * C >= kMinParallelElements, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; b++) {
+      const uint64_t seed = dropout_sequence_seed(key, first_sequence + b);
+      const int64_t begin = offsets[b] * C, end = offsets[b + 1] * C;
+      for (int64_t i = begin; i < end; i++) {  // index within the sequence: position * C + feature
+        mask[i] = dropout_uniform(seed, i - begin) >= p ? scale : 0.0f;
+        out[i] = inp[i] * mask[i];
+      }
     }
-  }
+  });
 }
 
 void dropout_backward(float* dinp, const float* dout, const float* mask, int64_t N) {
-#pragma omp parallel for schedule(static) if (N >= kMinParallelElements)
-  for (int64_t i = 0; i < N; i++) dinp[i] += dout[i] * mask[i];
+  parallel_for(N, N >= kMinParallelElements, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++) dinp[i] += dout[i] * mask[i];
+  });
 }
 
 }  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

@@ -1,8 +1,6 @@
 #include "normlab/kernels/embedding.hpp"
 #include "isa_kernels.hpp"
 
-#include <omp.h>
-
 #include <string>
 
 #include "normlab/error.hpp"
@@ -24,30 +22,29 @@ void check_ids(const char* where, const int32_t* ids, int64_t N, int64_t V) {
 void embedding_forward(float* out, const int32_t* ids, const float* weight, int64_t N, int64_t V,
                        int64_t C) {
   check_ids("embedding_forward", ids, N, V);
-#pragma omp parallel for schedule(static) if (N * C >= kMinParallelElements)
-  for (int64_t n = 0; n < N; n++) {
-    const float* row = weight + int64_t(ids[n]) * C;
-    float* y = out + n * C;
-    for (int64_t c = 0; c < C; c++) y[c] = row[c];
-  }
+  parallel_for(N, N * C >= kMinParallelElements, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; n++) {
+      const float* row = weight + int64_t(ids[n]) * C;
+      float* y = out + n * C;
+      for (int64_t c = 0; c < C; c++) y[c] = row[c];
+    }
+  });
 }
 
 void embedding_backward(float* dweight, const float* dout, const int32_t* ids, int64_t N, int64_t V,
                         int64_t C) {
   check_ids("embedding_backward", ids, N, V);
-#pragma omp parallel if (N * C >= kMinParallelElements)
-  {
-    // Columns [c0, c1) belong to this thread; each column's sum runs over tokens in order.
-    const int64_t nthreads = omp_get_num_threads();
-    const int64_t tid = omp_get_thread_num();
-    const int64_t c0 = C * tid / nthreads;
-    const int64_t c1 = C * (tid + 1) / nthreads;
+  const int64_t parts = parallel_parts(N * C >= kMinParallelElements);
+  run_parts(parts, [&](int64_t part) {
+    // Columns [c0, c1) belong to this part; each column's sum runs over tokens in order.
+    const int64_t c0 = C * part / parts;
+    const int64_t c1 = C * (part + 1) / parts;
     for (int64_t n = 0; n < N; n++) {
       float* drow = dweight + int64_t(ids[n]) * C;
       const float* dy = dout + n * C;
       for (int64_t c = c0; c < c1; c++) drow[c] += dy[c];
     }
-  }
+  });
 }
 
 }  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

@@ -20,6 +20,7 @@
 #include "normlab/kernels/power_norm.hpp"
 #include "normlab/kernels/rms_norm.hpp"
 #include "normlab/kernels/softmax.hpp"
+#include "normlab/parallel.hpp"
 
 namespace normlab::kernels {
 // Below this many elements a kernel's loop runs on the calling thread: waking the team costs more

@@ -26,8 +26,6 @@
 #include "isa_kernels.hpp"
 #include "lanes.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -423,9 +421,9 @@ void for_row_groups(RowRange range, int64_t cols, int64_t max_group_floats, Grou
 void layer_norm_forward(float* out, float* mean, float* rstd,                 // (rows, cols), (rows), (rows)
                         const float* inp, const float* gamma, const float* beta,  // (rows, cols), (cols), (cols)
                         int64_t rows, int64_t cols, float eps) {
-#pragma omp parallel if (rows * cols >= kMinParallelElements)
-  {
-    const RowRange range = thread_rows(rows, omp_get_thread_num(), omp_get_num_threads());
+  const int64_t parts = parallel_parts(rows * cols >= kMinParallelElements);
+  run_parts(parts, [&](int64_t part) {
+    const RowRange range = thread_rows(rows, int(part), int(parts));
     auto at = [](float* p, int64_t r) { return p != nullptr ? p + r : nullptr; };
     for_row_groups<kForwardGroup>(
         range, cols, kMaxGroupFloats,
@@ -438,7 +436,7 @@ void layer_norm_forward(float* out, float* mean, float* rstd,                 //
           const PrefetchNext<1> prefetch{{r + 1 < rows ? x + cols : x}, out + r * cols};
           forward_row(out + r * cols, at(mean, r), at(rstd, r), x, gamma, beta, cols, eps, prefetch);
         });
-  }
+  });
 }
 
 void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,                // (rows, cols), (cols), (cols)
@@ -446,7 +444,7 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
                          const float* mean, const float* rstd,                      // (rows), (rows)
                          int64_t rows, int64_t cols) {
   const bool parallel = rows * cols >= kMinParallelElements;
-  const int num_threads = parallel ? omp_get_max_threads() : 1;
+  const int num_threads = parallel_parts(parallel);  // parts: a partial buffer each
   const size_t width = size_t(cols);
   // dgamma/dbeta sum over rows: each thread adds its rows into its own (cols) partial buffers, in
   // double because a column sums thousands of rows; they are combined below in thread order.
@@ -454,12 +452,9 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
   // One allocation per thread, made by that thread: the two threads' buffers never share a page.
   auto partials = std::vector<std::vector<double>>(size_t(num_threads));  // (threads) x (2, cols)
 
-  // The team as it runs: one thread when this call is nested in the caller's parallel region.
-  int team = 1;
-#pragma omp parallel num_threads(num_threads) if (parallel)
-  {
-    const int thread = omp_get_thread_num();
-    if (thread == 0) team = omp_get_num_threads();
+  const int team = num_threads;
+  run_parts(num_threads, [&](int64_t part) {
+    const int thread = int(part);
     std::vector<double>& partial = partials[size_t(thread)];
     if (need_param_grads) partial.assign(2 * width, 0.0);
     double* dgamma_thread = need_param_grads ? partial.data() : nullptr;         // (cols)
@@ -467,7 +462,7 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
     std::vector<float> g_rows(kBackwardGroup * width);  // g of a group, from pass 1 to pass 2
     auto dx_at = [&](int64_t r) { return dinp != nullptr ? dinp + r * cols : nullptr; };
     for_row_groups<kBackwardGroup>(
-        thread_rows(rows, thread, omp_get_num_threads()), cols, kMaxBackwardGroupFloats,
+        thread_rows(rows, thread, team), cols, kMaxBackwardGroupFloats,
         [&](int64_t r) {
           backward_rows<kBackwardGroup>(dx_at(r), dgamma_thread, dbeta_thread, g_rows.data(), dout + r * cols,
                                         inp + r * cols, gamma, mean + r, rstd + r, rows - (r + kBackwardGroup), cols);
@@ -480,7 +475,7 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
                                          dx != nullptr ? dx : g_rows.data()};
           backward_row(dx, dgamma_thread, dbeta_thread, g_rows.data(), dy, x, gamma, mean[r], rstd[r], cols, prefetch);
         });
-  }
+  });
 
   // Fixed combination order (thread 0, 1, ...): the same bits on every run with this thread count.
   if (need_param_grads) {

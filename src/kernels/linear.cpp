@@ -2,8 +2,6 @@
 #include "normlab/kernels/linear.hpp"
 #include "isa_kernels.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <atomic>
 #include <thread>
@@ -48,11 +46,12 @@ void linear_relu_backward(GradOut dinp, GradOut dweight, GradOut dbias,  // (N, 
   const auto n = static_cast<size_t>(N * OC);
   if (t_dpre.size() < n) t_dpre.resize(n);
   float* dpre = t_dpre.data();  // (N, OC)
-#pragma omp parallel for schedule(static) if (N * OC >= kMinParallelElements)
-  for (int64_t i = 0; i < N * OC; i++) {
-    const float d = dout[i];  // read whatever out is: a conditional read compiles to a masked load
-    dpre[i] = out[i] > 0.0f ? d : 0.0f;
-  }
+  parallel_for(N * OC, N * OC >= kMinParallelElements, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++) {
+      const float d = dout[i];  // read whatever out is: a conditional read compiles to a masked load
+      dpre[i] = out[i] > 0.0f ? d : 0.0f;
+    }
+  });
   // Qualified: by its GradOut arguments the call would also find the public, dispatching one.
   NORMLAB_KERNEL_ISA::linear_backward(dinp, dweight, dbias, dpre, inp, weight, N, C, OC);
 }
@@ -75,8 +74,7 @@ void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,     // (N, C)
   // of them from the other core, and left those lines shared for the next kernel to write. The
   // pipeline costs one block's time more than an equal split: with OC = 64 (2 blocks), 3 steps for 2.
   const int64_t blocks = (OC + kBiasBlock - 1) / kBiasBlock;
-  const bool parallel = N * OC >= kMinParallelElements && omp_get_max_threads() > 1 && !omp_in_parallel();
-  const int threads = parallel ? omp_get_max_threads() : 1;
+  const int64_t team = parallel_parts(N * OC >= kMinParallelElements);
   // partial[b]: block b's sums after the rows of the threads that have passed it on; ready[b]: how
   // many threads have (written with release, read with acquire).
   thread_local std::vector<float> t_partial;
@@ -84,9 +82,8 @@ void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,     // (N, C)
   float* partial = t_partial.data();
   std::vector<std::atomic<int>> ready(static_cast<size_t>(blocks));
   for (auto& r : ready) r.store(0, std::memory_order_relaxed);
-#pragma omp parallel num_threads(threads) if (parallel)
-  {
-    const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
+  // Part t waits for part t - 1 only: parts are claimed in order, so part t - 1 has a thread.
+  run_parts(team, [&](int64_t t) {
     const int64_t n_begin = N * t / team, n_end = N * (t + 1) / team;
     for (int64_t b = 0; b < blocks; b++) {
       const int64_t o_begin = b * kBiasBlock;
@@ -120,7 +117,7 @@ void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,     // (N, C)
         for (int64_t o = 0; o < width; o++) db[o] = dbias.accumulate ? db[o] + sum[o] : sum[o];
       }
     }
-  }
+  });
 }
 
 }  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

@@ -32,8 +32,6 @@
 #include "matmul_bias.hpp"
 #include "normlab/kernels/exact_fma.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -323,7 +321,7 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
 #endif
 
 // Scratch buffers reused across calls (grow only). thread_local, so the serial path can run on
-// several threads at once and each OpenMP worker has its own.
+// several threads at once and each thread of the pool has its own.
 float* thread_buffer(std::vector<float>& buffer, int64_t size) {
   if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(static_cast<size_t>(size));
   return buffer.data();
@@ -394,10 +392,9 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
   thread_local std::vector<float> t_partials;
   float* partials = thread_buffer(t_partials, k_blocks * M * N);  // (k_blocks, M, N)
 
-#pragma omp parallel num_threads(int(threads))
-  {
-    // The team as it runs: one thread when this call is nested in the caller's region.
-    const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
+  const int64_t team = threads;
+  // Pass 1: part t computes the partial products of its K blocks.
+  run_parts(team, [&](int64_t t) {
     for (int64_t kb = k_cut(t, team, K); kb < k_cut(t + 1, team, K); ++kb) {
       const int64_t k0 = kb * kKC, kc = std::min(kKC, K - k0);
       float* packed_a = thread_buffer(t_packed_a, (row_panels - pack_begin) * kc * kMR);
@@ -412,8 +409,9 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
                                            packed_b, cols, false, nullptr, false, exact);
       }
     }
-#pragma omp barrier
-    // The partials into C, block by block in order; rows split over the threads.
+  });
+  // Pass 2: the partials into C, block by block in order; rows split over the parts.
+  run_parts(team, [&](int64_t t) {
     const int64_t i_begin = M * t / team, i_end = M * (t + 1) / team;
     for (int64_t i = i_begin; i < i_end; ++i) {
       float* c = C + i * N;
@@ -428,7 +426,7 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
         for (int64_t j = 0; j < N; ++j) c[j] += b[j];
       }
     }
-  }
+  });
 }
 
 // C (M,N) (+)= op(A) (M,K) @ op(B) (K,N). The Operand B describes op(B)^T: its rows are the
@@ -455,7 +453,7 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
 #else
   const bool exact = math::has_tiny(A.data, M * K) || math::has_tiny(B.data, K * N);
 #endif
-  const int64_t threads = parallel ? omp_get_max_threads() : 1;
+  const int64_t threads = parallel_parts(parallel);
   if (kARowsContiguous && !relu && threads > 1 && M * N <= kMaxSplitKOutput &&
       (K + kKC - 1) / kKC * M * N <= kMaxSplitKPartials && k_cuts_balance(threads, K)) {
     gemm_split_k<kARowsContiguous>(C, A, B, M, K, N, accumulate, threads, exact);
@@ -535,13 +533,11 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
     }
   };
 
-  if (parallel && threads > 1) {
-#pragma omp parallel
-    {
+  if (threads > 1) {
+    for_blocks(tiles, threads, [&](int64_t begin, int64_t end) {
       int64_t packed_col_group = -1;
-#pragma omp for schedule(static)
-      for (int64_t t = 0; t < tiles; ++t) run_tile(t, packed_col_group);
-    }
+      for (int64_t t = begin; t < end; ++t) run_tile(t, packed_col_group);
+    });
   } else {
     int64_t packed_col_group = -1;
     for (int64_t t = 0; t < tiles; ++t) run_tile(t, packed_col_group);

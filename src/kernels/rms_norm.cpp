@@ -5,7 +5,6 @@
 #include "isa_kernels.hpp"
 #include "lanes.hpp"
 
-#include <omp.h>
 
 #include <cmath>
 #include <vector>
@@ -31,20 +30,21 @@ double row_sum_squares(const float* x, int64_t n) {  // x: (n)
 void rms_norm_forward(float* out, float* rstd,               // (rows, cols), (rows)
                       const float* inp, const float* gamma,  // (rows, cols), (cols)
                       int64_t rows, int64_t cols, float eps) {
-#pragma omp parallel for schedule(static) if (rows * cols >= kMinParallelElements)
-  for (int64_t r = 0; r < rows; r++) {
-    const float* x = inp + r * cols;  // (cols)
-    float* y = out + r * cols;        // (cols)
-    // No mean is subtracted, so one pass suffices: a sum of squares has no cancellation.
-    double mean_square = row_sum_squares(x, cols) / double(cols);
-    double row_rstd = 1.0 / std::sqrt(mean_square + double(eps));
-    if (rstd != nullptr) rstd[r] = float(row_rstd);
-    const float rstd_f = float(row_rstd);
-    for (int64_t i = 0; i < cols; i++) {
-      float xhat = x[i] * rstd_f;
-      y[i] = gamma != nullptr ? xhat * gamma[i] : xhat;
+  parallel_for(rows, rows * cols >= kMinParallelElements, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; r++) {
+      const float* x = inp + r * cols;  // (cols)
+      float* y = out + r * cols;        // (cols)
+      // No mean is subtracted, so one pass suffices: a sum of squares has no cancellation.
+      double mean_square = row_sum_squares(x, cols) / double(cols);
+      double row_rstd = 1.0 / std::sqrt(mean_square + double(eps));
+      if (rstd != nullptr) rstd[r] = float(row_rstd);
+      const float rstd_f = float(row_rstd);
+      for (int64_t i = 0; i < cols; i++) {
+        float xhat = x[i] * rstd_f;
+        y[i] = gamma != nullptr ? xhat * gamma[i] : xhat;
+      }
     }
-  }
+  });
 }
 
 // With xhat = x * rstd and g = dout * gamma, differentiating rstd = (mean(x^2) + eps)^(-1/2)
@@ -57,16 +57,13 @@ void rms_norm_backward(float* dinp, float* dgamma,                             /
                        const float* rstd,                                        // (rows)
                        int64_t rows, int64_t cols) {
   const bool parallel = rows * cols >= kMinParallelElements;
-  const int num_threads = parallel ? omp_get_max_threads() : 1;
+  const int num_threads = parallel_parts(parallel);  // parts: a dgamma partial each
   std::vector<double> dgamma_partial(dgamma != nullptr ? size_t(num_threads) * size_t(cols) : 0, 0.0);
 
-#pragma omp parallel num_threads(num_threads) if (parallel)
-  {
-    const int thread = omp_get_thread_num();
-    double* dgamma_thread = dgamma != nullptr ? dgamma_partial.data() + size_t(thread) * size_t(cols) : nullptr;
+  for_blocks(rows, num_threads, [&](int64_t part, int64_t begin, int64_t end) {
+    double* dgamma_thread = dgamma != nullptr ? dgamma_partial.data() + size_t(part) * size_t(cols) : nullptr;
 
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    for (int64_t r = begin; r < end; r++) {
       const float* x = inp + r * cols;    // (cols)
       const float* dy = dout + r * cols;  // (cols)
       const float rstd_r = rstd[r];
@@ -96,7 +93,7 @@ void rms_norm_backward(float* dinp, float* dgamma,                             /
         if (dgamma_thread != nullptr) dgamma_thread[j] += double(dy[j] * xhat);
       }
     }
-  }
+  });
 
   if (dgamma != nullptr) {
     for (int64_t j = 0; j < cols; j++) {

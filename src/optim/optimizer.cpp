@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -12,6 +10,7 @@
 #include "normlab/kernels/adam.hpp"
 #include "normlab/kernels/reference/adam.hpp"
 #include "normlab/kernels/reference/mode.hpp"
+#include "normlab/parallel.hpp"
 #include "normlab/shortest.hpp"
 
 namespace normlab::optim {
@@ -129,9 +128,8 @@ void Optimizer::step(float lr) {
     total += params_[i].second.numel();
   }
   const bool sgd = options_.name == "sgd";
-#pragma omp parallel if (total >= kParallelMinElements)
-  {
-    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+  const int64_t threads = parallel_parts(total >= kParallelMinElements);
+  run_parts(threads, [&](int64_t t) {
     const int64_t lo = total * t / threads, hi = total * (t + 1) / threads;
     for (size_t k = 0; k < with_grad.size(); k++) {
       const int64_t begin = std::max(lo, first[k]) - first[k];
@@ -142,7 +140,7 @@ void Optimizer::step(float lr) {
       else
         step_adam(with_grad[k], lr, begin, end);
     }
-  }
+  });
 }
 
 // torch.optim.SGD (dampening 0, no nesterov): d = g + wd*p; buf = momentum*buf + d; p -= lr*buf.
@@ -278,12 +276,11 @@ double clip_grad_norm(const nn::NamedTensors& params, double max_norm) {
   // is the same at every thread count.
   const auto count = static_cast<int64_t>(params.size());
   std::vector<double> sums(params.size(), 0.0);
-#pragma omp parallel for schedule(dynamic, 1) if (count > 1)
-  for (int64_t k = 0; k < count; k++) {
+  run_parts(count, [&](int64_t k) {  // one tensor per part
     const Tensor& param = params[size_t(k)].second;
     const float* g = param.grad_data();  // (numel) or null
     if (g) sums[size_t(k)] = sum_of_squares(g, param.numel());
-  }
+  });
   double sum_sq = 0.0;
   for (double s : sums) sum_sq += s;
   const double norm = std::sqrt(sum_sq);
@@ -296,8 +293,9 @@ double clip_grad_norm(const nn::NamedTensors& params, double max_norm) {
     Tensor handle = param;  // same storage; a non-const handle to write the gradient
     float* g = handle.grad_data();  // (numel)
     const int64_t n = handle.numel();
-#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
-    for (int64_t i = 0; i < n; i++) g[i] = g[i] * scale;
+    parallel_for(n, n >= kParallelMinElements, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; i++) g[i] = g[i] * scale;
+    });
   }
   return norm;
 }
