@@ -1,12 +1,10 @@
 // PowerNorm over the tokens of a packed (N, C) matrix (Shen et al. 2020, Algorithm 1). The forward
 // normalizes with the running statistic, so it is elementwise; only the statistics' updates reduce
-// down the columns: each thread sums its block of rows into its own (C) partial buffer in double,
-// and the buffers are added in thread order (deterministic at a fixed thread count). Math:
+// down the columns: each part (a block of rows) sums into its own (C) partial buffer in double,
+// and the buffers are added in part order (deterministic at a fixed thread count). Math:
 // docs/layernorm.md, "PowerNorm".
 #include "normlab/kernels/power_norm.hpp"
 #include "isa_kernels.hpp"
-
-#include <omp.h>
 
 #include <cmath>
 #include <vector>
@@ -33,16 +31,14 @@ void power_norm_forward(float* out, float* rstd, float* running_phi,            
   for (int64_t c = 0; c < C; c++) rstd[c] = float(1.0 / std::sqrt(double(running_phi[c]) + double(eps)));
   if (N <= 0) return;
   const bool parallel = N * C >= kMinParallelElements;
-  const int num_threads = parallel ? omp_get_max_threads() : 1;
+  const int num_threads = parallel_parts(parallel);  // parts: a partial buffer each
   const bool update = momentum > 0.0f;
   std::vector<double> partial(update ? size_t(num_threads) * num_features : 0, 0.0);  // (threads, C)
 
   // Normalize with the statistic of the steps before; sum x^2 per feature for the update.
-#pragma omp parallel num_threads(num_threads) if (parallel)
-  {
-    double* sum_sq_thread = update ? partial.data() + size_t(omp_get_thread_num()) * num_features : nullptr;
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
+  for_blocks(N, num_threads, [&](int64_t part, int64_t begin, int64_t end) {
+    double* sum_sq_thread = update ? partial.data() + size_t(part) * num_features : nullptr;
+    for (int64_t n = begin; n < end; n++) {
       const float* x = inp + n * C;  // (C)
       float* y = out + n * C;        // (C)
       for (int64_t c = 0; c < C; c++) {
@@ -53,7 +49,7 @@ void power_norm_forward(float* out, float* rstd, float* running_phi,            
       if (update)
         for (int64_t c = 0; c < C; c++) sum_sq_thread[c] += double(x[c]) * double(x[c]);
     }
-  }
+  });
   if (!update) return;
   std::vector<double> sum_sq(num_features);  // (C)
   add_thread_partials(sum_sq.data(), partial, num_threads, num_features);
@@ -69,19 +65,17 @@ void power_norm_backward(float* dinp, float* dgamma, float* dbeta, float* grad_e
                          int64_t N, int64_t C, float momentum) {
   if (N <= 0) return;
   const bool parallel = N * C >= kMinParallelElements;
-  const int num_threads = parallel ? omp_get_max_threads() : 1;
+  const int num_threads = parallel_parts(parallel);  // parts: three partial sums each
   const size_t stride = size_t(C);
   // Three column sums per thread: dy, dy * xhat and xhat^2 (dbeta, dgamma, and grad_ema's Gamma).
   std::vector<double> partial(size_t(num_threads) * 3 * stride, 0.0);  // (threads, 3, C)
 
-#pragma omp parallel num_threads(num_threads) if (parallel)
-  {
-    double* sums = partial.data() + size_t(omp_get_thread_num()) * 3 * stride;
+  for_blocks(N, num_threads, [&](int64_t part, int64_t begin, int64_t end) {
+    double* sums = partial.data() + size_t(part) * 3 * stride;
     double* dy_thread = sums;
     double* dy_xhat_thread = sums + stride;
     double* xhat_sq_thread = sums + 2 * stride;
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
+    for (int64_t n = begin; n < end; n++) {
       const float* x = inp + n * C;    // (C)
       const float* dy = dout + n * C;  // (C)
       for (int64_t c = 0; c < C; c++) {
@@ -99,7 +93,7 @@ void power_norm_backward(float* dinp, float* dgamma, float* dbeta, float* grad_e
         dx[c] += grad_ema != nullptr ? rstd[c] * (g - grad_ema[c] * xhat) : rstd[c] * g;
       }
     }
-  }
+  });
   std::vector<double> sums(3 * stride);  // (3, C)
   add_thread_partials(sums.data(), partial, num_threads, 3 * stride);
   for (int64_t c = 0; c < C; c++) {
