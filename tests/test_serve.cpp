@@ -1,23 +1,32 @@
 // `normlab serve`: a live report of a compare while it trains, loaded in headless Chromium (a
 // chart gains points, the run table changes state, the finished page is report.html's); no file
-// outside DIR is ever served; a torn last metrics line of a running run does not break the page;
-// bad flags and a taken port are one line and exit 2.
+// outside DIR is ever served, also while a file is swapped for a link; a torn last metrics line of a
+// running run does not break the page; an unreadable or malformed run is its own row; bad flags and
+// a taken port are one line and exit 2. The server's hardening: an exclusive port, slow clients,
+// ranges, the Host check, methods, security headers and CSP. And runs.csv / curves.csv as Python's
+// csv module reads them.
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
-#include <fmt/format.h>
-#include <netinet/in.h>
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <grp.h>
+#include <netinet/in.h>
+#include <pwd.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -705,4 +714,115 @@ TEST_CASE("serve: percent-encoded dot segments that stay inside DIR are refused,
     CHECK(r.body.find("LOCKPID") == std::string::npos);
     CHECK(r.body.find("\"loss\"") == std::string::npos);
   }
+}
+
+TEST_CASE("serve: an unreadable or malformed run is its own row (unreadable / error) and every other run still draws") {
+  TempDir tmp("normlab_serve_unreadable");
+  fs::permissions(tmp.path, fs::perms(0755));  // `nobody` must reach the runs that are readable
+  tmp.write("base.json", base_config(40));
+  const fs::path runs = tmp.path / "runs";
+  REQUIRE(normlab::test::run_normlab({"train", "--config", tmp.sub("base.json"), "--out", (runs / "done").string()},
+                                     tmp.sub("train.out"), tmp.sub("train.err")) == 0);
+  for (const char* name : {"noread_dir", "noread_metrics", "garbage", "midline", "wrongtype"})
+    fs::copy(runs / "done", runs / name);
+  const std::string metrics = read_text((runs / "done" / "metrics.jsonl").string());
+  std::string garbage(3000, '\0');
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = char((i * 7919 + 13) % 256);  // binary, newlines among it
+  std::ofstream(runs / "garbage" / "metrics.jsonl", std::ios::binary) << garbage;
+  const size_t third_line = metrics.find('\n', metrics.find('\n') + 1) + 1;
+  std::ofstream(runs / "midline" / "metrics.jsonl") << metrics.substr(0, third_line) << "not a record\n"
+                                                    << metrics.substr(third_line);
+  std::ofstream(runs / "wrongtype" / "metrics.jsonl")
+      << std::regex_replace(metrics, std::regex(R"("loss":[0-9.e+-]+)"), R"("loss":"oops")",
+                            std::regex_constants::format_first_only);
+  fs::permissions(runs / "noread_dir", fs::perms::none);
+  fs::permissions(runs / "noread_metrics" / "metrics.jsonl", fs::perms::none);
+  struct Restore {  // so that TempDir can remove them
+    fs::path runs;
+    ~Restore() {
+      std::error_code ec;
+      fs::permissions(runs / "noread_dir", fs::perms(0755), ec);
+      fs::permissions(runs / "noread_metrics" / "metrics.jsonl", fs::perms(0644), ec);
+    }
+  } restore{runs};
+
+  ServeProcess serve(tmp, runs.string(), "serve", as_unprivileged());
+  REQUIRE_MESSAGE(serve.port > 0, read_text(serve.err_path));
+  const Response page = http_get(serve.port, "/");
+  CHECK(page.status == 200);
+  CHECK(run_states(page.body) ==
+        std::vector<std::string>{"finished", "error", "error", "unreadable", "unreadable", "error"});
+  CHECK(page.body.find("noread_dir: cannot read: Permission denied") != std::string::npos);
+  CHECK(page.body.find("noread_metrics/metrics.jsonl: cannot read: Permission denied") != std::string::npos);
+  CHECK(page.body.find("garbage/metrics.jsonl: line 1: not a JSON record") != std::string::npos);
+  CHECK(page.body.find("midline/metrics.jsonl: line 3: not a JSON record") != std::string::npos);  // not skipped
+  CHECK(page.body.find("wrongtype/metrics.jsonl: line 1: loss: must be") != std::string::npos);
+  CHECK(page.body.find("<h2>Answer</h2>") != std::string::npos);  // the readable run still draws
+  CHECK(http_get(serve.port, "/runs.csv").body.find("\ndone,") != std::string::npos);
+
+  // `report` on the unreadable ones, and `serve` / `report` on an unreadable DIR: one line, exit 2.
+  auto refused = [&](const std::vector<std::string>& args, const std::string& named) {
+    Child child(args, tmp.sub("cli.out"), tmp.sub("cli.err"), as_unprivileged());
+    const int code = child.wait(std::chrono::seconds(30));
+    const std::string err = read_text(tmp.sub("cli.err"));
+    fs::remove(tmp.sub("cli.err"));
+    INFO(fmt::format("{}", fmt::join(args, " ")), ": ", err);
+    CHECK(code == 2);
+    CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+    CHECK(err.find(named + ": cannot read") != std::string::npos);
+  };
+  refused({"report", (runs / "noread_metrics").string(), "--out", tmp.sub("r1")},
+          (runs / "noread_metrics" / "metrics.jsonl").string());
+  refused({"report", (runs / "noread_dir").string(), "--out", tmp.sub("r2")}, (runs / "noread_dir").string());
+  refused({"serve", (runs / "noread_dir").string(), "--port", "0"}, (runs / "noread_dir").string());
+  fs::permissions(runs, fs::perms(0700));
+  refused({"report", runs.string(), "--out", tmp.sub("r3")}, runs.string());
+  refused({"serve", runs.string(), "--port", "0"}, runs.string());
+  fs::permissions(runs, fs::perms(0755));
+}
+
+TEST_CASE("csv: runs.csv and curves.csv quote every text field (RFC 4180) and neutralise formulas; Python reads them") {
+  TempDir tmp("normlab_csv_quoting");
+  tmp.write("base.json", base_config(40));
+  const fs::path runs = tmp.path / "runs";
+  REQUIRE(normlab::test::run_normlab({"train", "--config", tmp.sub("base.json"), "--out", (runs / "plain").string()},
+                                     tmp.sub("train.out"), tmp.sub("train.err")) == 0);
+  const std::vector<std::string> names{"a,b", "say \"hi\"", "two\nlines", "=HYPERLINK(\"evil.example\",\"click\")",
+                                       "@SUM(A1)", "+1+cmd", "-0.5"};
+  for (const std::string& name : names) fs::copy(runs / "plain", runs / name, fs::copy_options::recursive);
+  REQUIRE(normlab::test::run_normlab({"report", runs.string(), "--out", tmp.sub("report")}, tmp.sub("report.out"),
+                                     tmp.sub("report.err")) == 0);
+  // Each file as Python's csv module reads it: a JSON list of rows.
+  auto python_rows = [&](const std::string& file) {
+    const std::string cmd = fmt::format(
+        "/usr/bin/python3 -c 'import csv,json,sys; print(json.dumps(list(csv.reader(open(sys.argv[1], newline=\"\")))))' "
+        "{} >{}",
+        tmp.sub("report/" + file), tmp.sub(file + ".json"));
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    return nlohmann::json::parse(read_text(tmp.sub(file + ".json")));
+  };
+  const std::map<std::string, std::string> expected{
+      {"a,b", "a,b"}, {"say \"hi\"", "say \"hi\""}, {"two\nlines", "two\nlines"},
+      {"=HYPERLINK(\"evil.example\",\"click\")", "'=HYPERLINK(\"evil.example\",\"click\")"},
+      {"@SUM(A1)", "'@SUM(A1)"}, {"+1+cmd", "'+1+cmd"}, {"-0.5", "-0.5"}, {"plain", "plain"}};
+  for (const std::string file : {"runs.csv", "curves.csv"}) {
+    const nlohmann::json rows = python_rows(file);
+    REQUIRE(rows.size() > names.size());
+    std::set<std::string> seen;
+    for (const auto& row : rows) {
+      INFO(file, ": ", row.dump());
+      CHECK(row.size() == rows[0].size());  // no cell spilled into the next column
+      if (&row != &rows[0]) seen.insert(row[0].get<std::string>());
+    }
+    std::set<std::string> wanted;
+    for (const auto& [name, cell] : expected) wanted.insert(cell);
+    CHECK(seen == wanted);
+    // Numbers stay numbers: the lr column of every data row is 0.01 as written, unquoted.
+    const size_t lr = std::find(rows[0].begin(), rows[0].end(), "lr") - rows[0].begin();
+    REQUIRE(lr < rows[0].size());
+    for (size_t i = 1; i < rows.size(); ++i) CHECK(rows[i][lr] == "0.01");
+  }
+  const std::string raw = read_text(tmp.sub("report/runs.csv"));
+  CHECK(raw.find("\n\"'=HYPERLINK(\"\"evil.example\"\",\"\"click\"\")\",") != std::string::npos);
+  CHECK(raw.find("\n-0.5,") != std::string::npos);
 }

@@ -135,7 +135,7 @@ std::string page_csp(const std::string& html) {
          "frame-ancestors 'none'";
 }
 
-// The refusal of a request path on its own, before anything is opened: "" when the path may be
+// The refusal of a request path on its own, before anything is opened: 200 when the path may be
 // looked up, else the status. `relative` receives the path without its leading slashes.
 int check_segments(const std::string& request_path, std::string& relative) {
   if (request_path.find('\0') != std::string::npos) return 400;
@@ -143,8 +143,8 @@ int check_segments(const std::string& request_path, std::string& relative) {
   std::string segment;
   while (std::getline(segments, segment, '/')) {
     if (segment.empty()) continue;
-    if (segment == "..") return 403;
-    if (segment[0] == '.') return 404;  // ".", and hidden names: .normlab.lock, .locks/
+    // "..": 403 even when it would stay inside; ".", and hidden names (.normlab.lock, .locks/): 404.
+    if (segment[0] == '.') return segment == ".." ? 403 : 404;
     relative += (relative.empty() ? "" : "/") + segment;
   }
   return relative.empty() ? 404 : 200;
