@@ -584,9 +584,9 @@ TEST_CASE("serve: the Host header must name this server - DNS rebinding is refus
   ServeProcess serve(tmp, tmp.sub("runs"));
   REQUIRE_MESSAGE(serve.port > 0, read_text(serve.err_path));
   const std::string port = std::to_string(serve.port);
-  for (const std::string& host : {"127.0.0.1", "127.0.0.1:" + port, "localhost:" + port, "localhost"})
+  for (const std::string& host : std::vector<std::string>{"127.0.0.1", "127.0.0.1:" + port, "localhost:" + port, "localhost"})
     CHECK(http_get(serve.port, "/run1/metrics.jsonl", "GET", "Host: " + host + "\r\n").status == 200);
-  for (const std::string& host : {"rebind.attacker.example:" + port, "127.0.0.1.nip.io:" + port, "10.0.0.1"}) {
+  for (const std::string& host : std::vector<std::string>{"rebind.attacker.example:" + port, "127.0.0.1.nip.io:" + port, "10.0.0.1"}) {
     const Response r = http_get(serve.port, "/run1/metrics.jsonl", "GET", "Host: " + host + "\r\n");
     INFO("Host: ", host);
     CHECK(r.status == 403);
@@ -657,7 +657,7 @@ TEST_CASE("serve: the page runs under its CSP in headless Chromium without a vio
   CHECK(page_log.find("Refused") == std::string::npos);
   const auto [evil, evil_log] = load("/done/evil.html", "evil");
   INFO("evil.html log: ", evil_log);
-  CHECK(evil.find("RAN") == std::string::npos);
+  CHECK(evil.find("<title>before</title>") != std::string::npos);  // its script would have made it RAN
   CHECK(evil_log.find("sandboxed") != std::string::npos);  // the log is read: its refusal is there
 }
 
