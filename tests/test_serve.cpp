@@ -495,6 +495,8 @@ TEST_CASE("serve: 100 slow clients and 8 idle keep-alive ones do not delay a nor
   write_small_run(tmp.path / "runs" / "run1");
   ServeProcess serve(tmp, tmp.sub("runs"));
   REQUIRE_MESSAGE(serve.port > 0, read_text(serve.err_path));
+  // All of it well within the read timeout (5 s): no slow client can have been dropped to make room.
+  const auto setup_start = std::chrono::steady_clock::now();
   std::vector<int> slow, idle;
   for (int i = 0; i < 100; ++i) {  // half a request, then nothing
     const int fd = connect_loopback(serve.port);
@@ -521,6 +523,7 @@ TEST_CASE("serve: 100 slow clients and 8 idle keep-alive ones do not delay a nor
     CHECK(r.status == 200);
     CHECK(seconds < 1.0);
   }
+  CHECK(std::chrono::steady_clock::now() - setup_start < std::chrono::seconds(4));
   // A client that stays silent mid-request is dropped after the read timeout (5 s), not kept.
   char byte;
   const auto start = std::chrono::steady_clock::now();

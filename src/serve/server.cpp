@@ -210,6 +210,7 @@ struct Server::Impl {
   LiveReport& live;
   int root_fd = -1;           // DIR, opened once: every file is opened beneath it
   std::string bound_address;  // what the Host header must name (or localhost)
+  int listen_fd = -1;         // the listening socket, as cpp-httplib created it
   httplib::Server http;
 
   explicit Impl(LiveReport& report) : live(report) {
@@ -331,9 +332,10 @@ struct Server::Impl {
     http.set_payload_max_length(64 << 10);  // no route takes a body
     // SO_REUSEADDR only (cpp-httplib's default adds SO_REUSEPORT, which lets a second server
     // listen on the same port and take half the requests).
-    http.set_socket_options([](int sock) {
+    http.set_socket_options([this](int sock) {
       int yes = 1;
       ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+      listen_fd = sock;
     });
     http.set_default_headers({{"X-Content-Type-Options", "nosniff"},
                               {"Content-Security-Policy", kFileCsp},
@@ -363,6 +365,9 @@ int Server::bind(const std::string& address, int port) {
     throw InputError(fmt::format("cannot listen on {}:{}: the port is in use or the address is not this machine's; "
                                  "choose another --port (0 picks a free one)",
                                  address, port));
+  // cpp-httplib listens with a backlog of 5 (compiled into the library): a burst of connections
+  // beyond it waits for SYN retransmissions (1 s, 3 s, ...). listen(2) again raises the backlog.
+  ::listen(impl_->listen_fd, SOMAXCONN);
   return bound;
 }
 
