@@ -490,7 +490,7 @@ TEST_CASE("serve: a second server on a taken port exits 2 and the first keeps se
   }
 }
 
-TEST_CASE("serve: 100 slow clients and 8 idle keep-alive ones do not delay a normal request; a silent one is dropped") {
+TEST_CASE("serve: 100 slow clients and 8 idle keep-alive ones do not delay a normal request, a silent one is dropped") {
   TempDir tmp("normlab_serve_slow");
   write_small_run(tmp.path / "runs" / "run1");
   ServeProcess serve(tmp, tmp.sub("runs"));
@@ -598,7 +598,7 @@ TEST_CASE("serve: the Host header must name this server - DNS rebinding is refus
   }
 }
 
-TEST_CASE("serve: GET and HEAD only (405); nosniff, a strict CSP and a sandbox for DIR's own files") {
+TEST_CASE("serve: GET and HEAD only (405), nosniff, a strict CSP and a sandbox for DIR's own files") {
   TempDir tmp("normlab_serve_headers");
   write_small_run(tmp.path / "runs" / "run1");
   std::ofstream(tmp.path / "runs" / "run1" / "evil.html") << "<title>x</title><script>document.title='RAN'</script>";
@@ -629,7 +629,7 @@ TEST_CASE("serve: GET and HEAD only (405); nosniff, a strict CSP and a sandbox f
   }
 }
 
-TEST_CASE("serve: the page runs under its CSP in headless Chromium without a violation; an .html of DIR runs nothing") {
+TEST_CASE("serve: the page runs under its CSP in headless Chromium without a violation, an .html of DIR runs nothing") {
   if (!have_chromium()) {
     MESSAGE("chromium is not installed: skipping (apt-get install chromium; scripts/test.sh does)");
     return;
@@ -784,7 +784,7 @@ TEST_CASE("serve: an unreadable or malformed run is its own row (unreadable / er
   fs::permissions(runs, fs::perms(0755));
 }
 
-TEST_CASE("csv: runs.csv and curves.csv quote every text field (RFC 4180) and neutralise formulas; Python reads them") {
+TEST_CASE("csv: runs.csv and curves.csv quote every text field (RFC 4180) and neutralise formulas, Python reads them") {
   TempDir tmp("normlab_csv_quoting");
   tmp.write("base.json", base_config(40));
   const fs::path runs = tmp.path / "runs";
