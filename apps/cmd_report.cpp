@@ -12,6 +12,7 @@
 
 #include "commands.hpp"
 #include "normlab/error.hpp"
+#include "normlab/serve/live.hpp"
 #include "normlab/study/report.hpp"
 
 namespace normlab::cli {
@@ -36,9 +37,17 @@ void run(const ReportOptions& options) {
       throw InputError(fmt::format("--label {}: expected NAME=RUN_DIR, e.g. --label no-norm=runs/a", text));
     labels.emplace_back(text.substr(0, equals), text.substr(equals + 1));
   }
-  const study::ComparePlan plan = study::plan_from_run_dirs(options.run_dirs, labels);
+  // A directory that cannot be read is the user's to fix: one line naming it, exit 2.
+  for (const std::string& dir : options.run_dirs)
+    if (std::string why = serve::cannot_read(dir); !why.empty()) throw InputError(why);
+  study::ComparePlan plan;
   std::vector<study::RunResult> results;
-  for (const study::RunSpec& spec : plan.runs) results.push_back(study::read_run(spec, spec.dir));
+  try {
+    plan = study::plan_from_run_dirs(options.run_dirs, labels);
+    for (const study::RunSpec& spec : plan.runs) results.push_back(study::read_run(spec, spec.dir));
+  } catch (const fs::filesystem_error& e) {
+    throw InputError(fmt::format("{}: cannot read: {}", e.path1().string(), e.code().message()));
+  }
   std::error_code ec;
   fs::create_directories(options.out, ec);
   if (ec || !fs::is_directory(options.out))

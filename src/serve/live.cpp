@@ -3,10 +3,14 @@
 #include "normlab/serve/live.hpp"
 
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <sys/sysmacros.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -34,6 +38,8 @@ const char* state_name(RunState state) {
     case RunState::finished: return "finished";
     case RunState::diverged: return "diverged";
     case RunState::stopped: return "stopped";
+    case RunState::unreadable: return "unreadable";
+    case RunState::error: return "error";
   }
   return "?";
 }
@@ -48,9 +54,13 @@ struct Layout {
   std::vector<std::string> planned;   // compare: run names with DIR/configs/NAME.json
 };
 
+// A run directory holds one of these; a directory that cannot be searched might, and is listed so
+// that its row can say why it cannot be read.
 bool is_run_dir(const fs::path& dir) {
-  for (const char* file : {"config.json", "metrics.jsonl", "checkpoint.safetensors", io::kDirLockFile})
-    if (fs::exists(dir / file)) return true;
+  for (const char* file : {"config.json", "metrics.jsonl", "checkpoint.safetensors", io::kDirLockFile}) {
+    std::error_code ec;
+    if (fs::exists(dir / file, ec) || ec) return true;
+  }
   return false;
 }
 
@@ -119,11 +129,11 @@ bool lock_held(const fs::path& run_dir, const std::set<std::tuple<unsigned, unsi
   return held.count({major(st.st_dev), minor(st.st_dev), uint64_t(st.st_ino)}) > 0;
 }
 
-// "size:mtime" of a file ("-" if absent): what the fingerprint compares.
+// "size:mtime:mode" of a file ("-" if absent): what the fingerprint compares.
 std::string file_stamp(const fs::path& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return "-";
-  return fmt::format("{}:{}.{}", st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+  return fmt::format("{}:{}.{}:{:o}", st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_mode);  // mode: chmod
 }
 
 double mtime_s(const fs::path& path) {
@@ -166,7 +176,8 @@ std::string status_html(const std::vector<RunStatus>& runs) {
   std::map<RunState, int> counts;
   for (const RunStatus& r : runs) ++counts[r.state];
   std::string summary;
-  for (RunState s : {RunState::running, RunState::queued, RunState::stopped, RunState::finished, RunState::diverged})
+  for (RunState s : {RunState::running, RunState::queued, RunState::stopped, RunState::finished, RunState::diverged,
+                     RunState::unreadable, RunState::error})
     if (counts[s] > 0) summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", counts[s], state_name(s));
   std::string html = fmt::format(
       "<section id=\"serve-status\"><h2>Runs</h2>\n<p>{} run(s): {}. This page follows the runs as they write "
@@ -190,14 +201,16 @@ const char* kStatusStyle =
     "<style id=\"serve-style\">#serve-runs{max-height:28em;overflow-y:auto;display:inline-block}"
     "#serve-status th:nth-child(-n+2),#serve-status td:nth-child(2){text-align:left}"
     ".serve-running td:nth-child(2){color:#0072b2;font-weight:bold}.serve-diverged td:nth-child(2){color:#d55e00}"
-    ".serve-stopped td:nth-child(2){color:#a0522d}.serve-queued td{color:#888}#serve-note{color:#d55e00}</style>\n";
+    ".serve-stopped td:nth-child(2){color:#a0522d}.serve-unreadable td:nth-child(2),.serve-error td:nth-child(2){color:#d55e00}.serve-queued td{color:#888}#serve-note{color:#d55e00}</style>\n";
 
 // Fetches the page every 2 s (a 304 when nothing changed) and swaps in the new body: no reload;
+// its text never changes (the ETag is an attribute), so the page's CSP can allow it by its hash;
 // the page's and the run table's scroll positions stay where the reader left them. <html
 // data-serve-polls> counts the answers handled, for a test to see the script at work.
 std::string update_script(const std::string& etag) {
-  return "<script id=\"serve-live\">(function(){var polls=0,etag=" + json(etag).dump() +
-         ";function again(ms){setTimeout(poll,ms);}"
+  return "<script id=\"serve-live\" data-etag=\"" + study::xml_escape(etag) +
+         "\">(function(){var polls=0,etag=document.getElementById('serve-live').getAttribute('data-etag');"
+         "function again(ms){setTimeout(poll,ms);}"
          "function poll(){fetch(location.pathname,{cache:'no-store',headers:{'If-None-Match':etag}})"
          ".then(function(r){if(r.status===304)return null;if(!r.ok)throw new Error(r.status);"
          "etag=r.headers.get('ETag')||'';return r.text();})"
@@ -248,50 +261,86 @@ RunStatus queued_run(const std::string& dir, const std::string& name) {
   return st;
 }
 
+// Why a run directory cannot be read ("" when it can): the directory itself, or a file of it that
+// exists but does not open.
+std::string unreadable_run(const fs::path& run_dir) {
+  if (std::string why = cannot_read(run_dir.string()); !why.empty()) return why;
+  for (const char* file : {"config.json", "metrics.jsonl", "summary.json"})
+    if (std::string why = cannot_read((run_dir / file).string()); !why.empty()) return why;
+  return "";
+}
+
+// The report's plan and every planned run's results. A run whose config or files are refused is
+// set aside in `refused` (dir -> reason) and the rest are planned again without it, so one bad run
+// cannot take the others' report down. `problem` says why there is no plan at all.
+struct Planned {
+  study::ComparePlan plan;
+  std::map<std::string, study::RunResult> results;  // by run directory
+  std::string problem;
+};
+
+Planned plan_and_read(std::vector<std::string> dirs, std::map<std::string, std::string>& refused) {
+  Planned out;
+  while (!dirs.empty()) {
+    std::string refused_dir, reason;
+    try {
+      out.plan = study::plan_from_run_dirs(dirs, {});
+      out.results.clear();
+      for (const study::RunSpec& spec : out.plan.runs) {
+        refused_dir = spec.dir;
+        out.results[spec.dir] = study::read_run(spec, spec.dir);
+      }
+      return out;
+    } catch (const InputError& e) {
+      reason = e.what();
+    }
+    // A refused config names its run's directory; a refused metrics/summary file is the run being read.
+    const auto named = std::find_if(dirs.begin(), dirs.end(), [&](const std::string& d) {
+      return reason.find(d + "/") != std::string::npos;
+    });
+    if (named != dirs.end()) refused_dir = *named;
+    if (refused_dir.empty() || !std::count(dirs.begin(), dirs.end(), refused_dir)) break;  // not one run's fault
+    refused[refused_dir] = reason;
+    dirs.erase(std::find(dirs.begin(), dirs.end(), refused_dir));
+  }
+  out.plan = {};
+  out.results.clear();
+  out.problem = dirs.empty() ? "no run has a readable config.json yet" : "";
+  return out;
+}
+
 Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, FirstSeen& first_seen) {
   Drawn out;
+  std::map<std::string, std::string> unreadable, refused;  // run directory -> reason
   std::vector<std::string> with_config;
-  for (const std::string& d : layout.run_dirs)
-    if (fs::exists(fs::path(d) / "config.json")) with_config.push_back(d);
-  study::ComparePlan plan;
-  try {
-    if (with_config.empty()) throw InputError("no run has written its config.json yet");
-    plan = study::plan_from_run_dirs(with_config, {});
-  } catch (const InputError& e) {
-    out.problem = e.what();
+  for (const std::string& d : layout.run_dirs) {
+    std::error_code ec;
+    if (std::string why = unreadable_run(d); !why.empty()) unreadable[d] = why;
+    else if (fs::exists(fs::path(d) / "config.json", ec)) with_config.push_back(d);
   }
-  std::map<std::string, const study::RunSpec*> spec_of;
-  for (const study::RunSpec& spec : plan.runs) spec_of[spec.dir] = &spec;
-  std::vector<study::RunResult> results;
+  Planned planned = plan_and_read(with_config, refused);
+  out.problem = with_config.empty() ? "no run has written its config.json yet" : planned.problem;
   std::set<std::string> names;
   for (const std::string& d : layout.run_dirs) {
-    study::RunSpec spec;
-    spec.name = fs::path(d).filename().string();
-    spec.dir = d;
-    if (auto it = spec_of.find(d); it != spec_of.end()) spec = *it->second;
     study::RunResult r;
-    std::string problem;
-    try {
-      r = study::read_run(spec, d);
-    } catch (const InputError& e) {
-      r = study::RunResult{};
-      r.spec = spec;
-      problem = e.what();
-    }
+    r.spec.name = fs::path(d).filename().string();
+    if (auto it = planned.results.find(d); it != planned.results.end()) r = it->second;
     RunStatus st = status_of(r, lock_held(d, held));
-    st.problem = problem;
+    for (const auto& [reasons, state] : {std::pair{&unreadable, RunState::unreadable}, std::pair{&refused, RunState::error}})
+      if (auto it = reasons->find(d); it != reasons->end()) st.state = state, st.problem = it->second, st.step = 0;
     st.eta_s = eta_of(st, d, first_seen);
     out.runs.push_back(st);
     names.insert(fs::path(d).filename().string());
-    if (spec_of.count(d)) results.push_back(std::move(r));
   }
   for (const std::string& name : layout.planned)
     if (!names.count(name)) out.runs.push_back(queued_run(dir, name));
   std::sort(out.runs.begin(), out.runs.end(), [](const RunStatus& a, const RunStatus& b) { return a.name < b.name; });
-  if (plan.runs.empty()) return out;
+  if (planned.plan.runs.empty()) return out;
+  std::vector<study::RunResult> results;
+  for (const study::RunSpec& spec : planned.plan.runs) results.push_back(planned.results.at(spec.dir));
   try {
-    out.report = study::build_report(plan, results);
-    out.runs_csv = study::runs_csv(plan, results);
+    out.report = study::build_report(planned.plan, results);
+    out.runs_csv = study::runs_csv(planned.plan, results);
     out.curves_csv = study::curves_csv(results);
   } catch (const InputError& e) {
     out.problem = e.what();
@@ -301,9 +350,22 @@ Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, F
 
 }  // namespace
 
+std::string cannot_read(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return errno == ENOENT ? "" : fmt::format("{}: cannot read: {}", path, std::strerror(errno));
+  struct stat st {};
+  int error = 0;
+  // A directory must be searchable too: looking up any name in it tells (EACCES when it is not).
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) && ::fstatat(fd, "config.json", &st, 0) != 0 && errno != ENOENT)
+    error = errno;
+  ::close(fd);
+  return error != 0 ? fmt::format("{}: cannot read: {}", path, std::strerror(error)) : "";
+}
+
 LiveReport::LiveReport(std::string dir) : dir_(std::move(dir)) {
   std::error_code ec;
-  if (!fs::exists(dir_, ec)) throw InputError(fmt::format("{}: no such directory", dir_));
+  if (!fs::exists(dir_, ec) && !ec) throw InputError(fmt::format("{}: no such directory", dir_));
+  if (std::string why = cannot_read(dir_); !why.empty()) throw InputError(why);
   if (!fs::is_directory(dir_, ec)) throw InputError(fmt::format("{}: not a directory", dir_));
   if (kind_of(dir_) == DirKind::folder && scan(dir_).run_dirs.empty())
     throw InputError(fmt::format("{}: not a run directory (config.json, metrics.jsonl), a compare output directory "
@@ -313,11 +375,18 @@ LiveReport::LiveReport(std::string dir) : dir_(std::move(dir)) {
 
 LiveReport::Page LiveReport::page() {
   const std::lock_guard<std::mutex> guard(mutex_);
-  const Layout layout = scan(dir_);
+  // DIR may stop being readable while served: the page then says so (and draws again when it can).
+  std::string dir_problem = cannot_read(dir_);
+  Layout layout;
+  try {
+    if (dir_problem.empty()) layout = scan(dir_);
+  } catch (const fs::filesystem_error& e) {
+    dir_problem = fmt::format("{}: cannot read: {}", dir_, e.code().message());
+  }
   const FlockSet held = held_flocks();
-  std::string fingerprint;
+  std::string fingerprint = dir_problem + "\n";
   for (const std::string& d : layout.run_dirs) {
-    fingerprint += d + "|" + (lock_held(d, held) ? "L" : "-");
+    fingerprint += d + "|" + (lock_held(d, held) ? "L" : "-") + "|" + file_stamp(d);
     for (const char* file : {"config.json", "metrics.jsonl", "summary.json"})
       fingerprint.append("|").append(file_stamp(fs::path(d) / file));
     fingerprint += "\n";
@@ -329,6 +398,7 @@ LiveReport::Page LiveReport::page() {
   if (!cached_.html.empty() && (fingerprint == fingerprint_ || now - drawn_at_ < 5 * drawing_time_)) return cached_;
 
   Drawn drawn = draw(dir_, layout, held, first_seen_);
+  if (!dir_problem.empty()) drawn.problem = dir_problem;
   Page page;
   page.etag = fmt::format("\"{:016x}\"", std::hash<std::string>{}(fingerprint));
   const study::HtmlExtras extras{kStatusStyle, status_html(drawn.runs), update_script(page.etag)};

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <cctype>
 #include <map>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <tuple>
 
 #include "common.hpp"
@@ -541,16 +543,30 @@ std::optional<Section> batch_section(const Context& c) {
   return sec;
 }
 
+// A formula a spreadsheet would run: text that begins with = + - @ (or a tab / carriage return,
+// which some spreadsheets strip before looking), unless the whole cell is a number such as -0.5.
+bool reads_as_formula(const std::string& text) {
+  if (text.empty() || std::string_view("=+-@\t\r").find(text[0]) == std::string_view::npos) return false;
+  char* end = nullptr;
+  std::strtod(text.c_str(), &end);
+  return end != text.c_str() + text.size();
+}
+
+// One text cell of runs.csv / curves.csv: a formula-looking text gets a leading ' (the OWASP advice
+// against CSV injection: the spreadsheet shows the text instead of running it), then RFC 4180
+// quoting when the cell holds a comma, a quote, a line break or a leading / trailing space.
 std::string csv_field(const std::string& text) {
-  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  const std::string cell = reads_as_formula(text) ? "'" + text : text;
+  if (cell.find_first_of(",\"\r\n") == std::string::npos && (cell.empty() || (cell.front() != ' ' && cell.back() != ' ')))
+    return cell;
   std::string quoted = "\"";
-  for (char ch : text) quoted += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  for (char ch : cell) quoted += ch == '"' ? std::string("\"\"") : std::string(1, ch);
   return quoted + "\"";
 }
 
 std::string runs_csv_of(const ComparePlan& plan, const std::vector<RunResult>& results) {
   std::string extra_header;
-  for (const auto& [key, values] : plan.extra_axes) extra_header.append(",").append(key);
+  for (const auto& [key, values] : plan.extra_axes) extra_header.append(",").append(csv_field(key));
   std::string csv = "name,variant,norm,placement,lr,layers,warmup,seed" + extra_header +
                     ",finished,diverged,diverged_at_step,outcome,steps_done,first_train_loss,final_train_loss,"
                     "trained_valid_loss,trained_valid_accuracy,unseen_valid_loss,unseen_valid_accuracy,"
@@ -562,10 +578,11 @@ std::string runs_csv_of(const ComparePlan& plan, const std::vector<RunResult>& r
     std::string extra;
     for (const auto& [key, value] : r.spec.extra) extra.append(",").append(csv_field(value));
     const int64_t solve = r.steps_to_solve();
-    csv += fmt::format("{},{},{},{},{},{},{},{}{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.spec.name,
-                       csv_field(r.spec.variant), m.value("norm", ""), m.value("placement", ""), format_lr(r.spec.lr),
+    csv += fmt::format("{},{},{},{},{},{},{},{}{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                       csv_field(r.spec.name), csv_field(r.spec.variant), csv_field(m.value("norm", "")),
+                       csv_field(m.value("placement", "")), format_lr(r.spec.lr),
                        r.spec.layers, r.spec.warmup ? 1 : 0, r.spec.seed, extra, r.finished ? 1 : 0, r.diverged ? 1 : 0,
-                       r.diverged_at >= 0 ? std::to_string(r.diverged_at) : "", outcome_name(classify(r)), r.steps.size(),
+                       r.diverged_at >= 0 ? std::to_string(r.diverged_at) : "", csv_field(outcome_name(classify(r))), r.steps.size(),
                        num(r.first_train_loss(), "{:.6g}"), num(r.final_train_loss, "{:.6g}"),
                        num(r.final_trained().loss, "{:.6g}"), num(r.final_trained().accuracy, "{:.6g}"),
                        num(r.final_unseen().loss, "{:.6g}"), num(r.final_unseen().accuracy, "{:.6g}"),
@@ -582,7 +599,7 @@ std::string curves_csv_of(const std::vector<RunResult>& results) {
   auto num = [](double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string(); };
   for (const RunResult& r : results) {
     const std::string prefix =
-        fmt::format("{},{},{},{},", r.spec.name, csv_field(r.spec.variant), format_lr(r.spec.lr), r.spec.seed);
+        fmt::format("{},{},{},{},", csv_field(r.spec.name), csv_field(r.spec.variant), format_lr(r.spec.lr), r.spec.seed);
     for (size_t i = 0; i < r.steps.size(); ++i)
       csv += fmt::format("{}{:.0f},train,all,{},{}\n", prefix, r.steps[i], num(i < r.loss.size() ? r.loss[i] : NAN),
                          num(i < r.accuracy.size() ? r.accuracy[i] : NAN));

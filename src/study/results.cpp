@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -161,8 +163,19 @@ void read_step_record(const json& rec, const FieldReader& f, RunResult& r, bool&
   }
 }
 
+// A run file that exists but cannot be opened or read (permissions, a directory, an I/O error) is
+// an InputError naming it; a file that does not exist yet is not (a run that has not written it).
+void require_readable(const std::string& path, const std::ifstream& in) {
+  std::error_code ec;
+  const bool exists = fs::exists(fs::symlink_status(path, ec));
+  if (exists && (!in.is_open() || in.bad() || fs::is_directory(path, ec)))
+    throw InputError(fmt::format("{}: cannot read: {}", path, errno != 0 ? std::strerror(errno) : "not a file"));
+}
+
 void read_metrics(const std::string& metrics_path, RunResult& r) {
+  errno = 0;
   std::ifstream metrics(metrics_path);
+  require_readable(metrics_path, metrics);
   std::string line;
   bool have_init_diag = false;
   int64_t line_number = 0;
@@ -171,7 +184,14 @@ void read_metrics(const std::string& metrics_path, RunResult& r) {
     if (io::json_nesting_depth(line) > io::kMaxJsonDepth)
       throw InputError(fmt::format("{}: line {}: nested too deeply to be a metrics record", metrics_path, line_number));
     const json rec = json::parse(line, nullptr, false);
-    if (rec.is_discarded()) continue;  // a torn last line of a killed run
+    // Only a torn last line is skipped: the start of a record without its newline (a trainer
+    // writes each line with one write(2)). Anything else that is not JSON is a damaged file.
+    if (rec.is_discarded() && metrics.eof() && !line.empty() && line[0] == '{' &&
+        line.find('\0') == std::string::npos)
+      continue;
+    if (rec.is_discarded())
+      throw InputError(fmt::format("{}: line {}: not a JSON record (only a torn last line is skipped)", metrics_path,
+                                   line_number));
     const FieldReader f{fmt::format("{}: line {}", metrics_path, line_number)};
     if (!rec.is_object()) f.wrong("record", "a JSON object", rec);
     if (rec.contains("split")) {
@@ -181,10 +201,13 @@ void read_metrics(const std::string& metrics_path, RunResult& r) {
     }
     if (rec.contains("step")) read_step_record(rec, f, r, have_init_diag);
   }
+  if (metrics.bad()) throw InputError(fmt::format("{}: cannot read: {}", metrics_path, std::strerror(errno)));
 }
 
 void read_summary(const std::string& summary_path, RunResult& r) {
+  errno = 0;
   std::ifstream summary_file(summary_path);
+  require_readable(summary_path, summary_file);
   if (!summary_file) return;
   const json summary = json::parse(summary_file, nullptr, false);
   if (!summary.is_object()) return;  // a summary being written; the run is not finished

@@ -14,9 +14,14 @@ namespace normlab::serve {
 
 // running: its trainer holds the run's lock; finished / diverged: summary.json says so; stopped:
 // started, not finished, nobody training it; queued: planned by compare (DIR/configs/NAME.json),
-// not started yet.
-enum class RunState { queued, running, finished, diverged, stopped };
+// not started yet; unreadable: the run directory or one of its files cannot be read (permissions);
+// error: its files hold something the report refuses (a garbage line, a field of the wrong type).
+enum class RunState { queued, running, finished, diverged, stopped, unreadable, error };
 const char* state_name(RunState state);
+
+// Why `path` (a file or a directory) cannot be read: "<path>: cannot read: <reason>", or "" when it
+// can or does not exist. A directory must also be searchable.
+std::string cannot_read(const std::string& path);
 
 struct RunStatus {
   std::string name;
@@ -24,7 +29,7 @@ struct RunStatus {
   int64_t step = 0, total_steps = 0;  // last step record; train.steps (0: unknown)
   double eta_s = NAN;                 // remaining steps at the rate observed so far (NaN: unknown)
   double last_loss = NAN;             // the last step record's training loss
-  std::string problem;                // why this run's metrics could not be read ("" when they could)
+  std::string problem;                // why the run is unreadable / an error ("" when it is neither)
 };
 
 // The live page of one directory. Thread-safe: the HTTP server calls it from its worker threads.

@@ -1,6 +1,7 @@
 #pragma once
 // `normlab serve`'s HTTP side, on cpp-httplib: GET / is the live report page, /runs.csv and
 // /curves.csv the live tables, any other path a file inside DIR. Read-only: GET and HEAD only.
+// docs/serve.md states the security model this file implements.
 #include <memory>
 #include <string>
 
@@ -8,21 +9,35 @@
 
 namespace normlab::serve {
 
-// The file a request path names inside `root` (canonical), or the status that refuses it:
-// 403 for a path that leaves root (a ".." segment, or a link leading outside), 404 for a name that
-// does not exist, is hidden (a segment starting with '.'), or is not a regular file.
-struct Resolved {
-  int status = 404;  // 200: serve `file`
-  std::string file;
+// A request path opened under the directory `root_fd` names, or the status that refuses it:
+// 400 for a NUL byte; 403 for a ".." segment, a link leading outside DIR, a file the server may not
+// read, or a kernel without openat2(2); 404 for a name that does not exist, a "." segment, a hidden
+// name (a segment starting with '.', also when percent-encoded: the path arrives decoded), or
+// anything that is not a regular file. The file is opened with RESOLVE_BENEATH: the kernel refuses
+// every step out of DIR while it opens, so no check-then-open window exists.
+struct OpenedFile {
+  int status = 404;  // 200: `fd` is open on a regular file
+  int fd = -1;       // owned
+  OpenedFile() = default;
+  OpenedFile(int status_code, int descriptor) : status(status_code), fd(descriptor) {}
+  OpenedFile(OpenedFile&& other) noexcept : status(other.status), fd(other.fd) { other.fd = -1; }
+  OpenedFile& operator=(OpenedFile&&) = delete;
+  ~OpenedFile();
 };
-Resolved resolve_request_path(const std::string& root, const std::string& request_path);
+OpenedFile open_request_path(int root_fd, const std::string& request_path);
+
+// Whether a request's Host header names this server: "localhost" or the bound address, with any
+// port or none (a tunnel may forward another port); after a wildcard bind (0.0.0.0, ::), any IP
+// literal. A DNS name an attacker controls (DNS rebinding) never matches.
+bool host_allowed(const std::string& host_header, const std::string& bound_address);
 
 class Server {
  public:
   explicit Server(LiveReport& live);
   ~Server();
-  // Binds `address` (an IP literal) and `port` (0: any free port); returns the port bound.
-  // InputError when it cannot (the port is taken, the address is not this machine's).
+  // Binds `address` (an IP literal) and `port` (0: any free port) exclusively (no SO_REUSEPORT:
+  // a second server cannot share the port); returns the port bound. InputError when it cannot
+  // (the port is taken, the address is not this machine's).
   int bind(const std::string& address, int port);
   void run();   // serves until stop()
   void stop();  // from any thread

@@ -131,8 +131,9 @@ struct RunResult {
   int64_t steps_to_solve() const;  // first evaluation step with trained accuracy >= kSolvedAccuracy; -1: never
 };
 
-// Reads metrics.jsonl and summary.json. A line that is not JSON (a torn last line) is skipped; a
-// field of the wrong type is an InputError naming the file, line and field. Trained / unseen
+// Reads metrics.jsonl and summary.json. A torn last line (a record's start without its newline) is
+// skipped; any other line that is not JSON, a field of the wrong type, or a file that exists but
+// cannot be read is an InputError naming the file (and line and field). Trained / unseen
 // metrics come from the record's "trained"/"unseen" objects when present, else from its buckets.
 RunResult read_run(const RunSpec& spec, const std::string& run_dir);
 
