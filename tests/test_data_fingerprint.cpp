@@ -138,7 +138,7 @@ TEST_CASE("sha256: a file's digest is the one sha256sum prints") {
   CHECK_THROWS_WITH_AS(io::sha256_file(dir.path.string()), doctest::Contains("cannot read"), InputError);
 }
 
-TEST_CASE("data fingerprint: a record round-trips; malformed ones and changed files are named") {
+TEST_CASE("data fingerprint: a record round-trips - malformed ones and changed files are named") {
   const train::DataFingerprint then{{"task.train_file", "/d/train.jsonl", std::string(64, 'a'), 10},
                                     {"task.valid_file", "/d/valid.jsonl", std::string(64, 'b'), 5}};
   CHECK(train::fingerprint_from_json(json(train::to_json(then)), "x").size() == 2);
@@ -248,7 +248,7 @@ TEST_CASE("eval: prints the sha256 of what it evaluated and notes a validation f
   CHECK(changed.out.find("valid.jsonl (task.valid_file): its content changed") != std::string::npos);
 }
 
-TEST_CASE("compare: a run whose training file changed is not reused - named with the file; --retrain-changed") {
+TEST_CASE("compare: a run whose training file changed is not reused - named with the file - --retrain-changed retrains it") {
   TempDir dir;
   dir.write("train.jsonl", sentiment_lines(40, 0, false));
   dir.write("valid.jsonl", sentiment_lines(20, 100, false));
