@@ -59,6 +59,8 @@ void run(const EvalOptions& options) {
     out["run"] = options.run_dir;
     out["step"] = loaded.step;
     out["data"] = result.data;
+    out["data_sha256"] = result.data_sha256.empty() ? nlohmann::json(nullptr) : nlohmann::json(result.data_sha256);
+    out["data_changed_since_training"] = result.changed_since_training.has_value();
     out["train_max_len"] = loaded.train_max_len;
     out["task"] = train::task_title(loaded.config);
     out["batch_size"] = settings.batch_size.value_or(loaded.config.train.batch_size);
@@ -66,8 +68,11 @@ void run(const EvalOptions& options) {
     fmt::print("{}\n", out.dump());
     return;
   }
-  fmt::print("run {} (task {}, step {}), data: {}\n", options.run_dir, train::task_title(loaded.config), loaded.step,
-             result.data);
+  fmt::print("run {} (task {}, step {}), data: {}{}\n", options.run_dir, train::task_title(loaded.config), loaded.step,
+             result.data, result.data_sha256.empty() ? "" : fmt::format(" (sha256 {})", result.data_sha256));
+  if (result.changed_since_training)
+    fmt::print("note: {} since the run was trained: these are not the numbers it recorded\n",
+               result.changed_since_training->describe());
   if (settings.batch_size || settings.batch_statistics)
     fmt::print("batches of {} sequences{}\n", settings.batch_size.value_or(loaded.config.train.batch_size),
                settings.batch_statistics ? ", BatchNorm with each batch's own statistics" : "");

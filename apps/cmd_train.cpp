@@ -1,4 +1,5 @@
 // normlab train --config FILE [--out DIR] [--set section.key=value]... [--threads N] [--resume [DIR]]
+//               [--accept-changed-data]
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 #include <signal.h>
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +18,7 @@
 
 #include "commands.hpp"
 #include "normlab/dist/communicator.hpp"
+#include "normlab/dist/data_parallel.hpp"
 #include "normlab/error.hpp"
 #include "normlab/io/stop.hpp"
 #include "normlab/study/compare.hpp"
@@ -34,6 +37,7 @@ struct TrainOptions {
   int threads = -1;  // -1: as the config says
   std::string resume_dir;
   bool resume = false;
+  bool accept_changed_data = false;  // --resume on data files whose content changed (recorded in data.json)
 };
 
 std::string format_duration(double seconds) {
@@ -177,12 +181,11 @@ struct Setup {
   std::optional<train::Trainer> trainer;  // built, its run directory started or resumed
 };
 
-// Config, data, the model, the run directory's lock (rank 0) and the checkpoint (every rank) into
-// setup. Returns 0 when the trainer is ready; otherwise the exit code (or kNothingToDo) with its
-// one line in `line`, for every rank to agree on.
-int set_up(const TrainOptions& options, const std::vector<std::string>& overrides,
-           const std::optional<std::string>& config_path, int ranks, Setup& setup, std::string& line) {
-  try {
+// Config, data and the model into setup; nothing is written. Returns 0 when the trainer is built,
+// kNothingToDo with its line when the run already finished.
+int build(const TrainOptions& options, const std::vector<std::string>& overrides,
+          const std::optional<std::string>& config_path, int ranks, Setup& setup, std::string& line) {
+  {
     if (config_path && study::config_kind(*config_path) == study::ConfigKind::compare)
       throw InputError(fmt::format("{}: is a compare config (base, set, grid), not a run config; run it with: "
                                    "normlab compare --config {} --out runs/{}",
@@ -204,12 +207,27 @@ int set_up(const TrainOptions& options, const std::vector<std::string>& override
     }
     setup.logger = std::make_unique<ConsoleLogger>(setup.config.train.log_every, isatty(fileno(stderr)) == 1);
     setup.trainer.emplace(setup.config, setup.logger.get(), &g_stop_signal);
-    if (options.resume) {
-      setup.trainer->resume(setup.dir);
-    } else {
-      setup.trainer->start(setup.dir);
-    }
     return 0;
+  }
+}
+
+// The run directory's lock (rank 0) and the checkpoint (every rank): a new run, or the resume.
+int open_run(const TrainOptions& options, Setup& setup) {
+  if (options.resume) {
+    setup.trainer->resume(setup.dir, options.accept_changed_data);
+  } else {
+    setup.trainer->start(setup.dir);
+  }
+  return 0;
+}
+
+// Runs one step of the set-up. Returns its code (0 when it succeeded); otherwise the exit code
+// with its one line in `line`, for every rank to agree on.
+int guarded(const TrainOptions& options, const std::vector<std::string>& overrides,
+            const std::optional<std::string>& config_path, Setup& setup, std::string& line,
+            const std::function<int()>& step) {
+  try {
+    return step();
   } catch (const io::StopRequested& stop) {
     line = fmt::format("normlab: stopped ({}) while loading the data; nothing was written",
                        signal_name(stop.signal_number()));
@@ -302,11 +320,13 @@ void run(const TrainOptions& options) {
   if (!options.config.empty()) config_path = options.config;
   // Any step of the set-up can fail on one rank only, so the outcome is agreed: every rank gets the
   // first failing rank's line and exits with its code.
+  // Built first, then (data-parallel) the ranks compare what data they read, and only then is the
+  // run directory touched: a refusal at any of these steps leaves it as it was.
   Setup setup;
   std::string line;
-  const int code = set_up(options, overrides, config_path, comm.size(), setup, line);
-  const dist::Communicator::Verdict verdict = comm.agree(code, line);
-  if (verdict.code != 0) {
+  auto agreed = [&](int code) {
+    const dist::Communicator::Verdict verdict = comm.agree(code, line);
+    if (verdict.code == 0) return true;
     if (setup.logger) setup.logger->end_line();
     if (report) {
       std::string text = verdict.message;
@@ -315,9 +335,19 @@ void run(const TrainOptions& options) {
         text.insert(9, fmt::format("data-parallel rank {}: ", verdict.rank));
       fmt::print(stderr, "{}\n", text);
     }
-    if (verdict.code == kNothingToDo) return;
+    if (verdict.code == kNothingToDo) return false;
     throw ExitCode{verdict.code};
+  };
+  if (!agreed(guarded(options, overrides, config_path, setup, line,
+                      [&] { return build(options, overrides, config_path, comm.size(), setup, line); })))
+    return;
+  if (comm.size() > 1) {
+    // The same verdict on every rank (computed from gathered digests): no rank waits for another.
+    const std::string disagreement = dist::data_disagreement(comm, setup.trainer->data_files());
+    line = disagreement.empty() ? "" : fmt::format("normlab: error: {}", disagreement);
+    agreed(disagreement.empty() ? 0 : kExitBadInput);
   }
+  agreed(guarded(options, overrides, config_path, setup, line, [&] { return open_run(options, setup); }));
 
   if (report) announce(options, setup, comm.size());
   const train::TrainSummary summary = fit(setup, comm);
@@ -338,6 +368,9 @@ void add_train(CLI::App& app) {
   CLI::Option* resume = cmd->add_option("--resume", options->resume_dir,
                                         "Continue the run in DIR (or in --out) from its checkpoint")
                             ->expected(0, 1);
+  cmd->add_flag("--accept-changed-data", options->accept_changed_data,
+                "With --resume: continue although a data file's content changed since the checkpoint (refused "
+                "otherwise); the change is recorded in the run's data.json");
   cmd->footer(
       "Ctrl-C (SIGINT), SIGTERM or SIGUSR1: the step in flight finishes, a checkpoint is written, exit 130 / 143;\n"
       "continue with: normlab train --resume DIR (a run of N ranks: mpirun -np N normlab train --resume DIR).\n"
@@ -345,6 +378,8 @@ void add_train(CLI::App& app) {
       "Exit codes: 0 done, 2 bad input, 3 diverged.");
   cmd->callback([options, resume] {
     options->resume = resume->count() > 0;
+    if (options->accept_changed_data && !options->resume)
+      throw InputError("--accept-changed-data: only with --resume (a new run records the data it reads)");
     run(*options);
   });
 }

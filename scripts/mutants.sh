@@ -353,6 +353,51 @@ mutant "serve: a percent-encoded dot segment inside DIR is served" \
   'if (segment == ".") return 404;' \
   '*dot segments*'
 
+mutant "data-parallel: gradients clipped on each rank's local sum before the reduction" \
+  src/dist/trainer_step.cpp \
+  '  const dist::StepSums sums = dp_->reduce(optimizer_->params(), loss_sum, correct, batch.num_targets,' \
+  '  optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm); const dist::StepSums sums = dp_->reduce(optimizer_->params(), loss_sum, correct, batch.num_targets,' \
+  '*gradient clipping active*'
+mutant "dropout: every layer keyed as layer 0" \
+  src/nn/encoder.cpp \
+  'kernels::dropout_key(dropout_seed, dropout.step, l)' \
+  'kernels::dropout_key(dropout_seed, dropout.step, 0)' \
+  '*own index*'
+mutant "train step: accuracy divided by every position, ignored ones included" \
+  src/train/trainer.cpp \
+  'double(count_correct(logits, batch.targets)) / double(batch.num_targets) : 0.0;' \
+  'double(count_correct(logits, batch.targets)) / double(batch.targets.size()) : 0.0;' \
+  '*only real targets*'
+mutant "data-parallel: the parameter hash covers only the first tensor" \
+  src/dist/data_parallel.cpp \
+  '    const auto* bytes = reinterpret_cast<const unsigned char*>(tensor.data());' \
+  '    if (&tensor != &params.front().second) break; const auto* bytes = reinterpret_cast<const unsigned char*>(tensor.data());' \
+  '*parameter hash*'
+mutant "eval groups: accuracy weighted per sequence" \
+  src/train/evaluate.cpp \
+  '    group.accuracy = correct / double(group.targets);' \
+  '    group.accuracy = [&] { double s = 0.0; for (const BucketMetrics& b : buckets) if (b.bucket.beyond_train_max == beyond) s += b.accuracy * double(b.sequences); return s / double(group.sequences); }();' \
+  '*weight each target*'
+mutant "resume: a changed data file is not checked" \
+  src/train/trainer_checkpoint.cpp \
+  '  if (changes.empty()) return;' \
+  '  if (changes.empty() || !accept_changed_data_ || accept_changed_data_) return;' \
+  '*resume: labels swapped*,*validation file edited*'
+mutant "compare: a changed data file is reused" \
+  src/study/reuse.cpp \
+  '    if (data) changes = data_differences(dir, run.config, digests);' \
+  '    if (data && digests.size() > 1000) changes = data_differences(dir, run.config, digests);' \
+  '*training file changed*'
+mutant "sha256: the length padding counts bytes, not bits" \
+  src/io/sha256.cpp \
+  'const uint64_t bits = total_bytes_ * 8;' \
+  'const uint64_t bits = total_bytes_;' \
+  '*sha256*'
+mutant "data-parallel: ranks reading different data are not compared" \
+  apps/cmd_train.cpp \
+  '    agreed(disagreement.empty() ? 0 : kExitBadInput);' \
+  '    agreed(0);' \
+  '*reads other content than rank 0*'
 count=${#names[@]}
 if [ "$list" = 1 ]; then
   for ((i = 0; i < count; i++)); do printf '%2d  %-40s %s\n' $((i + 1)) "${files[$i]}" "${names[$i]}"; done

@@ -282,6 +282,104 @@ TEST_CASE("dist mpi: 2 and 3 ranks match one process, with dropout too - local B
   CHECK(local_vs_sync > 1e-3);
 }
 
+TEST_CASE("dist mpi: with gradient clipping active, 2 ranks match one process (the global norm is clipped)") {
+  TempDir dir("normlab_dist_clip");
+  json config = json::parse(tiny_config("layernorm", "sync", 12));
+  config["optim"]["clip_grad_norm"] = 0.05;
+  const std::string run = "clip=" + dir.write("clip.json", config.dump());
+  const std::string probe = std::string("'") + NORMLAB_DIST_PROBE + "' ";
+  REQUIRE(std::system((probe + "'" + dir.sub("one.json") + "' 12 '" + run + "' >" + dir.sub("one.log") + " 2>&1").c_str()) == 0);
+  INFO(read_text(dir.sub("two.log")));
+  REQUIRE(mpirun(2, NORMLAB_DIST_PROBE, {dir.sub("two.json"), "12", run}, dir.sub("two.log")) == 0);
+  const json one = json::parse(read_text(dir.sub("one.json")))["clip"];
+  const json two = json::parse(read_text(dir.sub("two.json")))["clip"];
+  // Clipping is active at every step: the norm before clipping is far above the threshold.
+  for (const json& norm : one["grad_norms"]) CHECK(norm.get<double>() > 4 * 0.05);
+  for (size_t step = 0; step < one["grad_norms"].size(); ++step) {
+    INFO("step " << step + 1);
+    const double a = one["grad_norms"][step].get<double>(), b = two["grad_norms"][step].get<double>();
+    CHECK(std::abs(a - b) <= 1e-4 * a);
+    const double la = one["losses"][step].get<double>(), lb = two["losses"][step].get<double>();
+    CHECK(std::abs(la - lb) <= 1e-4 * std::abs(la));
+  }
+  // Step 1's clipped gradient, the one every rank applies.
+  for (const auto& [param, grad] : one["grads"].items()) {
+    INFO(param);
+    auto [diff, scale] = max_abs_diff(grad, two["grads"][param]);
+    CHECK(diff <= 1e-5 * scale + 1e-12);
+  }
+}
+
+// A tagging config on files "train.jsonl" and "valid.jsonl" beside it (relative paths: resolved
+// against the config's folder).
+std::string file_config(int steps) {
+  return json{{"model", {{"d_model", 16}, {"heads", 2}, {"layers", 1}, {"ffn", 32}, {"max_len", 16}}},
+              {"task", {{"name", "token_classification"}, {"train_file", "train.jsonl"}, {"valid_file", "valid.jsonl"},
+                        {"max_len", 8}, {"eval_max_len", 8}, {"eval_examples", 8}, {"bucket_width", 4}}},
+              {"optim", {{"lr", 0.01}, {"warmup_steps", 2}}},
+              {"train", {{"steps", steps}, {"batch_size", 4}, {"eval_every", 0}, {"checkpoint_every", 2},
+                         {"threads", 1}}}}
+      .dump();
+}
+
+// Lines of "a b c" tagged by a rule; `flip` tags every word the other way (same words, same lines).
+std::string tagged_lines(bool flip) {
+  std::string text;
+  for (int i = 0; i < 24; ++i) {
+    std::string tokens, tags;
+    for (int t = 0; t < 2 + i % 5; ++t) {
+      const int word = (i + 2 * t) % 3;
+      tokens += std::string(t ? " " : "") + "abc"[word];
+      tags += std::string(t ? " " : "") + (((word == 1) != flip) ? "X" : "Y");
+    }
+    text += "{\"tokens\": \"" + tokens + "\", \"targets\": \"" + tags + "\"}\n";
+  }
+  return text;
+}
+
+TEST_CASE("dist mpi: a resume under np=2 on a changed training file is refused in one line, nothing changed") {
+  TempDir dir("normlab_dist_data");
+  dir.write("train.jsonl", tagged_lines(false));
+  dir.write("valid.jsonl", tagged_lines(false));
+  const std::string config = dir.write("c.json", file_config(4));
+  REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("run")}, dir.sub("first.log")) == 0);
+  dir.write("train.jsonl", tagged_lines(true));
+  const std::string checkpoint = read_text(dir.sub("run/checkpoint.safetensors"));
+  const std::string metrics = read_text(dir.sub("run/metrics.jsonl"));
+  const int code = mpirun(2, NORMLAB_BINARY, {"train", "--resume", dir.sub("run"), "--set", "train.steps=6"},
+                          dir.sub("resume.log"));
+  const std::string log = read_text(dir.sub("resume.log"));
+  INFO(log);
+  CHECK(code == 2);
+  CHECK(count_of(log, "(task.train_file): its content changed") == 1);
+  CHECK(log.find("data-parallel rank 1") == std::string::npos);  // rank 0's line: every rank agreed
+  CHECK(read_text(dir.sub("run/checkpoint.safetensors")) == checkpoint);
+  CHECK(read_text(dir.sub("run/metrics.jsonl")) == metrics);
+}
+
+TEST_CASE("dist mpi: a rank that reads other content than rank 0 stops every rank before anything is written") {
+  // One job, two working directories: each rank resolves the same relative config to its own files.
+  TempDir dir("normlab_dist_data");
+  for (const std::string side : {"a", "b"}) {
+    fs::create_directories(dir.sub(side));
+    dir.write(side + "/train.jsonl", tagged_lines(side == "b"));
+    dir.write(side + "/valid.jsonl", tagged_lines(false));
+    dir.write(side + "/c.json", file_config(4));
+  }
+  const std::vector<std::string> args{"train", "--config", "c.json", "--out", dir.sub("run")};
+  std::vector<std::string> first_app{"-np", "1", "-wdir", dir.sub("a"), NORMLAB_BINARY};
+  first_app.insert(first_app.end(), args.begin(), args.end());
+  first_app.insert(first_app.end(), {":", "-wdir", dir.sub("b")});
+  MpiJob job(1, NORMLAB_BINARY, args, dir.sub("run.log"), first_app);
+  const int code = job.wait(std::chrono::seconds(60));
+  const std::string log = read_text(dir.sub("run.log"));
+  INFO(log);
+  CHECK(code == 2);
+  CHECK(count_of(log, "data-parallel rank 1's task.train_file has other content than rank 0's " + dir.sub("a") +
+                      "/train.jsonl") == 1);
+  CHECK(!fs::exists(dir.sub("run")));
+}
+
 TEST_CASE("dist mpi: two np=2 runs write identical checkpoints - world_size is recorded - another N cannot resume") {
   TempDir dir("normlab_dist");
   const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 12, 0, /*dropout=*/0.1));

@@ -174,8 +174,13 @@ TEST_CASE("messages name their file: a training file that shrank before a resume
   dir.write("train.jsonl", lines.substr(0, lines.size() / 2));
   train::RunConfig longer = config;
   longer.train.steps = 8;
+  // The data fingerprint names the file first; accepted, the sampler's state cannot go on either.
+  {
+    train::Trainer trainer(longer);
+    CHECK(error_of([&] { trainer.resume(dir.sub("run")); }).find(data + " (task.train_file): its content changed") == 0);
+  }
   train::Trainer trainer(longer);
-  CHECK(error_of([&] { trainer.resume(dir.sub("run")); })
+  CHECK(error_of([&] { trainer.resume(dir.sub("run"), /*accept_changed_data=*/true); })
             .find(dir.sub("run") + "/checkpoint.safetensors: metadata 'sampler': saved for 40 examples") == 0);
 }
 

@@ -99,6 +99,29 @@ StepSums DataParallel::reduce(const nn::NamedTensors& params, double loss_sum, i
   return sums;
 }
 
+std::string data_disagreement(Communicator& comm, const train::DataFingerprint& files) {
+  const std::vector<uint64_t> counts = comm.all_gather(files.size());
+  for (size_t r = 1; r < counts.size(); ++r) {
+    if (counts[r] != counts[0])
+      return fmt::format("data-parallel rank {} reads {} data file(s), rank 0 reads {}: every rank must run the same "
+                         "config",
+                         r, counts[r], counts[0]);
+  }
+  for (const train::DataFile& file : files) {
+    // The first 64 bits of the digest: enough to tell two contents apart.
+    const std::vector<uint64_t> digests = comm.all_gather(std::stoull(file.sha256.substr(0, 16), nullptr, 16));
+    for (size_t r = 1; r < digests.size(); ++r) {
+      if (digests[r] != digests[0]) {
+        // Paths may differ between machines: rank 0's is the one its user can look at.
+        return fmt::format("data-parallel rank {}'s {} has other content than rank 0's {} (sha256 {:016x}... vs "
+                           "{:016x}...): every rank must read the same data",
+                           r, file.key, file.path, digests[r], digests[0]);
+      }
+    }
+  }
+  return "";
+}
+
 uint64_t parameter_hash(const nn::NamedTensors& params) {
   uint64_t hash = 14695981039346656037ULL;
   for (const auto& [name, tensor] : params) {

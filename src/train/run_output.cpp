@@ -21,12 +21,21 @@ std::string existing_checkpoint(const RunPaths& paths, const std::string& dir) {
   return paths.checkpoint;
 }
 
+// data.json: the data files' fingerprints (docs/run-directory.md); one writer (the lock), so a
+// temporary left by a killed session is stale.
+void write_data_record(const RunPaths& paths, const DataRecord& record) {
+  const std::string path = paths.dir + "/data.json";
+  io::remove_stale_temp_files(path);
+  io::write_file_atomic(path, data_record_text(record));
+}
+
 class Owner final : public RunOutput {
  public:
   explicit Owner(TrainLogger* logger) : logger_(logger != nullptr ? *logger : silent_) {}
   TrainLogger& logger() override { return logger_; }
 
-  void open_new(const std::string& dir, const RunConfig& config, const std::string& vocab_json) override {
+  void open_new(const std::string& dir, const RunConfig& config, const std::string& vocab_json,
+                const DataRecord& data) override {
     RunDirectory run_dir(dir, /*create=*/true);
     run_dir.begin_new(config);
     // The ids of every token and label (docs/run-directory.md): what eval, predict and PyTorch
@@ -34,6 +43,7 @@ class Owner final : public RunOutput {
     // writer now.
     io::remove_stale_temp_files(run_dir.paths().dir + "/vocab.json");
     io::write_file_atomic(run_dir.paths().dir + "/vocab.json", vocab_json);
+    write_data_record(run_dir.paths(), data);
     run_dir_ = std::move(run_dir);
   }
   std::string open_existing(const std::string& dir) override {
@@ -43,7 +53,15 @@ class Owner final : public RunOutput {
     run_dir_ = std::move(run_dir);
     return checkpoint;
   }
-  void resumed(const RunConfig& config, int64_t step) override { run_dir_->begin_resume(config, step); }
+  void resumed(const RunConfig& config, int64_t step, const DataFingerprint& files,
+               const std::vector<DataChange>& accepted) override {
+    // Read (and checked) before anything is written: a malformed data.json refuses the resume.
+    DataRecord record = read_data_record(run_dir_->paths().dir).value_or(DataRecord{});
+    record.files = files;
+    record_accepted_changes(record, accepted, step);
+    run_dir_->begin_resume(config, step);
+    write_data_record(run_dir_->paths(), record);
+  }
   bool is_open() const override { return run_dir_.has_value(); }
   bool evaluates() const override { return true; }
   void append_metrics(const nlohmann::json& record) override { run_dir_->append_metrics(record); }
@@ -62,9 +80,9 @@ class Owner final : public RunOutput {
 class Follower final : public RunOutput {
  public:
   TrainLogger& logger() override { return silent_; }
-  void open_new(const std::string&, const RunConfig&, const std::string&) override {}
+  void open_new(const std::string&, const RunConfig&, const std::string&, const DataRecord&) override {}
   std::string open_existing(const std::string& dir) override { return existing_checkpoint(RunPaths(dir), dir); }
-  void resumed(const RunConfig&, int64_t) override {}
+  void resumed(const RunConfig&, int64_t, const DataFingerprint&, const std::vector<DataChange>&) override {}
   bool is_open() const override { return true; }
   bool evaluates() const override { return false; }
   void append_metrics(const nlohmann::json&) override {}

@@ -2,7 +2,7 @@
 // Who writes a run, decided once (Trainer's constructor): the training loop calls these and never
 // asks which rank it is.
 //   owner     one process, or rank 0 of a data-parallel run (mpirun -np N): owns the run directory
-//             (RunDirectory, locked) and writes config.json, vocab.json, metrics.jsonl with the
+//             (RunDirectory, locked) and writes config.json, vocab.json, data.json, metrics.jsonl with the
 //             evaluations, checkpoint.safetensors and summary.json; evaluates; logs
 //   follower  the other ranks: train their share of each batch and load the checkpoint on resume;
 //             write, evaluate and log nothing
@@ -12,6 +12,7 @@
 #include <string>
 
 #include "normlab/train/config.hpp"
+#include "normlab/train/data_fingerprint.hpp"
 #include "normlab/train/trainer.hpp"
 
 namespace normlab::train {
@@ -21,13 +22,16 @@ class RunOutput {
   virtual ~RunOutput() = default;
   // Where progress goes: the caller's logger for the owner, a silent one for a follower.
   virtual TrainLogger& logger() = 0;
-  // A new run in dir: the owner creates and locks it, writes config.json and vocab.json.
-  virtual void open_new(const std::string& dir, const RunConfig& config, const std::string& vocab_json) = 0;
+  // A new run in dir: the owner creates and locks it, writes config.json, vocab.json and data.json.
+  virtual void open_new(const std::string& dir, const RunConfig& config, const std::string& vocab_json,
+                        const DataRecord& data) = 0;
   // The run in dir to resume: its checkpoint's path (InputError if there is none). The owner locks
   // the directory first.
   virtual std::string open_existing(const std::string& dir) = 0;
-  // After the checkpoint loaded: the owner cuts metrics.jsonl back to `step`.
-  virtual void resumed(const RunConfig& config, int64_t step) = 0;
+  // After the checkpoint loaded: the owner cuts metrics.jsonl back to `step` and writes data.json:
+  // `files` now, and the run's earlier accepted changes plus `accepted` (--accept-changed-data).
+  virtual void resumed(const RunConfig& config, int64_t step, const DataFingerprint& files,
+                       const std::vector<DataChange>& accepted) = 0;
   virtual bool is_open() const = 0;
   virtual bool evaluates() const = 0;
   virtual void append_metrics(const nlohmann::json& record) = 0;

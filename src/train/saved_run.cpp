@@ -176,7 +176,11 @@ LoadedRun load_run(const std::string& dir) {
   }
   const int32_t train_max_len = static_cast<int32_t>(saved_max_len);
   Baselines baselines = saved_baselines(file, config, task, paths.checkpoint);
-  return LoadedRun{paths, std::move(config), std::move(task), std::move(model), step, train_max_len, baselines};
+  DataFingerprint trained_on;
+  if (file.metadata.count("data") != 0)
+    trained_on = fingerprint_from_json(metadata_json(file, "data"), paths.checkpoint + ": metadata 'data'");
+  return LoadedRun{paths,         std::move(config), std::move(task), std::move(model), step,
+                   train_max_len, baselines,         std::move(trained_on)};
 }
 
 RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& data_file) {
@@ -189,10 +193,18 @@ RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& dat
   }
   std::optional<data::Dataset> dataset;
   std::string description;
+  std::optional<DataFile> digest;  // what the evaluated file holds now
+  std::optional<DataChange> changed;
   if (data_file) {
+    digest = fingerprint_data_file("--data", *data_file);
     dataset.emplace(load_eval_file(*data_file, run.config, run.task));
     description = *data_file;
   } else {
+    if (run.config.task.valid_file) {
+      digest = fingerprint_data_file("task.valid_file", *run.config.task.valid_file);
+      const std::vector<DataChange> changes = changed_data(run.trained_on, {*digest});
+      if (!changes.empty()) changed = changes.front();
+    }
     dataset.emplace(load_valid_set(run.config, run.task));
     description = run.config.task.valid_file
                       ? *run.config.task.valid_file
@@ -215,7 +227,7 @@ RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& dat
   if (settings.batch_size) batching.train.batch_size = *settings.batch_size;
   EvalMetrics metrics = *evaluate_unless_stopped(*run.model, evaluation_batches(*dataset, batching), buckets, nullptr,
                                                  settings.batch_statistics, run.baselines);
-  return RunEvaluation{description, std::move(metrics)};
+  return RunEvaluation{description, digest ? digest->sha256 : "", changed, std::move(metrics)};
 }
 
 Prediction predict(LoadedRun& run, const std::string& input) {

@@ -29,6 +29,7 @@ using nlohmann::json;
 Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
     : config_(std::move(config)),
       stop_flag_(stop),
+      data_files_(fingerprint_data(config_, stop)),
       task_(build_task(config_, stop)),
       train_set_(load_train_set(config_, task_, stop, &train_use_)),
       valid_set_(load_valid_set(config_, task_, stop, &valid_use_)) {
@@ -152,12 +153,18 @@ void Trainer::start(const std::string& dir) {
   output_->open_new(dir, config_,
                     nlohmann::ordered_json{{"tokens", task_.input_vocab.tokens()}, {"labels", task_.output_vocab.tokens()}}
                             .dump(1) +
-                        "\n");
+                        "\n",
+                    DataRecord{data_files_});
 }
 
-void Trainer::resume(const std::string& dir) {
+void Trainer::resume(const std::string& dir, bool accept_changed_data) {
+  accept_changed_data_ = accept_changed_data;
+  accepted_changes_.clear();
   load_checkpoint(output_->open_existing(dir));
-  output_->resumed(config_, step_);
+  output_->resumed(config_, step_, data_files_, accepted_changes_);
+  for (const DataChange& change : accepted_changes_)
+    logger_->info(fmt::format("--accept-changed-data: {}; continuing on the new content (recorded in {}/data.json)",
+                              change.describe(), dir));
   logger_->info(fmt::format("resumed {} at step {}", dir, step_));
   if (schedule_.restart_step == step_) {
     const double base = config_.optim.lr;

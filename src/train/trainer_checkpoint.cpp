@@ -84,9 +84,25 @@ void Trainer::save_checkpoint(const std::string& path) const {
   if (schedule_.restart_step >= 0) {
     metadata["schedule"] = json{{"restart_step", schedule_.restart_step}, {"restart_factor", schedule_.restart_factor}}.dump();
   }
+  metadata["data"] = to_json(data_files_).dump();
   if (task_.is_masked_lm()) metadata["task_characters"] = json(text_task_characters(task_)).dump();
   metadata["trainer"] = trainer_state().dump();
   write_checkpoint(path, *model_, optimizer_.get(), std::move(metadata));
+}
+
+void Trainer::check_data_unchanged(const io::SafetensorsFile& file, const std::string& path) {
+  // A checkpoint of a build before data fingerprints records none: nothing to compare.
+  if (file.metadata.count("data") == 0) return;
+  const std::vector<DataChange> changes =
+      changed_data(fingerprint_from_json(metadata_json(file, "data"), path + ": metadata 'data'"), data_files_);
+  if (changes.empty()) return;
+  if (!accept_changed_data_) {
+    throw InputError(fmt::format("{} since the checkpoint {} was written; nothing was changed. Restore the file, or "
+                                 "resume with --accept-changed-data to continue on the new content (recorded in "
+                                 "data.json)",
+                                 changes.front().describe(), path));
+  }
+  accepted_changes_ = changes;
 }
 
 void Trainer::load_checkpoint(const std::string& path) {
@@ -94,6 +110,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   // The checkpoint's own config must describe this run (up to how long / how often).
   RunConfig saved = config_from_json(metadata_json(file, "config"), path + ": metadata 'config'", ".", false);
   check_resume_compatible(saved, config_, path);
+  check_data_unchanged(file, path);
   if (task_.is_masked_lm()) {
     json characters = metadata_json(file, "task_characters");
     if (characters != json(text_task_characters(task_))) {

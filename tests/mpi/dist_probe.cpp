@@ -1,8 +1,10 @@
 // A test driver for the data-parallel tests (tests/test_dist_mpi.cpp), run as
 //   [mpirun -np N] normlab_dist_probe OUT.json STEPS NAME=CONFIG [NAME=CONFIG ...] [--emulate-local P]
 // For each config: builds a Trainer on this launch's ranks, trains STEPS steps and records the
-// global gradient and the residual_rms diagnostics of step 1 and every step's loss. Rank 0 writes
-//   {"NAME": {"world_size": N, "grads": {"param": [...]}, "residual_rms": [...], "losses": [...]}, ...}
+// global gradient and the residual_rms diagnostics of step 1 and every step's loss and gradient
+// norm (before clipping). Rank 0 writes
+//   {"NAME": {"world_size": N, "grads": {"param": [...]}, "residual_rms": [...], "losses": [...],
+//             "grad_norms": [...]}, ...}
 // --emulate-local P (one process only): step 1's gradient is instead computed the way local
 // BatchNorm on P ranks defines it: each of the P shares of the batch forward and backward on its
 // own, the loss sums added up, divided once by the batch's target count.
@@ -82,7 +84,9 @@ int main(int argc, char** argv) {
     for (const auto& [name, config_path] : runs) {
       train::Trainer trainer(train::load_config(config_path));
       set_num_threads(static_cast<int>(trainer.config().train.threads));
-      nlohmann::json run = {{"world_size", dist::world().size()}, {"losses", nlohmann::json::array()}};
+      nlohmann::json run = {{"world_size", dist::world().size()},
+                            {"losses", nlohmann::json::array()},
+                            {"grad_norms", nlohmann::json::array()}};
       for (int64_t step = 1; step <= steps; ++step) {
         data::Batch batch = trainer.next_batch();
         if (step == 1 && emulate > 0) {
@@ -96,6 +100,7 @@ int main(int argc, char** argv) {
           run["residual_rms"] = record.residual_rms;
         }
         run["losses"].push_back(record.loss);
+        run["grad_norms"].push_back(record.grad_norm);
       }
       result[name] = run;
     }

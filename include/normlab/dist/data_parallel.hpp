@@ -21,6 +21,7 @@
 #include "normlab/dist/communicator.hpp"
 #include "normlab/nn/module.hpp"
 #include "normlab/train/config.hpp"
+#include "normlab/train/data_fingerprint.hpp"
 
 namespace normlab::dist {
 
@@ -81,6 +82,12 @@ class DataParallel {
   bool sync_batch_norm_ = false;
   std::vector<double> buffer_;
 };
+
+// Before anything is written: do all ranks read the same data? Every rank passes the fingerprint of
+// the files it read (the same number on every rank: one config); rank 0's digests decide. Returns ""
+// when every rank agrees, else one line naming the first differing rank and file, the same line on
+// every rank (it is computed from the gathered digests), so all stop together.
+std::string data_disagreement(Communicator& comm, const train::DataFingerprint& files);
 
 // FNV-1a over the bytes of every parameter's values, in order.
 uint64_t parameter_hash(const nn::NamedTensors& params);

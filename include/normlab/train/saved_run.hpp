@@ -12,6 +12,7 @@
 #include "normlab/data/task.hpp"
 #include "normlab/nn/encoder.hpp"
 #include "normlab/train/config.hpp"
+#include "normlab/train/data_fingerprint.hpp"
 #include "normlab/train/evaluate.hpp"
 #include "normlab/train/run_dir.hpp"
 
@@ -40,6 +41,7 @@ struct LoadedRun {
   int64_t step = 0;
   int32_t train_max_len = 0;
   Baselines baselines;  // K and the training data's majority label (checkpoint metadata)
+  DataFingerprint trained_on;  // the data files the checkpoint recorded (none before fingerprints)
 };
 
 // InputError "<dir>: ..." if the directory or its checkpoint is missing or does not match its config.
@@ -47,6 +49,9 @@ LoadedRun load_run(const std::string& dir);
 
 struct RunEvaluation {
   std::string data;  // what was evaluated: a file path, or a description of the generated set
+  std::string data_sha256;  // the evaluated file's SHA-256 (sha256sum's digits); empty for generated data
+  // The run's own validation file whose content is not the one the checkpoint recorded.
+  std::optional<DataChange> changed_since_training;
   EvalMetrics metrics;
 };
 

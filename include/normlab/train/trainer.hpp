@@ -29,6 +29,7 @@
 #include "normlab/optim/optimizer.hpp"
 #include "normlab/optim/schedule.hpp"
 #include "normlab/train/config.hpp"
+#include "normlab/train/data_fingerprint.hpp"
 #include "normlab/train/evaluate.hpp"
 #include "normlab/train/records.hpp"
 #include "normlab/train/run_dir.hpp"
@@ -36,6 +37,9 @@
 
 namespace normlab::dist {
 class DataParallel;
+}
+namespace normlab::io {
+struct SafetensorsFile;
 }
 
 namespace normlab::train {
@@ -69,8 +73,10 @@ class Trainer {
   // Continues the run in `dir` from its checkpoint: locks it, restores model, optimizer, RNG and
   // data position, then cuts metrics.jsonl back to the checkpoint's step (dropping a torn last
   // line; refusing, with nothing changed, a corrupt line anywhere else). The config may differ
-  // from the checkpoint's only in resume_mutable_keys().
-  void resume(const std::string& dir);
+  // from the checkpoint's only in resume_mutable_keys(). A data file whose content is not the one
+  // the checkpoint recorded is refused (InputError naming it, nothing changed) unless
+  // `accept_changed_data`: then the run continues on the new content and data.json records it.
+  void resume(const std::string& dir, bool accept_changed_data = false);
   // Trains until train.steps updates (or divergence), evaluating, checkpointing and logging as
   // configured; writes summary.json. Sets the thread count to train.threads when it is not 0.
   // If a stop flag is set and becomes non-zero, fit() stops within a step or an evaluation batch:
@@ -89,7 +95,8 @@ class Trainer {
   // std::nullopt if a stop was requested part-way.
   std::optional<EvalMetrics> evaluate_valid();
   void save_checkpoint(const std::string& path) const;
-  // Restores everything a checkpoint holds (InputError naming the tensor / key on any mismatch).
+  // Restores everything a checkpoint holds (InputError naming the tensor / key on any mismatch, or
+  // a data file whose content changed since the checkpoint, unless resume() accepts that).
   void load_checkpoint(const std::string& path);
 
   const RunConfig& config() const { return config_; }
@@ -99,6 +106,8 @@ class Trainer {
   int64_t step() const { return step_; }
   int32_t train_max_len() const { return train_max_len_; }
   const data::Dataset& valid_set() const { return valid_set_; }
+  // The data files this run reads, hashed when the trainer was built.
+  const DataFingerprint& data_files() const { return data_files_; }
 
  private:
   bool record_eval();  // false: stopped on request before the evaluation finished
@@ -106,6 +115,9 @@ class Trainer {
   std::string describe_run() const;
   TrainSummary make_summary() const;
   void restore_trainer_state(const nlohmann::json& state, const std::string& where);
+  // The checkpoint's metadata 'data' against data_files_: InputError naming the first changed file,
+  // or, when the resume accepts changed data, the changes kept in accepted_changes_.
+  void check_data_unchanged(const io::SafetensorsFile& file, const std::string& path);
   // The end of a step, once the gradients are in: per-layer gradient norms (diagnostics), clip, and
   // the update with `lr`, unless the gradient norm is not finite: then `record` says diverged and
   // the gradients are dropped. step() advances on an update.
@@ -120,6 +132,9 @@ class Trainer {
   std::unique_ptr<RunOutput> output_;  // who writes this run: set once, by the constructor
   TrainLogger* logger_ = nullptr;      // output_->logger()
   FileUse train_use_, valid_use_;  // filled while the data loads, so declared before it
+  DataFingerprint data_files_;     // hashed before the data loads
+  bool accept_changed_data_ = false;
+  std::vector<DataChange> accepted_changes_;  // found by load_checkpoint when accepted
   data::Task task_;
   std::optional<data::Dataset> train_set_;  // file-backed training data; generated otherwise
   data::Dataset valid_set_;

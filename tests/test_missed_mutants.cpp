@@ -1,0 +1,162 @@
+// Tests for bugs an independent set of mutants showed the suite let through (docs/TESTING.md,
+// scripts/mutants.sh): what the encoder passes as each layer's dropout key, training accuracy over
+// real targets only, the ranks' parameter hash over every tensor, and the trained/unseen groups
+// weighted per target on a tagging task (many targets per sequence). Gradient clipping under data
+// parallelism is in test_dist_mpi.cpp.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "normlab/autograd.hpp"
+#include "normlab/dist/data_parallel.hpp"
+#include "normlab/kernels/dropout.hpp"
+#include "normlab/nn/encoder.hpp"
+#include "normlab/rng.hpp"
+#include "normlab/train/config.hpp"
+#include "normlab/train/evaluate.hpp"
+#include "normlab/train/metrics.hpp"
+#include "normlab/train/trainer.hpp"
+#include "support.hpp"
+
+using namespace normlab;
+using normlab::test::TempDir;
+
+namespace {
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.numel() != b.numel()) return false;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    if (a.data()[i] != b.data()[i]) return false;
+  return true;
+}
+
+// Masked LM on a 3-letter text: about 15% of the positions carry a target, the rest are ignored (-1).
+train::RunConfig mlm_config(const TempDir& dir) {
+  std::string text;
+  for (int i = 0; i < 60; ++i) {
+    std::string line;
+    for (int t = 0; t < 4 + i % 9; ++t) line += "abc"[(i * 7 + t * t) % 3];
+    text += fmt::format("{{\"text\": \"{}\"}}\n", line);
+  }
+  train::RunConfig c;
+  c.model.d_model = 16;
+  c.model.heads = 2;
+  c.model.layers = 1;
+  c.model.ffn = 32;
+  c.model.max_len = 16;
+  c.task.name = "mlm_text";
+  c.task.train_file = dir.write("train.jsonl", text);
+  c.task.valid_file = dir.write("valid.jsonl", text);
+  c.task.min_len = 1;
+  c.task.max_len = 12;
+  c.task.eval_max_len = 12;
+  c.task.eval_examples = 20;
+  c.optim.lr = 0.01;
+  c.train.steps = 20;
+  c.train.batch_size = 16;
+  c.train.eval_every = 0;
+  c.train.threads = 1;
+  train::check_config(c, "mlm");
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("dropout: the encoder keys each layer's masks on its own index, as TransformerEncoder promises") {
+  nn::EncoderOptions options;
+  options.d_model = 8;
+  options.num_heads = 2;
+  options.num_layers = 2;
+  options.dim_feedforward = 16;
+  options.dropout = 0.3f;
+  options.placement = nn::Placement::post;  // no final norm: the stack is exactly its two layers
+  nn::TransformerEncoder encoder(options, 11);
+  encoder.train();
+  NoGradGuard no_grad;
+  Rng rng(5);
+  const std::vector<int64_t> offsets{0, 3, 7};
+  Tensor x = Tensor::normal({7, 8}, rng);
+  const uint64_t step = 4;
+  const Tensor out = encoder.forward(x, offsets, nullptr, {step, 0});
+  auto by_hand = [&](uint64_t second_site) {
+    Tensor h = encoder.layers[0]->forward(x, offsets, kernels::dropout_key(encoder.dropout_seed, step, 0), 0);
+    return encoder.layers[1]->forward(h, offsets, kernels::dropout_key(encoder.dropout_seed, step, second_site), 0);
+  };
+  CHECK(same_bits(out, by_hand(1)));
+  CHECK(!same_bits(out, by_hand(0)));  // layer 1 with layer 0's masks is another network
+}
+
+TEST_CASE("train step: accuracy counts only real targets (masked LM: most positions are ignored)") {
+  TempDir dir;
+  train::Trainer trainer(mlm_config(dir));
+  int steps_with_correct = 0;
+  for (int i = 0; i < 6; ++i) {
+    const data::Batch batch = trainer.next_batch();
+    REQUIRE(batch.num_targets > 0);
+    REQUIRE(batch.num_targets < int64_t(batch.targets.size()));  // ignored positions are in the batch
+    int64_t correct = 0;
+    {
+      // The logits the step computes before its update (no dropout: the same forward).
+      NoGradGuard no_grad;
+      trainer.model().train();
+      correct = train::count_correct(trainer.model().forward(batch.tokens, batch.offsets), batch.targets);
+    }
+    const train::StepRecord record = trainer.train_step(batch, false);
+    CHECK(record.accuracy == double(correct) / double(batch.num_targets));
+    steps_with_correct += correct > 0;
+  }
+  CHECK(steps_with_correct > 0);  // otherwise any denominator gives 0
+}
+
+TEST_CASE("dist: the parameter hash covers every tensor, not only the first") {
+  Tensor first = Tensor::full({4}, 0.5f), second = Tensor::full({3}, 0.25f);
+  const nn::NamedTensors params = {{"a", first}, {"b", second}};
+  const uint64_t before = dist::parameter_hash(params);
+  second.data()[2] = std::nextafter(0.25f, 1.0f);
+  CHECK(dist::parameter_hash(params) != before);
+}
+
+TEST_CASE("eval groups: trained and unseen accuracy weight each target, not each sequence (tagging)") {
+  // Two trained buckets: one long sequence with 10 targets, 9 right; three short ones, 3 targets, 0 right.
+  std::vector<train::BucketMetrics> buckets(3);
+  buckets[0].bucket = {1, 4, false};
+  buckets[0].sequences = 3, buckets[0].targets = 3, buckets[0].accuracy = 0.0, buckets[0].loss = 2.0;
+  buckets[1].bucket = {9, 12, false};
+  buckets[1].sequences = 1, buckets[1].targets = 10, buckets[1].accuracy = 0.9, buckets[1].loss = 0.5;
+  buckets[2].bucket = {13, 16, true};
+  buckets[2].sequences = 2, buckets[2].targets = 30, buckets[2].accuracy = 0.5, buckets[2].loss = 1.0;
+  const train::GroupMetrics trained = train::group_metrics(buckets, false, false);
+  CHECK(trained.targets == 13);
+  CHECK(trained.accuracy == doctest::Approx(9.0 / 13.0));  // per sequence it would be 0.225
+  CHECK(trained.loss == doctest::Approx((3 * 2.0 + 10 * 0.5) / 13.0));
+  CHECK(train::group_metrics(buckets, true, false).accuracy == doctest::Approx(0.5));
+
+  // The same on a real evaluation of a tagging task: the groups from the buckets, target-weighted.
+  TempDir dir;
+  train::RunConfig config = mlm_config(dir);
+  config.task.name = "reverse";
+  config.task.train_file.reset();
+  config.task.valid_file.reset();
+  config.task.max_len = 4;
+  config.task.eval_max_len = 10;
+  config.task.bucket_width = 3;
+  config.model.vocab_size.reset();
+  config.model.num_classes.reset();
+  train::check_config(config, "reverse");
+  train::Trainer trainer(config);
+  for (int i = 0; i < 5; ++i) trainer.train_step(trainer.next_batch(), false);
+  const train::EvalMetrics metrics = *trainer.evaluate_valid();
+  double correct = 0.0, by_sequence = 0.0;
+  int64_t targets = 0, sequences = 0;
+  for (const train::BucketMetrics& b : metrics.buckets) {
+    if (b.bucket.beyond_train_max) continue;
+    correct += b.accuracy * double(b.targets), targets += b.targets;
+    by_sequence += b.accuracy * double(b.sequences), sequences += b.sequences;
+  }
+  REQUIRE(targets > sequences);  // many targets per sequence
+  CHECK(metrics.trained.accuracy == doctest::Approx(correct / double(targets)));
+  CHECK(std::abs(correct / double(targets) - by_sequence / double(sequences)) > 1e-3);
+}
