@@ -8,13 +8,12 @@
 #include <fmt/format.h>
 #include <httplib.h>
 #include <linux/openat2.h>
-#include <openssl/evp.h>
-#include <openssl/sha.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -28,6 +27,7 @@
 #include <thread>
 
 #include "normlab/error.hpp"
+#include "normlab/io/sha256.hpp"
 
 namespace normlab::serve {
 
@@ -104,6 +104,21 @@ class ConnectionThreads : public httplib::TaskQueue {
   std::list<Worker> threads_;
 };
 
+// RFC 4648 base64 with padding, as a CSP hash source spells a digest.
+std::string base64(const uint8_t* bytes, size_t size) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < size; i += 3) {
+    const uint32_t group = uint32_t(bytes[i]) << 16 | (i + 1 < size ? uint32_t(bytes[i + 1]) << 8 : 0) |
+                           (i + 2 < size ? uint32_t(bytes[i + 2]) : 0);
+    out += kAlphabet[group >> 18 & 63];
+    out += kAlphabet[group >> 12 & 63];
+    out += i + 1 < size ? kAlphabet[group >> 6 & 63] : '=';
+    out += i + 2 < size ? kAlphabet[group & 63] : '=';
+  }
+  return out;
+}
+
 // "'sha256-BASE64'" of every inline <script> and <style> element's text in `html`: the CSP that
 // lets exactly the page's own inline code run, and nothing injected beside it.
 std::string inline_hashes(const std::string& html) {
@@ -116,11 +131,10 @@ std::string inline_hashes(const std::string& html) {
       if (after != '>' && after != ' ') continue;  // <scripts>, <styled>: other elements
       const size_t text_at = html.find('>', at), end = html.find(close, at);
       if (text_at == std::string::npos || end == std::string::npos || end < text_at) break;
-      unsigned char digest[SHA256_DIGEST_LENGTH];
-      SHA256(reinterpret_cast<const unsigned char*>(html.data() + text_at + 1), end - text_at - 1, digest);
-      unsigned char base64[4 * ((SHA256_DIGEST_LENGTH + 2) / 3) + 1];
-      EVP_EncodeBlock(base64, digest, SHA256_DIGEST_LENGTH);
-      hashes[kind] += fmt::format(" 'sha256-{}'", reinterpret_cast<const char*>(base64));
+      io::Sha256 sha;
+      sha.update(std::string_view(html).substr(text_at + 1, end - text_at - 1));
+      const std::array<uint8_t, 32> digest = sha.digest();
+      hashes[kind] += fmt::format(" 'sha256-{}'", base64(digest.data(), digest.size()));
     }
   }
   return fmt::format("script-src{}; style-src{}", hashes[0].empty() ? " 'none'" : hashes[0],

@@ -1,7 +1,7 @@
 #pragma once
 // SHA-256 (FIPS 180-4), ours so that the data fingerprints a run records can be checked by anyone
-// with `sha256sum FILE`. Used for content fingerprints of data files (docs/run-directory.md), not
-// for security.
+// with `sha256sum FILE`. Used for content fingerprints of data files (docs/run-directory.md) and
+// for the hashes of the live page's inline code in its Content-Security-Policy (docs/serve.md).
 //
 //   Sha256 h; h.update(bytes...); h.update(more...); h.hex()  ==  sha256_hex(bytes + more)
 #include <array>
