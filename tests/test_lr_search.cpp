@@ -148,7 +148,7 @@ TEST_CASE("lr search: rounds are a function of the outcomes - midpoints where th
 
 TEST_CASE("lr search: the config's search section is checked, each error naming the file and key") {
   TempDir tmp;
-  tmp.write("base.json", R"({"task": {"name": "reverse", "min_len": 1, "max_len": 8}, "model": {"d_model": 16,
+  tmp.write("base.json", R"({"task": {"name": "reverse", "min_len": 1, "max_len": 8, "eval_max_len": 12}, "model": {"d_model": 16,
     "heads": 2, "layers": 1, "ffn": 32, "max_len": 16}, "train": {"steps": 4, "batch_size": 4}})");
   const auto error_of = [&](const std::string& search) {
     const std::string path = tmp.write("c.json", R"({"base": "base.json", "search": )" + search + "}");
@@ -181,14 +181,14 @@ TEST_CASE("lr search: the config's search section is checked, each error naming 
   CHECK(plan.lrs == std::vector<double>{0.001, 0.01, 0.1});
   REQUIRE(plan.search.blocks.size() == 2);
   CHECK_FALSE(plan.search.blocks[0].settled);
-  CHECK(plan.search.blocks[0].waiting_on == "none_lr0.001_L1_nowarmup_s1");
+  CHECK(plan.search.blocks[0].waiting_on == "none_lr0.001_L1_warmup_s1");
   CHECK(study::config_kind(ok) == study::ConfigKind::compare);
 }
 
 TEST_CASE("compare config on a compare config: grid keys replace the base's, set merges key by key") {
   TempDir tmp;
   fs::create_directories(tmp.path / "sub");
-  tmp.write("sub/base.json", R"({"task": {"name": "reverse", "min_len": 1, "max_len": 8}, "model": {"d_model": 16,
+  tmp.write("sub/base.json", R"({"task": {"name": "reverse", "min_len": 1, "max_len": 8, "eval_max_len": 12}, "model": {"d_model": 16,
     "heads": 2, "layers": 1, "ffn": 32, "max_len": 16}, "train": {"steps": 4, "batch_size": 4}})");
   tmp.write("sub/study.json", R"({"base": "base.json", "set": {"train.steps": 6, "train.batch_size": 8},
     "grid": {"variants": ["none", "pre-ln"], "lr": [0.01, 0.03], "seeds": [0, 1]}})");

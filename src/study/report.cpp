@@ -355,13 +355,14 @@ Chart search_chart(const Context& c, const std::string& setting, const std::vect
     chart.series.push_back(curve);
     Series interval = series_of("", color);  // the boundary with its interval: a bar at 0.5, dots at its ends
     interval.markers = true;
+    const double bar_y = 0.5 + 1.2 * nudge * (double(vi) - 0.5 * double(boundaries.size() - 1));  // bars side by side
     interval.x = {vb.fit.low, vb.fit.lr50, vb.fit.high};
-    interval.y = {0.5, 0.5, 0.5};
-    interval.y_low = {0.5 - nudge * 0.7, 0.5 - nudge * 0.7, 0.5 - nudge * 0.7};
-    interval.y_high = {0.5 + nudge * 0.7, 0.5 + nudge * 0.7, 0.5 + nudge * 0.7};
+    interval.y = {bar_y, bar_y, bar_y};
+    interval.y_low = {bar_y - 0.4 * nudge, bar_y - 0.4 * nudge, bar_y - 0.4 * nudge};
+    interval.y_high = {bar_y + 0.4 * nudge, bar_y + 0.4 * nudge, bar_y + 0.4 * nudge};
     chart.series.push_back(interval);
   }
-  chart.note = "dots joined: learned fraction per rate; points at 0/1: each seed; dashed: logistic fit; bar at 0.5: boundary, 95% CI";
+  chart.note = "joined dots: learned fraction; dots at 0 and 1: seeds; dashed: fit; bars at 0.5: boundary, 95% CI";
   return chart;
 }
 

@@ -324,7 +324,10 @@ std::string boundary_interval(const BoundaryFit& f) {
                      f.high_open ? "> " : "", format_rate(f.high));
 }
 
-std::string ratio_text(double r) { return std::isfinite(r) ? fmt::format("{:.2g}x", r) : "?"; }
+std::string ratio_text(double r) {
+  if (!std::isfinite(r)) return "?";
+  return r >= 10 ? fmt::format("{:.0f}x", r) : fmt::format("{:.2g}x", r);
+}
 
 std::string variant_sentence(const VariantBoundary& vb, const LrSearchSpec& spec) {
   const BoundaryFit& f = vb.fit;
