@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -55,6 +56,14 @@ TEST_CASE("lr search: the fit finds a known boundary and its interval is narrow 
   CHECK_FALSE(fit.high_open);
   CHECK(fit.slope == doctest::Approx(3.0).epsilon(0.35));
   CHECK(fit.p_learned(fit.lr50) == doctest::Approx(0.5).epsilon(0.01));
+  // The interval's ends are where the profile has fallen chi2(1, 0.95) / 2 = 1.92 below its maximum.
+  const double top = *std::max_element(fit.profile.begin(), fit.profile.end());
+  for (double end : {fit.low, fit.high}) {
+    size_t nearest = 0;
+    for (size_t i = 0; i < fit.theta_grid.size(); ++i)
+      if (std::abs(fit.theta_grid[i] - std::log(end)) < std::abs(fit.theta_grid[nearest] - std::log(end))) nearest = i;
+    CHECK(top - fit.profile[nearest] == doctest::Approx(1.92).epsilon(0.05));
+  }
 }
 
 TEST_CASE("lr search: the 95% profile interval covers the true boundary in most of 60 small experiments") {
@@ -79,6 +88,7 @@ TEST_CASE("lr search: separated outcomes give a finite boundary between the last
   const study::BoundaryFit fit = study::fit_boundary(tested, 0.001, 0.1);
   REQUIRE(fit.kind == study::BoundaryFit::Kind::boundary);
   CHECK(std::isfinite(fit.slope));
+  CHECK(fit.slope < 100);  // Firth's penalty keeps it moderate; plain likelihood runs to the search bound
   CHECK(fit.lr50 > 0.01);
   CHECK(fit.lr50 < 0.0316);
   CHECK(fit.low < fit.lr50);

@@ -326,7 +326,9 @@ std::string boundary_interval(const BoundaryFit& f) {
 
 std::string ratio_text(double r) {
   if (!std::isfinite(r)) return "?";
-  return r >= 10 ? fmt::format("{:.0f}x", r) : fmt::format("{:.2g}x", r);
+  // Two significant digits ("0.81x", "1.0x", "3.1x"), whole numbers from 10 ("14x").
+  if (r >= 10) return fmt::format("{:.0f}x", r);
+  return r >= 1 ? fmt::format("{:.1f}x", r) : fmt::format("{:.2g}x", r);
 }
 
 std::string variant_sentence(const VariantBoundary& vb, const LrSearchSpec& spec) {
