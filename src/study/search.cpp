@@ -377,9 +377,9 @@ std::vector<std::string> boundary_sentences(const ComparePlan& plan, const std::
       if (none && &vb != none) {
         const BoundaryRatio r = boundary_ratio(vb.fit, none->fit);
         if (std::isfinite(r.ratio))
-          s += fmt::format(" {} trains at {} [{}{}, {}{}] the learning rate of {}.", vb.variant, ratio_text(r.ratio),
-                           r.low_open ? "< " : "", ratio_text(r.low), r.high_open ? "> " : "", ratio_text(r.high),
-                           none_label);
+          s += fmt::format(" {} trains at {} [{}, {}] the learning rate of {}.", vb.variant, ratio_text(r.ratio),
+                           r.low_open ? "no lower limit" : ratio_text(r.low),
+                           r.high_open ? "no upper limit" : ratio_text(r.high), none_label);
         else if (vb.fit.kind == BoundaryFit::Kind::never_failed && none->fit.kind == BoundaryFit::Kind::boundary)
           s += fmt::format(" Its boundary lies above {}, more than {} {}'s ({}).", format_rate(vb.fit.top_lr),
                            ratio_text(vb.fit.top_lr / none->fit.lr50), none_label, format_rate(none->fit.lr50));
