@@ -325,11 +325,14 @@ void draw_report(const study::ComparePlan& plan, const fs::path& out) {
 }
 
 // A search shard whose own runs are done while a later round waits on other shards' runs: true
-// (after a pause) while one of those runs is being trained by another compare, so that the next
-// pass can take its share of the next round; false when none is, printing how to continue.
+// (after a pause) while one of those runs is being trained by another compare, or for a grace of
+// a few polls while none is (another shard may be between reading the next round and locking its
+// runs), so that the next pass can take its share; false after that, printing how to continue.
 bool wait_for_other_shards(const study::ComparePlan& plan, const fs::path& out, const Options& options,
-                           const std::set<std::string>& locked) {
+                           const std::set<std::string>& locked, int& idle_polls) {
+  constexpr int kGracePolls = 4;  // x 0.5 s
   std::string idle;
+  bool training = false;
   for (const study::LrSearchSpec::Block& block : plan.search.blocks) {
     if (block.settled || block.waiting_on.empty() || locked.count(block.waiting_on)) continue;
     try {
@@ -337,15 +340,20 @@ bool wait_for_other_shards(const study::ComparePlan& plan, const fs::path& out, 
                                                     (out / "runs" / block.waiting_on).string(), "compare run");
       if (idle.empty()) idle = block.waiting_on;
     } catch (const InputError&) {  // another compare holds it: it is being trained now
-      for (int i = 0; i < 20 && !g_interrupted; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      return !g_interrupted;
+      training = true;
+      break;
     }
   }
-  if (!idle.empty())
-    fmt::print(stderr,
-               "compare: shard {}: the search's next round waits for runs of other shards that no compare is "
-               "training now (first: {}); run the other shards, then this one again\n",
-               options.shard, idle);
+  if (idle.empty() && !training) return false;  // every round is settled
+  idle_polls = training ? 0 : idle_polls + 1;
+  if (training || idle_polls < kGracePolls) {
+    for (int i = 0; i < 5 && !g_interrupted; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return !g_interrupted;
+  }
+  fmt::print(stderr,
+             "compare: shard {}: the search's next round waits for runs of other shards that no compare is "
+             "training now (first: {}); run the other shards, then this one again\n",
+             options.shard, idle);
   return false;
 }
 
@@ -364,16 +372,18 @@ study::ComparePlan train_passes(study::ComparePlan plan, const Options& options,
   const std::string exe = self_exe();
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
+  int idle_polls = 0;
   for (int pass = 0;; ++pass) {
     lock_runs(plan, out, shard, run_locks, locked);
     int already_done = 0;
     std::deque<size_t> queue = queue_runs(plan, out, options, shard, already_done);
     if (queue.empty() && pass > 0) {
-      if (!shard || !wait_for_other_shards(plan, out, options, locked)) break;
+      if (!shard || !wait_for_other_shards(plan, out, options, locked, idle_polls)) break;
       plan = study::load_compare_plan(options.config, options.out);
       continue;
     }
     if (pass > 0) fmt::print(stderr, "compare: search: the next round adds {} run(s) here\n", queue.size());
+    idle_polls = 0;
     RunWatcher watcher(plan, out, jobs, already_done);
     watcher.run(std::move(queue), exe);
     if (!options.report_only) watcher.print_progress(true);

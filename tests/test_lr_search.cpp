@@ -276,7 +276,7 @@ TEST_CASE("compare search end to end: rounds run, reused on rerun, the report an
   CHECK(shard("0/2", "") == 0);
   CHECK(read_text(tmp.sub("stderr")).find("waits for runs of other shards that no compare is training now") !=
         std::string::npos);
-  for (int turn = 0; turn < 3; ++turn) {
+  for (int turn = 0; turn < 2; ++turn) {
     CHECK(shard("1/2", "") == 0);
     CHECK(shard("0/2", "") == 0);
   }
@@ -288,6 +288,20 @@ TEST_CASE("compare search end to end: rounds run, reused on rerun, the report an
   CHECK(names == sharded_names);
   // Bit-identical runs give the same Answer.
   CHECK(nlohmann::json::parse(read_text(sharded + "/summary.json"))["answer"] == summary["answer"]);
+
+  // Two shards at once on one --out: each waits while the other trains what the next round needs,
+  // and together they finish every round in one go.
+  const std::string together = tmp.sub("together");
+  const std::string both = std::string("sh -c '") + NORMLAB_BINARY + " compare --config " + config + " --out " +
+                           together + " --jobs 1 --shard 0/2 2>" + tmp.sub("err0") + " & " + NORMLAB_BINARY +
+                           " compare --config " + config + " --out " + together + " --jobs 1 --shard 1/2 2>" +
+                           tmp.sub("err1") + "; wait'";
+  REQUIRE(std::system(both.c_str()) == 0);
+  CHECK(read_text(tmp.sub("err0")).find("no compare is training") == std::string::npos);
+  CHECK(read_text(tmp.sub("err1")).find("no compare is training") == std::string::npos);
+  const study::ComparePlan together_plan = study::load_compare_plan(config, together);
+  for (const study::LrSearchSpec::Block& b : together_plan.search.blocks) CHECK(b.settled);
+  CHECK(together_plan.runs.size() == plan.runs.size());
 }
 
 TEST_CASE("lr search: configs/search-demo.json is a search whose round 0 is 5 rates x 3 variants x 5 seeds") {
