@@ -20,7 +20,7 @@ using detail::fail;
 namespace {
 
 constexpr double kChi2Level95 = 3.841458820694124;  // chi2 with 1 degree of freedom, 0.95 quantile
-constexpr double kThetaStep = 0.005;                // the profile's grid in ln lr: 0.5% steps in lr
+constexpr double kThetaStep = 0.01;                 // the profile's grid in ln lr: 1% steps in lr
 constexpr double kThetaMargin = 0.5;                // the grid reaches this far (ln) past the searched range
 
 int read_int(const json& lr, const char* key, int fallback, int lo, int hi, const std::string& path) {
@@ -155,7 +155,7 @@ double penalized_loglik(const FitData& d, double theta, double s) {
 // The penalized log-likelihood maximized over the slope at a fixed theta: a grid over ln s, then
 // golden-section search around its best point. Returns {value, s}.
 std::pair<double, double> profile_at(const FitData& d, double theta) {
-  constexpr double kLo = -6, kHi = 8, kStep = 0.25;
+  constexpr double kLo = -6, kHi = 8, kStep = 0.5;
   double best_u = kLo, best = -std::numeric_limits<double>::infinity();
   for (double u = kLo; u <= kHi + 1e-9; u += kStep)
     if (const double v = penalized_loglik(d, theta, std::exp(u)); v > best) best = v, best_u = u;
@@ -328,7 +328,7 @@ std::string ratio_text(double r) {
   if (!std::isfinite(r)) return "?";
   // Two significant digits ("0.81x", "1.0x", "3.1x"), whole numbers from 10 ("14x").
   if (r >= 10) return fmt::format("{:.0f}x", r);
-  return r >= 1 ? fmt::format("{:.1f}x", r) : fmt::format("{:.2g}x", r);
+  return r >= 1 ? fmt::format("{:.1f}x", r) : fmt::format("{:#.2g}x", r);
 }
 
 std::string variant_sentence(const VariantBoundary& vb, const LrSearchSpec& spec) {
