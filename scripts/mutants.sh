@@ -299,7 +299,7 @@ mutant "lr search: the interval at chi2/4 instead of chi2/2 (too narrow)" \
   src/study/search.cpp \
   'const double cutoff = profile[peak] - kChi2Level95 / 2;' \
   'const double cutoff = profile[peak] - kChi2Level95 / 4;' \
-  '*lr search: the 95% profile*'
+  '*lr search: the fit finds*,*lr search: the 95% profile*'
 mutant "normlab: eval under mpirun -np 2 runs on every rank" \
   apps/normlab.cpp \
   'if (verb != "train" && processes > 1 && !help) {' \
