@@ -276,7 +276,7 @@ Section stability_section(const Context& c) {
     chart.x_label = "learning rate (log)";
     chart.y_label = "accuracy (trained lengths)";
     chart.log_x = true;
-    chart.x_ticks = c.plan.lrs;
+    if (!c.plan.search.enabled()) chart.x_ticks = c.plan.lrs;  // a search's many rates would overlap: plain log ticks
     chart.y_max = 1.0;
     chart.h_lines.push_back({kSolvedAccuracy, fmt::format("solved {:.2f}", kSolvedAccuracy)});
     if (c.chance_accuracy > 0) chart.h_lines.push_back({c.chance_accuracy, fmt::format("chance {:.3f}", c.chance_accuracy)});
