@@ -223,6 +223,18 @@ TEST_CASE("compare config on a compare config: grid keys replace the base's, set
   const std::string a = tmp.write("a.json", R"({"base": "b.json", "grid": {"seeds": [1]}})");
   tmp.write("b.json", R"({"base": "a.json", "grid": {"seeds": [2]}})");
   CHECK_THROWS_WITH_AS(study::load_compare_plan(a), doctest::Contains("more than 8 deep"), InputError);
+  // The demo rerun on seeds 20-24: the demo's runs but for train.seed (and the names).
+  const std::string demo_path = std::string(NORMLAB_SOURCE_DIR) + "/configs/demo.json";
+  const study::ComparePlan demo = study::load_compare_plan(demo_path);
+  const study::ComparePlan replication = study::load_compare_plan(
+      tmp.write("replication.json", R"({"base": ")" + demo_path + R"(", "grid": {"seeds": [20, 21, 22, 23, 24]}})"));
+  REQUIRE(replication.runs.size() == demo.runs.size());
+  for (size_t i = 0; i < demo.runs.size(); ++i) {
+    nlohmann::json a = demo.runs[i].config, b = replication.runs[i].config;
+    CHECK(b["train"]["seed"].get<uint64_t>() == a["train"]["seed"].get<uint64_t>() + 20);
+    a["train"].erase("seed"), b["train"].erase("seed");
+    CHECK(a == b);
+  }
   // A mistake in the overriding file is reported against it.
   const std::string bad = tmp.write("bad.json", R"({"base": "sub/study.json", "grid": {"seeds": [-1]}})");
   CHECK_THROWS_WITH_AS(study::load_compare_plan(bad), doctest::Contains((bad + ": grid.seeds").c_str()), InputError);
