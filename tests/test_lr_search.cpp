@@ -270,6 +270,14 @@ TEST_CASE("compare search end to end: rounds run, reused on rerun, the report an
   CHECK(answer.find("Learning-rate boundary, none:") != std::string::npos);
   CHECK(answer.find("Learning-rate boundary, pre-ln:") != std::string::npos);
   CHECK(answer.find("half the seeds learn at lr") != std::string::npos);
+  // summary.json carries the same boundaries as numbers.
+  REQUIRE(summary["lr_boundaries"].size() == 2);
+  for (const auto& b : summary["lr_boundaries"]) {
+    if (b["kind"] != "boundary") continue;
+    CHECK(b["low"].get<double>() <= b["lr50"].get<double>());
+    CHECK(b["lr50"].get<double>() <= b["high"].get<double>());
+    CHECK(answer.find(study::format_rate(b["lr50"].get<double>())) != std::string::npos);
+  }
   CHECK(read_text(out + "/report.md").find("Learning-rate boundary: where each variant stops learning") != std::string::npos);
   CHECK(fs::exists(out + "/charts/search.svg"));
   CHECK(read_text(tmp.sub("stdout")).find("Learning-rate boundary") != std::string::npos);

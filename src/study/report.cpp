@@ -798,6 +798,7 @@ json summary_json(const Context& c, const Provenance& provenance, const std::vec
   summary["outcomes"] = outcomes;
   summary["answer"] = sections.front().bullets;
   summary["findings"] = sections[2].bullets;
+  if (c.plan.search.enabled()) summary["lr_boundaries"] = boundaries_json(c.plan, c.groups);
   return summary;
 }
 

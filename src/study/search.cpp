@@ -395,4 +395,42 @@ std::vector<std::string> boundary_sentences(const ComparePlan& plan, const std::
   return out;
 }
 
+namespace {
+
+json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+const char* kind_name(BoundaryFit::Kind kind) {
+  switch (kind) {
+    case BoundaryFit::Kind::boundary: return "boundary";
+    case BoundaryFit::Kind::never_failed: return "never failed";
+    case BoundaryFit::Kind::never_learned: return "never learned";
+    case BoundaryFit::Kind::not_run: break;
+  }
+  return "not run";
+}
+
+}  // namespace
+
+json boundaries_json(const ComparePlan& plan, const std::vector<GroupSummary>& groups) {
+  json out = json::array();
+  const std::vector<VariantBoundary> all = lr_boundaries(plan, groups);
+  for (const VariantBoundary& vb : all) {
+    const BoundaryFit& f = vb.fit;
+    json entry = {{"variant", vb.variant}, {"setting", vb.setting}, {"kind", kind_name(f.kind)},
+                  {"lr50", number_or_null(f.lr50)}, {"low", number_or_null(f.kind == BoundaryFit::Kind::boundary ? f.low : NAN)},
+                  {"high", number_or_null(f.kind == BoundaryFit::Kind::boundary ? f.high : NAN)},
+                  {"low_open", f.low_open}, {"high_open", f.high_open}, {"failures_above", vb.failures_above}};
+    entry["ratio_to_none"] = nullptr;
+    for (const VariantBoundary& none : all)
+      if (none.setting == vb.setting && &none != &vb && variant_kind(plan, none.variant) == "none")
+        if (const BoundaryRatio r = boundary_ratio(f, none.fit); std::isfinite(r.ratio))
+          entry["ratio_to_none"] = {{"ratio", r.ratio}, {"low", r.low}, {"high", r.high},
+                                    {"low_open", r.low_open}, {"high_open", r.high_open}};
+    entry["tested"] = json::array();
+    for (const RateOutcome& t : vb.tested) entry["tested"].push_back({{"lr", t.lr}, {"learned", t.learned}, {"runs", t.runs}});
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 }  // namespace normlab::study

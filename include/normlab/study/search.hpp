@@ -93,6 +93,11 @@ std::vector<VariantBoundary> lr_boundaries(const ComparePlan& plan, const std::v
 // every rate up to ..."), how the runs above it failed, and the ratio to no normalization's.
 std::vector<std::string> boundary_sentences(const ComparePlan& plan, const std::vector<GroupSummary>& groups);
 
+// summary.json's "lr_boundaries": per variant and setting, {variant, setting, kind ("boundary",
+// "never failed", "never learned", "not run"), lr50, low, high, low_open, high_open, ratio_to_none
+// {ratio, low, high, low_open, high_open} or null, tested [{lr, learned, runs}], failures_above}.
+nlohmann::json boundaries_json(const ComparePlan& plan, const std::vector<GroupSummary>& groups);
+
 // "0.0213" / "> 0.3": a boundary or interval end.
 std::string format_rate(double lr);
 
