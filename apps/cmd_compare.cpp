@@ -3,7 +3,9 @@
 // Runs the grid as child processes (`normlab train ... --threads 1`), --jobs at a time, so one
 // crashed or diverged run cannot take the others down, and each run directory is an ordinary run
 // that `normlab eval` can open. Rerunning skips finished runs and resumes interrupted ones, but
-// only runs whose resolved config is the one the grid asks for (study/reuse.cpp).
+// only runs whose resolved config is the one the grid asks for (study/reuse.cpp). A learning-rate
+// search trains in passes: each pass trains what the finished runs determine, then the plan is
+// read again and the next rounds' runs join (study/search.hpp).
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
@@ -18,6 +20,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -130,8 +133,8 @@ std::vector<study::ChangedRun> changed_runs_of(const study::ComparePlan& plan, c
   if (shard) {
     std::vector<study::ChangedRun> mine;
     for (const study::ChangedRun& c : changed)
-      for (size_t i = shard->first; i < plan.runs.size(); i += shard->second)
-        if (plan.runs[i].name == c.name) mine.push_back(c);
+      for (size_t i = 0; i < plan.runs.size(); ++i)
+        if (plan.runs[i].name == c.name && study::in_shard(plan, i, shard->first, shard->second)) mine.push_back(c);
     changed = mine;
   }
   if (!changed.empty() && !options.retrain_changed)
@@ -143,20 +146,19 @@ std::vector<study::ChangedRun> changed_runs_of(const study::ComparePlan& plan, c
 // shared file system) while two compares never decide about the same run: this process locks
 // the runs it trains (its shard's), or all of them when it also draws the report; released by
 // the kernel if this process dies. The run's own directory lock belongs to its `normlab train`.
-std::vector<io::DirLock> lock_runs(const study::ComparePlan& plan, const fs::path& out, const Shard& shard) {
-  std::vector<io::DirLock> run_locks;
+// Called again after each search pass: only runs not yet in `locked` are locked.
+void lock_runs(const study::ComparePlan& plan, const fs::path& out, const Shard& shard,
+               std::vector<io::DirLock>& run_locks, std::set<std::string>& locked) {
   for (size_t i = 0; i < plan.runs.size(); ++i) {
-    if (shard && i % shard->second != shard->first) continue;
+    if (shard && !study::in_shard(plan, i, shard->first, shard->second)) continue;
+    if (!locked.insert(plan.runs[i].name).second) continue;
     run_locks.push_back(io::DirLock::acquire_file((out / ".locks" / (plan.runs[i].name + ".lock")).string(),
                                                   (out / "runs" / plan.runs[i].name).string(), "compare run"));
   }
-  return run_locks;
 }
 
-// What each run this process trains needs: the changed runs are removed, a finished run is
-// counted as skipped, any other gets its config file and a place in the queue (by index).
-std::deque<size_t> queue_runs(const study::ComparePlan& plan, const fs::path& out, const Options& options,
-                              const std::vector<study::ChangedRun>& changed, const Shard& shard, int& already_done) {
+// The changed runs removed (their directories and logs), to be trained from scratch.
+void remove_changed(const fs::path& out, const std::vector<study::ChangedRun>& changed) {
   std::error_code ec;
   for (const study::ChangedRun& c : changed) {
     fs::remove_all(out / "runs" / c.name, ec);
@@ -166,9 +168,16 @@ std::deque<size_t> queue_runs(const study::ComparePlan& plan, const fs::path& ou
   if (!changed.empty())
     fmt::print(stderr, "compare: retraining {} run(s) whose config changed (first: {})\n", changed.size(),
                changed.front().name);
+}
+
+// What each run this process trains needs: a finished run is counted as skipped, any other gets
+// its config file and a place in the queue (by index).
+std::deque<size_t> queue_runs(const study::ComparePlan& plan, const fs::path& out, const Options& options,
+                              const Shard& shard, int& already_done) {
+  std::error_code ec;
   std::deque<size_t> queue;
   for (size_t i = 0; i < plan.runs.size() && !options.report_only; ++i) {
-    if (shard && i % shard->second != shard->first) continue;
+    if (shard && !study::in_shard(plan, i, shard->first, shard->second)) continue;
     const study::RunSpec& run = plan.runs[i];
     const fs::path dir = out / "runs" / run.name;
     if (fs::exists(dir / "summary.json")) {
@@ -315,10 +324,82 @@ void draw_report(const study::ComparePlan& plan, const fs::path& out) {
   fmt::print("compare: report written to {}\n", (out / "report.html").string());
 }
 
+// A search shard whose own runs are done while a later round waits on other shards' runs: true
+// (after a pause) while one of those runs is being trained by another compare, or for a grace of
+// a few polls while none is (another shard may be between reading the next round and locking its
+// runs), so that the next pass can take its share; false after that, printing how to continue.
+bool wait_for_other_shards(const study::ComparePlan& plan, const fs::path& out, const Options& options,
+                           const std::set<std::string>& locked, int& idle_polls) {
+  constexpr int kGracePolls = 4;  // x 0.5 s
+  std::string idle;
+  bool training = false;
+  for (const study::LrSearchSpec::Block& block : plan.search.blocks) {
+    if (block.settled || block.waiting_on.empty() || locked.count(block.waiting_on)) continue;
+    try {
+      io::DirLock probe = io::DirLock::acquire_file((out / ".locks" / (block.waiting_on + ".lock")).string(),
+                                                    (out / "runs" / block.waiting_on).string(), "compare run");
+      if (idle.empty()) idle = block.waiting_on;
+    } catch (const InputError&) {  // another compare holds it: it is being trained now
+      training = true;
+      break;
+    }
+  }
+  if (idle.empty() && !training) return false;  // every round is settled
+  idle_polls = training ? 0 : idle_polls + 1;
+  if (training || idle_polls < kGracePolls) {
+    for (int i = 0; i < 5 && !g_interrupted; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return !g_interrupted;
+  }
+  fmt::print(stderr,
+             "compare: shard {}: the search's next round waits for runs of other shards that no compare is "
+             "training now (first: {}); run the other shards, then this one again\n",
+             options.shard, idle);
+  return false;
+}
+
+struct PassTotals {
+  int failed = 0;
+  std::string bad_input;
+};
+
+// Trains what the plan still needs in passes: a grid in one; a search pass by pass, the plan read
+// again after each, until no round adds a run this process trains. Returns the final plan.
+study::ComparePlan train_passes(study::ComparePlan plan, const Options& options, const Shard& shard, PassTotals& totals) {
+  const fs::path out(options.out);
+  std::vector<io::DirLock> run_locks;
+  std::set<std::string> locked;
+  const int jobs = options.jobs > 0 ? options.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  const std::string exe = self_exe();
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
+  int idle_polls = 0;
+  for (int pass = 0;; ++pass) {
+    lock_runs(plan, out, shard, run_locks, locked);
+    int already_done = 0;
+    std::deque<size_t> queue = queue_runs(plan, out, options, shard, already_done);
+    if (queue.empty() && pass > 0) {
+      if (!shard || !wait_for_other_shards(plan, out, options, locked, idle_polls)) break;
+      plan = study::load_compare_plan(options.config, options.out);
+      continue;
+    }
+    if (pass > 0) fmt::print(stderr, "compare: search: the next round adds {} run(s) here\n", queue.size());
+    idle_polls = 0;
+    RunWatcher watcher(plan, out, jobs, already_done);
+    watcher.run(std::move(queue), exe);
+    if (!options.report_only) watcher.print_progress(true);
+    totals.failed += watcher.failed();
+    if (totals.bad_input.empty()) totals.bad_input = watcher.bad_input();
+    if (!plan.search.enabled() || options.report_only || g_interrupted || totals.failed > 0 || !totals.bad_input.empty())
+      break;
+    plan = study::load_compare_plan(options.config, options.out);
+  }
+  return plan;
+}
+
 // Trains what the grid still needs (in children), then draws the report (a shard draws none).
 void train_grid_and_report(const Options& options) {
   const Shard shard = check_options(options);
-  const study::ComparePlan plan = study::load_compare_plan(options.config);
+  study::ComparePlan plan = study::load_compare_plan(options.config, options.out);
   const fs::path out(options.out);
   if (options.report_only && !fs::is_directory(out / "runs"))
     throw InputError(fmt::format("{}: no runs/ here: nothing to report (train the grid first: normlab compare --config {} "
@@ -326,18 +407,13 @@ void train_grid_and_report(const Options& options) {
                                  options.out, options.config, options.out));
   const std::vector<study::ChangedRun> changed = changed_runs_of(plan, options, shard);
   for (const char* sub : {"runs", "configs", "logs", ".locks"}) io::make_directories((out / sub).string(), "output directory");
-  const std::vector<io::DirLock> run_locks = lock_runs(plan, out, shard);
-
-  const int jobs = options.jobs > 0 ? options.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
-  const std::string exe = self_exe();
-  int already_done = 0;
-  std::deque<size_t> queue = queue_runs(plan, out, options, changed, shard, already_done);
-
-  std::signal(SIGINT, on_interrupt);
-  std::signal(SIGTERM, on_interrupt);
-  RunWatcher watcher(plan, out, jobs, already_done);
-  watcher.run(std::move(queue), exe);
-  if (!options.report_only) watcher.print_progress(true);
+  if (!changed.empty()) {
+    remove_changed(out, changed);
+    // A search's later rounds were chosen from the removed runs' outcomes: choose them again.
+    plan = study::load_compare_plan(options.config, options.out);
+  }
+  PassTotals totals;
+  plan = train_passes(std::move(plan), options, shard, totals);
 
   if (shard) {
     fmt::print(stderr,
@@ -347,13 +423,13 @@ void train_grid_and_report(const Options& options) {
   } else {
     draw_report(plan, out);
   }
-  if (!watcher.bad_input().empty()) throw InputError(watcher.bad_input());
+  if (!totals.bad_input.empty()) throw InputError(totals.bad_input);
   if (g_interrupted) {
     fmt::print(stderr, "compare: interrupted; run the same command again to resume the unfinished runs\n");
     throw ExitCode{g_interrupted == SIGTERM ? kExitTerminated : kExitInterrupted};
   }
-  if (watcher.failed() > 0) {
-    fmt::print(stderr, "compare: {} run(s) failed; their logs are in {}\n", watcher.failed(), (out / "logs").string());
+  if (totals.failed > 0) {
+    fmt::print(stderr, "compare: {} run(s) failed; their logs are in {}\n", totals.failed, (out / "logs").string());
     throw ExitCode{1};
   }
 }
@@ -364,7 +440,7 @@ void add_compare(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
       "compare", "Train a grid of runs (normalization variant x lr x seed x depth x warmup) and write a report");
-  cmd->add_option("--config", options->config, "Compare config (JSON: base, set, grid); see docs/compare.md")
+  cmd->add_option("--config", options->config, "Compare config (JSON: base, set, grid, search); see docs/compare.md")
       ->required();
   cmd->add_option("--out", options->out, "Output directory: runs/, report.html, report.md, runs.csv")->required();
   cmd->add_option("--jobs", options->jobs, "Runs in parallel, each single-threaded (default: one per core)")

@@ -281,10 +281,25 @@ mutant "train: SIGUSR1 (the grace-period stop under mpirun) not handled" \
   '*dist mpi: SIGUSR1*'
 mutant "compare: every shard locks every run of the grid (shards cannot share --out)" \
   apps/cmd_compare.cpp \
-  '    if (shard && i % shard->second != shard->first) continue;
-    run_locks.push_back(' \
-  '    run_locks.push_back(' \
+  '    if (shard && !study::in_shard(plan, i, shard->first, shard->second)) continue;
+    if (!locked.insert(plan.runs[i].name).second) continue;' \
+  '    if (!locked.insert(plan.runs[i].name).second) continue;' \
   '*compare shards*'
+mutant "lr search: refinement also below the peak (the slow side)" \
+  src/study/search.cpp \
+  'for (size_t i = peak; i + 1 < tested.size(); ++i) {' \
+  'for (size_t i = 0; i + 1 < tested.size(); ++i) {' \
+  '*lr search: rounds*'
+mutant "lr search: no Firth penalty (separated outcomes have no finite fit)" \
+  src/study/search.cpp \
+  'return ll + 0.5 * std::log(det);' \
+  'return ll + 0.0 * std::log(det);' \
+  '*lr search: separated*'
+mutant "lr search: the interval at chi2/4 instead of chi2/2 (too narrow)" \
+  src/study/search.cpp \
+  'const double cutoff = profile[peak] - kChi2Level95 / 2;' \
+  'const double cutoff = profile[peak] - kChi2Level95 / 4;' \
+  '*lr search: the fit finds*,*lr search: the 95% profile*'
 mutant "normlab: eval under mpirun -np 2 runs on every rank" \
   apps/normlab.cpp \
   'if (verb != "train" && processes > 1 && !help) {' \

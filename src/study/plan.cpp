@@ -18,6 +18,7 @@
 #include "normlab/io/suggest.hpp"
 #include "normlab/io/json_depth.hpp"
 #include "normlab/study/compare.hpp"
+#include "normlab/study/search.hpp"
 #include "normlab/train/config.hpp"
 
 namespace normlab::study {
@@ -82,7 +83,7 @@ ConfigKind config_kind(const std::string& path) {
   bool run = false, compare = false, base = false;
   for (const auto& [key, value] : root.items()) {
     run = run || key == "model" || key == "task" || key == "optim" || key == "train";
-    compare = compare || key == "set" || key == "grid";
+    compare = compare || key == "set" || key == "grid" || key == "search";
     base = base || key == "base";
   }
   // "base" alone is a compare config; with sections it is a run config built on another.
@@ -156,6 +157,7 @@ struct CompareConfig {
   train::RunConfig base_config;   // the same, validated
   json grid;                      // the "grid" object ({} when absent)
   std::vector<std::string> keys;  // the grid's config-key axes ("train.batch_size"), in grid order
+  LrSearchSpec search;            // the learning-rate search (search.points == 0: none)
 };
 
 // The compare config's top-level object; its kind and keys checked.
@@ -167,9 +169,61 @@ json read_compare_root(const std::string& path) {
                                  "with: normlab train --config {} (or compare with a config whose \"base\" is it)",
                                  path, path));
   for (const auto& [key, value] : root.items())
-    if (key != "base" && key != "set" && key != "grid") fail(path, key, "unknown key (expected base, set, grid)");
+    if (key != "base" && key != "set" && key != "grid" && key != "search")
+      fail(path, key, "unknown key (expected base, set, grid, search)");
   if (!root.contains("base")) fail(path, "base", "missing (a run config path or object)");
   return root;
+}
+
+// A compare config's paths made absolute against its directory `dir`, so that its sections can
+// be merged into a config that lives elsewhere: the base path (or an inline base's data files),
+// and data-file values in "set" and in the grid.
+void make_compare_paths_absolute(json& root, const fs::path& dir) {
+  json& base = root["base"];
+  if (base.is_string() && fs::path(base.get<std::string>()).is_relative())
+    base = fs::absolute(dir / base.get<std::string>()).lexically_normal().string();
+  if (base.is_object()) make_data_paths_absolute(base, dir);
+  const auto absolute = [&](json& v) {
+    if (v.is_string() && fs::path(v.get<std::string>()).is_relative())
+      v = fs::absolute(dir / v.get<std::string>()).lexically_normal().string();
+  };
+  for (const char* key : {"task.train_file", "task.valid_file"}) {
+    if (root.contains("set") && root["set"].is_object() && root["set"].contains(key)) absolute(root["set"][key]);
+    if (root.contains("grid") && root["grid"].is_object() && root["grid"].contains(key) && root["grid"][key].is_array())
+      for (json& v : root["grid"][key]) absolute(v);
+  }
+}
+
+// A compare config whose "base" is another compare config: that study rerun with this file's
+// keys over it. "set" merges key by key (this file's value wins); each grid axis given here
+// replaces the base's axis; "search" replaces the base's search and drops its grid.lr, and a
+// grid.lr given here drops the base's search. `depth` bounds a chain (and a cycle) of bases.
+json resolve_compare_root(const std::string& path, int depth) {
+  json root = read_compare_root(path);
+  const json& base = root.at("base");
+  if (!base.is_string()) return root;
+  const fs::path base_path = fs::path(path).parent_path() / base.get<std::string>();
+  if (config_kind(base_path.string()) != ConfigKind::compare) return root;
+  if (depth >= 8) fail(path, "base", "compare configs built on each other more than 8 deep (a cycle?)");
+  json merged = resolve_compare_root(base_path.string(), depth + 1);
+  make_compare_paths_absolute(merged, base_path.parent_path());
+  if (root.contains("set")) {
+    if (!root.at("set").is_object()) fail(path, "set", "must be an object of \"section.key\": value");
+    if (!merged.contains("set") || !merged["set"].is_object()) merged["set"] = json::object();
+    for (const auto& [key, value] : root.at("set").items()) merged["set"][key] = value;
+  }
+  if (root.contains("grid")) {
+    if (!root.at("grid").is_object()) fail(path, "grid", "must be an object");
+    if (!merged.contains("grid") || !merged["grid"].is_object()) merged["grid"] = json::object();
+    for (const auto& [key, value] : root.at("grid").items()) merged["grid"][key] = value;
+    if (root.at("grid").contains("lr")) merged.erase("search");
+  }
+  if (root.contains("search")) {
+    merged["search"] = root.at("search");
+    if (merged.contains("grid") && merged["grid"].is_object() && !(root.contains("grid") && root["grid"].contains("lr")))
+      merged["grid"].erase("lr");
+  }
+  return merged;
 }
 
 // Fills config.base and config.base_config from "base" (a file next to the compare config, or
@@ -233,11 +287,15 @@ CompareConfig parse_compare_config(const std::string& path) {
   CompareConfig config;
   config.path = path;
   config.dir = fs::path(path).parent_path();
-  const json root = read_compare_root(path);
+  const json root = resolve_compare_root(path, 0);
   resolve_base(root, config);
   config.grid = root.contains("grid") ? root.at("grid") : json::object();
   if (!config.grid.is_object()) fail(path, "grid", "must be an object");
   config.keys = config_key_axes(config.grid, path);
+  if (root.contains("search")) {
+    config.search = parse_lr_search(root.at("search"), path);
+    if (config.grid.contains("lr")) fail(path, "grid.lr", "search.lr sets the learning rates: use one of the two");
+  }
   return config;
 }
 
@@ -411,18 +469,86 @@ RunSpec make_run_spec(const CompareConfig& config, const std::vector<std::vector
   return spec;
 }
 
+// One variant and setting of a search: its rounds after round 0, each from the outcomes of the
+// rounds before it, as far as finished runs in out_dir allow. New runs are appended to plan.runs.
+LrSearchSpec::Block expand_search_block(const CompareConfig& config, const std::vector<std::vector<json>>& key_axis_values,
+                                        ComparePlan& plan, const Setting& setting, const std::string& variant,
+                                        const std::string& out_dir) {
+  LrSearchSpec::Block block{variant, setting.label, 1, false, ""};
+  std::vector<double> rates = initial_rates(config.search);
+  for (int round = 1; round <= config.search.rounds; ++round) {
+    std::vector<RateOutcome> tested;
+    for (double lr : rates) {
+      std::vector<RunResult> results;
+      for (uint64_t seed : plan.seeds) {
+        const RunSpec spec = make_run_spec(config, key_axis_values, plan, setting, lr, variant, seed);
+        const fs::path dir = fs::path(out_dir) / "runs" / spec.name;
+        if (out_dir.empty() || !fs::exists(dir / "summary.json")) {
+          block.waiting_on = spec.name;
+          return block;
+        }
+        results.push_back(read_run(spec, dir.string()));
+      }
+      std::vector<const RunResult*> runs;
+      for (const RunResult& r : results) runs.push_back(&r);
+      tested.push_back(rate_outcome(lr, runs));
+    }
+    const std::vector<double> next = refine_rates(tested, config.search.max_new);
+    if (next.empty()) break;  // the outcomes no longer change between neighbouring rates
+    for (double lr : next)
+      for (uint64_t seed : plan.seeds)
+        plan.runs.push_back(make_run_spec(config, key_axis_values, plan, setting, lr, variant, seed));
+    rates.insert(rates.end(), next.begin(), next.end());
+    std::sort(rates.begin(), rates.end());
+    block.rounds_known = round + 1;
+  }
+  block.settled = true;
+  return block;
+}
+
+// A search plan: round 0 like a grid over its rates, then each variant and setting's later rounds.
+void expand_search(const CompareConfig& config, const std::vector<std::vector<json>>& key_axis_values,
+                   ComparePlan& plan, const std::string& out_dir) {
+  plan.search = config.search;
+  const std::vector<Setting> settings = expand_grid(plan);
+  const double most = double(settings.size() * plan.variants.size() * plan.seeds.size()) *
+                      double(config.search.points + config.search.rounds * config.search.max_new);
+  if (most > 5000)
+    fail(config.path, "search.lr", fmt::format("up to {:.0f} runs is more than the limit of 5000", most));
+  for (const Setting& setting : settings) {
+    plan.settings.push_back(setting.label);
+    for (double lr : plan.lrs)
+      for (const std::string& variant_name : plan.variants)
+        for (uint64_t seed : plan.seeds)
+          plan.runs.push_back(make_run_spec(config, key_axis_values, plan, setting, lr, variant_name, seed));
+  }
+  plan.search.first_round_runs = plan.runs.size();
+  for (const Setting& setting : settings)
+    for (const std::string& variant_name : plan.variants)
+      plan.search.blocks.push_back(expand_search_block(config, key_axis_values, plan, setting, variant_name, out_dir));
+  std::set<double> rates;
+  for (const RunSpec& run : plan.runs) rates.insert(run.lr);
+  plan.lrs.assign(rates.begin(), rates.end());
+}
+
 }  // namespace
 
 // parse (the config and its axes) -> expand (the settings) -> one run spec per setting, lr,
-// variant and seed, in that order.
-ComparePlan load_compare_plan(const std::string& path) {
+// variant and seed, in that order. A search plan adds the later rounds that out_dir's finished
+// runs determine.
+ComparePlan load_compare_plan(const std::string& path, const std::string& out_dir) {
   const CompareConfig config = parse_compare_config(path);
   ComparePlan plan;
   plan.source = path;
   plan.base = config.base;
   read_builtin_axes(config.grid, path, plan);
+  if (config.search.enabled()) plan.lrs = initial_rates(config.search);
   const std::vector<std::vector<json>> key_axis_values = read_config_key_axes(config, plan);
   fill_missing_axes(config, key_axis_values, plan);
+  if (config.search.enabled()) {
+    expand_search(config, key_axis_values, plan, out_dir);
+    return plan;
+  }
   for (const Setting& setting : expand_grid(plan)) {
     plan.settings.push_back(setting.label);
     for (double lr : plan.lrs)
@@ -431,6 +557,15 @@ ComparePlan load_compare_plan(const std::string& path) {
           plan.runs.push_back(make_run_spec(config, key_axis_values, plan, setting, lr, variant_name, seed));
   }
   return plan;
+}
+
+bool in_shard(const ComparePlan& plan, size_t run_index, size_t shard_index, size_t shard_count) {
+  if (!plan.search.enabled() || run_index < plan.search.first_round_runs) return run_index % shard_count == shard_index;
+  // A later round's runs are known only once earlier rounds finish, so their index is not stable:
+  // the run name decides (FNV-1a), the same in every shard.
+  uint64_t hash = 14695981039346656037ULL;
+  for (unsigned char ch : plan.runs[run_index].name) hash = (hash ^ ch) * 1099511628211ULL;
+  return hash % shard_count == shard_index;
 }
 
 }  // namespace normlab::study

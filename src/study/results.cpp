@@ -18,6 +18,7 @@
 #include "normlab/io/json_depth.hpp"
 #include "normlab/stats.hpp"
 #include "normlab/study/report.hpp"
+#include "normlab/study/search.hpp"
 
 namespace normlab::study {
 
@@ -673,6 +674,7 @@ std::vector<std::string> answer(const ComparePlan& plan, const std::vector<Group
     if (std::string d = learned_differences(plan, groups, comparisons, setting, reference, prefix); !d.empty())
       out.push_back(d);
   }
+  for (std::string& sentence : boundary_sentences(plan, groups)) out.push_back(std::move(sentence));
   if (std::string u = unseen_sentence(plan, groups); !u.empty()) out.push_back(u);
   const int seeds = seeds_per_cell(groups);
   if (seeds > 0 && size_t(seeds) < kMinSeeds)

@@ -7,8 +7,10 @@
 //    "set":  {"train.steps": 400, ...},                // overrides for every run (optional)
 //    "grid": {"variants": ["none", "post-ln", "pre-ln", "rmsnorm", "batchnorm", "rezero", "dyt"],
 //             "lr": [0.001, 0.003], "seeds": [0, 1, 2], "layers": [4], "warmup": [true, false],
-//             "train.batch_size": [4, 32]}}            // any "section.key" is an axis too
-// Every grid axis is optional (a missing axis keeps the base config's value).
+//             "train.batch_size": [4, 32]},            // any "section.key" is an axis too
+//    "search": {"lr": {"from": 0.001, "to": 0.3, "points": 5, "rounds": 2}}}  // instead of grid.lr
+// Every grid axis is optional (a missing axis keeps the base config's value). "base" may be another
+// compare config: that study with this file's set/grid/search keys over it (docs/compare.md).
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -19,7 +21,13 @@
 namespace normlab::study {
 
 // Reads and validates a compare config; every error is an InputError naming the file and key.
-ComparePlan load_compare_plan(const std::string& path);
+// A learning-rate search expands round 0, then each later round that the finished runs in
+// out_dir/runs/ determine (none without out_dir); plan.search.blocks says where each one waits.
+ComparePlan load_compare_plan(const std::string& path, const std::string& out_dir = "");
+
+// Whether `--shard I/K` trains plan.runs[run_index]: index I modulo K for a grid and a search's
+// round 0; a later round's run by its name's hash, so that every shard agrees while the rounds grow.
+bool in_shard(const ComparePlan& plan, size_t run_index, size_t shard_index, size_t shard_count);
 
 // What a JSON config file is, judged by its top-level keys, so that a command given the other kind
 // can say so before it reports a confusing key error.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "normlab/stats.hpp"
+#include "normlab/study/search_spec.hpp"
 
 namespace normlab::study {
 
@@ -56,6 +57,7 @@ struct ComparePlan {
   std::vector<std::pair<std::string, std::vector<std::string>>> extra_axes;  // "train.batch_size": {"4", "32"}
   std::vector<std::string> settings;  // distinct RunSpec::setting values, in grid order
   std::vector<RunSpec> runs;          // the expanded grid, in a fixed order
+  LrSearchSpec search;                // the learning-rate search, when the config has one (search.hpp)
 };
 
 // `normlab report RUN_DIR...`: one RunSpec per run directory (a compare output directory stands for
