@@ -598,7 +598,7 @@ std::string runs_csv_of(const ComparePlan& plan, const std::vector<RunResult>& r
                     ",finished,diverged,diverged_at_step,outcome,steps_done,first_train_loss,final_train_loss,"
                     "trained_valid_loss,trained_valid_accuracy,unseen_valid_loss,unseen_valid_accuracy,"
                     "chance_accuracy,steps_to_solve,loss_spikes,peak_grad_norm,final_valid_loss,final_valid_accuracy,"
-                    "wall_time_s,accuracy_auc,outcome_evidence\n";
+                    "accuracy_auc,outcome_evidence,wall_time_s\n";
   auto num = [](double v, const char* spec) { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : ""; };
   for (const RunResult& r : results) {
     const json m = r.spec.config.contains("model") ? r.spec.config["model"] : json::object();
@@ -614,8 +614,8 @@ std::string runs_csv_of(const ComparePlan& plan, const std::vector<RunResult>& r
                        num(r.final_unseen().loss, "{:.6g}"), num(r.final_unseen().accuracy, "{:.6g}"),
                        num(r.baseline.chance_accuracy(), "{:.6g}"), solve >= 0 ? std::to_string(solve) : "",
                        r.loss_spikes(), num(r.peak_grad_norm(), "{:.6g}"), num(r.final_valid_loss, "{:.6g}"),
-                       num(r.final_valid_accuracy, "{:.6g}"), num(r.wall_time_s, "{:.2f}"), num(r.accuracy_auc(), "{:.6g}"),
-                       csv_field(outcome_evidence(r)));
+                       num(r.final_valid_accuracy, "{:.6g}"), num(r.accuracy_auc(), "{:.6g}"),
+                       csv_field(outcome_evidence(r)), num(r.wall_time_s, "{:.2f}"));
   }
   return csv;
 }

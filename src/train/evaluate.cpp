@@ -49,6 +49,43 @@ GroupMetrics group_metrics(const std::vector<BucketMetrics>& buckets, bool beyon
   return group;
 }
 
+namespace {
+
+// The evaluation's totals as metrics: overall, per bucket, the two length groups, the baselines.
+EvalMetrics summed_metrics(const Totals& total, const std::vector<Totals>& per_bucket,
+                           const std::vector<data::LengthBucket>& buckets, const Baselines& baselines,
+                           int64_t num_labels, const std::vector<int64_t>& trained_predictions) {
+  EvalMetrics metrics;
+  metrics.sequences = total.sequences;
+  metrics.targets = total.targets;
+  fill(metrics.loss, metrics.accuracy, metrics.sequence_accuracy, total);
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    BucketMetrics bucket;
+    bucket.bucket = buckets[i];
+    bucket.sequences = per_bucket[i].sequences;
+    bucket.targets = per_bucket[i].targets;
+    fill(bucket.loss, bucket.accuracy, bucket.sequence_accuracy, per_bucket[i]);
+    bucket.majority_correct = per_bucket[i].majority_correct;
+    metrics.buckets.push_back(bucket);
+  }
+  metrics.majority_known = baselines.majority_label >= 0;
+  metrics.trained = group_metrics(metrics.buckets, false, metrics.majority_known);
+  // A model that answers one label everywhere has collapsed, whatever that label's accuracy.
+  if (metrics.trained.targets > 0 && !trained_predictions.empty())
+    metrics.trained.top_prediction_share =
+        double(*std::max_element(trained_predictions.begin(), trained_predictions.end())) /
+        double(metrics.trained.targets);
+  GroupMetrics unseen = group_metrics(metrics.buckets, true, metrics.majority_known);
+  if (unseen.targets > 0) metrics.unseen = unseen;
+  if (num_labels > 0) {
+    metrics.uniform_loss = std::log(double(num_labels));
+    metrics.uniform_accuracy = 1.0 / double(num_labels);
+  }
+  return metrics;
+}
+
+}  // namespace
+
 EvalMetrics evaluate(nn::EncoderModel& model, const std::vector<data::Batch>& batches,
                      const std::vector<data::LengthBucket>& buckets, const Baselines& baselines) {
   return *evaluate_unless_stopped(model, batches, buckets, nullptr, false, baselines);
@@ -114,34 +151,7 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
     }
   }
   model.train(was_training);
-
-  EvalMetrics metrics;
-  metrics.sequences = total.sequences;
-  metrics.targets = total.targets;
-  fill(metrics.loss, metrics.accuracy, metrics.sequence_accuracy, total);
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    BucketMetrics bucket;
-    bucket.bucket = buckets[i];
-    bucket.sequences = per_bucket[i].sequences;
-    bucket.targets = per_bucket[i].targets;
-    fill(bucket.loss, bucket.accuracy, bucket.sequence_accuracy, per_bucket[i]);
-    bucket.majority_correct = per_bucket[i].majority_correct;
-    metrics.buckets.push_back(bucket);
-  }
-  metrics.majority_known = baselines.majority_label >= 0;
-  metrics.trained = group_metrics(metrics.buckets, false, metrics.majority_known);
-  // A model that answers one label everywhere has collapsed, whatever that label's accuracy.
-  if (metrics.trained.targets > 0 && !trained_predictions.empty())
-    metrics.trained.top_prediction_share =
-        double(*std::max_element(trained_predictions.begin(), trained_predictions.end())) /
-        double(metrics.trained.targets);
-  GroupMetrics unseen = group_metrics(metrics.buckets, true, metrics.majority_known);
-  if (unseen.targets > 0) metrics.unseen = unseen;
-  if (num_labels > 0) {
-    metrics.uniform_loss = std::log(double(num_labels));
-    metrics.uniform_accuracy = 1.0 / double(num_labels);
-  }
-  return metrics;
+  return summed_metrics(total, per_bucket, buckets, baselines, num_labels, trained_predictions);
 }
 
 namespace {
