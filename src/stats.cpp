@@ -118,20 +118,28 @@ double beta_continued_fraction(double a, double b, double x) {
   return h;
 }
 
-double incomplete_beta(double a, double b, double x) {
+// I_x(a, b), given x and 1 - x apart so that x near 1 keeps its precision.
+double incomplete_beta(double a, double b, double x, double one_minus_x) {
   if (x <= 0) return 0;
-  if (x >= 1) return 1;
+  if (one_minus_x <= 0) return 1;
   const double front = std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) +
-                                b * std::log1p(-x));
+                                b * std::log(one_minus_x));
   if (x < (a + 1) / (a + b + 2)) return front * beta_continued_fraction(a, b, x) / a;
-  return 1 - front * beta_continued_fraction(b, a, 1 - x) / b;
+  return 1 - front * beta_continued_fraction(b, a, one_minus_x) / b;
 }
 
-constexpr double kZ95 = 1.6448536269514722, kZ975 = 1.959963984540054, kZ80 = 0.8416212335729143;
-
-size_t seeds_from(double z_sum, double sd, double effect) {
-  if (!(effect > 0) || !std::isfinite(sd)) return 0;
-  return std::max<size_t>(2, size_t(std::ceil(z_sum * z_sum * sd * sd / (effect * effect))));
+// The smallest n >= 2 with n >= (t_{1-a,n-1} + t_{0.8,n-1})^2 sd^2 / effect^2 (0: no effect).
+size_t seeds_from(double one_sided_alpha, double sd, double effect) {
+  if (!(effect > 0) || !std::isfinite(sd) || !(one_sided_alpha > 0)) return 0;
+  // t quantiles exceed the normal ones, so the normal-approximation answer is a lower bound to start from.
+  const double z = student_t_quantile(1 - one_sided_alpha, 1e9) + student_t_quantile(0.8, 1e9);
+  const double normal_n = std::min(1e5, std::ceil(z * z * sd * sd / (effect * effect)));
+  for (size_t n = std::max<size_t>(2, size_t(normal_n)); n <= 100000; n = n < 1000 ? n + 1 : n + n / 100) {
+    const double df = double(n - 1);
+    const double t = student_t_quantile(1 - one_sided_alpha, df) + student_t_quantile(0.8, df);
+    if (double(n) >= t * t * sd * sd / (effect * effect)) return n;
+  }
+  return 100000;
 }
 
 }  // namespace
@@ -140,7 +148,7 @@ double student_t_cdf(double t, double df) {
   if (std::isnan(t) || !(df > 0)) return NAN;
   if (std::isinf(t)) return t > 0 ? 1.0 : 0.0;
   // P(|T| > |t|) = I_{df / (df + t^2)}(df / 2, 1 / 2).
-  const double tail = 0.5 * incomplete_beta(0.5 * df, 0.5, df / (df + t * t));
+  const double tail = 0.5 * incomplete_beta(0.5 * df, 0.5, df / (df + t * t), t * t / (df + t * t));
   return t > 0 ? 1 - tail : tail;
 }
 
@@ -173,10 +181,20 @@ std::vector<double> holm_adjust(const std::vector<double>& p) {
   return adjusted;
 }
 
-size_t seeds_for_equivalence(double sd, double mean, double margin) {
-  return seeds_from(kZ95 + kZ80, sd, margin - std::abs(mean));
+double student_t_quantile(double p, double df) {
+  if (!(p > 0) || !(p < 1) || !(df > 0)) return NAN;
+  double lo = -1e3, hi = 1e3;  // beyond any quantile the callers ask for (p within 1e-12 of 0 or 1)
+  for (int i = 0; i < 100 && hi - lo > 1e-9; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (student_t_cdf(mid, df) < p ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
 }
 
-size_t seeds_for_difference(double sd, double mean) { return seeds_from(kZ975 + kZ80, sd, std::abs(mean)); }
+size_t seeds_for_equivalence(double sd, double mean, double margin, double alpha) {
+  return seeds_from(alpha, sd, margin - std::abs(mean));
+}
+
+size_t seeds_for_difference(double sd, double mean, double alpha) { return seeds_from(alpha / 2, sd, std::abs(mean)); }
 
 }  // namespace normlab

@@ -301,8 +301,8 @@ TEST_CASE("report numbers: findings and the Answer on a fixture with known answe
   // Two identical groups: zero spread is said as such (no "+0.000, 95% CI +0.000 to +0.000"), and
   // identical in every pair is equivalent within any margin. Paired by seed: same task, seed and batch size.
   CHECK(all.find("lr 0.001: against model.norm=layernorm, trained lengths — model.norm=none: held-out loss equivalent "
-                 "within ±0.05 (identical in all 3 pairs; Holm p 0); accuracy AUC equivalent within ±0.02 (identical "
-                 "in all 3 pairs; Holm p 0); accuracy equivalent within ±0.02 (identical in all 3 pairs; Holm p 0); "
+                 "within ±0.05: identical in all 3 pairs, Holm p 0; accuracy AUC equivalent within ±0.02: identical "
+                 "in all 3 pairs, Holm p 0; accuracy equivalent within ±0.02: identical in all 3 pairs, Holm p 0; "
                  "unseen-length accuracy identical in all 3 pairs.") != std::string::npos);
   CHECK(all.find("no difference shown") == std::string::npos);
   CHECK(all.find("+0.000, 95% CI +0.000 to +0.000") == std::string::npos);

@@ -137,14 +137,27 @@ TEST_CASE("holm: step-down multipliers, monotone, capped at 1, NaN left out of t
   CHECK(normlab::holm_adjust({0.0, 0.0}) == std::vector<double>{0.0, 0.0});
 }
 
-TEST_CASE("seeds needed: normal approximation for equivalence and for a difference") {
-  // (z_0.95 + z_0.8)^2 = 6.1826: sd 0.1, margin 0.05 -> 24.7 -> 25 pairs.
-  CHECK(normlab::seeds_for_equivalence(0.1, 0.0, 0.05) == 25);
-  // The observed difference eats into the margin: (0.05 - 0.02)^2.
-  CHECK(normlab::seeds_for_equivalence(0.1, 0.02, 0.05) == 69);
+TEST_CASE("seeds needed: the smallest n whose t test has 80% power at the observed spread") {
+  CHECK(normlab::student_t_quantile(0.975, 4) == doctest::Approx(2.776).epsilon(1e-3));
+  CHECK(normlab::student_t_quantile(0.5, 7) == doctest::Approx(0.0).epsilon(1e-9));
+  CHECK(normlab::student_t_quantile(0.95, 1e9) == doctest::Approx(1.644854).epsilon(1e-5));
+  // The definition, just met at n and not at n - 1.
+  auto meets = [](size_t n, double one_sided_alpha, double sd, double effect) {
+    const double df = double(n - 1);
+    const double t = normlab::student_t_quantile(1 - one_sided_alpha, df) + normlab::student_t_quantile(0.8, df);
+    return double(n) >= t * t * sd * sd / (effect * effect);
+  };
+  const size_t equivalence = normlab::seeds_for_equivalence(0.1, 0.0, 0.05);
+  CHECK(meets(equivalence, 0.05, 0.1, 0.05));
+  CHECK_FALSE(meets(equivalence - 1, 0.05, 0.1, 0.05));
+  CHECK(equivalence > 25);  // more than the normal approximation's 24.7
+  // The observed difference eats into the margin; a stricter alpha needs more seeds.
+  CHECK(normlab::seeds_for_equivalence(0.1, 0.02, 0.05) > equivalence);
+  CHECK(normlab::seeds_for_equivalence(0.1, 0.0, 0.05, 0.001) > equivalence);
   CHECK(normlab::seeds_for_equivalence(0.1, 0.05, 0.05) == 0);  // at the margin: no number of seeds
-  // (z_0.975 + z_0.8)^2 = 7.8489: sd 0.1, difference 0.05 -> 31.4 -> 32.
-  CHECK(normlab::seeds_for_difference(0.1, 0.05) == 32);
+  const size_t difference = normlab::seeds_for_difference(0.1, 0.05);
+  CHECK(meets(difference, 0.025, 0.1, 0.05));
+  CHECK_FALSE(meets(difference - 1, 0.025, 0.1, 0.05));
   CHECK(normlab::seeds_for_difference(0.1, 0.0) == 0);
   CHECK(normlab::seeds_for_difference(0.001, 1.0) == 2);  // never fewer than 2
 }

@@ -29,7 +29,7 @@ struct Interval {
   double standard_error = NAN;  // of the mean (0: every value the same); NaN with n < 2
   double df = NAN;              // degrees of freedom of its t distribution
   bool has_interval() const { return n >= 2; }
-  bool contains_zero() const { return !(low > 0) && !(high < 0); }  // NaN bounds: no difference shown
+  bool contains_zero() const { return !(low > 0) && !(high < 0); }  // NaN bounds: nothing shown
 };
 Interval t_interval(const std::vector<double>& values);
 
@@ -58,12 +58,16 @@ double p_equivalence(const Interval& d, double margin);
 // and stay NaN. Controls the family-wise error rate under any dependence.
 std::vector<double> holm_adjust(const std::vector<double>& p);
 
-// Seeds (pairs) a paired comparison would need, normal approximation, alpha 0.05, power 0.8, with
-// the per-seed standard deviation sd of the differences and a true difference equal to `mean`:
-// to show equivalence within +-margin, n = (z_0.95 + z_0.8)^2 sd^2 / (margin - |mean|)^2 (0 when
-// |mean| >= margin: no number of seeds shows it); to show a difference, n = (z_0.975 + z_0.8)^2
-// sd^2 / mean^2 (0 when mean = 0). At least 2.
-size_t seeds_for_equivalence(double sd, double mean, double margin);
-size_t seeds_for_difference(double sd, double mean);
+// The p-quantile of Student's t with df > 0 degrees of freedom (bisection on student_t_cdf).
+double student_t_quantile(double p, double df);
+
+// Seeds (pairs) a paired comparison would need for power 0.8 at level alpha, with the per-seed
+// standard deviation sd of the differences and a true difference equal to `mean`: the smallest n
+// with n >= (t_{1-a,n-1} + t_{0.8,n-1})^2 sd^2 / effect^2, where for equivalence within +-margin
+// a = alpha (each one-sided test) and effect = margin - |mean| (0 when |mean| >= margin: no number
+// of seeds shows it), and for a difference a = alpha / 2 and effect = |mean| (0 when mean = 0).
+// At least 2; capped at 100000. Pass the multiplicity-adjusted alpha (alpha / m for a family of m).
+size_t seeds_for_equivalence(double sd, double mean, double margin, double alpha = 0.05);
+size_t seeds_for_difference(double sd, double mean, double alpha = 0.05);
 
 }  // namespace normlab

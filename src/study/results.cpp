@@ -442,7 +442,9 @@ std::string collapse_evidence(const std::vector<const RunResult*>& runs) {
                                 value_range(early.lo, early.hi),
                                 onset.empty() ? "" : fmt::format(" by step {:.0f}", onset.hi), blocks - 1,
                                 value_range(last.lo, last.hi));
-  if (!share.empty()) out += fmt::format(", {:.0f}% of held-out predictions one label", 100 * share.lo);
+  if (!share.empty())
+    out += fmt::format("; {}% of held-out predictions one label",
+                       value_range(100 * share.lo, 100 * share.hi, [](double v) { return fmt::format("{:.0f}", v); }));
   return out;
 }
 
@@ -471,7 +473,7 @@ std::string slow_evidence(const std::vector<const RunResult*>& runs) {
     to.push_back(r->evals.back().trained.loss);
   }
   const RunResult& any = *runs.front();
-  return fmt::format("held-out loss still falling at the end, {} → {} over steps {}–{}{}", loss_text(median(from)),
+  return fmt::format("held-out loss still falling at the end: {} → {} over steps {}–{}{}", loss_text(median(from)),
                      loss_text(median(to)), any.evals[any.evals.size() - kSlowEvaluations].step, any.evals.back().step,
                      runs.size() > 1 ? " (medians)" : "");
 }
@@ -494,7 +496,7 @@ std::string evidence(Outcome outcome, const std::vector<const RunResult*>& runs)
       return fmt::format("held-out accuracy {} (chance {:.3f}){}", value_range(span.lo, span.hi, accuracy_text),
                          runs.front()->baseline.chance_accuracy(),
                          std::any_of(runs.begin(), runs.end(), [](const RunResult* r) { return r->diagnostics.empty(); })
-                             ? ", no diagnostics to name a mechanism"
+                             ? "; no diagnostics to name a mechanism"
                              : "");
     default: return "";
   }
@@ -730,6 +732,7 @@ namespace {
 // three decimals would print a nonzero difference as 0.
 std::string signed_value(double v) {
   if (v != 0 && std::abs(v) < 5e-4) return fmt::format("{:+.1e}", v);
+  if (std::abs(v) >= 1e4) return fmt::format("{:+.2e}", v);
   return fmt::format("{:+.3f}", v);
 }
 
@@ -774,6 +777,9 @@ std::vector<std::vector<EndpointTest>> test_comparisons(const std::vector<Compar
     out.push_back(tests);
   }
   const std::vector<double> adjusted = holm_adjust(family);
+  // Seeds needed at Holm's strictest step (alpha / m): what a rerun with more seeds must pass.
+  const double family_size = double(std::count_if(family.begin(), family.end(), [](double p) { return !std::isnan(p); }));
+  const double alpha = 0.05 / std::max(1.0, family_size);
   size_t next = 0;
   for (std::vector<EndpointTest>& tests : out)
     for (EndpointTest& t : tests) {
@@ -786,8 +792,9 @@ std::vector<std::vector<EndpointTest>> test_comparisons(const std::vector<Compar
         t.verdict = Verdict::undecided;
         const double sd = t.difference.standard_error * std::sqrt(double(t.difference.n));
         t.seeds_for_equivalence = std::abs(t.difference.mean) < t.margin;
-        t.seeds_needed = t.seeds_for_equivalence ? seeds_for_equivalence(sd, t.difference.mean, t.margin)
-                                                 : seeds_for_difference(sd, t.difference.mean);
+        t.seeds_needed = t.seeds_for_equivalence ? seeds_for_equivalence(sd, t.difference.mean, t.margin, alpha)
+                                                 : seeds_for_difference(sd, t.difference.mean, alpha);
+        if (t.seeds_needed > 0) t.seeds_needed = std::max(t.seeds_needed, t.difference.n + 1);
       }
     }
   return out;
@@ -800,15 +807,16 @@ std::string describe_test(const EndpointTest& t) {
     case Verdict::no_data: return fmt::format("no test ({})", difference);
     case Verdict::equivalent: {
       const bool shown = t.holm_difference < 0.05;
-      return fmt::format("equivalent within {} ({}; Holm p {:.2g}{})", margin, difference, t.holm_equivalence,
-                         shown ? ", a difference inside the margin" : "");
+      return fmt::format("equivalent within {}: {}, Holm p {:.2g}{}", margin, difference, t.holm_equivalence,
+                         shown ? "; a difference inside the margin" : "");
     }
     case Verdict::differs: return fmt::format("differs: {}, Holm p {:.2g}", difference, t.holm_difference);
     case Verdict::undecided:
-      return fmt::format("undecided ({}; {})", difference,
+      return fmt::format("undecided: {}; {}", difference,
                          t.seeds_needed == 0
                              ? std::string("more seeds would not show equivalence within ") + margin
-                             : fmt::format("about {} {} would show {} (80% power, normal approximation, before Holm)",
+                             : fmt::format("about {} {} would show {} (80% power at the observed spread, Holm's "
+                                           "strictest level)",
                                            t.seeds_needed, t.paired ? "pairs" : "seeds per variant",
                                            t.seeds_for_equivalence ? "equivalence within " + margin : "a difference"));
   }
