@@ -334,14 +334,29 @@ mutant "report: trained lengths include the unseen buckets" \
   '*report numbers*'
 mutant "report: seeds that saw different data are paired" \
   src/study/results.cpp \
-  'if (other == ref_runs.end() || !same_data(*run, *other->second)) {' \
-  'if (other == ref_runs.end()) {' \
+  'if (other == ref_runs.end() || !same_data(*run, *other->second)) c.paired = false;' \
+  'if (other == ref_runs.end()) c.paired = false;' \
   '*unpaired*'
 mutant "answer: headroom judged on the lowest learned rate" \
   src/study/results.cpp \
-  'const double ln_top = ln.empty() ? 0 : ln.back(), none_top = none.empty() ? 0 : none.back();' \
-  'const double ln_top = ln.empty() ? 0 : ln.front(), none_top = none.empty() ? 0 : none.front();' \
+  'const double top = ok.empty() ? 0 : ok.back();' \
+  'const double top = ok.empty() ? 0 : ok.front();' \
   '*findings and the Answer*'
+mutant "outcome: collapsed at exactly the stated gradient ratio" \
+  src/study/results.cpp \
+  'return !run.diagnostics.empty() && early_gradient_ratio(run.diagnostics.back()) < kCollapseGradRatio;' \
+  'return !run.diagnostics.empty() && early_gradient_ratio(run.diagnostics.back()) <= kCollapseGradRatio;' \
+  '*outcomes: collapsed*'
+mutant "outcome: slow without a falling loss at every evaluation" \
+  src/study/results.cpp \
+  'if (!(run.evals[i].trained.loss < run.evals[i - 1].trained.loss)) return false;' \
+  'if (!(run.evals[i].trained.loss <= run.evals[i - 1].trained.loss)) return false;' \
+  '*outcomes: slow*'
+mutant "stats: Holm without its step-down multiplier" \
+  src/stats.cpp \
+  'running = std::max(running, std::min(1.0, double(m - k) * p[order[k]]));' \
+  'running = std::max(running, std::min(1.0, p[order[k]]));' \
+  '*holm*'
 mutant "spikes: no floor near a zero loss" \
   src/study/results.cpp \
   'loss[t] - before > min_rise;' \

@@ -188,4 +188,10 @@ TEST_CASE("eval groups: generated tasks have a majority baseline, and normlab ev
   const json evaluated = to_json(evaluation.metrics);
   CHECK(evaluated.at("trained").at("majority_accuracy") == last.at("trained").at("majority_accuracy"));
   CHECK(evaluated.at("unseen").at("targets") == last.at("unseen").at("targets"));
+  // The share of the commonest prediction on trained lengths (a collapsed model answers one label: 1).
+  const double top = last.at("trained").at("top_prediction_share").get<double>();
+  CHECK(top >= 1.0 / 17);
+  CHECK(top <= 1.0);
+  CHECK(evaluated.at("trained").at("top_prediction_share") == last.at("trained").at("top_prediction_share"));
+  CHECK(last.at("unseen").at("top_prediction_share").is_null());
 }

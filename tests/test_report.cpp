@@ -127,8 +127,8 @@ TEST_CASE("report: every chart is well-formed SVG, labels are escaped, the secti
   chart.x_label = "step";
   chart.y_label = "loss";
   chart.log_y = true;
-  chart.series.push_back({"a<b", "#000", {1, 2, 3}, {1, 0.5, NAN}, {}, {}, false, true, {false, false, true}});
-  chart.series.push_back({"band", "#f00", {1, 2, 3}, {2, 1, 0.5}, {1.5, 0.8, 0.4}, {2.5, 1.2, 0.6}, true, false, {}});
+  chart.series.push_back({"a<b", "#000", {1, 2, 3}, {1, 0.5, NAN}, {}, {}, false, true, {false, false, true}, {}, {}});
+  chart.series.push_back({"band", "#f00", {1, 2, 3}, {2, 1, 0.5}, {1.5, 0.8, 0.4}, {2.5, 1.2, 0.6}, true, false, {}, {}, {}});
   const std::string svg = study::render_svg(chart);
   CHECK(xml_problem(svg).empty());
   CHECK(svg.find("loss &lt;&amp;&gt; &quot;quotes&quot;") != std::string::npos);
@@ -162,7 +162,8 @@ TEST_CASE("report: every chart is well-formed SVG, labels are escaped, the secti
   CHECK(html.find(">0.1</text>", stability) != std::string::npos);
   size_t chance_lines = 0;
   for (size_t pos = 0; (pos = html.find(">chance 2.303</text>", pos)) != std::string::npos; ++pos) ++chance_lines;
-  CHECK(chance_lines == 2 + 2);  // the held-out and the train loss curves at both learning rates
+  CHECK(chance_lines == 2 + 2 + 1);  // the held-out and the train loss curves at both learning rates, the loss stability chart
+  CHECK(html.find("class=\"seed\"", stability) != std::string::npos);  // per-seed points beside the means
   CHECK(html.find(">chance 0.100</text>", stability) != std::string::npos);  // chance accuracy on the stability chart
   CHECK(html.find("## Findings") == std::string::npos);
   // One line of setup, then the Answer; Findings before the table.

@@ -121,7 +121,7 @@ TEST_CASE("report numbers: medians over seeds, diverged seeds left out, bucket m
   CHECK(g.diverged == 1);
   CHECK(g.learned == 3);  // judged on held-out trained lengths, not the final train loss (4.0 for seed 2)
   CHECK(g.at_chance == 0);
-  CHECK(g.blew_up == 0);
+  CHECK(g.exploded == 0);
   CHECK(g.mostly_learned());
   CHECK(g.bucket_accuracy.at({1, 8}) == doctest::Approx(0.8));   // median of 0.9, 0.7, 0.8
   CHECK(g.bucket_accuracy.at({9, 16}) == doctest::Approx(0.2));  // median of 0.1, 0.3, 0.2
@@ -183,10 +183,10 @@ TEST_CASE("report numbers: the outcome words and their thresholds, at the bounda
   CHECK(judged(weak_at) == study::Outcome::weak);
   CHECK(judged(std::nextafter(weak_at, 0.0)) == study::Outcome::at_chance);
   CHECK(judged(0.0) == study::Outcome::at_chance);
-  // Held-out loss against 2x the uniform guess's ln 10: worse than guessing is "blew up".
+  // Held-out loss against 2x the uniform guess's ln 10: worse than guessing is "exploded".
   CHECK(judged(0.5, 2 * std::log(10.0)) == study::Outcome::learned);
-  CHECK(judged(0.5, std::nextafter(2 * std::log(10.0), 100.0)) == study::Outcome::blew_up);
-  CHECK(judged(0.0, NAN) == study::Outcome::blew_up);
+  CHECK(judged(0.5, std::nextafter(2 * std::log(10.0), 100.0)) == study::Outcome::exploded);
+  CHECK(judged(0.0, NAN) == study::Outcome::exploded);
   // The chance level is the better guess: with a majority label at 0.6, 0.65 is only weak.
   r.baseline.majority_accuracy = 0.6;
   CHECK(r.baseline.chance_accuracy() == 0.6);
@@ -284,19 +284,32 @@ TEST_CASE("report numbers: findings and the Answer on a fixture with known answe
   std::string all;
   for (const std::string& l : study::findings(plan, groups)) all += l + "\n";
   INFO(all);
-  CHECK(all.find("12 of 12 runs finished (3 seeds per cell): 3 solved, 6 learned, 0 weak, 0 at chance, 3 blew up, "
-                 "0 diverged — judged on held-out data of trained lengths 1–32.") != std::string::npos);
-  CHECK(all.find("Blew up (held-out loss above 2x the uniform guess's): model.norm=none at lr 0.03 (3/3).") !=
+  CHECK(all.find("12 of 12 runs finished (3 seeds per cell): 3 solved, 6 learned, 0 slow, 0 weak, 0 at chance, "
+                 "0 collapsed, 3 exploded, 0 diverged — judged on held-out data of trained lengths 1–32.") !=
+        std::string::npos);
+  // The evidence comes with the word: the held-out loss the runs ended at.
+  CHECK(all.find("Exploded (held-out loss above 2x the uniform guess's, or residual RMS grown 100x): "
+                 "model.norm=none at lr 0.03 (3/3: held-out loss 50 (over 2x the uniform guess's)).") !=
         std::string::npos);
   CHECK(all.find("Stable learning-rate range (grid rates at which most seeds learned): model.norm=layernorm "
                  "0.001–0.03 (2 of 2); model.norm=none 0.001 (1 of 2).") != std::string::npos);
-  // Two identical groups: no difference shown. Paired by seed: same task, seed and batch size.
-  CHECK(all.find("lr 0.001: against model.norm=layernorm, held-out accuracy — trained lengths: model.norm=none no "
-                 "difference shown (+0.000, 95% CI +0.000 to +0.000, 3 pairs). Unseen lengths: model.norm=none no "
-                 "difference shown (+0.000, 95% CI +0.000 to +0.000, 3 pairs).") != std::string::npos);
+  // The tests and their family, said once.
+  CHECK(all.find("Tests: 2 comparisons against model.norm=layernorm × 3 endpoints on trained lengths (held-out loss, "
+                 "accuracy AUC, final accuracy), each with a difference test (paired t) and an equivalence test (two "
+                 "one-sided t tests) — 12 p-values, Holm-adjusted together at alpha 0.05. Equivalence margins "
+                 "(defaults): loss ±0.05, accuracy AUC ±0.02, accuracy ±0.02.") != std::string::npos);
+  // Two identical groups: zero spread is said as such (no "+0.000, 95% CI +0.000 to +0.000"), and
+  // identical in every pair is equivalent within any margin. Paired by seed: same task, seed and batch size.
+  CHECK(all.find("lr 0.001: against model.norm=layernorm, trained lengths — model.norm=none: held-out loss equivalent "
+                 "within ±0.05: identical in all 3 pairs, Holm p 0; accuracy AUC equivalent within ±0.02: identical "
+                 "in all 3 pairs, Holm p 0; accuracy equivalent within ±0.02: identical in all 3 pairs, Holm p 0; "
+                 "unseen-length accuracy identical in all 3 pairs.") != std::string::npos);
+  CHECK(all.find("no difference shown") == std::string::npos);
+  CHECK(all.find("+0.000, 95% CI +0.000 to +0.000") == std::string::npos);
   // 0.0 against 0.96, 0.97, 0.98: mean -0.97, sd 0.01, t_2 = 4.303.
-  CHECK(all.find(fmt::format("lr 0.03: against model.norm=layernorm, held-out accuracy — trained lengths: model.norm=none "
-                             "lower by 0.970 (95% CI {:+.3f} to {:+.3f}, 3 pairs)",
+  CHECK(all.find("lr 0.03: against model.norm=layernorm, trained lengths — model.norm=none: held-out loss differs: the "
+                 "same +49.000 in all 3 pairs, Holm p 0;") != std::string::npos);
+  CHECK(all.find(fmt::format("; accuracy differs: lower by 0.970 (95% CI {:+.3f} to {:+.3f}, 3 pairs), Holm p",
                              -0.97 - 4.303 * 0.01 / std::sqrt(3.0), -0.97 + 4.303 * 0.01 / std::sqrt(3.0))) !=
         std::string::npos);
   CHECK(all.find("Steps to solve at lr 0.03 (first evaluation at trained-length accuracy >= 0.95; median over the "
@@ -308,11 +321,14 @@ TEST_CASE("report numbers: findings and the Answer on a fixture with known answe
   for (const std::string& l : study::answer(plan, groups)) answer += l + "\n";
   INFO(answer);
   CHECK(answer.find("model.norm=layernorm learned at 2 of 2 learning rates (0.001–0.03), solved at 0.03; "
-                    "model.norm=none learned at 1 of 2 learning rates (0.001), solved at none — at 0.03 blew up in 3/3.") !=
-        std::string::npos);
-  CHECK(answer.find("model.norm=layernorm trained at higher learning rates than model.norm=none (up to 0.03 vs "
-                    "0.001): normalization bought learning-rate headroom here.") != std::string::npos);
-  CHECK(answer.find("no difference shown for model.norm=none at 0.001") != std::string::npos);
+                    "model.norm=none learned at 1 of 2 learning rates (0.001), solved at none — at 0.03 exploded in "
+                    "3/3 — held-out loss 50 (over 2x the uniform guess's).") != std::string::npos);
+  // Each variant named against no normalization, never "normalization" as a whole.
+  CHECK(answer.find("Highest grid learning rate at which most seeds learned, against model.norm=none (up to 0.001); "
+                    "higher: model.norm=layernorm (up to 0.03).") != std::string::npos);
+  CHECK(answer.find("normalization bought") == std::string::npos);
+  CHECK(answer.find("model.norm=none at 0.001: held-out loss equivalent within ±0.05, accuracy AUC equivalent within "
+                    "±0.02") != std::string::npos);
   CHECK(answer.find("On unseen lengths 33–64, no cell's mean accuracy exceeded 0.100") != std::string::npos);
   CHECK(answer.find("Caution: as few as 3 seeds per cell") != std::string::npos);
 
@@ -330,8 +346,8 @@ TEST_CASE("report numbers: findings and the Answer on a fixture with known answe
   std::string swapped_answer;
   for (const std::string& l : study::answer(swapped, study::summarize(swapped_results))) swapped_answer += l + "\n";
   INFO(swapped_answer);
-  CHECK(swapped_answer.find("model.norm=none trained at higher learning rates than model.norm=layernorm (up to 0.03 "
-                            "vs 0.001): LayerNorm did not help here.") != std::string::npos);
+  CHECK(swapped_answer.find("against model.norm=none (up to 0.03); lower: model.norm=layernorm (up to 0.001).") !=
+        std::string::npos);
 
   // Labels given by the user replace the default ones.
   const study::ComparePlan labelled =
@@ -406,7 +422,7 @@ TEST_CASE("chart ticks: few labelled decades on wide log axes, at least 3 ticks 
   study::Chart chart;
   chart.log_x = chart.log_y = true;
   chart.x_ticks = {0.001, 0.01, 0.03};
-  chart.series.push_back({"a", "#000", {0.001, 0.01, 0.03}, {1, 2, 3}, {}, {}, false, true, {}});
+  chart.series.push_back({"a", "#000", {0.001, 0.01, 0.03}, {1, 2, 3}, {}, {}, false, true, {}, {}, {}});
   chart.h_lines.push_back({2.302585, "chance 2.303"});
   const std::string svg = study::render_svg(chart);
   for (const char* label : {">0.001<", ">0.01<", ">0.03<", "chance 2.303"})

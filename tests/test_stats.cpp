@@ -80,3 +80,84 @@ TEST_CASE("welch difference: equal groups contain zero, separated groups do not,
   CHECK_FALSE(d.contains_zero());
   CHECK_FALSE(normlab::welch_difference({1.0}, c).has_interval());
 }
+
+TEST_CASE("student t cdf: table values, symmetry, the Cauchy case and the infinities") {
+  using normlab::student_t_cdf;
+  CHECK(student_t_cdf(0.0, 5) == doctest::Approx(0.5));
+  CHECK(student_t_cdf(2.776, 4) == doctest::Approx(0.975).epsilon(1e-4));
+  CHECK(student_t_cdf(12.706, 1) == doctest::Approx(0.975).epsilon(1e-4));
+  CHECK(student_t_cdf(1.0, 1) == doctest::Approx(0.75).epsilon(1e-9));  // Cauchy: 1/2 + atan(1)/pi
+  CHECK(student_t_cdf(-2.0, 10) == doctest::Approx(0.036694).epsilon(1e-4));
+  CHECK(student_t_cdf(-2.0, 10) + student_t_cdf(2.0, 10) == doctest::Approx(1.0));
+  CHECK(student_t_cdf(INFINITY, 3) == 1.0);
+  CHECK(student_t_cdf(-INFINITY, 3) == 0.0);
+  CHECK(std::isnan(student_t_cdf(1.0, 0)));
+}
+
+TEST_CASE("difference and equivalence tests: p-values from the t distribution, zero spread exact") {
+  // 1..5 shifted: mean 0.3 - 3 + ..., here mean 3, se sqrt(0.5), df 4.
+  const normlab::Interval i = normlab::t_interval({1, 2, 3, 4, 5});
+  CHECK(normlab::p_difference(i) == doctest::Approx(2 * normlab::student_t_cdf(-3.0 / std::sqrt(0.5), 4)));
+  // The p-value at the 95% interval's edge is 0.05: an interval ending at 0.
+  const normlab::Interval edge{2.776 * 0.1, 0, 2 * 2.776 * 0.1, 5, 0.1, 4};
+  CHECK(normlab::p_difference(edge) == doctest::Approx(0.05).epsilon(1e-3));
+  // TOST: mean 0, se 0.01, df 4: p = P(T > margin / se).
+  const normlab::Interval small{0.0, -0.028, 0.028, 5, 0.01, 4};
+  CHECK(normlab::p_equivalence(small, 0.05) == doctest::Approx(1 - normlab::student_t_cdf(5.0, 4)));
+  CHECK(normlab::p_equivalence(small, 0.05) < 0.05);
+  // Just inside / outside: the 90% interval (t_0.95,4 = 2.132) reaching the margin gives p = 0.05.
+  const double t95_4 = 2.131847;
+  CHECK(normlab::p_equivalence({0.0, 0, 0, 5, 0.01, 4}, t95_4 * 0.01) == doctest::Approx(0.05).epsilon(1e-4));
+  CHECK(normlab::p_equivalence({0.0, 0, 0, 5, 0.01, 4}, 1.01 * t95_4 * 0.01) < 0.05);
+  CHECK(normlab::p_equivalence({0.0, 0, 0, 5, 0.01, 4}, 0.99 * t95_4 * 0.01) > 0.05);
+  // A mean at the margin is never equivalent.
+  CHECK(normlab::p_equivalence({0.05, 0, 0, 5, 0.01, 4}, 0.05) == doctest::Approx(0.5));
+  // Zero spread: every pair the same. No t statistic; the answer is exact.
+  const normlab::Interval identical = normlab::paired_difference({1, 1, 1}, {1, 1, 1});
+  CHECK(identical.standard_error == 0);
+  CHECK(normlab::p_difference(identical) == 1.0);
+  CHECK(normlab::p_equivalence(identical, 0.02) == 0.0);
+  const normlab::Interval constant{0.1, 0.1, 0.1, 3, 0.0, 2};
+  CHECK(normlab::p_difference(constant) == 0.0);
+  CHECK(normlab::p_equivalence(constant, 0.2) == 0.0);
+  CHECK(normlab::p_equivalence(constant, 0.1) == 1.0);
+  // One value: no test.
+  CHECK(std::isnan(normlab::p_difference(normlab::t_interval({0.3}))));
+  CHECK(std::isnan(normlab::p_equivalence(normlab::t_interval({0.3}), 0.1)));
+}
+
+TEST_CASE("holm: step-down multipliers, monotone, capped at 1, NaN left out of the family") {
+  const std::vector<double> adjusted = normlab::holm_adjust({0.01, 0.04, 0.03, NAN});
+  REQUIRE(adjusted.size() == 4);
+  CHECK(adjusted[0] == doctest::Approx(0.03));  // smallest of 3: x3
+  CHECK(adjusted[2] == doctest::Approx(0.06));  // second: x2
+  CHECK(adjusted[1] == doctest::Approx(0.06));  // third: x1 = 0.04, raised to the one before
+  CHECK(std::isnan(adjusted[3]));
+  CHECK(normlab::holm_adjust({0.5, 0.6})[0] == 1.0);
+  CHECK(normlab::holm_adjust({0.0, 0.0}) == std::vector<double>{0.0, 0.0});
+}
+
+TEST_CASE("seeds needed: the smallest n whose t test has 80% power at the observed spread") {
+  CHECK(normlab::student_t_quantile(0.975, 4) == doctest::Approx(2.776).epsilon(1e-3));
+  CHECK(normlab::student_t_quantile(0.5, 7) == doctest::Approx(0.0).epsilon(1e-9));
+  CHECK(normlab::student_t_quantile(0.95, 1e9) == doctest::Approx(1.644854).epsilon(1e-5));
+  // The definition, just met at n and not at n - 1.
+  auto meets = [](size_t n, double one_sided_alpha, double sd, double effect) {
+    const double df = double(n - 1);
+    const double t = normlab::student_t_quantile(1 - one_sided_alpha, df) + normlab::student_t_quantile(0.8, df);
+    return double(n) >= t * t * sd * sd / (effect * effect);
+  };
+  const size_t equivalence = normlab::seeds_for_equivalence(0.1, 0.0, 0.05);
+  CHECK(meets(equivalence, 0.05, 0.1, 0.05));
+  CHECK_FALSE(meets(equivalence - 1, 0.05, 0.1, 0.05));
+  CHECK(equivalence > 25);  // more than the normal approximation's 24.7
+  // The observed difference eats into the margin; a stricter alpha needs more seeds.
+  CHECK(normlab::seeds_for_equivalence(0.1, 0.02, 0.05) > equivalence);
+  CHECK(normlab::seeds_for_equivalence(0.1, 0.0, 0.05, 0.001) > equivalence);
+  CHECK(normlab::seeds_for_equivalence(0.1, 0.05, 0.05) == 0);  // at the margin: no number of seeds
+  const size_t difference = normlab::seeds_for_difference(0.1, 0.05);
+  CHECK(meets(difference, 0.025, 0.1, 0.05));
+  CHECK_FALSE(meets(difference - 1, 0.025, 0.1, 0.05));
+  CHECK(normlab::seeds_for_difference(0.1, 0.0) == 0);
+  CHECK(normlab::seeds_for_difference(0.001, 1.0) == 2);  // never fewer than 2
+}

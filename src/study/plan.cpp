@@ -83,7 +83,7 @@ ConfigKind config_kind(const std::string& path) {
   bool run = false, compare = false, base = false;
   for (const auto& [key, value] : root.items()) {
     run = run || key == "model" || key == "task" || key == "optim" || key == "train";
-    compare = compare || key == "set" || key == "grid" || key == "search";
+    compare = compare || key == "set" || key == "grid" || key == "search" || key == "equivalence";
     base = base || key == "base";
   }
   // "base" alone is a compare config; with sections it is a run config built on another.
@@ -158,6 +158,7 @@ struct CompareConfig {
   json grid;                      // the "grid" object ({} when absent)
   std::vector<std::string> keys;  // the grid's config-key axes ("train.batch_size"), in grid order
   LrSearchSpec search;            // the learning-rate search (search.points == 0: none)
+  EquivalenceMargins equivalence;
 };
 
 // The compare config's top-level object; its kind and keys checked.
@@ -169,8 +170,8 @@ json read_compare_root(const std::string& path) {
                                  "with: normlab train --config {} (or compare with a config whose \"base\" is it)",
                                  path, path));
   for (const auto& [key, value] : root.items())
-    if (key != "base" && key != "set" && key != "grid" && key != "search")
-      fail(path, key, "unknown key (expected base, set, grid, search)");
+    if (key != "base" && key != "set" && key != "grid" && key != "search" && key != "equivalence")
+      fail(path, key, "unknown key (expected base, set, grid, search, equivalence)");
   if (!root.contains("base")) fail(path, "base", "missing (a run config path or object)");
   return root;
 }
@@ -281,6 +282,27 @@ std::vector<std::string> config_key_axes(const json& grid, const std::string& pa
   return keys;
 }
 
+// "equivalence": {"loss": 0.05, "accuracy_auc": 0.02, "accuracy": 0.02}, each key optional: the
+// margins within which the report calls a difference none (defaults in EquivalenceMargins).
+EquivalenceMargins read_equivalence_margins(const json& root, const std::string& path) {
+  EquivalenceMargins margins;
+  if (!root.contains("equivalence")) return margins;
+  const json& section = root.at("equivalence");
+  if (!section.is_object()) fail(path, "equivalence", "must be an object such as {\"loss\": 0.05, \"accuracy_auc\": 0.02}");
+  margins.from_config = true;
+  for (const auto& [key, value] : section.items()) {
+    double* into = key == "loss" ? &margins.loss : key == "accuracy_auc" ? &margins.accuracy_auc
+                                 : key == "accuracy"                    ? &margins.accuracy
+                                                                        : nullptr;
+    if (!into) fail(path, "equivalence." + key, "unknown key (expected loss, accuracy_auc, accuracy)");
+    const double upper = key == "loss" ? 10.0 : 1.0;  // a loss margin in nats; accuracies are fractions
+    if (!value.is_number() || !(value.get<double>() > 0) || value.get<double>() > upper)
+      fail(path, "equivalence." + key, fmt::format("must be a number in (0, {:g}], got {}", upper, value.dump()));
+    *into = value.get<double>();
+  }
+  return margins;
+}
+
 // Reads a compare config: its top level, the base run config and the grid's keys, all checked.
 // Every error is an InputError naming the file and key.
 CompareConfig parse_compare_config(const std::string& path) {
@@ -296,6 +318,7 @@ CompareConfig parse_compare_config(const std::string& path) {
     config.search = parse_lr_search(root.at("search"), path);
     if (config.grid.contains("lr")) fail(path, "grid.lr", "search.lr sets the learning rates: use one of the two");
   }
+  config.equivalence = read_equivalence_margins(root, path);
   return config;
 }
 
@@ -541,6 +564,7 @@ ComparePlan load_compare_plan(const std::string& path, const std::string& out_di
   ComparePlan plan;
   plan.source = path;
   plan.base = config.base;
+  plan.equivalence = config.equivalence;
   read_builtin_axes(config.grid, path, plan);
   if (config.search.enabled()) plan.lrs = initial_rates(config.search);
   const std::vector<std::vector<json>> key_axis_values = read_config_key_axes(config, plan);

@@ -210,26 +210,45 @@ Section findings_section(const Context& c) {
   const double c_example = 0.1;
   sec.text = fmt::format(
       "Each run is judged at its last evaluation on held-out data of trained lengths (eval mode), against "
-      "c = the better of a uniform guess and always answering the training data's most frequent label: "
-      "solved = accuracy >= {:.2f}; learned = accuracy >= c + {:.2f}(1 - c) (for c = {}: {:.3f}); weak = above "
-      "c + {:.2f}(1 - c) but short of learned; at chance = below that; blew up = held-out loss above {:g}x the uniform "
-      "guess's ln K; diverged = stopped on a non-finite loss or gradient. 'Most seeds' = more than half. Comparisons "
-      "are against {} at the same learning rate and setting: the mean per-seed difference in held-out accuracy with "
-      "its 95% t interval (Student t over the paired differences: with 3-10 seeds a bootstrap has too few distinct "
-      "resamples); an interval containing 0 is reported as 'no difference shown'. Intervals are per comparison, not "
-      "adjusted for the number of comparisons. A diverged seed counts as a uniform guess. docs/compare.md defines "
-      "every word.",
-      kSolvedAccuracy, kLearnedShare, c_example, c_example + kLearnedShare * (1 - c_example), kChanceShare, kBlowUpFactor,
-      reference_variant(c.plan));
+      "c = the better of a uniform guess and always answering the training data's most frequent label, and named "
+      "from its own diagnostics, in this order: diverged = stopped on a non-finite loss or gradient; exploded = "
+      "held-out loss above {:g}x the uniform guess's ln K; solved = accuracy >= {:.2f}; slow = above c + "
+      "{:.2f}(1 - c) with the held-out loss falling at each of the last {} evaluations and by >= {:.0f}% over them "
+      "(counted as learned: still improving when the budget ended); learned = accuracy >= c + {:.2f}(1 - c) (for "
+      "c = {}: {:.3f}); exploded = short of learned with a block's residual RMS grown over {:g}x its first logged "
+      "value; collapsed = at chance or one label for >= {:.0f}% of predictions, with the first half of the blocks' "
+      "gradient norms below {:g}x the last block's at the last diagnostics step; weak = above c + {:.2f}(1 - c); "
+      "at chance = below it. 'Most seeds' = more than half. Comparisons are against {} at the same learning rate "
+      "and setting, per seed (paired), on three trained-length endpoints: held-out loss (it does not saturate), the "
+      "area under the held-out accuracy curve over steps (normalised to [0, 1]; rewards learning early) and the "
+      "final accuracy. Each gets a difference test (t) and an equivalence test (two one-sided t tests against the "
+      "margin), all p-values of the report Holm-adjusted together; the words are differs / equivalent within ±m / "
+      "undecided (with about how many seeds would decide). Intervals printed are unadjusted 95% t intervals. A "
+      "diverged seed counts as a uniform guess in accuracy and is left out of loss. docs/compare.md defines every "
+      "word.",
+      kBlowUpFactor, kSolvedAccuracy, kChanceShare, kSlowEvaluations, 100 * kSlowDrop, kLearnedShare, c_example,
+      c_example + kLearnedShare * (1 - c_example), kExplodeRmsFactor, 100 * kConstantPredictionShare,
+      kCollapseGradRatio, kChanceShare, reference_variant(c.plan));
   sec.bullets = findings(c.plan, c.groups);
   return sec;
+}
+
+// "3 solved, 2 slow": a cell's outcome counts, most successful first.
+std::string outcome_counts(const GroupSummary& g) {
+  std::string out;
+  for (const auto& [count, word] :
+       {std::pair{g.solved, "solved"}, std::pair{g.learned, "learned"}, std::pair{g.slow, "slow"},
+        std::pair{g.weak, "weak"}, std::pair{g.at_chance, "at chance"}, std::pair{g.collapsed, "collapsed"},
+        std::pair{g.exploded, "exploded"}, std::pair{g.diverged, "diverged"}})
+    if (count > 0) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", count, word);
+  return out.empty() ? "–" : out;
 }
 
 Section summary_section(const Context& c) {
   Section sec;
   sec.title = "Summary: held-out metrics per cell, mean [95% interval] over seeds";
   sec.text = fmt::format(
-      "n = seeds in the cell; intervals are cut to the possible range (accuracy 0–1, loss >= 0). Outcomes count seeds: solved / learned / weak / at chance / blew up / diverged. "
+      "n = seeds in the cell; intervals are cut to the possible range (accuracy 0–1, loss >= 0). Outcomes count seeds. Accuracy AUC: area under the held-out trained-length accuracy curve over steps, normalised to [0, 1]. "
       "Trained and unseen accuracy and loss are from the last evaluation (eval mode{}); loss leaves diverged seeds "
       "out. Final train loss (median over seeds, training mode, mean of the last 10% of steps) is a column, not a "
       "judge. Steps to solve: median first evaluation step at trained accuracy >= {:.2f} (k/n seeds that reached "
@@ -249,8 +268,8 @@ Section summary_section(const Context& c) {
                                                   : fmt::format("– (0/{})", n);
     for (const std::string& cell :
          {fmt::format("{}{}", n, n < kMinSeeds ? " (!)" : ""),
-          fmt::format("{}/{}/{}/{}/{}/{}", g.solved, g.learned, g.weak, g.at_chance, g.blew_up, g.diverged),
-          fmt_interval(g.trained_accuracy, 0, 1), fmt_interval(g.trained_loss, 0), fmt_interval(g.unseen_accuracy, 0, 1),
+          outcome_counts(g), fmt_interval(g.trained_accuracy, 0, 1), fmt_interval(g.trained_loss, 0),
+          fmt_interval(g.accuracy_auc, 0, 1), fmt_interval(g.unseen_accuracy, 0, 1),
           fmt_interval(g.unseen_loss, 0), fmt_num(g.train_loss), solve, fmt_num(g.loss_spikes, "{:.1f}"),
           fmt_num(g.peak_grad_norm, "{:.3g}")})
       row.push_back(cell);
@@ -258,7 +277,7 @@ Section summary_section(const Context& c) {
   }
   std::vector<std::string> header{"variant", "lr"};
   if (c.plan.settings.size() > 1) header.push_back("setting");
-  for (const char* h : {"n", "outcomes s/l/w/c/b/d", "trained acc", "trained loss", "unseen acc", "unseen loss",
+  for (const char* h : {"n", "outcomes", "trained acc", "trained loss", "accuracy AUC", "unseen acc", "unseen loss",
                         "final train loss", "steps to solve", "spikes", "peak grad norm"})
     header.push_back(h);
   sec.table_html = html_table(header, rows);
@@ -266,41 +285,69 @@ Section summary_section(const Context& c) {
   return sec;
 }
 
-Section stability_section(const Context& c) {
-  Section sec;
-  sec.title = "Stability: held-out accuracy against learning rate";
-  sec.text = "Accuracy on trained lengths at the last evaluation, mean over seeds with its 95% interval as a band. "
-             "An X marks a learning rate at which most seeds diverged or blew up. The dashed line is the 'solved' "
-             "level; the dotted grey one the chance accuracy c.";
-  for (const std::string& setting : c.plan.settings) {
-    Chart chart;
-    chart.title = setting.empty() ? "held-out accuracy, trained lengths" : "held-out accuracy, trained lengths — " + setting;
-    chart.x_label = "learning rate (log)";
-    chart.y_label = "accuracy (trained lengths)";
-    chart.log_x = true;
-    if (!c.plan.search.enabled()) chart.x_ticks = c.plan.lrs;  // a search's many rates would overlap: plain log ticks
+// One endpoint against the learning rate for one setting: per variant the mean over seeds with its
+// 95% band and every seed as a point. A diverged seed is drawn at the value the interval counts
+// (the uniform guess's accuracy), or not at all for the loss.
+Chart endpoint_chart(const Context& c, const std::string& setting, Interval GroupSummary::*mean,
+                     double (*per_seed)(const RunResult&), bool accuracy) {
+  Chart chart;
+  const std::string what = accuracy ? "held-out accuracy, trained lengths" : "held-out loss, trained lengths";
+  chart.title = setting.empty() ? what : what + " — " + setting;
+  chart.x_label = "learning rate (log)";
+  chart.y_label = accuracy ? "accuracy (trained lengths)" : "loss (trained lengths, log)";
+  chart.log_x = true;
+  chart.log_y = !accuracy;
+  if (!c.plan.search.enabled()) chart.x_ticks = c.plan.lrs;  // a search's many rates would overlap: plain log ticks
+  if (accuracy) {
     chart.y_max = 1.0;
     chart.h_lines.push_back({kSolvedAccuracy, fmt::format("solved {:.2f}", kSolvedAccuracy)});
     if (c.chance_accuracy > 0) chart.h_lines.push_back({c.chance_accuracy, fmt::format("chance {:.3f}", c.chance_accuracy)});
-    for (const std::string& variant : c.plan.variants) {
-      Series s;
-      s.label = variant;
-      s.color = c.colors.at(variant);
-      s.markers = true;
-      for (double lr : c.plan.lrs) {
-        const GroupSummary* g = c.group(variant, lr, setting);
-        if (!g || !std::isfinite(g->trained_accuracy.mean)) continue;
-        s.x.push_back(lr);
-        s.y.push_back(g->trained_accuracy.mean);
-        s.y_low.push_back(g->trained_accuracy.has_interval() ? std::max(0.0, g->trained_accuracy.low) : g->trained_accuracy.mean);
-        s.y_high.push_back(g->trained_accuracy.has_interval() ? std::min(1.0, g->trained_accuracy.high) : g->trained_accuracy.mean);
-        s.crossed.push_back(2 * (g->diverged + g->blew_up) > int(g->runs.size()));
-      }
-      chart.series.push_back(s);
+  } else {
+    c.add_chance_line(chart);
+    if (c.loss_cap() > 0) chart.y_max = c.loss_cap();
+  }
+  const double lowest = 0.0, highest = accuracy ? 1.0 : INFINITY;
+  for (const std::string& variant : c.plan.variants) {
+    Series s;
+    s.label = variant;
+    s.color = c.colors.at(variant);
+    s.markers = true;
+    for (double lr : c.plan.lrs) {
+      const GroupSummary* g = c.group(variant, lr, setting);
+      if (!g || !std::isfinite((g->*mean).mean)) continue;
+      const Interval& i = g->*mean;
+      s.x.push_back(lr);
+      s.y.push_back(i.mean);
+      s.y_low.push_back(i.has_interval() ? std::max(lowest, i.low) : i.mean);
+      s.y_high.push_back(i.has_interval() ? std::min(highest, i.high) : i.mean);
+      s.crossed.push_back(2 * (g->diverged + g->exploded) > int(g->runs.size()));
+      for (const RunResult* r : g->runs)
+        if (r->finished || r->diverged) s.point_x.push_back(lr), s.point_y.push_back(per_seed(*r));
     }
-    chart.note = fmt::format("band: 95% t interval over {} seeds per point{}; X: most seeds diverged or blew up",
-                             c.fewest_seeds, c.fewest_seeds < kMinSeeds ? " (few)" : "");
-    sec.charts.push_back({"stability" + c.setting_slug(setting), c.draw(chart)});
+    chart.series.push_back(s);
+  }
+  chart.note = fmt::format("mean, band: 95% t interval over {} seeds per point{}; circles: seeds; X: most seeds "
+                           "diverged or exploded",
+                           c.fewest_seeds, c.fewest_seeds < kMinSeeds ? " (few)" : "");
+  return chart;
+}
+
+Section stability_section(const Context& c) {
+  Section sec;
+  sec.title = "Stability: held-out accuracy and loss against learning rate";
+  sec.text = "On trained lengths at the last evaluation: the mean over seeds with its 95% interval as a band and "
+             "each seed as a small circle. An X marks a learning rate at which most seeds diverged or exploded. "
+             "Accuracy: the dashed line is the 'solved' level, the dotted grey one the chance accuracy c. Loss (the "
+             "endpoint that does not saturate): the grey line is the uniform guess's ln K; a diverged seed has no "
+             "loss and no circle.";
+  for (const std::string& setting : c.plan.settings) {
+    sec.charts.push_back({"stability" + c.setting_slug(setting),
+                          c.draw(endpoint_chart(c, setting, &GroupSummary::trained_accuracy,
+                                                [](const RunResult& r) { return r.judged_accuracy(); }, true))});
+    sec.charts.push_back({"stability-loss" + c.setting_slug(setting),
+                          c.draw(endpoint_chart(c, setting, &GroupSummary::trained_loss,
+                                                [](const RunResult& r) { return r.diverged ? NAN : r.final_trained().loss; },
+                                                false))});
   }
   return sec;
 }
@@ -550,11 +597,13 @@ Section stack_section(const Context& c) {
               }
               s.x.push_back(double(layer));
               s.y.push_back(median(values));
+              if (at_end)
+                for (double v : values) s.point_x.push_back(double(layer)), s.point_y.push_back(v);
             }
             chart.series.push_back(s);
           }
         }
-        chart.note = "dashed: first diagnostics step; solid: last";
+        chart.note = "median; dashed: first diagnostics step; solid: last, circles: its seeds";
         sec.charts.push_back({fmt::format("{}-lr{}{}", slug, format_lr(lr), c.setting_slug(setting)), c.draw(chart)});
       }
   return sec;
@@ -678,14 +727,14 @@ std::string runs_csv_of(const ComparePlan& plan, const std::vector<RunResult>& r
                     ",finished,diverged,diverged_at_step,outcome,steps_done,first_train_loss,final_train_loss,"
                     "trained_valid_loss,trained_valid_accuracy,unseen_valid_loss,unseen_valid_accuracy,"
                     "chance_accuracy,steps_to_solve,loss_spikes,peak_grad_norm,final_valid_loss,final_valid_accuracy,"
-                    "wall_time_s\n";
+                    "accuracy_auc,outcome_evidence,wall_time_s\n";
   auto num = [](double v, const char* spec) { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : ""; };
   for (const RunResult& r : results) {
     const json m = r.spec.config.contains("model") ? r.spec.config["model"] : json::object();
     std::string extra;
     for (const auto& [key, value] : r.spec.extra) extra.append(",").append(csv_field(value));
     const int64_t solve = r.steps_to_solve();
-    csv += fmt::format("{},{},{},{},{},{},{},{}{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+    csv += fmt::format("{},{},{},{},{},{},{},{}{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                        csv_field(r.spec.name), csv_field(r.spec.variant), csv_field(m.value("norm", "")),
                        csv_field(m.value("placement", "")), format_lr(r.spec.lr),
                        r.spec.layers, r.spec.warmup ? 1 : 0, r.spec.seed, extra, r.finished ? 1 : 0, r.diverged ? 1 : 0,
@@ -695,7 +744,8 @@ std::string runs_csv_of(const ComparePlan& plan, const std::vector<RunResult>& r
                        num(r.final_unseen().loss, "{:.6g}"), num(r.final_unseen().accuracy, "{:.6g}"),
                        num(r.baseline.chance_accuracy(), "{:.6g}"), solve >= 0 ? std::to_string(solve) : "",
                        r.loss_spikes(), num(r.peak_grad_norm(), "{:.6g}"), num(r.final_valid_loss, "{:.6g}"),
-                       num(r.final_valid_accuracy, "{:.6g}"), num(r.wall_time_s, "{:.2f}"));
+                       num(r.final_valid_accuracy, "{:.6g}"), num(r.accuracy_auc(), "{:.6g}"),
+                       csv_field(outcome_evidence(r)), num(r.wall_time_s, "{:.2f}"));
   }
   return csv;
 }
@@ -819,6 +869,9 @@ json summary_json(const Context& c, const Provenance& provenance, const std::vec
   std::map<std::string, int> outcomes;
   for (const RunResult& r : c.results) ++outcomes[outcome_name(classify(r))];
   summary["outcomes"] = outcomes;
+  const EquivalenceMargins& m = c.plan.equivalence;
+  summary["equivalence"] = {{"loss", m.loss}, {"accuracy_auc", m.accuracy_auc}, {"accuracy", m.accuracy},
+                            {"from_config", m.from_config}};
   summary["answer"] = sections.front().bullets;
   summary["findings"] = sections[2].bullets;
   if (c.plan.search.enabled()) summary["lr_boundaries"] = boundaries_json(c.plan, c.groups);

@@ -152,6 +152,8 @@ Frame frame_of(const Chart& chart) {
     ys.insert(ys.end(), s.y.begin(), s.y.end());
     ys.insert(ys.end(), s.y_low.begin(), s.y_low.end());
     ys.insert(ys.end(), s.y_high.begin(), s.y_high.end());
+    xs.insert(xs.end(), s.point_x.begin(), s.point_x.end());
+    ys.insert(ys.end(), s.point_y.begin(), s.point_y.end());
   }
   if (chart.shade_to > chart.shade_from) xs.push_back(chart.shade_to);
   xs.insert(xs.end(), chart.x_ticks.begin(), chart.x_ticks.end());
@@ -237,6 +239,11 @@ std::string draw_series(const Series& s, const Axis& xa, const Axis& ya) {
   if (!path.empty())
     svg += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\"{}/>\n", path, s.color,
                        s.dashed ? " stroke-dasharray=\"5 3\"" : "");
+  for (size_t i = 0; i < s.point_x.size() && i < s.point_y.size(); ++i)
+    if (usable(s.point_x[i], xa.log) && usable(s.point_y[i], ya.log))
+      svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.2\" fill=\"none\" stroke=\"{}\" "
+                         "stroke-opacity=\"0.7\" class=\"seed\"/>\n",
+                         xa.map(s.point_x[i]), ya.map(s.point_y[i]), s.color);
   if (s.markers)
     for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
       if (!usable(s.x[i], xa.log) || !usable(s.y[i], ya.log)) continue;

@@ -49,6 +49,43 @@ GroupMetrics group_metrics(const std::vector<BucketMetrics>& buckets, bool beyon
   return group;
 }
 
+namespace {
+
+// The evaluation's totals as metrics: overall, per bucket, the two length groups, the baselines.
+EvalMetrics summed_metrics(const Totals& total, const std::vector<Totals>& per_bucket,
+                           const std::vector<data::LengthBucket>& buckets, const Baselines& baselines,
+                           int64_t num_labels, const std::vector<int64_t>& trained_predictions) {
+  EvalMetrics metrics;
+  metrics.sequences = total.sequences;
+  metrics.targets = total.targets;
+  fill(metrics.loss, metrics.accuracy, metrics.sequence_accuracy, total);
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    BucketMetrics bucket;
+    bucket.bucket = buckets[i];
+    bucket.sequences = per_bucket[i].sequences;
+    bucket.targets = per_bucket[i].targets;
+    fill(bucket.loss, bucket.accuracy, bucket.sequence_accuracy, per_bucket[i]);
+    bucket.majority_correct = per_bucket[i].majority_correct;
+    metrics.buckets.push_back(bucket);
+  }
+  metrics.majority_known = baselines.majority_label >= 0;
+  metrics.trained = group_metrics(metrics.buckets, false, metrics.majority_known);
+  // A model that answers one label everywhere has collapsed, whatever that label's accuracy.
+  if (metrics.trained.targets > 0 && !trained_predictions.empty())
+    metrics.trained.top_prediction_share =
+        double(*std::max_element(trained_predictions.begin(), trained_predictions.end())) /
+        double(metrics.trained.targets);
+  GroupMetrics unseen = group_metrics(metrics.buckets, true, metrics.majority_known);
+  if (unseen.targets > 0) metrics.unseen = unseen;
+  if (num_labels > 0) {
+    metrics.uniform_loss = std::log(double(num_labels));
+    metrics.uniform_accuracy = 1.0 / double(num_labels);
+  }
+  return metrics;
+}
+
+}  // namespace
+
 EvalMetrics evaluate(nn::EncoderModel& model, const std::vector<data::Batch>& batches,
                      const std::vector<data::LengthBucket>& buckets, const Baselines& baselines) {
   return *evaluate_unless_stopped(model, batches, buckets, nullptr, false, baselines);
@@ -70,6 +107,7 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
   int64_t num_labels = baselines.num_labels;
   Totals total;
   std::vector<Totals> per_bucket(buckets.size());
+  std::vector<int64_t> trained_predictions;  // (V) how often each label was predicted on trained lengths
   for (const data::Batch& batch : batches) {
     if (io::stop_signal(stop) != 0) {
       model.train(was_training);
@@ -80,7 +118,10 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
     if (num_labels <= 0) num_labels = V;
     const float* values = logits.data();
     const bool per_sequence = batch.target_kind == data::TargetKind::per_sequence;
+    trained_predictions.resize(size_t(V), 0);
     for (int64_t b = 0; b < batch.batch_size(); ++b) {
+      const int64_t index = data::find_bucket(buckets, static_cast<int32_t>(batch.length(b)));
+      const bool trained_length = index >= 0 && !buckets[size_t(index)].beyond_train_max;
       // Rows of sequence b: its tokens, or its single pooled row.
       const int64_t first = per_sequence ? b : batch.offsets[size_t(b)];
       const int64_t last = per_sequence ? b + 1 : batch.offsets[size_t(b) + 1];
@@ -91,7 +132,9 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
         seq.targets += 1;
         const int32_t target = batch.targets[size_t(row)];
         seq.loss_sum += row_cross_entropy(values + row * V, V, target);
-        seq.correct += argmax_row(values + row * V, V) == target ? 1 : 0;
+        const int64_t predicted = argmax_row(values + row * V, V);
+        seq.correct += predicted == target ? 1 : 0;
+        if (trained_length) ++trained_predictions[size_t(predicted)];
         seq.majority_correct += target == baselines.majority_label ? 1 : 0;
       }
       seq.sequences_correct = seq.correct == seq.targets ? 1 : 0;
@@ -104,34 +147,11 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
         into.majority_correct += seq.majority_correct;
       };
       add(total);
-      int64_t index = data::find_bucket(buckets, static_cast<int32_t>(batch.length(b)));
       if (index >= 0) add(per_bucket[size_t(index)]);
     }
   }
   model.train(was_training);
-
-  EvalMetrics metrics;
-  metrics.sequences = total.sequences;
-  metrics.targets = total.targets;
-  fill(metrics.loss, metrics.accuracy, metrics.sequence_accuracy, total);
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    BucketMetrics bucket;
-    bucket.bucket = buckets[i];
-    bucket.sequences = per_bucket[i].sequences;
-    bucket.targets = per_bucket[i].targets;
-    fill(bucket.loss, bucket.accuracy, bucket.sequence_accuracy, per_bucket[i]);
-    bucket.majority_correct = per_bucket[i].majority_correct;
-    metrics.buckets.push_back(bucket);
-  }
-  metrics.majority_known = baselines.majority_label >= 0;
-  metrics.trained = group_metrics(metrics.buckets, false, metrics.majority_known);
-  GroupMetrics unseen = group_metrics(metrics.buckets, true, metrics.majority_known);
-  if (unseen.targets > 0) metrics.unseen = unseen;
-  if (num_labels > 0) {
-    metrics.uniform_loss = std::log(double(num_labels));
-    metrics.uniform_accuracy = 1.0 / double(num_labels);
-  }
-  return metrics;
+  return summed_metrics(total, per_bucket, buckets, baselines, num_labels, trained_predictions);
 }
 
 namespace {
@@ -170,7 +190,9 @@ nlohmann::json to_json(const GroupMetrics& g) {
           {"sequence_accuracy", number_or_null(g.sequences > 0, g.sequence_accuracy)},
           {"sequences", g.sequences},
           {"targets", g.targets},
-          {"majority_accuracy", number_or_null(g.majority_accuracy.has_value(), g.majority_accuracy.value_or(0.0))}};
+          {"majority_accuracy", number_or_null(g.majority_accuracy.has_value(), g.majority_accuracy.value_or(0.0))},
+          {"top_prediction_share",
+           number_or_null(g.top_prediction_share.has_value(), g.top_prediction_share.value_or(0.0))}};
 }
 
 nlohmann::json to_json(const EvalMetrics& metrics) {
@@ -230,6 +252,11 @@ GroupMetrics group_metrics_from_json(const nlohmann::json& g, const std::string&
   const nlohmann::json& majority = member(g, "majority_accuracy", at);
   if (majority.is_number()) group.majority_accuracy = majority.get<double>();
   else if (!majority.is_null()) throw InputError(fmt::format("{}: majority_accuracy: expected a number", at));
+  if (g.contains("top_prediction_share") && !g.at("top_prediction_share").is_null()) {  // absent in older records
+    if (!g.at("top_prediction_share").is_number())
+      throw InputError(fmt::format("{}: top_prediction_share: expected a number", at));
+    group.top_prediction_share = g.at("top_prediction_share").get<double>();
+  }
   return group;
 }
 

@@ -153,7 +153,7 @@ data::Dataset load_valid_set(const RunConfig& config, const data::Task& task, io
   const TaskConfig& t = config.task;
   if (!t.valid_file) {
     return data::Dataset(task, data::generate_examples(task, t.eval_examples, static_cast<int32_t>(t.min_len),
-                                                       static_cast<int32_t>(t.eval_max_len), kValidSeed, stop));
+                                                       static_cast<int32_t>(t.eval_max_len), valid_seed(config), stop));
   }
   std::vector<data::Example> all = data::load_jsonl(*t.valid_file, task, data::kMaxJsonlBytes, stop);
   std::vector<data::Example> kept;

@@ -1,6 +1,6 @@
 #pragma once
 // The comparison report: what a set of runs left in their directories, summarized over seeds,
-// classified (learned / at chance / blew up / diverged), and written as report.html (inline SVG),
+// classified (solved / learned / slow / weak / at chance / collapsed / exploded / diverged), and written as report.html (inline SVG),
 // report.md, runs.csv and summary.json. The runs come from a compare grid (compare.hpp) or from
 // any run directories (`normlab report`).
 #include <cmath>
@@ -45,9 +45,17 @@ struct RunSpec {
   std::string dir;        // the run directory
 };
 
+// The margins within which a difference counts as none (compare config key "equivalence"): held-out
+// loss in nats, accuracy AUC and final accuracy as fractions.
+struct EquivalenceMargins {
+  double loss = 0.05, accuracy_auc = 0.02, accuracy = 0.02;
+  bool from_config = false;  // false: the defaults above
+};
+
 struct ComparePlan {
   std::string source;  // the compare config's path (or the run directories), for messages
   std::string title = "normlab compare report";
+  EquivalenceMargins equivalence;
   nlohmann::json base;  // base run config after "set" (for `report`: the first run's config)
   std::vector<std::string> variants;
   std::vector<double> lrs;
@@ -96,6 +104,13 @@ HeldOut held_out_of(const std::vector<BucketResult>& buckets, bool unseen);
 struct EvalPoint {
   int64_t step = 0;
   HeldOut trained, unseen, all;
+  double top_prediction_share = NAN;  // trained lengths: share of the most frequent prediction (NaN: not logged)
+};
+// One diagnostics step record: per block, the residual stream's RMS after it and its parameters'
+// gradient norm.
+struct Diagnostics {
+  int64_t step = 0;
+  std::vector<double> residual_rms, layer_grad_norms;  // (layers)
 };
 // What guessing achieves on the task's held-out data.
 struct Baseline {
@@ -115,6 +130,8 @@ struct RunResult {
   double final_valid_loss = NAN, final_valid_accuracy = NAN;  // last evaluation, every length
   std::vector<BucketResult> buckets;                      // last evaluation
   std::vector<EvalPoint> evals;                           // every evaluation, in step order
+  std::vector<Diagnostics> diagnostics;                   // every diagnostics record, in step order
+  int64_t planned_steps = 0;                              // the config's train.steps (0: unknown)
   Baseline baseline;
   std::vector<double> init_residual_rms, init_layer_grad_norms;  // first diagnostics record
   std::vector<double> end_residual_rms, end_layer_grad_norms;    // last diagnostics record
@@ -131,6 +148,12 @@ struct RunResult {
   double peak_grad_norm() const;  // the largest finite global gradient norm (NaN if none)
   int64_t loss_spikes() const;    // see kSpikeFactor
   int64_t steps_to_solve() const;  // first evaluation step with trained accuracy >= kSolvedAccuracy; -1: never
+  // The area under the held-out trained-length accuracy curve over steps, normalised to [0, 1]:
+  // trapezoids between evaluations from the first evaluation to the planned last step, divided by
+  // that span (a diverged run scores the uniform guess from its last evaluation on; a finished run
+  // holds its last value). Does not saturate the way the final accuracy does: it rewards learning
+  // early. NaN with no evaluation.
+  double accuracy_auc() const;
 };
 
 // Reads metrics.jsonl and summary.json. A torn last line (a record's start without its newline) is
@@ -143,33 +166,60 @@ RunResult read_run(const RunSpec& spec, const std::string& run_dir);
 // unknown (data-defined classes; the evaluation records carry them then).
 double chance_loss(const nlohmann::json& run_config);
 
-// How a run ended, judged on held-out data of trained lengths at its last evaluation (eval mode);
-// docs/compare.md defines each word. c = Baseline::chance_accuracy(), a = trained accuracy.
-enum class Outcome { unfinished, not_evaluated, diverged, blew_up, at_chance, weak, learned, solved };
+// How a run ended and, when it did not learn, how it failed: judged on held-out data of trained
+// lengths (eval mode) and the run's own diagnostics. docs/compare.md defines each word and the
+// order of precedence (the order classify tests them in):
+//   unfinished, diverged, not evaluated, exploded (by loss), solved, slow, learned, exploded (by
+//   residual RMS), collapsed, weak, at chance.
+// c = Baseline::chance_accuracy(), a = trained accuracy at the last evaluation.
+enum class Outcome { unfinished, not_evaluated, diverged, exploded, collapsed, at_chance, weak, slow, learned, solved };
 inline constexpr double kSolvedAccuracy = 0.95;  // solved: a >= 0.95
 inline constexpr double kLearnedShare = 0.25;    // learned: a >= c + 0.25 (1 - c)
 inline constexpr double kChanceShare = 0.05;     // at chance: a < c + 0.05 (1 - c); weak: between
-inline constexpr double kBlowUpFactor = 2.0;     // blew up: held-out loss > 2 ln K (worse than guessing)
+inline constexpr double kBlowUpFactor = 2.0;     // exploded: held-out loss > 2 ln K (worse than guessing)
+inline constexpr double kExplodeRmsFactor = 100.0;  // exploded: a block's residual RMS > 100x its first value
+// collapsed: the early blocks' (the first half's) largest gradient norm < 1e-2 x the last block's
+// at the last diagnostics step, with a < c + 0.05 (1 - c) or predictions constant (>= 0.9 of them
+// the same label). In the demo grid the collapsed post-LN runs end at 1e-5..6e-3, every other run
+// at >= 0.6: the threshold sits two decades from both.
+inline constexpr double kCollapseGradRatio = 1e-2;
+inline constexpr double kConstantPredictionShare = 0.9;
+// slow: short of solved, a >= c + 0.05 (1 - c), and the held-out loss fell at each of the last
+// 3 evaluations and by >= 5% over them: still improving when the budget ended.
+inline constexpr size_t kSlowEvaluations = 3;
+inline constexpr double kSlowDrop = 0.05;
 inline constexpr double kSpikeFactor = 2.0;      // a loss spike: loss > 2x the median of the previous
 inline constexpr size_t kSpikeWindow = 20;       //   20 steps and more than 0.05x the first step's loss
 inline constexpr double kSpikeMinRise = 0.05;    //   above it; consecutive spike steps count once
 inline constexpr size_t kMinSeeds = 5;           // fewer seeds in a cell: the report warns
 Outcome classify(const RunResult& run);
 const char* outcome_name(Outcome outcome);
-inline bool has_learned(Outcome o) { return o == Outcome::learned || o == Outcome::solved; }
+// Learned for "most seeds", stable ranges and boundaries: learned, solved, or slow (above chance
+// and still improving at the end: short of budget, not unstable).
+inline bool has_learned(Outcome o) { return o == Outcome::learned || o == Outcome::solved || o == Outcome::slow; }
+
+// How a group of runs (usually one cell's seeds) ended, with the evidence from their diagnostics,
+// one clause per outcome that is not learned / solved, e.g. "collapsed in 5/5 — blocks 0–2
+// gradient norms 1e-07–1e-06 by step 100 (block 5: 0.04)", "slow in 3/3 — held-out loss still
+// falling, 1.21 → 1.05 over steps 400–600". "" when every run learned.
+std::string describe_failures(const std::vector<const RunResult*>& runs);
+// The evidence for one run's outcome ("" for learned / solved / unfinished).
+std::string outcome_evidence(const RunResult& run);
 
 // The runs that differ only by seed, and what they have in common.
 struct GroupSummary {
   std::string variant, setting;
   double lr = 0;
   std::vector<const RunResult*> runs;
-  int finished = 0, diverged = 0, blew_up = 0, at_chance = 0, weak = 0, learned = 0, solved = 0;
-  int learned_or_solved() const { return learned + solved; }
+  int finished = 0, diverged = 0, exploded = 0, collapsed = 0, at_chance = 0, weak = 0, slow = 0, learned = 0,
+      solved = 0;
+  int learned_or_solved() const { return learned + solved + slow; }  // has_learned()
   // "Most seeds learned": strictly more than half of the cell's seeds (half is not most).
   bool mostly_learned() const { return 2 * learned_or_solved() > int(runs.size()); }
   // Mean and 95% t interval over seeds; accuracies count a diverged seed as the uniform guess,
   // losses leave it out.
   Interval trained_accuracy, trained_loss, unseen_accuracy, unseen_loss;
+  Interval accuracy_auc;  // RunResult::accuracy_auc over seeds (a diverged seed included)
   // Over the seeds that did not diverge (NaN if none):
   double train_loss = NAN, train_loss_min = NAN, train_loss_max = NAN;
   double steps_to_solve = NAN;  // median over the seeds that reached it
@@ -188,17 +238,44 @@ std::string variant_kind(const ComparePlan& plan, const std::string& label);
 std::string reference_variant(const ComparePlan& plan);
 
 // A paired comparison of one variant with the reference at one (learning rate, setting): the
-// per-seed differences variant - reference of held-out accuracy. Paired when both runs of a seed
-// saw the same data (same task section, seed and batch size), else Welch's unpaired interval.
+// per-seed differences variant - reference. Paired when both runs of a seed saw the same data
+// (same task section, seed and batch size), else Welch's unpaired interval.
 struct Comparison {
   std::string variant, reference, setting;
   double lr = 0;
   bool paired = true;
   Interval trained_accuracy, unseen_accuracy;
+  Interval trained_loss;  // held-out loss on trained lengths (seeds that did not diverge)
+  Interval accuracy_auc;  // RunResult::accuracy_auc
+  bool accuracy_ceiling = false;  // every seed of both at accuracy 1: accuracy cannot tell them apart
 };
 std::vector<Comparison> compare_variants(const ComparePlan& plan, const std::vector<GroupSummary>& groups);
-// "higher by 0.12 (95% CI 0.05 to 0.19, 5 pairs)" or "no difference shown (...)".
+// "higher by 0.12 (95% CI +0.05 to +0.19, 5 pairs)", "identical in all 5 pairs (+0.000)", "the same
+// +0.010 in all 5 pairs", or "+0.004 (95% CI -0.010 to +0.018, 5 pairs)" when the interval holds 0.
 std::string describe_difference(const Interval& d, bool paired);
+
+// The three words of a comparison on one endpoint, after Holm's correction over the report's
+// family of tests (docs/compare.md): differs (the difference test rejects "no difference" and the
+// difference is not within the margin), equivalent within +-margin (two one-sided tests reject
+// "|difference| >= margin"), undecided (neither; with the seeds a decision would need).
+enum class Verdict { differs, equivalent, undecided, no_data };
+struct EndpointTest {
+  std::string endpoint;  // "held-out loss", "accuracy AUC", "accuracy"
+  double margin = 0;
+  Interval difference;
+  bool paired = true;
+  double p_difference = NAN, p_equivalence = NAN;        // unadjusted
+  double holm_difference = NAN, holm_equivalence = NAN;  // Holm-adjusted over the family
+  Verdict verdict = Verdict::no_data;
+  size_t seeds_needed = 0;  // undecided: pairs to decide (0: no number would, or not undecided)
+  bool seeds_for_equivalence = true;  // what seeds_needed would show: equivalence, else a difference
+};
+// Every comparison's tests on the trained-length endpoints held-out loss, accuracy AUC and final
+// accuracy, one family Holm-adjusted at alpha 0.05; [i][k] belongs to comparisons[i], endpoint k.
+std::vector<std::vector<EndpointTest>> test_comparisons(const std::vector<Comparison>& comparisons,
+                                                        const EquivalenceMargins& margins);
+// "equivalent within ±0.05 (−0.012, 90% CI −0.030 to +0.006, Holm p 0.004)" and the like.
+std::string describe_test(const EndpointTest& test);
 
 // The grid learning rates at which most seeds of a variant learned, per setting (ascending).
 std::vector<double> learned_lrs(const ComparePlan& plan, const std::vector<GroupSummary>& groups,

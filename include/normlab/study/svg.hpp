@@ -15,6 +15,9 @@ struct Series {
   bool dashed = false;
   bool markers = false;               // draw a dot at each point
   std::vector<bool> crossed;          // optional: draw an X instead of a dot (diverged run) at point i
+  // Optional per-seed values behind a mean or median: (point_x[i], point_y[i]) drawn as small open
+  // circles in the series' colour, so a reader sees the spread and n, not only the summary.
+  std::vector<double> point_x, point_y;
 };
 
 struct Chart {

@@ -43,6 +43,9 @@ struct GroupMetrics {
   double accuracy = 0.0;
   double sequence_accuracy = 0.0;
   std::optional<double> majority_accuracy;  // nullopt: no majority label known
+  // The share of targets whose prediction is the group's most frequent prediction (1: constant
+  // output); set for the trained group only, nullopt elsewhere.
+  std::optional<double> top_prediction_share;
 };
 
 // What the baselines need from the task and its training data.

@@ -19,10 +19,15 @@ namespace normlab::train {
 // filters (training lengths) or as errors naming the line (evaluation files).
 inline constexpr int32_t kMaxFileSequence = 4096;
 
-// The generated validation set does not depend on train.seed: runs with different seeds are
-// compared on the same examples. Masked-LM validation masks are fixed the same way.
+// The generated validation set is drawn per train.seed (valid_seed): a seed's spread then covers
+// the held-out sample too, while two runs of one seed (a paired comparison) see the same examples.
+// Masked-LM validation masks are fixed by kValidMaskSeed.
 inline constexpr uint64_t kValidSeed = 0x76616c6964ULL;      // "valid"
 inline constexpr uint64_t kValidMaskSeed = 0x6d61736b73ULL;  // "masks"
+// The generator seed of the validation set of a run with this train.seed.
+inline uint64_t valid_seed(const RunConfig& config) {
+  return data::derive_seed(kValidSeed, static_cast<uint64_t>(config.train.seed));
+}
 
 // The task the config names. mlm_text: the character vocabulary is read from task.train_file; a
 // data-defined task: its tokens and labels likewise (InputError "FILE: ..." naming what is wrong).
@@ -63,7 +68,7 @@ std::optional<data::Dataset> load_train_set(const RunConfig& config, const data:
 
 // The validation set: the first task.eval_examples examples of task.valid_file whose length is at
 // most task.eval_max_len, or task.eval_examples generated examples with lengths uniform in
-// [task.min_len, task.eval_max_len] from kValidSeed.
+// [task.min_len, task.eval_max_len] from valid_seed(config).
 data::Dataset load_valid_set(const RunConfig& config, const data::Task& task, io::StopFlag stop = nullptr,
                              FileUse* use = nullptr);
 
