@@ -13,6 +13,7 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace normlab {
@@ -145,11 +146,12 @@ void Pool::wait_for_region(uint32_t& seen) {
 
 void Pool::worker_loop() {
   t_is_worker = true;
+  // stop_ is checked after `seen` is read: resize() sets stop_ before it bumps region_, so a thread
+  // that starts late, after the bump, still sees the stop (else it would sleep on the new value).
   uint32_t seen = region_.load(std::memory_order_acquire);
-  for (;;) {
-    wait_for_region(seen);
-    if (stop_.load(std::memory_order_acquire)) return;
+  while (!stop_.load(std::memory_order_acquire)) {
     by_workers_.fetch_add(take_parts(), std::memory_order_relaxed);
+    wait_for_region(seen);
   }
 }
 
