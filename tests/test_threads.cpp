@@ -319,7 +319,7 @@ TEST_CASE("threads: the pool runs every part once, the caller takes a stalled wo
   }
 }
 
-TEST_CASE("threads: an exception from a part reaches the caller after every part is done; the pool still works") {
+TEST_CASE("threads: an exception from a part reaches the caller after every part is done, and the pool still works") {
   ThreadCountGuard guard;
   set_num_threads(2);
   std::vector<int> runs(16, 0);
