@@ -358,3 +358,19 @@ TEST_CASE("threads: training is bit-identical when a worker stalls after claimin
     check_same_bits(plain, stalled);
   }
 }
+
+TEST_CASE("threads: a thread-count change before every region restarts the workers cleanly") {
+  // A worker that starts only after the next stop request must still see it (a resize joins it).
+  ThreadCountGuard guard;
+  for (int region = 0; region < 300; ++region) {
+    const int threads = 2 + region % 2;
+    set_num_threads(threads);
+    std::vector<int64_t> sums(size_t(threads), 0);
+    for_blocks(1001, threads, [&](int64_t part, int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) sums[size_t(part)] += i;
+    });
+    int64_t total = 0;
+    for (int64_t s : sums) total += s;
+    CHECK(total == 1001 * 1000 / 2);
+  }
+}
