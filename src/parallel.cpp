@@ -20,10 +20,10 @@ namespace normlab {
 
 namespace {
 
-// How many times a thread with nothing to do checks for work (a pause between checks, ~40 ns on
-// the machines measured) before it sleeps on a futex: about 100 us, longer than the serial gaps
-// between the kernels of a step, shorter than a scheduler tick. A thread that spins long keeps a
-// core busy that another thread (or process) could use.
+// How many times a thread with nothing to do checks for work (a pause between checks, ~19 ns on
+// the EPYC of docs/PERFORMANCE.md) before it sleeps on a futex: about 40 us, longer than the serial
+// gaps between the kernels of a step, far shorter than a scheduler tick. A thread that spins long
+// keeps a core busy that another thread (or process) could use.
 constexpr int kSpinChecks = 2000;
 
 inline void cpu_pause() {
