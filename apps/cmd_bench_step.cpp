@@ -74,7 +74,7 @@ void run(const BenchStepOptions& options) {
              config.task.name, m.d_model, m.heads, m.layers, m.ffn, m.placement, m.norm, config.optim.name,
              r.batch_size, config.task.min_len, config.task.max_len);
   fmt::print("  {} parameters, {} thread{}{}, kernels: {}, median of {} steps after {} warmup\n", r.num_parameters,
-             r.threads, r.threads == 1 ? "" : "s", r.threads == 1 ? "" : " (" + r.openmp_wait + ")", r.kernels,
+             r.threads, r.threads == 1 ? "" : "s", r.threads == 1 ? "" : " (normlab's pool)", r.kernels,
              r.repeats, r.warmup);
   fmt::print("  step        {:9.3f} ms  (min {:.3f}, max {:.3f})\n", r.step_ms, r.min_step_ms, r.max_step_ms);
   fmt::print("  throughput  {:9.0f} tokens/s  ({:.0f} real tokens per batch)\n", r.tokens_per_s, r.mean_tokens);

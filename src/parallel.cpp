@@ -13,16 +13,17 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace normlab {
 
 namespace {
 
-// How many times a thread with nothing to do checks for work (a pause between checks, ~40 ns on
-// the machines measured) before it sleeps on a futex: about 100 us, longer than the serial gaps
-// between the kernels of a step, shorter than a scheduler tick. A thread that spins long keeps a
-// core busy that another thread (or process) could use.
+// How many times a thread with nothing to do checks for work (a pause between checks, ~19 ns on
+// the EPYC of docs/PERFORMANCE.md) before it sleeps on a futex: about 40 us, longer than the serial
+// gaps between the kernels of a step, far shorter than a scheduler tick. A thread that spins long
+// keeps a core busy that another thread (or process) could use.
 constexpr int kSpinChecks = 2000;
 
 inline void cpu_pause() {
@@ -145,11 +146,12 @@ void Pool::wait_for_region(uint32_t& seen) {
 
 void Pool::worker_loop() {
   t_is_worker = true;
+  // stop_ is checked after `seen` is read: resize() sets stop_ before it bumps region_, so a thread
+  // that starts late, after the bump, still sees the stop (else it would sleep on the new value).
   uint32_t seen = region_.load(std::memory_order_acquire);
-  for (;;) {
-    wait_for_region(seen);
-    if (stop_.load(std::memory_order_acquire)) return;
+  while (!stop_.load(std::memory_order_acquire)) {
     by_workers_.fetch_add(take_parts(), std::memory_order_relaxed);
+    wait_for_region(seen);
   }
 }
 

@@ -9,6 +9,7 @@
 // ~1e-4 (differences grow through the updates, which is also why bit-identity matters per count).
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -271,4 +272,105 @@ TEST_CASE("threads: RMSNorm, BatchNorm and DyT parameter gradients across 1, 2, 
       CAPTURE(names[i]);
       CHECK(max_relative(results[k][i], as_f64(results[0][i])) < 2e-6);
     }
+}
+
+// The pool (parallel.hpp): parts claimed from one counter by whichever thread is free. A worker
+// that stops after claiming a part (the test hook, as a descheduled thread would) must change
+// nothing: the caller takes the other parts and the region ends when the last part is done.
+namespace {
+struct WorkerDelayGuard {
+  explicit WorkerDelayGuard(int microseconds) { set_worker_delay_for_tests(microseconds); }
+  ~WorkerDelayGuard() { set_worker_delay_for_tests(0); }
+};
+}  // namespace
+
+TEST_CASE("threads: the pool runs every part once, the caller takes a stalled worker's share, nested calls stay serial") {
+  ThreadCountGuard guard;
+  for (int threads : {2, 3}) {
+    CAPTURE(threads);
+    set_num_threads(threads);
+    WorkerDelayGuard delay(300);
+    const PartCounts before = part_counts();
+    // Regions until a worker has run a part (a sleeping worker may wake after the caller has taken
+    // every part of a short region): each part busy for ~20 us, at most ~5 s in all.
+    for (int region = 0; region < 4000 && part_counts().by_workers == before.by_workers; ++region) {
+      const int64_t parts = 64;
+      std::vector<int> runs(size_t(parts), 0), nested_parts(size_t(parts), 0);
+      run_parts(parts, [&](int64_t part) {
+        runs[size_t(part)]++;
+        nested_parts[size_t(part)] = parallel_parts();
+        int64_t inner = 0;  // a nested region runs whole on this thread
+        run_parts(4, [&](int64_t) { inner++; });
+        CHECK(inner == 4);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+        while (std::chrono::steady_clock::now() < until) {
+        }
+      });
+      for (int64_t p = 0; p < parts; ++p) {
+        CHECK(runs[size_t(p)] == 1);
+        CHECK(nested_parts[size_t(p)] == 1);
+      }
+    }
+    const PartCounts after = part_counts();
+    // Both took part: a worker claimed parts (and slept on them), the caller ran the rest.
+    CHECK(after.by_workers > before.by_workers);
+    CHECK(after.by_caller > before.by_caller);
+    CHECK(parallel_parts() == threads);
+  }
+}
+
+TEST_CASE("threads: an exception from a part reaches the caller after every part is done, and the pool still works") {
+  ThreadCountGuard guard;
+  set_num_threads(2);
+  std::vector<int> runs(16, 0);
+  CHECK_THROWS_AS(run_parts(16,
+                            [&](int64_t part) {
+                              runs[size_t(part)]++;
+                              if (part == 5) throw std::runtime_error("part 5");
+                            }),
+                  std::runtime_error);
+  for (int r : runs) CHECK(r == 1);
+  int64_t sum = 0;
+  std::vector<int64_t> by_part(8, 0);
+  run_parts(8, [&](int64_t part) { by_part[size_t(part)] = part; });
+  for (int64_t v : by_part) sum += v;
+  CHECK(sum == 28);
+}
+
+TEST_CASE("threads: training is bit-identical when a worker stalls after claiming parts, at 2 and 3 threads") {
+  ThreadCountGuard guard;
+  TempDir dir;
+  for (int threads : {2, 3}) {
+    CAPTURE(threads);
+    RunConfig config = small_config(threads);
+    config.train.steps = 6;
+    config.train.checkpoint_every = 6;
+    config.train.eval_every = 6;
+    const std::string plain = dir.sub("plain" + std::to_string(threads));
+    const std::string stalled = dir.sub("stalled" + std::to_string(threads));
+    train_in(config, plain);
+    const PartCounts before = part_counts();
+    {
+      WorkerDelayGuard delay(200);
+      train_in(config, stalled);
+    }
+    CHECK(part_counts().by_workers > before.by_workers);
+    check_same_bits(plain, stalled);
+  }
+}
+
+TEST_CASE("threads: a thread-count change before every region restarts the workers cleanly") {
+  // A worker that starts only after the next stop request must still see it (a resize joins it).
+  ThreadCountGuard guard;
+  for (int region = 0; region < 300; ++region) {
+    const int threads = 2 + region % 2;
+    set_num_threads(threads);
+    std::vector<int64_t> sums(size_t(threads), 0);
+    for_blocks(1001, threads, [&](int64_t part, int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) sums[size_t(part)] += i;
+    });
+    int64_t total = 0;
+    for (int64_t s : sums) total += s;
+    CHECK(total == 1001 * 1000 / 2);
+  }
 }

@@ -81,7 +81,10 @@ struct PartCounts {
 };
 PartCounts part_counts();
 
-// How long an OpenMP thread with nothing to do spins before it sleeps. libgomp's default is
+// OpenMP's spin. normlab's kernels no longer open OpenMP regions (the pool above does their
+// threading; OpenMP is left for `omp simd`, the default thread count and callers' own regions), so
+// this setting now reaches only a caller's OpenMP regions; it is kept while the commands still set
+// it. How long an OpenMP thread with nothing to do spins before it sleeps. libgomp's default is
 // 300,000 spins (several milliseconds); normlab's commands that compute set GOMP_SPINCOUNT to this
 // instead, unless the user set GOMP_SPINCOUNT or OMP_WAIT_POLICY. Measured on a shared 2-core VM
 // (docs/PERFORMANCE.md, "OpenMP's spin"): with the default, 5 of 6 processes ran the 2-thread step

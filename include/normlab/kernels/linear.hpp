@@ -14,7 +14,7 @@
 
 namespace normlab::kernels {
 
-// out = inp @ weight^T (+ bias). bias may be nullptr. Threaded (OpenMP).
+// out = inp @ weight^T (+ bias). bias may be nullptr. Threaded (normlab's pool, parallel.hpp).
 void linear_forward(float* out,                                         // (N, OC)
                     const float* inp, const float* weight, const float* bias,  // (N, C), (OC, C), (OC)
                     int64_t N, int64_t C, int64_t OC);

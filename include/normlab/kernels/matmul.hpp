@@ -11,10 +11,11 @@
 // `accumulate` = true:  C += product.
 // K = 0 is allowed: C = 0, or C unchanged when accumulating. M = 0 or N = 0 does nothing.
 //
-// `parallel` = true splits the output tiles over the OpenMP threads (schedule(static)); products
-// smaller than about 2^17 multiply-adds run on the calling thread anyway (a team costs more).
-// `parallel` = false runs on the calling thread only: use it from inside your own OpenMP loop
-// (attention calls one GEMM per sequence and head), since normlab never nests OpenMP regions.
+// `parallel` = true splits the output tiles over the threads of normlab's pool (parallel.hpp: one
+// contiguous block of tiles per part); products smaller than about 2^17 multiply-adds run on the
+// calling thread anyway (a region costs more). `parallel` = false runs on the calling thread only:
+// use it from inside your own parallel loop (attention calls one GEMM per sequence and head); a
+// call from inside a part or an OpenMP region runs as one part anyway.
 // The serial path is safe to call from several threads at once.
 //
 // Determinism: every element of C is computed by exactly one thread, as
