@@ -291,7 +291,7 @@ TEST_CASE("report numbers: findings and the Answer on a fixture with known answe
   CHECK(all.find("Exploded (held-out loss above 2x the uniform guess's, or residual RMS grown 100x): "
                  "model.norm=none at lr 0.03 (3/3: held-out loss 50 (over 2x the uniform guess's)).") !=
         std::string::npos);
-  CHECK(all.find("Stable learning-rate range (grid rates at which most seeds learned): model.norm=layernorm "
+  CHECK(all.find("Stable learning-rate range (tested rates at which most seeds learned): model.norm=layernorm "
                  "0.001–0.03 (2 of 2); model.norm=none 0.001 (1 of 2).") != std::string::npos);
   // The tests and their family, said once.
   CHECK(all.find("Tests: 2 comparisons against model.norm=layernorm × 3 endpoints on trained lengths (held-out loss, "

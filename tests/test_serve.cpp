@@ -515,7 +515,7 @@ TEST_CASE("serve: 100 slow clients and 8 idle keep-alive ones do not delay a nor
     idle.push_back(fd);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  for (const std::string& target : {"/run1/metrics.jsonl", "/"}) {
+  for (const std::string target : {"/run1/metrics.jsonl", "/"}) {
     const auto start = std::chrono::steady_clock::now();
     const Response r = http_get(serve.port, target);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -604,7 +604,7 @@ TEST_CASE("serve: GET and HEAD only (405), nosniff, a strict CSP and a sandbox f
   std::ofstream(tmp.path / "runs" / "run1" / "evil.html") << "<title>x</title><script>document.title='RAN'</script>";
   ServeProcess serve(tmp, tmp.sub("runs"));
   REQUIRE_MESSAGE(serve.port > 0, read_text(serve.err_path));
-  for (const std::string& method : {"POST", "PUT", "DELETE", "PATCH", "OPTIONS"}) {
+  for (const std::string method : {"POST", "PUT", "DELETE", "PATCH", "OPTIONS"}) {
     const Response r = http_get(serve.port, "/run1/metrics.jsonl", method, "Content-Length: 0\r\n");
     INFO(method);
     CHECK(r.status == 405);
@@ -621,7 +621,7 @@ TEST_CASE("serve: GET and HEAD only (405), nosniff, a strict CSP and a sandbox f
   CHECK(csp.rfind("default-src 'none'; script-src 'sha256-", 0) == 0);
   CHECK(csp.find("'unsafe-inline'") == std::string::npos);
   CHECK(csp.find("style-src 'sha256-") != std::string::npos);
-  for (const std::string& target : {"/run1/evil.html", "/run1/metrics.jsonl", "/run1/missing.txt", "/runs.csv"}) {
+  for (const std::string target : {"/run1/evil.html", "/run1/metrics.jsonl", "/run1/missing.txt", "/runs.csv"}) {
     const Response r = http_get(serve.port, target);
     INFO(target);
     CHECK(header_of(r, "X-Content-Type-Options") == "nosniff");
@@ -708,7 +708,7 @@ TEST_CASE("serve: percent-encoded dot segments that stay inside DIR are refused,
   ServeProcess serve(tmp, dir.string());
   REQUIRE_MESSAGE(serve.port > 0, read_text(serve.err_path));
   CHECK(http_get(serve.port, "/run/metrics.jsonl").status == 200);
-  for (const std::string& target : {"/run/%2enormlab.lock", "/run/%2Enormlab.lock", "/run/%2e%2e/run/metrics.jsonl",
+  for (const std::string target : {"/run/%2enormlab.lock", "/run/%2Enormlab.lock", "/run/%2e%2e/run/metrics.jsonl",
                                     "/run/%2E%2E/run/metrics.jsonl", "/run/%2e/metrics.jsonl", "/run/./metrics.jsonl",
                                     "/run/../run/metrics.jsonl", "/run/.%2e/run/metrics.jsonl"}) {
     const Response r = http_get(serve.port, target);

@@ -858,11 +858,21 @@ std::vector<double> learned_lrs(const ComparePlan& plan, const std::vector<Group
 
 namespace {
 
-// "0.001–0.03" for a contiguous run of grid rates, else the list.
-std::string lr_range(const ComparePlan& plan, const std::vector<double>& lrs) {
+// The learning rates at which a variant was run at one setting, ascending: the grid's rates, or
+// the rates a learning-rate search tried for this variant (each variant's own).
+std::vector<double> tested_lrs(const ComparePlan& plan, const std::vector<GroupSummary>& groups,
+                               const std::string& variant, const std::string& setting) {
+  std::vector<double> out;
+  for (double lr : plan.lrs)
+    if (find(groups, variant, lr, setting)) out.push_back(lr);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// "0.001–0.03" for a contiguous run of the rates the variant was run at (`tested`), else the list.
+std::string lr_range(const std::vector<double>& tested, const std::vector<double>& lrs) {
   if (lrs.empty()) return "none";
-  std::vector<double> grid = plan.lrs;
-  std::sort(grid.begin(), grid.end());
+  const std::vector<double>& grid = tested;
   const auto first = std::find(grid.begin(), grid.end(), lrs.front());
   const bool contiguous = size_t(grid.end() - first) >= lrs.size() && std::equal(lrs.begin(), lrs.end(), first);
   if (lrs.size() == 1) return detail::format_lr(lrs.front());
@@ -909,8 +919,9 @@ std::string variant_outcomes(const ComparePlan& plan, const std::vector<GroupSum
                                  g->learned_or_solved(), g->runs.size(), failures.empty() ? "" : "; " + failures);
       continue;
     }
+    const std::vector<double> tested = tested_lrs(plan, groups, variant, setting);
     per_variant += fmt::format("{}{} learned at {} of {} learning rates ({}){}{}", per_variant.empty() ? "" : "; ",
-                               variant, ok.size(), plan.lrs.size(), lr_range(plan, ok),
+                               variant, ok.size(), tested.size(), lr_range(tested, ok),
                                solved.empty() ? ", solved at none" : ", solved at " + solved,
                                failures.empty() ? "" : " — " + failures);
   }
@@ -1110,10 +1121,11 @@ std::vector<std::string> findings(const ComparePlan& plan, const std::vector<Gro
       std::string list;
       for (const std::string& variant : plan.variants) {
         const std::vector<double> ok = learned_lrs(plan, groups, variant, setting);
-        list += fmt::format("{}{} {} ({} of {})", list.empty() ? "" : "; ", variant, lr_range(plan, ok), ok.size(),
-                            plan.lrs.size());
+        const std::vector<double> tested = tested_lrs(plan, groups, variant, setting);
+        list += fmt::format("{}{} {} ({} of {})", list.empty() ? "" : "; ", variant, lr_range(tested, ok), ok.size(),
+                            tested.size());
       }
-      out.push_back(fmt::format("Stable learning-rate range (grid rates at which most seeds learned){}: {}.",
+      out.push_back(fmt::format("Stable learning-rate range (tested rates at which most seeds learned){}: {}.",
                                 plan.settings.size() > 1 ? ", " + setting : "", list));
     }
   // Speed: steps to solve where some variant solved.
