@@ -1027,15 +1027,18 @@ std::vector<std::string> answer(const ComparePlan& plan, const std::vector<Group
     if (variant_kind(plan, label) == "none" && none_label.empty()) none_label = label;
   const std::vector<Comparison> comparisons = compare_variants(plan, groups);
   const std::vector<std::vector<EndpointTest>> tests = test_comparisons(comparisons, plan.equivalence);
+  // A search answers with boundaries first; its per-rate outcomes (each variant at its own rates) are
+  // in the Findings and the boundary table, not repeated here.
+  const bool search = plan.search.enabled();
+  for (std::string& sentence : boundary_sentences(plan, groups)) out.push_back(std::move(sentence));
   for (const std::string& setting : plan.settings) {
     const std::string prefix = plan.settings.size() > 1 ? (setting.empty() ? "" : setting + ": ") : "";
-    out.push_back(prefix + variant_outcomes(plan, groups, setting) + ".");
-    if (!none_label.empty() && plan.variants.size() > 1 && plan.lrs.size() > 1)
+    if (!search) out.push_back(prefix + variant_outcomes(plan, groups, setting) + ".");
+    if (!search && !none_label.empty() && plan.variants.size() > 1 && plan.lrs.size() > 1)
       out.push_back(prefix + headroom_verdict(plan, groups, setting, none_label));
     if (std::string d = learned_differences(plan, groups, comparisons, tests, setting, reference, prefix); !d.empty())
       out.push_back(d);
   }
-  for (std::string& sentence : boundary_sentences(plan, groups)) out.push_back(std::move(sentence));
   if (std::string u = unseen_sentence(plan, groups); !u.empty()) out.push_back(u);
   const int seeds = seeds_per_cell(groups);
   if (seeds > 0 && size_t(seeds) < kMinSeeds)

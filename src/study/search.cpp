@@ -284,7 +284,7 @@ std::vector<VariantBoundary> lr_boundaries(const ComparePlan& plan, const std::v
   if (!plan.search.enabled()) return out;
   for (const std::string& setting : plan.settings)
     for (const std::string& variant : plan.variants) {
-      VariantBoundary vb{variant, setting, {}, {}, {}, 0};
+      VariantBoundary vb{variant, setting, {}, {}, {}, 0, {}};
       for (const GroupSummary& g : groups)
         if (g.variant == variant && g.setting == setting) vb.tested.push_back(rate_outcome(g.lr, g.runs));
       std::sort(vb.tested.begin(), vb.tested.end(), [](const auto& a, const auto& b) { return a.lr < b.lr; });
@@ -297,6 +297,7 @@ std::vector<VariantBoundary> lr_boundaries(const ComparePlan& plan, const std::v
           continue;
         for (const RunResult* r : g.runs) {
           const Outcome o = classify(*r);
+          if (o != Outcome::unfinished) vb.runs_above.push_back(r);
           if (has_learned(o) || o == Outcome::unfinished || o == Outcome::not_evaluated) continue;
           ++vb.failures_above[outcome_name(o)];
           ++vb.failing_above;
@@ -308,15 +309,6 @@ std::vector<VariantBoundary> lr_boundaries(const ComparePlan& plan, const std::v
 }
 
 namespace {
-
-// "collapsed 4, diverged 3": outcome counts, most frequent first.
-std::string failure_counts(const std::map<std::string, int>& counts) {
-  std::vector<std::pair<std::string, int>> sorted(counts.begin(), counts.end());
-  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  std::string out;
-  for (const auto& [name, n] : sorted) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", name, n);
-  return out;
-}
 
 // "0.0213 [95% CI 0.0150, > 0.3]"
 std::string boundary_interval(const BoundaryFit& f) {
@@ -340,7 +332,7 @@ std::string variant_sentence(const VariantBoundary& vb, const LrSearchSpec& spec
       const RateOutcome& best = vb.tested[peak_index(vb.tested)];
       return fmt::format("{}: most seeds learned at no rate from {} to {} (best {}/{} at lr {}); its runs: {}.",
                          vb.variant, format_rate(vb.tested.front().lr), format_rate(f.top_lr), best.learned, best.runs,
-                         format_rate(best.lr), failure_counts(vb.failures_above));
+                         format_rate(best.lr), describe_failures(vb.runs_above));
     }
     case BoundaryFit::Kind::never_failed:
       return fmt::format("{}: most seeds learned at every rate from {} up to {}{}: no boundary in the searched range.",
@@ -352,8 +344,8 @@ std::string variant_sentence(const VariantBoundary& vb, const LrSearchSpec& spec
   std::string s = fmt::format(
       "{}: half the seeds learn at lr {} (logistic fit on {} runs at {} rates from {}, profile likelihood)", vb.variant,
       boundary_interval(f), f.fitted_runs, f.fitted_rates, format_rate(f.peak_lr));
-  if (vb.failing_above > 0)
-    s += fmt::format("; above it, the runs that did not learn: {}", failure_counts(vb.failures_above));
+  // How the runs above the boundary ended, named from their diagnostics (describe_failures).
+  if (vb.failing_above > 0) s += fmt::format("; above it: {}", describe_failures(vb.runs_above));
   return s + ".";
 }
 

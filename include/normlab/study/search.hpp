@@ -86,6 +86,7 @@ struct VariantBoundary {
   BoundaryFit fit;
   std::map<std::string, int> failures_above;
   int failing_above = 0;
+  std::vector<const RunResult*> runs_above;  // every finished run above the boundary, for the evidence
 };
 std::vector<VariantBoundary> lr_boundaries(const ComparePlan& plan, const std::vector<GroupSummary>& groups);
 
