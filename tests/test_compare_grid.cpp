@@ -130,13 +130,16 @@ TEST_CASE("reuse: a started run whose resolved config differs is reported with i
 TEST_CASE("grid: the committed compare configs load and expand as docs/EXPERIMENTS.md says") {
   const std::string configs = std::string(NORMLAB_SOURCE_DIR) + "/configs/";
   const study::ComparePlan demo = study::load_compare_plan(configs + "demo.json");
-  CHECK(demo.runs.size() == 60);
-  // The replication grid is the demo with seeds 5-9: the same runs but for train.seed.
+  // A search: round 0 is 4 rates x 4 variants x 2 warmup settings x 5 seeds; the refinement
+  // rounds' runs are added as outcomes come in (at most 2 x 1 rate per variant and setting).
+  CHECK(demo.runs.size() == 160);
+  CHECK(demo.search.enabled());
+  // The replication grid is the demo with seeds 20-24: the same runs but for train.seed.
   const study::ComparePlan replication = study::load_compare_plan(configs + "demo-replication.json");
   REQUIRE(replication.runs.size() == demo.runs.size());
   for (size_t i = 0; i < demo.runs.size(); ++i) {
     nlohmann::json a = demo.runs[i].config, b = replication.runs[i].config;
-    CHECK(b["train"]["seed"].get<uint64_t>() == a["train"]["seed"].get<uint64_t>() + 5);
+    CHECK(b["train"]["seed"].get<uint64_t>() == a["train"]["seed"].get<uint64_t>() + 20);
     a["train"].erase("seed"), b["train"].erase("seed");
     CHECK(a == b);
   }
