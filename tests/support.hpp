@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -62,6 +63,19 @@ inline std::string read_text(const std::string& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
+}
+
+// run_normlab: `normlab ARGS` through the shell (ARGS as one command-line string, quoted by the caller), its
+// stdout and stderr kept in files of `dir` and returned with the exit code (-1: killed by a signal).
+struct Cli {
+  int code = -1;
+  std::string out, err;
+};
+inline Cli run_normlab(const TempDir& dir, const std::string& args) {
+  const std::string out = dir.sub("stdout.txt"), err = dir.sub("stderr.txt");
+  const std::string command = std::string("\"") + NORMLAB_BINARY + "\" " + args + " >\"" + out + "\" 2>\"" + err + "\"";
+  const int status = std::system(command.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out), read_text(err)};
 }
 
 // `normlab ARGS...` started with fork + execv, stdout and stderr appended to files. `before_exec`

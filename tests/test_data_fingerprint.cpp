@@ -23,22 +23,12 @@
 using namespace normlab;
 using nlohmann::json;
 using normlab::test::read_text;
+using normlab::test::Cli;
+using normlab::test::run_normlab;
 using normlab::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct Cli {
-  int code = -1;
-  std::string out, err;
-};
-
-Cli run_cli(const TempDir& dir, const std::string& args) {
-  const std::string out = dir.sub("stdout.txt"), err = dir.sub("stderr.txt");
-  const std::string command = std::string("\"") + NORMLAB_BINARY + "\" " + args + " >\"" + out + "\" 2>\"" + err + "\"";
-  const int status = std::system(command.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out), read_text(err)};
-}
 
 // `sha256sum FILE`'s 64 digits, or "" when the tool is missing.
 std::string sha256sum(const std::string& path) {
@@ -81,7 +71,7 @@ void train_four_steps(const TempDir& dir) {
   dir.write("train.jsonl", sentiment_lines(40, 0, false));
   dir.write("valid.jsonl", sentiment_lines(20, 100, false));
   dir.write("config.json", kRunConfig);
-  const Cli first = run_cli(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run")));
+  const Cli first = run_normlab(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run")));
   INFO(first.err);
   REQUIRE(first.code == 0);
 }
@@ -178,7 +168,7 @@ TEST_CASE("resume: labels swapped in the training file (same words, same line co
   train_four_steps(dir);
   dir.write("train.jsonl", sentiment_lines(40, 0, true));
   const auto before = snapshot(dir.sub("run"));
-  const Cli resumed = run_cli(dir, fmt::format("train --resume {} --set train.steps=6", dir.sub("run")));
+  const Cli resumed = run_normlab(dir, fmt::format("train --resume {} --set train.steps=6", dir.sub("run")));
   CHECK(resumed.code == 2);
   CHECK(resumed.err.find("normlab: error: " + fs::absolute(dir.sub("train.jsonl")).lexically_normal().string() +
                          " (task.train_file): its content changed") != std::string::npos);
@@ -192,13 +182,13 @@ TEST_CASE("resume: a validation file edited in place is refused, nothing changed
   train_four_steps(dir);
   dir.write("valid.jsonl", sentiment_lines(5, 100, false));  // 20 lines became 5
   const auto before = snapshot(dir.sub("run"));
-  const Cli resumed = run_cli(dir, fmt::format("train --resume {} --set train.steps=6", dir.sub("run")));
+  const Cli resumed = run_normlab(dir, fmt::format("train --resume {} --set train.steps=6", dir.sub("run")));
   CHECK(resumed.code == 2);
   CHECK(resumed.err.find("valid.jsonl (task.valid_file): its content changed") != std::string::npos);
   CHECK(snapshot(dir.sub("run")) == before);
   // Restored, the resume goes on.
   dir.write("valid.jsonl", sentiment_lines(20, 100, false));
-  CHECK(run_cli(dir, fmt::format("train --resume {} --set train.steps=6", dir.sub("run"))).code == 0);
+  CHECK(run_normlab(dir, fmt::format("train --resume {} --set train.steps=6", dir.sub("run"))).code == 0);
 }
 
 TEST_CASE("resume: --accept-changed-data continues on the new content and data.json records it") {
@@ -208,7 +198,7 @@ TEST_CASE("resume: --accept-changed-data continues on the new content and data.j
   dir.write("train.jsonl", sentiment_lines(40, 0, true));
   const std::string new_digest = io::sha256_file(dir.sub("train.jsonl")).sha256;
   const Cli resumed =
-      run_cli(dir, fmt::format("train --resume {} --set train.steps=6 --accept-changed-data", dir.sub("run")));
+      run_normlab(dir, fmt::format("train --resume {} --set train.steps=6 --accept-changed-data", dir.sub("run")));
   INFO(resumed.err);
   CHECK(resumed.code == 0);
   CHECK(resumed.err.find("--accept-changed-data: ") != std::string::npos);
@@ -221,10 +211,10 @@ TEST_CASE("resume: --accept-changed-data continues on the new content and data.j
   CHECK(change.at("sha256_before") == old_digest);
   CHECK(change.at("sha256_after") == new_digest);
   // The checkpoint now records the new content: a plain resume on it is accepted.
-  CHECK(run_cli(dir, fmt::format("train --resume {} --set train.steps=8", dir.sub("run"))).code == 0);
+  CHECK(run_normlab(dir, fmt::format("train --resume {} --set train.steps=8", dir.sub("run"))).code == 0);
   CHECK(json::parse(read_text(dir.sub("run/data.json"))).at("accepted_changes").size() == 1);
   // The flag means nothing for a new run.
-  const Cli fresh = run_cli(dir, fmt::format("train --config {} --out {} --accept-changed-data", dir.sub("config.json"),
+  const Cli fresh = run_normlab(dir, fmt::format("train --config {} --out {} --accept-changed-data", dir.sub("config.json"),
                                              dir.sub("run2")));
   CHECK(fresh.code == 2);
   CHECK(fresh.err.find("--accept-changed-data: only with --resume") != std::string::npos);
@@ -235,14 +225,14 @@ TEST_CASE("eval: prints the sha256 of what it evaluated and notes a validation f
   TempDir dir;
   train_four_steps(dir);
   const std::string other = dir.write("other.jsonl", sentiment_lines(7, 50, false));
-  const Cli on_file = run_cli(dir, fmt::format("eval --run {} --data {}", dir.sub("run"), other));
+  const Cli on_file = run_normlab(dir, fmt::format("eval --run {} --data {}", dir.sub("run"), other));
   CHECK(on_file.code == 0);
   CHECK(on_file.out.find("(sha256 " + io::sha256_file(other).sha256 + ")") != std::string::npos);
-  const Cli as_json = run_cli(dir, fmt::format("eval --run {} --data {} --json", dir.sub("run"), other));
+  const Cli as_json = run_normlab(dir, fmt::format("eval --run {} --data {} --json", dir.sub("run"), other));
   CHECK(json::parse(as_json.out).at("data_sha256") == io::sha256_file(other).sha256);
-  CHECK(run_cli(dir, fmt::format("eval --run {}", dir.sub("run"))).out.find("note:") == std::string::npos);
+  CHECK(run_normlab(dir, fmt::format("eval --run {}", dir.sub("run"))).out.find("note:") == std::string::npos);
   dir.write("valid.jsonl", sentiment_lines(20, 100, true));
-  const Cli changed = run_cli(dir, fmt::format("eval --run {}", dir.sub("run")));
+  const Cli changed = run_normlab(dir, fmt::format("eval --run {}", dir.sub("run")));
   CHECK(changed.code == 0);
   CHECK(changed.out.find("note: ") != std::string::npos);
   CHECK(changed.out.find("valid.jsonl (task.valid_file): its content changed") != std::string::npos);
@@ -257,22 +247,22 @@ TEST_CASE("compare: a run whose training file changed is not reused - named with
   const std::string config =
       dir.write("compare.json", R"({"base": "base.json", "set": {}, "grid": {"variants": ["pre-ln"]}})");
   const std::string out = dir.sub("out");
-  const Cli first = run_cli(dir, fmt::format("compare --config {} --out {}", config, out));
+  const Cli first = run_normlab(dir, fmt::format("compare --config {} --out {}", config, out));
   INFO(first.err);
   REQUIRE(first.code == 0);
   const std::string run = out + "/runs/" + fs::directory_iterator(out + "/runs")->path().filename().string();
   const auto before = snapshot(run);
-  CHECK(run_cli(dir, fmt::format("compare --config {} --out {}", config, out)).code == 0);  // unchanged: reused
+  CHECK(run_normlab(dir, fmt::format("compare --config {} --out {}", config, out)).code == 0);  // unchanged: reused
   CHECK(snapshot(run) == before);
 
   dir.write("train.jsonl", sentiment_lines(40, 0, true));
-  const Cli stale = run_cli(dir, fmt::format("compare --config {} --out {}", config, out));
+  const Cli stale = run_normlab(dir, fmt::format("compare --config {} --out {}", config, out));
   CHECK(stale.code == 2);
   CHECK(stale.err.find("normlab: error: " + run + ": was trained on other data than the compare config asks for now") !=
         std::string::npos);
   CHECK(stale.err.find("train.jsonl (task.train_file): its content changed") != std::string::npos);
   CHECK(snapshot(run) == before);
-  const Cli retrained = run_cli(dir, fmt::format("compare --config {} --out {} --retrain-changed", config, out));
+  const Cli retrained = run_normlab(dir, fmt::format("compare --config {} --out {} --retrain-changed", config, out));
   INFO(retrained.err);
   CHECK(retrained.code == 0);
   CHECK(json::parse(read_text(run + "/data.json")).at("files").at("task.train_file").at("sha256") ==
@@ -282,14 +272,14 @@ TEST_CASE("compare: a run whose training file changed is not reused - named with
 TEST_CASE("bench sha256: hashes the file it is given, and wants exactly one of --file and --megabytes") {
   TempDir dir;
   const std::string path = dir.write("data.jsonl", sentiment_lines(200, 0, false));
-  const Cli timed = run_cli(dir, fmt::format("bench sha256 --file {} --repeats 2 --json", path));
+  const Cli timed = run_normlab(dir, fmt::format("bench sha256 --file {} --repeats 2 --json", path));
   REQUIRE(timed.code == 0);
   const json result = json::parse(timed.out);
   CHECK(result.at("sha256") == io::sha256_file(path).sha256);
   CHECK(result.at("bytes") == fs::file_size(path));
   CHECK(result.at("median_s").get<double>() >= 0.0);
-  const Cli neither = run_cli(dir, "bench sha256");
+  const Cli neither = run_normlab(dir, "bench sha256");
   CHECK(neither.code == 2);
   CHECK(neither.err.find("give one of --file FILE or --megabytes N") != std::string::npos);
-  CHECK(run_cli(dir, fmt::format("bench sha256 --file {}", dir.sub("missing"))).code == 2);
+  CHECK(run_normlab(dir, fmt::format("bench sha256 --file {}", dir.sub("missing"))).code == 2);
 }

@@ -15,6 +15,8 @@
 
 using namespace normlab;
 using normlab::test::read_text;
+using normlab::test::Cli;
+using normlab::test::run_normlab;
 using normlab::test::TempDir;
 
 namespace {
@@ -37,18 +39,6 @@ std::string plan_error(const TempDir& dir, const std::string& text) {
     return error.what();
   }
   return "";
-}
-
-struct Cli {
-  int code = -1;
-  std::string out, err;
-};
-
-Cli run_cli(const TempDir& dir, const std::string& args) {
-  const std::string out = dir.sub("stdout.txt"), err = dir.sub("stderr.txt");
-  const std::string command = std::string("\"") + NORMLAB_BINARY + "\" " + args + " >\"" + out + "\" 2>\"" + err + "\"";
-  const int status = std::system(command.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out), read_text(err)};
 }
 
 const char* kTiny = R"({
@@ -104,7 +94,7 @@ TEST_CASE("messages: errors found while the data loads still name the config fil
     "task": {"name": "sequence_classification", "train_file": "train.jsonl", "valid_file": "train.jsonl",
              "max_len": 8, "eval_max_len": 8},
     "train": {"steps": 2, "batch_size": 2, "threads": 1}})");
-  const Cli cli = run_cli(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run")));
+  const Cli cli = run_normlab(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run")));
   CHECK(cli.code == 2);
   CHECK(cli.err.find("normlab: error: " + dir.sub("config.json") + ": model.vocab_size: must be at least") == 0);
 }
@@ -112,10 +102,10 @@ TEST_CASE("messages: errors found while the data loads still name the config fil
 TEST_CASE("messages: report --label may stand before the run directories") {
   TempDir dir;
   dir.write("tiny.json", kTiny);
-  REQUIRE(run_cli(dir, fmt::format("train --config {} --out {}", dir.sub("tiny.json"), dir.sub("a"))).code == 0);
-  REQUIRE(run_cli(dir, fmt::format("train --config {} --out {} --set model.norm=none", dir.sub("tiny.json"),
+  REQUIRE(run_normlab(dir, fmt::format("train --config {} --out {}", dir.sub("tiny.json"), dir.sub("a"))).code == 0);
+  REQUIRE(run_normlab(dir, fmt::format("train --config {} --out {} --set model.norm=none", dir.sub("tiny.json"),
                                    dir.sub("b"))).code == 0);
-  const Cli cli = run_cli(dir, fmt::format("report --label LN={} --label none={} {} {} --out {}", dir.sub("a"),
+  const Cli cli = run_normlab(dir, fmt::format("report --label LN={} --label none={} {} {} --out {}", dir.sub("a"),
                                            dir.sub("b"), dir.sub("a"), dir.sub("b"), dir.sub("report")));
   INFO(cli.err);
   CHECK(cli.code == 0);

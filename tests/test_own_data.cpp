@@ -26,22 +26,12 @@ using namespace normlab;
 using namespace normlab::train;
 using nlohmann::json;
 using normlab::test::read_text;
+using normlab::test::Cli;
+using normlab::test::run_normlab;
 using normlab::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct Cli {
-  int code = -1;
-  std::string out, err;
-};
-
-Cli run_cli(const TempDir& dir, const std::string& args) {
-  const std::string out = dir.sub("stdout.txt"), err = dir.sub("stderr.txt");
-  const std::string command = std::string("\"") + NORMLAB_BINARY + "\" " + args + " >\"" + out + "\" 2>\"" + err + "\"";
-  const int status = std::system(command.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out), read_text(err)};
-}
 
 // Shift-by-one over color words: target[i] = token[i-1], "<s>" first. Lengths 1..max_len.
 std::string shift_lines(int count, int max_len, unsigned seed) {
@@ -152,11 +142,11 @@ TEST_CASE("own data: a token_classification run saves its vocabulary - eval and 
   CHECK(p.predicted.size() == 3);
   CHECK_FALSE(p.expected.has_value());
   // The CLI prints labels and no rule's answer, and names the task by its label.
-  const Cli cli = run_cli(dir, fmt::format("predict --run {} --input \"red purple blue\"", dir.sub("run")));
+  const Cli cli = run_normlab(dir, fmt::format("predict --run {} --input \"red purple blue\"", dir.sub("run")));
   CHECK(cli.code == 0);
   CHECK(cli.out.find("predicted: ") != std::string::npos);
   CHECK(cli.out.find("expected") == std::string::npos);
-  const Cli json_cli = run_cli(dir, fmt::format("predict --run {} --input \"gold\" --json", dir.sub("run")));
+  const Cli json_cli = run_normlab(dir, fmt::format("predict --run {} --input \"gold\" --json", dir.sub("run")));
   CHECK(json::parse(json_cli.out).at("task") == "shift-by-one");
 }
 
@@ -184,24 +174,24 @@ TEST_CASE("own data: a sequence_classification run from the CLI logs its files a
              "max_len": 6, "eval_max_len": 8, "eval_examples": 10, "bucket_width": 4},
     "optim": {"lr": 0.01, "warmup_steps": 2},
     "train": {"steps": 4, "batch_size": 8, "eval_every": 0, "threads": 1}})");
-  const Cli train_cli = run_cli(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run")));
+  const Cli train_cli = run_normlab(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run")));
   REQUIRE(train_cli.code == 0);
   CHECK(train_cli.err.find("task " + fs::path(dir.path).filename().string() + "/train.jsonl (sequence_classification") !=
         std::string::npos);
   // Of the 30 training lines, lengths 7 and 8 (i = 6, 7, 14, 15, 22, 23) are longer than 6.
   CHECK(train_cli.err.find("used 24 of 30 lines: 6 longer than task.max_len 6") != std::string::npos);
   CHECK(train_cli.out.find("trained lengths") != std::string::npos);
-  const Cli eval_cli = run_cli(dir, fmt::format("eval --run {}", dir.sub("run")));
+  const Cli eval_cli = run_normlab(dir, fmt::format("eval --run {}", dir.sub("run")));
   CHECK(eval_cli.code == 0);
   CHECK(eval_cli.out.find("trained lengths") != std::string::npos);
   CHECK(eval_cli.out.find("unseen lengths") != std::string::npos);
-  const Cli predict_cli = run_cli(dir, fmt::format("predict --run {} --input \"good good bad\"", dir.sub("run")));
+  const Cli predict_cli = run_normlab(dir, fmt::format("predict --run {} --input \"good good bad\"", dir.sub("run")));
   CHECK(predict_cli.code == 0);
   CHECK(predict_cli.out.find("label:") != std::string::npos);
   CHECK(predict_cli.out.find("expected") == std::string::npos);
   // An unknown label in the validation file is exit 2 with the line.
   dir.write("valid.jsonl", valid + "{\"tokens\": \"good\", \"label\": \"meh\"}\n");
-  const Cli bad = run_cli(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run2")));
+  const Cli bad = run_normlab(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run2")));
   CHECK(bad.code == 2);
   CHECK(bad.err.find("valid.jsonl:11: label: label \"meh\" does not occur in the training file") != std::string::npos);
 }
@@ -246,7 +236,7 @@ TEST_CASE("resume: extending a finished run keeps the lr continuous at the seam 
     trainer.start(dir.sub("run"));
     trainer.fit();
   }
-  const Cli cli = run_cli(dir, fmt::format("train --resume {} --set train.steps=3e1", dir.sub("run")));
+  const Cli cli = run_normlab(dir, fmt::format("train --resume {} --set train.steps=3e1", dir.sub("run")));
   REQUIRE(cli.code == 0);
   CHECK(cli.err.find("lr schedule: train.steps is now 30") != std::string::npos);
   std::vector<double> lr(31, -1.0);
