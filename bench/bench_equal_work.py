@@ -18,7 +18,7 @@ bound is the time of the step's counted products (bench step's flops_per_step) a
 fastest 1-thread 512^3 GEMM rate seen in the run (times the threads), the ceiling torch's step over
 it: about the largest speed-up any kernels could reach, since the step also has norms, softmax,
 exps and Adam, and its products are smaller than 512^3 (so they run no faster). Medians
-throughout; the default is 1 thread (issue 12's table); the machine should be idle (`uptime`).
+throughout; the default is 1 thread; the machine should be idle (`uptime`).
 
 --isa sets NORMLAB_ISA for the normlab runs only. PyTorch always runs at its best: the script
 re-executes itself without OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (a machine that sets them, say

@@ -197,7 +197,7 @@ def main():
                         help="repeat PyTorch and normlab this many times, alternating which goes first, and "
                              "report the median best-vs-best ratio (with --normlab)")
     parser.add_argument("--target", type=float, default=4.0,
-                        help="the best-vs-best throughput ratio to print beside the result (issue 12: 4 for "
+                        help="the best-vs-best throughput ratio to print beside the result (4 for "
                              "configs/bench-step.json, 2 for configs/bench-step-large.json)")
     torch_malloc.add_argument(parser)
     args = parser.parse_args()

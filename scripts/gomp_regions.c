@@ -5,7 +5,8 @@
 //   gcc -O2 -shared -fPIC -fopenmp -o /tmp/gomp_regions.so scripts/gomp_regions.c -ldl
 //   SHIM_OUT=/tmp/regions.txt LD_PRELOAD=/tmp/gomp_regions.so build/normlab bench step ...
 //   python3 scripts/gomp_regions.py /tmp/regions.txt build/normlab STEPS   (STEPS = repeats + 3 warmup)
-// Not part of the build: a measuring tool (docs/PERFORMANCE.md, "Issue 26 part 3").
+// Not part of the build: a measuring tool. The kernels now thread on normlab's own pool
+// (include/normlab/parallel.hpp), not OpenMP, so it sees only a caller's own OpenMP regions.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@ Prints `lines  file:line  name` for each, longest first, then a count. A heurist
 compiler: it strips comments, strings and character literals, tracks brace depth, and takes a `{`
 as a function body when it opens at namespace or class scope right after a parameter list (`)`,
 optionally followed by const/noexcept/override/final/a trailing return type/a member initializer
-list). Lambdas and local classes count toward the function that holds them. Issue 25's measure.
+list). Lambdas and local classes count toward the function that holds them.
 """
 import argparse
 import os

@@ -306,7 +306,7 @@ mutant "normlab: eval under mpirun -np 2 runs on every rank" \
   'if (verb != "train" && verb != "eval" && processes > 1 && !help) {' \
   '*dist mpi: mpirun -np 2 around*'
 
-# The report's judgement (issue 22): outcome thresholds, "most seeds", pairing, intervals.
+# The report's judgement: outcome thresholds, "most seeds", pairing, intervals.
 mutant "findings: exactly half of the seeds counts as most" \
   include/normlab/study/report.hpp \
   'bool mostly_learned() const { return 2 * learned_or_solved() > int(runs.size()); }' \

@@ -1,4 +1,4 @@
-// The messages a new user meets (issue 24): suggestions in the names users type, errors that name
+// The messages a new user meets: suggestions in the names users type, errors that name
 // their file and the part of it that is wrong, and CLI arguments in any order.
 #include <doctest/doctest.h>
 #include <fmt/format.h>

@@ -1,5 +1,5 @@
 // Data-defined tasks (vocabulary and labels from the training file), the learning rate across a
-// resume that changes train.steps, and the messages a new user meets (issue 24).
+// resume that changes train.steps, and the messages a new user meets.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <sys/wait.h>

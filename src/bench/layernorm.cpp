@@ -131,6 +131,7 @@ LayerNormBenchResult summarize(int64_t B, int64_t T, int64_t C, int repeats, con
   result.copy_ms = stream_faster ? result.stream_copy_ms : result.memcpy_ms;
   result.copy_cpu_ms = stream_faster ? result.stream_copy_cpu_ms : result.memcpy_cpu_ms;
   result.copy_gbps = copy_bytes / (result.copy_ms * 1e-3) / 1e9;
+  result.copy_kind = stream_faster ? "stream copy" : "memcpy";
   return result;
 }
 

@@ -289,7 +289,7 @@ constexpr int64_t kMaxGroupFloats = 2048;
 // dgamma and dbeta partials in registers across the group's rows (backward_rows_update), where one
 // row at a time loads and stores both (cols) double arrays for every row, and that saves more than
 // the crowding of L1 costs. With AVX2's 16 vector registers it does not (docs/PERFORMANCE.md,
-// issue 26), so the other paths keep the forward's limit. Either way the bits are the same.
+// "LayerNorm"), so the other paths keep the forward's limit. Either way the bits are the same.
 #if defined(__AVX512F__)
 constexpr int64_t kMaxBackwardGroupFloats = 16384;
 #else

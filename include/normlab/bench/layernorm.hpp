@@ -39,6 +39,7 @@ struct LayerNormBenchResult {
   // divided by copy_gbps is how close they come to moving memory only.
   double copy_ms = 0;
   double copy_gbps = 0;
+  const char* copy_kind = "";  // which copy copy_* is: "memcpy" or "stream copy"
   double memcpy_ms = 0;
   double memcpy_gbps = 0;
   double stream_copy_ms = 0;
