@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
       normlab::restart_with_openmp_spin(argv);
   }
   // Activations are freed and reallocated every step: keep freed memory in the heap for reuse, not
-  // a fresh mmap (page faults and zero-filling) per buffer (docs/PERFORMANCE.md, the step).
+  // a fresh mmap (page faults and zero-filling) per buffer.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   mallopt(M_TOP_PAD, 64 << 20);

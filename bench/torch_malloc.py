@@ -11,7 +11,7 @@ unmapped on every call (7.7 s instead of 0.78 s per step).
 The same restart sets GOMP_SPINCOUNT=30000 when neither it nor OMP_WAIT_POLICY is set: the spin
 normlab's commands use (include/normlab/parallel.hpp), so both sides' OpenMP threads (PyTorch's
 libgomp too) wait the same way; libgomp's default spin stalls 2-thread runs on a shared VM
-(docs/PERFORMANCE.md, "OpenMP's spin"). Like GLIBC_TUNABLES it is read when the process starts.
+(docs/PERFORMANCE.md, "Threads"). Like GLIBC_TUNABLES it is read when the process starts.
 """
 import os
 import sys

@@ -6,7 +6,7 @@
 // when every part is done, not when every thread has turned up. A part's result does not depend on
 // which thread ran it, so the bits depend on the thread count only; and when a worker is not
 // running (another process holds its core), the calling thread takes its parts instead of waiting
-// for the worker's next time slice (docs/PERFORMANCE.md, "Threads on a busy machine").
+// for the worker's next time slice (docs/PERFORMANCE.md, "Threads").
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -87,7 +87,7 @@ PartCounts part_counts();
 // it. How long an OpenMP thread with nothing to do spins before it sleeps. libgomp's default is
 // 300,000 spins (several milliseconds); normlab's commands that compute set GOMP_SPINCOUNT to this
 // instead, unless the user set GOMP_SPINCOUNT or OMP_WAIT_POLICY. Measured on a shared 2-core VM
-// (docs/PERFORMANCE.md, "OpenMP's spin"): with the default, 5 of 6 processes ran the 2-thread step
+// (docs/PERFORMANCE.md, "Threads"): with the default, 5 of 6 processes ran the 2-thread step
 // at 16-21 ms instead of 7, stalled for whole 4 ms scheduler ticks; every spin count from 3,000 to
 // 200,000 ran all of them at 7. Threads that wait long sleep, and give their core back.
 inline constexpr const char* kOpenMPSpinCount = "30000";

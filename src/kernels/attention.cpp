@@ -549,7 +549,7 @@ inline int64_t stats_index(int64_t t, int64_t h, int64_t T) { return (h * T + t)
 // per head in the cache, after the statistics: at most 128 floats per token and head, and the
 // backward reads them instead of recomputing S = Q K^T and its exps (a fifth of the backward's
 // products and all of its second pass of exps); beyond it, memory stays linear. Measured
-// (docs/PERFORMANCE.md): a limit of 64 gave the step +4.6% on 1..64 tokens; 128 gives attention
+// when it was chosen: a limit of 64 gave the step +4.6% on 1..64 tokens; 128 gives attention
 // on 8 x 128 tokens 1.06 -> 0.87 ms (avx512) and 1.79 -> 1.38 ms (avx2), the step +6.6% on avx2
 // and about nothing on avx512, where the GEMMs lose to the kept matrices' cache footprint what
 // attention gains. 256 gave avx2 +9% at L = 256 for 1 KiB per token and head: not taken.
