@@ -5,8 +5,16 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "normlab/bench/layernorm.hpp"
 #include "normlab/parallel.hpp"
@@ -85,4 +93,77 @@ TEST_CASE("bench layernorm: the copy reference is the faster of memcpy and the s
   CHECK(std::string(r.copy_kind) == (stream_faster ? "stream copy" : "memcpy"));
   CHECK(r.copy_ms == (stream_faster ? r.stream_copy_ms : r.memcpy_ms));
   CHECK(r.copy_gbps == (stream_faster ? r.stream_copy_gbps : r.memcpy_gbps));
+}
+
+namespace {
+
+// The flags `normlab VERB --help` lists, VERB being "train" or "bench step".
+std::set<std::string> help_flags(const TempDir& dir, const std::string& verb) {
+  const normlab::test::Cli help = normlab::test::run_normlab(dir, verb + " --help");
+  const std::string text = help.out + help.err;
+  static const std::regex flag(R"(--[a-z][a-z0-9-]*)");
+  std::set<std::string> flags;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), flag); it != std::sregex_iterator(); ++it)
+    flags.insert(it->str());
+  return flags;
+}
+
+std::vector<std::filesystem::path> user_docs() {
+  std::vector<std::filesystem::path> files{std::filesystem::path(NORMLAB_SOURCE_DIR) / "README.md"};
+  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(NORMLAB_SOURCE_DIR) / "docs"))
+    if (entry.path().extension() == ".md") files.push_back(entry.path());
+  return files;
+}
+
+}  // namespace
+
+TEST_CASE("docs tree: every `normlab VERB --flag` in README.md and docs/*.md is a flag of that verb") {
+  TempDir dir("normlab_docs_flags");
+  // A command as the docs write it: the verb, then its arguments up to the end of the code span,
+  // a shell comment (" # ") or the next command.
+  static const std::regex command(R"(normlab\s+(bench\s+[a-z0-9]+|train|eval|predict|compare|report|serve)\b)");
+  static const std::regex flag(R"((^|[^A-Za-z0-9_-])(--[a-z][a-z0-9-]*))");
+  std::map<std::string, std::set<std::string>> flags_of;
+  int commands_seen = 0;
+  for (const auto& file : user_docs()) {
+    std::istringstream lines(read_text(file.string()));
+    std::string line;
+    for (int number = 1; std::getline(lines, line); number++) {
+      for (auto it = std::sregex_iterator(line.begin(), line.end(), command); it != std::sregex_iterator(); ++it) {
+        const std::string verb = std::regex_replace(it->str(1), std::regex(R"(\s+)"), " ");
+        std::string args = line.substr(size_t(it->position(0) + it->length(0)));
+        for (const std::string end : {"`", " # ", "normlab "}) args = args.substr(0, args.find(end));
+        if (!flags_of.count(verb)) flags_of[verb] = help_flags(dir, verb);
+        commands_seen++;
+        for (auto f = std::sregex_iterator(args.begin(), args.end(), flag); f != std::sregex_iterator(); ++f) {
+          INFO(file.filename().string() << ":" << number << ": normlab " << verb << " " << f->str(2));
+          CHECK(flags_of[verb].count(f->str(2)) == 1);
+        }
+      }
+    }
+  }
+  CHECK(commands_seen > 20);  // the scan found the docs' commands at all
+  CHECK(flags_of["train"].count("--config") == 1);
+}
+
+TEST_CASE("docs tree: a number of tour stops stated in README.md or docs/tour.md is the tour's") {
+  const std::string tour = read_text(std::string(NORMLAB_SOURCE_DIR) + "/docs/tour.md");
+  static const std::regex stop_heading(R"((^|\n)## [0-9]+\. )");
+  const auto stops = std::distance(std::sregex_iterator(tour.begin(), tour.end(), stop_heading), std::sregex_iterator());
+  CHECK(stops >= 9);
+  static const std::map<std::string, long> numbers = {
+      {"five", 5},   {"six", 6},       {"seven", 7},     {"eight", 8},     {"nine", 9},     {"ten", 10},
+      {"eleven", 11}, {"twelve", 12}, {"thirteen", 13}, {"fourteen", 14}, {"fifteen", 15}};
+  static const std::regex stated(R"(\b([A-Za-z]+|[0-9]+) stops\b)");
+  for (const std::string name : {"README.md", "docs/tour.md"}) {
+    const std::string text = read_text(std::string(NORMLAB_SOURCE_DIR) + "/" + name);
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), stated); it != std::sregex_iterator(); ++it) {
+      std::string word = it->str(1);
+      for (char& c : word) c = char(std::tolower(static_cast<unsigned char>(c)));
+      const bool digits = std::all_of(word.begin(), word.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (!digits && !numbers.count(word)) continue;  // "the stops", "its stops"
+      INFO(name << ": \"" << it->str(0) << "\"");
+      CHECK((digits ? std::stol(word) : numbers.at(word)) == stops);
+    }
+  }
 }
