@@ -6,8 +6,8 @@
 #   bash scripts/check-tracker-refs.sh [ROOT]     # ROOT defaults to this script's repository
 #
 # Prints each offending line as path:line:text and exits 1; exits 0 when there is none.
-# Scanned: src/ include/ apps/ docs/ (not docs/experiments/, generated) README.md scripts/
-# CMakeLists.txt tests/ bench/ fuzz/ configs/; text files only.
+# Scanned: src/ include/ apps/ docs/ README.md scripts/ CMakeLists.txt tests/ bench/ fuzz/ configs/,
+# text files only, but not docs/experiments/ (generated), tests/data/ or fuzz/corpus/ (inputs).
 #
 # What counts as a reference (extended regular expressions):
 #   - the word issue(s), PR, pull request or ticket followed by a number: "issue 26", "Issue 25:",
@@ -28,8 +28,10 @@ for p in src include apps docs README.md scripts CMakeLists.txt tests bench fuzz
 done
 [ ${#paths[@]} -gt 0 ] || { echo "check-tracker-refs: nothing to scan under $root" >&2; exit 2; }
 
-hits=$(grep -rnIE -e "$word_ref" -e "$hash_ref" --exclude-dir=experiments --exclude-dir=.git --exclude=check-tracker-refs.sh \
-         -- "${paths[@]}" 2>/dev/null)
+# Generated reports and test or fuzz inputs are data, not prose: left out.
+hits=$(find "${paths[@]}" \( -path docs/experiments -o -path tests/data -o -path fuzz/corpus -o -name .git \) -prune \
+         -o -type f ! -name check-tracker-refs.sh -print0 |
+       xargs -0 -r grep -HnIE -e "$word_ref" -e "$hash_ref" -- 2>/dev/null)
 if [ -n "$hits" ]; then
   printf '%s\n' "$hits"
   echo "check-tracker-refs: $(printf '%s\n' "$hits" | wc -l) line(s) name a tracker issue; say what is true instead" >&2

@@ -61,8 +61,10 @@ TEST_CASE("docs tree: the tracker check finds a planted reference and passes leg
       "## 3. A heading\n";
   tree.write("src/ok.cpp", legitimate);
   tree.write("README.md", "# normlab\n#### Level four\n");
-  // docs/experiments/ is generated (reports may carry any text) and is not scanned.
+  // docs/experiments/ (generated) and tests/data/ (inputs) are not scanned.
   tree.write("docs/experiments/report.md", std::string("see (#") + "35)\n");
+  std::filesystem::create_directories(tree.path / "tests" / "data");
+  tree.write("tests/data/input.txt", std::string("see (#") + "35)\n");
   {
     const ScriptRun clean = check_tracker_refs(scratch, tree.path.string());
     INFO(clean.out);
