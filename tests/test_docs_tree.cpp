@@ -169,3 +169,32 @@ TEST_CASE("docs tree: a number of tour stops stated in README.md or docs/tour.md
     }
   }
 }
+
+TEST_CASE("docs tree: a section a file cites as `NAME.md, \"Title\"` is a heading of docs/NAME.md") {
+  namespace fs = std::filesystem;
+  const fs::path root(NORMLAB_SOURCE_DIR);
+  static const std::regex citation(R"re(([A-Za-z-]+\.md),? \(?"([^"]+)")re");
+  std::vector<fs::path> files{root / "README.md", root / "CMakeLists.txt"};
+  for (const char* dir : {"docs", "src", "include", "apps", "bench", "scripts"})
+    for (const auto& entry : fs::recursive_directory_iterator(root / dir)) {
+      if (!entry.is_regular_file() || entry.path().string().find("/docs/experiments/") != std::string::npos) continue;
+      const std::string ext = entry.path().extension().string();
+      if (ext == ".md" || ext == ".cpp" || ext == ".hpp" || ext == ".py" || ext == ".sh") files.push_back(entry.path());
+    }
+  int citations = 0;
+  for (const fs::path& file : files) {
+    const std::string text = read_text(file.string());
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), citation); it != std::sregex_iterator(); ++it) {
+      const fs::path cited = root / "docs" / it->str(1);
+      if (!fs::exists(cited)) continue;  // README.md, bench/README.md: cited by path elsewhere
+      citations++;
+      std::istringstream lines(read_text(cited.string()));
+      bool found = false;
+      for (std::string line; std::getline(lines, line);)
+        if (line.rfind("#", 0) == 0 && line.find(it->str(2)) != std::string::npos) found = true;
+      INFO(fs::relative(file, root).string() << " cites " << it->str(1) << ", \"" << it->str(2) << "\"");
+      CHECK(found);
+    }
+  }
+  CHECK(citations > 10);
+}
