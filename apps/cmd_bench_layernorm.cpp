@@ -108,7 +108,8 @@ void run(const BenchLayerNormOptions& options) {
   fmt::print("  stream copy x -> y {:9.3f} ms  {:7.1f}   {:9.3f} ms  (non-temporal stores)\n", r.stream_copy_ms,
              r.stream_copy_gbps, r.stream_copy_cpu_ms);
   fmt::print("  reference: the faster copy, {} ({:.1f} GB/s): forward at {:.0f}%, forward+backward at {:.0f}% of it\n",
-             r.copy_kind, r.copy_gbps, 100.0 * r.forward_gbps / r.copy_gbps, 100.0 * r.forward_backward_gbps / r.copy_gbps);
+             r.copy_kind, r.copy_gbps, 100.0 * r.forward_gbps / r.copy_gbps,
+             100.0 * r.forward_backward_gbps / r.copy_gbps);
   fmt::print("  (GB/s counts each array once: forward x, y; backward dout, x, dx read+write; see --json)\n");
 }
 

@@ -151,7 +151,8 @@ TEST_CASE("docs tree: every `normlab VERB --flag` in README.md and docs/*.md is 
 TEST_CASE("docs tree: a number of tour stops stated in README.md or docs/tour.md is the tour's") {
   const std::string tour = read_text(std::string(NORMLAB_SOURCE_DIR) + "/docs/tour.md");
   static const std::regex stop_heading(R"((^|\n)## [0-9]+\. )");
-  const auto stops = std::distance(std::sregex_iterator(tour.begin(), tour.end(), stop_heading), std::sregex_iterator());
+  const auto stops =
+      std::distance(std::sregex_iterator(tour.begin(), tour.end(), stop_heading), std::sregex_iterator());
   CHECK(stops >= 9);
   static const std::map<std::string, long> numbers = {
       {"five", 5},   {"six", 6},       {"seven", 7},     {"eight", 8},     {"nine", 9},     {"ten", 10},

@@ -4,11 +4,11 @@
 // A tensor used twice receives the sum of two gradients, so backward kernels ADD into their
 // gradient buffers. But most tensors receive exactly one, and adding it to a buffer that was
 // zero-filled for the purpose costs a pass over memory and a fork of the threads for nothing (3% of
-// configs/bench-step.json's step at 2 threads on the avx2 path, measured when this was written). So autograd hands the first
-// gradient to reach a tensor a new, unfilled buffer and asks the kernel to OVERWRITE it; later ones
-// add (PyTorch's autograd likewise takes the first
-// gradient as it is). Overwriting gives the same bits as adding to zeros: 0 + x == x, and the only
-// difference, a -0 that adding would turn into +0, adds to any number as +0 does.
+// configs/bench-step.json's step at 2 threads on the avx2 path, when this was measured). So
+// autograd hands the first gradient to reach a tensor a new, unfilled buffer and asks the kernel to
+// OVERWRITE it; later ones add (PyTorch's autograd likewise takes the first gradient as it is).
+// Overwriting gives the same bits as adding to zeros: 0 + x == x, and the only difference, a -0
+// that adding would turn into +0, adds to any number as +0 does.
 namespace normlab::kernels {
 
 struct GradOut {
