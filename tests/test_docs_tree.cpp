@@ -111,15 +111,16 @@ std::set<std::string> help_flags(const TempDir& dir, const std::string& verb) {
 }
 
 std::vector<std::filesystem::path> user_docs() {
-  std::vector<std::filesystem::path> files{std::filesystem::path(NORMLAB_SOURCE_DIR) / "README.md"};
-  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(NORMLAB_SOURCE_DIR) / "docs"))
+  const std::filesystem::path root(NORMLAB_SOURCE_DIR);
+  std::vector<std::filesystem::path> files{root / "README.md", root / "bench" / "README.md", root / "data" / "README.md"};
+  for (const auto& entry : std::filesystem::directory_iterator(root / "docs"))
     if (entry.path().extension() == ".md") files.push_back(entry.path());
   return files;
 }
 
 }  // namespace
 
-TEST_CASE("docs tree: every `normlab VERB --flag` in README.md and docs/*.md is a flag of that verb") {
+TEST_CASE("docs tree: every `normlab VERB --flag` in the READMEs and docs/*.md is a flag of that verb") {
   TempDir dir("normlab_docs_flags");
   // A command as the docs write it: the verb, then its arguments up to the end of the code span,
   // a shell comment (" # ") or the next command.
