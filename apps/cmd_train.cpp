@@ -258,11 +258,12 @@ void announce(const TrainOptions& options, const Setup& setup, int ranks) {
   if (!options.resume)
     setup.logger->info(fmt::format("run directory: {}{}", setup.dir,
                                    ranks > 1 ? fmt::format(" ({} data-parallel ranks)", ranks) : ""));
-  const bool placement_moot = config.model.norm == "none" || config.model.norm == "rezero";
+  const train::ModelConfig& m = config.model;
+  const bool placement_moot = !nn::has_norm_layer(m.norm);
   setup.logger->info(
-      fmt::format("block: {}{}", study::block_formula(config.model.norm, config.model.placement, config.model.final_norm),
-                  placement_moot && config.model.placement == "post"
-                      ? fmt::format(" (model.placement=post has no effect with model.norm={})", config.model.norm)
+      fmt::format("block: {}{}", study::block_formula(m.norm.name(), nn::to_string(m.placement), m.final_norm),
+                  placement_moot && m.placement == nn::Placement::post
+                      ? fmt::format(" (model.placement=post has no effect with model.norm={})", m.norm.name())
                       : ""));
 }
 
