@@ -373,6 +373,7 @@ void add_train(CLI::App& app) {
                 "With --resume: continue although a data file's content changed since the checkpoint (refused "
                 "otherwise); the change is recorded in the run's data.json");
   cmd->footer(
+      fmt::format("model.norm: {} (normlab help norms)\n", fmt::join(nn::norm_names(), ", ")) +
       "Ctrl-C (SIGINT), SIGTERM or SIGUSR1: the step in flight finishes, a checkpoint is written, exit 130 / 143;\n"
       "continue with: normlab train --resume DIR (a run of N ranks: mpirun -np N normlab train --resume DIR).\n"
       "A second signal stops at once (the last checkpoint stays). Under mpirun, stop with SIGUSR1 to mpirun.\n"

@@ -56,6 +56,7 @@ struct NormSpec {
   std::string description;  // one line, in `normlab help norms`
   std::string formula;      // the layer, e.g. "y = gamma * x / sqrt(mean(x^2) + eps) per token"
   std::string symbol;       // in block formulas: "x = x + f(RMSNorm(x))"
+  std::vector<std::string> aliases;  // what users type for it ("rms", "rms_norm"): "did you mean"
   Residual residual = Residual::normalized;
   // The layer over (tokens, dim) with model.norm_eps; null unless residual == normalized.
   std::function<std::unique_ptr<NormLayer>(int64_t dim, float eps)> make;

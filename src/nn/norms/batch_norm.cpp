@@ -23,6 +23,7 @@ NormSpec batch_norm_spec() {
   spec.description = "BatchNorm: each feature normalized over the batch's real tokens (running averages in eval)";
   spec.formula = "y = gamma * (x - mean_c) / sqrt(var_c + eps) + beta, statistics per feature over the batch's tokens";
   spec.symbol = "BN";
+  spec.aliases = {"bn", "batch_norm"};
   spec.make = [](int64_t dim, float eps) { return std::make_unique<BatchNorm>(dim, eps); };
   spec.reference = [](const NormLayer& layer, const float* x, int64_t rows, int64_t dim) {
     const auto& bn = dynamic_cast<const BatchNorm&>(layer);

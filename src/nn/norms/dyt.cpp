@@ -19,6 +19,7 @@ NormSpec dyt_spec() {
   spec.description = "Dynamic Tanh: an elementwise gamma * tanh(alpha x) + beta, no statistics";
   spec.formula = "y = gamma * tanh(alpha * x) + beta, alpha one learned scalar (init 0.5)";
   spec.symbol = "DyT";
+  spec.aliases = {"dynamic_tanh", "tanh"};
   spec.make = [](int64_t dim, float) { return std::make_unique<DyT>(dim); };  // no eps: nothing is divided
   spec.reference = [](const NormLayer& layer, const float* x, int64_t rows, int64_t dim) {
     const auto& dyt = dynamic_cast<const DyT&>(layer);

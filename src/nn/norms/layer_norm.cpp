@@ -21,6 +21,7 @@ NormSpec layer_norm_spec() {
   spec.description = "LayerNorm: each token centred and scaled by its own mean and variance";
   spec.formula = "y = gamma * (x - mean_t) / sqrt(var_t + eps) + beta, statistics over each token's d_model features";
   spec.symbol = "LN";
+  spec.aliases = {"ln", "layer_norm"};
   spec.make = [](int64_t dim, float eps) { return std::make_unique<LayerNorm>(Shape{dim}, eps); };
   spec.reference = [](const NormLayer& layer, const float* x, int64_t rows, int64_t dim) {
     const auto& ln = dynamic_cast<const LayerNorm&>(layer);

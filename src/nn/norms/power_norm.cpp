@@ -23,6 +23,7 @@ NormSpec power_norm_spec() {
   spec.description = "PowerNorm: each feature scaled by a running quadratic mean over past batches";
   spec.formula = "y = gamma * x / sqrt(phi_c + eps) + beta, phi_c the running mean of x^2 per feature";
   spec.symbol = "PowerNorm";
+  spec.aliases = {"pn", "power_norm"};
   spec.make = [](int64_t dim, float eps) { return std::make_unique<PowerNorm>(dim, eps); };
   spec.reference = [](const NormLayer& layer, const float* x, int64_t rows, int64_t dim) {
     const auto& pn = dynamic_cast<const PowerNorm&>(layer);

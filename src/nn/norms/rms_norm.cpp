@@ -15,6 +15,7 @@ NormSpec rms_norm_spec() {
   spec.description = "RMSNorm: each token scaled by its root mean square, no centring";
   spec.formula = "y = gamma * x / sqrt(mean_t(x^2) + eps), over each token's d_model features";
   spec.symbol = "RMSNorm";
+  spec.aliases = {"rms", "rms_norm"};
   spec.make = [](int64_t dim, float eps) { return std::make_unique<RMSNorm>(dim, eps); };
   spec.reference = [](const NormLayer& layer, const float* x, int64_t rows, int64_t dim) {
     const auto& rms = dynamic_cast<const RMSNorm&>(layer);

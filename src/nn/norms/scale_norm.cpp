@@ -53,6 +53,7 @@ NormSpec scale_norm_spec() {
   spec.description = "ScaleNorm: each token scaled to length g, one learned scalar g (init sqrt(d_model))";
   spec.formula = "y = g * x / sqrt(||x||^2 + eps), ||x|| over each token's d_model features, g one scalar";
   spec.symbol = "ScaleNorm";
+  spec.aliases = {"scale_norm", "sn"};
   spec.make = [](int64_t dim, float eps) { return std::make_unique<ScaleNorm>(dim, eps); };
   spec.reference = scale_norm_reference;
   spec.torch = {{{"g", "torch.full((1,), math.sqrt(dim))"}},
