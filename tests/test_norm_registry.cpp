@@ -171,6 +171,13 @@ TEST_CASE("norm registry: normlab help norms --json lists every entry with its P
   }
   CHECK(names == nn::norm_names());
   CHECK(run_normlab(dir, "help norms --yaml").code == 2);
+  const Cli text = run_normlab(dir, "help norms");
+  const Cli train_help = run_normlab(dir, "train --help");
+  for (const nn::NormSpec& spec : nn::norm_registry()) {
+    CAPTURE(spec.name);
+    CHECK(text.out.find(spec.formula) != std::string::npos);
+    CHECK(train_help.out.find(spec.name) != std::string::npos);
+  }
 }
 
 TEST_CASE("ScaleNorm: every token comes out with length g, and y * ||x|| / g gives x back") {
