@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "normlab/error.hpp"
 #include "normlab/gradcheck.hpp"
 #include "normlab/nn/norm.hpp"
 #include "normlab/nn/norm_registry.hpp"
@@ -19,6 +20,9 @@
 #include "support.hpp"
 
 using namespace normlab;
+using normlab::test::Cli;
+using normlab::test::run_normlab;
+using normlab::test::TempDir;
 
 namespace {
 
@@ -186,7 +190,7 @@ TEST_CASE("ScaleNorm: every token comes out with length g, and y * ||x|| / g giv
   auto layer = spec->make(kDim, 1e-12f);
   const auto params = layer->named_parameters();
   REQUIRE(params.size() == 1);  // one learned scalar for the whole layer, no per-feature gain
-  const Tensor g = params[0].second;
+  Tensor g = params[0].second;
   REQUIRE(g.numel() == 1);
   CHECK(g.data()[0] == doctest::Approx(std::sqrt(double(kDim))));  // the paper's init
   g.data()[0] = 1.7f;
