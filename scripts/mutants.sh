@@ -101,7 +101,7 @@ mutant "Adam: eps inside the square root" \
   '*optim*,*adam*'
 mutant "AdamW: weight decay added to the gradient (Adam's L2) instead of decoupled" \
   src/optim/optimizer.cpp \
-  's.decoupled = options_.name == "adamw";' \
+  's.decoupled = options_.name == OptimizerKind::adamw;' \
   's.decoupled = false;' \
   '*optim*,*adam*'
 mutant "positions: sin and cos swapped" \
