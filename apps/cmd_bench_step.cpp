@@ -43,9 +43,9 @@ void run(const BenchStepOptions& options) {
                           {"heads", m.heads},
                           {"layers", m.layers},
                           {"ffn", m.ffn},
-                          {"norm", m.norm},
-                          {"placement", m.placement},
-                          {"optimizer", config.optim.name},
+                          {"norm", m.norm.name()},
+                          {"placement", nn::to_string(m.placement)},
+                          {"optimizer", optim::to_string(config.optim.name)},
                           {"batch_size", r.batch_size},
                           {"lengths", {config.task.min_len, config.task.max_len}},
                           {"num_parameters", r.num_parameters},
@@ -71,7 +71,8 @@ void run(const BenchStepOptions& options) {
     return;
   }
   fmt::print("training step: {} task, d_model {}, {} heads, {} layers, ffn {}, {} {}, {}; batch {} of lengths {}-{}\n",
-             config.task.name, m.d_model, m.heads, m.layers, m.ffn, m.placement, m.norm, config.optim.name,
+             config.task.name, m.d_model, m.heads, m.layers, m.ffn, nn::to_string(m.placement), m.norm.name(),
+             optim::to_string(config.optim.name),
              r.batch_size, config.task.min_len, config.task.max_len);
   fmt::print("  {} parameters, {} thread{}{}, kernels: {}, median of {} steps after {} warmup\n", r.num_parameters,
              r.threads, r.threads == 1 ? "" : "s", r.threads == 1 ? "" : " (normlab's pool)", r.kernels,

@@ -258,11 +258,12 @@ void announce(const TrainOptions& options, const Setup& setup, int ranks) {
   if (!options.resume)
     setup.logger->info(fmt::format("run directory: {}{}", setup.dir,
                                    ranks > 1 ? fmt::format(" ({} data-parallel ranks)", ranks) : ""));
-  const bool placement_moot = config.model.norm == "none" || config.model.norm == "rezero";
+  const train::ModelConfig& m = config.model;
+  const bool placement_moot = !nn::has_norm_layer(m.norm);
   setup.logger->info(
-      fmt::format("block: {}{}", study::block_formula(config.model.norm, config.model.placement, config.model.final_norm),
-                  placement_moot && config.model.placement == "post"
-                      ? fmt::format(" (model.placement=post has no effect with model.norm={})", config.model.norm)
+      fmt::format("block: {}{}", study::block_formula(m.norm.name(), nn::to_string(m.placement), m.final_norm),
+                  placement_moot && m.placement == nn::Placement::post
+                      ? fmt::format(" (model.placement=post has no effect with model.norm={})", m.norm.name())
                       : ""));
 }
 
@@ -372,6 +373,7 @@ void add_train(CLI::App& app) {
                 "With --resume: continue although a data file's content changed since the checkpoint (refused "
                 "otherwise); the change is recorded in the run's data.json");
   cmd->footer(
+      fmt::format("model.norm: {} (normlab help norms)\n", fmt::join(nn::norm_names(), ", ")) +
       "Ctrl-C (SIGINT), SIGTERM or SIGUSR1: the step in flight finishes, a checkpoint is written, exit 130 / 143;\n"
       "continue with: normlab train --resume DIR (a run of N ranks: mpirun -np N normlab train --resume DIR).\n"
       "A second signal stops at once (the last checkpoint stays). Under mpirun, stop with SIGUSR1 to mpirun.\n"

@@ -4,6 +4,7 @@
 #include <malloc.h>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -13,6 +14,7 @@
 #include "normlab/dist/communicator.hpp"
 #include "normlab/error.hpp"
 #include "normlab/kernels/dispatch.hpp"
+#include "normlab/nn/norm_registry.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/train/config.hpp"
 
@@ -44,13 +46,58 @@ std::string config_key_hint(int argc, char** argv) {
   return "";
 }
 
+// `normlab help norms [--json]`: the norm registry (nn/norm_registry.hpp). The JSON is what
+// scripts/load_checkpoint_torch.py reads to rebuild each norm in PyTorch.
+void print_norms(bool as_json) {
+  using normlab::nn::Residual;
+  if (!as_json) {
+    fmt::print("model.norm values (docs/layernorm.md; a new one: docs/tour.md, \"Add your own normalization\"):\n");
+    for (const normlab::nn::NormSpec& spec : normlab::nn::norm_registry())
+      fmt::print("  {:<10} {}\n  {:<10} {}\n", spec.name, spec.description, "", spec.formula);
+    return;
+  }
+  nlohmann::json norms = nlohmann::json::array();
+  for (const normlab::nn::NormSpec& spec : normlab::nn::norm_registry()) {
+    nlohmann::json tensors = nlohmann::json::array(), variants = nlohmann::json::array();
+    for (const normlab::nn::TorchTensor& t : spec.torch.tensors)
+      tensors.push_back({{"name", t.name}, {"init", t.init}, {"parameter", t.parameter}});
+    for (const normlab::nn::NormVariant& v : spec.variants) variants.push_back({{"name", v.name}, {"placement", v.placement}});
+    const char* block = spec.residual == Residual::normalized ? "normalized"
+                        : spec.residual == Residual::rezero   ? "rezero"
+                                                              : "plain";
+    norms.push_back({{"name", spec.name},
+                     {"description", spec.description},
+                     {"formula", spec.formula},
+                     {"block", block},
+                     {"torch", {{"tensors", tensors}, {"forward", spec.torch.forward}}},
+                     {"variants", variants}});
+  }
+  fmt::print("{}\n", nlohmann::json{{"norms", norms}}.dump(2));
+}
+
 // `normlab help` and an unknown verb: the verbs, before CLI11's generic message; a verb other than
 // train launched as one of several MPI processes: refused. The exit code, or -1 to go on.
 int check_verb(const CLI::App& app, int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return -1;
   const std::string verb = argv[1];
   if (verb == "help") {
-    fmt::print("{}", app.help());
+    const std::string topic = argc > 2 ? argv[2] : "";
+    if (topic == "norms") {
+      const std::string flag = argc > 3 ? argv[3] : "";
+      if (argc > 4 || (!flag.empty() && flag != "--json")) {
+        fmt::print(stderr, "normlab: error: help norms: unknown argument '{}' (normlab help norms [--json])\n",
+                   argc > 4 ? argv[4] : flag);
+        return 2;
+      }
+      print_norms(flag == "--json");
+      return 0;
+    }
+    if (!topic.empty()) {
+      fmt::print(stderr, "normlab: error: help: unknown topic '{}' (normlab help, normlab help norms [--json])\n",
+                 topic);
+      return 2;
+    }
+    fmt::print("{}\nnormlab help norms [--json]: the normalizations model.norm accepts\n", app.help());
     return 0;
   }
   bool known = false;

@@ -27,10 +27,11 @@ Inside a file:
                not one picked by hand.
 
 PyTorch 1.13 has modules for LayerNorm and BatchNorm1d (used as is); RMSNorm and DyT are written
-out in torch ops; ReZero is x + alpha * f(x). PowerNorm is Algorithm 1 of Shen et al. 2020 as a
+out in torch ops (ScaleNorm too: g * x / sqrt(||x||^2 + eps)); ReZero is x + alpha * f(x). PowerNorm is Algorithm 1 of Shen et al. 2020 as a
 torch.autograd.Function (its backward is the paper's approximation, not autograd's derivative):
 the forward divides by the running quadratic mean, the backward subtracts grad_ema * xhat and
-updates grad_ema. Its cases come last, so adding them left every other file as it was. Attention is torch's F.multi_head_attention_forward
+updates grad_ema. Its cases come after the others, and ScaleNorm's after those, so adding them
+left every earlier file as it was. Attention is torch's F.multi_head_attention_forward
 run on each sequence alone (the packed layout the C++ code uses); the mean-pooled head averages each
 sequence's tokens.
 """
@@ -96,6 +97,11 @@ def dyt(x, alpha, weight, bias):
     return weight * torch.tanh(alpha * x) + bias
 
 
+def scale_norm(x, g, eps):
+    """ScaleNorm (Nguyen & Salazar 2019): g * x / ||x||, eps inside the square root like normlab's."""
+    return g * x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps)
+
+
 class PowerNormFunction(torch.autograd.Function):
     """PowerNorm, Shen et al. 2020 Algorithm 1; momentum = 1 - alpha. running_phi (psi^2) and
     grad_ema (nu) are updated in place: phi by the training forward, nu by the training backward."""
@@ -138,6 +144,8 @@ def apply_norm(kind, p, prefix, x, eps, buffers, training):
                                        buffers[prefix + "grad_ema"], 0.1, eps, training)
     if kind == "dyt":
         return dyt(x, p[prefix + "alpha"], p[prefix + "weight"], p[prefix + "bias"])
+    if kind == "scalenorm":
+        return scale_norm(x, p[prefix + "g"], eps)
     raise ValueError(kind)
 
 
@@ -157,6 +165,8 @@ def norm_param_shapes(kind, d):
         return {"weight": (d,)}
     if kind == "dyt":
         return {"alpha": (1,), "weight": (d,), "bias": (d,)}
+    if kind == "scalenorm":
+        return {"g": (1,)}
     return {}
 
 
@@ -167,6 +177,8 @@ def random_norm_params(kind, d, gen):
             out[name] = 1.0 + 0.2 * torch.randn(shape, generator=gen)
         elif name == "alpha":
             out[name] = 0.6 + 0.1 * torch.randn(shape, generator=gen)
+        elif name == "g":  # ScaleNorm's length, init sqrt(d)
+            out[name] = math.sqrt(d) * (1.0 + 0.1 * torch.randn(shape, generator=gen))
         else:
             out[name] = 0.2 * torch.randn(shape, generator=gen)
     return out
@@ -319,6 +331,8 @@ def random_model_params(cfg, gen):
             params[name] = 0.5 + 0.1 * torch.randn(shape, generator=gen)
         elif leaf == "alpha":
             params[name] = 0.6 + 0.1 * torch.randn(shape, generator=gen)
+        elif is_norm and leaf == "g":  # ScaleNorm's length, init sqrt(d)
+            params[name] = math.sqrt(cfg["d_model"]) * (1.0 + 0.1 * torch.randn(shape, generator=gen))
         elif is_norm and leaf == "weight":
             params[name] = 1.0 + 0.2 * torch.randn(shape, generator=gen)
         elif leaf.endswith("bias"):
@@ -502,6 +516,22 @@ def powernorm_cases(gen, out_dir):
     return report
 
 
+def scalenorm_cases(gen, out_dir):
+    """ScaleNorm, added after the others (so every earlier file stayed as it was): one layer on rows
+    of very different lengths, and a whole model per placement."""
+    d = 16
+    x = torch.cat([rows(gen, 4, d), rows(gen, 4, d, 5.0, 2.0), rows(gen, 4, d, 0.3, -1.0)])
+    steps = [{"x": x, "dout": torch.randn(x.shape, generator=gen), "training": True}]
+    report = [("norm_scalenorm", norm_case("norm_scalenorm", "scalenorm", 1e-5, steps, gen, out_dir))]
+    base = dict(d_model=8, heads=2, layers=2, ffn=16, activation="gelu", eps=1e-5, final_norm=True,
+                vocab=11, classes=5, max_len=16, positional="sinusoidal", head="token", norm="scalenorm")
+    for placement, head in (("post", "sequence"), ("pre", "token")):
+        cfg = dict(base, placement=placement, head=head)
+        name = "model_scalenorm_{}".format(placement)
+        report.append((name, model_case(name, cfg, [5, 1, 7], gen, out_dir)))
+    return report
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
@@ -518,6 +548,7 @@ def main():
     report.append(positions_case(12, 7, out_dir))
     report += model_cases(gen, out_dir)
     report += powernorm_cases(gen, out_dir)
+    report += scalenorm_cases(gen, out_dir)
     for name, worst in report:
         print("{:40s} max |f32 - f64| {:9.2e}".format(name, worst))
     total = sum(os.path.getsize(os.path.join(out_dir, f)) for f in os.listdir(out_dir))

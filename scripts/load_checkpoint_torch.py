@@ -7,9 +7,11 @@ For each run directory:
 1. Reads checkpoint.safetensors with a NumPy-only safetensors reader (no `safetensors` package).
 2. Builds the encoder from the config in the checkpoint's metadata. model.norm = "layernorm" uses
    torch.nn.TransformerEncoder(Layer) itself (norm_first = placement == "pre", final norm) and
-   load_state_dict(strict=False); every other norm (none, rmsnorm, batchnorm with its running
-   statistics, powernorm with its running quadratic mean, dyt, rezero) uses NormlabEncoderLayer below, the same block with that norm, loaded
-   with load_state_dict(strict=True) after the names of normlab's extra tensors are checked.
+   load_state_dict(strict=False); every other norm uses NormlabEncoderLayer below, the same block
+   with that norm, whose every tensor must match the checkpoint's. The norm layer is rebuilt from
+   normlab's norm registry, read with `normlab help norms --json`: each entry names its tensors
+   (parameters and running statistics) and gives its eval-mode forward as a PyTorch expression, so
+   a norm added to normlab (docs/tour.md, "Add your own normalization") needs no change here.
 3. Rebuilds the rest of the model (token embedding + sinusoidal or learned positions, per-token or
    mean-pooled head), and runs a padded batch with src_key_padding_mask: the first validation
    sequences of task.valid_file when it is readable, random ones otherwise. The vocabulary comes
@@ -70,67 +72,50 @@ def task_vocabularies(config, metadata):
     return characters, characters, ""
 
 
-class RMSNorm(torch.nn.Module):
-    """y = weight * x / sqrt(mean(x^2) + eps) over the last dimension (torch.nn.RMSNorm in torch >= 2.4)."""
+def normlab_binary(args):
+    """--normlab, else build/normlab next to this script, else normlab on PATH."""
+    if args.normlab is not None:
+        return args.normlab
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    binary = os.path.join(root, "build", "normlab")
+    return binary if os.path.exists(binary) else "normlab"
 
-    def __init__(self, dim, eps):
+
+def norm_registry(binary):
+    """{model.norm name: entry} from `normlab help norms --json`: normlab's norm registry
+    (include/normlab/nn/norm_registry.hpp), each entry with its PyTorch mapping."""
+    out = subprocess.run([binary, "help", "norms", "--json"], check=True, capture_output=True, text=True).stdout
+    return {entry["name"]: entry for entry in json.loads(out)["norms"]}
+
+
+class RegistryNorm(torch.nn.Module):
+    """A normalization layer rebuilt from its registry entry in eval mode: its tensors (parameters
+    and buffers, with their initial values as PyTorch expressions of dim) and its forward as one
+    PyTorch expression of x, eps and the tensors. No norm is spelled out here: a norm added to
+    normlab's registry loads without a change to this script."""
+
+    def __init__(self, entry, dim, eps):
         super().__init__()
         self.eps = eps
-        self.weight = torch.nn.Parameter(torch.ones(dim))
+        self.tensor_names = [t["name"] for t in entry["torch"]["tensors"]]
+        self.expression = compile(entry["torch"]["forward"], entry["name"] + " forward", "eval")
+        for t in entry["torch"]["tensors"]:
+            value = eval(t["init"], {"__builtins__": {}, "torch": torch, "math": math, "dim": dim})
+            if t["parameter"]:
+                self.register_parameter(t["name"], torch.nn.Parameter(value))
+            else:
+                self.register_buffer(t["name"], value)
 
     def forward(self, x):
-        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        scope = {"__builtins__": {}, "torch": torch, "math": math, "x": x, "eps": self.eps, "dim": x.shape[-1]}
+        scope.update({name: getattr(self, name) for name in self.tensor_names})
+        return eval(self.expression, scope)
 
 
-class TokenBatchNorm(torch.nn.BatchNorm1d):
-    """BatchNorm over the features of every token: (B, L, C) viewed as (B*L, C). In eval mode (the
-    only one used here) it applies running_mean / running_var, so padding cannot change a token."""
-
-    def forward(self, x):
-        return super().forward(x.reshape(-1, x.shape[-1])).reshape(x.shape)
-
-
-class PowerNorm(torch.nn.Module):
-    """PowerNorm in eval mode (Shen et al. 2020): y = weight * x / sqrt(running_phi + eps) + bias per
-    feature, running_phi the running quadratic mean. grad_ema only matters to training's backward."""
-
-    def __init__(self, dim, eps):
-        super().__init__()
-        self.eps = eps
-        self.weight = torch.nn.Parameter(torch.ones(dim))
-        self.bias = torch.nn.Parameter(torch.zeros(dim))
-        self.register_buffer("running_phi", torch.ones(dim))
-        self.register_buffer("grad_ema", torch.zeros(dim))
-
-    def forward(self, x):
-        return self.weight * x * torch.rsqrt(self.running_phi + self.eps) + self.bias
-
-
-class DyT(torch.nn.Module):
-    """y = weight * tanh(alpha * x) + bias, alpha one scalar (Zhu et al. 2025)."""
-
-    def __init__(self, dim):
-        super().__init__()
-        self.alpha = torch.nn.Parameter(torch.full((1,), 0.5))
-        self.weight = torch.nn.Parameter(torch.ones(dim))
-        self.bias = torch.nn.Parameter(torch.zeros(dim))
-
-    def forward(self, x):
-        return self.weight * torch.tanh(self.alpha * x) + self.bias
-
-
-def make_norm(kind, dim, eps):
-    if kind == "layernorm":
-        return torch.nn.LayerNorm(dim, eps=eps)
-    if kind == "rmsnorm":
-        return RMSNorm(dim, eps)
-    if kind == "batchnorm":
-        return TokenBatchNorm(dim, eps=eps)
-    if kind == "powernorm":
-        return PowerNorm(dim, eps)
-    if kind == "dyt":
-        return DyT(dim)
-    raise ValueError(f"norm {kind} has no layer")
+def make_norm(entry, dim, eps):
+    if entry["block"] != "normalized":
+        raise ValueError(f"norm {entry['name']} has no layer")
+    return RegistryNorm(entry, dim, eps)
 
 
 class NormlabEncoderLayer(torch.nn.Module):
@@ -139,24 +124,25 @@ class NormlabEncoderLayer(torch.nn.Module):
          post    x = norm(x + f(x))                 pre     x = x + f(norm(x))
     for f = self-attention, then f = linear2(act(linear1(x)))."""
 
-    def __init__(self, m):
+    def __init__(self, m, registry):
         super().__init__()
         d = m["d_model"]
-        self.kind, self.post = m["norm"], m["placement"] == "post"
+        entry = registry[m["norm"]]
+        self.kind, self.post = entry["block"], m["placement"] == "post"
         self.self_attn = torch.nn.MultiheadAttention(d, m["heads"], dropout=0.0, batch_first=True)
         self.linear1 = torch.nn.Linear(d, m["ffn"])
         self.linear2 = torch.nn.Linear(m["ffn"], d)
         self.activation = torch.nn.functional.gelu if m["activation"] == "gelu" else torch.relu
-        if self.kind not in ("none", "rezero"):
-            self.norm1 = make_norm(self.kind, d, m["norm_eps"])
-            self.norm2 = make_norm(self.kind, d, m["norm_eps"])
+        if self.kind == "normalized":
+            self.norm1 = make_norm(entry, d, m["norm_eps"])
+            self.norm2 = make_norm(entry, d, m["norm_eps"])
         if self.kind == "rezero":
             self.resweight = torch.nn.Parameter(torch.zeros(1))
 
     def forward(self, x, padding):
         attn = lambda t: self.self_attn(t, t, t, key_padding_mask=padding, need_weights=False)[0]
         ffn = lambda t: self.linear2(self.activation(self.linear1(t)))
-        if self.kind == "none":
+        if self.kind == "plain":
             h = x + attn(x)
             return h + ffn(h)
         if self.kind == "rezero":
@@ -170,11 +156,12 @@ class NormlabEncoderLayer(torch.nn.Module):
 
 
 class NormlabEncoder(torch.nn.Module):
-    def __init__(self, m):
+    def __init__(self, m, registry):
         super().__init__()
-        self.layers = torch.nn.ModuleList(NormlabEncoderLayer(m) for _ in range(m["layers"]))
-        pre = m["placement"] == "pre" and m["final_norm"] and m["norm"] not in ("none", "rezero")
-        self.norm = make_norm(m["norm"], m["d_model"], m["norm_eps"]) if pre else None
+        entry = registry[m["norm"]]
+        self.layers = torch.nn.ModuleList(NormlabEncoderLayer(m, registry) for _ in range(m["layers"]))
+        pre = m["placement"] == "pre" and m["final_norm"] and entry["block"] == "normalized"
+        self.norm = make_norm(entry, m["d_model"], m["norm_eps"]) if pre else None
 
     def forward(self, x, src_key_padding_mask):
         for layer in self.layers:
@@ -229,7 +216,11 @@ def check_run(run, args):
                                               enable_nested_tensor=False)
         kind = "torch.nn.TransformerEncoder"
     else:
-        encoder = NormlabEncoder(m)
+        registry = norm_registry(normlab_binary(args))
+        if m["norm"] not in registry:
+            print(f"MISMATCH: model.norm {m['norm']!r} is not in this normlab's registry ({', '.join(registry)})")
+            return False
+        encoder = NormlabEncoder(m, registry)
         kind = f"NormlabEncoder ({m['placement']}-{m['norm']})"
     encoder.eval()
     encoder_state = {n: t for n, t in state.items() if not n.startswith(outside)}
@@ -313,12 +304,7 @@ def check_run(run, args):
     print(f"  torch: padded batch of {B} (lengths {', '.join(map(str, lengths))}) vs each sequence alone: "
           f"max |logit diff| {padding_diff:.3g}")
 
-    binary = args.normlab
-    if binary is None:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        binary = os.path.join(root, "build", "normlab")
-        if not os.path.exists(binary):
-            binary = "normlab"
+    binary = normlab_binary(args)
     max_prob_diff, disagreements, compared = 0.0, 0, 0
     for b, seq in enumerate(sequences):
         text = joiner.join(inputs[i] for i in seq)

@@ -60,10 +60,10 @@ mutant "LayerNorm: eps outside the square root" \
   'double row_rstd(double var, float eps) { return 1.0 / (std::sqrt(var) + double(eps)); }' \
   '*f64*,*golden*,*layer_norm*,*layernorm*'
 mutant "make_norm: rmsnorm builds a LayerNorm" \
-  src/nn/norm.cpp \
-  'case NormKind::rmsnorm: return std::make_unique<RMSNorm>(dim, eps);' \
-  'case NormKind::rmsnorm: return std::make_unique<LayerNorm>(Shape{dim}, eps);' \
-  '*golden*'
+  src/nn/norms/rms_norm.cpp \
+  'spec.make = [](int64_t dim, float eps) { return std::make_unique<RMSNorm>(dim, eps); };' \
+  'spec.make = [](int64_t dim, float eps) { return std::make_unique<LayerNorm>(Shape{dim}, eps); };' \
+  '*golden*,*registry*'
 mutant "RMSNorm: square of the mean instead of the mean square" \
   src/kernels/rms_norm.cpp \
   'double mean_square = row_sum_squares(x, cols) / double(cols);' \
@@ -101,7 +101,7 @@ mutant "Adam: eps inside the square root" \
   '*optim*,*adam*'
 mutant "AdamW: weight decay added to the gradient (Adam's L2) instead of decoupled" \
   src/optim/optimizer.cpp \
-  's.decoupled = options_.name == "adamw";' \
+  's.decoupled = options_.name == OptimizerKind::adamw;' \
   's.decoupled = false;' \
   '*optim*,*adam*'
 mutant "positions: sin and cos swapped" \

@@ -1,5 +1,5 @@
 #!/bin/sh
-# ctest entry (CMakeLists.txt): trains a tiny run of every model.norm x placement (and one
+# ctest entry (CMakeLists.txt): trains a tiny run of every registered model.norm x placement (and one
 # data-defined task) and checks each loads into PyTorch with scripts/load_checkpoint_torch.py,
 # which compares PyTorch's predictions with `normlab predict`.
 # Without torch in /usr/bin/python3 it prints why and exits 77, which ctest reports as "Skipped".
@@ -15,13 +15,27 @@ fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/normlab_torch_load.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 runs=""
-# norm placement positions activation task
-for variant in "layernorm pre sinusoidal gelu reverse" "layernorm post learned relu reverse" \
-               "rmsnorm pre sinusoidal relu reverse" "rmsnorm post learned gelu majority" \
-               "batchnorm pre sinusoidal relu reverse" "batchnorm post sinusoidal relu brackets" \
-               "dyt pre learned relu reverse" "dyt post sinusoidal gelu reverse" \
-               "rezero pre sinusoidal relu reverse" "none pre sinusoidal relu majority" \
-               "layernorm pre sinusoidal relu shift"; do
+# norm placement positions activation task: every entry of the norm registry (normlab help norms
+# --json) at each placement it has a compare variant for, the rest alternating so each is covered
+"$normlab" help norms --json > "$tmp/norms.json"
+variants=$("$python" - "$tmp/norms.json" <<'PY'
+import json, sys
+others = [("sinusoidal", "gelu", "reverse"), ("learned", "relu", "reverse"), ("sinusoidal", "relu", "majority"),
+          ("learned", "gelu", "brackets")]
+i = 0
+for norm in json.load(open(sys.argv[1]))["norms"]:
+    for variant in norm["variants"]:
+        print(norm["name"], variant["placement"], *others[i % len(others)])
+        i += 1
+print("layernorm pre sinusoidal relu shift")
+PY
+)
+newline='
+'
+old_ifs=$IFS
+IFS=$newline
+for variant in $variants; do
+  IFS=$old_ifs
   set -- $variant
   name="$1-$2-$5"
   task="\"name\": \"$5\""

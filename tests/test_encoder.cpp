@@ -62,7 +62,7 @@ nn::EncoderOptions golden_options(const nlohmann::json& meta) {
   opts.placement = meta["norm_first"].get<bool>() ? nn::Placement::pre : nn::Placement::post;
   opts.norm_eps = meta["layer_norm_eps"];
   opts.final_norm = meta["final_norm"];
-  opts.norm = nn::NormKind::layernorm;
+  opts.norm = nn::NormKind("layernorm");
   return opts;
 }
 
@@ -218,20 +218,20 @@ TEST_CASE("encoder: a sequence's result does not depend on its batch-mates, exce
   Rng rng(3);
   const auto [target, batch, weights] = batch_mates(d, rng);
 
-  for (nn::NormKind kind : {nn::NormKind::layernorm, nn::NormKind::rmsnorm, nn::NormKind::dyt, nn::NormKind::rezero,
-                            nn::NormKind::none, nn::NormKind::batchnorm}) {
+  for (nn::NormKind kind : {nn::NormKind("layernorm"), nn::NormKind("rmsnorm"), nn::NormKind("dyt"), nn::NormKind("rezero"),
+                            nn::NormKind("none"), nn::NormKind("batchnorm")}) {
     for (nn::Placement placement : {nn::Placement::post, nn::Placement::pre}) {
       CAPTURE(nn::to_string(kind));
       CAPTURE(int(placement));
       nn::TransformerEncoder encoder(batch_mates_options(d, kind, placement), 11);
-      if (kind == nn::NormKind::rezero)  // alpha = 0 would make every block the identity
+      if (kind == nn::NormKind("rezero"))  // alpha = 0 would make every block the identity
         for (auto& [name, t] : encoder.named_parameters())
           if (name.ends_with("resweight")) t.data()[0] = 0.5f;
       SeqResult alone = run_in_batch(encoder, {target}, 0, d, weights);
       SeqResult batched = run_in_batch(encoder, batch, 1, d, weights);
       const double out_diff = normlab::test::relative_max_error(batched.out, alone.out, 1e-12);
       const double grad_diff = normlab::test::relative_max_error(batched.grad, alone.grad, 1e-12);
-      if (kind == nn::NormKind::batchnorm) {
+      if (kind == nn::NormKind("batchnorm")) {
         // Batch statistics mix the sequences: the same tokens get different outputs.
         CHECK(out_diff > 1e-2);
         CHECK(grad_diff > 1e-2);
@@ -250,7 +250,7 @@ TEST_CASE("encoder: BatchNorm in eval mode uses running statistics, so batch-mat
   opts.num_heads = 2;
   opts.num_layers = 1;
   opts.dim_feedforward = 16;
-  opts.norm = nn::NormKind::batchnorm;
+  opts.norm = nn::NormKind("batchnorm");
   opts.placement = nn::Placement::post;
   nn::TransformerEncoder encoder(opts, 5);
   Rng rng(4);
@@ -269,8 +269,8 @@ TEST_CASE("encoder: BatchNorm in eval mode uses running statistics, so batch-mat
 
 TEST_CASE("encoder: whole-block gradcheck for every norm kind and placement") {
   const int64_t d = 8;
-  for (nn::NormKind kind : {nn::NormKind::layernorm, nn::NormKind::rmsnorm, nn::NormKind::batchnorm,
-                            nn::NormKind::dyt, nn::NormKind::rezero, nn::NormKind::none}) {
+  for (nn::NormKind kind : {nn::NormKind("layernorm"), nn::NormKind("rmsnorm"), nn::NormKind("batchnorm"),
+                            nn::NormKind("dyt"), nn::NormKind("rezero"), nn::NormKind("none")}) {
     for (nn::Placement placement : {nn::Placement::post, nn::Placement::pre}) {
       CAPTURE(nn::to_string(kind));
       CAPTURE(int(placement));
@@ -351,7 +351,7 @@ TEST_CASE("encoder with dropout: in a training forward a sequence's output does 
 
   for (nn::Placement placement : {nn::Placement::post, nn::Placement::pre}) {
     CAPTURE(int(placement));
-    nn::EncoderOptions opts = batch_mates_options(d, nn::NormKind::layernorm, placement);
+    nn::EncoderOptions opts = batch_mates_options(d, nn::NormKind("layernorm"), placement);
     opts.dropout = 0.3f;
     nn::TransformerEncoder encoder(opts, 11);
     // The target is sequence 1 of the global batch in each case.

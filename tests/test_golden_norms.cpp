@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include "normlab/nn/encoder.hpp"
 #include "normlab/nn/layers.hpp"
 #include "normlab/nn/norm.hpp"
+#include "normlab/nn/norm_registry.hpp"
 #include "normlab/train/config.hpp"
 #include "normlab/train/setup.hpp"
 
@@ -123,8 +125,16 @@ std::vector<std::string> golden_names(const std::string& prefix) {
 
 TEST_CASE("golden norms: each norm layer from make_norm, forward and backward, against PyTorch") {
   const std::vector<std::string> names = golden_names("norm_");
-  // layernorm, rmsnorm, dyt, batchnorm, powernorm, and the four small-variance cases
-  CHECK(names.size() == 9);
+  // one per registry entry with a layer (layernorm, rmsnorm, batchnorm, powernorm, dyt, scalenorm),
+  // and the four small-variance cases: a norm added to the registry fails here until it has its file
+  int64_t layers = 0;
+  for (const nn::NormSpec& spec : nn::norm_registry()) {
+    if (spec.residual != nn::Residual::normalized) continue;
+    ++layers;
+    CHECK_MESSAGE(std::find(names.begin(), names.end(), "norm_" + spec.name) != names.end(),
+                  "no golden norm_", spec.name, " (scripts/golden_norms.py)");
+  }
+  CHECK(names.size() == static_cast<size_t>(layers + 4));
   for (const std::string& name : names) {
     CAPTURE(name);
     Golden g(name);
@@ -185,7 +195,7 @@ TEST_CASE("golden norms: whole EncoderModel per norm kind x placement, embedding
   // PowerNorm's running_phi and grad_ema are compared after the forward and the backward: the model
   // file checks that every PowerNorm layer of both placements updates its own two running averages.
   const std::vector<std::string> names = golden_names("model_");
-  CHECK(names.size() == 16);  // 7 kinds x 2 placements + 2 without layers
+  CHECK(names.size() == 2 * nn::norm_registry().size() + 2);  // every kind x 2 placements + 2 without layers
   std::set<std::string> kinds_seen;
   for (const std::string& name : names) {
     CAPTURE(name);
@@ -222,7 +232,8 @@ TEST_CASE("golden norms: whole EncoderModel per norm kind x placement, embedding
     for (auto& [bname, t] : model.named_buffers()) g.check("ref.buffer." + bname, t.to_vector());
     g.check_all_compared();
   }
-  CHECK(kinds_seen.size() == 14);  // every kind x placement (the two layer-less files are none/pre)
+  CHECK(kinds_seen.size() == 2 * nn::norm_registry().size());  // every kind x placement (the two layer-less files
+                                                               // are none/pre)
 }
 
 TEST_CASE("model.norm_eps from a config reaches every norm layer (and final norm) of the model") {

@@ -210,7 +210,7 @@ TEST_CASE("own data: the shipped example configs load and name their data") {
 
 TEST_CASE("resume: a cosine schedule continued under a new train.steps has no jump") {
   optim::ScheduleOptions s;
-  s.name = "warmup_cosine";
+  s.name = normlab::optim::ScheduleKind::warmup_cosine;
   s.warmup_steps = 10;
   s.total_steps = 100;
   s.min_lr_ratio = 0.1f;

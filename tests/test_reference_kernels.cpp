@@ -316,8 +316,8 @@ TEST_CASE("reference kernels: fast packed attention agrees with them") {
 }
 
 TEST_CASE("reference kernels: Adam and AdamW steps match the optimizer's fast loop") {
-  for (const char* name : {"adam", "adamw"}) {
-    INFO(name);
+  for (normlab::optim::OptimizerKind name : {normlab::optim::OptimizerKind::adam, normlab::optim::OptimizerKind::adamw}) {
+    INFO(normlab::optim::to_string(name));
     normlab::optim::OptimizerOptions options;
     options.name = name;
     options.lr = 0.01f;
@@ -450,7 +450,7 @@ TEST_CASE("reference kernels: the reference path routes the ops and Adam to them
 
   // Adam: the optimizer's update on the reference path is reference::adam_step's.
   normlab::optim::OptimizerOptions options;
-  options.name = "adamw";
+  options.name = normlab::optim::OptimizerKind::adamw;
   options.weight_decay = 0.1f;
   Tensor p = Tensor::normal({40}, rng);
   std::vector<float> expected = p.to_vector(), m(40, 0.0f), v(40, 0.0f);

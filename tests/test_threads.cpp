@@ -159,7 +159,7 @@ TEST_CASE("threads: crash + resume equals the uninterrupted run bit for bit at 1
     RunConfig config = small_config(threads);
     if (threads == 2) {  // BatchNorm: running statistics are reduced over threads and checkpointed
       config.model.norm = "batchnorm";
-      config.model.placement = "post";
+      config.model.placement = normlab::nn::Placement::post;
     }
     if (threads == 3) config.model.norm = "rmsnorm";
     const std::string straight = dir.sub("straight" + std::to_string(threads));

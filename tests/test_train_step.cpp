@@ -25,11 +25,11 @@ RunConfig sgd_config(double clip) {
   c.task.max_len = 8;
   c.task.eval_max_len = 8;
   c.task.eval_examples = 8;
-  c.optim.name = "sgd";
+  c.optim.name = normlab::optim::OptimizerKind::sgd;
   c.optim.lr = 0.5;
   c.optim.momentum = 0.0;
   c.optim.weight_decay = 0.0;
-  c.optim.schedule = "constant";
+  c.optim.schedule = normlab::optim::ScheduleKind::constant;
   c.optim.clip_grad_norm = clip;
   c.train.steps = 5;
   c.train.batch_size = 8;

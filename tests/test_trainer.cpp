@@ -241,7 +241,7 @@ TEST_CASE("trainer: resume after a crash reproduces the uninterrupted run (file 
   config.task.train_file = std::string(NORMLAB_SOURCE_DIR) + "/data/majority/train.jsonl";
   config.task.max_len = 4;  // about 250 examples: 16 batches per epoch, so the run crosses epochs
   config.model.norm = "batchnorm";  // running statistics are buffers that must come back too
-  config.model.placement = "post";
+  config.model.placement = normlab::nn::Placement::post;
   check_resume_matches(config);
 }
 
@@ -273,9 +273,9 @@ TEST_CASE("trainer: a huge learning rate without normalization diverges") {
   TempDir dir;
   RunConfig config = tiny_config();
   config.model.norm = "none";
-  config.optim.name = "sgd";
+  config.optim.name = normlab::optim::OptimizerKind::sgd;
   config.optim.lr = 10;
-  config.optim.schedule = "constant";
+  config.optim.schedule = normlab::optim::ScheduleKind::constant;
   config.optim.clip_grad_norm = 0;
   config.train.steps = 200;
   TrainSummary summary = train_in(config, dir.sub("run"));

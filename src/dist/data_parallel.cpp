@@ -28,7 +28,7 @@ void sum_batch_norm_statistics(double* values, int64_t count) {
 DataParallel::DataParallel(Communicator& comm, const train::RunConfig& config) : comm_(comm) {
   if (comm_.size() == 1) return;
   const int ranks = comm_.size();
-  sync_batch_norm_ = config.model.norm == "batchnorm" && config.model.batchnorm_stats == "sync";
+  sync_batch_norm_ = config.model.norm == nn::NormKind("batchnorm") && config.model.batchnorm_stats == "sync";
   if (sync_batch_norm_) {
     if (config.train.batch_size < ranks) {
       throw InputError(fmt::format("train.batch_size: model.batchnorm_stats = \"sync\" on {} processes needs at "

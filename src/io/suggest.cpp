@@ -5,6 +5,8 @@
 #include <utility>
 #include <limits>
 
+#include "normlab/nn/norm_registry.hpp"
+
 namespace normlab::io {
 
 int64_t edit_distance(const std::string& a, const std::string& b) {
@@ -25,13 +27,17 @@ namespace {
 
 // Names users type for what normlab calls otherwise: PyTorch's and common spellings.
 const std::vector<std::pair<std::string, std::string>>& aliases() {
-  static const std::vector<std::pair<std::string, std::string>> table = {
-      {"learning_rate", "lr"}, {"lr_rate", "lr"},      {"learningrate", "lr"},     {"ln", "layernorm"},
-      {"layer_norm", "layernorm"}, {"bn", "batchnorm"}, {"batch_norm", "batchnorm"}, {"rms", "rmsnorm"},
-      {"rms_norm", "rmsnorm"}, {"variant", "variants"}, {"seed", "seeds"},       {"step", "steps"},
-      {"num_steps", "steps"},  {"max_steps", "steps"}, {"norm_type", "norm"},     {"n_layers", "layers"},
-      {"num_layers", "layers"}, {"n_heads", "heads"},  {"num_heads", "heads"},    {"batchsize", "batch_size"},
-      {"power_norm", "powernorm"}, {"pn", "powernorm"}};
+  static const std::vector<std::pair<std::string, std::string>> table = [] {
+    std::vector<std::pair<std::string, std::string>> all = {
+        {"learning_rate", "lr"}, {"lr_rate", "lr"},       {"learningrate", "lr"},  {"variant", "variants"},
+        {"seed", "seeds"},       {"step", "steps"},       {"num_steps", "steps"},  {"max_steps", "steps"},
+        {"norm_type", "norm"},   {"n_layers", "layers"},  {"num_layers", "layers"}, {"n_heads", "heads"},
+        {"num_heads", "heads"},  {"batchsize", "batch_size"}};
+    // Each normalization's own spellings ("ln", "rms_norm"), from its registry entry.
+    for (const nn::NormSpec& spec : nn::norm_registry())
+      for (const std::string& alias : spec.aliases) all.emplace_back(alias, spec.name);
+    return all;
+  }();
   return table;
 }
 

@@ -43,7 +43,7 @@ EncoderLayer::EncoderLayer(const EncoderOptions& opts, Rng& rng)
     register_module("norm1", *norm1);
     register_module("norm2", *norm2);
   }
-  if (opts.norm == NormKind::rezero) resweight = register_parameter("resweight", Tensor::zeros({1}));
+  if (opts.norm.spec().residual == Residual::rezero) resweight = register_parameter("resweight", Tensor::zeros({1}));
 }
 
 Tensor EncoderLayer::feed_forward(const Tensor& x, const std::vector<int64_t>& offsets, uint64_t dropout_key,
@@ -66,11 +66,11 @@ Tensor EncoderLayer::forward(const Tensor& x, const std::vector<int64_t>& offset
   auto attn = [&](const Tensor& t) { return drop(self_attn.forward(t, offsets), 0); };
   auto ffn = [&](const Tensor& t) { return drop(feed_forward(t, offsets, dropout_key, first_sequence), 2); };
 
-  if (options.norm == NormKind::none) {  // plain residual stream, nothing keeps its scale in check
+  if (options.norm.spec().residual == Residual::plain) {  // plain residual stream, nothing keeps its scale in check
     Tensor h = ops::add(x, attn(x));
     return ops::add(h, ffn(h));
   }
-  if (options.norm == NormKind::rezero) {  // x + alpha * f(x), alpha = 0 at init: each block starts as identity
+  if (options.norm.spec().residual == Residual::rezero) {  // x + alpha * f(x), alpha = 0 at init: each block starts as identity
     Tensor h = ops::add(x, ops::mul(attn(x), resweight));
     return ops::add(h, ops::mul(ffn(h), resweight));
   }
@@ -185,6 +185,12 @@ double global_grad_norm(const Module& model) {
     for (int64_t i = 0; i < t.numel(); ++i) sum_sq += double(g[i]) * double(g[i]);
   }
   return std::sqrt(sum_sq);
+}
+
+std::string to_string(Placement placement) {
+  for (auto [p, text] : kPlacementNames)
+    if (p == placement) return text;
+  return "?";
 }
 
 }  // namespace normlab::nn

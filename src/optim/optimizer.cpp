@@ -38,9 +38,13 @@ std::vector<std::string> split_dots(const std::string& name) {
 
 }  // namespace
 
+std::string to_string(OptimizerKind kind) {
+  for (auto [k, text] : kOptimizerNames)
+    if (k == kind) return text;
+  return "?";
+}
+
 void check_optimizer_options(const OptimizerOptions& o) {
-  if (o.name != "sgd" && o.name != "adam" && o.name != "adamw")
-    throw UsageError(fmt::format("optimizer: unknown name '{}' (expected sgd, adam or adamw)", o.name));
   if (!(std::isfinite(o.lr) && o.lr > 0.0f))
     throw UsageError(fmt::format("optimizer: lr must be > 0 and finite (got {})", o.lr));
   if (!(o.beta1 >= 0.0f && o.beta1 < 1.0f))
@@ -83,7 +87,7 @@ Optimizer::Optimizer(const OptimizerOptions& options, nn::NamedTensors params)
 }
 
 std::vector<std::string> Optimizer::state_kinds() const {
-  if (options_.name == "sgd") {
+  if (options_.name == OptimizerKind::sgd) {
     if (options_.momentum > 0.0f) return {"momentum_buffer"};
     return {};
   }
@@ -109,7 +113,7 @@ void Optimizer::step(float lr) {
     throw UsageError(fmt::format("optimizer: step lr must be >= 0 and finite (got {})", lr));
   step_count_++;
   const bool reference = kernels::reference::reference_kernels_enabled();
-  if (reference && options_.name != "sgd") {
+  if (reference && options_.name != OptimizerKind::sgd) {
     for (size_t i = 0; i < params_.size(); i++)
       if (params_[i].second.has_grad()) step_adam_reference(i, lr);
     return;
@@ -127,7 +131,7 @@ void Optimizer::step(float lr) {
     first.push_back(total);
     total += params_[i].second.numel();
   }
-  const bool sgd = options_.name == "sgd";
+  const bool sgd = options_.name == OptimizerKind::sgd;
   const int64_t threads = parallel_parts(total >= kParallelMinElements);
   run_parts(threads, [&](int64_t t) {
     const int64_t lo = total * t / threads, hi = total * (t + 1) / threads;
@@ -185,7 +189,7 @@ void Optimizer::step_adam(size_t index, float lr, int64_t begin, int64_t end) {
   const double bias_correction2 = 1.0 - std::pow(beta2, t);
 
   kernels::AdamScalars s;
-  s.decoupled = options_.name == "adamw";
+  s.decoupled = options_.name == OptimizerKind::adamw;
   s.param_scale = static_cast<float>(1.0 - lr_d * wd_d);  // adamw; 1 when wd_d is 0
   s.grad_decay = static_cast<float>(wd_d);                 // adam
   s.beta1 = static_cast<float>(beta1);
@@ -204,7 +208,7 @@ void Optimizer::step_adam_reference(size_t index, float lr) {
   Tensor& param = params_[index].second;
   kernels::reference::adam_step(param.data(), exp_avg_[index].data(), exp_avg_sq_[index].data(), param.grad_data(),
                                 param.numel(), step_count_, lr, options_.beta1, options_.beta2, options_.eps,
-                                decay_[index] ? options_.weight_decay : 0.0f, options_.name == "adamw");
+                                decay_[index] ? options_.weight_decay : 0.0f, options_.name == OptimizerKind::adamw);
 }
 
 void Optimizer::zero_grad() {
@@ -233,7 +237,8 @@ void Optimizer::load_state(const std::map<std::string, std::vector<float>>& tens
       std::string key = fmt::format("optim.{}.{}", kind, name);
       auto it = tensors.find(key);
       if (it == tensors.end())
-        throw InputError(fmt::format("{}: optimizer state '{}': missing (optimizer '{}')", where, key, options_.name));
+        throw InputError(
+            fmt::format("{}: optimizer state '{}': missing (optimizer '{}')", where, key, to_string(options_.name)));
       if (static_cast<int64_t>(it->second.size()) != param.numel())
         throw InputError(fmt::format("{}: optimizer state '{}': has {} values, parameter {} needs {}", where, key,
                                      it->second.size(), shape_str(param.shape()), param.numel()));
@@ -244,7 +249,7 @@ void Optimizer::load_state(const std::map<std::string, std::vector<float>>& tens
     if (key.rfind("optim.", 0) == 0 && !expected.count(key))
       throw InputError(fmt::format("{}: optimizer state '{}': not expected by optimizer '{}' (another optimizer "
                                    "or parameter set?)",
-                                   where, key, options_.name));
+                                   where, key, to_string(options_.name)));
   }
   for (const std::string& kind : state_kinds()) {
     std::vector<std::vector<float>>& buffers = state_buffers(kind);

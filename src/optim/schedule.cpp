@@ -10,10 +10,13 @@
 
 namespace normlab::optim {
 
+std::string to_string(ScheduleKind kind) {
+  for (auto [k, text] : kScheduleNames)
+    if (k == kind) return text;
+  return "?";
+}
+
 void check_schedule_options(const ScheduleOptions& s) {
-  if (s.name != "constant" && s.name != "warmup" && s.name != "warmup_cosine")
-    throw UsageError(
-        fmt::format("schedule: unknown name '{}' (expected constant, warmup or warmup_cosine)", s.name));
   if (s.warmup_steps < 0)
     throw UsageError(fmt::format("schedule: warmup_steps must be >= 0 (got {})", s.warmup_steps));
   if (s.total_steps < 1)
@@ -25,12 +28,12 @@ void check_schedule_options(const ScheduleOptions& s) {
 float lr_factor(const ScheduleOptions& s, int64_t step) {
   check_schedule_options(s);
   if (step < 0) throw UsageError(fmt::format("schedule: step must be >= 0 (got {})", step));
-  if (s.name == "constant") return 1.0f;
+  if (s.name == ScheduleKind::constant) return 1.0f;
   // Step 0 already gets 1/warmup of the lr, and step warmup-1 the full lr, like the usual
   // LambdaLR(lambda step: (step + 1) / warmup).
   if (step < s.warmup_steps)
     return static_cast<float>(static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps));
-  if (s.name == "warmup") return 1.0f;
+  if (s.name == ScheduleKind::warmup) return 1.0f;
   const double min_ratio = s.min_lr_ratio;
   if (s.restart_step >= 0 && step >= s.restart_step) {
     const int64_t span = s.total_steps - s.restart_step;
@@ -51,7 +54,7 @@ ScheduleOptions extend_schedule(const ScheduleOptions& before, int64_t step, int
   ScheduleOptions after = before;
   after.total_steps = new_total_steps;
   if (new_total_steps == before.total_steps) return after;
-  if (before.name == "warmup_cosine" && step >= before.warmup_steps) {
+  if (before.name == ScheduleKind::warmup_cosine && step >= before.warmup_steps) {
     after.restart_step = step;
     after.restart_factor = lr_factor(before, step);
   }

@@ -17,6 +17,7 @@
 #include "normlab/io/json_strict.hpp"
 #include "normlab/io/suggest.hpp"
 #include "normlab/io/json_depth.hpp"
+#include "normlab/nn/norm_registry.hpp"
 #include "normlab/study/compare.hpp"
 #include "normlab/study/search.hpp"
 #include "normlab/train/config.hpp"
@@ -29,20 +30,14 @@ using detail::fail;
 using detail::format_lr;
 using detail::set_path;
 
+// The compare grid's variant names: every registry entry's (nn/norm_registry.hpp), in its order.
 const std::vector<Variant>& known_variants() {
-  static const std::vector<Variant> variants{
-      {"none", "none", "pre", "no normalization: x + f(x)", "#000000"},
-      {"post-ln", "layernorm", "post", "LayerNorm after the residual sum (original Transformer)", "#D55E00"},
-      {"pre-ln", "layernorm", "pre", "LayerNorm on each sublayer's input, plus a final LayerNorm", "#0072B2"},
-      {"rmsnorm", "rmsnorm", "pre", "RMSNorm (no centering), pre placement", "#009E73"},
-      {"batchnorm", "batchnorm", "pre", "BatchNorm over the batch's real tokens, pre placement", "#CC79A7"},
-      {"powernorm", "powernorm", "pre", "PowerNorm: running quadratic-mean statistics per feature, pre placement", "#661100"},
-      {"rezero", "rezero", "pre", "no normalization: x + alpha * f(x), alpha = 0 at init", "#E69F00"},
-      {"dyt", "dyt", "pre", "Dynamic Tanh gamma * tanh(a x) + beta in place of each norm, pre placement", "#56B4E9"},
-      {"post-rmsnorm", "rmsnorm", "post", "RMSNorm, post placement", "#117733"},
-      {"post-batchnorm", "batchnorm", "post", "BatchNorm, post placement", "#882255"},
-      {"post-dyt", "dyt", "post", "Dynamic Tanh, post placement", "#999999"},
-  };
+  static const std::vector<Variant> variants = [] {
+    std::vector<Variant> all;
+    for (const nn::NormSpec& spec : nn::norm_registry())
+      for (const nn::NormVariant& v : spec.variants) all.push_back({v.name, spec.name, v.placement, v.description, v.color});
+    return all;
+  }();
   return variants;
 }
 
@@ -53,19 +48,19 @@ const Variant* find_variant(const std::string& name) {
 }
 
 std::string variant_of(const std::string& norm, const std::string& placement) {
+  const nn::NormSpec* spec = nn::find_norm(norm);
+  const bool placement_moot = spec != nullptr && spec->residual != nn::Residual::normalized;
   for (const Variant& v : known_variants())
-    if (v.norm == norm && (v.placement == placement || norm == "none" || norm == "rezero")) return v.name;
+    if (v.norm == norm && (v.placement == placement || placement_moot)) return v.name;
   return "";
 }
 
 std::string block_formula(const std::string& norm, const std::string& placement, bool final_norm) {
-  if (norm == "none") return "x = x + f(x) (no normalization)";
-  if (norm == "rezero") return "x = x + alpha * f(x) (ReZero, alpha = 0 at init; no normalization)";
-  const std::string n = norm == "layernorm"   ? "LN"
-                        : norm == "rmsnorm"   ? "RMSNorm"
-                        : norm == "batchnorm" ? "BN"
-                        : norm == "dyt"       ? "DyT"
-                                              : norm;
+  const nn::NormSpec* spec = nn::find_norm(norm);
+  if (spec == nullptr) return "";
+  if (spec->residual == nn::Residual::plain) return "x = x + f(x) (no normalization)";
+  if (spec->residual == nn::Residual::rezero) return "x = x + alpha * f(x) (ReZero, alpha = 0 at init; no normalization)";
+  const std::string& n = spec->symbol;
   if (placement == "post") return fmt::format("x = {}(x + f(x)) (post-norm)", n);
   return fmt::format("x = x + f({}(x)) (pre-norm{})", n, final_norm ? fmt::format(", final {} after the stack", n) : "");
 }
@@ -401,8 +396,9 @@ void fill_missing_axes(const CompareConfig& config, const std::vector<std::vecto
                        ComparePlan& plan) {
   const train::RunConfig& base = config.base_config;
   if (plan.variants.empty()) {
-    const std::string name = variant_of(base.model.norm, base.model.placement);
-    plan.variants.push_back(name.empty() ? base.model.norm + "-" + base.model.placement : name);
+    const std::string norm = base.model.norm.name(), placement = nn::to_string(base.model.placement);
+    const std::string name = variant_of(norm, placement);
+    plan.variants.push_back(name.empty() ? norm + "-" + placement : name);
   }
   if (plan.lrs.empty()) plan.lrs.push_back(base.optim.lr);
   if (plan.seeds.empty()) plan.seeds.push_back(uint64_t(base.train.seed));

@@ -827,7 +827,8 @@ std::string setup_line(const Context& c, const train::RunConfig& base) {
   return fmt::format(
       "Task {}, trained on lengths {}–{} and evaluated on held-out lengths up to {}; {} steps of {}, batch {}; seeds "
       "{}. {}",
-      train::task_title(base), base.task.min_len, base.task.max_len, base.task.eval_max_len, base.train.steps, base.optim.name,
+      train::task_title(base), base.task.min_len, base.task.max_len, base.task.eval_max_len, base.train.steps,
+      optim::to_string(base.optim.name),
       base.train.batch_size, seeds.empty() ? "as given" : seeds, grid);
 }
 

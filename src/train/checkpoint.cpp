@@ -78,7 +78,7 @@ std::map<std::string, std::vector<float>> optimizer_tensors(const io::Safetensor
   for (const io::TensorRecord& record : file.tensors) {
     if (is_optimizer_name(record.name) && !out.count(record.name)) {
       throw InputError(fmt::format("{}: tensor '{}' is not part of the state of this run's {} optimizer", file.path,
-                                   record.name, optimizer.options().name));
+                                   record.name, optim::to_string(optimizer.options().name)));
     }
   }
   return out;

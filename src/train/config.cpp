@@ -94,6 +94,43 @@ Field make_field(const char* section, S RunConfig::*part, const char* key, T S::
   return field;
 }
 
+// A choice stored as a T (an enum, a registry entry): validated as one of `choices` like any
+// choice, then parsed once here; written back as its name.
+template <class S, class T>
+Field make_parsed_field(const char* section, S RunConfig::*part, const char* key, T S::*member,
+                        std::vector<std::string> choices, std::function<T(const std::string&)> parse,
+                        std::function<std::string(const T&)> name) {
+  Field field;
+  field.section = section;
+  field.key = key;
+  field.kind = Kind::choice;
+  field.choices = std::move(choices);
+  field.set = [part, member, parse](RunConfig& config, const json& value) {
+    (config.*part).*member = parse(value.get<std::string>());
+  };
+  field.get = [part, member, name](const RunConfig& config) { return json(name((config.*part).*member)); };
+  return field;
+}
+
+// The same for an enum with a name table {{E::a, "a"}, ...} (kPlacementNames, kOptimizerNames, ...).
+template <class S, class E, size_t N>
+Field make_enum_field(const char* section, S RunConfig::*part, const char* key, E S::*member,
+                      const std::pair<E, const char*> (&table)[N]) {
+  std::vector<std::string> choices;
+  for (const auto& [value, text] : table) choices.emplace_back(text);
+  auto parse = [&table](const std::string& text) {
+    for (const auto& [value, name] : table)
+      if (text == name) return value;
+    return table[0].first;  // unreachable: the text was validated against the choices
+  };
+  auto name = [&table](const E& value) {
+    for (const auto& [v, text] : table)
+      if (v == value) return std::string(text);
+    return std::string("?");
+  };
+  return make_parsed_field<S, E>(section, part, key, member, std::move(choices), parse, name);
+}
+
 Range closed(double lo, double hi) { return {lo, hi, false, false}; }
 Range open_closed(double lo, double hi) { return {lo, hi, true, false}; }
 Range closed_open(double lo, double hi) { return {lo, hi, false, true}; }
@@ -110,12 +147,13 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("model", &R::model, "dropout", &ModelConfig::dropout, Kind::number, closed_open(0, 1)));
     f.push_back(make_field("model", &R::model, "activation", &ModelConfig::activation, Kind::choice, {},
                            {"relu", "gelu"}));
-    f.push_back(make_field("model", &R::model, "norm", &ModelConfig::norm, Kind::choice, {},
-                           {"layernorm", "rmsnorm", "batchnorm", "powernorm", "dyt", "rezero", "none"}));
+    f.push_back(make_parsed_field<ModelConfig, nn::NormKind>(
+        "model", &R::model, "norm", &ModelConfig::norm, nn::norm_names(),
+        [](const std::string& name) { return nn::NormKind(name); }, [](const nn::NormKind& kind) { return kind.name(); }));
     // data-parallel: BatchNorm statistics per rank or over all ranks (docs/scaling.md)
     f.push_back(make_field("model", &R::model, "batchnorm_stats", &ModelConfig::batchnorm_stats, Kind::choice, {},
                            {"local", "sync"}));
-    f.push_back(make_field("model", &R::model, "placement", &ModelConfig::placement, Kind::choice, {}, {"pre", "post"}));
+    f.push_back(make_enum_field("model", &R::model, "placement", &ModelConfig::placement, nn::kPlacementNames));
     f.push_back(make_field("model", &R::model, "final_norm", &ModelConfig::final_norm, Kind::boolean));
     f.push_back(make_field("model", &R::model, "norm_eps", &ModelConfig::norm_eps, Kind::number, open_closed(0, 1)));
     f.push_back(make_field("model", &R::model, "positional", &ModelConfig::positional, Kind::choice, {},
@@ -142,7 +180,7 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("task", &R::task, "mask_prob", &TaskConfig::mask_prob, Kind::number, closed(0, 1)));
     f.push_back(make_field("task", &R::task, "random_prob", &TaskConfig::random_prob, Kind::number, closed(0, 1)));
     // optim
-    f.push_back(make_field("optim", &R::optim, "name", &OptimConfig::name, Kind::choice, {}, {"sgd", "adam", "adamw"}));
+    f.push_back(make_enum_field("optim", &R::optim, "name", &OptimConfig::name, optim::kOptimizerNames));
     f.push_back(make_field("optim", &R::optim, "lr", &OptimConfig::lr, Kind::number, open_closed(0, 10)));
     f.push_back(make_field("optim", &R::optim, "beta1", &OptimConfig::beta1, Kind::number, closed_open(0, 1)));
     f.push_back(make_field("optim", &R::optim, "beta2", &OptimConfig::beta2, Kind::number, closed_open(0, 1)));
@@ -150,8 +188,7 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("optim", &R::optim, "momentum", &OptimConfig::momentum, Kind::number, closed_open(0, 1)));
     f.push_back(make_field("optim", &R::optim, "weight_decay", &OptimConfig::weight_decay, Kind::number, closed(0, 10)));
     f.push_back(make_field("optim", &R::optim, "decay_all", &OptimConfig::decay_all, Kind::boolean));
-    f.push_back(make_field("optim", &R::optim, "schedule", &OptimConfig::schedule, Kind::choice, {},
-                           {"constant", "warmup", "warmup_cosine"}));
+    f.push_back(make_enum_field("optim", &R::optim, "schedule", &OptimConfig::schedule, optim::kScheduleNames));
     f.push_back(make_field("optim", &R::optim, "warmup_steps", &OptimConfig::warmup_steps, Kind::integer,
                            closed(0, kMaxSteps)));
     f.push_back(make_field("optim", &R::optim, "min_lr_ratio", &OptimConfig::min_lr_ratio, Kind::number, closed(0, 1)));

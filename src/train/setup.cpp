@@ -69,8 +69,8 @@ nn::ModelOptions build_model_options(const RunConfig& config, const data::Task& 
   options.encoder.dim_feedforward = m.ffn;
   options.encoder.dropout = static_cast<float>(m.dropout);
   options.encoder.activation = parse_activation(m.activation);
-  options.encoder.norm = nn::parse_norm_kind(m.norm);
-  options.encoder.placement = m.placement == "post" ? nn::Placement::post : nn::Placement::pre;
+  options.encoder.norm = m.norm;
+  options.encoder.placement = m.placement;
   options.encoder.norm_eps = static_cast<float>(m.norm_eps);
   options.encoder.final_norm = m.final_norm;
   if (m.vocab_size && *m.vocab_size < task.input_vocab_size()) {

@@ -25,6 +25,9 @@
 namespace normlab::nn {
 
 enum class Placement { post, pre };  // post: x = norm(x + f(x)); pre: x = x + f(norm(x))
+// model.placement's spellings, in config order.
+inline constexpr std::pair<Placement, const char*> kPlacementNames[] = {{Placement::pre, "pre"}, {Placement::post, "post"}};
+std::string to_string(Placement placement);
 enum class Activation { relu, gelu };
 enum class Positional { sinusoidal, learned };
 enum class Head { token, sequence };  // per-token classifier, or mean-pooled sequence classifier
@@ -36,7 +39,7 @@ struct EncoderOptions {
   int64_t dim_feedforward = 256;
   float dropout = 0.0f;
   Activation activation = Activation::relu;
-  NormKind norm = NormKind::layernorm;
+  NormKind norm = "layernorm";
   Placement placement = Placement::pre;
   float norm_eps = 1e-12f;
   bool final_norm = true;  // pre placement: a norm after the last block (as in GPT-2 / pre-LN papers)

@@ -9,10 +9,13 @@
 //   PowerNorm  per feature: y = gamma * x / sqrt(phi_c + eps) + beta, phi_c the running mean of x^2
 //              over past batches' real tokens, in training too (Shen et al. 2020, Algorithm 1)
 //   DyT        no statistics: y = gamma * tanh(alpha * x) + beta (Zhu et al. 2025)
+// Each layer's code is its own file under src/nn/norms/ with its registry entry (norm_registry.hpp);
+// a norm added that way (ScaleNorm, docs/tour.md) needs no declaration here.
 #include <memory>
 #include <string>
 
 #include "normlab/nn/module.hpp"
+#include "normlab/nn/norm_registry.hpp"
 
 namespace normlab::nn {
 
@@ -65,13 +68,12 @@ class DyT : public NormLayer {
   Tensor alpha, weight, bias;
 };
 
-enum class NormKind { layernorm, rmsnorm, batchnorm, powernorm, dyt, rezero, none };
 NormKind parse_norm_kind(const std::string& name);  // throws UsageError listing the choices
 std::string to_string(NormKind kind);
 // True for the kinds that put a normalization layer in each block (not rezero / none).
 bool has_norm_layer(NormKind kind);
 
-// The layer for kind (layernorm, rmsnorm, batchnorm, powernorm, dyt); eps applies to all but dyt.
+// The layer for kind (layernorm, rmsnorm, ...: the registry entry's factory) over dim features.
 std::unique_ptr<NormLayer> make_norm(NormKind kind, int64_t dim, float eps);
 
 }  // namespace normlab::nn

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "normlab/nn/module.hpp"
@@ -15,8 +16,14 @@
 
 namespace normlab::optim {
 
+// optim.name, parsed once from the config: the update rule step() dispatches on.
+enum class OptimizerKind { sgd, adam, adamw };
+inline constexpr std::pair<OptimizerKind, const char*> kOptimizerNames[] = {
+    {OptimizerKind::sgd, "sgd"}, {OptimizerKind::adam, "adam"}, {OptimizerKind::adamw, "adamw"}};
+std::string to_string(OptimizerKind kind);
+
 struct OptimizerOptions {
-  std::string name = "adamw";  // "sgd", "adam", "adamw"
+  OptimizerKind name = OptimizerKind::adamw;
   float lr = 1e-3f;            // base lr (the schedule scales it; step() takes the lr to use)
   float momentum = 0.0f;       // sgd: buf = momentum*buf + g; p -= lr*buf (dampening 0, no nesterov)
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // adam/adamw, with bias correction
@@ -24,7 +31,7 @@ struct OptimizerOptions {
   bool decay_all = false;      // false: no weight decay where no_decay_name() is true
 };
 
-// Throws UsageError unless: name is sgd/adam/adamw, lr > 0 and finite, 0 <= beta1, beta2 < 1,
+// Throws UsageError unless: lr > 0 and finite, 0 <= beta1, beta2 < 1,
 // eps > 0 and finite, weight_decay >= 0 and finite, 0 <= momentum < 1.
 void check_optimizer_options(const OptimizerOptions& options);
 

@@ -2,11 +2,18 @@
 // Learning-rate schedules as a multiplier of the base lr, as a pure function of the step.
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace normlab::optim {
 
+// optim.schedule: constant, warmup (linear warmup then constant), warmup_cosine.
+enum class ScheduleKind { constant, warmup, warmup_cosine };
+inline constexpr std::pair<ScheduleKind, const char*> kScheduleNames[] = {
+    {ScheduleKind::constant, "constant"}, {ScheduleKind::warmup, "warmup"}, {ScheduleKind::warmup_cosine, "warmup_cosine"}};
+std::string to_string(ScheduleKind kind);
+
 struct ScheduleOptions {
-  std::string name = "constant";  // "constant", "warmup" (linear warmup then constant), "warmup_cosine"
+  ScheduleKind name = ScheduleKind::constant;
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;  // warmup_cosine reaches min_lr_ratio here
   float min_lr_ratio = 0.0f;
@@ -17,7 +24,7 @@ struct ScheduleOptions {
   float restart_factor = 1.0f;
 };
 
-// Throws UsageError unless: name is known, warmup_steps >= 0, total_steps >= 1,
+// Throws UsageError unless: warmup_steps >= 0, total_steps >= 1,
 // 0 <= min_lr_ratio <= 1.
 void check_schedule_options(const ScheduleOptions& s);
 

@@ -1,5 +1,7 @@
 #pragma once
 // A run's configuration: one JSON file with four sections, validated strictly before anything runs.
+// Settings that are choices (model.norm, model.placement, optim.name, optim.schedule) are parsed here
+// once, into a registry entry or an enum; the JSON keeps their names.
 //
 //   {"model": {...}, "task": {...}, "optim": {...}, "train": {...}}
 //
@@ -20,6 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "normlab/nn/encoder.hpp"
+#include "normlab/nn/norm_registry.hpp"
+#include "normlab/optim/optimizer.hpp"
+#include "normlab/optim/schedule.hpp"
+
 namespace normlab::train {
 
 struct ModelConfig {
@@ -29,9 +36,9 @@ struct ModelConfig {
   int64_t ffn = 256;
   double dropout = 0.0;
   std::string activation = "relu";        // relu | gelu
-  std::string norm = "layernorm";         // layernorm | rmsnorm | batchnorm | powernorm | dyt | rezero | none
+  nn::NormKind norm = "layernorm";        // a registry entry (nn/norm_registry.hpp): `normlab help norms`
   std::string batchnorm_stats = "local";  // data-parallel BatchNorm: local (per rank) | sync (global)
-  std::string placement = "pre";          // pre | post
+  nn::Placement placement = nn::Placement::pre;  // pre | post
   bool final_norm = true;                 // pre placement: a norm after the last block
   double norm_eps = 1e-12;
   std::string positional = "sinusoidal";  // sinusoidal | learned
@@ -60,7 +67,7 @@ struct TaskConfig {
 };
 
 struct OptimConfig {
-  std::string name = "adamw";             // sgd | adam | adamw
+  optim::OptimizerKind name = optim::OptimizerKind::adamw;  // sgd | adam | adamw
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;
@@ -68,7 +75,7 @@ struct OptimConfig {
   double momentum = 0.0;                  // sgd only
   double weight_decay = 0.01;
   bool decay_all = false;                 // false: no decay on biases, norms, embeddings
-  std::string schedule = "warmup_cosine"; // constant | warmup | warmup_cosine
+  optim::ScheduleKind schedule = optim::ScheduleKind::warmup_cosine;  // constant | warmup | warmup_cosine
   int64_t warmup_steps = 100;
   double min_lr_ratio = 0.0;
   double clip_grad_norm = 1.0;            // 0: no clipping
