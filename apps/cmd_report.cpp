@@ -4,7 +4,6 @@
 // runs trained by hand, a folder of them, a compare output directory (its runs/), or one run alone.
 #include <fmt/core.h>
 
-#include <csignal>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -12,16 +11,16 @@
 
 #include "commands.hpp"
 #include "normlab/error.hpp"
+#include "normlab/io/stop.hpp"
 #include "normlab/serve/live.hpp"
 #include "normlab/study/report.hpp"
+#include "normlab/study/run_dirs.hpp"
 
 namespace normlab::cli {
 
 namespace {
 
 namespace fs = std::filesystem;
-volatile std::sig_atomic_t g_report_signal = 0;
-void on_report_signal(int signal_number) { g_report_signal = signal_number; }
 
 struct ReportOptions {
   std::vector<std::string> run_dirs;
@@ -52,14 +51,13 @@ void run(const ReportOptions& options) {
   fs::create_directories(options.out, ec);
   if (ec || !fs::is_directory(options.out))
     throw InputError(fmt::format("{}: cannot create the output directory: {}", options.out, ec.message()));
-  std::signal(SIGINT, on_report_signal);
-  std::signal(SIGTERM, on_report_signal);
+  io::install_stop_signals();
   std::vector<std::string> answer;
   try {
-    answer = study::write_report(plan, results, options.out, [] { return g_report_signal != 0; });
+    answer = study::write_report(plan, results, options.out, [] { return io::stop_signal(io::stop_flag()) != 0; });
   } catch (const study::ReportStopped&) {
     fmt::print(stderr, "report: stopped before the report was complete; nothing was written over\n");
-    throw ExitCode{g_report_signal == SIGTERM ? kExitTerminated : kExitInterrupted};
+    throw ExitCode{exit_code_for_signal(io::stop_signal(io::stop_flag()))};
   }
   fmt::print("Answer (held-out data; definitions in docs/compare.md):\n");
   for (const std::string& sentence : answer) fmt::print("  {}\n", sentence);

@@ -4,6 +4,8 @@
 //   read_*_axes            each axis's values (fill_missing_axes: the base's value for an absent one)
 //   expand_grid            the settings (layers x warmup x config-key axes), in grid order
 //   make_run_spec          one run per setting, lr, variant and seed: its name and full config
+#include "normlab/study/plan.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,7 +19,6 @@
 #include "normlab/io/json_strict.hpp"
 #include "normlab/io/suggest.hpp"
 #include "normlab/io/json_depth.hpp"
-#include "normlab/study/compare.hpp"
 #include "normlab/study/search.hpp"
 #include "normlab/train/config.hpp"
 

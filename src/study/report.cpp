@@ -1,6 +1,8 @@
 // The report: a header saying what was run and by what, the Findings, a summary table, and the
 // charts (stability, curves, inside the stack, accuracy by length). One function per section;
-// build_report gathers them into the model (report_render.cpp draws it), write_report writes it.
+// build_report gathers them into the model (render.cpp draws it), write_report writes it.
+#include "normlab/study/report.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,7 +20,7 @@
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/stats.hpp"
 #include "normlab/provenance.hpp"
-#include "normlab/study/report.hpp"
+#include "normlab/study/render.hpp"
 #include "normlab/study/search.hpp"
 #include "normlab/study/svg.hpp"
 #include "normlab/train/config.hpp"

@@ -223,6 +223,8 @@ RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& dat
   const int32_t longest = std::max<int32_t>(1, dataset->max_length());
   std::vector<data::LengthBucket> buckets =
       data::make_length_buckets(longest, static_cast<int32_t>(run.config.task.bucket_width), run.train_max_len);
+  if (run.config.task.length_regime == "single")  // its one trained length in a bucket of its own
+    buckets = data::cut_buckets_before(std::move(buckets), static_cast<int32_t>(run.config.task.max_len));
   RunConfig batching = run.config;
   if (settings.batch_size) batching.train.batch_size = *settings.batch_size;
   EvalMetrics metrics = *evaluate_unless_stopped(*run.model, evaluation_batches(*dataset, batching), buckets, nullptr,

@@ -1,0 +1,95 @@
+// A single-length regime (task.length_regime "single") trains on max_len alone: the report counts as
+// trained exactly the lengths its batches held (the step records' shortest / longest), the shorter
+// lengths as unseen, and BatchNorm's batch-statistics check uses the batches' real sequence count.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <string>
+
+#include "normlab/data/buckets.hpp"
+#include "normlab/study/render.hpp"
+#include "normlab/study/report.hpp"
+#include "normlab/study/run_dirs.hpp"
+#include "support.hpp"
+
+using namespace normlab;
+using normlab::test::TempDir;
+
+namespace {
+
+// A finished run of a 10-label task, max_len 16, eval to 32: step records of batches of `sequences`
+// sequences of lengths shortest..longest, then one evaluation whose trainer groups call 1-16 trained
+// (accuracy 0.05, loss 30: "exploded" if those were the trained lengths) while the bucket of length
+// 16 alone is solved and the shorter lengths are at the loss the whole trainer group shows.
+study::RunResult read_fixture(const TempDir& dir, const std::string& regime, int shortest, int longest, int sequences) {
+  std::string metrics;
+  for (int step = 1; step <= 4; ++step)
+    metrics += fmt::format(
+        R"({{"step":{},"loss":2.0,"accuracy":0.5,"lr":0.001,"grad_norm":1.0,"tokens":272,"sequences":{},"shortest":{},"longest":{},"tokens_per_s":1}})"
+        "\n",
+        step, sequences, shortest, longest);
+  metrics +=
+      R"({"split":"valid","step":4,"loss":20.0,"accuracy":0.3,"targets":400,)"
+      R"("trained":{"loss":30.0,"accuracy":0.05,"targets":200},"unseen":{"loss":9.0,"accuracy":0.0,"targets":200},)"
+      R"("buckets":[{"min_len":1,"max_len":12,"beyond_train":false,"loss":35.0,"accuracy":0.0,"count":10,"targets":100},)"
+      R"({"min_len":13,"max_len":15,"beyond_train":false,"loss":35.0,"accuracy":0.0,"count":4,"targets":50},)"
+      R"({"min_len":16,"max_len":16,"beyond_train":false,"loss":0.01,"accuracy":1.0,"count":3,"targets":50},)"
+      R"({"min_len":17,"max_len":32,"beyond_train":true,"loss":9.0,"accuracy":0.0,"count":8,"targets":200}]})"
+      "\n";
+  dir.write("metrics.jsonl", metrics);
+  dir.write("summary.json", R"({"steps":4,"diverged":false,"wall_time_s":1.0,"threads":1})");
+  study::RunSpec spec;
+  spec.name = "run";
+  spec.config = nlohmann::json::parse(fmt::format(
+      R"({{"task":{{"name":"reverse","min_len":1,"max_len":16,"eval_max_len":32,"length_regime":"{}"}},)"
+      R"("train":{{"steps":4,"batch_size":32}}}})",
+      regime));
+  return study::read_run(spec, dir.path.string());
+}
+
+}  // namespace
+
+TEST_CASE("single-length regime: trained = the lengths the batches held, the shorter ones unseen") {
+  TempDir dir("normlab_single");
+  const study::RunResult single = read_fixture(dir, "single", 16, 16, 17);
+  CHECK(single.single_length);
+  CHECK(single.shortest_trained == 16);
+  CHECK(single.longest_trained == 16);
+  CHECK(single.final_trained().accuracy == doctest::Approx(1.0));
+  CHECK(single.final_trained().targets == 50);
+  // Unseen: the shorter lengths 1-15 and the longer 17-32, target-weighted.
+  CHECK(single.final_unseen().targets == 350);
+  CHECK(single.final_unseen().accuracy == doctest::Approx(0.0));
+  CHECK(single.final_unseen().loss == doctest::Approx((35.0 * 150 + 9.0 * 200) / 350));
+  CHECK(study::classify(single) == study::Outcome::solved);
+  CHECK(single.typical_batch_sequences() == 17);
+
+  // The same records of a mixed run keep the trainer's groups: lengths 1-16 trained, judged there.
+  const study::RunResult mixed = read_fixture(dir, "mixed", 1, 16, 32);
+  CHECK_FALSE(mixed.single_length);
+  CHECK(mixed.final_trained().accuracy == doctest::Approx(0.05));
+  CHECK(study::classify(mixed) == study::Outcome::exploded);
+}
+
+TEST_CASE("single-length regime: a bucket holding trained and untrained lengths counts in neither group") {
+  const std::vector<study::BucketResult> buckets{{1, 12, false, 5.0, 0.0, 10, 100},
+                                                 {13, 16, false, 1.0, 0.5, 4, 40},
+                                                 {17, 32, true, 9.0, 0.0, 8, 200}};
+  CHECK(std::isnan(study::held_out_of(buckets, false, 16, 16).accuracy));
+  CHECK(study::held_out_of(buckets, true, 16, 16).targets == 300);
+  CHECK(study::held_out_of(buckets, false, 1, 16).targets == 140);  // every trained bucket when all were trained
+}
+
+TEST_CASE("length buckets: cut before a length so that it starts a bucket of its own") {
+  const std::vector<data::LengthBucket> buckets = data::cut_buckets_before(data::make_length_buckets(32, 4, 16), 16);
+  REQUIRE(buckets.size() == 9);
+  CHECK(buckets[3].min_len == 13);
+  CHECK(buckets[3].max_len == 15);
+  CHECK(buckets[4].min_len == 16);
+  CHECK(buckets[4].max_len == 16);
+  CHECK_FALSE(buckets[4].beyond_train_max);
+  CHECK(buckets[5].beyond_train_max);
+  // Already a bucket's start: unchanged.
+  CHECK(data::cut_buckets_before(data::make_length_buckets(32, 4, 16), 13).size() == 8);
+}
