@@ -17,10 +17,12 @@
 #include <tuple>
 
 #include "common.hpp"
+#include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/stats.hpp"
 #include "normlab/provenance.hpp"
 #include "normlab/study/render.hpp"
+#include "normlab/study/run_dirs.hpp"
 #include "normlab/study/search.hpp"
 #include "normlab/study/svg.hpp"
 #include "normlab/train/config.hpp"
@@ -932,6 +934,29 @@ std::vector<std::string> write_report(const ComparePlan& plan, const std::vector
   io::write_file_atomic((fs::path(out_dir) / "report.md").string(), render_markdown(report));
   io::write_file_atomic((fs::path(out_dir) / "report.html").string(), render_html(report));
   return report.sections.front().bullets;
+}
+
+RunDirsReport report_run_dirs(const std::vector<std::string>& dirs,
+                              const std::vector<std::pair<std::string, std::string>>& labels,
+                              const std::string& out_dir, const std::function<bool()>& stop_requested) {
+  ComparePlan plan;
+  std::vector<RunResult> results;
+  try {
+    plan = plan_from_run_dirs(dirs, labels);
+    for (const RunSpec& spec : plan.runs) results.push_back(read_run(spec, spec.dir));
+  } catch (const fs::filesystem_error& e) {
+    throw InputError(fmt::format("{}: cannot read: {}", e.path1().string(), e.code().message()));
+  }
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec || !fs::is_directory(out_dir))
+    throw InputError(fmt::format("{}: cannot create the output directory: {}", out_dir, ec.message()));
+  RunDirsReport out;
+  out.answer = write_report(plan, results, out_dir, stop_requested);
+  out.runs = plan.runs.size();
+  out.series = plan.variants.size();
+  out.report_path = (fs::path(out_dir) / "report.html").string();
+  return out;
 }
 
 }  // namespace normlab::study

@@ -46,4 +46,16 @@ std::string curves_csv(const std::vector<RunResult>& results);
 std::vector<std::string> write_report(const ComparePlan& plan, const std::vector<RunResult>& results, const std::string& out_dir,
                   const std::function<bool()>& stop_requested = {});
 
+// `normlab report RUN_DIR...`: the runs of the directories (run_dirs.hpp: labels {label, run dir})
+// read, and their report written to out_dir (created). InputError for a directory that cannot be
+// read or created; ReportStopped as write_report.
+struct RunDirsReport {
+  size_t runs = 0, series = 0;
+  std::vector<std::string> answer;  // the Answer's sentences
+  std::string report_path;          // out_dir/report.html
+};
+RunDirsReport report_run_dirs(const std::vector<std::string>& dirs,
+                              const std::vector<std::pair<std::string, std::string>>& labels,
+                              const std::string& out_dir, const std::function<bool()>& stop_requested = {});
+
 }  // namespace normlab::study
