@@ -93,3 +93,19 @@ TEST_CASE("length buckets: cut before a length so that it starts a bucket of its
   // Already a bucket's start: unchanged.
   CHECK(data::cut_buckets_before(data::make_length_buckets(32, 4, 16), 13).size() == 8);
 }
+
+TEST_CASE("single-length regime: the Findings name the lengths such runs trained on apart") {
+  TempDir dir("normlab_single_findings");
+  study::RunResult fixture = read_fixture(dir, "single", 16, 16, 17);
+  dir.write("config.json", fixture.spec.config.dump());
+  const study::ComparePlan plan = study::plan_from_run_dirs({dir.path.string()}, {});
+  std::vector<study::RunResult> results;
+  for (const study::RunSpec& spec : plan.runs) results.push_back(study::read_run(spec, spec.dir));
+  REQUIRE(results.size() == 1);
+  CHECK(results[0].single_length);
+  std::string all;
+  for (const std::string& line : study::findings(plan, study::summarize(results))) all += line + "\n";
+  INFO(all);
+  CHECK(all.find("1 solved") != std::string::npos);
+  CHECK(all.find("trained lengths 1–16 (single-length runs: 16 only)") != std::string::npos);
+}

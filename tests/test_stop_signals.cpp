@@ -7,7 +7,7 @@
 
 using namespace normlab;
 
-TEST_CASE("stop signals: recorded in the flag and counted; SIGUSR1 as SIGTERM") {
+TEST_CASE("stop signals: recorded in the flag and counted, SIGUSR1 as SIGTERM") {
   io::install_stop_signals({.sigusr1 = true, .second_stops_at_once = false, .announcement = nullptr});
   const int before = io::stop_signals_received();
   REQUIRE(::raise(SIGINT) == 0);

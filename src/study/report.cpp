@@ -487,6 +487,8 @@ Section validation_section(const Context& c) {
   sec.title = "Validation curves: held-out loss and accuracy, trained (solid) and unseen (dashed) lengths";
   sec.text = "Every evaluation of every run, in eval mode: median over seeds with a min–max band. Trained lengths "
              "are those of the training data; unseen lengths are longer than any training sequence.";
+  if (std::any_of(c.results.begin(), c.results.end(), [](const RunResult& r) { return r.single_length; }))
+    sec.text += " Runs of a single-length regime trained on one length only: their shorter lengths count as unseen too.";
   const bool any_unseen = std::any_of(c.results.begin(), c.results.end(), [](const RunResult& r) {
     return std::any_of(r.evals.begin(), r.evals.end(), [](const EvalPoint& e) { return e.unseen.targets > 0; });
   });
