@@ -11,6 +11,9 @@
 #include "normlab/study/render.hpp"
 #include "normlab/study/report.hpp"
 #include "normlab/study/run_dirs.hpp"
+#include "normlab/train/config.hpp"
+#include "normlab/train/saved_run.hpp"
+#include "normlab/train/trainer.hpp"
 #include "support.hpp"
 
 using namespace normlab;
@@ -108,4 +111,42 @@ TEST_CASE("single-length regime: the Findings name the lengths such runs trained
   INFO(all);
   CHECK(all.find("1 solved") != std::string::npos);
   CHECK(all.find("trained lengths 1–16 (single-length runs: 16 only)") != std::string::npos);
+}
+
+TEST_CASE("single-length regime: a trained run's evaluation gives its length a bucket, its batches hold fewer sequences") {
+  TempDir dir("normlab_single_trained");
+  const std::string config_path = dir.write("single.json", R"({
+    "model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32, "max_len": 16, "norm": "batchnorm"},
+    "task": {"name": "reverse", "min_len": 1, "max_len": 8, "eval_max_len": 12, "eval_examples": 48,
+             "bucket_width": 4, "length_regime": "single"},
+    "train": {"steps": 6, "batch_size": 8, "eval_every": 6, "log_every": 1, "threads": 1}})");
+  const std::string run_dir = dir.sub("run");
+  {
+    train::Trainer trainer(train::load_config(config_path, {}));
+    trainer.start(run_dir);
+    trainer.fit();
+  }
+  study::RunSpec spec;
+  spec.name = "run";
+  spec.config = train::to_json(train::load_config(config_path, {}));
+  const study::RunResult result = study::read_run(spec, run_dir);
+  CHECK(result.shortest_trained == 8);
+  CHECK(result.longest_trained == 8);
+  // Tokens matched to a mixed batch of 8 sequences of lengths 1-8 (36 tokens): 4 or 5 of length 8.
+  CHECK(result.typical_batch_sequences() < 8);
+  CHECK(result.final_trained().targets > 0);  // length 8 has its own bucket (5-7 | 8)
+
+  // The in-distribution batches of the BatchNorm check: the trained length only.
+  train::LoadedRun loaded = train::load_run(run_dir);
+  train::EvalSettings settings;
+  settings.trained_lengths_only = true;
+  const train::RunEvaluation eval = train::evaluate_run(loaded, std::nullopt, settings);
+  int64_t sequences = 0;
+  for (const train::BucketMetrics& b : eval.metrics.buckets) {
+    if (b.sequences == 0) continue;
+    CHECK(b.bucket.min_len == 8);
+    CHECK(b.bucket.max_len == 8);
+    sequences += b.sequences;
+  }
+  CHECK(sequences > 0);
 }

@@ -212,13 +212,18 @@ RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& dat
                                     run.config.task.min_len, run.config.task.eval_max_len);
   }
   if (settings.trained_lengths_only) {
+    // A single-length regime trained on its longest length alone.
+    const int64_t shortest = run.config.task.length_regime == "single" ? run.train_max_len : 0;
     std::vector<data::Example> trained;
-    for (const data::Example& example : dataset->examples())
-      if (static_cast<int64_t>(example.tokens.size()) <= run.train_max_len) trained.push_back(example);
+    for (const data::Example& example : dataset->examples()) {
+      const auto length = static_cast<int64_t>(example.tokens.size());
+      if (length >= shortest && length <= run.train_max_len) trained.push_back(example);
+    }
     if (trained.empty())
       throw InputError(fmt::format("{}: no sequence of a trained length (at most {})", description, run.train_max_len));
     dataset.emplace(run.task, std::move(trained));
-    description += fmt::format(", trained lengths (at most {}) only", run.train_max_len);
+    description += shortest > 0 ? fmt::format(", the trained length {} only", shortest)
+                                : fmt::format(", trained lengths (at most {}) only", run.train_max_len);
   }
   const int32_t longest = std::max<int32_t>(1, dataset->max_length());
   std::vector<data::LengthBucket> buckets =
