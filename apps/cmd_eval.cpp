@@ -9,7 +9,7 @@
 
 #include "commands.hpp"
 #include "normlab/error.hpp"
-#include "normlab/study/report.hpp"
+#include "normlab/study/run_dirs.hpp"
 #include "normlab/train/saved_run.hpp"
 #include "normlab/train/setup.hpp"
 

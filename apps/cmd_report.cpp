@@ -4,24 +4,19 @@
 // runs trained by hand, a folder of them, a compare output directory (its runs/), or one run alone.
 #include <fmt/core.h>
 
-#include <csignal>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
 #include "normlab/error.hpp"
+#include "normlab/io/stop.hpp"
 #include "normlab/serve/live.hpp"
 #include "normlab/study/report.hpp"
 
 namespace normlab::cli {
 
 namespace {
-
-namespace fs = std::filesystem;
-volatile std::sig_atomic_t g_report_signal = 0;
-void on_report_signal(int signal_number) { g_report_signal = signal_number; }
 
 struct ReportOptions {
   std::vector<std::string> run_dirs;
@@ -40,31 +35,18 @@ void run(const ReportOptions& options) {
   // A directory that cannot be read is the user's to fix: one line naming it, exit 2.
   for (const std::string& dir : options.run_dirs)
     if (std::string why = serve::cannot_read(dir); !why.empty()) throw InputError(why);
-  study::ComparePlan plan;
-  std::vector<study::RunResult> results;
+  io::install_stop_signals();
+  study::RunDirsReport report;
   try {
-    plan = study::plan_from_run_dirs(options.run_dirs, labels);
-    for (const study::RunSpec& spec : plan.runs) results.push_back(study::read_run(spec, spec.dir));
-  } catch (const fs::filesystem_error& e) {
-    throw InputError(fmt::format("{}: cannot read: {}", e.path1().string(), e.code().message()));
-  }
-  std::error_code ec;
-  fs::create_directories(options.out, ec);
-  if (ec || !fs::is_directory(options.out))
-    throw InputError(fmt::format("{}: cannot create the output directory: {}", options.out, ec.message()));
-  std::signal(SIGINT, on_report_signal);
-  std::signal(SIGTERM, on_report_signal);
-  std::vector<std::string> answer;
-  try {
-    answer = study::write_report(plan, results, options.out, [] { return g_report_signal != 0; });
+    report = study::report_run_dirs(options.run_dirs, labels, options.out,
+                                    [] { return io::stop_signal(io::stop_flag()) != 0; });
   } catch (const study::ReportStopped&) {
     fmt::print(stderr, "report: stopped before the report was complete; nothing was written over\n");
-    throw ExitCode{g_report_signal == SIGTERM ? kExitTerminated : kExitInterrupted};
+    throw ExitCode{exit_code_for_signal(io::stop_signal(io::stop_flag()))};
   }
   fmt::print("Answer (held-out data; definitions in docs/compare.md):\n");
-  for (const std::string& sentence : answer) fmt::print("  {}\n", sentence);
-  fmt::print("report: {} run(s) in {} series; written to {}\n", plan.runs.size(), plan.variants.size(),
-             (fs::path(options.out) / "report.html").string());
+  for (const std::string& sentence : report.answer) fmt::print("  {}\n", sentence);
+  fmt::print("report: {} run(s) in {} series; written to {}\n", report.runs, report.series, report.report_path);
 }
 
 }  // namespace

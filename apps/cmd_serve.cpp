@@ -4,16 +4,13 @@
 // a web page that follows the runs while they train. Read-only; 127.0.0.1 unless --bind says
 // otherwise. SIGINT / SIGTERM stop it (exit 0).
 #include <fmt/core.h>
-#include <pthread.h>
-#include <signal.h>
-
-#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "commands.hpp"
+#include "normlab/io/stop.hpp"
 #include "normlab/serve/server.hpp"
 
 namespace normlab::cli {
@@ -26,8 +23,6 @@ struct ServeOptions {
   std::string bind = "127.0.0.1";
 };
 
-void on_serve_signal(int) {}  // never runs: the signals are blocked and taken by sigwait
-
 bool is_loopback(const std::string& address) { return address.rfind("127.", 0) == 0 || address == "::1"; }
 
 void run(const ServeOptions& options) {
@@ -35,18 +30,10 @@ void run(const ServeOptions& options) {
   serve::Server server(live);
   const int port = server.bind(options.bind, options.port);
   // The signals are taken by one thread that stops the server; every other thread (the server's
-  // workers are started by run()) inherits the blocked mask. The handler replaces an inherited
-  // SIG_IGN (a shell's background job ignores SIGINT), under which the signal would be discarded.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  std::signal(SIGINT, on_serve_signal);
-  std::signal(SIGTERM, on_serve_signal);
+  // workers are started by run()) inherits the blocked mask.
+  io::StopSignalWaiter stop_signals;
   std::thread stopper([&] {
-    int signal_number = 0;
-    sigwait(&stop_signals, &signal_number);
+    stop_signals.wait();
     server.stop();
   });
   const std::string host = options.bind.find(':') != std::string::npos ? "[" + options.bind + "]" : options.bind;
@@ -56,7 +43,7 @@ void run(const ServeOptions& options) {
                options.bind);
   std::fflush(stdout);
   server.run();
-  ::kill(::getpid(), SIGTERM);  // wakes the stopper if run() returned on its own
+  stop_signals.wake();  // wakes the stopper if run() returned on its own
   stopper.join();
   fmt::print("serve: stopped\n");
 }

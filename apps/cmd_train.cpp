@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,7 +20,7 @@
 #include "normlab/dist/data_parallel.hpp"
 #include "normlab/error.hpp"
 #include "normlab/io/stop.hpp"
-#include "normlab/study/compare.hpp"
+#include "normlab/study/plan.hpp"
 #include "normlab/train/config.hpp"
 #include "normlab/train/saved_run.hpp"
 #include "normlab/train/trainer.hpp"
@@ -107,43 +106,18 @@ class ConsoleLogger : public train::TrainLogger {
   std::chrono::steady_clock::time_point last_draw_;
 };
 
-// SIGINT / SIGTERM / SIGUSR1: the handler only records the signal. Loading data stops with nothing
-// written; training finishes its step (or abandons an evaluation), writes a checkpoint and
-// returns; either way run() exits 130 / 143. SIGUSR1 is a SIGTERM that mpirun forwards to every
-// rank without killing them a second later (docs/scaling.md, the grace period), so it is recorded
-// as SIGTERM. SA_RESETHAND restores the default action, so a second Ctrl-C stops at once (the last
+// SIGINT / SIGTERM / SIGUSR1 (io/stop.hpp): loading data stops with nothing written; training
+// finishes its step (or abandons an evaluation), writes a checkpoint and returns; either way run()
+// exits 130 / 143. SIGUSR1 is a SIGTERM that mpirun forwards to every rank without killing them a
+// second later (docs/scaling.md, the grace period). A second Ctrl-C stops at once (the last
 // checkpoint and complete metrics lines survive that too).
-std::atomic<int> g_stop_signal{0};
-std::atomic<bool> g_usr1{false};
-std::atomic<bool> g_quiet{false};  // data-parallel: ranks other than 0 do not announce the stop
-static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
-
-extern "C" void on_stop_signal(int signal_number) {
-  if (signal_number == SIGUSR1) g_usr1.store(true);
-  g_stop_signal.store(signal_number == SIGUSR1 ? SIGTERM : signal_number);
-  static const char message[] =
-      "\nnormlab: stopping as soon as it is safe (a run in progress writes a checkpoint first; send the signal again "
-      "to stop at once)\n";
-  if (g_quiet.load()) return;
-  ssize_t ignored = ::write(STDERR_FILENO, message, sizeof(message) - 1);  // async-signal-safe
-  (void)ignored;
-}
-
-void install_stop_handlers() {
-  struct sigaction action {};
-  action.sa_handler = on_stop_signal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESETHAND;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGUSR1, &action, nullptr);
-}
-
-int exit_code_for(int signal_number) { return signal_number == SIGTERM ? kExitTerminated : kExitInterrupted; }
+constexpr char kStopAnnouncement[] =
+    "\nnormlab: stopping as soon as it is safe (a run in progress writes a checkpoint first; send the signal again "
+    "to stop at once)\n";
 
 std::string signal_name(int signal_number) {
   if (signal_number != SIGTERM) return "SIGINT";
-  return g_usr1.load() ? "SIGUSR1" : "SIGTERM";
+  return io::stopped_by_sigusr1() ? "SIGUSR1" : "SIGTERM";
 }
 
 // The command that continues a run of `ranks` processes (another process count is refused).
@@ -206,7 +180,7 @@ int build(const TrainOptions& options, const std::vector<std::string>& overrides
       train::check_resume_checkpoint(setup.dir, setup.config);
     }
     setup.logger = std::make_unique<ConsoleLogger>(setup.config.train.log_every, isatty(fileno(stderr)) == 1);
-    setup.trainer.emplace(setup.config, setup.logger.get(), &g_stop_signal);
+    setup.trainer.emplace(setup.config, setup.logger.get(), io::stop_flag());
     return 0;
   }
 }
@@ -231,7 +205,7 @@ int guarded(const TrainOptions& options, const std::vector<std::string>& overrid
   } catch (const io::StopRequested& stop) {
     line = fmt::format("normlab: stopped ({}) while loading the data; nothing was written",
                        signal_name(stop.signal_number()));
-    return exit_code_for(stop.signal_number());
+    return exit_code_for_signal(stop.signal_number());
   } catch (const InputError& e) {
     // Rules that need the data (model.vocab_size against a vocabulary read from the training file)
     // are checked when the trainer is built, not with the file: name the file all the same.
@@ -292,7 +266,7 @@ void finish(const train::TrainSummary& summary, const std::string& dir, int rank
       fmt::print(stderr, "normlab: {} after step {} of {}; checkpoint written to {}; continue with: {}\n",
                  term ? fmt::format("terminated ({})", signal_name(SIGTERM)) : "interrupted (SIGINT)", summary.steps,
                  summary.planned_steps, train::RunPaths(dir).checkpoint, resume_command(dir, ranks));
-    throw ExitCode{exit_code_for(summary.stop_request)};
+    throw ExitCode{exit_code_for_signal(summary.stop_request)};
   }
   if (summary.diverged) {
     if (report)
@@ -310,10 +284,10 @@ void finish(const train::TrainSummary& summary, const std::string& dir, int rank
 }
 
 void run(const TrainOptions& options) {
-  install_stop_handlers();
+  io::install_stop_signals({.sigusr1 = true, .second_stops_at_once = true, .announcement = kStopAnnouncement});
   dist::Communicator& comm = dist::world();  // data-parallel: the ranks of this launch (1 otherwise)
   const bool report = comm.rank() == 0;      // data-parallel: rank 0 reports
-  g_quiet.store(!report);
+  if (!report) io::set_stop_announcement(nullptr);
 
   std::vector<std::string> overrides = options.overrides;
   if (options.threads >= 0) overrides.push_back(fmt::format("train.threads={}", options.threads));

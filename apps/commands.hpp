@@ -2,6 +2,7 @@
 // One function per subcommand; each adds itself to the CLI and sets its own callback.
 // The callbacks throw normlab::InputError for bad input; main() turns that into exit code 2.
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <string>
 
 namespace normlab::cli {
@@ -27,6 +28,8 @@ inline constexpr int kExitDiverged = 3;
 // train stopped by SIGINT / SIGTERM after checkpointing: 128 + the signal, as a shell reports it.
 inline constexpr int kExitInterrupted = 130;  // SIGINT
 inline constexpr int kExitTerminated = 143;   // SIGTERM
+// The exit code of a command stopped by a stop signal (io/stop.hpp): 143 for SIGTERM, else 130.
+inline int exit_code_for_signal(int signal_number) { return signal_number == SIGTERM ? kExitTerminated : kExitInterrupted; }
 // A subcommand that wants a non-zero exit without an error (train: diverged) throws this.
 struct ExitCode {
   int code;

@@ -275,13 +275,13 @@ mutant "train: the stop line of an N-rank run says normlab train --resume" \
   'return ranks > 0 ? fmt::format("normlab train --resume {}", dir)' \
   '*dist mpi: SIGUSR1*'
 mutant "train: SIGUSR1 (the grace-period stop under mpirun) not handled" \
-  apps/cmd_train.cpp \
-  '  sigaction(SIGUSR1, &action, nullptr);' \
+  src/io/stop.cpp \
+  '  if (options.sigusr1) sigaction(SIGUSR1, &action, nullptr);' \
   '' \
   '*dist mpi: SIGUSR1*'
 mutant "compare: every shard locks every run of the grid (shards cannot share --out)" \
-  apps/cmd_compare.cpp \
-  '    if (shard && !study::in_shard(plan, i, shard->first, shard->second)) continue;
+  src/study/scheduler.cpp \
+  '    if (shard && !in_shard(plan, i, shard->first, shard->second)) continue;
     if (!locked.insert(plan.runs[i].name).second) continue;' \
   '    if (!locked.insert(plan.runs[i].name).second) continue;' \
   '*compare shards*'
@@ -308,17 +308,17 @@ mutant "normlab: eval under mpirun -np 2 runs on every rank" \
 
 # The report's judgement: outcome thresholds, "most seeds", pairing, intervals.
 mutant "findings: exactly half of the seeds counts as most" \
-  include/normlab/study/report.hpp \
+  include/normlab/study/statistics.hpp \
   'bool mostly_learned() const { return 2 * learned_or_solved() > int(runs.size()); }' \
   'bool mostly_learned() const { return 2 * learned_or_solved() >= int(runs.size()); }' \
   '*most seeds*,*findings*'
 mutant "outcome: solved only strictly above its threshold" \
-  src/study/results.cpp \
+  src/study/outcome.cpp \
   'if (a >= kSolvedAccuracy) return Outcome::solved;' \
   'if (a > kSolvedAccuracy) return Outcome::solved;' \
   '*outcome words*'
 mutant "outcome: learned threshold forgets the chance level" \
-  src/study/results.cpp \
+  src/study/outcome.cpp \
   'if (a >= c + kLearnedShare * (1 - c)) return Outcome::learned;' \
   'if (a >= kLearnedShare) return Outcome::learned;' \
   '*outcome words*'
@@ -333,22 +333,22 @@ mutant "report: trained lengths include the unseen buckets" \
   '[](const BucketResult&) { return true; });' \
   '*report numbers*'
 mutant "report: seeds that saw different data are paired" \
-  src/study/results.cpp \
+  src/study/statistics.cpp \
   'if (other == ref_runs.end() || !same_data(*run, *other->second)) c.paired = false;' \
   'if (other == ref_runs.end()) c.paired = false;' \
   '*unpaired*'
 mutant "answer: headroom judged on the lowest learned rate" \
-  src/study/results.cpp \
+  src/study/findings.cpp \
   'const double top = ok.empty() ? 0 : ok.back();' \
   'const double top = ok.empty() ? 0 : ok.front();' \
   '*findings and the Answer*'
 mutant "outcome: collapsed at exactly the stated gradient ratio" \
-  src/study/results.cpp \
+  src/study/outcome.cpp \
   'return !run.diagnostics.empty() && early_gradient_ratio(run.diagnostics.back()) < kCollapseGradRatio;' \
   'return !run.diagnostics.empty() && early_gradient_ratio(run.diagnostics.back()) <= kCollapseGradRatio;' \
   '*outcomes: collapsed*'
 mutant "outcome: slow without a falling loss at every evaluation" \
-  src/study/results.cpp \
+  src/study/outcome.cpp \
   'if (!(run.evals[i].trained.loss < run.evals[i - 1].trained.loss)) return false;' \
   'if (!(run.evals[i].trained.loss <= run.evals[i - 1].trained.loss)) return false;' \
   '*outcomes: slow*'

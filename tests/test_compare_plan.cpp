@@ -9,7 +9,11 @@
 #include <vector>
 
 #include "normlab/error.hpp"
-#include "normlab/study/compare.hpp"
+#include "normlab/study/plan.hpp"
+#include "normlab/study/render.hpp"
+#include "normlab/study/report.hpp"
+#include "normlab/study/reuse.hpp"
+#include "normlab/study/run_dirs.hpp"
 #include "support.hpp"
 
 using namespace normlab;

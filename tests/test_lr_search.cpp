@@ -16,7 +16,11 @@
 
 #include "normlab/error.hpp"
 #include "normlab/rng.hpp"
-#include "normlab/study/compare.hpp"
+#include "normlab/study/plan.hpp"
+#include "normlab/study/render.hpp"
+#include "normlab/study/report.hpp"
+#include "normlab/study/reuse.hpp"
+#include "normlab/study/run_dirs.hpp"
 #include "normlab/study/search.hpp"
 #include "support.hpp"
 

@@ -9,7 +9,11 @@
 
 #include "normlab/error.hpp"
 #include "normlab/io/suggest.hpp"
-#include "normlab/study/compare.hpp"
+#include "normlab/study/plan.hpp"
+#include "normlab/study/render.hpp"
+#include "normlab/study/report.hpp"
+#include "normlab/study/reuse.hpp"
+#include "normlab/study/run_dirs.hpp"
 #include "normlab/train/config.hpp"
 #include "support.hpp"
 

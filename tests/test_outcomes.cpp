@@ -11,8 +11,11 @@
 
 #include "normlab/data/task.hpp"
 #include "normlab/error.hpp"
-#include "normlab/study/compare.hpp"
+#include "normlab/study/plan.hpp"
+#include "normlab/study/render.hpp"
 #include "normlab/study/report.hpp"
+#include "normlab/study/reuse.hpp"
+#include "normlab/study/run_dirs.hpp"
 #include "normlab/study/svg.hpp"
 #include "normlab/train/setup.hpp"
 #include "support.hpp"

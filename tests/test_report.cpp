@@ -9,7 +9,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "normlab/study/compare.hpp"
+#include "normlab/study/plan.hpp"
+#include "normlab/study/render.hpp"
+#include "normlab/study/report.hpp"
+#include "normlab/study/reuse.hpp"
+#include "normlab/study/run_dirs.hpp"
 #include "normlab/study/svg.hpp"
 
 using namespace normlab;

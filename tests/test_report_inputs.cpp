@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "normlab/error.hpp"
+#include "normlab/study/render.hpp"
 #include "normlab/study/report.hpp"
+#include "normlab/study/run_dirs.hpp"
 #include "normlab/train/config.hpp"
 #include "support.hpp"
 

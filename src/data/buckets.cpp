@@ -30,6 +30,16 @@ std::vector<LengthBucket> make_length_buckets(int32_t max_len, int32_t width, in
   return buckets;
 }
 
+std::vector<LengthBucket> cut_buckets_before(std::vector<LengthBucket> buckets, int32_t length) {
+  const int64_t index = find_bucket(buckets, length);
+  if (index < 0 || buckets[size_t(index)].min_len == length) return buckets;
+  LengthBucket& below = buckets[size_t(index)];
+  const LengthBucket from{length, below.max_len, below.beyond_train_max};
+  below.max_len = length - 1;
+  buckets.insert(buckets.begin() + index + 1, from);
+  return buckets;
+}
+
 int64_t find_bucket(const std::vector<LengthBucket>& buckets, int32_t length) {
   for (size_t i = 0; i < buckets.size(); ++i) {
     if (buckets[i].contains(length)) return static_cast<int64_t>(i);

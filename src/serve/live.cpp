@@ -23,7 +23,9 @@
 
 #include "normlab/error.hpp"
 #include "normlab/io/dir_lock.hpp"
+#include "normlab/study/render.hpp"
 #include "normlab/study/report.hpp"
+#include "normlab/study/run_dirs.hpp"
 #include "normlab/study/svg.hpp"
 
 namespace normlab::serve {

@@ -5,6 +5,8 @@
 // (contamination from unseen lengths); and with batch statistics over one sequence at a time.
 // LayerNorm's statistics are per token, so its rows are the same model computing the same function;
 // BatchNorm's answer depends on what else is in the batch.
+#include "normlab/study/batch_eval.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,19 +14,30 @@
 #include <filesystem>
 
 #include "normlab/parallel.hpp"
-#include "normlab/study/report.hpp"
 #include "normlab/train/saved_run.hpp"
 
 namespace normlab::study {
 
 namespace {
 
-HeldOut group_of(const train::EvalMetrics& metrics, bool unseen) {
+// The run's trained or unseen lengths (a single-length regime: only the lengths its batches held).
+HeldOut group_of(const train::EvalMetrics& metrics, bool unseen, const RunResult& run) {
   std::vector<BucketResult> buckets;
   for (const train::BucketMetrics& b : metrics.buckets)
     buckets.push_back({b.bucket.min_len, b.bucket.max_len, b.bucket.beyond_train_max, b.loss, b.accuracy, b.sequences,
                        b.targets});
+  if (run.single_length && run.longest_trained > 0)
+    return held_out_of(buckets, unseen, run.shortest_trained, run.longest_trained);
   return held_out_of(buckets, unseen);
+}
+
+// The sequences of a training batch: what its step records logged when the length regime chose
+// them (a single-length batch holds as many as match the mixed batch's tokens), else train.batch_size.
+int64_t training_batch_sequences(const RunResult& run) {
+  const int64_t configured = run.spec.config["train"].value("batch_size", int64_t(32));
+  const bool regime_chose = run.spec.config.contains("task") && run.spec.config["task"].is_object() &&
+                            run.spec.config["task"].value("length_regime", std::string("mixed")) != "mixed";
+  return regime_chose && run.typical_batch_sequences() > 0 ? run.typical_batch_sequences() : configured;
 }
 
 }  // namespace
@@ -71,7 +84,7 @@ std::vector<BatchEvalCell> batch_dependence(const ComparePlan& plan, const std::
       const std::vector<BatchEvalMode> modes = [&] {
         for (const RunResult& r : results)
           if (r.spec.variant == variant && r.spec.setting == setting && r.spec.lr == lr && r.spec.config.contains("train"))
-            return batch_eval_modes(r.spec.config["train"].value("batch_size", int64_t(32)));
+            return batch_eval_modes(training_batch_sequences(r));
         return batch_eval_modes(32);
       }();
       for (const BatchEvalMode& mode : modes) {
@@ -89,8 +102,8 @@ std::vector<BatchEvalCell> batch_dependence(const ComparePlan& plan, const std::
           settings.batch_statistics = mode.batch_statistics;
           settings.trained_lengths_only = mode.trained_lengths_only;
           const train::RunEvaluation eval = train::evaluate_run(run, std::nullopt, settings);
-          cell.trained.push_back(group_of(eval.metrics, false).accuracy);
-          cell.unseen.push_back(group_of(eval.metrics, true).accuracy);
+          cell.trained.push_back(group_of(eval.metrics, false, r).accuracy);
+          cell.unseen.push_back(group_of(eval.metrics, true, r).accuracy);
           cell.seeds.push_back(r.spec.seed);
         }
         if (!cell.seeds.empty()) out.push_back(std::move(cell));

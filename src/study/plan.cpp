@@ -4,11 +4,14 @@
 //   read_*_axes            each axis's values (fill_missing_axes: the base's value for an absent one)
 //   expand_grid            the settings (layers x warmup x config-key axes), in grid order
 //   make_run_spec          one run per setting, lr, variant and seed: its name and full config
+#include "normlab/study/plan.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <set>
 
 #include "common.hpp"
@@ -18,7 +21,6 @@
 #include "normlab/io/suggest.hpp"
 #include "normlab/io/json_depth.hpp"
 #include "normlab/nn/norm_registry.hpp"
-#include "normlab/study/compare.hpp"
 #include "normlab/study/search.hpp"
 #include "normlab/train/config.hpp"
 
@@ -111,6 +113,21 @@ std::vector<T> read_axis(const json& grid, const std::string& key, const std::st
     out.push_back(std::move(value));
   }
   return out;
+}
+
+// An axis of integers in [lo, hi]; a value outside is refused with `rule`, and runs are named
+// name_prefix + value ("s3", "L4").
+template <typename T>
+std::vector<T> read_integer_axis(const json& grid, const std::string& key, const std::string& where, int64_t lo,
+                                 int64_t hi, const char* rule, const char* name_prefix) {
+  return read_axis<T>(
+      grid, key, where,
+      [&](const json& v) {
+        if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+          fail(where, "grid." + key, fmt::format("{}, got {}", rule, v.dump()));
+        return v.get<T>();
+      },
+      [&](const T& value) { return fmt::format("{}{}", name_prefix, value); });
 }
 
 // A value as a directory-name part: characters outside [A-Za-z0-9._+-] become '_'.
@@ -339,22 +356,9 @@ void read_builtin_axes(const json& grid, const std::string& path, ComparePlan& p
         return v.get<double>();
       },
       [](const double& lr) { return "lr" + format_lr(lr); });
-  plan.seeds = read_axis<uint64_t>(
-      grid, "seeds", path,
-      [&](const json& v) {
-        if (!v.is_number_integer() || v.get<int64_t>() < 0)
-          fail(path, "grid.seeds", fmt::format("each seed must be a non-negative integer, got {}", v.dump()));
-        return v.get<uint64_t>();
-      },
-      [](const uint64_t& s) { return fmt::format("s{}", s); });
-  plan.layers = read_axis<int64_t>(
-      grid, "layers", path,
-      [&](const json& v) {
-        if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 64)
-          fail(path, "grid.layers", fmt::format("each depth must be an integer in [1, 64], got {}", v.dump()));
-        return v.get<int64_t>();
-      },
-      [](const int64_t& l) { return fmt::format("L{}", l); });
+  plan.seeds = read_integer_axis<uint64_t>(grid, "seeds", path, 0, std::numeric_limits<int64_t>::max(),
+                                          "each seed must be a non-negative integer", "s");
+  plan.layers = read_integer_axis<int64_t>(grid, "layers", path, 1, 64, "each depth must be an integer in [1, 64]", "L");
   plan.warmups = read_axis<bool>(
       grid, "warmup", path,
       [&](const json& v) {

@@ -1,6 +1,8 @@
 // The report: a header saying what was run and by what, the Findings, a summary table, and the
 // charts (stability, curves, inside the stack, accuracy by length). One function per section;
-// build_report gathers them into the model (report_render.cpp draws it), write_report writes it.
+// build_report gathers them into the model (render.cpp draws it), write_report writes it.
+#include "normlab/study/report.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -15,10 +17,12 @@
 #include <tuple>
 
 #include "common.hpp"
+#include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/stats.hpp"
 #include "normlab/provenance.hpp"
-#include "normlab/study/report.hpp"
+#include "normlab/study/render.hpp"
+#include "normlab/study/run_dirs.hpp"
 #include "normlab/study/search.hpp"
 #include "normlab/study/svg.hpp"
 #include "normlab/train/config.hpp"
@@ -483,6 +487,8 @@ Section validation_section(const Context& c) {
   sec.title = "Validation curves: held-out loss and accuracy, trained (solid) and unseen (dashed) lengths";
   sec.text = "Every evaluation of every run, in eval mode: median over seeds with a min–max band. Trained lengths "
              "are those of the training data; unseen lengths are longer than any training sequence.";
+  if (std::any_of(c.results.begin(), c.results.end(), [](const RunResult& r) { return r.single_length; }))
+    sec.text += " Runs of a single-length regime trained on one length only: their shorter lengths count as unseen too.";
   const bool any_unseen = std::any_of(c.results.begin(), c.results.end(), [](const RunResult& r) {
     return std::any_of(r.evals.begin(), r.evals.end(), [](const EvalPoint& e) { return e.unseen.targets > 0; });
   });
@@ -931,6 +937,29 @@ std::vector<std::string> write_report(const ComparePlan& plan, const std::vector
   io::write_file_atomic((fs::path(out_dir) / "report.md").string(), render_markdown(report));
   io::write_file_atomic((fs::path(out_dir) / "report.html").string(), render_html(report));
   return report.sections.front().bullets;
+}
+
+RunDirsReport report_run_dirs(const std::vector<std::string>& dirs,
+                              const std::vector<std::pair<std::string, std::string>>& labels,
+                              const std::string& out_dir, const std::function<bool()>& stop_requested) {
+  ComparePlan plan;
+  std::vector<RunResult> results;
+  try {
+    plan = plan_from_run_dirs(dirs, labels);
+    for (const RunSpec& spec : plan.runs) results.push_back(read_run(spec, spec.dir));
+  } catch (const fs::filesystem_error& e) {
+    throw InputError(fmt::format("{}: cannot read: {}", e.path1().string(), e.code().message()));
+  }
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec || !fs::is_directory(out_dir))
+    throw InputError(fmt::format("{}: cannot create the output directory: {}", out_dir, ec.message()));
+  RunDirsReport out;
+  out.answer = write_report(plan, results, out_dir, stop_requested);
+  out.runs = plan.runs.size();
+  out.series = plan.variants.size();
+  out.report_path = (fs::path(out_dir) / "report.html").string();
+  return out;
 }
 
 }  // namespace normlab::study

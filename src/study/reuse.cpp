@@ -1,6 +1,8 @@
 // Which runs already on disk were trained with the config the grid asks for now. A run is reused
 // only when its resolved config equals the requested one and its data files (data.json) have the
 // content they have now, so a report never shows old numbers under new settings or new data.
+#include "normlab/study/reuse.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/io/json_depth.hpp"
-#include "normlab/study/compare.hpp"
 #include "normlab/train/config.hpp"
 #include "normlab/train/data_fingerprint.hpp"
 

@@ -1,5 +1,7 @@
 // `normlab report RUN_DIR...`: any run directories (trained by hand or by compare) as the runs of
 // one report, labelled by what differs between them.
+#include "normlab/study/run_dirs.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,7 +13,7 @@
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/io/json_depth.hpp"
-#include "normlab/study/compare.hpp"
+#include "normlab/study/reuse.hpp"
 #include "normlab/train/config.hpp"
 
 namespace normlab::study {

@@ -212,17 +212,24 @@ RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& dat
                                     run.config.task.min_len, run.config.task.eval_max_len);
   }
   if (settings.trained_lengths_only) {
+    // A single-length regime trained on its longest length alone.
+    const int64_t shortest = run.config.task.length_regime == "single" ? run.train_max_len : 0;
     std::vector<data::Example> trained;
-    for (const data::Example& example : dataset->examples())
-      if (static_cast<int64_t>(example.tokens.size()) <= run.train_max_len) trained.push_back(example);
+    for (const data::Example& example : dataset->examples()) {
+      const auto length = static_cast<int64_t>(example.tokens.size());
+      if (length >= shortest && length <= run.train_max_len) trained.push_back(example);
+    }
     if (trained.empty())
       throw InputError(fmt::format("{}: no sequence of a trained length (at most {})", description, run.train_max_len));
     dataset.emplace(run.task, std::move(trained));
-    description += fmt::format(", trained lengths (at most {}) only", run.train_max_len);
+    description += shortest > 0 ? fmt::format(", the trained length {} only", shortest)
+                                : fmt::format(", trained lengths (at most {}) only", run.train_max_len);
   }
   const int32_t longest = std::max<int32_t>(1, dataset->max_length());
   std::vector<data::LengthBucket> buckets =
       data::make_length_buckets(longest, static_cast<int32_t>(run.config.task.bucket_width), run.train_max_len);
+  if (run.config.task.length_regime == "single")  // its one trained length in a bucket of its own
+    buckets = data::cut_buckets_before(std::move(buckets), static_cast<int32_t>(run.config.task.max_len));
   RunConfig batching = run.config;
   if (settings.batch_size) batching.train.batch_size = *settings.batch_size;
   EvalMetrics metrics = *evaluate_unless_stopped(*run.model, evaluation_batches(*dataset, batching), buckets, nullptr,

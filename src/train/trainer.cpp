@@ -44,6 +44,8 @@ Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
   train_max_len_ = train_max_length(config_, train_set_);
   buckets_ = data::make_length_buckets(static_cast<int32_t>(config_.task.eval_max_len),
                                        static_cast<int32_t>(config_.task.bucket_width), train_max_len_);
+  if (config_.task.length_regime == "single")  // its one trained length in a bucket of its own
+    buckets_ = data::cut_buckets_before(std::move(buckets_), static_cast<int32_t>(config_.task.max_len));
   baselines_ = {task_.num_classes(), majority_label(config_, task_, train_set_)};
 
   // The data stream gets its own seed, so changing the model's initialization does not change the batches.

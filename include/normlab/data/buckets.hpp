@@ -26,6 +26,11 @@ struct LengthBucket {
 // max_len < 1 or width < 1.
 std::vector<LengthBucket> make_length_buckets(int32_t max_len, int32_t width, int32_t train_max_len);
 
+// The buckets with the one holding `length` cut just before it, so that `length` starts a bucket
+// (a single-length training regime: its one trained length gets a bucket of its own, apart from the
+// shorter lengths it never saw).
+std::vector<LengthBucket> cut_buckets_before(std::vector<LengthBucket> buckets, int32_t length);
+
 // Index of the bucket containing `length`, or -1.
 int64_t find_bucket(const std::vector<LengthBucket>& buckets, int32_t length);
 

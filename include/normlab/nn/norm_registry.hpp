@@ -22,7 +22,7 @@ enum class Residual {
   plain,       // x = x + f(x)
 };
 
-// One name in the compare grid's "variants" (study/compare.hpp): this norm at one placement.
+// One name in the compare grid's "variants" (study/plan.hpp): this norm at one placement.
 struct NormVariant {
   std::string name;         // e.g. "pre-ln"
   std::string placement;    // "pre" | "post"

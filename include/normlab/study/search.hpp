@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "normlab/study/report.hpp"
-#include "normlab/study/search_spec.hpp"
+#include "normlab/study/plan.hpp"
+#include "normlab/study/statistics.hpp"
 
 namespace normlab::study {
 

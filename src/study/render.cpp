@@ -2,7 +2,7 @@
 // (report.html, the page `normlab serve` shows). Neither computes anything; build_report does.
 #include <string>
 
-#include "normlab/study/report.hpp"
+#include "normlab/study/render.hpp"
 #include "normlab/study/svg.hpp"
 
 namespace normlab::study {

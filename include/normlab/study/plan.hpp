@@ -1,0 +1,111 @@
+#pragma once
+// The LayerNorm study's plan: a grid of training runs (normalization variant x learning rate x seed x
+// depth x warmup x any other config key), or a learning-rate search over them, read from a compare
+// config (docs/compare.md):
+//   {"base": "reverse.json" | {...a run config...} | "another-compare.json",  // relative to this file
+//    "set":  {"train.steps": 400, ...},                // overrides for every run (optional)
+//    "grid": {"variants": ["none", "post-ln", "pre-ln", "rmsnorm", "batchnorm", "rezero", "dyt"],
+//             "lr": [0.001, 0.003], "seeds": [0, 1, 2], "layers": [4], "warmup": [true, false],
+//             "train.batch_size": [4, 32]},            // any "section.key" is an axis too
+//    "search": {"lr": {"from": 0.001, "to": 0.3, "points": 5, "rounds": 2}}}  // instead of grid.lr
+// Every grid axis is optional (a missing axis keeps the base config's value). A "base" that is
+// another compare config is that study with this file's set/grid/search keys over it.
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace normlab::study {
+
+// What each variant name sets in the run config.
+struct Variant {
+  std::string name;       // "pre-ln"
+  std::string norm;       // model.norm
+  std::string placement;  // model.placement
+  std::string description;
+  std::string color;      // the variant's colour in every report
+};
+const std::vector<Variant>& known_variants();
+const Variant* find_variant(const std::string& name);
+// The variant a (norm, placement) pair is, e.g. ("layernorm", "pre") -> "pre-ln"; "" if none.
+std::string variant_of(const std::string& norm, const std::string& placement);
+
+// The residual block a model config trains, e.g. "x = x + f(LN(x))" (pre-ln, final LN noted).
+std::string block_formula(const std::string& norm, const std::string& placement, bool final_norm);
+
+struct RunSpec {
+  std::string name;     // directory name, e.g. "pre-ln_lr0.001_L4_warmup_s0"
+  std::string variant;  // the series this run belongs to (a variant name or a label)
+  double lr = 0;
+  int64_t layers = 0;
+  bool warmup = true;
+  uint64_t seed = 0;
+  std::vector<std::pair<std::string, std::string>> extra;  // other grid axes: key, value as in the name
+  std::string setting;  // every axis but variant, lr and seed, e.g. "4 layers, no warmup, train.batch_size=4"
+  nlohmann::json config;  // the full run config
+  std::string dir;        // the run directory
+};
+
+// The margins within which a difference counts as none (compare config key "equivalence"): held-out
+// loss in nats, accuracy AUC and final accuracy as fractions.
+struct EquivalenceMargins {
+  double loss = 0.05, accuracy_auc = 0.02, accuracy = 0.02;
+  bool from_config = false;  // false: the defaults above
+};
+
+// What a compare config's learning-rate search asked for and how far it has got: carried by the
+// plan so that the scheduler, the report and the Answer see the same rounds. The search itself
+// (rates, refinement, the logistic fit) is search.hpp.
+struct LrSearchSpec {
+  double from = 0, to = 0;  // the searched range of optim.lr, from < to
+  int points = 0;           // round 0: this many log-spaced rates from..to (0: no search)
+  int rounds = 0;           // refinement rounds after round 0
+  int max_new = 0;          // at most this many new rates per variant and setting in one round
+  bool enabled() const { return points > 0; }
+
+  // Where each variant and setting stands: rounds whose rates are known, and why it stops there.
+  struct Block {
+    std::string variant, setting;
+    int rounds_known = 0;  // rounds expanded into runs (1 = round 0 only)
+    bool settled = false;  // no further round: the outcomes stopped changing, or every round ran
+    std::string waiting_on;  // when not settled: the first unfinished run the next round needs
+  };
+  std::vector<Block> blocks;
+  // plan.runs[0, first_round_runs) are round 0 in grid order (a shard takes index I modulo K, as
+  // in a grid); later rounds' runs follow and go to the shard their name hashes to.
+  size_t first_round_runs = 0;
+};
+
+struct ComparePlan {
+  std::string source;  // the compare config's path (or the run directories), for messages
+  std::string title = "normlab compare report";
+  EquivalenceMargins equivalence;
+  nlohmann::json base;  // base run config after "set" (for `report`: the first run's config)
+  std::vector<std::string> variants;
+  std::vector<double> lrs;
+  std::vector<uint64_t> seeds;
+  std::vector<int64_t> layers;
+  std::vector<bool> warmups;
+  std::vector<std::pair<std::string, std::vector<std::string>>> extra_axes;  // "train.batch_size": {"4", "32"}
+  std::vector<std::string> settings;  // distinct RunSpec::setting values, in grid order
+  std::vector<RunSpec> runs;          // the expanded grid, in a fixed order
+  LrSearchSpec search;                // the learning-rate search, when the config has one (search.hpp)
+};
+
+// Reads and validates a compare config; every error is an InputError naming the file and key.
+// A learning-rate search expands round 0, then each later round that the finished runs in
+// out_dir/runs/ determine (none without out_dir); plan.search.blocks says where each one waits.
+ComparePlan load_compare_plan(const std::string& path, const std::string& out_dir = "");
+
+// Whether `--shard I/K` trains plan.runs[run_index]: index I modulo K for a grid and a search's
+// round 0; a later round's run by its name's hash, so that every shard agrees while the rounds grow.
+bool in_shard(const ComparePlan& plan, size_t run_index, size_t shard_index, size_t shard_count);
+
+// What a JSON config file is, judged by its top-level keys, so that a command given the other kind
+// can say so before it reports a confusing key error.
+enum class ConfigKind { run, compare, unknown };
+ConfigKind config_kind(const std::string& path);
+
+}  // namespace normlab::study

@@ -1,0 +1,413 @@
+// The compare scheduler (scheduler.hpp): the grid's runs as child processes, their locks, the
+// queue, progress with an ETA, and the passes of a learning-rate search.
+#include "normlab/study/scheduler.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "normlab/error.hpp"
+#include "normlab/io/atomic_file.hpp"
+#include "normlab/io/dir_lock.hpp"
+#include "normlab/io/paths.hpp"
+#include "normlab/study/plan.hpp"
+#include "normlab/study/report.hpp"
+#include "normlab/study/reuse.hpp"
+
+namespace normlab::study {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The exit codes of `normlab train` a run is counted by (README: 0 ok, 2 bad input, 3 diverged).
+constexpr int kExitOk = 0;
+constexpr int kExitBadInput = 2;
+constexpr int kExitDiverged = 3;
+constexpr int kExitInterrupted = 130;  // SIGINT, checkpointed
+constexpr int kExitTerminated = 143;   // SIGTERM, checkpointed
+
+// "I/K" -> {I, K} with 0 <= I < K.
+std::pair<size_t, size_t> parse_shard(const std::string& text) {
+  const auto slash = text.find('/');
+  size_t index = 0, count = 0;
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument("no slash");
+    size_t used = 0;
+    index = std::stoul(text.substr(0, slash), &used);
+    if (used != slash) throw std::invalid_argument("trailing");
+    count = std::stoul(text.substr(slash + 1), &used);
+    if (used != text.size() - slash - 1) throw std::invalid_argument("trailing");
+  } catch (const std::exception&) {
+    throw InputError(fmt::format("--shard {}: expected I/K, e.g. 0/4 (this process trains the runs whose index is "
+                                 "I modulo K)",
+                                 text));
+  }
+  if (count == 0 || index >= count)
+    throw InputError(fmt::format("--shard {}: I must be in [0, K) and K at least 1", text));
+  return {index, count};
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw InputError("compare: cannot locate the normlab binary (/proc/self/exe)");
+  return p.string();
+}
+
+pid_t launch(const std::string& exe, const std::vector<std::string>& args, const std::string& log_path) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw InputError(fmt::format("compare: fork failed: {}", std::strerror(errno)));
+  if (pid == 0) {
+    // Its own process group: a Ctrl-C at the terminal reaches compare only, which then sends each
+    // run one SIGTERM (a run that got both would take the second as "stop at once").
+    setpgid(0, 0);
+    const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      ::close(fd);
+    }
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    execv(exe.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string format_eta(double seconds) {
+  if (!(seconds >= 0)) return "?";
+  const int s = int(seconds + 0.5);
+  return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
+}
+
+// --shard I/K as {I, K}: this process trains the runs whose index is I modulo K.
+using Shard = std::optional<std::pair<size_t, size_t>>;
+
+// The flags checked against each other; the shard parsed.
+Shard check_options(const CompareOptions& options) {
+  if (options.report_only && options.retrain_changed)
+    throw InputError("--report-only and --retrain-changed: choose one (--report-only never trains)");
+  if (options.report_only && !options.shard.empty())
+    throw InputError("--report-only and --shard: a shard trains part of the grid; draw the report with --report-only alone");
+  Shard shard;
+  if (!options.shard.empty()) shard = parse_shard(options.shard);
+  return shard;
+}
+
+// The started runs whose config differs from the grid's, among the runs this process trains.
+// Never report old results under new settings: a started run is reused only when its resolved
+// config is the one asked for now.
+std::vector<ChangedRun> changed_runs_of(const ComparePlan& plan, const CompareOptions& options,
+                                               const Shard& shard) {
+  std::vector<ChangedRun> changed = changed_runs(plan, options.out);
+  if (shard) {
+    std::vector<ChangedRun> mine;
+    for (const ChangedRun& c : changed)
+      for (size_t i = 0; i < plan.runs.size(); ++i)
+        if (plan.runs[i].name == c.name && in_shard(plan, i, shard->first, shard->second)) mine.push_back(c);
+    changed = mine;
+  }
+  if (!changed.empty() && !options.retrain_changed)
+    throw InputError(changed_runs_message(changed, options.out));
+  return changed;
+}
+
+// Each run of the grid has one owner, so that shards can share one --out (on one machine or a
+// shared file system) while two compares never decide about the same run: this process locks
+// the runs it trains (its shard's), or all of them when it also draws the report; released by
+// the kernel if this process dies. The run's own directory lock belongs to its `normlab train`.
+// Called again after each search pass: only runs not yet in `locked` are locked.
+void lock_runs(const ComparePlan& plan, const fs::path& out, const Shard& shard,
+               std::vector<io::DirLock>& run_locks, std::set<std::string>& locked) {
+  for (size_t i = 0; i < plan.runs.size(); ++i) {
+    if (shard && !in_shard(plan, i, shard->first, shard->second)) continue;
+    if (!locked.insert(plan.runs[i].name).second) continue;
+    run_locks.push_back(io::DirLock::acquire_file((out / ".locks" / (plan.runs[i].name + ".lock")).string(),
+                                                  (out / "runs" / plan.runs[i].name).string(), "compare run"));
+  }
+}
+
+// The changed runs removed (their directories and logs), to be trained from scratch.
+void remove_changed(const fs::path& out, const std::vector<ChangedRun>& changed, CompareLogger& logger) {
+  std::error_code ec;
+  for (const ChangedRun& c : changed) {
+    fs::remove_all(out / "runs" / c.name, ec);
+    if (ec) throw InputError(fmt::format("{}: cannot remove the changed run: {}", (out / "runs" / c.name).string(), ec.message()));
+    fs::remove(out / "logs" / (c.name + ".log"), ec);
+  }
+  if (!changed.empty())
+    logger.note(fmt::format("compare: retraining {} run(s) whose config changed (first: {})", changed.size(),
+                            changed.front().name));
+}
+
+// What each run this process trains needs: a finished run is counted as skipped, any other gets
+// its config file and a place in the queue (by index).
+std::deque<size_t> queue_runs(const ComparePlan& plan, const fs::path& out, const CompareOptions& options,
+                              const Shard& shard, int& already_done) {
+  std::error_code ec;
+  std::deque<size_t> queue;
+  for (size_t i = 0; i < plan.runs.size() && !options.report_only; ++i) {
+    if (shard && !in_shard(plan, i, shard->first, shard->second)) continue;
+    const RunSpec& run = plan.runs[i];
+    const fs::path dir = out / "runs" / run.name;
+    if (fs::exists(dir / "summary.json")) {
+      ++already_done;
+      continue;
+    }
+    if (fs::exists(dir) && !fs::exists(dir / "checkpoint.safetensors")) fs::remove_all(dir, ec);  // nothing to resume
+    io::write_file_atomic((out / "configs" / (run.name + ".json")).string(), run.config.dump(2) + "\n");
+    queue.push_back(i);
+  }
+  return queue;
+}
+
+// The queued runs as child processes, `jobs` at a time, watched until every one has exited and
+// none is left to launch (a signal or a run's bad input stops the launching); progress on stderr.
+class RunWatcher {
+ public:
+  RunWatcher(const ComparePlan& plan, const fs::path& out, int jobs, int already_done, CompareLogger& logger,
+             io::StopFlag stop)
+      : plan_(plan), out_(out), jobs_(jobs), already_done_(already_done), logger_(logger), stop_(stop) {}
+
+  void run(std::deque<size_t> queue, const std::string& exe) {
+    to_run_ = queue.size();
+    start_ = std::chrono::steady_clock::now();
+    auto last_print = std::chrono::steady_clock::now();
+    while ((!queue.empty() && !stopped() && bad_input_.empty()) || !running_.empty()) {
+      while (running_.size() < size_t(jobs_) && !queue.empty() && !stopped() && bad_input_.empty()) {
+        const size_t i = queue.front();
+        queue.pop_front();
+        launch_run(i, exe);
+      }
+      if (stopped() && !forwarded_) stop_running();
+      int status = 0;
+      const pid_t pid = waitpid(-1, &status, WNOHANG);
+      if (pid > 0 && running_.count(pid)) {
+        reap(pid, status);
+        print_progress(false);
+        continue;
+      }
+      if (pid < 0 && errno == ECHILD) running_.clear();
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_print > std::chrono::seconds(tty_ ? 1 : 30)) {
+        print_progress(false);
+        last_print = now;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+
+  void print_progress(bool final_line) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const int finished = done_ + diverged_ + failed_;
+    std::string eta = "?";
+    if (finished > 0) {
+      const double per_run = busy_seconds_ / finished;
+      eta = format_eta(per_run * double(to_run_ - size_t(finished)) / jobs_);
+    }
+    const std::string line =
+        fmt::format("compare: {}/{} runs done ({} diverged, {} failed, {} skipped as finished{}), {} running, "
+                    "elapsed {}, ETA {}",
+                    finished, to_run_, diverged_, failed_, already_done_,
+                    interrupted_ > 0 ? fmt::format(", {} stopped with a checkpoint", interrupted_) : "",
+                    running_.size(), format_eta(elapsed), eta);
+    if (tty_ || line != last_line_) logger_.progress(line, final_line);
+    last_line_ = line;
+  }
+
+  int failed() const { return failed_; }
+  // "run NAME rejected its input; see LOG" when a run exited 2: launching stopped there.
+  const std::string& bad_input() const { return bad_input_; }
+
+ private:
+  bool stopped() const { return io::stop_signal(stop_) != 0; }
+
+  void launch_run(size_t i, const std::string& exe) {
+    const RunSpec& run = plan_.runs[i];
+    const fs::path dir = out_ / "runs" / run.name;
+    std::vector<std::string> args{"train",     "--config", (out_ / "configs" / (run.name + ".json")).string(),
+                                  "--out",     dir.string(), "--threads", "1"};
+    if (fs::exists(dir / "checkpoint.safetensors")) args.push_back("--resume");
+    const pid_t pid = launch(exe, args, (out_ / "logs" / (run.name + ".log")).string());
+    running_[pid] = {i, std::chrono::steady_clock::now()};
+  }
+
+  // Each run finishes its step, writes a checkpoint and exits 130/143; rerunning resumes it.
+  void stop_running() {
+    for (const auto& entry : running_) kill(entry.first, SIGTERM);
+    forwarded_ = true;
+    if (!running_.empty())
+      logger_.note(fmt::format("\ncompare: stopping: {} running run(s) write a checkpoint and exit", running_.size()));
+  }
+
+  // A run has exited with `status` (waitpid's): counted by its exit code.
+  void reap(pid_t pid, int status) {
+    const auto [i, started] = running_[pid];
+    running_.erase(pid);
+    busy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code == kExitOk) {
+      ++done_;
+    } else if (code == kExitDiverged) {
+      ++diverged_;
+    } else if ((code == kExitInterrupted || code == kExitTerminated) && stopped()) {
+      ++interrupted_;  // stopped on our request, checkpointed: not a failure
+    } else {
+      ++failed_;
+      if (code == kExitBadInput && bad_input_.empty())
+        bad_input_ = fmt::format("run {} rejected its input; see {}", plan_.runs[i].name,
+                                (out_ / "logs" / (plan_.runs[i].name + ".log")).string());
+    }
+  }
+
+  const ComparePlan& plan_;
+  const fs::path& out_;
+  const int jobs_;
+  const int already_done_;
+  CompareLogger& logger_;
+  const io::StopFlag stop_;
+  const bool tty_ = logger_.redraws();
+  std::map<pid_t, std::pair<size_t, std::chrono::steady_clock::time_point>> running_;  // run index, start
+  int done_ = 0, diverged_ = 0, failed_ = 0, interrupted_ = 0;
+  std::string bad_input_;
+  bool forwarded_ = false;  // the stop signal has been passed on to the running runs
+  double busy_seconds_ = 0;
+  size_t to_run_ = 0;
+  std::chrono::steady_clock::time_point start_;
+  std::string last_line_;
+};
+
+// report.html, report.md, runs.csv, summary.json from every run of the grid, into result. A new
+// signal while drawing stops it (nothing half-written): report_stopped.
+void draw_report(const ComparePlan& plan, const fs::path& out, CompareResult& result) {
+  std::vector<RunResult> results;
+  for (const RunSpec& run : plan.runs) results.push_back(read_run(run, (out / "runs" / run.name).string()));
+  const int signals_before = io::stop_signals_received();
+  try {
+    result.answer =
+        write_report(plan, results, out.string(), [&] { return io::stop_signals_received() != signals_before; });
+    result.report_drawn = true;
+    result.report_path = (out / "report.html").string();
+  } catch (const ReportStopped&) {
+    result.report_stopped = true;
+  }
+}
+
+// A search shard whose own runs are done while a later round waits on other shards' runs: true
+// (after a pause) while one of those runs is being trained by another compare, or for a grace of
+// a few polls while none is (another shard may be between reading the next round and locking its
+// runs), so that the next pass can take its share; false after that, printing how to continue.
+bool wait_for_other_shards(const ComparePlan& plan, const fs::path& out, const CompareOptions& options,
+                           const std::set<std::string>& locked, int& idle_polls, CompareLogger& logger,
+                           io::StopFlag stop) {
+  constexpr int kGracePolls = 4;  // x 0.5 s
+  std::string idle;
+  bool training = false;
+  for (const LrSearchSpec::Block& block : plan.search.blocks) {
+    if (block.settled || block.waiting_on.empty() || locked.count(block.waiting_on)) continue;
+    try {
+      io::DirLock probe = io::DirLock::acquire_file((out / ".locks" / (block.waiting_on + ".lock")).string(),
+                                                    (out / "runs" / block.waiting_on).string(), "compare run");
+      if (idle.empty()) idle = block.waiting_on;
+    } catch (const InputError&) {  // another compare holds it: it is being trained now
+      training = true;
+      break;
+    }
+  }
+  if (idle.empty() && !training) return false;  // every round is settled
+  idle_polls = training ? 0 : idle_polls + 1;
+  if (training || idle_polls < kGracePolls) {
+    for (int i = 0; i < 5 && io::stop_signal(stop) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return io::stop_signal(stop) == 0;
+  }
+  logger.note(fmt::format("compare: shard {}: the search's next round waits for runs of other shards that no "
+                          "compare is training now (first: {}); run the other shards, then this one again",
+                          options.shard, idle));
+  return false;
+}
+
+struct PassTotals {
+  int failed = 0;
+  std::string bad_input;
+};
+
+// Trains what the plan still needs in passes: a grid in one; a search pass by pass, the plan read
+// again after each, until no round adds a run this process trains. Returns the final plan.
+ComparePlan train_passes(ComparePlan plan, const CompareOptions& options, const Shard& shard, PassTotals& totals,
+                         CompareLogger& logger, io::StopFlag stop) {
+  const fs::path out(options.out);
+  std::vector<io::DirLock> run_locks;
+  std::set<std::string> locked;
+  const int jobs = options.jobs > 0 ? options.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  const std::string exe = self_exe();
+  int idle_polls = 0;
+  for (int pass = 0;; ++pass) {
+    lock_runs(plan, out, shard, run_locks, locked);
+    int already_done = 0;
+    std::deque<size_t> queue = queue_runs(plan, out, options, shard, already_done);
+    if (queue.empty() && pass > 0) {
+      if (!shard || !wait_for_other_shards(plan, out, options, locked, idle_polls, logger, stop)) break;
+      plan = load_compare_plan(options.config, options.out);
+      continue;
+    }
+    if (pass > 0) logger.note(fmt::format("compare: search: the next round adds {} run(s) here", queue.size()));
+    idle_polls = 0;
+    RunWatcher watcher(plan, out, jobs, already_done, logger, stop);
+    watcher.run(std::move(queue), exe);
+    if (!options.report_only) watcher.print_progress(true);
+    totals.failed += watcher.failed();
+    if (totals.bad_input.empty()) totals.bad_input = watcher.bad_input();
+    if (!plan.search.enabled() || options.report_only || io::stop_signal(stop) != 0 || totals.failed > 0 ||
+        !totals.bad_input.empty())
+      break;
+    plan = load_compare_plan(options.config, options.out);
+  }
+  return plan;
+}
+
+}  // namespace
+
+CompareResult run_compare(const CompareOptions& options, CompareLogger& logger, io::StopFlag stop) {
+  const Shard shard = check_options(options);
+  ComparePlan plan = load_compare_plan(options.config, options.out);
+  const fs::path out(options.out);
+  if (options.report_only && !fs::is_directory(out / "runs"))
+    throw InputError(fmt::format("{}: no runs/ here: nothing to report (train the grid first: normlab compare --config {} "
+                                 "--out {})",
+                                 options.out, options.config, options.out));
+  const std::vector<ChangedRun> changed = changed_runs_of(plan, options, shard);
+  for (const char* sub : {"runs", "configs", "logs", ".locks"}) io::make_directories((out / sub).string(), "output directory");
+  if (!changed.empty()) {
+    remove_changed(out, changed, logger);
+    // A search's later rounds were chosen from the removed runs' outcomes: choose them again.
+    plan = load_compare_plan(options.config, options.out);
+  }
+  PassTotals totals;
+  plan = train_passes(std::move(plan), options, shard, totals, logger, stop);
+  CompareResult result;
+  if (!shard) draw_report(plan, out, result);
+  result.stop_signal = io::stop_signal(stop);
+  result.failed = totals.failed;
+  result.bad_input = totals.bad_input;
+  return result;
+}
+
+}  // namespace normlab::study
