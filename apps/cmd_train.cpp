@@ -343,7 +343,7 @@ void run(const TrainOptions& options) {
     return;
   if (comm.size() > 1) {
     // The same verdict on every rank (computed from gathered digests): no rank waits for another.
-    const std::string disagreement = dist::data_disagreement(comm, setup.trainer->data_files());
+    const std::string disagreement = train::data_disagreement(comm, setup.trainer->data_files());
     line = disagreement.empty() ? "" : fmt::format("normlab: error: {}", disagreement);
     agreed(disagreement.empty() ? 0 : kExitBadInput);
   }

@@ -25,7 +25,7 @@ BatchNorm::BatchNorm(int64_t dim, float eps_, float momentum_) : eps(eps_), mome
   running_var = register_buffer("running_var", Tensor::ones({dim}));
 }
 Tensor BatchNorm::forward(const Tensor& x) {
-  return ops::batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps);
+  return ops::batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps, ranks);
 }
 
 PowerNorm::PowerNorm(int64_t dim, float eps_, float momentum_) : eps(eps_), momentum(momentum_) {

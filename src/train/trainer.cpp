@@ -36,9 +36,11 @@ Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
   // data-parallel: the ranks of this run (mpirun -np N; one process otherwise), recorded in the
   // resolved config so that a resume on another N is refused. Rank 0 (or the one process) owns
   // the run's output; the other ranks follow (run_output.hpp).
-  dp_ = std::make_unique<dist::DataParallel>(dist::world(), config_);
-  config_.train.world_size = dp_->size();
-  output_ = dp_->is_writer() ? make_run_owner(logger) : make_run_follower();
+  ranks_ = dist::make_step_reduction(
+      dist::world(), {config_.model.norm == "batchnorm" && config_.model.batchnorm_stats == "sync", config_.train.batch_size});
+  ranks_->watch_stop_flag(stop_flag_);
+  config_.train.world_size = ranks_->size();
+  output_ = ranks_->is_writer() ? make_run_owner(logger) : make_run_follower();
   logger_ = &output_->logger();
   valid_batches_ = evaluation_batches(valid_set_, config_, stop);
   train_max_len_ = train_max_length(config_, train_set_);
@@ -68,11 +70,11 @@ Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
   }
 
   model_ = std::make_unique<nn::EncoderModel>(build_model_options(config_, task_));
+  model_->sum_batch_norm_statistics(ranks_->batch_norm_ranks());  // data-parallel sync BatchNorm
   model_->train();
 
   optim::OptimizerOptions optimizer_options;
   optimizer_options.name = config_.optim.name;
-  optimizer_options.lr = static_cast<float>(config_.optim.lr);
   optimizer_options.momentum = static_cast<float>(config_.optim.momentum);
   optimizer_options.beta1 = static_cast<float>(config_.optim.beta1);
   optimizer_options.beta2 = static_cast<float>(config_.optim.beta2);
@@ -93,39 +95,65 @@ Trainer::~Trainer() = default;
 
 data::Batch Trainer::next_batch() { return batch_sampler_ ? batch_sampler_->next() : generator_->next(); }
 
-StepRecord Trainer::train_step(const data::Batch& batch, bool diagnostics) {
+StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
   StepRecord record;
   record.step = step_ + 1;
-  record.tokens = batch.num_real_tokens;
-  record.sequences = batch.batch_size();
-  record.shortest = batch.min_length();
-  record.longest = batch.max_length();
-  const float lr = static_cast<float>(config_.optim.lr) * optim::lr_factor(schedule_, step_);
-  record.lr = shortest(lr);
-
+  record.sequences = global.batch_size();
+  record.shortest = global.min_length();
+  record.longest = global.max_length();
+  const double lr = optim::scheduled_lr(schedule_, config_.optim.lr, step_);
+  record.lr = lr;
   model_->train();
-  if (dp_->active()) return data_parallel_step(batch, diagnostics, std::move(record), lr);  // data-parallel
+
+  // This process's share (the whole batch for one process): forward and backward.
+  const dist::Share share = ranks_->shard(global);
+  const data::Batch& batch = share.batch;
+  optimizer_->zero_grad();
+  dist::StepSums local{.targets = batch.num_targets, .tokens = batch.num_real_tokens,
+                       .stop_request = io::stop_signal(stop_flag_)};
   nn::Diagnostics diag;
-  const nn::DropoutStep dropout{uint64_t(record.step), 0};  // this update's masks
-  Tensor logits = model_->forward(batch.tokens, batch.offsets, diagnostics ? &diag : nullptr, dropout);  // (rows, V)
-  Tensor loss = ops::cross_entropy(logits, batch.targets);
-  const float loss_value = loss.item();
+  if (batch.batch_size() > 0) {  // an empty share still joins the reduction below
+    // The masks one process draws for these sequences of the global batch.
+    const nn::DropoutStep dropout{uint64_t(record.step), share.first_sequence};
+    Tensor logits = model_->forward(batch.tokens, batch.offsets, diagnostics ? &diag : nullptr, dropout);  // (rows, V)
+    Tensor mean_loss = ops::cross_entropy(logits, batch.targets);
+    local.loss_sum = double(mean_loss.item()) * double(batch.num_targets);
+    local.correct = count_correct(logits, batch.targets);
+    ranks_->loss_to_backpropagate(mean_loss, batch.num_targets).backward();
+  }
+  // Diagnostics: each block's sum of squares of the residual stream, then the count of values
+  // (zeros for an empty share), summed over the ranks in the same buffer as the gradients.
+  std::vector<double> residual;
+  if (diagnostics) {
+    residual.assign(size_t(config_.model.layers) + 1, 0.0);
+    std::copy(diag.residual_sum_sq.begin(), diag.residual_sum_sq.end(), residual.begin());
+    residual.back() = double(diag.residual_values);
+  }
+  const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, residual);
+
+  // The global batch's figures. The loss is the mean's float exactly: loss_sum = mean * targets is
+  // exact in double, and so is the division back.
+  record.tokens = sums.tokens;
+  const float loss_value = sums.targets > 0 ? float(sums.loss_sum / double(sums.targets)) : 0.0f;
   record.loss = shortest(loss_value);
-  record.accuracy = batch.num_targets ? double(count_correct(logits, batch.targets)) / double(batch.num_targets) : 0.0;
-  if (diagnostics) record.residual_rms = diag.residual_rms;
+  record.accuracy = sums.targets ? double(sums.correct) / double(sums.targets) : 0.0;
+  if (diagnostics) {  // as nn::TransformerEncoder computes it, over the global batch
+    const double values = residual.back();
+    for (size_t l = 0; l + 1 < residual.size(); ++l)
+      record.residual_rms.push_back(values > 0 ? std::sqrt(residual[l] / values) : 0.0);
+  }
   if (!std::isfinite(loss_value)) {
     record.diverged = true;
     record.grad_norm = std::numeric_limits<double>::quiet_NaN();
+    optimizer_->zero_grad();
     return record;
   }
-
-  optimizer_->zero_grad();
-  loss.backward();
-  apply_update(record, lr, diagnostics);
+  apply_update(record, lr, diagnostics);  // with the global gradients: the same on every rank
+  if (!record.diverged) ranks_->check_parameters(*model_, step_);
   return record;
 }
 
-void Trainer::apply_update(StepRecord& record, float lr, bool diagnostics) {
+void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics) {
   if (diagnostics) record.layer_grad_norms = nn::per_layer_grad_norms(*model_, config_.model.layers);
   record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
   if (!std::isfinite(record.grad_norm)) {
@@ -140,11 +168,11 @@ void Trainer::apply_update(StepRecord& record, float lr, bool diagnostics) {
 std::optional<EvalMetrics> Trainer::evaluate_valid() {
   // data-parallel: rank 0 evaluates alone while the others wait at the next step's reduction, so
   // it finishes the evaluation (the ranks agree on a stop only inside that reduction).
-  return evaluate_unless_stopped(*model_, valid_batches_, buckets_, dp_->active() ? nullptr : stop_flag_, false,
+  return evaluate_unless_stopped(*model_, valid_batches_, buckets_, ranks_->active() ? nullptr : stop_flag_, false,
                                  baselines_);
 }
 
-int Trainer::stop_request() const { return dp_->active() ? dp_->agreed_stop() : io::stop_signal(stop_flag_); }
+int Trainer::stop_request() const { return ranks_->active() ? ranks_->agreed_stop() : io::stop_signal(stop_flag_); }
 
 // ---------------------------------------------------------------- the run directory
 
@@ -278,7 +306,7 @@ TrainSummary Trainer::make_summary() const {
   summary.wall_time_s =
       previous_wall_time_s_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
   summary.threads = num_threads();
-  summary.world_size = dp_->size();  // data-parallel
+  summary.world_size = ranks_->size();
   summary.num_parameters = model_->num_parameters();
   summary.train_max_len = train_max_len_;
   summary.final_train = last_record_;
