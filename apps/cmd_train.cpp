@@ -236,7 +236,7 @@ int guarded(const TrainOptions& options, const std::vector<std::string>& overrid
     // Rules that need the data (model.vocab_size against a vocabulary read from the training file)
     // are checked when the trainer is built, not with the file: name the file all the same.
     std::string message = e.what();
-    if ((message.rfind("model.", 0) == 0 || message.rfind("task.", 0) == 0) && (options.resume || config_path)) {
+    if ((message.rfind("model", 0) == 0 || message.rfind("task.", 0) == 0) && (options.resume || config_path)) {
       const std::string source =
           options.resume ? train::RunPaths(setup.dir).config
                          : overrides.empty() ? *config_path

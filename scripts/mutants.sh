@@ -409,7 +409,7 @@ mutant "eval groups: accuracy weighted per sequence" \
   '    group.accuracy = [&] { double s = 0.0; for (const BucketMetrics& b : buckets) if (b.bucket.beyond_train_max == beyond) s += b.accuracy * double(b.sequences); return s / double(group.sequences); }();' \
   '*weight each target*'
 mutant "resume: a changed data file is not checked" \
-  src/train/trainer_checkpoint.cpp \
+  src/train/trainer.cpp \
   '  if (changes.empty()) return;' \
   '  if (changes.empty() || !accept_changed_data_ || accept_changed_data_) return;' \
   '*resume: labels swapped*,*validation file edited*'
