@@ -48,7 +48,8 @@ class RunOutput;  // who writes the run: the one process or rank 0, or a followe
 
 class Trainer {
  public:
-  // Builds the task, data, model and optimizer from a validated config. Touches no file. A stop
+  // Builds the task, data, model and optimizer from a validated config. Touches no file. First
+  // refuses (InputError, train/memory.hpp) a config whose memory estimate is over the limit. A stop
   // request on `stop` while the data loads throws io::StopRequested; fit() polls the same flag.
   explicit Trainer(RunConfig config, TrainLogger* logger = nullptr, io::StopFlag stop = nullptr);
   ~Trainer();
