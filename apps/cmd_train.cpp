@@ -210,7 +210,7 @@ int guarded(const TrainOptions& options, const std::vector<std::string>& overrid
     // Rules that need the data (model.vocab_size against a vocabulary read from the training file)
     // are checked when the trainer is built, not with the file: name the file all the same.
     std::string message = e.what();
-    if ((message.rfind("model.", 0) == 0 || message.rfind("task.", 0) == 0) && (options.resume || config_path)) {
+    if ((message.rfind("model", 0) == 0 || message.rfind("task.", 0) == 0) && (options.resume || config_path)) {
       const std::string source =
           options.resume ? train::RunPaths(setup.dir).config
                          : overrides.empty() ? *config_path
@@ -318,7 +318,7 @@ void run(const TrainOptions& options) {
     return;
   if (comm.size() > 1) {
     // The same verdict on every rank (computed from gathered digests): no rank waits for another.
-    const std::string disagreement = dist::data_disagreement(comm, setup.trainer->data_files());
+    const std::string disagreement = train::data_disagreement(comm, setup.trainer->data_files());
     line = disagreement.empty() ? "" : fmt::format("normlab: error: {}", disagreement);
     agreed(disagreement.empty() ? 0 : kExitBadInput);
   }

@@ -81,7 +81,7 @@ fi
 # archive; the checkpoint target needs the whole library (model, optimizer, samplers), which goes
 # into a second one and is only compiled when that target is asked for. An archive lets each target
 # link only the objects it uses.
-PARSER_SOURCES=(src/io/*.cpp src/data/*.cpp src/train/config.cpp src/train/memory.cpp)
+PARSER_SOURCES=(src/io/*.cpp src/data/*.cpp src/train/config.cpp)
 mapfile -t ALL_SOURCES < <(find src -name '*.cpp' | sort)
 # Library code gets coverage instrumentation (fuzzer-no-link); only the targets link libFuzzer's
 # main. -fno-sanitize-recover: a UBSan report must be a crash, or the fuzzer would not save the input.

@@ -6,9 +6,9 @@ set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build-data}
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD" -j2 --target normlab_lib
-g++ -std=c++20 -O2 -Wall -Wextra -I"$ROOT/include" "$ROOT/scripts/make_data.cpp" "$BUILD/libnormlab.a" \
-  -lfmt -fopenmp -o "$BUILD/make_data"
+cmake --build "$BUILD" -j2 --target normlab_run
+g++ -std=c++20 -O2 -Wall -Wextra -I"$ROOT/include" "$ROOT/scripts/make_data.cpp" "$BUILD/libnormlab_run.a" "$BUILD/libnormlab_core.a" \
+  -lfmt -fopenmp $(pkg-config --libs ompi-cxx 2>/dev/null) -o "$BUILD/make_data"
 "$BUILD/make_data" tasks "$ROOT/data"
 if command -v bible >/dev/null 2>&1; then
   VERSES=$(mktemp)

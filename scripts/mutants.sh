@@ -91,8 +91,8 @@ mutant_all "attention: scores scaled by 1/hd instead of 1/sqrt(hd), forward and 
   '*f64*,*golden*,*attention*,*encoder*'
 mutant "Adam: no bias correction of the first moment" \
   src/optim/optimizer.cpp \
-  's.neg_step_size = static_cast<float>(-(lr_d / bias_correction1));' \
-  's.neg_step_size = static_cast<float>(-lr_d);' \
+  's.neg_step_size = static_cast<float>(-(lr / bias_correction1));' \
+  's.neg_step_size = static_cast<float>(-lr);' \
   '*optim*,*adam*'
 mutant "Adam: eps inside the square root" \
   src/kernels/adam.cpp \
@@ -384,9 +384,9 @@ mutant "serve: a percent-encoded dot segment inside DIR is served" \
   '*dot segments*'
 
 mutant "data-parallel: gradients clipped on each rank's local sum before the reduction" \
-  src/dist/trainer_step.cpp \
-  '  const dist::StepSums sums = dp_->reduce(optimizer_->params(), loss_sum, correct, batch.num_targets,' \
-  '  optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm); const dist::StepSums sums = dp_->reduce(optimizer_->params(), loss_sum, correct, batch.num_targets,' \
+  src/train/trainer.cpp \
+  '  const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, residual);' \
+  '  optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm); const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, residual);' \
   '*gradient clipping active*'
 mutant "dropout: every layer keyed as layer 0" \
   src/nn/encoder.cpp \
@@ -395,8 +395,8 @@ mutant "dropout: every layer keyed as layer 0" \
   '*own index*'
 mutant "train step: accuracy divided by every position, ignored ones included" \
   src/train/trainer.cpp \
-  'double(count_correct(logits, batch.targets)) / double(batch.num_targets) : 0.0;' \
-  'double(count_correct(logits, batch.targets)) / double(batch.targets.size()) : 0.0;' \
+  'record.accuracy = sums.targets ? double(sums.correct) / double(sums.targets) : 0.0;' \
+  'record.accuracy = sums.targets ? double(sums.correct) / double(global.targets.size()) : 0.0;' \
   '*only real targets*'
 mutant "data-parallel: the parameter hash covers only the first tensor" \
   src/dist/data_parallel.cpp \
@@ -409,7 +409,7 @@ mutant "eval groups: accuracy weighted per sequence" \
   '    group.accuracy = [&] { double s = 0.0; for (const BucketMetrics& b : buckets) if (b.bucket.beyond_train_max == beyond) s += b.accuracy * double(b.sequences); return s / double(group.sequences); }();' \
   '*weight each target*'
 mutant "resume: a changed data file is not checked" \
-  src/train/trainer_checkpoint.cpp \
+  src/train/trainer.cpp \
   '  if (changes.empty()) return;' \
   '  if (changes.empty() || !accept_changed_data_ || accept_changed_data_) return;' \
   '*resume: labels swapped*,*validation file edited*'

@@ -530,7 +530,7 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& ga
 }
 
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor running_mean,
-                  Tensor running_var, bool training, float momentum, float eps) {
+                  Tensor running_var, bool training, float momentum, float eps, kernels::RankSum* ranks) {
   require(x.dim() == 2,
           [&] { return fmt::format("batch_norm: expects (tokens, features), got {}", shape_str(x.shape())); });
   const int64_t N = x.size(0), C = x.size(1);
@@ -548,7 +548,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tens
     kernels::batch_norm_forward_train(out.data(), mean->data(), rstd->data(),
                                       running_mean.defined() ? running_mean.data() : nullptr,
                                       running_var.defined() ? running_var.data() : nullptr, x.data(), pg, pb, N, C, eps,
-                                      momentum);
+                                      momentum, ranks);
   } else {
     require(running_mean.defined() && running_var.defined(), "batch_norm: eval mode needs running statistics");
     kernels::batch_norm_forward_eval(out.data(), x.data(), running_mean.data(), running_var.data(), pg, pb, N, C, eps);
@@ -561,11 +561,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tens
   std::vector<Tensor> inputs{x};
   if (gamma.defined()) inputs.push_back(gamma);
   if (beta.defined()) inputs.push_back(beta);
-  record(out, "batch_norm", inputs, [x, gamma, beta, mean, rstd, N, C, training](const float* g) {
+  record(out, "batch_norm", inputs, [x, gamma, beta, mean, rstd, N, C, training, ranks](const float* g) {
     const float* pgam = gamma.defined() ? gamma.data() : nullptr;
     if (training) {
       kernels::batch_norm_backward(grad_ptr(x), grad_ptr(gamma), grad_ptr(beta), g, x.data(), pgam, mean->data(),
-                                   rstd->data(), N, C);
+                                   rstd->data(), N, C, ranks);
       return;
     }
     // Eval mode: the statistics are constants, so the op is an affine map per feature.

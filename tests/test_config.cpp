@@ -12,6 +12,7 @@
 #include "normlab/io/json_depth.hpp"
 #include "normlab/io/suggest.hpp"
 #include "normlab/train/config.hpp"
+#include "normlab/train/memory.hpp"
 
 #include "support.hpp"
 
@@ -130,11 +131,15 @@ TEST_CASE("config: cross-field rules") {
   CHECK(config_error(R"({"task": {"mask_prob": 0.8, "random_prob": 0.3}})").find("task.random_prob") != std::string::npos);
   CHECK(config_error(R"({"model": {"vocab_size": 5}})")
             .find("model.vocab_size: must be at least the reverse task's 10 input symbols (got 5)") != std::string::npos);
-  // Every size within its own range, but together far too large to allocate.
-  std::string huge = config_error(R"({"model": {"d_model": 4096, "heads": 64, "layers": 64, "ffn": 16384, "max_len": 4096},
-                                      "task": {"max_len": 4096, "eval_max_len": 4096}, "train": {"batch_size": 4096}})");
-  CHECK(huge.find("GiB") != std::string::npos);
-  CHECK(huge.find("x.json: model:") != std::string::npos);
+  // Every size within its own range, but together far too large to allocate: a valid config, whose
+  // run is refused before it allocates anything (train/memory.hpp; with the file's name on the
+  // command line: test_memory.cpp).
+  const std::string huge_text = R"({"model": {"d_model": 4096, "heads": 64, "layers": 64, "ffn": 16384, "max_len": 4096},
+                                    "task": {"max_len": 4096, "eval_max_len": 4096}, "train": {"batch_size": 4096}})";
+  CHECK(config_error(huge_text).empty());
+  const RunConfig huge = config_from_json(nlohmann::json::parse(huge_text), "x.json", ".");
+  CHECK_THROWS_WITH_AS(fits_in_memory(huge), doctest::Contains("model: this run would need about"), InputError);
+  CHECK_THROWS_WITH_AS(fits_in_memory(huge), doctest::Contains("GiB"), InputError);
 }
 
 TEST_CASE("config: --set overrides are parsed as JSON or strings and validated") {

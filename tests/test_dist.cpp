@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <numeric>
@@ -138,15 +139,14 @@ TEST_CASE("dist: one process is rank 0 of 1 - and the launcher's process count c
 
 TEST_CASE("dist: reduce() sums gradients and counts over ranks and divides once by the global targets") {
   MirrorCommunicator two(2);
-  train::RunConfig config;
-  dist::DataParallel dp(two, config);
+  dist::DataParallel dp(two, {});
   CHECK(dp.active());
   Tensor a = Tensor::full({3}, 0.0f).set_requires_grad();
   Tensor b = Tensor::full({2}, 0.0f).set_requires_grad();  // no gradient: this rank never reached it
   float* ga = a.grad_data();
   ga[0] = 3.0f, ga[1] = -6.0f, ga[2] = 9.0f;
   nn::NamedTensors params = {{"a", a}, {"b", b}};
-  const dist::StepSums sums = dp.reduce(params, 4.5, 2, 3, 10, SIGTERM);
+  const dist::StepSums sums = dp.reduce(params, {4.5, 2, 3, 10, SIGTERM});
   CHECK(sums.loss_sum == 9.0);
   CHECK(sums.correct == 4);
   CHECK(sums.targets == 6);
@@ -158,11 +158,11 @@ TEST_CASE("dist: reduce() sums gradients and counts over ranks and divides once 
   CHECK(a.grad_data()[1] == doctest::Approx(-2.0));
   REQUIRE(b.grad_data() != nullptr);
   CHECK(b.grad_data()[0] == 0.0f);
-  CHECK(dp.reduce(params, 0, 0, 1, 1, SIGINT).stop_request == SIGINT);
-  CHECK(dp.reduce(params, 0, 0, 1, 1, 0).stop_request == 0);
+  CHECK(dp.reduce(params, {0, 0, 1, 1, SIGINT}).stop_request == SIGINT);
+  CHECK(dp.reduce(params, {0, 0, 1, 1, 0}).stop_request == 0);
   // Extra values (the diagnostics' sums) are summed in place, and the counts after them still land.
   std::vector<double> extra = {1.5, -2.0, 7.0};
-  const dist::StepSums with_extra = dp.reduce(params, 1.0, 1, 2, 5, 0, extra);
+  const dist::StepSums with_extra = dp.reduce(params, {1.0, 1, 2, 5, 0}, extra);
   CHECK(extra == std::vector<double>{3.0, -4.0, 14.0});
   CHECK(with_extra.loss_sum == 2.0);
   CHECK(with_extra.targets == 4);
@@ -171,15 +171,16 @@ TEST_CASE("dist: reduce() sums gradients and counts over ranks and divides once 
 
 TEST_CASE("dist: configs that cannot run data-parallel are refused naming the key") {
   MirrorCommunicator two(2);
-  train::RunConfig config;
-  config.model.dropout = 0.1;  // masks are keyed on the global sequence index: any N runs it
-  CHECK_NOTHROW(dist::DataParallel(two, config));
-  config.model.norm = "batchnorm";
-  config.model.batchnorm_stats = "sync";
-  config.train.batch_size = 1;
-  CHECK_THROWS_WITH_AS(dist::DataParallel(two, config), doctest::Contains("train.batch_size"), InputError);
+  CHECK_NOTHROW(dist::DataParallel(two, {.sync_batch_norm = false, .batch_size = 1}));
+  const dist::DataParallelOptions sync_one_sequence{.sync_batch_norm = true, .batch_size = 1};
+  CHECK_THROWS_WITH_AS(dist::DataParallel(two, sync_one_sequence), doctest::Contains("train.batch_size"), InputError);
   dist::SingleProcess one;
-  CHECK_NOTHROW(dist::DataParallel(one, config));  // one process: nothing to refuse
+  CHECK_NOTHROW(dist::DataParallel(one, sync_one_sequence));  // one process: nothing to refuse
+  // One process gets the step that shares nothing; N ranks the data-parallel one.
+  CHECK_FALSE(dist::make_step_reduction(one, sync_one_sequence)->active());
+  CHECK(dist::make_step_reduction(one, sync_one_sequence)->batch_norm_ranks() == nullptr);
+  CHECK(dist::make_step_reduction(two, {.sync_batch_norm = true, .batch_size = 2})->batch_norm_ranks() != nullptr);
+  CHECK(dist::make_step_reduction(two, {.sync_batch_norm = false, .batch_size = 2})->batch_norm_ranks() == nullptr);
 }
 
 TEST_CASE("dist: the parameter hash sees a one-bit difference") {
@@ -205,11 +206,8 @@ TEST_CASE("dist: sync BatchNorm over two identical ranks normalizes like one - w
     x.set_requires_grad();
     nn::BatchNorm norm(C);
     MirrorCommunicator two(2);
-    train::RunConfig config;
-    config.model.norm = "batchnorm";
-    config.model.batchnorm_stats = "sync";
-    std::unique_ptr<dist::DataParallel> dp;
-    if (sync) dp = std::make_unique<dist::DataParallel>(two, config);
+    dist::DataParallel dp(two, {.sync_batch_norm = true, .batch_size = N});
+    if (sync) norm.ranks = dp.batch_norm_ranks();
     Tensor y = norm.forward(x);
     Tensor weights = Tensor::empty({N, C});
     for (int64_t i = 0; i < N * C; ++i) weights.data()[i] = float(i % 5) - 2.0f;

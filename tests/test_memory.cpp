@@ -16,6 +16,7 @@
 #include "normlab/error.hpp"
 #include "normlab/train/config.hpp"
 #include "normlab/train/memory.hpp"
+#include "normlab/train/trainer.hpp"
 #include "support.hpp"
 
 using namespace normlab;
@@ -98,16 +99,24 @@ TEST_CASE("memory: the estimate is within 1.5x of the measured peak RSS (logits,
 TEST_CASE("memory: a run that would not fit is refused before allocation with the estimate and the limit") {
   TempDir dir;
   const std::string config = dir.write("x.json", "{}");
+  const std::vector<std::string> huge{"model.num_classes=65536", "task.eval_examples=1000000", "task.eval_max_len=128",
+                                      "train.batch_size=4096"};
+  const train::RunConfig config_ok = train::load_config(config, huge);  // a valid config: the size is the run's
   std::string message;
   try {
-    train::load_config(config, {"model.num_classes=65536", "task.eval_examples=1000000", "task.eval_max_len=128",
-                                "train.batch_size=4096"});
+    train::Trainer trainer(config_ok);
   } catch (const InputError& e) {
     message = e.what();
   }
-  CHECK(message.find(": model: this run would need about ") != std::string::npos);
+  CHECK(message.rfind("model: this run would need about ", 0) == 0);
   CHECK(message.find("more than the limit of") != std::string::npos);
   CHECK(message.find("data ") != std::string::npos);
+  // The command line names the config file in front, exit 2.
+  std::vector<std::string> args{"train", "--config", config, "--out", dir.sub("run")};
+  for (const std::string& set : huge) args.insert(args.end(), {"--set", set});
+  CHECK(run_normlab(args, dir.sub("out.txt"), dir.sub("err.txt")) == 2);
+  CHECK(read_text(dir.sub("err.txt")).find("normlab: error: " + config + " with --set model.num_classes=65536") == 0);
+  CHECK(read_text(dir.sub("err.txt")).find(": model: this run would need about ") != std::string::npos);
   // The validation set alone: 1e6 examples of up to 4096 tokens (the issue's case: 0.08 GiB was estimated,
   // std::bad_alloc came after 3.9 GB).
   const train::RunConfig big_valid = [&] {

@@ -105,9 +105,9 @@ BatchNormReference batch_norm_reference(const std::vector<float>& x, const std::
   std::vector<float> running_mean(size_t(C), 0.0f), unbiased_var(size_t(C), 0.0f);
   normlab::kernels::reference::batch_norm_forward_train(y.data(), mean.data(), rstd.data(), running_mean.data(),
                                                         unbiased_var.data(), x.data(), gamma.data(), beta.data(), N,
-                                                        C, float(eps), 1.0f);
+                                                        C, float(eps), 1.0f, nullptr);
   normlab::kernels::reference::batch_norm_backward(dx.data(), dgamma.data(), dbeta.data(), dout.data(), x.data(),
-                                                   gamma.data(), mean.data(), rstd.data(), N, C);
+                                                   gamma.data(), mean.data(), rstd.data(), N, C, nullptr);
   auto wide = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
   BatchNormReference ref{wide(y), wide(dx), wide(dgamma), wide(dbeta), wide(mean), wide(unbiased_var)};
   for (double& v : ref.var) v = v * double(N - 1) / double(N);  // biased, as normalization uses it

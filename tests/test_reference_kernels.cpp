@@ -315,12 +315,11 @@ TEST_CASE("reference kernels: fast packed attention agrees with them") {
   CHECK(relative_max_error(dqkv_fast, dqkv_ref) <= 1e-5);
 }
 
-TEST_CASE("reference kernels: Adam and AdamW steps match the optimizer's fast loop") {
+TEST_CASE("reference kernels: Adam and AdamW steps on the reference path give the fast loop's bits") {
   for (normlab::optim::OptimizerKind name : {normlab::optim::OptimizerKind::adam, normlab::optim::OptimizerKind::adamw}) {
     INFO(normlab::optim::to_string(name));
     normlab::optim::OptimizerOptions options;
     options.name = name;
-    options.lr = 0.01f;
     options.weight_decay = 0.1f;
     auto make_params = [] {
       normlab::Rng rng(12);
@@ -336,7 +335,7 @@ TEST_CASE("reference kernels: Adam and AdamW steps match the optimizer's fast lo
           const std::vector<float> g = normals(uint64_t(100 + step), size_t(p.numel()));
           std::copy(g.begin(), g.end(), p.grad_data());
         }
-        optimizer.step(options.lr);
+        optimizer.step(0.01);
       }
       std::vector<float> all;
       for (auto& [pname, p] : params) {
@@ -353,7 +352,7 @@ TEST_CASE("reference kernels: Adam and AdamW steps match the optimizer's fast lo
       }
       return all;
     }();
-    CHECK(relative_max_error(fast, reference) <= 1e-6);
+    CHECK(fast == reference);  // one dispatched loop, the same float operations on every path
     CHECK(relative_max_error(fast, start) > 1e-3);  // the steps did move the parameters
   }
 }
@@ -415,7 +414,7 @@ TEST_CASE("reference kernels: compiled with debug info and little optimization i
   CHECK(reference_sources >= 9);
 }
 
-TEST_CASE("reference kernels: the reference path routes the ops and Adam to them, bit for bit") {
+TEST_CASE("reference kernels: the reference path routes the ops to them, bit for bit") {
   normlab::Rng rng(21);
   const Tensor x = Tensor::normal({5, 12}, rng), gamma = Tensor::normal({12}, rng), beta = Tensor::normal({12}, rng);
   const Tensor w = Tensor::normal({12, 7}, rng);
@@ -447,21 +446,4 @@ TEST_CASE("reference kernels: the reference path routes the ops and Adam to them
   REQUIRE(direct(true) != direct(false));  // the two families round differently: routing shows
   CHECK(run_ops("reference") == direct(true));
   CHECK(run_ops("fast") == direct(false));
-
-  // Adam: the optimizer's update on the reference path is reference::adam_step's.
-  normlab::optim::OptimizerOptions options;
-  options.name = normlab::optim::OptimizerKind::adamw;
-  options.weight_decay = 0.1f;
-  Tensor p = Tensor::normal({40}, rng);
-  std::vector<float> expected = p.to_vector(), m(40, 0.0f), v(40, 0.0f);
-  const std::vector<float> g = normals(22, 40);
-  std::copy(g.begin(), g.end(), p.grad_data());
-  {
-    KernelsEnv env("reference");
-    normlab::optim::Optimizer optimizer(options, {{"linear1.weight", p}});
-    optimizer.step(0.01f);
-  }
-  ref::adam_step(expected.data(), m.data(), v.data(), g.data(), 40, 1, 0.01f, options.beta1, options.beta2,
-                 options.eps, options.weight_decay, true);
-  CHECK(p.to_vector() == expected);
 }

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "normlab/kernels/reference/activations.hpp"
-#include "normlab/kernels/reference/adam.hpp"
 #include "normlab/kernels/reference/attention.hpp"
 #include "normlab/kernels/reference/batch_norm.hpp"
 #include "normlab/kernels/reference/cross_entropy.hpp"
@@ -20,7 +19,10 @@
 #include "normlab/kernels/reference/matmul.hpp"
 #include "normlab/kernels/reference/rms_norm.hpp"
 #include "normlab/kernels/reference/softmax.hpp"
+#include "normlab/optim/optimizer.hpp"
 #include "normlab/rng.hpp"
+#include "normlab/tensor.hpp"
+#include "isa_support.hpp"
 #include "support.hpp"
 
 namespace ref = normlab::kernels::reference;
@@ -196,7 +198,7 @@ TEST_CASE("reference truth: BatchNorm train (batch statistics, running averages 
   for (int64_t c = 0; c < C; ++c) running_var[size_t(c)] = 0.5f + 0.25f * float(c);
   const std::vector<float> running_mean0 = running_mean, running_var0 = running_var;
   ref::batch_norm_forward_train(y.data(), mean.data(), rstd.data(), running_mean.data(), running_var.data(), x.data(),
-                                gamma.data(), beta.data(), N, C, float(eps), float(momentum));
+                                gamma.data(), beta.data(), N, C, float(eps), float(momentum), nullptr);
   CHECK(relative_max_error(y, batch_norm_train_truth(xv, g, b, N, C, eps)) < kTol);
   // torch: running = (1 - momentum) running + momentum batch, the variance unbiased (N - 1).
   Vec mean_truth(static_cast<size_t>(C)), rstd_truth(static_cast<size_t>(C)), rm_truth(static_cast<size_t>(C)), rv_truth(static_cast<size_t>(C));
@@ -228,7 +230,7 @@ TEST_CASE("reference truth: BatchNorm train (batch statistics, running averages 
 
   std::vector<float> dx(size_t(N * C), kStart), dgamma(size_t(C), kStart), dbeta(size_t(C), kStart);
   ref::batch_norm_backward(dx.data(), dgamma.data(), dbeta.data(), dout.data(), x.data(), gamma.data(), mean.data(),
-                           rstd.data(), N, C);
+                           rstd.data(), N, C, nullptr);
   CHECK(relative_max_error(minus_start(dx), numeric_grad([&](const Vec& v) { return batch_norm_train_truth(v, g, b, N, C, eps); }, xv, widen(dout))) < kTol);
   CHECK(relative_max_error(minus_start(dgamma), numeric_grad([&](const Vec& v) { return batch_norm_train_truth(xv, v, b, N, C, eps); }, g, widen(dout))) < kTol);
   CHECK(relative_max_error(minus_start(dbeta), numeric_grad([&](const Vec& v) { return batch_norm_train_truth(xv, g, v, N, C, eps); }, b, widen(dout))) < kTol);
@@ -359,16 +361,23 @@ TEST_CASE("reference truth: packed multi-head attention forward and backward aga
 }
 
 TEST_CASE("reference truth: Adam and AdamW steps against torch.optim's update rule") {
+  // The optimizer on the reference path: its scalars in double, then reference::adam_update's loop.
+  const normlab::test::ScopedIsa reference_path(normlab::kernels::Isa::reference);
   const int64_t N = 10;
   const double lr = 0.01, beta1 = 0.9, beta2 = 0.99, eps = 1e-8, wd = 0.1;
   for (bool decoupled : {false, true}) {
     INFO("decoupled " << decoupled);
-    std::vector<float> param = normals(26, size_t(N)), m(size_t(N), 0.0f), v(size_t(N), 0.0f);
-    Vec p_truth = widen(param), m_truth(size_t(N), 0.0), v_truth(size_t(N), 0.0);
+    normlab::optim::OptimizerOptions options;
+    options.name = decoupled ? normlab::optim::OptimizerKind::adamw : normlab::optim::OptimizerKind::adam;
+    options.beta1 = float(beta1), options.beta2 = float(beta2), options.eps = float(eps);
+    options.weight_decay = float(wd);
+    normlab::Tensor param = normlab::Tensor::from_data({N}, normals(26, size_t(N)));
+    normlab::optim::Optimizer optimizer(options, {{"linear1.weight", param}});
+    Vec p_truth = widen(param.to_vector()), m_truth(size_t(N), 0.0), v_truth(size_t(N), 0.0);
     for (int64_t t = 1; t <= 3; ++t) {
       const std::vector<float> grad = normals(uint64_t(30 + t), size_t(N));
-      ref::adam_step(param.data(), m.data(), v.data(), grad.data(), N, t, float(lr), float(beta1), float(beta2),
-                     float(eps), float(wd), decoupled);
+      std::copy(grad.begin(), grad.end(), param.grad_data());
+      optimizer.step(lr);
       for (size_t i = 0; i < size_t(N); ++i) {
         double g = grad[i];
         if (decoupled) p_truth[i] *= 1.0 - lr * wd;  // AdamW: decay the weight itself
@@ -379,9 +388,10 @@ TEST_CASE("reference truth: Adam and AdamW steps against torch.optim's update ru
         const double v_hat = v_truth[i] / (1 - std::pow(beta2, double(t)));
         p_truth[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
       }
-      CHECK(relative_max_error(param, p_truth) < kTol);
-      CHECK(relative_max_error(m, m_truth, 0.0) < kTol);
-      CHECK(relative_max_error(v, v_truth, 0.0) < 1e-4);
+      const auto state = optimizer.state();  // exp_avg, then exp_avg_sq
+      CHECK(relative_max_error(param.to_vector(), p_truth) < kTol);
+      CHECK(relative_max_error(state[0].second.to_vector(), m_truth, 0.0) < kTol);
+      CHECK(relative_max_error(state[1].second.to_vector(), v_truth, 0.0) < 1e-4);
     }
   }
 }

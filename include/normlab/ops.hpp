@@ -7,6 +7,10 @@
 
 #include "normlab/tensor.hpp"
 
+namespace normlab::kernels {
+class RankSum;  // kernels/batch_norm.hpp
+}
+
 namespace normlab::ops {
 
 // ---- elementwise, with NumPy/PyTorch broadcasting (dims aligned from the right, size 1 stretches)
@@ -52,9 +56,10 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& gamma, float eps = 1e-12f);
 // BatchNorm over the rows of x (N, C): statistics per feature across all N tokens of the batch.
 // training: normalize with batch statistics and update the running averages in place (if defined);
-// otherwise normalize with running_mean / running_var.
+// otherwise normalize with running_mean / running_var. `ranks` (data-parallel sync BatchNorm,
+// kernels/batch_norm.hpp): the training statistics over every rank's tokens; nullptr: these tokens.
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor running_mean,
-                  Tensor running_var, bool training, float momentum, float eps);
+                  Tensor running_var, bool training, float momentum, float eps, kernels::RankSum* ranks = nullptr);
 // PowerNorm over the rows of x (N, C) (Shen et al. 2020, Algorithm 1): y = gamma * x / sqrt(running_phi
 // + eps) + beta with the running quadratic mean per feature. training: running_phi moves towards this
 // batch's mean square after normalizing, and the backward's input gradient is the paper's

@@ -73,7 +73,6 @@ class Tensor {
   Tensor grad() const;  // a copy of the gradient as a tensor (zeros if none)
   void zero_grad();     // drop the gradient buffer
   const std::shared_ptr<Node>& grad_fn() const;
-  bool is_leaf() const { return grad_fn() == nullptr; }
 
   // Backward from this tensor: it must hold a single element (a loss) unless a gradient of the
   // same shape is given. See autograd.hpp.

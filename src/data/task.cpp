@@ -70,11 +70,6 @@ const std::vector<std::string>& algorithmic_task_names() {
   return names;
 }
 
-const std::vector<std::string>& data_task_names() {
-  static const std::vector<std::string> names = {"sequence_classification", "token_classification"};
-  return names;
-}
-
 bool is_data_task_name(std::string_view name) {
   return name == "sequence_classification" || name == "token_classification";
 }

@@ -10,42 +10,28 @@
 
 #include "normlab/dist/split.hpp"
 #include "normlab/error.hpp"
-#include "normlab/kernels/batch_norm.hpp"
+#include "normlab/ops.hpp"
 
 namespace normlab::dist {
 
-namespace {
-
-// The communicator sync BatchNorm sums through (one data-parallel run per process).
-Communicator* g_batch_norm_comm = nullptr;
-
-void sum_batch_norm_statistics(double* values, int64_t count) {
-  g_batch_norm_comm->sum(std::span<double>(values, size_t(count)));
-}
-
-}  // namespace
-
-DataParallel::DataParallel(Communicator& comm, const train::RunConfig& config) : comm_(comm) {
-  if (comm_.size() == 1) return;
+DataParallel::DataParallel(Communicator& comm, const DataParallelOptions& options)
+    : comm_(comm), sync_batch_norm_(options.sync_batch_norm && comm.size() > 1) {
   const int ranks = comm_.size();
-  sync_batch_norm_ = config.model.norm == nn::NormKind("batchnorm") && config.model.batchnorm_stats == "sync";
-  if (sync_batch_norm_) {
-    if (config.train.batch_size < ranks) {
-      throw InputError(fmt::format("train.batch_size: model.batchnorm_stats = \"sync\" on {} processes needs at "
-                                   "least {} sequences per batch (every rank joins the statistics), got {}",
-                                   ranks, ranks, config.train.batch_size));
-    }
-    g_batch_norm_comm = &comm_;
-    kernels::set_batch_norm_sum_hook(sum_batch_norm_statistics);
+  if (ranks > 1 && sync_batch_norm_ && options.batch_size < ranks) {
+    throw InputError(fmt::format("train.batch_size: model.batchnorm_stats = \"sync\" on {} processes needs at "
+                                 "least {} sequences per batch (every rank joins the statistics), got {}",
+                                 ranks, ranks, options.batch_size));
   }
 }
 
-DataParallel::~DataParallel() {
-  if (sync_batch_norm_) {
-    kernels::set_batch_norm_sum_hook(nullptr);
-    g_batch_norm_comm = nullptr;
-  }
+std::unique_ptr<StepReduction> make_step_reduction(Communicator& comm, const DataParallelOptions& options) {
+  if (comm.size() == 1) return std::make_unique<LocalStep>();
+  return std::make_unique<DataParallel>(comm, options);
 }
+
+kernels::RankSum* DataParallel::batch_norm_ranks() { return sync_batch_norm_ ? this : nullptr; }
+
+void DataParallel::sum(double* values, int64_t count) { comm_.sum(std::span<double>(values, size_t(count))); }
 
 Share DataParallel::shard(const data::Batch& global) const {
   const std::vector<int64_t> boundaries = balanced_split(global.offsets, comm_.size());
@@ -53,8 +39,11 @@ Share DataParallel::shard(const data::Batch& global) const {
   return {sub_batch(global, first, last), first};
 }
 
-StepSums DataParallel::reduce(const nn::NamedTensors& params, double loss_sum, int64_t correct, int64_t targets,
-                              int64_t tokens, int stop_signal, std::span<double> extra) {
+Tensor DataParallel::loss_to_backpropagate(const Tensor& mean_loss, int64_t targets) const {
+  return ops::mul_scalar(mean_loss, float(targets));
+}
+
+StepSums DataParallel::reduce(const nn::NamedTensors& params, const StepSums& local, std::span<double> extra) {
   // One buffer: [every gradient, in parameter order | extra | loss_sum, correct, targets, tokens,
   // ranks stopped by SIGTERM, ranks stopped by another signal].
   constexpr size_t kCounts = 6;
@@ -70,12 +59,12 @@ StepSums DataParallel::reduce(const nn::NamedTensors& params, double loss_sum, i
   }
   std::copy(extra.begin(), extra.end(), buffer_.begin() + std::ptrdiff_t(total));
   double* counts = buffer_.data() + total + extra.size();
-  counts[0] = loss_sum;
-  counts[1] = double(correct);
-  counts[2] = double(targets);
-  counts[3] = double(tokens);
-  counts[4] = stop_signal == SIGTERM ? 1.0 : 0.0;
-  counts[5] = stop_signal != 0 && stop_signal != SIGTERM ? 1.0 : 0.0;
+  counts[0] = local.loss_sum;
+  counts[1] = double(local.correct);
+  counts[2] = double(local.targets);
+  counts[3] = double(local.tokens);
+  counts[4] = local.stop_request == SIGTERM ? 1.0 : 0.0;
+  counts[5] = local.stop_request != 0 && local.stop_request != SIGTERM ? 1.0 : 0.0;
 
   comm_.sum(buffer_);
   std::copy_n(buffer_.begin() + std::ptrdiff_t(total), extra.size(), extra.begin());
@@ -99,29 +88,6 @@ StepSums DataParallel::reduce(const nn::NamedTensors& params, double loss_sum, i
   return sums;
 }
 
-std::string data_disagreement(Communicator& comm, const train::DataFingerprint& files) {
-  const std::vector<uint64_t> counts = comm.all_gather(files.size());
-  for (size_t r = 1; r < counts.size(); ++r) {
-    if (counts[r] != counts[0])
-      return fmt::format("data-parallel rank {} reads {} data file(s), rank 0 reads {}: every rank must run the same "
-                         "config",
-                         r, counts[r], counts[0]);
-  }
-  for (const train::DataFile& file : files) {
-    // The first 64 bits of the digest: enough to tell two contents apart.
-    const std::vector<uint64_t> digests = comm.all_gather(std::stoull(file.sha256.substr(0, 16), nullptr, 16));
-    for (size_t r = 1; r < digests.size(); ++r) {
-      if (digests[r] != digests[0]) {
-        // Paths may differ between machines: rank 0's is the one its user can look at.
-        return fmt::format("data-parallel rank {}'s {} has other content than rank 0's {} (sha256 {:016x}... vs "
-                           "{:016x}...): every rank must read the same data",
-                           r, file.key, file.path, digests[r], digests[0]);
-      }
-    }
-  }
-  return "";
-}
-
 uint64_t parameter_hash(const nn::NamedTensors& params) {
   uint64_t hash = 14695981039346656037ULL;
   for (const auto& [name, tensor] : params) {
@@ -135,7 +101,7 @@ uint64_t parameter_hash(const nn::NamedTensors& params) {
 }
 
 void DataParallel::check_parameters(const nn::Module& model, int64_t step) {
-  if (!active() || (step != 1 && step % kParameterCheckEvery != 0)) return;
+  if (step != 1 && step % kParameterCheckEvery != 0) return;
   nn::NamedTensors tensors = model.named_parameters();
   // Local BatchNorm's running averages differ by design (each rank's own batches; rank 0's are saved).
   if (sync_batch_norm_)

@@ -17,12 +17,11 @@ namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 namespace {
 
 // data-parallel: sums (count) and the token count replaced by their totals over all ranks.
-double sum_over_ranks(double* sums, int64_t count, int64_t tokens) {
-  const BatchNormSumHook hook = normlab::kernels::batch_norm_sum_hook();
-  if (hook == nullptr) return double(tokens);
+double sum_over_ranks(RankSum* ranks, double* sums, int64_t count, int64_t tokens) {
+  if (ranks == nullptr) return double(tokens);
   std::vector<double> buffer(sums, sums + count);
   buffer.push_back(double(tokens));
-  hook(buffer.data(), count + 1);
+  ranks->sum(buffer.data(), count + 1);
   std::copy(buffer.begin(), buffer.end() - 1, sums);
   return buffer.back();
 }
@@ -42,7 +41,7 @@ void combine_partials(double* total, std::vector<double>& partial, int num_threa
 void batch_norm_forward_train(float* out, float* mean, float* rstd,               // (N, C), (C), (C)
                               float* running_mean, float* running_var,            // (C), (C)
                               const float* inp, const float* gamma, const float* beta,  // (N, C), (C), (C)
-                              int64_t N, int64_t C, float eps, float momentum) {
+                              int64_t N, int64_t C, float eps, float momentum, RankSum* ranks) {
   if (N <= 0) return;
   const bool parallel = N * C >= kMinParallelElements;
   const int num_threads = parallel_parts(parallel);  // parts: a partial buffer each
@@ -60,7 +59,7 @@ void batch_norm_forward_train(float* out, float* mean, float* rstd,             
     }
   });
   combine_partials(batch_mean.data(), partial, num_threads, C);
-  const double total_tokens = sum_over_ranks(batch_mean.data(), C, N);
+  const double total_tokens = sum_over_ranks(ranks, batch_mean.data(), C, N);
   for (int64_t c = 0; c < C; c++) batch_mean[size_t(c)] /= total_tokens;
 
   // Pass 2: biased variance about that mean (two-pass, like LayerNorm).
@@ -75,7 +74,7 @@ void batch_norm_forward_train(float* out, float* mean, float* rstd,             
     }
   });
   combine_partials(batch_var.data(), partial, num_threads, C);
-  sum_over_ranks(batch_var.data(), C, N);
+  sum_over_ranks(ranks, batch_var.data(), C, N);
 
   for (int64_t c = 0; c < C; c++) {
     const size_t k = size_t(c);
@@ -141,7 +140,7 @@ void batch_norm_forward_eval(float* out, const float* inp,                      
 void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,                // (N, C), (C), (C)
                          const float* dout, const float* inp, const float* gamma,  // (N, C), (N, C), (C)
                          const float* mean, const float* rstd,                      // (C), (C)
-                         int64_t N, int64_t C) {
+                         int64_t N, int64_t C, RankSum* ranks) {
   if (N <= 0) return;
   const bool parallel = N * C >= kMinParallelElements;
   const int num_threads = parallel_parts(parallel);  // parts: a partial buffer each
@@ -184,12 +183,12 @@ void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,              
   // keep this rank's (local_*), the gradient reduction adds them up.
   const std::vector<double> local_dy = sum_dy, local_dy_xhat0 = sum_dy_xhat0;
   double total_tokens = double(N);
-  if (normlab::kernels::batch_norm_sum_hook() != nullptr) {
+  if (ranks != nullptr) {
     std::vector<double> sums(3 * stride);
     std::copy(sum_dy.begin(), sum_dy.end(), sums.begin());
     std::copy(sum_dy_xhat0.begin(), sum_dy_xhat0.end(), sums.begin() + C);
     std::copy(sum_xhat0.begin(), sum_xhat0.end(), sums.begin() + 2 * C);
-    total_tokens = sum_over_ranks(sums.data(), 3 * C, N);
+    total_tokens = sum_over_ranks(ranks, sums.data(), 3 * C, N);
     std::copy(sums.begin(), sums.begin() + C, sum_dy.begin());
     std::copy(sums.begin() + C, sums.begin() + 2 * C, sum_dy_xhat0.begin());
     std::copy(sums.begin() + 2 * C, sums.end(), sum_xhat0.begin());

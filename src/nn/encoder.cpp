@@ -164,6 +164,14 @@ Tensor EncoderModel::forward(const std::vector<int32_t>& tokens, const std::vect
 }
 
 // ---------------------------------------------------------------- diagnostics
+void EncoderModel::sum_batch_norm_statistics(kernels::RankSum* ranks) {
+  auto route = [ranks](NormLayer* norm) {
+    if (auto* batch_norm = dynamic_cast<BatchNorm*>(norm)) batch_norm->ranks = ranks;
+  };
+  for (auto& layer : encoder.layers) route(layer->norm1.get()), route(layer->norm2.get());
+  route(encoder.norm.get());
+}
+
 std::vector<double> per_layer_grad_norms(const Module& model, int64_t num_layers) {
   std::vector<double> sum_sq(static_cast<size_t>(num_layers), 0.0);
   for (const auto& [name, t] : model.named_parameters()) {
@@ -175,16 +183,6 @@ std::vector<double> per_layer_grad_norms(const Module& model, int64_t num_layers
   }
   for (double& v : sum_sq) v = std::sqrt(v);
   return sum_sq;
-}
-
-double global_grad_norm(const Module& model) {
-  double sum_sq = 0.0;
-  for (const auto& [name, t] : model.named_parameters()) {
-    if (!t.has_grad()) continue;
-    const float* g = t.grad_data();
-    for (int64_t i = 0; i < t.numel(); ++i) sum_sq += double(g[i]) * double(g[i]);
-  }
-  return std::sqrt(sum_sq);
 }
 
 std::string to_string(Placement placement) {

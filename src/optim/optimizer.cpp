@@ -8,8 +8,6 @@
 
 #include "normlab/error.hpp"
 #include "normlab/kernels/adam.hpp"
-#include "normlab/kernels/reference/adam.hpp"
-#include "normlab/kernels/reference/mode.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/shortest.hpp"
 
@@ -45,8 +43,6 @@ std::string to_string(OptimizerKind kind) {
 }
 
 void check_optimizer_options(const OptimizerOptions& o) {
-  if (!(std::isfinite(o.lr) && o.lr > 0.0f))
-    throw UsageError(fmt::format("optimizer: lr must be > 0 and finite (got {})", o.lr));
   if (!(o.beta1 >= 0.0f && o.beta1 < 1.0f))
     throw UsageError(fmt::format("optimizer: beta1 must be in [0, 1) (got {})", o.beta1));
   if (!(o.beta2 >= 0.0f && o.beta2 < 1.0f))
@@ -108,16 +104,10 @@ std::vector<std::vector<float>>& Optimizer::state_buffers(const std::string& kin
   throw UsageError(fmt::format("optimizer: unknown state kind '{}'", kind));
 }
 
-void Optimizer::step(float lr) {
-  if (!(std::isfinite(lr) && lr >= 0.0f))
+void Optimizer::step(double lr) {
+  if (!(std::isfinite(lr) && lr >= 0.0))
     throw UsageError(fmt::format("optimizer: step lr must be >= 0 and finite (got {})", lr));
   step_count_++;
-  const bool reference = kernels::reference::reference_kernels_enabled();
-  if (reference && options_.name != OptimizerKind::sgd) {
-    for (size_t i = 0; i < params_.size(); i++)
-      if (params_[i].second.has_grad()) step_adam_reference(i, lr);
-    return;
-  }
   // All the parameters' elements as one index range, cut into one contiguous share per thread.
   // Each element's update is independent, so the split changes no bit; and a thread updates the
   // same elements every step, so their optimizer state stays in its own core's cache. One thread
@@ -149,13 +139,13 @@ void Optimizer::step(float lr) {
 
 // torch.optim.SGD (dampening 0, no nesterov): d = g + wd*p; buf = momentum*buf + d; p -= lr*buf.
 // PyTorch starts buf as a copy of d, which is what momentum*0 + d gives.
-void Optimizer::step_sgd(size_t index, float lr, int64_t begin, int64_t end) {
+void Optimizer::step_sgd(size_t index, double lr, int64_t begin, int64_t end) {
   Tensor& param = params_[index].second;
   float* p = param.data();              // (numel)
   const float* g = param.grad_data();   // (numel)
   const float weight_decay = decay_[index] ? static_cast<float>(shortest(options_.weight_decay)) : 0.0f;
   const float momentum = static_cast<float>(shortest(options_.momentum));
-  const float neg_lr = static_cast<float>(-shortest(lr));
+  const float neg_lr = static_cast<float>(-lr);
   float* buf = momentum_buffer_.empty() ? nullptr : momentum_buffer_[index].data();  // (numel)
   for (int64_t i = begin; i < end; i++) {
     float d = g[i];
@@ -173,14 +163,13 @@ void Optimizer::step_sgd(size_t index, float lr, int64_t begin, int64_t end) {
 //   m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g
 //   p += -(lr / (1-beta1^t)) * m / (sqrt(v) / sqrt(1-beta2^t) + eps)
 // The scalars are computed in double, the state stays float32.
-void Optimizer::step_adam(size_t index, float lr, int64_t begin, int64_t end) {
+void Optimizer::step_adam(size_t index, double lr, int64_t begin, int64_t end) {
   Tensor& param = params_[index].second;
   float* p = param.data();             // (numel)
   const float* g = param.grad_data();  // (numel)
   float* m = exp_avg_[index].data();     // (numel)
   float* v = exp_avg_sq_[index].data();  // (numel)
 
-  const double lr_d = shortest(lr);
   const double wd_d = decay_[index] ? shortest(options_.weight_decay) : 0.0;
   const double beta1 = shortest(options_.beta1);
   const double beta2 = shortest(options_.beta2);
@@ -190,7 +179,7 @@ void Optimizer::step_adam(size_t index, float lr, int64_t begin, int64_t end) {
 
   kernels::AdamScalars s;
   s.decoupled = options_.name == OptimizerKind::adamw;
-  s.param_scale = static_cast<float>(1.0 - lr_d * wd_d);  // adamw; 1 when wd_d is 0
+  s.param_scale = static_cast<float>(1.0 - lr * wd_d);  // adamw; 1 when wd_d is 0
   s.grad_decay = static_cast<float>(wd_d);                 // adam
   s.beta1 = static_cast<float>(beta1);
   s.beta2 = static_cast<float>(beta2);
@@ -198,17 +187,10 @@ void Optimizer::step_adam(size_t index, float lr, int64_t begin, int64_t end) {
   s.one_minus_beta2 = static_cast<float>(1.0 - beta2);
   s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
   s.eps = static_cast<float>(shortest(options_.eps));
-  s.neg_step_size = static_cast<float>(-(lr_d / bias_correction1));
-  // The element loop is a kernel (kernels/adam.hpp), in the active path's vector width.
+  s.neg_step_size = static_cast<float>(-(lr / bias_correction1));
+  // The element loop is a kernel (kernels/adam.hpp) of the active path, the reference path's
+  // plain loop included.
   kernels::adam_update(p + begin, m + begin, v + begin, g + begin, end - begin, s);
-}
-
-// On the reference path (NORMLAB_ISA=reference): the plain Adam loop of kernels/reference/adam.hpp.
-void Optimizer::step_adam_reference(size_t index, float lr) {
-  Tensor& param = params_[index].second;
-  kernels::reference::adam_step(param.data(), exp_avg_[index].data(), exp_avg_sq_[index].data(), param.grad_data(),
-                                param.numel(), step_count_, lr, options_.beta1, options_.beta2, options_.eps,
-                                decay_[index] ? options_.weight_decay : 0.0f, options_.name == OptimizerKind::adamw);
 }
 
 void Optimizer::zero_grad() {

@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "normlab/error.hpp"
+#include "normlab/shortest.hpp"
 
 namespace normlab::optim {
 
@@ -48,6 +49,10 @@ float lr_factor(const ScheduleOptions& s, int64_t step) {
   progress = std::clamp(progress, 0.0, 1.0);
   const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
   return static_cast<float>(min_ratio + (1.0 - min_ratio) * cosine);
+}
+
+double scheduled_lr(const ScheduleOptions& s, double base_lr, int64_t step) {
+  return shortest(static_cast<float>(base_lr) * lr_factor(s, step));
 }
 
 ScheduleOptions extend_schedule(const ScheduleOptions& before, int64_t step, int64_t new_total_steps) {

@@ -16,7 +16,6 @@
 #include "normlab/io/json_depth.hpp"
 #include "normlab/io/json_strict.hpp"
 #include "normlab/io/suggest.hpp"
-#include "normlab/train/memory.hpp"
 
 namespace normlab::train {
 
@@ -560,15 +559,6 @@ void check_config(const RunConfig& config, const std::string& where) {
       fail("model.num_classes", fmt::format("must be at least the {} task's {} classes (got {})", t.name,
                                             task.num_classes(), *m.num_classes));
     }
-  }
-  // Memory, estimated before anything is allocated (train/memory.hpp), so that a typo cannot ask
-  // for terabytes and a run never dies of std::bad_alloc half-way.
-  const MemoryEstimate memory = estimate_memory(config);
-  if (memory.total() > memory_limit_bytes()) {
-    fail("model", fmt::format("this run would need about {}, more than the limit of {:.1f} GiB: reduce model.d_model, "
-                              "model.layers, model.ffn, model.num_classes, train.batch_size, task.eval_examples or "
-                              "the task lengths",
-                              memory.describe(), memory_limit_bytes() / (1024.0 * 1024 * 1024)));
   }
 }
 

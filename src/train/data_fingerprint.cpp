@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "normlab/dist/communicator.hpp"
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/io/json_strict.hpp"
@@ -120,6 +121,29 @@ void record_accepted_changes(DataRecord& record, const std::vector<DataChange>& 
     entry["sha256_after"] = change.current_sha256;
     record.accepted_changes.push_back(std::move(entry));
   }
+}
+
+std::string data_disagreement(dist::Communicator& comm, const DataFingerprint& files) {
+  const std::vector<uint64_t> counts = comm.all_gather(files.size());
+  for (size_t r = 1; r < counts.size(); ++r) {
+    if (counts[r] != counts[0])
+      return fmt::format("data-parallel rank {} reads {} data file(s), rank 0 reads {}: every rank must run the same "
+                         "config",
+                         r, counts[r], counts[0]);
+  }
+  for (const DataFile& file : files) {
+    // The first 64 bits of the digest: enough to tell two contents apart.
+    const std::vector<uint64_t> digests = comm.all_gather(std::stoull(file.sha256.substr(0, 16), nullptr, 16));
+    for (size_t r = 1; r < digests.size(); ++r) {
+      if (digests[r] != digests[0]) {
+        // Paths may differ between machines: rank 0's is the one its user can look at.
+        return fmt::format("data-parallel rank {}'s {} has other content than rank 0's {} (sha256 {:016x}... vs "
+                           "{:016x}...): every rank must read the same data",
+                           r, file.key, file.path, digests[r], digests[0]);
+      }
+    }
+  }
+  return "";
 }
 
 }  // namespace normlab::train

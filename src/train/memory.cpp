@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "normlab/data/task.hpp"
+#include "normlab/error.hpp"
 #include "normlab/kernels/attention.hpp"
 
 namespace normlab::train {
@@ -170,6 +171,17 @@ MemoryEstimate estimate_memory(const RunConfig& config) {
   const double eval_rows = per_sequence ? batch : eval_tokens;
   estimate.evaluation = kFloat * (eval_tokens * (8 * d + 2 * ffn) + 2 * eval_rows * classes + attention_scratch);
   return estimate;
+}
+
+RunConfig fits_in_memory(RunConfig config) {
+  const MemoryEstimate memory = estimate_memory(config);
+  if (memory.total() > memory_limit_bytes()) {
+    throw InputError(fmt::format("model: this run would need about {}, more than the limit of {:.1f} GiB: reduce "
+                                 "model.d_model, model.layers, model.ffn, model.num_classes, train.batch_size, "
+                                 "task.eval_examples or the task lengths",
+                                 memory.describe(), memory_limit_bytes() / kGiB));
+  }
+  return config;
 }
 
 double memory_limit_bytes() {

@@ -13,7 +13,7 @@
 
 #include "normlab/train/config.hpp"
 #include "normlab/train/data_fingerprint.hpp"
-#include "normlab/train/trainer.hpp"
+#include "normlab/train/records.hpp"
 
 namespace normlab::train {
 

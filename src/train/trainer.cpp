@@ -2,16 +2,22 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "normlab/dist/data_parallel.hpp"
 #include "normlab/error.hpp"
 #include "normlab/ops.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/train/checkpoint.hpp"
+#include "normlab/train/memory.hpp"
 #include "normlab/train/metrics.hpp"
 #include "normlab/train/setup.hpp"
 #include "run_output.hpp"
@@ -27,7 +33,7 @@ using nlohmann::json;
 // ---------------------------------------------------------------- construction
 
 Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
-    : config_(std::move(config)),
+    : config_(fits_in_memory(std::move(config))),  // before anything is read or allocated
       stop_flag_(stop),
       data_files_(fingerprint_data(config_, stop)),
       task_(build_task(config_, stop)),
@@ -36,9 +42,11 @@ Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
   // data-parallel: the ranks of this run (mpirun -np N; one process otherwise), recorded in the
   // resolved config so that a resume on another N is refused. Rank 0 (or the one process) owns
   // the run's output; the other ranks follow (run_output.hpp).
-  dp_ = std::make_unique<dist::DataParallel>(dist::world(), config_);
-  config_.train.world_size = dp_->size();
-  output_ = dp_->is_writer() ? make_run_owner(logger) : make_run_follower();
+  ranks_ = dist::make_step_reduction(
+      dist::world(), {config_.model.norm == "batchnorm" && config_.model.batchnorm_stats == "sync", config_.train.batch_size});
+  ranks_->watch_stop_flag(stop_flag_);
+  config_.train.world_size = ranks_->size();
+  output_ = ranks_->is_writer() ? make_run_owner(logger) : make_run_follower();
   logger_ = &output_->logger();
   valid_batches_ = evaluation_batches(valid_set_, config_, stop);
   train_max_len_ = train_max_length(config_, train_set_);
@@ -70,11 +78,11 @@ Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
   }
 
   model_ = std::make_unique<nn::EncoderModel>(build_model_options(config_, task_));
+  model_->sum_batch_norm_statistics(ranks_->batch_norm_ranks());  // data-parallel sync BatchNorm
   model_->train();
 
   optim::OptimizerOptions optimizer_options;
   optimizer_options.name = config_.optim.name;
-  optimizer_options.lr = static_cast<float>(config_.optim.lr);
   optimizer_options.momentum = static_cast<float>(config_.optim.momentum);
   optimizer_options.beta1 = static_cast<float>(config_.optim.beta1);
   optimizer_options.beta2 = static_cast<float>(config_.optim.beta2);
@@ -95,39 +103,65 @@ Trainer::~Trainer() = default;
 
 data::Batch Trainer::next_batch() { return batch_sampler_ ? batch_sampler_->next() : generator_->next(); }
 
-StepRecord Trainer::train_step(const data::Batch& batch, bool diagnostics) {
+StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
   StepRecord record;
   record.step = step_ + 1;
-  record.tokens = batch.num_real_tokens;
-  record.sequences = batch.batch_size();
-  record.shortest = batch.min_length();
-  record.longest = batch.max_length();
-  const float lr = static_cast<float>(config_.optim.lr) * optim::lr_factor(schedule_, step_);
-  record.lr = shortest(lr);
-
+  record.sequences = global.batch_size();
+  record.shortest = global.min_length();
+  record.longest = global.max_length();
+  const double lr = optim::scheduled_lr(schedule_, config_.optim.lr, step_);
+  record.lr = lr;
   model_->train();
-  if (dp_->active()) return data_parallel_step(batch, diagnostics, std::move(record), lr);  // data-parallel
+
+  // This process's share (the whole batch for one process): forward and backward.
+  const dist::Share share = ranks_->shard(global);
+  const data::Batch& batch = share.batch;
+  optimizer_->zero_grad();
+  dist::StepSums local{.targets = batch.num_targets, .tokens = batch.num_real_tokens,
+                       .stop_request = io::stop_signal(stop_flag_)};
   nn::Diagnostics diag;
-  const nn::DropoutStep dropout{uint64_t(record.step), 0};  // this update's masks
-  Tensor logits = model_->forward(batch.tokens, batch.offsets, diagnostics ? &diag : nullptr, dropout);  // (rows, V)
-  Tensor loss = ops::cross_entropy(logits, batch.targets);
-  const float loss_value = loss.item();
+  if (batch.batch_size() > 0) {  // an empty share still joins the reduction below
+    // The masks one process draws for these sequences of the global batch.
+    const nn::DropoutStep dropout{uint64_t(record.step), share.first_sequence};
+    Tensor logits = model_->forward(batch.tokens, batch.offsets, diagnostics ? &diag : nullptr, dropout);  // (rows, V)
+    Tensor mean_loss = ops::cross_entropy(logits, batch.targets);
+    local.loss_sum = double(mean_loss.item()) * double(batch.num_targets);
+    local.correct = count_correct(logits, batch.targets);
+    ranks_->loss_to_backpropagate(mean_loss, batch.num_targets).backward();
+  }
+  // Diagnostics: each block's sum of squares of the residual stream, then the count of values
+  // (zeros for an empty share), summed over the ranks in the same buffer as the gradients.
+  std::vector<double> residual;
+  if (diagnostics) {
+    residual.assign(size_t(config_.model.layers) + 1, 0.0);
+    std::copy(diag.residual_sum_sq.begin(), diag.residual_sum_sq.end(), residual.begin());
+    residual.back() = double(diag.residual_values);
+  }
+  const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, residual);
+
+  // The global batch's figures. The loss is the mean's float exactly: loss_sum = mean * targets is
+  // exact in double, and so is the division back.
+  record.tokens = sums.tokens;
+  const float loss_value = sums.targets > 0 ? float(sums.loss_sum / double(sums.targets)) : 0.0f;
   record.loss = shortest(loss_value);
-  record.accuracy = batch.num_targets ? double(count_correct(logits, batch.targets)) / double(batch.num_targets) : 0.0;
-  if (diagnostics) record.residual_rms = diag.residual_rms;
+  record.accuracy = sums.targets ? double(sums.correct) / double(sums.targets) : 0.0;
+  if (diagnostics) {  // as nn::TransformerEncoder computes it, over the global batch
+    const double values = residual.back();
+    for (size_t l = 0; l + 1 < residual.size(); ++l)
+      record.residual_rms.push_back(values > 0 ? std::sqrt(residual[l] / values) : 0.0);
+  }
   if (!std::isfinite(loss_value)) {
     record.diverged = true;
     record.grad_norm = std::numeric_limits<double>::quiet_NaN();
+    optimizer_->zero_grad();
     return record;
   }
-
-  optimizer_->zero_grad();
-  loss.backward();
-  apply_update(record, lr, diagnostics);
+  apply_update(record, lr, diagnostics);  // with the global gradients: the same on every rank
+  if (!record.diverged) ranks_->check_parameters(*model_, step_);
   return record;
 }
 
-void Trainer::apply_update(StepRecord& record, float lr, bool diagnostics) {
+void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics) {
   if (diagnostics) record.layer_grad_norms = nn::per_layer_grad_norms(*model_, config_.model.layers);
   record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
   if (!std::isfinite(record.grad_norm)) {
@@ -142,11 +176,11 @@ void Trainer::apply_update(StepRecord& record, float lr, bool diagnostics) {
 std::optional<EvalMetrics> Trainer::evaluate_valid() {
   // data-parallel: rank 0 evaluates alone while the others wait at the next step's reduction, so
   // it finishes the evaluation (the ranks agree on a stop only inside that reduction).
-  return evaluate_unless_stopped(*model_, valid_batches_, buckets_, dp_->active() ? nullptr : stop_flag_, false,
+  return evaluate_unless_stopped(*model_, valid_batches_, buckets_, ranks_->active() ? nullptr : stop_flag_, false,
                                  baselines_);
 }
 
-int Trainer::stop_request() const { return dp_->active() ? dp_->agreed_stop() : io::stop_signal(stop_flag_); }
+int Trainer::stop_request() const { return ranks_->active() ? ranks_->agreed_stop() : io::stop_signal(stop_flag_); }
 
 // ---------------------------------------------------------------- the run directory
 
@@ -280,7 +314,7 @@ TrainSummary Trainer::make_summary() const {
   summary.wall_time_s =
       previous_wall_time_s_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
   summary.threads = num_threads();
-  summary.world_size = dp_->size();  // data-parallel
+  summary.world_size = ranks_->size();
   summary.num_parameters = model_->num_parameters();
   summary.train_max_len = train_max_len_;
   summary.final_train = last_record_;
@@ -289,6 +323,175 @@ TrainSummary Trainer::make_summary() const {
   summary.best_valid = best_loss_;
   summary.best_valid_accuracy = best_accuracy_;
   return summary;
+}
+
+// ---------------------------------------------------------------- the checkpoint
+// What the trainer writes into checkpoint.safetensors beside the model and the optimizer state
+// (train/checkpoint.hpp writes and reads the file itself), and how a resume checks and restores
+// it. The layout is in docs/run-directory.md.
+
+namespace {
+
+uint64_t json_u64(const json& object, const char* key, const std::string& where) {
+  if (!object.is_object() || !object.contains(key) || !object.at(key).is_number_unsigned()) {
+    if (object.is_object() && object.contains(key) && object.at(key).is_number_integer() &&
+        object.at(key).get<int64_t>() >= 0) {
+      return static_cast<uint64_t>(object.at(key).get<int64_t>());
+    }
+    throw InputError(fmt::format("{}: \"{}\" must be a non-negative integer", where, key));
+  }
+  return object.at(key).get<uint64_t>();
+}
+
+}  // namespace
+
+json Trainer::trainer_state() const {
+  const double session = std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
+  return {{"wall_time_s", previous_wall_time_s_ + session},
+          {"last_record", last_record_ ? to_json(*last_record_) : json(nullptr)},
+          {"last_eval_step", last_eval_step_ ? json(*last_eval_step_) : json(nullptr)},
+          {"last_eval", last_eval_ ? to_json(*last_eval_) : json(nullptr)},
+          {"best_valid", best_loss_ ? to_json(*best_loss_) : json(nullptr)},
+          {"best_valid_accuracy", best_accuracy_ ? to_json(*best_accuracy_) : json(nullptr)}};
+}
+
+void Trainer::restore_trainer_state(const json& state, const std::string& where) {
+  if (!state.is_object()) throw InputError(fmt::format("{}: metadata 'trainer' must be a JSON object", where));
+  auto get = [&](const char* key) -> const json& {
+    if (!state.contains(key)) throw InputError(fmt::format("{}: metadata 'trainer': missing \"{}\"", where, key));
+    return state.at(key);
+  };
+  const json& wall = get("wall_time_s");
+  previous_wall_time_s_ = wall.is_number() ? wall.get<double>() : 0.0;
+  const json& record = get("last_record");
+  last_record_.reset();
+  if (!record.is_null()) last_record_ = step_record_from_json(record, where + ": metadata 'trainer'");
+  const json& eval_step = get("last_eval_step");
+  last_eval_step_.reset();
+  last_eval_.reset();
+  if (!eval_step.is_null()) {
+    if (!eval_step.is_number_integer()) throw InputError(fmt::format("{}: metadata 'trainer': bad last_eval_step", where));
+    last_eval_step_ = eval_step.get<int64_t>();
+    last_eval_ = eval_metrics_from_json(get("last_eval"), where + ": metadata 'trainer': last_eval");
+  }
+  best_loss_ = valid_point_from_json(get("best_valid"), where);
+  best_accuracy_ = valid_point_from_json(get("best_valid_accuracy"), where);
+}
+
+void Trainer::save_checkpoint(const std::string& path) const {
+  std::map<std::string, std::string> metadata;
+  metadata["normlab_version"] = NORMLAB_VERSION;
+  metadata["config"] = to_json(config_).dump();
+  metadata["step"] = std::to_string(step_);
+  metadata["optimizer_step_count"] = std::to_string(optimizer_->step_count());
+  metadata["train_max_len"] = std::to_string(train_max_len_);
+  if (batch_sampler_) {
+    metadata["sampler"] = json{{"kind", "dataset"}, {"state", data::sampler_state_to_json(batch_sampler_->state())}}.dump();
+  } else {
+    metadata["sampler"] = json{{"kind", "generator"}, {"state", data::generator_state_to_json(generator_->state())}}.dump();
+  }
+  // The vocabulary and labels, so the checkpoint alone maps strings to ids (every task).
+  metadata["vocabulary"] = json(task_.input_vocab.tokens()).dump();
+  metadata["labels"] = json(task_.output_vocab.tokens()).dump();
+  if (baselines_.majority_label >= 0) metadata["majority_label"] = task_.output_vocab.token(baselines_.majority_label);
+  if (schedule_.restart_step >= 0) {
+    metadata["schedule"] = json{{"restart_step", schedule_.restart_step}, {"restart_factor", schedule_.restart_factor}}.dump();
+  }
+  metadata["data"] = to_json(data_files_).dump();
+  if (task_.is_masked_lm()) metadata["task_characters"] = json(text_task_characters(task_)).dump();
+  metadata["trainer"] = trainer_state().dump();
+  write_checkpoint(path, *model_, optimizer_.get(), std::move(metadata));
+}
+
+void Trainer::check_data_unchanged(const io::SafetensorsFile& file, const std::string& path) {
+  // A checkpoint of a build before data fingerprints records none: nothing to compare.
+  if (file.metadata.count("data") == 0) return;
+  const std::vector<DataChange> changes =
+      changed_data(fingerprint_from_json(metadata_json(file, "data"), path + ": metadata 'data'"), data_files_);
+  if (changes.empty()) return;
+  if (!accept_changed_data_) {
+    throw InputError(fmt::format("{} since the checkpoint {} was written; nothing was changed. Restore the file, or "
+                                 "resume with --accept-changed-data to continue on the new content (recorded in "
+                                 "data.json)",
+                                 changes.front().describe(), path));
+  }
+  accepted_changes_ = changes;
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  io::SafetensorsFile file = read_checkpoint(path);
+  // The checkpoint's own config must describe this run (up to how long / how often).
+  RunConfig saved = config_from_json(metadata_json(file, "config"), path + ": metadata 'config'", ".", false);
+  check_resume_compatible(saved, config_, path);
+  check_data_unchanged(file, path);
+  if (task_.is_masked_lm()) {
+    json characters = metadata_json(file, "task_characters");
+    if (characters != json(text_task_characters(task_))) {
+      throw InputError(fmt::format("{}: the characters of {} changed since this checkpoint was written", path,
+                                   config_.task.train_file.value_or("the training file")));
+    }
+  }
+  if (task_.is_data_defined()) {
+    if (metadata_json(file, "vocabulary") != json(task_.input_vocab.tokens()) ||
+        metadata_json(file, "labels") != json(task_.output_vocab.tokens())) {
+      throw InputError(fmt::format("{}: the tokens or labels of {} changed since this checkpoint was written", path,
+                                   config_.task.train_file.value_or("the training file")));
+    }
+  }
+  const int64_t step = metadata_int(file, "step");
+  if (step > config_.train.steps) {
+    throw InputError(fmt::format("{}: checkpoint is at step {}, beyond train.steps = {}", path, step,
+                                 config_.train.steps));
+  }
+  // Parse and check every piece before changing anything.
+  std::map<std::string, std::vector<float>> optimizer_state = optimizer_tensors(file, *optimizer_);
+  const int64_t optimizer_steps = metadata_int(file, "optimizer_step_count");
+  // dropout_rng: a PCG32 state that checkpoints of early development builds carry. Dropout masks are keyed
+  // on (seed, step) (kernels/dropout.hpp), so the field is validated and not used
+  // (docs/run-directory.md).
+  if (file.metadata.count("dropout_rng") != 0) {
+    const json rng = metadata_json(file, "dropout_rng");
+    json_u64(rng, "state", path + ": metadata 'dropout_rng'");
+    json_u64(rng, "inc", path + ": metadata 'dropout_rng'");
+  }
+  const json sampler = metadata_json(file, "sampler");
+  const std::string where = path + ": metadata 'sampler'";
+  const std::string kind =
+      sampler.is_object() && sampler.contains("kind") && sampler.at("kind").is_string() ? sampler.at("kind").get<std::string>() : "";
+  if (kind != (batch_sampler_ ? "dataset" : "generator") || !sampler.contains("state")) {
+    throw InputError(fmt::format("{}: expected a {} sampler state", where, batch_sampler_ ? "dataset" : "generator"));
+  }
+  const json saved_state = metadata_json(file, "trainer");
+  // The schedule the checkpoint trained under (its train.steps and any earlier restart), continued
+  // under this run's train.steps (optim/schedule.hpp: no jump in the lr).
+  optim::ScheduleOptions saved_schedule = schedule_;
+  saved_schedule.total_steps = saved.train.steps;
+  saved_schedule.restart_step = -1;
+  if (file.metadata.count("schedule") != 0) {
+    const json restart = metadata_json(file, "schedule");
+    const std::string at = path + ": metadata 'schedule'";
+    const uint64_t restart_step = json_u64(restart, "restart_step", at);
+    if (!restart.contains("restart_factor") || !restart.at("restart_factor").is_number() ||
+        !(restart.at("restart_factor").get<double>() >= 0.0 && restart.at("restart_factor").get<double>() <= 1.0) ||
+        restart_step > uint64_t(step)) {
+      throw InputError(fmt::format("{}: expected restart_step <= step and restart_factor in [0, 1]", at));
+    }
+    saved_schedule.restart_step = static_cast<int64_t>(restart_step);
+    saved_schedule.restart_factor = restart.at("restart_factor").get<float>();
+  }
+  const optim::ScheduleOptions continued = optim::extend_schedule(saved_schedule, step, config_.train.steps);
+
+  load_model_state(file, *model_);
+  optimizer_->load_state(optimizer_state, optimizer_steps, path);
+  if (batch_sampler_) {
+    batch_sampler_->restore(data::sampler_state_from_json(sampler.at("state"), where), where);
+  } else {
+    generator_->restore(data::generator_state_from_json(sampler.at("state"), where));
+  }
+  step_ = step;
+  schedule_ = continued;
+  restore_trainer_state(saved_state, path);
+  last_checkpoint_step_ = step_;
 }
 
 }  // namespace normlab::train

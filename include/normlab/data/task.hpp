@@ -95,7 +95,6 @@ struct Task {
 // The algorithmic tasks, in a fixed order: reverse, sort, brackets, majority.
 const std::vector<std::string>& algorithmic_task_names();
 // The data-defined tasks: sequence_classification, token_classification.
-const std::vector<std::string>& data_task_names();
 bool is_data_task_name(std::string_view name);
 
 // A data-defined task from its input tokens (without "[PAD]" / "[UNK]") and labels, in the order

@@ -6,8 +6,7 @@
 //   m = m * beta1 + one_minus_beta1 * g;      v = v * beta2 + one_minus_beta2 * g * g
 //   p = p + neg_step_size * m / (sqrt(v) / bias_correction2_sqrt + eps)
 // Every operation is one IEEE float operation (no fused multiply-add), so each path gives the same
-// bits. The NORMLAB_ISA=reference path does not come here: it runs the plain loop of
-// kernels/reference/adam.hpp, scalars and all.
+// bits, the reference path's plain loop (kernels/reference/adam.hpp) included.
 #include <cstdint>
 
 namespace normlab::kernels {

@@ -11,14 +11,19 @@
 
 namespace normlab::kernels {
 
-// data-parallel: sync BatchNorm (dist/data_parallel.hpp). When a hook is set, the training forward
+// data-parallel: sync BatchNorm (dist/data_parallel.hpp). Given a RankSum, the training forward
 // and backward hand it their per-feature sums over this process's tokens, with the token count
 // last, and it replaces them in place by the sums over all ranks; every rank then normalizes with
 // the global batch statistics (parameter gradients stay local: the gradient reduction sums them).
 // nullptr, the default: this process's tokens only.
-using BatchNormSumHook = void (*)(double* values, int64_t count);
-void set_batch_norm_sum_hook(BatchNormSumHook hook);
-BatchNormSumHook batch_norm_sum_hook();  // one hook for every kernel path
+class RankSum {
+ public:
+  // values[i] <- the sum over all ranks of values[i], the same bits on every rank.
+  virtual void sum(double* values, int64_t count) = 0;
+
+ protected:
+  ~RankSum() = default;
+};
 
 // Training forward. Writes the batch mean and rstd = 1/sqrt(var + eps) per feature (for the
 // backward) and updates running_mean / running_var in place (each skipped if nullptr). With N == 1
@@ -26,7 +31,8 @@ BatchNormSumHook batch_norm_sum_hook();  // one hook for every kernel path
 void batch_norm_forward_train(float* out, float* mean, float* rstd,               // (N, C), (C), (C)
                               float* running_mean, float* running_var,            // (C), (C)
                               const float* inp, const float* gamma, const float* beta,  // (N, C), (C), (C)
-                              int64_t N, int64_t C, float eps, float momentum);
+                              int64_t N, int64_t C, float eps, float momentum,
+                              RankSum* ranks = nullptr);
 
 // Inference forward: the running statistics replace the batch's.
 void batch_norm_forward_eval(float* out, const float* inp,                       // (N, C), (N, C)
@@ -39,6 +45,6 @@ void batch_norm_forward_eval(float* out, const float* inp,                      
 void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,                // (N, C), (C), (C)
                          const float* dout, const float* inp, const float* gamma,  // (N, C), (N, C), (C)
                          const float* mean, const float* rstd,                      // (C), (C)
-                         int64_t N, int64_t C);
+                         int64_t N, int64_t C, RankSum* ranks = nullptr);
 
 }  // namespace normlab::kernels

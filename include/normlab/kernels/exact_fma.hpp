@@ -72,8 +72,6 @@ inline bool has_tiny(const float* x, int64_t rows, int64_t n, int64_t stride) {
 #if defined(__SSE2__)
 namespace sse2 {
 
-// Two floats, held exactly as doubles.
-inline __m128d load2(const float* p) { return _mm_cvtps_pd(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)))); }
 // Two doubles that hold floats, stored as floats (exact).
 inline void store2(float* p, __m128d x) { _mm_store_sd(reinterpret_cast<double*>(p), _mm_castps_pd(_mm_cvtpd_ps(x))); }
 inline __m128d broadcast(float a) { return _mm_set1_pd(double(a)); }

@@ -122,6 +122,9 @@ class EncoderModel : public Module {
   // sequence head. `dropout` says which masks a training forward draws.
   Tensor forward(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets,
                  Diagnostics* diagnostics = nullptr, const DropoutStep& dropout = {});
+  // data-parallel sync BatchNorm: every BatchNorm layer's training statistics summed through
+  // `ranks` (kernels/batch_norm.hpp); nullptr: this process's tokens. No effect on other norms.
+  void sum_batch_norm_statistics(kernels::RankSum* ranks);
   ModelOptions model_options;
   TransformerEncoder encoder;
 
@@ -137,7 +140,5 @@ class EncoderModel : public Module {
 
 // Gradient L2 norm of each block's parameters ("layers.N."), in layer order; call after backward.
 std::vector<double> per_layer_grad_norms(const Module& model, int64_t num_layers);
-// L2 norm of all gradients.
-double global_grad_norm(const Module& model);
 
 }  // namespace normlab::nn

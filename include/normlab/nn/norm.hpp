@@ -17,6 +17,10 @@
 #include "normlab/nn/module.hpp"
 #include "normlab/nn/norm_registry.hpp"
 
+namespace normlab::kernels {
+class RankSum;  // kernels/batch_norm.hpp
+}
+
 namespace normlab::nn {
 
 class NormLayer : public Module {
@@ -48,6 +52,7 @@ class BatchNorm : public NormLayer {
   Tensor forward(const Tensor& x) override;  // x (tokens, dim); statistics over the tokens
   float eps, momentum;
   Tensor weight, bias, running_mean, running_var;
+  kernels::RankSum* ranks = nullptr;  // data-parallel sync BatchNorm: statistics over every rank's tokens
 };
 
 // PowerNorm (Shen et al. 2020, Algorithm 1; docs/layernorm.md). momentum is the paper's 1 - alpha.

@@ -24,14 +24,13 @@ std::string to_string(OptimizerKind kind);
 
 struct OptimizerOptions {
   OptimizerKind name = OptimizerKind::adamw;
-  float lr = 1e-3f;            // base lr (the schedule scales it; step() takes the lr to use)
   float momentum = 0.0f;       // sgd: buf = momentum*buf + g; p -= lr*buf (dampening 0, no nesterov)
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // adam/adamw, with bias correction
   float weight_decay = 0.0f;   // sgd/adam: L2 added to the gradient; adamw: decoupled p -= lr*wd*p
   bool decay_all = false;      // false: no weight decay where no_decay_name() is true
 };
 
-// Throws UsageError unless: lr > 0 and finite, 0 <= beta1, beta2 < 1,
+// Throws UsageError unless: 0 <= beta1, beta2 < 1,
 // eps > 0 and finite, weight_decay >= 0 and finite, 0 <= momentum < 1.
 void check_optimizer_options(const OptimizerOptions& options);
 
@@ -48,9 +47,10 @@ class Optimizer {
   Optimizer(const OptimizerOptions& options, nn::NamedTensors params);
 
   // One update of every parameter that has a gradient (the others and their state are left alone),
-  // with learning rate lr (>= 0, finite). Increments step_count() first: Adam's bias correction
-  // uses the new count, like PyTorch's per-parameter step when every parameter gets a gradient.
-  void step(float lr);
+  // with learning rate lr (>= 0, finite; the schedule's scheduled_lr()). Increments step_count()
+  // first: Adam's bias correction uses the new count, like PyTorch's per-parameter step when every
+  // parameter gets a gradient.
+  void step(double lr);
   void zero_grad();  // drops every parameter's gradient buffer
   int64_t step_count() const { return step_count_; }
 
@@ -70,9 +70,8 @@ class Optimizer {
 
  private:
   // The update of elements [begin, end) of parameter `index`.
-  void step_sgd(size_t index, float lr, int64_t begin, int64_t end);
-  void step_adam(size_t index, float lr, int64_t begin, int64_t end);
-  void step_adam_reference(size_t index, float lr);  // NORMLAB_ISA=reference
+  void step_sgd(size_t index, double lr, int64_t begin, int64_t end);
+  void step_adam(size_t index, double lr, int64_t begin, int64_t end);
   std::vector<std::string> state_kinds() const;  // "exp_avg", ... for this optimizer
   const std::vector<std::vector<float>>& state_buffers(const std::string& kind) const;
   std::vector<std::vector<float>>& state_buffers(const std::string& kind);

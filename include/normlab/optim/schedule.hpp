@@ -37,6 +37,12 @@ void check_schedule_options(const ScheduleOptions& s);
 //                  p = (step-restart)/(total-restart) clamped to [0,1].
 float lr_factor(const ScheduleOptions& s, int64_t step);
 
+// The learning rate of the update at 0-based `step`: base_lr (optim.lr) times lr_factor(), the
+// product taken in float32, as the double its shortest decimal form names (shortest.hpp): the value
+// a user would write, which the optimizer's double scalars (lr / (1 - beta1^t)) start from and the
+// step's record prints. The one place the lr changes type; it is a double from the config on.
+double scheduled_lr(const ScheduleOptions& s, double base_lr, int64_t step);
+
 // The schedule `before` continued at `step` under a new total_steps: warmup_cosine past its warmup
 // gets a restart at `step` with the multiplier `before` has there; every other schedule (and a step
 // still in warmup) does not depend on total_steps and only takes the new total.

@@ -16,6 +16,10 @@
 #include "normlab/io/stop.hpp"
 #include "normlab/train/config.hpp"
 
+namespace normlab::dist {
+class Communicator;  // dist/communicator.hpp
+}
+
 namespace normlab::train {
 
 struct DataFile {
@@ -63,5 +67,11 @@ std::string data_record_text(const DataRecord& record);
 std::optional<DataRecord> read_data_record(const std::string& run_dir);
 // Appends `changes` (accepted at checkpoint step `step`) to record.accepted_changes.
 void record_accepted_changes(DataRecord& record, const std::vector<DataChange>& changes, int64_t step);
+
+// data-parallel, before anything is written: do all ranks read the same data? Every rank passes the
+// fingerprint of the files it read (the same number on every rank: one config); rank 0's digests
+// decide. Returns "" when every rank agrees, else one line naming the first differing rank and
+// file, the same line on every rank (it is computed from the gathered digests), so all stop together.
+std::string data_disagreement(dist::Communicator& comm, const DataFingerprint& files);
 
 }  // namespace normlab::train

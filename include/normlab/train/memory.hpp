@@ -35,4 +35,9 @@ MemoryEstimate estimate_memory(const RunConfig& config);
 // The largest estimate a run may have: 16 GiB, or the machine's physical memory if that is less.
 double memory_limit_bytes();
 
+// `config` itself if its estimate is within memory_limit_bytes(), else InputError "model: this run
+// would need about ..., more than the limit of ... GiB: reduce ..." (the command line puts the
+// config's file in front). The trainer's first step, before it reads or allocates anything.
+RunConfig fits_in_memory(RunConfig config);
+
 }  // namespace normlab::train

@@ -83,4 +83,16 @@ nlohmann::json to_json(const TrainSummary& summary);
 // A metrics.jsonl line (no newline) with "step" (and "split") first; the other keys sorted.
 std::string record_line(const nlohmann::json& record);
 
+// Receives a run's records as the trainer makes them (the library never prints); every method has
+// an empty default.
+class TrainLogger {
+ public:
+  virtual ~TrainLogger() = default;
+  virtual void info(const std::string& message) { (void)message; }
+  // After every step (the record is already in metrics.jsonl).
+  virtual void step(const StepRecord& record, int64_t total_steps) { (void)record, (void)total_steps; }
+  virtual void eval(int64_t step, const EvalMetrics& metrics) { (void)step, (void)metrics; }
+  virtual void checkpoint(int64_t step, const std::string& path) { (void)step, (void)path; }
+};
+
 }  // namespace normlab::train

@@ -12,7 +12,7 @@
 // A non-finite loss or gradient norm stops the run before the update is applied: the step's record
 // says "diverged": true and summary.json records the step.
 //
-// The library never prints: progress goes to a TrainLogger the caller supplies.
+// The library never prints: progress goes to a TrainLogger (records.hpp) the caller supplies.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -36,7 +36,7 @@
 #include "normlab/train/setup.hpp"
 
 namespace normlab::dist {
-class DataParallel;
+class StepReduction;
 }
 namespace normlab::io {
 struct SafetensorsFile;
@@ -46,20 +46,10 @@ namespace normlab::train {
 
 class RunOutput;  // who writes the run: the one process or rank 0, or a follower rank (src/train/run_output.hpp)
 
-// Receives progress; every method has an empty default.
-class TrainLogger {
- public:
-  virtual ~TrainLogger() = default;
-  virtual void info(const std::string& message) { (void)message; }
-  // After every step (the record is already in metrics.jsonl).
-  virtual void step(const StepRecord& record, int64_t total_steps) { (void)record, (void)total_steps; }
-  virtual void eval(int64_t step, const EvalMetrics& metrics) { (void)step, (void)metrics; }
-  virtual void checkpoint(int64_t step, const std::string& path) { (void)step, (void)path; }
-};
-
 class Trainer {
  public:
-  // Builds the task, data, model and optimizer from a validated config. Touches no file. A stop
+  // Builds the task, data, model and optimizer from a validated config. Touches no file. First
+  // refuses (InputError, train/memory.hpp) a config whose memory estimate is over the limit. A stop
   // request on `stop` while the data loads throws io::StopRequested; fit() polls the same flag.
   explicit Trainer(RunConfig config, TrainLogger* logger = nullptr, io::StopFlag stop = nullptr);
   ~Trainer();
@@ -84,13 +74,12 @@ class Trainer {
   // a checkpoint of the last completed step and returns with summary.interrupted() (no
   // summary.json: the run is not finished and `resume` continues it).
   TrainSummary fit();
-  // The flag fit() polls between steps and evaluation batches; a signal handler may store to it
-  // (it is lock-free). nullptr (the default): never stop early.
-  void set_stop_flag(io::StopFlag flag) { stop_flag_ = flag; }
 
   // The pieces of fit(), for tests and benchmarks.
   data::Batch next_batch();
-  // forward, loss, backward, clip, update; step() advances unless the record says diverged.
+  // One update from the global batch, the same code for one process and for N ranks (the step's
+  // dist::StepReduction): this process's share -> forward, loss -> backward -> sums over the ranks
+  // (none for one process) -> clip, update. step() advances unless the record says diverged.
   StepRecord train_step(const data::Batch& batch, bool diagnostics);
   // std::nullopt if a stop was requested part-way.
   std::optional<EvalMetrics> evaluate_valid();
@@ -121,9 +110,7 @@ class Trainer {
   // The end of a step, once the gradients are in: per-layer gradient norms (diagnostics), clip, and
   // the update with `lr`, unless the gradient norm is not finite: then `record` says diverged and
   // the gradients are dropped. step() advances on an update.
-  void apply_update(StepRecord& record, float lr, bool diagnostics);
-  // data-parallel: train_step on this rank's share, sums reduced over ranks (src/dist/trainer_step.cpp).
-  StepRecord data_parallel_step(const data::Batch& batch, bool diagnostics, StepRecord record, float lr);
+  void apply_update(StepRecord& record, double lr, bool diagnostics);
   // Stop requested: the local flag, or with several ranks the request they agreed on in the last step.
   int stop_request() const;
 
@@ -156,7 +143,7 @@ class Trainer {
   std::optional<ValidPoint> best_loss_, best_accuracy_;
   int64_t last_checkpoint_step_ = -1;
   std::chrono::steady_clock::time_point session_start_ = std::chrono::steady_clock::now();
-  std::unique_ptr<dist::DataParallel> dp_;  // data-parallel: the ranks of this run (one without mpirun)
+  std::unique_ptr<dist::StepReduction> ranks_;  // the processes of this run: one, or N under mpirun
 };
 
 }  // namespace normlab::train

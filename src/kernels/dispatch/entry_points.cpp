@@ -47,17 +47,18 @@ void attention_backward(GradOut dqkv, const float* dout, const float* qkv, const
 
 void batch_norm_forward_train(float* out, float* mean, float* rstd, float* running_mean, float* running_var,
                               const float* inp, const float* gamma, const float* beta, int64_t N, int64_t C,
-                              float eps, float momentum) {
+                              float eps, float momentum, RankSum* ranks) {
   NORMLAB_DISPATCH(batch_norm_forward_train, out, mean, rstd, running_mean, running_var, inp, gamma, beta, N, C,
-                   eps, momentum);
+                   eps, momentum, ranks);
 }
 void batch_norm_forward_eval(float* out, const float* inp, const float* running_mean, const float* running_var,
                              const float* gamma, const float* beta, int64_t N, int64_t C, float eps) {
   NORMLAB_DISPATCH(batch_norm_forward_eval, out, inp, running_mean, running_var, gamma, beta, N, C, eps);
 }
 void batch_norm_backward(float* dinp, float* dgamma, float* dbeta, const float* dout, const float* inp,
-                         const float* gamma, const float* mean, const float* rstd, int64_t N, int64_t C) {
-  NORMLAB_DISPATCH(batch_norm_backward, dinp, dgamma, dbeta, dout, inp, gamma, mean, rstd, N, C);
+                         const float* gamma, const float* mean, const float* rstd, int64_t N, int64_t C,
+                         RankSum* ranks) {
+  NORMLAB_DISPATCH(batch_norm_backward, dinp, dgamma, dbeta, dout, inp, gamma, mean, rstd, N, C, ranks);
 }
 
 float cross_entropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets, int64_t N,

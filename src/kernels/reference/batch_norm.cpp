@@ -8,7 +8,7 @@ namespace normlab::kernels::reference {
 void batch_norm_forward_train(float* out, float* mean, float* rstd,                     // (N,C), (C), (C)
                               float* running_mean, float* running_var,                  // (C), (C)
                               const float* inp, const float* gamma, const float* beta,  // (N,C), (C), (C)
-                              int64_t N, int64_t C, float eps, float momentum) {
+                              int64_t N, int64_t C, float eps, float momentum, RankSum* /*ranks*/) {
   for (int64_t c = 0; c < C; c++) {  // one feature (a column) at a time
     // mean = sum over the N tokens of x[:, c] / N
     double sum = 0.0;
@@ -47,7 +47,7 @@ void batch_norm_forward_eval(float* out, const float* inp,                      
 void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,                   // (N,C), (C), (C)
                          const float* dout, const float* inp, const float* gamma,    // (N,C), (N,C), (C)
                          const float* mean, const float* rstd,                       // (C), (C)
-                         int64_t N, int64_t C) {
+                         int64_t N, int64_t C, RankSum* /*ranks*/) {
   for (int64_t c = 0; c < C; c++) {
     // the cached float mean of a feature near 1e4 has lost low bits that x - mean needs: add back
     // the mean of the residuals, in double

@@ -14,7 +14,7 @@ BatchNorm::BatchNorm(int64_t dim, float eps_, float momentum_) : eps(eps_), mome
   running_var = register_buffer("running_var", Tensor::ones({dim}));
 }
 Tensor BatchNorm::forward(const Tensor& x) {
-  return ops::batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps);
+  return ops::batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps, ranks);
 }
 
 NormSpec batch_norm_spec() {
@@ -32,7 +32,7 @@ NormSpec batch_norm_spec() {
     std::vector<float> running_var(bn.running_var.data(), bn.running_var.data() + dim);
     kernels::reference::batch_norm_forward_train(out.data(), mean.data(), rstd.data(), running_mean.data(),
                                                  running_var.data(), x, bn.weight.data(), bn.bias.data(), rows, dim,
-                                                 bn.eps, bn.momentum);
+                                                 bn.eps, bn.momentum, nullptr);
     return out;
   };
   // Eval mode: the running statistics; (B, L, C) broadcasts over the features.

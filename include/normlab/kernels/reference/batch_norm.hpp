@@ -4,8 +4,12 @@
 //   training:  y = gamma * (x - mean_batch) / sqrt(var_batch + eps) + beta   (biased var_batch)
 //              running = (1 - momentum) * running + momentum * batch_stat   (unbiased var: N/(N-1))
 //   inference: y = gamma * (x - running_mean) / sqrt(running_var + eps) + beta
-// gamma/beta may be nullptr.
+// gamma/beta may be nullptr. The statistics are this process's tokens' only: `ranks` (sync
+// BatchNorm, kernels/batch_norm.hpp) is accepted for the dispatch's sake and not used, so a
+// data-parallel run with synced statistics needs a fast path.
 #include <cstdint>
+
+#include "normlab/kernels/batch_norm.hpp"
 
 namespace normlab::kernels::reference {
 
@@ -14,7 +18,7 @@ namespace normlab::kernels::reference {
 void batch_norm_forward_train(float* out, float* mean, float* rstd,                     // (N,C), (C), (C)
                               float* running_mean, float* running_var,                  // (C), (C)
                               const float* inp, const float* gamma, const float* beta,  // (N,C), (C), (C)
-                              int64_t N, int64_t C, float eps, float momentum);
+                              int64_t N, int64_t C, float eps, float momentum, RankSum* ranks);
 
 void batch_norm_forward_eval(float* out, const float* inp,                          // (N,C), (N,C)
                              const float* running_mean, const float* running_var,  // (C), (C)
@@ -25,6 +29,6 @@ void batch_norm_forward_eval(float* out, const float* inp,                      
 void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,                   // (N,C), (C), (C)
                          const float* dout, const float* inp, const float* gamma,    // (N,C), (N,C), (C)
                          const float* mean, const float* rstd,                       // (C), (C)
-                         int64_t N, int64_t C);
+                         int64_t N, int64_t C, RankSum* ranks);
 
 }  // namespace normlab::kernels::reference
