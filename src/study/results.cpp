@@ -17,6 +17,7 @@
 #include "normlab/error.hpp"
 #include "normlab/io/json_depth.hpp"
 #include "normlab/stats.hpp"
+#include "normlab/study/class_metrics.hpp"
 #include "normlab/study/report.hpp"
 #include "normlab/study/search.hpp"
 
@@ -74,7 +75,8 @@ HeldOut held_out_from(const json& obj, const FieldReader& f) {
   h.loss = f.number(obj, "loss");
   h.accuracy = f.number(obj, "accuracy");
   h.targets = f.integer(obj, "targets", 0);
-  if (h.targets == 0) h.loss = h.accuracy = NAN;
+  h.macro_f1 = f.number(obj, "macro_f1");
+  if (h.targets == 0) h.loss = h.accuracy = h.macro_f1 = NAN;
   return h;
 }
 
@@ -131,8 +133,12 @@ void read_eval_record(const json& rec, const FieldReader& f, RunResult& r) {
                      ? held_out_from(rec.at("unseen"), f)
                      : held_out_from(r.buckets, [](const BucketResult& b) { return b.beyond_train; });
   point.all = {r.final_valid_loss, r.final_valid_accuracy, f.integer(rec, "targets", 0)};
-  if (rec.contains("trained") && rec.at("trained").is_object())
+  if (rec.contains("trained") && rec.at("trained").is_object()) {
     point.top_prediction_share = f.number(rec.at("trained"), "top_prediction_share");
+    point.trained_confusion = train::confusion_from_json(rec.at("trained"), f.where + ": trained");
+  }
+  if (rec.contains("labels") && rec.at("labels").is_array())
+    for (const json& name : rec.at("labels")) point.labels.push_back(name.is_string() ? name.get<std::string>() : "");
   if (r.buckets.empty() && !rec.contains("trained")) point.trained = point.all;  // no buckets: all lengths trained
   r.evals.push_back(point);
   if (const double u = f.number(rec, "uniform_loss"); std::isfinite(u)) r.baseline.uniform_loss = u;
@@ -403,7 +409,7 @@ Outcome classify(const RunResult& run) {
   // A model far worse than a uniform guess has blown up (its loss, not only its accuracy, tells).
   if (loss_exploded(run)) return Outcome::exploded;
   const double a = run.final_trained().accuracy, c = run.baseline.chance_accuracy();
-  if (a >= kSolvedAccuracy) return Outcome::solved;
+  if (solved_score(run) >= kSolvedAccuracy) return Outcome::solved;  // own data: macro-F1 too
   const bool above_chance = a >= c + kChanceShare * (1 - c);
   if (above_chance && still_falling(run)) return Outcome::slow;
   if (a >= c + kLearnedShare * (1 - c)) return Outcome::learned;
@@ -999,21 +1005,36 @@ std::string learned_differences(const ComparePlan& plan, const std::vector<Group
                      reference, list);
 }
 
-// Length extrapolation, apart from the trained lengths ("" when no cell was evaluated on unseen lengths).
+// Length extrapolation, apart from the trained lengths ("" when no cell was evaluated on unseen
+// lengths): each cell's mean unseen-length accuracy against chance c and the "learned" level
+// c + kLearnedShare (1 - c) that trained lengths are judged by, and the best cell.
 std::string unseen_sentence(const ComparePlan& plan, const std::vector<GroupSummary>& groups) {
   const GroupSummary* best_unseen = nullptr;
+  double c = 0;
+  int learned = 0, above_chance = 0, at_chance = 0, solved = 0;
   for (const GroupSummary& g : groups)
-    if (std::isfinite(g.unseen_accuracy.mean) && (!best_unseen || g.unseen_accuracy.mean > best_unseen->unseen_accuracy.mean))
-      best_unseen = &g;
+    for (const RunResult* r : g.runs) c = std::max(c, r->baseline.chance_accuracy());
+  const double learned_level = c + kLearnedShare * (1 - c);
+  for (const GroupSummary& g : groups) {
+    const double a = g.unseen_accuracy.mean;
+    if (!std::isfinite(a)) continue;
+    if (!best_unseen || a > best_unseen->unseen_accuracy.mean) best_unseen = &g;
+    if (a >= kSolvedAccuracy) ++solved;
+    if (a >= learned_level) ++learned;
+    else if (a >= c + kChanceShare * (1 - c)) ++above_chance;
+    else ++at_chance;
+  }
   if (!best_unseen) return "";
   const std::string range = length_range(plan, true);
   const std::string at = where(best_unseen->lr, best_unseen->setting, plan);
-  return fmt::format("On unseen {}, no cell's mean accuracy exceeded {:.3f} ({}{}): {}.",
-                     range.empty() ? "lengths" : range, best_unseen->unseen_accuracy.mean, best_unseen->variant,
-                     at.empty() ? "" : " at " + at,
-                     best_unseen->unseen_accuracy.mean >= kSolvedAccuracy
-                         ? "length extrapolation was solved there"
-                         : "no variant extrapolates to lengths it never saw");
+  const int cells = learned + above_chance + at_chance;
+  return fmt::format(
+      "On unseen {}, against chance {:.3f} and the 'learned' level {:.3f}: {} of {} cells' mean accuracy reached the "
+      "learned level, {} were above chance but short of it, {} at chance; the best was {:.3f} ({}{}), and {} of {} "
+      "reached the solved level {:.2f}.",
+      range.empty() ? "lengths" : range, c, learned_level, learned, cells, above_chance, at_chance,
+      best_unseen->unseen_accuracy.mean, best_unseen->variant, at.empty() ? "" : " at " + at, solved, cells,
+      kSolvedAccuracy);
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
   train_max_len_ = train_max_length(config_, train_set_);
   buckets_ = data::make_length_buckets(static_cast<int32_t>(config_.task.eval_max_len),
                                        static_cast<int32_t>(config_.task.bucket_width), train_max_len_);
-  baselines_ = {task_.num_classes(), majority_label(config_, task_, train_set_)};
+  baselines_ = {task_.num_classes(), majority_label(config_, task_, train_set_), task_.output_vocab.tokens()};
 
   // The data stream gets its own seed, so changing the model's initialization does not change the batches.
   const uint64_t data_seed = data::derive_seed(static_cast<uint64_t>(config_.train.seed), 1);

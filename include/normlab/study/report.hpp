@@ -13,6 +13,7 @@
 
 #include "normlab/stats.hpp"
 #include "normlab/study/search_spec.hpp"
+#include "normlab/train/class_metrics.hpp"
 
 namespace normlab::study {
 
@@ -96,6 +97,7 @@ struct BucketResult {
 // buckets. NaN when the group had no targets.
 struct HeldOut {
   double loss = NAN, accuracy = NAN;
+  double macro_f1 = NAN;  // records with per-class metrics (train/class_metrics.hpp); NaN otherwise
   int64_t targets = 0;
 };
 // Trained lengths (unseen = false) or unseen lengths of an evaluation, from its buckets.
@@ -105,6 +107,8 @@ struct EvalPoint {
   int64_t step = 0;
   HeldOut trained, unseen, all;
   double top_prediction_share = NAN;  // trained lengths: share of the most frequent prediction (NaN: not logged)
+  train::Confusion trained_confusion;  // trained lengths: targets against answers (empty: not logged)
+  std::vector<std::string> labels;     // class names by id (empty: not logged)
 };
 // One diagnostics step record: per block, the residual stream's RMS after it and its parameters'
 // gradient norm.
