@@ -98,6 +98,22 @@ Range closed(double lo, double hi) { return {lo, hi, false, false}; }
 Range open_closed(double lo, double hi) { return {lo, hi, true, false}; }
 Range closed_open(double lo, double hi) { return {lo, hi, false, true}; }
 
+// The own-data keys of the task section (data/formats.hpp, data/task.hpp), after random_prob.
+void add_own_data_fields(std::vector<Field>& f) {
+  using R = RunConfig;
+  // own data: file formats and text normalization (data/formats.hpp)
+  f.push_back(make_field("task", &R::task, "format", &TaskConfig::format, Kind::choice, {},
+                         {"auto", "jsonl", "csv", "tsv", "conll"}));
+  f.push_back(make_field("task", &R::task, "text_field", &TaskConfig::text_field, Kind::text));
+  f.push_back(make_field("task", &R::task, "label_field", &TaskConfig::label_field, Kind::text));
+  f.push_back(make_field("task", &R::task, "lowercase", &TaskConfig::lowercase, Kind::boolean));
+  f.push_back(make_field("task", &R::task, "split_punctuation", &TaskConfig::split_punctuation, Kind::boolean));
+  f.push_back(make_field("task", &R::task, "min_count", &TaskConfig::min_count, Kind::integer,
+                         closed(1, 1'000'000'000)));
+  f.push_back(make_field("task", &R::task, "max_file_mb", &TaskConfig::max_file_mb, Kind::integer,
+                         closed(1, 1 << 20)));
+}
+
 const std::vector<Field>& fields() {
   static const std::vector<Field> table = [] {
     using R = RunConfig;
@@ -141,17 +157,7 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("task", &R::task, "select_prob", &TaskConfig::select_prob, Kind::number, open_closed(0, 1)));
     f.push_back(make_field("task", &R::task, "mask_prob", &TaskConfig::mask_prob, Kind::number, closed(0, 1)));
     f.push_back(make_field("task", &R::task, "random_prob", &TaskConfig::random_prob, Kind::number, closed(0, 1)));
-    // own data: file formats and text normalization (data/formats.hpp)
-    f.push_back(make_field("task", &R::task, "format", &TaskConfig::format, Kind::choice, {},
-                           {"auto", "jsonl", "csv", "tsv", "conll"}));
-    f.push_back(make_field("task", &R::task, "text_field", &TaskConfig::text_field, Kind::text));
-    f.push_back(make_field("task", &R::task, "label_field", &TaskConfig::label_field, Kind::text));
-    f.push_back(make_field("task", &R::task, "lowercase", &TaskConfig::lowercase, Kind::boolean));
-    f.push_back(make_field("task", &R::task, "split_punctuation", &TaskConfig::split_punctuation, Kind::boolean));
-    f.push_back(make_field("task", &R::task, "min_count", &TaskConfig::min_count, Kind::integer,
-                           closed(1, 1'000'000'000)));
-    f.push_back(make_field("task", &R::task, "max_file_mb", &TaskConfig::max_file_mb, Kind::integer,
-                           closed(1, 1 << 20)));
+    add_own_data_fields(f);
     // optim
     f.push_back(make_field("optim", &R::optim, "name", &OptimConfig::name, Kind::choice, {}, {"sgd", "adam", "adamw"}));
     f.push_back(make_field("optim", &R::optim, "lr", &OptimConfig::lr, Kind::number, open_closed(0, 10)));

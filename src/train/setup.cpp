@@ -37,7 +37,8 @@ data::Task build_task(const RunConfig& config, io::StopFlag stop) {
     // Validation guarantees a training file for a data-defined task.
     data::Task schema = data_task_schema(config.task.name);
     apply_task_options(schema, config.task);
-    const data::VocabularyCounts counts = data::count_vocabulary(*config.task.train_file, schema, stop);
+    data::LoadStats skipped;  // over-long lines are skipped here as in training
+    const data::VocabularyCounts counts = data::count_vocabulary(*config.task.train_file, schema, stop, &skipped);
     try {
       data::Task task = data::make_data_task(config.task.name, counts, config.task.min_count, kMaxFileSequence);
       apply_task_options(task, config.task);
