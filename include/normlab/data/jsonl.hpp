@@ -12,11 +12,13 @@
 //
 // Symbols and classes are the task's token strings, so a file is readable and does not depend on
 // how ids are numbered. Blank lines at the end of a file are ignored. Loading is strict otherwise: an
-// empty file, a blank line, malformed JSON, a missing
-// or extra (or repeated) key, a wrong type, an unknown symbol or class, an empty sequence, one
-// longer than task.max_seq_len, or a targets array whose length differs from tokens is an
-// InputError "PATH:LINE: what is wrong" (lines count from 1). A file larger than max_file_bytes is
-// refused before it is read.
+// empty file, a blank line, malformed JSON, a missing or repeated key, an extra key (built-in tasks;
+// a data-defined task ignores other keys and reads the ones task.text_field / task.label_field
+// name), a wrong type, an unknown symbol or class, an empty sequence, or a targets array whose
+// length differs from tokens is an InputError "PATH:LINE: what is wrong" (lines count from 1). A
+// sequence longer than task.max_seq_len is skipped and counted when the caller asks (LoadStats),
+// an InputError otherwise. A file larger than max_file_bytes is refused before it is read.
+// Data-defined tasks also read CSV, TSV and CoNLL files (formats.hpp).
 #include <cstdint>
 #include <string>
 #include <string_view>

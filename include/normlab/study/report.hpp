@@ -97,8 +97,8 @@ struct BucketResult {
 // buckets. NaN when the group had no targets.
 struct HeldOut {
   double loss = NAN, accuracy = NAN;
-  double macro_f1 = NAN;  // records with per-class metrics (train/class_metrics.hpp); NaN otherwise
   int64_t targets = 0;
+  double macro_f1 = NAN;  // records with per-class metrics (train/class_metrics.hpp); NaN otherwise
 };
 // Trained lengths (unseen = false) or unseen lengths of an evaluation, from its buckets.
 HeldOut held_out_of(const std::vector<BucketResult>& buckets, bool unseen);
