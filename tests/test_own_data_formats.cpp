@@ -173,7 +173,7 @@ TEST_CASE("class metrics: a context-blind tagger on 'not'-flipped data is not so
 
 TEST_CASE("formats: CSV with a header, quoted commas and newlines, extra columns; TSV; CoNLL") {
   TempDir dir;
-  data::Task schema = train::data_task_schema("sequence_classification");
+  data::Task schema = data::make_data_task("sequence_classification", {"w"}, {"l"});
   dir.write("a.csv", "id,review,stars,sentiment\n1,\"Great, really\",5,pos\n2,\"two\nlines \"\"quoted\"\"\",1,neg\r\n3,plain,3,pos\n\n");
   schema.file.text_field = "review";
   schema.file.label_field = "sentiment";
@@ -204,8 +204,8 @@ TEST_CASE("formats: CSV with a header, quoted commas and newlines, extra columns
   rows = data::load_string_examples(dir.sub("f.jsonl"), schema);
   CHECK(rows[0].tokens == std::vector<std::string>{"fine", "film"});
   // CoNLL for tagging: token first, tag last, blank lines between sentences, comments skipped.
-  data::Task tagging = train::data_task_schema("token_classification");
-  dir.write("g.conll", "-DOCSTART- O\n\n# a comment\nNot B-NEG x\ngood I-NEG x\n\nfine O\n");
+  data::Task tagging = data::make_data_task("token_classification", {"w"}, {"l"});
+  dir.write("g.conll", "-DOCSTART- O\n\n# a comment\nNot x B-NEG\ngood x I-NEG\n\nfine O\n");
   tagging.text.lowercase = true;
   rows = data::load_string_examples(dir.sub("g.conll"), tagging);
   REQUIRE(rows.size() == 2);
@@ -236,7 +236,7 @@ TEST_CASE("own data: task.min_count reads rare training tokens as [UNK]; reserve
   TempDir dir;
   dir.write("train.jsonl", "{\"tokens\": \"good good rare\", \"label\": \"pos\"}\n"
                            "{\"tokens\": \"bad bad [PAD] good\", \"label\": \"neg\"}\n");
-  data::Task schema = train::data_task_schema("sequence_classification");
+  data::Task schema = data::make_data_task("sequence_classification", {"w"}, {"l"});
   const data::VocabularyCounts counts = data::count_vocabulary(dir.sub("train.jsonl"), schema);
   CHECK(counts.tokens.at("good") == 3);
   CHECK(counts.tokens.count("[PAD]") == 0);

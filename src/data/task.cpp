@@ -162,6 +162,7 @@ bool is_space_byte(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '
 
 std::string normalize_word(std::string_view word, const TextOptions& options) {
   std::string out(word);
+  if (out == kPadToken || out == kUnkToken) return out;  // reserved names stay recognizable
   if (options.lowercase)
     for (char& c : out)
       if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');

@@ -107,8 +107,8 @@ struct EvalPoint {
   int64_t step = 0;
   HeldOut trained, unseen, all;
   double top_prediction_share = NAN;  // trained lengths: share of the most frequent prediction (NaN: not logged)
-  train::Confusion trained_confusion;  // trained lengths: targets against answers (empty: not logged)
-  std::vector<std::string> labels;     // class names by id (empty: not logged)
+  train::Confusion trained_confusion{};  // trained lengths: targets against answers (empty: not logged)
+  std::vector<std::string> labels{};   // class names by id (empty: not logged)
 };
 // One diagnostics step record: per block, the residual stream's RMS after it and its parameters'
 // gradient norm.

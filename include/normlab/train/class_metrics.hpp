@@ -25,7 +25,8 @@ struct Confusion {
   int32_t labels = 0;           // K
   std::vector<int64_t> counts;  // (K, K) row-major: [target * K + predicted]
 
-  explicit Confusion(int32_t num_labels = 0)
+  Confusion() = default;
+  explicit Confusion(int32_t num_labels)
       : labels(num_labels), counts(size_t(num_labels) * size_t(num_labels), 0) {}
   void add(int32_t target, int32_t predicted) { counts[size_t(target) * size_t(labels) + size_t(predicted)] += 1; }
   int64_t at(int32_t target, int32_t predicted) const { return counts[size_t(target) * size_t(labels) + size_t(predicted)]; }
