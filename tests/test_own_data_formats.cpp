@@ -171,7 +171,7 @@ TEST_CASE("class metrics: a context-blind tagger on 'not'-flipped data is not so
   CHECK(study::classify(read) == study::Outcome::learned);
 }
 
-TEST_CASE("formats: CSV with a header, quoted commas and newlines, extra columns; TSV; CoNLL") {
+TEST_CASE("formats: CSV with a header, quoted commas and newlines, extra columns - TSV - CoNLL") {
   TempDir dir;
   data::Task schema = data::make_data_task("sequence_classification", {"w"}, {"l"});
   dir.write("a.csv", "id,review,stars,sentiment\n1,\"Great, really\",5,pos\n2,\"two\nlines \"\"quoted\"\"\",1,neg\r\n3,plain,3,pos\n\n");
@@ -232,7 +232,7 @@ TEST_CASE("text: lowercase and punctuation splitting apply to files and to predi
   CHECK(ids == std::vector<int32_t>{*task.input_vocab.find("good"), *task.input_vocab.find(","), 1, 1});
 }
 
-TEST_CASE("own data: task.min_count reads rare training tokens as [UNK]; reserved tokens are counted, never padding") {
+TEST_CASE("own data: task.min_count reads rare training tokens as [UNK] - reserved tokens are counted, never padding") {
   TempDir dir;
   dir.write("train.jsonl", "{\"tokens\": \"good good rare\", \"label\": \"pos\"}\n"
                            "{\"tokens\": \"bad bad [PAD] good\", \"label\": \"neg\"}\n");
@@ -311,6 +311,19 @@ TEST_CASE("own data: one rule for over-long lines (skip and count), the size lim
                                                    dir.sub("config.json"), dir.sub("run7")));
   CHECK(builtin.code == 2);
   CHECK(builtin.err.find("task.lowercase: applies to your own data") != std::string::npos);
+}
+
+TEST_CASE("own data: the reviews example config reads its CSV with the text options") {
+  const train::RunConfig config = train::load_config(std::string(NORMLAB_SOURCE_DIR) + "/configs/reviews.json");
+  const data::Task task = train::build_task(config);
+  CHECK(task.text.lowercase);
+  CHECK(task.output_vocab.tokens() == std::vector<std::string>{"mixed", "negative", "positive"});
+  CHECK(task.input_vocab.find(",").has_value());
+  CHECK_FALSE(task.input_vocab.find("Great").has_value());
+  train::FileUse use;
+  const auto train_set = train::load_train_set(config, task, nullptr, &use);
+  REQUIRE(train_set);
+  CHECK(use.unknown > 0);  // product names seen once: the [UNK] row is trained
 }
 
 TEST_CASE("predict --data: one JSON line (or CSV row) per input, as typed, with unknown words and errors") {

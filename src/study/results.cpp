@@ -1029,9 +1029,9 @@ std::string unseen_sentence(const ComparePlan& plan, const std::vector<GroupSumm
   const std::string at = where(best_unseen->lr, best_unseen->setting, plan);
   const int cells = learned + above_chance + at_chance;
   return fmt::format(
-      "On unseen {}, against chance {:.3f} and the 'learned' level {:.3f}: {} of {} cells' mean accuracy reached the "
-      "learned level, {} were above chance but short of it, {} at chance; the best was {:.3f} ({}{}), and {} of {} "
-      "reached the solved level {:.2f}.",
+      "On unseen {}, against chance {:.3f} and the 'learned' level {:.3f}, cells by mean accuracy: {} of {} at or above "
+      "the learned level, {} above chance only, {} at chance; the best {:.3f} ({}{}), {} of {} at the solved level "
+      "{:.2f}.",
       range.empty() ? "lengths" : range, c, learned_level, learned, cells, above_chance, at_chance,
       best_unseen->unseen_accuracy.mean, best_unseen->variant, at.empty() ? "" : " at " + at, solved, cells,
       kSolvedAccuracy);
