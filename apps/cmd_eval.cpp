@@ -89,13 +89,22 @@ void run(const EvalOptions& options) {
              m.sequence_accuracy);
   if (any_beyond) fmt::print("* longer than any training sequence (training max length {})\n", loaded.train_max_len);
   fmt::print("{}\n", train::describe_groups(m));
+  // Accuracy alone hides errors gathered in a few classes (a tagger that ignores context).
+  if (!m.confusion.empty()) {
+    fmt::print("\nper class, all lengths:\n{}", train::describe_class_metrics(m.confusion, m.labels));
+    auto group_f1 = [](const char* name, const train::GroupMetrics& g) {
+      return g.confusion.empty() ? std::string()
+                                 : fmt::format("{} lengths macro-F1 {:.4f}", name, train::macro_f1(g.confusion));
+    };
+    if (m.unseen) fmt::print("{}; {}\n", group_f1("trained", m.trained), group_f1("unseen", *m.unseen));
+  }
 }
 
 }  // namespace
 
 void add_eval(CLI::App& app) {
   auto options = std::make_shared<EvalOptions>();
-  CLI::App* cmd = app.add_subcommand("eval", "Evaluate a trained run: loss and accuracy per length bucket");
+  CLI::App* cmd = app.add_subcommand("eval", "Evaluate a trained run: loss and accuracy per length bucket, per-class metrics and the confusion matrix");
   cmd->add_option("--run", options->run_dir, "Run directory (holds checkpoint.safetensors)")->required();
   cmd->add_option("--data", options->data, "JSONL file to evaluate (default: the run's validation set)");
   cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");

@@ -1,11 +1,22 @@
 // normlab predict --run DIR --input "..." [--json]
+// normlab predict --run DIR --data FILE|- [--out FILE] [--format json|csv] [--batch-size N] [--threads N]
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <optional>
+#include <iterator>
 #include <memory>
-#include <vector>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "commands.hpp"
+#include "normlab/error.hpp"
+#include "normlab/io/atomic_file.hpp"
+#include "normlab/parallel.hpp"
+#include "normlab/train/predict_lines.hpp"
 #include "normlab/train/saved_run.hpp"
 #include "normlab/train/setup.hpp"
 
@@ -13,15 +24,23 @@ namespace normlab::cli {
 
 namespace {
 
+int64_t unknown_count(const data::Task& task, const std::vector<int32_t>& tokens) {
+  const std::optional<int32_t> unk = task.is_data_defined() ? task.input_vocab.find(data::kUnkToken) : std::nullopt;
+  return unk ? std::count(tokens.begin(), tokens.end(), *unk) : 0;
+}
+
 struct PredictOptions {
   std::string run_dir;
   std::string input;
+  std::string data;  // a file of inputs, one a line; "-": standard input
+  std::string out;   // "": standard output
+  std::string format = "json";
+  int64_t batch_size = 256;
+  int threads = 0;   // 0: as OMP_NUM_THREADS / all cores
   bool json = false;
 };
 
-void run(const PredictOptions& options) {
-  refuse_compare_dir(options.run_dir, "predict");
-  train::LoadedRun loaded = train::load_run(options.run_dir);
+void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
   train::Prediction p = train::predict(loaded, options.input);
   const data::Task& task = loaded.task;
   const bool per_sequence = task.target_kind == data::TargetKind::per_sequence;
@@ -49,7 +68,9 @@ void run(const PredictOptions& options) {
       return list;
     };
     nlohmann::json out = {{"task", train::task_title(loaded.config)},
-                          {"input", task.decode_input(p.tokens)},
+                          {"input", options.input},
+                          {"read_as", task.decode_input(p.tokens)},
+                          {"unknown", unknown_count(task, p.tokens)},
                           {"predicted", tokens(p.predicted)},
                           {"input_ids", p.tokens},
                           {"predicted_ids", p.predicted},
@@ -60,7 +81,12 @@ void run(const PredictOptions& options) {
     return;
   }
 
-  fmt::print("input:     {}\n", task.decode_input(p.tokens));
+  fmt::print("input:     {}\n", options.input);
+  if (task.is_data_defined()) {
+    const int64_t unknown = unknown_count(task, p.tokens);
+    fmt::print("read as:   {}{}\n", task.decode_input(p.tokens),
+               unknown ? fmt::format("  ({} word{} not in the training vocabulary)", unknown, unknown == 1 ? "" : "s") : "");
+  }
   if (per_sequence) {
     fmt::print("label:     {}  (p = {:.3f})\n", task.output_vocab.token(p.predicted[0]), p.probability[0]);
     if (p.expected) fmt::print("expected:  {}\n", task.output_vocab.token((*p.expected)[0]));
@@ -92,17 +118,132 @@ void run(const PredictOptions& options) {
   }
 }
 
+
+// The inputs of --data: one a line, a final newline ending the last (CRLF tolerated).
+std::vector<std::string> read_inputs(const std::string& source, const train::LoadedRun& loaded) {
+  const std::string contents = source == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
+                                             : io::read_file(source, size_t(loaded.task.file.max_file_bytes));
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < contents.size()) {
+    size_t end = contents.find('\n', start);
+    if (end == std::string::npos) end = contents.size();
+    std::string line = contents.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back(std::move(line));
+    start = end + 1;
+  }
+  if (lines.empty()) throw InputError(fmt::format("{}: no input lines", source == "-" ? "standard input" : source));
+  return lines;
+}
+
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string joined(const std::vector<std::string>& words) {
+  std::string out;
+  for (size_t i = 0; i < words.size(); ++i) out += (i ? " " : "") + words[i];
+  return out;
+}
+
+// Four decimals: what a reader compares, and a line a third as long.
+double rounded(float probability) { return std::round(double(probability) * 1e4) / 1e4; }
+
+// One output line (JSON object or CSV row) for a prediction.
+std::string format_prediction(const train::LinePrediction& p, const data::Task& task, bool csv) {
+  const bool per_sequence = task.target_kind == data::TargetKind::per_sequence;
+  std::vector<std::string> read_as, tags, probabilities;
+  for (int32_t id : p.tokens) read_as.push_back(task.input_vocab.token(id));
+  for (int32_t id : p.predicted) tags.push_back(task.output_vocab.token(id));
+  for (float q : p.probability) probabilities.push_back(fmt::format("{:.4f}", q));
+  if (csv) {
+    std::vector<std::string> row = {fmt::format("{}", p.line), csv_field(p.input), fmt::format("{}", p.unknown),
+                                    csv_field(joined(read_as)), csv_field(joined(tags)), joined(probabilities),
+                                    csv_field(p.error)};
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) line += (i ? "," : "") + row[i];
+    return line;
+  }
+  nlohmann::ordered_json out = {{"line", p.line}, {"input", p.input}};
+  if (!p.error.empty()) {
+    out["error"] = p.error;
+    return out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  }
+  out["unknown"] = p.unknown;
+  out["read_as"] = read_as;
+  if (per_sequence) {
+    out["label"] = tags.front();
+    out["probability"] = rounded(p.probability.front());
+    nlohmann::ordered_json all = nlohmann::ordered_json::object();
+    for (size_t k = 0; k < p.distribution.size(); ++k) all[task.output_vocab.token(int32_t(k))] = rounded(p.distribution[k]);
+    out["probabilities"] = std::move(all);
+  } else {
+    out["tags"] = tags;
+    nlohmann::ordered_json each = nlohmann::ordered_json::array();
+    for (float q : p.probability) each.push_back(rounded(q));
+    out["probabilities"] = std::move(each);
+  }
+  return out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+void run_file(const PredictOptions& options, train::LoadedRun& loaded) {
+  if (options.format != "json" && options.format != "csv")
+    throw InputError(fmt::format("--format: must be json or csv, got \"{}\"", options.format));
+  if (options.batch_size < 1 || options.batch_size > 65536)
+    throw InputError(fmt::format("--batch-size: must be between 1 and 65536 (got {})", options.batch_size));
+  const std::vector<std::string> inputs = read_inputs(options.data, loaded);
+  const std::vector<train::LinePrediction> predictions = train::predict_lines(loaded, inputs, options.batch_size);
+  const bool csv = options.format == "csv";
+  std::string text = csv ? "line,input,unknown,read_as,predicted,probability,error\n" : "";
+  int64_t failed = 0, unknown = 0, longer = 0;
+  for (const train::LinePrediction& p : predictions) {
+    text += format_prediction(p, loaded.task, csv) + "\n";
+    failed += !p.error.empty();
+    unknown += p.unknown;
+    longer += loaded.train_max_len > 0 && int64_t(p.tokens.size()) > loaded.train_max_len;
+  }
+  if (options.out.empty()) fmt::print("{}", text);
+  else io::write_file_atomic(options.out, text);
+  fmt::print(stderr, "normlab: {} inputs predicted{}{}{}{}\n", predictions.size() - size_t(failed),
+             failed ? fmt::format(", {} could not be read (their \"error\")", failed) : "",
+             unknown ? fmt::format(", {} words not in the training vocabulary read as [UNK]", unknown) : "",
+             longer ? fmt::format(", {} inputs longer than any training sequence ({})", longer, loaded.train_max_len) : "",
+             options.out.empty() ? "" : fmt::format("; written to {}", options.out));
+}
+
+void run(const PredictOptions& options) {
+  refuse_compare_dir(options.run_dir, "predict");
+  if (options.input.empty() == options.data.empty())
+    throw InputError("predict: give either --input \"...\" (one sequence) or --data FILE (one input a line; - for "
+                     "standard input)");
+  if (options.threads < 0 || options.threads > 1024)
+    throw InputError(fmt::format("--threads: must be between 0 and 1024 (got {})", options.threads));
+  if (options.threads > 0) set_num_threads(options.threads);
+  train::LoadedRun loaded = train::load_run(options.run_dir);
+  if (!options.data.empty()) return run_file(options, loaded);
+  run_one(options, loaded);
+}
+
 }  // namespace
 
 void add_predict(CLI::App& app) {
   auto options = std::make_shared<PredictOptions>();
-  CLI::App* cmd = app.add_subcommand("predict", "Run a trained model on one input sequence");
+  CLI::App* cmd = app.add_subcommand("predict", "Run a trained model on one input sequence or on a file of them");
   cmd->add_option("--run", options->run_dir, "Run directory (holds checkpoint.safetensors)")->required();
   cmd->add_option("--input", options->input,
                   "The sequence: symbols like \"3 1 4\" or \"(()\", text for mlm_text ([MASK] marks a blank), or "
-                  "whitespace-separated words for a data-defined task")
-      ->required();
-  cmd->add_flag("--json", options->json, "Print one JSON object");
+                  "whitespace-separated words for a data-defined task");
+  cmd->add_option("--data", options->data,
+                  "A file of inputs, one a line (- reads standard input): one JSON object (or CSV row) per line out");
+  cmd->add_option("--out", options->out, "With --data: write the predictions to this file (default: standard output)");
+  cmd->add_option("--format", options->format, "With --data: json (one object a line, default) or csv");
+  cmd->add_option("--batch-size", options->batch_size, "With --data: sequences per forward pass (default 256)");
+  cmd->add_option("--threads", options->threads, "Threads (default: OMP_NUM_THREADS or all cores)");
+  cmd->add_flag("--json", options->json, "With --input: print one JSON object");
   cmd->callback([options] { run(*options); });
 }
 

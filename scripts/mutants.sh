@@ -314,8 +314,8 @@ mutant "findings: exactly half of the seeds counts as most" \
   '*most seeds*,*findings*'
 mutant "outcome: solved only strictly above its threshold" \
   src/study/outcome.cpp \
-  'if (a >= kSolvedAccuracy) return Outcome::solved;' \
-  'if (a > kSolvedAccuracy) return Outcome::solved;' \
+  'if (solved_score(run) >= kSolvedAccuracy) return Outcome::solved;' \
+  'if (solved_score(run) > kSolvedAccuracy) return Outcome::solved;' \
   '*outcome words*'
 mutant "outcome: learned threshold forgets the chance level" \
   src/study/outcome.cpp \

@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
+#include "normlab/data/formats.hpp"
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/io/json_depth.hpp"
@@ -16,9 +19,16 @@ namespace {
 
 using nlohmann::json;
 
+// A line too long for the task: skipped and counted by a loader given LoadStats, else an InputError
+// with this message.
+struct OverLong {
+  std::string message;
+};
+
 // The keys each kind of example has, in the order they are written.
 std::vector<std::string> expected_keys(const Task& task) {
   if (task.is_masked_lm()) return {"text"};
+  if (task.is_data_defined()) return {text_field_of(task, FileFormat::jsonl), label_field_of(task, FileFormat::jsonl)};
   if (task.target_kind == TargetKind::per_sequence) return {"tokens", "label"};
   return {"tokens", "targets"};
 }
@@ -61,8 +71,8 @@ json parse_object(std::string_view line, const Task& task, std::string_view wher
   // No valid example needs a longer line; checked before parsing builds anything from it.
   const int64_t limit = max_jsonl_line_bytes(task.max_seq_len);
   if (static_cast<int64_t>(line.size()) > limit) {
-    throw InputError(fmt::format("{}: line of {} bytes, longer than any {} example can be ({} bytes for {} symbols)",
-                                 where, line.size(), task.name, limit, task.max_seq_len));
+    throw OverLong{fmt::format("{}: line of {} bytes, longer than any {} example can be ({} bytes for {} symbols)",
+                                 where, line.size(), task.name, limit, task.max_seq_len)};
   }
   io::require_json_depth(line, where);
   // nlohmann keeps the last of repeated keys silently; a repeated key in a data file is a mistake.
@@ -81,7 +91,9 @@ json parse_object(std::string_view line, const Task& task, std::string_view wher
   }
   if (!repeated.empty()) throw InputError(fmt::format("{}: key {} appears twice", where, json_quoted(repeated.back())));
   const std::vector<std::string> keys = expected_keys(task);
+  // A user's own file may carry more keys (an id, a source): only the named ones are read.
   for (const auto& [key, value] : object.items()) {
+    if (task.is_data_defined()) break;
     if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
       throw InputError(fmt::format("{}: unexpected key {} (a {} example has keys {})", where, json_quoted(key), task.name,
                                    quoted_list(keys)));
@@ -89,8 +101,9 @@ json parse_object(std::string_view line, const Task& task, std::string_view wher
   }
   for (const std::string& key : keys) {
     if (!object.contains(key)) {
-      throw InputError(fmt::format("{}: missing key \"{}\" (a {} example has keys {})", where, key, task.name,
-                                   quoted_list(keys)));
+      throw InputError(fmt::format("{}: missing key \"{}\" (a {} example has keys {}{})", where, key, task.name,
+                                   quoted_list(keys),
+                                   task.is_data_defined() ? "; task.text_field and task.label_field name others" : ""));
     }
   }
   return object;
@@ -100,20 +113,14 @@ bool has_space(const std::string& s) { return s.find_first_of(" \t\n\r\f\v") != 
 
 // Data-defined tasks: a whitespace-separated string, or an array of strings (null allowed where
 // `nulls`), as strings. Empty strings and strings with whitespace inside are refused.
+// `options` normalizes the input text (labels are read as written).
 std::vector<std::optional<std::string>> parse_words(const json& value, std::string_view where, std::string_view field,
-                                                    bool nulls, int32_t max_seq_len) {
+                                                    bool nulls, const TextOptions& options) {
   std::vector<std::optional<std::string>> words;
   if (value.is_string()) {
-    const std::string& text = value.get_ref<const std::string&>();
-    size_t pos = 0;
-    while (pos < text.size()) {
-      pos = text.find_first_not_of(" \t\n\r\f\v", pos);
-      if (pos == std::string::npos) break;
-      size_t end = text.find_first_of(" \t\n\r\f\v", pos);
-      if (end == std::string::npos) end = text.size();
-      words.emplace_back(text.substr(pos, end - pos));
-      pos = end;
-    }
+    std::vector<std::string> split;
+    split_words(value.get_ref<const std::string&>(), options, split);
+    for (std::string& w : split) words.emplace_back(std::move(w));
   } else if (value.is_array()) {
     for (size_t i = 0; i < value.size(); ++i) {
       const json& word = value[i];
@@ -130,16 +137,13 @@ std::vector<std::optional<std::string>> parse_words(const json& value, std::stri
         throw InputError(fmt::format("{}: {}[{}]: {} is empty or holds whitespace (tokens and labels are single words)",
                                      where, field, i, json_quoted(s)));
       }
-      words.emplace_back(s);
+      words.emplace_back(normalize_word(s, options));
     }
   } else {
     throw InputError(fmt::format("{}: {}: expected a string of whitespace-separated words or an array of strings, got {}",
                                  where, field, type_name(value)));
   }
   if (words.empty()) throw InputError(fmt::format("{}: {}: empty sequence", where, field));
-  if (words.size() > static_cast<size_t>(max_seq_len)) {
-    throw InputError(fmt::format("{}: {}: {} entries, more than the limit of {}", where, field, words.size(), max_seq_len));
-  }
   return words;
 }
 
@@ -153,27 +157,63 @@ std::string label_string(const json& value, std::string_view where) {
   return s;
 }
 
+// OverLong for more tokens than the task's max_seq_len.
+void check_length(const StringExample& example, const Task& schema, std::string_view where, std::string_view field) {
+  if (example.tokens.size() > static_cast<size_t>(schema.max_seq_len))
+    throw OverLong{fmt::format("{}: {}: {} entries, more than the limit of {}", where, field, example.tokens.size(),
+                               schema.max_seq_len)};
+}
+
 StringExample parse_string_example(const json& object, const Task& schema, std::string_view where) {
   StringExample example;
-  for (auto& token : parse_words(object.at("tokens"), where, "tokens", false, schema.max_seq_len))
+  const std::string text_key = text_field_of(schema, FileFormat::jsonl), label_key = label_field_of(schema, FileFormat::jsonl);
+  for (auto& token : parse_words(object.at(text_key), where, text_key, false, schema.text))
     example.tokens.push_back(std::move(*token));
+  check_length(example, schema, where, text_key);
   if (schema.target_kind == TargetKind::per_sequence) {
-    example.labels.emplace_back(label_string(object.at("label"), where));
+    example.labels.emplace_back(label_string(object.at(label_key), where));
     return example;
   }
-  example.labels = parse_words(object.at("targets"), where, "targets", true, schema.max_seq_len);
+  example.labels = parse_words(object.at(label_key), where, label_key, true, TextOptions{});
   if (example.labels.size() != example.tokens.size()) {
-    throw InputError(fmt::format("{}: targets: {} entries but tokens has {} (one target per token)", where,
-                                 example.labels.size(), example.tokens.size()));
+    throw InputError(fmt::format("{}: {}: {} entries but {} has {} (one target per token)", where, label_key,
+                                 example.labels.size(), text_key, example.tokens.size()));
   }
   return example;
 }
 
+// A CSV / TSV record as strings: the text split into words, the label one word or the tags one per word.
+StringExample record_example(const TextRecord& record, const Task& schema, const std::string& text_key,
+                             const std::string& label_key) {
+  StringExample example;
+  split_words(record.text, schema.text, example.tokens);
+  if (example.tokens.empty()) throw InputError(fmt::format("{}: {}: empty text", record.where, text_key));
+  check_length(example, schema, record.where, text_key);
+  std::vector<std::string> labels;
+  split_words(record.label, {}, labels);
+  if (schema.target_kind == TargetKind::per_sequence) {
+    if (labels.size() != 1)
+      throw InputError(fmt::format("{}: {}: expected one word, got {}", record.where, label_key,
+                                   json_quoted(record.label)));
+  } else if (labels.size() != example.tokens.size()) {
+    throw InputError(fmt::format("{}: {}: {} tags but {} has {} words (one tag per word)", record.where, label_key,
+                                 labels.size(), text_key, example.tokens.size()));
+  }
+  for (std::string& l : labels) example.labels.emplace_back(std::move(l));
+  return example;
+}
+
 // A data-defined example's strings as ids: unknown tokens are "[UNK]", unknown labels an error.
-Example data_example(const StringExample& strings, const Task& task, std::string_view where) {
+// "[PAD]" and "[UNK]" written in the data are read as "[UNK]" (never the padding id) and counted.
+Example data_example(const StringExample& strings, const Task& task, std::string_view where, LoadStats* stats = nullptr) {
   Example example;
   const int32_t unk = task.input_vocab.id(kUnkToken);
-  for (const std::string& token : strings.tokens) example.tokens.push_back(task.input_vocab.find(token).value_or(unk));
+  for (const std::string& token : strings.tokens) {
+    const bool reserved = token == kPadToken || token == kUnkToken;
+    const int32_t id = reserved ? unk : task.input_vocab.find(token).value_or(unk);
+    if (stats) stats->reserved += reserved, stats->unknown += !reserved && id == unk, ++stats->tokens;
+    example.tokens.push_back(id);
+  }
   for (size_t i = 0; i < strings.labels.size(); ++i) {
     if (!strings.labels[i]) {
       example.targets.push_back(-1);
@@ -198,8 +238,8 @@ std::vector<int32_t> parse_tokens(const json& tokens, const Task& task, std::str
   }
   if (tokens.empty()) throw InputError(fmt::format("{}: tokens: empty sequence", where));
   if (tokens.size() > static_cast<size_t>(task.max_seq_len)) {
-    throw InputError(fmt::format("{}: tokens: {} symbols, more than the limit of {} for task {}", where,
-                                 tokens.size(), task.max_seq_len, task.name));
+    throw OverLong{fmt::format("{}: tokens: {} symbols, more than the limit of {} for task {}", where,
+                               tokens.size(), task.max_seq_len, task.name)};
   }
   std::vector<int32_t> ids;
   ids.reserve(tokens.size());
@@ -237,38 +277,14 @@ std::vector<int32_t> parse_text(const json& text, const Task& task, std::string_
   if (value.empty()) throw InputError(fmt::format("{}: text: empty string", where));
   std::vector<int32_t> ids = encode_text(task.input_vocab, value, fmt::format("{}: text", where));
   if (ids.size() > static_cast<size_t>(task.max_seq_len)) {
-    throw InputError(fmt::format("{}: text: {} characters, more than the limit of {} for task {}", where, ids.size(),
-                                 task.max_seq_len, task.name));
+    throw OverLong{fmt::format("{}: text: {} characters, more than the limit of {} for task {}", where, ids.size(),
+                               task.max_seq_len, task.name)};
   }
   return ids;
 }
 
-// Calls `on_line(line, where)` for every line of the file, after the whole-file checks.
-template <typename OnLine>
-void for_each_line(const std::string& path, int64_t max_file_bytes, io::StopFlag stop, OnLine on_line) {
-  const std::string contents = io::read_file(path, static_cast<size_t>(max_file_bytes));
-  if (contents.find_first_not_of(" \t\r\n") == std::string::npos)
-    throw InputError(fmt::format("{}: empty file (expected one JSON object per line)", path));
-  size_t start = 0;
-  int64_t line_number = 0;
-  while (start < contents.size()) {
-    size_t end = contents.find('\n', start);
-    if (end == std::string::npos) end = contents.size();
-    std::string_view line(contents.data() + start, end - start);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // tolerate CRLF files
-    ++line_number;
-    // Blank lines at the very end (an editor's extra newline) end the file; anywhere else they are
-    // refused by the line parser.
-    if (is_blank(line) && contents.find_first_not_of(" \t\r\n", start) == std::string::npos) break;
-    if (line_number % 1024 == 0) io::throw_if_stopped(stop);
-    on_line(line, fmt::format("{}:{}", path, line_number));
-    start = end + 1;  // a final newline ends the last line; it does not start an empty one
-  }
-}
-
-}  // namespace
-
-Example parse_jsonl_line(std::string_view line, const Task& task, std::string_view where) {
+// One line as an example (OverLong for a sequence longer than the task allows).
+Example parse_jsonl_object(std::string_view line, const Task& task, std::string_view where) {
   const json object = parse_object(line, task, where);
   if (task.is_data_defined()) return data_example(parse_string_example(object, task, where), task, where);
   Example example;
@@ -298,45 +314,149 @@ Example parse_jsonl_line(std::string_view line, const Task& task, std::string_vi
   return example;
 }
 
-std::vector<Example> load_jsonl(const std::string& path, const Task& task, int64_t max_file_bytes,
-                                io::StopFlag stop) {
+// The file's contents. InputError for a file larger than max_file_bytes, naming the key that
+// raises the limit, before anything is read.
+std::string read_data_file(const std::string& path, int64_t max_file_bytes) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) {
+    const uintmax_t size = std::filesystem::file_size(path, ec);
+    if (!ec && size > uintmax_t(max_file_bytes))
+      throw InputError(fmt::format("{}: file is {} bytes, larger than the limit of {} bytes (task.max_file_mb {}: "
+                                   "raise it to read larger files)",
+                                   path, size, max_file_bytes, max_file_bytes >> 20));
+  }
+  return io::read_file(path, static_cast<size_t>(max_file_bytes));  // also: missing, not a regular file
+}
+
+// Calls `on_line(line, where)` for every line of the contents, after the whole-file checks.
+template <typename OnLine>
+void for_each_line(const std::string& contents, const std::string& path, io::StopFlag stop, OnLine on_line) {
+  if (contents.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw InputError(fmt::format("{}: empty file (expected one JSON object per line)", path));
+  size_t start = 0;
+  int64_t line_number = 0;
+  while (start < contents.size()) {
+    size_t end = contents.find('\n', start);
+    if (end == std::string::npos) end = contents.size();
+    std::string_view line(contents.data() + start, end - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // tolerate CRLF files
+    ++line_number;
+    // Blank lines at the very end (an editor's extra newline) end the file; anywhere else they are
+    // refused by the line parser.
+    if (is_blank(line) && contents.find_first_not_of(" \t\r\n", start) == std::string::npos) break;
+    if (line_number % 1024 == 0) io::throw_if_stopped(stop);
+    on_line(line, fmt::format("{}:{}", path, line_number));
+    start = end + 1;  // a final newline ends the last line; it does not start an empty one
+  }
+}
+
+// Runs `read` for one record: an over-long one is counted in `stats` (or, without stats, refused).
+template <typename Read>
+void read_record(LoadStats* stats, Read read) {
+  if (stats) ++stats->lines;
+  try {
+    read();
+  } catch (const OverLong& e) {
+    if (!stats) throw InputError(e.message);
+    ++stats->too_long;
+  }
+}
+
+using OnStringExample = std::function<void(StringExample&&, const std::string& where)>;
+
+// Every example of a data-defined task's file, in the file's format (formats.hpp).
+void for_each_string_example(const std::string& path, const Task& schema, int64_t max_file_bytes, io::StopFlag stop,
+                             LoadStats* stats, const OnStringExample& on_example) {
+  const std::string contents = read_data_file(path, max_file_bytes);
+  const FileFormat format = file_format_of(path, schema.file);
+  if (format == FileFormat::jsonl) {
+    for_each_line(contents, path, stop, [&](std::string_view line, const std::string& where) {
+      read_record(stats, [&] { on_example(parse_string_example(parse_object(line, schema, where), schema, where), where); });
+    });
+  } else if (format == FileFormat::conll) {
+    if (schema.target_kind == TargetKind::per_sequence)
+      throw InputError(fmt::format("{}: a CoNLL file holds one tag per token: task.name token_classification reads it, "
+                                   "{} needs one label per line (CSV, TSV or JSONL)", path, schema.name));
+    for_each_conll_sentence(contents, path, stop, [&](StringExample&& example, const std::string& where) {
+      read_record(stats, [&] {
+        for (std::string& token : example.tokens) token = normalize_word(token, schema.text);
+        check_length(example, schema, where, "tokens");
+        on_example(std::move(example), where);
+      });
+    });
+  } else {
+    const std::string text_key = text_field_of(schema, format), label_key = label_field_of(schema, format);
+    const bool csv = format == FileFormat::csv;
+    for_each_delimited_record(contents, path, csv ? ',' : '\t', csv, text_key, label_key, stop, [&](TextRecord&& record) {
+      read_record(stats, [&] { on_example(record_example(record, schema, text_key, label_key), record.where); });
+    });
+  }
+}
+
+}  // namespace
+
+Example parse_jsonl_line(std::string_view line, const Task& task, std::string_view where) {
+  try {
+    return parse_jsonl_object(line, task, where);
+  } catch (const OverLong& e) {
+    throw InputError(e.message);
+  }
+}
+
+std::vector<Example> load_jsonl(const std::string& path, const Task& task, int64_t max_file_bytes, io::StopFlag stop,
+                                LoadStats* stats) {
   std::vector<Example> examples;
-  for_each_line(path, max_file_bytes, stop, [&](std::string_view line, const std::string& where) {
-    examples.push_back(parse_jsonl_line(line, task, where));
+  if (task.is_data_defined()) {
+    for_each_string_example(path, task, max_file_bytes, stop, stats, [&](StringExample&& strings, const std::string& where) {
+      examples.push_back(data_example(strings, task, where, stats));
+    });
+    return examples;
+  }
+  const std::string contents = read_data_file(path, max_file_bytes);
+  for_each_line(contents, path, stop, [&](std::string_view line, const std::string& where) {
+    read_record(stats, [&] { examples.push_back(parse_jsonl_object(line, task, where)); });
   });
   return examples;
 }
 
 std::vector<std::string> load_text_lines(const std::string& path, int32_t max_chars, int64_t max_file_bytes,
-                                         io::StopFlag stop) {
+                                         io::StopFlag stop, LoadStats* stats) {
   // Only the schema matters here; a vocabulary-free text task checks it.
   Task schema;
   schema.name = "mlm_text";
   schema.kind = TaskKind::mlm_text;
   schema.max_seq_len = max_chars;
   std::vector<std::string> lines;
-  for_each_line(path, max_file_bytes, stop, [&](std::string_view line, const std::string& where) {
-    const json object = parse_object(line, schema, where);
-    const json& text = object.at("text");
-    if (!text.is_string()) throw InputError(fmt::format("{}: text: expected a string, got {}", where, type_name(text)));
-    std::string value = text.get<std::string>();
-    if (value.empty()) throw InputError(fmt::format("{}: text: empty string", where));
-    const size_t characters = utf8_characters(value, fmt::format("{}: text", where)).size();
-    if (characters > static_cast<size_t>(max_chars)) {
-      throw InputError(fmt::format("{}: text: {} characters, more than the limit of {}", where, characters, max_chars));
-    }
-    lines.push_back(std::move(value));
+  const std::string contents = read_data_file(path, max_file_bytes);
+  for_each_line(contents, path, stop, [&](std::string_view line, const std::string& where) {
+    read_record(stats, [&] {
+      const json object = parse_object(line, schema, where);
+      const json& text = object.at("text");
+      if (!text.is_string()) throw InputError(fmt::format("{}: text: expected a string, got {}", where, type_name(text)));
+      std::string value = text.get<std::string>();
+      if (value.empty()) throw InputError(fmt::format("{}: text: empty string", where));
+      const size_t characters = utf8_characters(value, fmt::format("{}: text", where)).size();
+      if (characters > static_cast<size_t>(max_chars))
+        throw OverLong{fmt::format("{}: text: {} characters, more than the limit of {}", where, characters, max_chars)};
+      lines.push_back(std::move(value));
+    });
   });
   return lines;
 }
 
 std::vector<StringExample> load_string_examples(const std::string& path, const Task& schema, int64_t max_file_bytes,
-                                                io::StopFlag stop) {
+                                                io::StopFlag stop, LoadStats* stats) {
   std::vector<StringExample> examples;
-  for_each_line(path, max_file_bytes, stop, [&](std::string_view line, const std::string& where) {
-    examples.push_back(parse_string_example(parse_object(line, schema, where), schema, where));
-  });
+  for_each_string_example(path, schema, max_file_bytes, stop, stats,
+                          [&](StringExample&& example, const std::string&) { examples.push_back(std::move(example)); });
   return examples;
+}
+
+VocabularyCounts count_vocabulary(const std::string& path, const Task& schema, io::StopFlag stop, LoadStats* stats) {
+  VocabularyCounts counts;
+  for_each_string_example(path, schema, schema.file.max_file_bytes, stop, stats,
+                          [&](StringExample&& example, const std::string&) { counts.add(example); });
+  return counts;
 }
 
 std::string example_to_jsonl(const Example& example, const Task& task) {

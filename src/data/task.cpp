@@ -51,7 +51,17 @@ std::vector<int32_t> Task::encode(std::string_view text, std::string_view what) 
   switch (segmentation) {
     case Segmentation::symbols: return encode_symbols(input_vocab, text, what);
     case Segmentation::characters: return encode_text(input_vocab, text, what);
-    case Segmentation::words: return encode_words(input_vocab, text, what);
+    case Segmentation::words: {
+      std::vector<std::string> words;
+      split_words(text, this->text, words);
+      if (words.empty()) throw InputError(fmt::format("{}: no words (the input is empty)", what));
+      const int32_t unk = input_vocab.id(kUnkToken);
+      std::vector<int32_t> ids;
+      ids.reserve(words.size());
+      // A reserved name typed by the user is an unknown word, never the padding id.
+      for (const std::string& w : words) ids.push_back(w == kPadToken ? unk : input_vocab.find(w).value_or(unk));
+      return ids;
+    }
   }
   throw UsageError("Task::encode: unknown segmentation");
 }
@@ -111,6 +121,74 @@ Task make_data_task(std::string_view name, const std::vector<StringExample>& exa
   }
   return make_data_task(name, std::vector<std::string>(tokens.begin(), tokens.end()),
                         std::vector<std::string>(labels.begin(), labels.end()), max_seq_len);
+}
+
+void VocabularyCounts::add(const StringExample& example) {
+  for (const std::string& t : example.tokens)
+    if (t != kPadToken && t != kUnkToken) ++tokens[t];  // written out, they stand for [UNK]
+  for (const std::optional<std::string>& l : example.labels)
+    if (l) labels.insert(*l);
+}
+
+Task make_data_task(std::string_view name, const VocabularyCounts& counts, int64_t min_count, int32_t max_seq_len) {
+  std::vector<std::string> kept;
+  for (const auto& [token, count] : counts.tokens)
+    if (count >= min_count) kept.push_back(token);
+  if (kept.empty() && !counts.tokens.empty())
+    throw InputError(fmt::format("task.min_count {}: no token occurs that often (the most frequent occurs {} times)",
+                                 min_count,
+                                 std::max_element(counts.tokens.begin(), counts.tokens.end(), [](auto& a, auto& b) {
+                                   return a.second < b.second;
+                                 })->second));
+  return make_data_task(name, std::move(kept), std::vector<std::string>(counts.labels.begin(), counts.labels.end()),
+                        max_seq_len);
+}
+
+namespace {
+
+bool is_ascii_punctuation(char c) {
+  const unsigned char u = static_cast<unsigned char>(c);
+  return (u >= 33 && u <= 47) || (u >= 58 && u <= 64) || (u >= 91 && u <= 96) || (u >= 123 && u <= 126);
+}
+
+bool is_space_byte(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+}  // namespace
+
+std::string normalize_word(std::string_view word, const TextOptions& options) {
+  std::string out(word);
+  if (out == kPadToken || out == kUnkToken) return out;  // reserved names stay recognizable
+  if (options.lowercase)
+    for (char& c : out)
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return out;
+}
+
+void split_words(std::string_view text, const TextOptions& options, std::vector<std::string>& words) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    if (is_space_byte(text[pos])) {
+      ++pos;
+      continue;
+    }
+    size_t end = pos;
+    while (end < text.size() && !is_space_byte(text[end])) ++end;
+    const std::string word = normalize_word(text.substr(pos, end - pos), options);
+    pos = end;
+    // A reserved name such as "[UNK]" stays whole: it is one (reserved) token, not five characters.
+    if (!options.split_punctuation || word == kPadToken || word == kUnkToken) {
+      words.push_back(word);
+      continue;
+    }
+    size_t start = 0;
+    for (size_t i = 0; i < word.size(); ++i) {
+      if (!is_ascii_punctuation(word[i])) continue;
+      if (i > start) words.push_back(word.substr(start, i - start));
+      words.push_back(word.substr(i, 1));
+      start = i + 1;
+    }
+    if (start < word.size()) words.push_back(word.substr(start));
+  }
 }
 
 Task make_task(std::string_view name) {

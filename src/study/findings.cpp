@@ -198,21 +198,36 @@ std::string learned_differences(const ComparePlan& plan, const std::vector<Group
                      reference, list);
 }
 
-// Length extrapolation, apart from the trained lengths ("" when no cell was evaluated on unseen lengths).
+// Length extrapolation, apart from the trained lengths ("" when no cell was evaluated on unseen
+// lengths): each cell's mean unseen-length accuracy against chance c and the "learned" level
+// c + kLearnedShare (1 - c) that trained lengths are judged by, and the best cell.
 std::string unseen_sentence(const ComparePlan& plan, const std::vector<GroupSummary>& groups) {
   const GroupSummary* best_unseen = nullptr;
+  double c = 0;
+  int learned = 0, above_chance = 0, at_chance = 0, solved = 0;
   for (const GroupSummary& g : groups)
-    if (std::isfinite(g.unseen_accuracy.mean) && (!best_unseen || g.unseen_accuracy.mean > best_unseen->unseen_accuracy.mean))
-      best_unseen = &g;
+    for (const RunResult* r : g.runs) c = std::max(c, r->baseline.chance_accuracy());
+  const double learned_level = c + kLearnedShare * (1 - c);
+  for (const GroupSummary& g : groups) {
+    const double a = g.unseen_accuracy.mean;
+    if (!std::isfinite(a)) continue;
+    if (!best_unseen || a > best_unseen->unseen_accuracy.mean) best_unseen = &g;
+    if (a >= kSolvedAccuracy) ++solved;
+    if (a >= learned_level) ++learned;
+    else if (a >= c + kChanceShare * (1 - c)) ++above_chance;
+    else ++at_chance;
+  }
   if (!best_unseen) return "";
   const std::string range = length_range(plan, true);
   const std::string at = where(best_unseen->lr, best_unseen->setting, plan);
-  return fmt::format("On unseen {}, no cell's mean accuracy exceeded {:.3f} ({}{}): {}.",
-                     range.empty() ? "lengths" : range, best_unseen->unseen_accuracy.mean, best_unseen->variant,
-                     at.empty() ? "" : " at " + at,
-                     best_unseen->unseen_accuracy.mean >= kSolvedAccuracy
-                         ? "length extrapolation was solved there"
-                         : "no variant extrapolates to lengths it never saw");
+  const int cells = learned + above_chance + at_chance;
+  return fmt::format(
+      "On unseen {}, against chance {:.3f} and the 'learned' level {:.3f}, cells by mean accuracy: {} of {} at or above "
+      "the learned level, {} above chance only, {} at chance; the best {:.3f} ({}{}), {} of {} at the solved level "
+      "{:.2f}.",
+      range.empty() ? "lengths" : range, c, learned_level, learned, cells, above_chance, at_chance,
+      best_unseen->unseen_accuracy.mean, best_unseen->variant, at.empty() ? "" : " at " + at, solved, cells,
+      kSolvedAccuracy);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // How a run ended, named from its held-out metrics and its own diagnostics, with the evidence
 // (outcome.hpp; the rules are defined in docs/compare.md).
 #include "normlab/study/outcome.hpp"
+#include "normlab/study/class_metrics.hpp"
 
 #include <fmt/format.h>
 
@@ -95,7 +96,7 @@ Outcome classify(const RunResult& run) {
   // A model far worse than a uniform guess has blown up (its loss, not only its accuracy, tells).
   if (loss_exploded(run)) return Outcome::exploded;
   const double a = run.final_trained().accuracy, c = run.baseline.chance_accuracy();
-  if (a >= kSolvedAccuracy) return Outcome::solved;
+  if (solved_score(run) >= kSolvedAccuracy) return Outcome::solved;  // own data: macro-F1 too
   const bool above_chance = a >= c + kChanceShare * (1 - c);
   if (above_chance && still_falling(run)) return Outcome::slow;
   if (a >= c + kLearnedShare * (1 - c)) return Outcome::learned;

@@ -21,6 +21,7 @@
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/stats.hpp"
 #include "normlab/provenance.hpp"
+#include "normlab/study/class_metrics.hpp"
 #include "normlab/study/render.hpp"
 #include "normlab/study/run_dirs.hpp"
 #include "normlab/study/search.hpp"
@@ -903,6 +904,10 @@ ReportModel build_report(const ComparePlan& plan, const std::vector<RunResult>& 
                                     false, "grad-norm"));
   sections.push_back(stack_section(c));
   sections.push_back(length_section(c));
+  if (const std::optional<ClassMetricsTable> t = class_metrics_table(plan, c.groups)) {
+    Section per_class{t->title, t->text, {}, {}, html_table(t->header, t->rows), md_table(t->header, t->rows)};
+    sections.push_back(std::move(per_class));
+  }
   const std::optional<Section> bn = batch_section(c);
   if (bn) sections.push_back(*bn);
   // The setup line, then the Answer; the details follow it.

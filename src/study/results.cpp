@@ -18,6 +18,7 @@
 #include "normlab/error.hpp"
 #include "normlab/io/json_depth.hpp"
 #include "normlab/stats.hpp"
+#include "normlab/study/class_metrics.hpp"
 #include "normlab/study/outcome.hpp"
 
 namespace normlab::study {
@@ -74,7 +75,8 @@ HeldOut held_out_from(const json& obj, const FieldReader& f) {
   h.loss = f.number(obj, "loss");
   h.accuracy = f.number(obj, "accuracy");
   h.targets = f.integer(obj, "targets", 0);
-  if (h.targets == 0) h.loss = h.accuracy = NAN;
+  h.macro_f1 = f.number(obj, "macro_f1");
+  if (h.targets == 0) h.loss = h.accuracy = h.macro_f1 = NAN;
   return h;
 }
 
@@ -139,8 +141,12 @@ void read_eval_record(const json& rec, const FieldReader& f, RunResult& r) {
                      ? held_out_from(rec.at("unseen"), f)
                      : held_out_from(r.buckets, [](const BucketResult& b) { return b.beyond_train; });
   point.all = {r.final_valid_loss, r.final_valid_accuracy, f.integer(rec, "targets", 0)};
-  if (rec.contains("trained") && rec.at("trained").is_object())
+  if (rec.contains("trained") && rec.at("trained").is_object()) {
     point.top_prediction_share = f.number(rec.at("trained"), "top_prediction_share");
+    point.trained_confusion = train::confusion_from_json(rec.at("trained"), f.where + ": trained");
+  }
+  if (rec.contains("labels") && rec.at("labels").is_array())
+    for (const json& name : rec.at("labels")) point.labels.push_back(name.is_string() ? name.get<std::string>() : "");
   if (r.buckets.empty() && !rec.contains("trained")) point.trained = point.all;  // no buckets: all lengths trained
   if (r.single_length && r.longest_trained > 0 && !r.buckets.empty()) {
     // The trainer's groups count every length up to max_len as trained; only max_len was.

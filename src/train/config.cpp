@@ -134,6 +134,22 @@ Range closed(double lo, double hi) { return {lo, hi, false, false}; }
 Range open_closed(double lo, double hi) { return {lo, hi, true, false}; }
 Range closed_open(double lo, double hi) { return {lo, hi, false, true}; }
 
+// The own-data keys of the task section (data/formats.hpp, data/task.hpp), after random_prob.
+void add_own_data_fields(std::vector<Field>& f) {
+  using R = RunConfig;
+  // own data: file formats and text normalization (data/formats.hpp)
+  f.push_back(make_field("task", &R::task, "format", &TaskConfig::format, Kind::choice, {},
+                         {"auto", "jsonl", "csv", "tsv", "conll"}));
+  f.push_back(make_field("task", &R::task, "text_field", &TaskConfig::text_field, Kind::text));
+  f.push_back(make_field("task", &R::task, "label_field", &TaskConfig::label_field, Kind::text));
+  f.push_back(make_field("task", &R::task, "lowercase", &TaskConfig::lowercase, Kind::boolean));
+  f.push_back(make_field("task", &R::task, "split_punctuation", &TaskConfig::split_punctuation, Kind::boolean));
+  f.push_back(make_field("task", &R::task, "min_count", &TaskConfig::min_count, Kind::integer,
+                         closed(1, 1'000'000'000)));
+  f.push_back(make_field("task", &R::task, "max_file_mb", &TaskConfig::max_file_mb, Kind::integer,
+                         closed(1, 1 << 20)));
+}
+
 const std::vector<Field>& fields() {
   static const std::vector<Field> table = [] {
     using R = RunConfig;
@@ -178,6 +194,7 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("task", &R::task, "select_prob", &TaskConfig::select_prob, Kind::number, open_closed(0, 1)));
     f.push_back(make_field("task", &R::task, "mask_prob", &TaskConfig::mask_prob, Kind::number, closed(0, 1)));
     f.push_back(make_field("task", &R::task, "random_prob", &TaskConfig::random_prob, Kind::number, closed(0, 1)));
+    add_own_data_fields(f);
     // optim
     f.push_back(make_enum_field("optim", &R::optim, "name", &OptimConfig::name, optim::kOptimizerNames));
     f.push_back(make_field("optim", &R::optim, "lr", &OptimConfig::lr, Kind::number, open_closed(0, 10)));
@@ -356,6 +373,12 @@ json validated_path(const json& value, const std::string& prefix, const char* or
   fs::path absolute = fs::absolute(path, ec).lexically_normal();
   if (ec) absolute = path.lexically_normal();
   if (require_files && !fs::is_regular_file(absolute, ec)) {
+    // A directory or a FIFO exists: "no such file" would send the user looking for a typo.
+    const fs::file_status status = fs::status(absolute, ec);
+    if (!ec && fs::exists(status)) {
+      const char* kind = fs::is_directory(status) ? "a directory" : fs::is_fifo(status) ? "a FIFO" : "a special file";
+      throw InputError(fmt::format("{}: not a regular file ({}): {}", prefix, kind, absolute.string()));
+    }
     throw InputError(fmt::format("{}: no such file: {}", prefix, absolute.string()));
   }
   return json(absolute.string());
@@ -405,6 +428,31 @@ RunConfig parse_sections(const json& config_json, const std::string& where, cons
     }
   }
   return config;
+}
+
+// The own-data keys: only a data-defined task reads them, and some fit only one of the two tasks.
+void check_own_data_options(const TaskConfig& t, const std::string& where) {
+  auto fail = [&](const std::string& key, const std::string& what) {
+    throw InputError(fmt::format("{}: {}: {}", where, key, what));
+  };
+  if (!data::is_data_task_name(t.name)) {
+    const TaskConfig defaults;
+    for (const auto& [key, changed] :
+         {std::pair{"task.format", t.format != defaults.format}, std::pair{"task.text_field", t.text_field.has_value()},
+          std::pair{"task.label_field", t.label_field.has_value()}, std::pair{"task.lowercase", t.lowercase},
+          std::pair{"task.split_punctuation", t.split_punctuation}, std::pair{"task.min_count", t.min_count != 1}})
+      if (changed)
+        fail(key, fmt::format("applies to your own data (sequence_classification, token_classification), not to the "
+                              "{} task",
+                              t.name));
+    return;
+  }
+  if (t.split_punctuation && t.name == "token_classification")
+    fail("task.split_punctuation", "a token_classification file gives one target per written token; splitting "
+                                   "punctuation would change the token count (split it in the file instead)");
+  if (t.format == "conll" && t.name == "sequence_classification")
+    fail("task.format", "a CoNLL file holds one tag per token: use token_classification, or csv/tsv/jsonl for one "
+                        "label per line");
 }
 
 }  // namespace
@@ -470,7 +518,13 @@ json load_config_json(const std::string& path, int depth) {
   if (!base_name.is_string() || base_name.get<std::string>().empty())
     throw InputError(fmt::format("{}: base: must be the path of another run config, got {}", path, shown(base_name)));
   const std::string base_path = (dir / base_name.get<std::string>()).string();
-  json merged = load_config_json(base_path, depth + 1);
+  json merged;
+  try {
+    merged = load_config_json(base_path, depth + 1);
+  } catch (const InputError& e) {
+    // Say which file named it: the base's own message starts with the base's path.
+    throw InputError(fmt::format("{}: base \"{}\": {}", path, base_name.get<std::string>(), e.what()));
+  }
   if (!merged.is_object()) throw InputError(fmt::format("{}: must be a JSON object", base_path));
   merged.erase("base");
   // Section by section: this file's keys replace the base's.
@@ -539,6 +593,7 @@ void check_config(const RunConfig& config, const std::string& where) {
                                            "shuffled batches of train.batch_size sequences (use \"mixed\")",
                                            t.length_regime));
   }
+  check_own_data_options(t, where);
   if (t.name == "mlm_text") {
     if (!t.train_file) fail("task.train_file", "the mlm_text task has no generator: give a JSONL file of {\"text\": ...} lines");
     if (!t.valid_file) fail("task.valid_file", "the mlm_text task has no generator: give a JSONL file of {\"text\": ...} lines");

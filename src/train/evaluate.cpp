@@ -39,6 +39,7 @@ GroupMetrics group_metrics(const std::vector<BucketMetrics>& buckets, bool beyon
     correct += b.accuracy * double(b.targets);
     sequences_correct += b.sequence_accuracy * double(b.sequences);
     majority_correct += b.majority_correct;
+    group.confusion.merge(b.confusion);
   }
   if (group.targets > 0) {
     group.loss = loss_sum / double(group.targets);
@@ -54,8 +55,11 @@ namespace {
 // The evaluation's totals as metrics: overall, per bucket, the two length groups, the baselines.
 EvalMetrics summed_metrics(const Totals& total, const std::vector<Totals>& per_bucket,
                            const std::vector<data::LengthBucket>& buckets, const Baselines& baselines,
-                           int64_t num_labels, const std::vector<int64_t>& trained_predictions) {
+                           int64_t num_labels, const std::vector<int64_t>& trained_predictions,
+                           const std::vector<Confusion>& bucket_confusion, const Confusion& confusion) {
   EvalMetrics metrics;
+  metrics.confusion = confusion;
+  metrics.labels = baselines.label_names;
   metrics.sequences = total.sequences;
   metrics.targets = total.targets;
   fill(metrics.loss, metrics.accuracy, metrics.sequence_accuracy, total);
@@ -66,6 +70,7 @@ EvalMetrics summed_metrics(const Totals& total, const std::vector<Totals>& per_b
     bucket.targets = per_bucket[i].targets;
     fill(bucket.loss, bucket.accuracy, bucket.sequence_accuracy, per_bucket[i]);
     bucket.majority_correct = per_bucket[i].majority_correct;
+    bucket.confusion = bucket_confusion[i];
     metrics.buckets.push_back(bucket);
   }
   metrics.majority_known = baselines.majority_label >= 0;
@@ -108,6 +113,8 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
   Totals total;
   std::vector<Totals> per_bucket(buckets.size());
   std::vector<int64_t> trained_predictions;  // (V) how often each label was predicted on trained lengths
+  Confusion confusion;                        // (V, V) all targets
+  std::vector<Confusion> bucket_confusion(buckets.size());
   for (const data::Batch& batch : batches) {
     if (io::stop_signal(stop) != 0) {
       model.train(was_training);
@@ -119,6 +126,10 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
     const float* values = logits.data();
     const bool per_sequence = batch.target_kind == data::TargetKind::per_sequence;
     trained_predictions.resize(size_t(V), 0);
+    if (confusion.labels == 0) {
+      confusion = Confusion(static_cast<int32_t>(V));
+      for (Confusion& c : bucket_confusion) c = Confusion(static_cast<int32_t>(V));
+    }
     for (int64_t b = 0; b < batch.batch_size(); ++b) {
       const int64_t index = data::find_bucket(buckets, static_cast<int32_t>(batch.length(b)));
       const bool trained_length = index >= 0 && !buckets[size_t(index)].beyond_train_max;
@@ -135,6 +146,8 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
         const int64_t predicted = argmax_row(values + row * V, V);
         seq.correct += predicted == target ? 1 : 0;
         if (trained_length) ++trained_predictions[size_t(predicted)];
+        confusion.add(target, static_cast<int32_t>(predicted));
+        if (index >= 0) bucket_confusion[size_t(index)].add(target, static_cast<int32_t>(predicted));
         seq.majority_correct += target == baselines.majority_label ? 1 : 0;
       }
       seq.sequences_correct = seq.correct == seq.targets ? 1 : 0;
@@ -151,7 +164,8 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
     }
   }
   model.train(was_training);
-  return summed_metrics(total, per_bucket, buckets, baselines, num_labels, trained_predictions);
+  return summed_metrics(total, per_bucket, buckets, baselines, num_labels, trained_predictions, bucket_confusion,
+                        confusion);
 }
 
 namespace {
@@ -183,9 +197,9 @@ std::string describe_groups(const EvalMetrics& metrics) {
   return out;
 }
 
-nlohmann::json to_json(const GroupMetrics& g) {
+nlohmann::json to_json(const GroupMetrics& g, const std::vector<std::string>& label_names) {
   const bool any = g.targets > 0;
-  return {{"loss", number_or_null(any, g.loss)},
+  nlohmann::json out = {{"loss", number_or_null(any, g.loss)},
           {"accuracy", number_or_null(any, g.accuracy)},
           {"sequence_accuracy", number_or_null(g.sequences > 0, g.sequence_accuracy)},
           {"sequences", g.sequences},
@@ -193,6 +207,8 @@ nlohmann::json to_json(const GroupMetrics& g) {
           {"majority_accuracy", number_or_null(g.majority_accuracy.has_value(), g.majority_accuracy.value_or(0.0))},
           {"top_prediction_share",
            number_or_null(g.top_prediction_share.has_value(), g.top_prediction_share.value_or(0.0))}};
+  out.update(class_metrics_json(g.confusion, label_names));
+  return out;
 }
 
 nlohmann::json to_json(const EvalMetrics& metrics) {
@@ -208,16 +224,19 @@ nlohmann::json to_json(const EvalMetrics& metrics) {
                        {"count", b.sequences},
                        {"targets", b.targets}});
   }
-  return {{"loss", metrics.loss},
+  nlohmann::json out = {{"loss", metrics.loss},
           {"accuracy", metrics.accuracy},
           {"sequence_accuracy", metrics.sequence_accuracy},
           {"sequences", metrics.sequences},
           {"targets", metrics.targets},
           {"buckets", buckets},
-          {"trained", to_json(metrics.trained)},
-          {"unseen", metrics.unseen ? to_json(*metrics.unseen) : nlohmann::json(nullptr)},
+          {"trained", to_json(metrics.trained, metrics.labels)},
+          {"unseen", metrics.unseen ? to_json(*metrics.unseen, metrics.labels) : nlohmann::json(nullptr)},
           {"uniform_loss", metrics.uniform_loss},
-          {"uniform_accuracy", metrics.uniform_accuracy}};
+          {"uniform_accuracy", metrics.uniform_accuracy},
+          {"labels", metrics.labels}};
+  out.update(class_metrics_json(metrics.confusion, metrics.labels));
+  return out;
 }
 
 namespace {
@@ -257,6 +276,7 @@ GroupMetrics group_metrics_from_json(const nlohmann::json& g, const std::string&
       throw InputError(fmt::format("{}: top_prediction_share: expected a number", at));
     group.top_prediction_share = g.at("top_prediction_share").get<double>();
   }
+  group.confusion = confusion_from_json(g, at);  // absent in older records: empty
   return group;
 }
 
@@ -296,6 +316,10 @@ EvalMetrics eval_metrics_from_json(const nlohmann::json& json, const std::string
   metrics.trained = read_group("trained", false).value_or(GroupMetrics{});
   metrics.unseen = read_group("unseen", true);
   metrics.majority_known = metrics.trained.majority_accuracy.has_value();
+  metrics.confusion = confusion_from_json(json, where);
+  if (json.contains("labels") && json.at("labels").is_array())
+    for (const nlohmann::json& name : json.at("labels"))
+      if (name.is_string()) metrics.labels.push_back(name.get<std::string>());
   if (json.contains("uniform_loss")) {
     metrics.uniform_loss = number_or_zero(json, "uniform_loss", where);
     metrics.uniform_accuracy = number_or_zero(json, "uniform_accuracy", where);

@@ -132,7 +132,7 @@ data::Task saved_task(const io::SafetensorsFile& file, const RunConfig& config, 
 // sample again.
 Baselines saved_baselines(const io::SafetensorsFile& file, const RunConfig& config, const data::Task& task,
                           const std::string& checkpoint) {
-  Baselines baselines{task.num_classes(), -1};
+  Baselines baselines{task.num_classes(), -1, task.output_vocab.tokens()};
   if (file.metadata.count("majority_label") != 0) {
     const std::string& label = file.metadata.at("majority_label");
     const std::optional<int32_t> id = task.output_vocab.find(label);
@@ -159,6 +159,7 @@ LoadedRun load_run(const std::string& dir) {
   RunConfig config =
       config_from_json(metadata_json(file, "config"), paths.checkpoint + ": metadata 'config'", ".", false);
   data::Task task = saved_task(file, config, paths.checkpoint);
+  apply_task_options(task, config.task);
   nn::ModelOptions model_options;
   try {
     model_options = build_model_options(config, task);
@@ -197,17 +198,20 @@ RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& dat
   std::optional<DataChange> changed;
   if (data_file) {
     digest = fingerprint_data_file("--data", *data_file);
-    dataset.emplace(load_eval_file(*data_file, run.config, run.task));
-    description = *data_file;
+    FileUse use;
+    dataset.emplace(load_eval_file(*data_file, run.config, run.task, &use));
+    description = use.used == use.lines && use.reserved == 0 ? *data_file : fmt::format("{} ({})", *data_file, use.describe());
   } else {
     if (run.config.task.valid_file) {
       digest = fingerprint_data_file("task.valid_file", *run.config.task.valid_file);
       const std::vector<DataChange> changes = changed_data(run.trained_on, {*digest});
       if (!changes.empty()) changed = changes.front();
     }
-    dataset.emplace(load_valid_set(run.config, run.task));
+    FileUse use;
+    dataset.emplace(load_valid_set(run.config, run.task, nullptr, &use));
     description = run.config.task.valid_file
-                      ? *run.config.task.valid_file
+                      ? (use.used == use.lines ? *run.config.task.valid_file
+                                               : fmt::format("{} ({})", *run.config.task.valid_file, use.describe()))
                       : fmt::format("generated validation set ({} examples, lengths {}-{})", dataset->size(),
                                     run.config.task.min_len, run.config.task.eval_max_len);
   }

@@ -23,13 +23,26 @@ data::Task data_task_schema(const std::string& name) {
   return data::make_data_task(name, {"w"}, {"l"}, kMaxFileSequence);
 }
 
+void apply_task_options(data::Task& task, const TaskConfig& t) {
+  task.text = {t.lowercase, t.split_punctuation};
+  task.file.format = t.format;
+  task.file.text_field = t.text_field.value_or("");
+  task.file.label_field = t.label_field.value_or("");
+  task.file.max_file_bytes = t.max_file_mb << 20;
+  task.file.min_count = t.min_count;
+}
+
 data::Task build_task(const RunConfig& config, io::StopFlag stop) {
   if (data::is_data_task_name(config.task.name)) {
     // Validation guarantees a training file for a data-defined task.
-    const std::vector<data::StringExample> examples = data::load_string_examples(
-        *config.task.train_file, data_task_schema(config.task.name), data::kMaxJsonlBytes, stop);
+    data::Task schema = data_task_schema(config.task.name);
+    apply_task_options(schema, config.task);
+    data::LoadStats skipped;  // over-long lines are skipped here as in training
+    const data::VocabularyCounts counts = data::count_vocabulary(*config.task.train_file, schema, stop, &skipped);
     try {
-      return data::make_data_task(config.task.name, examples, kMaxFileSequence);
+      data::Task task = data::make_data_task(config.task.name, counts, config.task.min_count, kMaxFileSequence);
+      apply_task_options(task, config.task);
+      return task;
     } catch (const InputError& e) {
       throw InputError(fmt::format("{}: {}", *config.task.train_file, e.what()));
     }
@@ -37,11 +50,16 @@ data::Task build_task(const RunConfig& config, io::StopFlag stop) {
   if (config.task.name != "mlm_text") {
     data::Task task = data::make_task(config.task.name);
     task.max_seq_len = kMaxFileSequence;
+    apply_task_options(task, config.task);
     return task;
   }
   // Validation guarantees a training file for mlm_text.
-  std::vector<std::string> lines = data::load_text_lines(*config.task.train_file, kMaxFileSequence, data::kMaxJsonlBytes, stop);
-  return data::make_text_task(lines, kMaxFileSequence);
+  data::LoadStats stats;  // over-long lines are skipped here as in training
+  std::vector<std::string> lines = data::load_text_lines(*config.task.train_file, kMaxFileSequence,
+                                                         config.task.max_file_mb << 20, stop, &stats);
+  data::Task task = data::make_text_task(lines, kMaxFileSequence);
+  apply_task_options(task, config.task);
+  return task;
 }
 
 data::Task build_text_task(const std::vector<uint8_t>& characters) {
@@ -115,22 +133,40 @@ std::string task_title(const RunConfig& config) {
 }
 
 std::string FileUse::describe() const {
-  if (used == lines) return fmt::format("used all {} lines", lines);
   std::vector<std::string> reasons;
   if (shorter > 0) reasons.push_back(fmt::format("{} shorter than task.min_len {}", shorter, min_len));
   if (longer > 0) reasons.push_back(fmt::format("{} longer than {} {}", longer, max_key, max_len));
   if (beyond_count > 0) reasons.push_back(fmt::format("{} after the first task.eval_examples {}", beyond_count, count_limit));
-  return fmt::format("used {} of {} lines: {}", used, lines, fmt::join(reasons, ", "));
+  std::string out = used == lines ? fmt::format("used all {} lines", lines)
+                                  : fmt::format("used {} of {} lines: {}", used, lines, fmt::join(reasons, ", "));
+  if (reserved > 0)
+    out += fmt::format("; warning: {} tokens written as the reserved \"[PAD]\" or \"[UNK]\" were read as [UNK]", reserved);
+  return out;
 }
+
+namespace {
+
+// The examples of a data file, over-long lines skipped and counted in `counts` (data::LoadStats).
+std::vector<data::Example> load_counted(const std::string& path, const data::Task& task, io::StopFlag stop,
+                                        FileUse& counts) {
+  data::LoadStats stats;
+  std::vector<data::Example> all = data::load_jsonl(path, task, task.file.max_file_bytes, stop, &stats);
+  counts.lines = stats.lines;
+  counts.longer = stats.too_long;
+  counts.reserved = stats.reserved;
+  counts.unknown = stats.unknown;
+  return all;
+}
+
+}  // namespace
 
 std::optional<data::Dataset> load_train_set(const RunConfig& config, const data::Task& task, io::StopFlag stop,
                                             FileUse* use) {
   if (!config.task.train_file) return std::nullopt;
   const std::string& path = *config.task.train_file;
-  std::vector<data::Example> all = data::load_jsonl(path, task, data::kMaxJsonlBytes, stop);
-  std::vector<data::Example> kept;
   FileUse counts;
-  counts.lines = static_cast<int64_t>(all.size());
+  std::vector<data::Example> all = load_counted(path, task, stop, counts);
+  std::vector<data::Example> kept;
   counts.min_len = config.task.min_len;
   counts.max_len = config.task.max_len;
   counts.max_key = "task.max_len";
@@ -155,10 +191,9 @@ data::Dataset load_valid_set(const RunConfig& config, const data::Task& task, io
     return data::Dataset(task, data::generate_examples(task, t.eval_examples, static_cast<int32_t>(t.min_len),
                                                        static_cast<int32_t>(t.eval_max_len), valid_seed(config), stop));
   }
-  std::vector<data::Example> all = data::load_jsonl(*t.valid_file, task, data::kMaxJsonlBytes, stop);
-  std::vector<data::Example> kept;
   FileUse counts;
-  counts.lines = static_cast<int64_t>(all.size());
+  std::vector<data::Example> all = load_counted(*t.valid_file, task, stop, counts);
+  std::vector<data::Example> kept;
   counts.max_len = t.eval_max_len;
   counts.max_key = "task.eval_max_len";
   counts.count_limit = t.eval_examples;
@@ -179,16 +214,22 @@ data::Dataset load_valid_set(const RunConfig& config, const data::Task& task, io
   return data::Dataset(task, std::move(kept));
 }
 
-data::Dataset load_eval_file(const std::string& path, const RunConfig& config, const data::Task& task) {
-  std::vector<data::Example> examples = data::load_jsonl(path, task);
-  for (size_t i = 0; i < examples.size(); ++i) {
-    // load_jsonl refuses blank lines, so example i is on line i + 1.
-    if (static_cast<int64_t>(examples[i].tokens.size()) > config.model.max_len) {
-      throw InputError(fmt::format("{}:{}: sequence of length {} is longer than this model's model.max_len {}", path,
-                                   i + 1, examples[i].tokens.size(), config.model.max_len));
-    }
+data::Dataset load_eval_file(const std::string& path, const RunConfig& config, const data::Task& task, FileUse* use) {
+  FileUse counts;
+  std::vector<data::Example> all = load_counted(path, task, nullptr, counts);
+  counts.max_len = config.model.max_len;
+  counts.max_key = "model.max_len";
+  std::vector<data::Example> kept;
+  for (data::Example& example : all) {
+    if (static_cast<int64_t>(example.tokens.size()) <= config.model.max_len) kept.push_back(std::move(example));
+    else ++counts.longer;
   }
-  return data::Dataset(task, std::move(examples));
+  counts.used = static_cast<int64_t>(kept.size());
+  if (use) *use = counts;
+  if (kept.empty())
+    throw InputError(fmt::format("{}: no example has a length of at most this model's model.max_len {}", path,
+                                 config.model.max_len));
+  return data::Dataset(task, std::move(kept));
 }
 
 int32_t train_max_length(const RunConfig& config, const std::optional<data::Dataset>& train_set) {

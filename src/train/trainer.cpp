@@ -54,7 +54,7 @@ Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
                                        static_cast<int32_t>(config_.task.bucket_width), train_max_len_);
   if (config_.task.length_regime == "single")  // its one trained length in a bucket of its own
     buckets_ = data::cut_buckets_before(std::move(buckets_), static_cast<int32_t>(config_.task.max_len));
-  baselines_ = {task_.num_classes(), majority_label(config_, task_, train_set_)};
+  baselines_ = {task_.num_classes(), majority_label(config_, task_, train_set_), task_.output_vocab.tokens()};
 
   // The data stream gets its own seed, so changing the model's initialization does not change the batches.
   const uint64_t data_seed = data::derive_seed(static_cast<uint64_t>(config_.train.seed), 1);

@@ -12,11 +12,13 @@
 //
 // Symbols and classes are the task's token strings, so a file is readable and does not depend on
 // how ids are numbered. Blank lines at the end of a file are ignored. Loading is strict otherwise: an
-// empty file, a blank line, malformed JSON, a missing
-// or extra (or repeated) key, a wrong type, an unknown symbol or class, an empty sequence, one
-// longer than task.max_seq_len, or a targets array whose length differs from tokens is an
-// InputError "PATH:LINE: what is wrong" (lines count from 1). A file larger than max_file_bytes is
-// refused before it is read.
+// empty file, a blank line, malformed JSON, a missing or repeated key, an extra key (built-in tasks;
+// a data-defined task ignores other keys and reads the ones task.text_field / task.label_field
+// name), a wrong type, an unknown symbol or class, an empty sequence, or a targets array whose
+// length differs from tokens is an InputError "PATH:LINE: what is wrong" (lines count from 1). A
+// sequence longer than task.max_seq_len is skipped and counted when the caller asks (LoadStats),
+// an InputError otherwise. A file larger than max_file_bytes is refused before it is read.
+// Data-defined tasks also read CSV, TSV and CoNLL files (formats.hpp).
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -35,19 +37,36 @@ inline constexpr int64_t kMaxJsonlBytes = int64_t{64} << 20;  // 64 MiB
 // Longer lines are refused before they are parsed, so a line's size bounds the memory it takes.
 constexpr int64_t max_jsonl_line_bytes(int32_t max_seq_len) { return 64 * int64_t{max_seq_len} + 4096; }
 
-// Masked-LM lines load as raw examples (targets empty); see mlm.hpp. A stop request (io/stop.hpp)
-// throws io::StopRequested between lines.
+// What a loader read besides its examples. Given one, a loader skips and counts the sequences
+// longer than the task's max_seq_len (the one rule for over-long lines: the caller's own length
+// limit then filters the rest the same way); without one, such a line is an InputError.
+struct LoadStats {
+  int64_t lines = 0;     // examples in the file, over-long ones included
+  int64_t too_long = 0;  // skipped: longer than max_seq_len (or a line longer than any such example)
+  int64_t tokens = 0;    // data-defined tasks: input tokens of the examples read
+  int64_t unknown = 0;   //   of them read as [UNK]: absent from the vocabulary (or rarer than task.min_count)
+  int64_t reserved = 0;  //   of them written as "[PAD]" or "[UNK]" in the file, read as [UNK]
+};
+
+// Masked-LM lines load as raw examples (targets empty); see mlm.hpp. Data-defined tasks read the
+// file in its format (formats.hpp). A stop request (io/stop.hpp) throws io::StopRequested between lines.
 std::vector<Example> load_jsonl(const std::string& path, const Task& task, int64_t max_file_bytes = kMaxJsonlBytes,
-                                io::StopFlag stop = nullptr);
+                                io::StopFlag stop = nullptr, LoadStats* stats = nullptr);
 
 // The "text" strings of a masked-LM file, for building its vocabulary (make_text_task). Same checks.
 std::vector<std::string> load_text_lines(const std::string& path, int32_t max_chars,
-                                         int64_t max_file_bytes = kMaxJsonlBytes, io::StopFlag stop = nullptr);
+                                         int64_t max_file_bytes = kMaxJsonlBytes, io::StopFlag stop = nullptr,
+                                         LoadStats* stats = nullptr);
 
-// The strings of a data-defined task's file, for building its vocabulary and labels (make_data_task).
-// `schema` says the shape (its kind, target_kind and max_seq_len; its vocabularies are not used).
+// The strings of a data-defined task's file (any format). `schema` says the shape (its kind,
+// target_kind, max_seq_len, text and file options; its vocabularies are not used).
 std::vector<StringExample> load_string_examples(const std::string& path, const Task& schema,
-                                                int64_t max_file_bytes = kMaxJsonlBytes, io::StopFlag stop = nullptr);
+                                                int64_t max_file_bytes = kMaxJsonlBytes, io::StopFlag stop = nullptr,
+                                                LoadStats* stats = nullptr);
+// The same file counted for make_data_task(name, counts, min_count) without keeping its strings;
+// the size limit is schema.file.max_file_bytes.
+VocabularyCounts count_vocabulary(const std::string& path, const Task& schema, io::StopFlag stop = nullptr,
+                                  LoadStats* stats = nullptr);
 
 // One line of a file; `where` ("PATH:LINE") starts every error message.
 Example parse_jsonl_line(std::string_view line, const Task& task, std::string_view where);

@@ -46,7 +46,9 @@
 //   byte order, no specials; a label the training file lacks is an error (the head has no output
 //   for it).
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,6 +69,31 @@ enum class Segmentation { symbols, characters, words };
 inline constexpr const char* kPadToken = "[PAD]";
 inline constexpr const char* kUnkToken = "[UNK]";
 
+// How a data-defined task's text becomes words, in its files and at predict time alike
+// (docs/config.md, task.lowercase and task.split_punctuation). Words are split on whitespace; then
+//   lowercase          ASCII letters are lower-cased ("Great" -> "great"; other bytes unchanged)
+//   split_punctuation  every ASCII punctuation character is a word of its own ("good," -> "good" ",";
+//                      "don't" -> "don" "'" "t"); sequence_classification only, since it would
+//                      change the number of tokens a per-token target list was written for
+struct TextOptions {
+  bool lowercase = false;
+  bool split_punctuation = false;
+};
+// The words of `text` under `options`, appended to `words`.
+void split_words(std::string_view text, const TextOptions& options, std::vector<std::string>& words);
+// One word as the options normalize it (lowercase only: a word holds no whitespace).
+std::string normalize_word(std::string_view word, const TextOptions& options);
+
+// How a data-defined task's files are read (data/formats.hpp, docs/config.md "Your own data").
+struct FileOptions {
+  std::string format = "auto";  // auto (by extension) | jsonl | csv | tsv | conll
+  std::string text_field;       // the key / column of the text ("": tokens in JSONL, text in CSV/TSV)
+  std::string label_field;      // the key / column of the label or tags ("": label / targets in JSONL,
+                                // label / tags in CSV/TSV)
+  int64_t max_file_bytes = int64_t{64} << 20;  // larger files are refused before they are read
+  int64_t min_count = 1;        // training tokens seen fewer times are read as [UNK]
+};
+
 struct Task {
   std::string name;  // "reverse", "sort", "brackets", "majority", "mlm_text"
   TaskKind kind = TaskKind::reverse;
@@ -75,6 +102,8 @@ struct Task {
   Vocab input_vocab;   // what the model reads: embedding rows
   Vocab output_vocab;  // the classes it predicts: head outputs (mlm_text: same as input_vocab)
   int32_t max_seq_len = 256;  // longest sequence a data file may hold (the loader refuses longer)
+  TextOptions text;           // data-defined tasks: how text becomes words
+  FileOptions file;           // data-defined tasks: how files are read
 
   int32_t input_vocab_size() const { return input_vocab.size(); }
   int32_t num_classes() const { return output_vocab.size(); }
@@ -110,6 +139,18 @@ struct StringExample {
 };
 // The task whose vocabulary and labels are those of `examples` (each sorted by bytes, distinct).
 Task make_data_task(std::string_view name, const std::vector<StringExample>& examples, int32_t max_seq_len = 4096);
+
+// What a training file holds, counted without keeping its examples (a large file's strings would
+// take many times its size): each distinct token with its count, each distinct label.
+struct VocabularyCounts {
+  std::map<std::string, int64_t> tokens;  // "[PAD]" / "[UNK]" written in the data are not counted
+  std::set<std::string> labels;
+  void add(const StringExample& example);
+};
+// The task of these counts: tokens seen at least `min_count` times get their own id, rarer ones are
+// read as "[UNK]" (so the "[UNK]" row is trained). InputError when min_count leaves no token.
+Task make_data_task(std::string_view name, const VocabularyCounts& counts, int64_t min_count,
+                    int32_t max_seq_len = 4096);
 
 // An algorithmic task by name; InputError naming the known tasks otherwise. "mlm_text" needs its
 // vocabulary from training text: use make_text_task.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "normlab/study/plan.hpp"
+#include "normlab/train/class_metrics.hpp"
 
 namespace normlab::study {
 
@@ -25,6 +26,7 @@ struct BucketResult {
 struct HeldOut {
   double loss = NAN, accuracy = NAN;
   int64_t targets = 0;
+  double macro_f1 = NAN;  // records with per-class metrics (train/class_metrics.hpp); NaN otherwise
 };
 // Trained lengths (unseen = false) or unseen lengths of an evaluation, from its buckets.
 HeldOut held_out_of(const std::vector<BucketResult>& buckets, bool unseen);
@@ -36,6 +38,8 @@ struct EvalPoint {
   int64_t step = 0;
   HeldOut trained, unseen, all;
   double top_prediction_share = NAN;  // trained lengths: share of the most frequent prediction (NaN: not logged)
+  train::Confusion trained_confusion{};  // trained lengths: targets against answers (empty: not logged)
+  std::vector<std::string> labels{};     // class names by id (empty: not logged)
 };
 // One diagnostics step record: per block, the residual stream's RMS after it and its parameters'
 // gradient norm.

@@ -63,6 +63,14 @@ struct TaskConfig {
   double select_prob = 0.15;              // mlm_text: fraction of positions with a target
   double mask_prob = 0.8;                 // mlm_text: of those, replaced by [MASK]
   double random_prob = 0.1;               // mlm_text: of those, replaced by a random character
+  // Own data (sequence_classification, token_classification; data/formats.hpp, data/task.hpp):
+  std::string format = "auto";            // auto (by extension) | jsonl | csv | tsv | conll
+  std::optional<std::string> text_field;  // JSONL key / CSV column of the text (null: tokens / text)
+  std::optional<std::string> label_field; // ... of the label or tags (null: label / targets / tags)
+  bool lowercase = false;                 // ASCII letters lower-cased, in files and at predict time
+  bool split_punctuation = false;         // ASCII punctuation split off as words (sequence_classification)
+  int64_t min_count = 1;                  // rarer training tokens are read as [UNK]
+  int64_t max_file_mb = 64;               // every data file: larger ones are refused (MiB)
   bool operator==(const TaskConfig&) const = default;
 };
 

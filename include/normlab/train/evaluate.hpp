@@ -21,6 +21,7 @@
 #include "normlab/data/buckets.hpp"
 #include "normlab/io/stop.hpp"
 #include "normlab/nn/encoder.hpp"
+#include "normlab/train/class_metrics.hpp"
 
 namespace normlab::train {
 
@@ -32,6 +33,7 @@ struct BucketMetrics {
   double accuracy = 0.0;
   double sequence_accuracy = 0.0;
   int64_t majority_correct = 0;  // targets equal to the training data's most frequent label
+  Confusion confusion;           // (V, V) targets against answers, V = the logits' width
 };
 
 // A group of buckets summed: loss, accuracy and majority_accuracy weighted by targets,
@@ -46,12 +48,14 @@ struct GroupMetrics {
   // The share of targets whose prediction is the group's most frequent prediction (1: constant
   // output); set for the trained group only, nullopt elsewhere.
   std::optional<double> top_prediction_share;
+  Confusion confusion;  // the buckets' matrices summed (class_metrics.hpp: per-class metrics, macro-F1)
 };
 
 // What the baselines need from the task and its training data.
 struct Baselines {
   int32_t num_labels = 0;       // K, the labels the task can output; 0: the logits' width
   int32_t majority_label = -1;  // the training data's most frequent label; -1: unknown
+  std::vector<std::string> label_names;  // the task's classes by id, for per-class metrics
 };
 
 struct EvalMetrics {
@@ -66,6 +70,8 @@ struct EvalMetrics {
   double uniform_loss = 0.0;           // ln K
   double uniform_accuracy = 0.0;       // 1 / K
   bool majority_known = false;         // majority_correct counts mean something
+  Confusion confusion;                 // every target, bucketed or not
+  std::vector<std::string> labels;     // class names by id (Baselines::label_names)
 };
 
 // The buckets with beyond_train_max == beyond summed (majority_known: fill majority_accuracy).
@@ -86,14 +92,16 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
 //  "buckets": [{"min_len", "max_len", "beyond_train", "loss", "accuracy", "sequence_accuracy",
 //               "count" (sequences), "targets"}],
 //  "trained": {"loss", "accuracy", "sequence_accuracy", "sequences", "targets", "majority_accuracy"},
-//  "unseen": the same or null, "uniform_loss", "uniform_accuracy"}; an empty bucket or group has null
-//  loss and accuracies, an unknown majority label a null majority_accuracy.
+//  "unseen": the same or null, "uniform_loss", "uniform_accuracy", "labels"}; an empty bucket or group
+//  has null loss and accuracies, an unknown majority label a null majority_accuracy. The whole
+//  evaluation and each group also carry class_metrics_json: "macro_f1", "balanced_accuracy",
+//  "confusion", "classes".
 nlohmann::json to_json(const EvalMetrics& metrics);
 // One line for logs: "trained lengths 1-16: loss 0.0100, accuracy 1.0000, sequence accuracy 1.0000
 // (majority 0.1000); unseen lengths 17-64: loss ..., accuracy ...; chance: loss 2.3026, accuracy 0.1000".
 std::string describe_groups(const EvalMetrics& metrics);
 
-nlohmann::json to_json(const GroupMetrics& group);
+nlohmann::json to_json(const GroupMetrics& group, const std::vector<std::string>& label_names = {});
 GroupMetrics group_metrics_from_json(const nlohmann::json& json, const std::string& where);
 // The inverse of to_json (null values read as 0). InputError "<where>: ..." on a missing key.
 EvalMetrics eval_metrics_from_json(const nlohmann::json& json, const std::string& where);

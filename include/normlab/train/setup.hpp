@@ -32,6 +32,10 @@ inline uint64_t valid_seed(const RunConfig& config) {
 // The task the config names. mlm_text: the character vocabulary is read from task.train_file; a
 // data-defined task: its tokens and labels likewise (InputError "FILE: ..." naming what is wrong).
 data::Task build_task(const RunConfig& config, io::StopFlag stop = nullptr);
+// The config's text and file options on a task (task.lowercase, task.split_punctuation,
+// task.format, task.text_field, task.label_field, task.max_file_mb, task.min_count): a task loaded
+// back from a checkpoint reads text as its training did.
+void apply_task_options(data::Task& task, const TaskConfig& t);
 // mlm_text rebuilt from the UTF-8 bytes of its characters (saved in a checkpoint), so a run can be
 // evaluated and queried without its training file.
 data::Task build_text_task(const std::vector<uint8_t>& characters);
@@ -54,6 +58,7 @@ std::string task_title(const RunConfig& config);
 struct FileUse {
   int64_t lines = 0, used = 0;
   int64_t shorter = 0, longer = 0, beyond_count = 0;  // below min_len, above max_len, past count_limit
+  int64_t reserved = 0, unknown = 0;  // tokens written as [PAD]/[UNK]; tokens read as [UNK] (data::LoadStats)
   int64_t min_len = 0, max_len = 0, count_limit = 0;
   std::string max_key;  // "task.max_len" or "task.eval_max_len"
   // "used all 2000 lines" or "used 1034 of 2000 lines: 966 longer than task.max_len 16"
@@ -72,9 +77,10 @@ std::optional<data::Dataset> load_train_set(const RunConfig& config, const data:
 data::Dataset load_valid_set(const RunConfig& config, const data::Task& task, io::StopFlag stop = nullptr,
                              FileUse* use = nullptr);
 
-// A user's evaluation file (`normlab eval --data`): every line, in order. A sequence longer than
-// model.max_len is an InputError "PATH:LINE: ...".
-data::Dataset load_eval_file(const std::string& path, const RunConfig& config, const data::Task& task);
+// A user's evaluation file (`normlab eval --data`): every line, in order, except the sequences
+// longer than model.max_len, skipped and counted as in training and validation (`use`).
+data::Dataset load_eval_file(const std::string& path, const RunConfig& config, const data::Task& task,
+                             FileUse* use = nullptr);
 
 // The longest training sequence: task.max_len for generated data, the longest kept line otherwise.
 int32_t train_max_length(const RunConfig& config, const std::optional<data::Dataset>& train_set);
