@@ -30,6 +30,7 @@
 #include "normlab/io/dir_lock.hpp"
 #include "normlab/io/paths.hpp"
 #include "normlab/study/compare.hpp"
+#include "normlab/study/progress.hpp"
 
 namespace normlab::cli {
 
@@ -104,11 +105,7 @@ pid_t launch(const std::string& exe, const std::vector<std::string>& args, const
   return pid;
 }
 
-std::string format_eta(double seconds) {
-  if (!(seconds >= 0)) return "?";
-  const int s = int(seconds + 0.5);
-  return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
-}
+std::string format_eta(double seconds) { return study::format_duration(seconds); }
 
 // --shard I/K as {I, K}: this process trains the runs whose index is I modulo K.
 using Shard = std::optional<std::pair<size_t, size_t>>;
@@ -229,11 +226,7 @@ class RunWatcher {
   void print_progress(bool final_line) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     const int finished = done_ + diverged_ + failed_;
-    std::string eta = "?";
-    if (finished > 0) {
-      const double per_run = busy_seconds_ / finished;
-      eta = format_eta(per_run * double(to_run_ - size_t(finished)) / jobs_);
-    }
+    const std::string eta = format_eta(study::study_eta_seconds(busy_seconds_, size_t(finished), to_run_, size_t(jobs_)));
     const std::string line =
         fmt::format("compare: {}/{} runs done ({} diverged, {} failed, {} skipped as finished{}), {} running, "
                     "elapsed {}, ETA {}",
