@@ -289,6 +289,20 @@ Planned plan_and_read(const std::string& dir, bool compare, std::vector<std::str
   return out;
 }
 
+// The run table's default order: running runs first, then stopped, diverged, the unreadable, queued, finished; by name within.
+int state_order(RunState s) {
+  switch (s) {
+    case RunState::running: return 0;
+    case RunState::stopped: return 1;
+    case RunState::diverged: return 2;
+    case RunState::error: return 3;
+    case RunState::unreadable: return 4;
+    case RunState::queued: return 5;
+    case RunState::finished: return 6;
+  }
+  return 7;
+}
+
 bool judged(RunState state) { return state == RunState::finished || state == RunState::diverged; }
 
 // "a (running, step 120 of 400), b (queued) and 7 more": the runs not judged yet.
@@ -406,7 +420,9 @@ Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, F
       out.runs.push_back(queued_run(name, spec_of.count(name) ? spec_of[name] : nullptr));
       out.runs.back().path = (fs::path("runs") / name).string();
     }
-  std::sort(out.runs.begin(), out.runs.end(), [](const RunStatus& a, const RunStatus& b) { return a.name < b.name; });
+  std::sort(out.runs.begin(), out.runs.end(), [](const RunStatus& a, const RunStatus& b) {
+    return std::pair(state_order(a.state), a.name) < std::pair(state_order(b.state), b.name);
+  });
   if (planned.results.empty()) return out;
   auto results = std::make_shared<std::vector<study::RunResult>>();
   for (const study::RunSpec& spec : planned.plan.runs)
@@ -438,6 +454,27 @@ std::string progress_line(const std::vector<RunStatus>& runs) {
   return fmt::format("{}/{} runs done ({} diverged), {} running, {} queued{}, ETA {}", done, runs.size(), diverged, running,
                      queued, stopped ? fmt::format(", {} stopped", stopped) : "",
                      done == runs.size() ? "–" : study::format_duration(eta));
+}
+
+// The run table's rows as the server draws them (the page's script draws the same, and sorts).
+std::string rows_html(const std::vector<RunStatus>& runs) {
+  auto number = [](double v) { return std::isfinite(v) ? fmt::format("{:.4g}", v) : "–"; };
+  std::string html;
+  for (const RunStatus& r : runs) {
+    const std::string step = r.total_steps > 0 ? fmt::format("{} / {}", r.step, r.total_steps) : std::to_string(r.step);
+    std::string extra;
+    for (const auto& [key, value] : r.extra) extra += "<td>" + study::xml_escape(value) + "</td>";
+    html += fmt::format(
+        "<tr class=\"serve-{0}\" data-state=\"{0}\" data-run=\"{1}\"><td></td><td>{1}</td><td>{2}</td><td>{0}{3}</td>"
+        "<td>{4}</td><td>{5}</td><td>{6}</td><td>{7}</td><td>{8}</td><td>{9}</td><td>{10}</td><td>{11}</td><td>{12}</td>{13}"
+        "<td></td></tr>\n",
+        state_name(r.state), study::xml_escape(r.name), study::xml_escape(r.variant),
+        r.problem.empty() ? "" : " (" + study::xml_escape(r.problem) + ")", step,
+        r.state == RunState::running ? format_eta(r.eta_s) : "–", number(r.last_loss), number(r.best_accuracy),
+        number(r.best_loss), number(r.lr), r.layers > 0 ? std::to_string(r.layers) : "–",
+        r.warmup < 0 ? "–" : r.warmup ? "on" : "off", r.seed < 0 ? "–" : std::to_string(r.seed), extra);
+  }
+  return html;
 }
 
 json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
@@ -558,7 +595,8 @@ LiveReport::Page LiveReport::page() {
   if (!dir_problem.empty()) drawn.problem = dir_problem;
   Page page;
   page.etag = fmt::format("\"{:016x}\"", std::hash<std::string>{}(fingerprint));
-  const study::HtmlExtras extras{live_head(), live_top(), live_script(page.etag)};
+  const study::HtmlExtras extras{live_head(), live_top(progress_line(drawn.runs), rows_html(drawn.runs)),
+                                 live_script(page.etag)};
   if (!drawn.report)
     drawn.report = study::ReportModel{
         layout.compare ? "normlab compare report" : "normlab serve: " + dir_,

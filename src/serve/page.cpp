@@ -57,13 +57,14 @@ std::string live_head() {
          "#chart-hover{min-height:1.4em;font-family:monospace}.serve-help{color:#666;font-size:13px}</style>\n";
 }
 
-std::string live_top() {
-  return "<section id=\"serve-status\"><h2>Runs</h2>\n<p><b id=\"serve-progress\">reading the runs…</b> "
+std::string live_top(const std::string& progress, const std::string& rows_html) {
+  return "<section id=\"serve-status\"><h2>Runs</h2>\n<p><b id=\"serve-progress\">" + study::xml_escape(progress) + "</b> "
          "<span id=\"serve-note\"></span></p>\n<div id=\"serve-notices\"></div>\n"
          "<p><input id=\"serve-filter\" size=\"40\" placeholder=\"filter: name, variant, state, value…\"> "
          "<span id=\"serve-count\"></span> <span class=\"serve-help\">Click a column to sort (again: reverse); "
          "running runs come first until then.</span></p>\n"
-         "<div id=\"serve-runs\"><table id=\"serve-table\"><thead></thead><tbody></tbody></table></div></section>\n"
+         "<div id=\"serve-runs\"><table id=\"serve-table\"><thead></thead><tbody>\n" + rows_html +
+         "</tbody></table></div></section>\n"
          "<section id=\"serve-charts\"><h2>Charts</h2>\n<p>metric <select id=\"chart-metric\"></select> against "
          "<select id=\"chart-x\"><option value=\"step\">step</option><option value=\"time\">training time</option></select> "
          "y axis <select id=\"chart-scale\"><option value=\"linear\">linear</option><option value=\"logarithmic\">log</option>"

@@ -156,6 +156,20 @@ ComparePlan plan_from_compare_dir(const std::string& dir, const std::vector<std:
     plan.runs.push_back(std::move(spec));
   }
   fill_axes(plan, extra_keys);
+  // compare's order: setting, then learning rate, variant, seed (runs.csv and the tables follow it).
+  auto rank = [&](const RunSpec& r) {
+    const auto at = [](const auto& values, const auto& value) {
+      return size_t(std::find(values.begin(), values.end(), value) - values.begin());
+    };
+    return std::tuple(at(plan.settings, r.setting), r.lr, at(plan.variants, r.variant), r.seed, r.name);
+  };
+  std::stable_sort(plan.runs.begin(), plan.runs.end(), [&](const RunSpec& a, const RunSpec& b) { return rank(a) < rank(b); });
+  // The setup's "warmup N steps where on" reads the base config: one of a run with warmup on.
+  for (const RunSpec& r : read.runs)
+    if (r.warmup) {
+      plan.base = r.config;
+      break;
+    }
   return plan;
 }
 

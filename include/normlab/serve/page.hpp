@@ -18,7 +18,9 @@ const std::string& chart_library();
 std::string sha256_base64(std::string_view text);
 
 std::string live_head();    // the style, inside <head>
-std::string live_top();     // the run table and the charts panel, before the report's sections
+// The run table (its first rows and progress line drawn by the server, for a reader without
+// scripts; the script redraws them) and the charts panel, before the report's sections.
+std::string live_top(const std::string& progress, const std::string& rows_html);
 // Chart.js and the page's script, before </body>; `etag` is the page's (an attribute: the script
 // text stays the same).
 std::string live_script(const std::string& etag);
