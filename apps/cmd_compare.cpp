@@ -30,6 +30,7 @@
 #include "normlab/io/dir_lock.hpp"
 #include "normlab/io/paths.hpp"
 #include "normlab/study/compare.hpp"
+#include "normlab/study/compare_dir.hpp"
 #include "normlab/study/progress.hpp"
 
 namespace normlab::cli {
@@ -400,6 +401,7 @@ void train_grid_and_report(const Options& options) {
                                  options.out, options.config, options.out));
   const std::vector<study::ChangedRun> changed = changed_runs_of(plan, options, shard);
   for (const char* sub : {"runs", "configs", "logs", ".locks"}) io::make_directories((out / sub).string(), "output directory");
+  study::record_compare_source(options.out, options.config);  // which config made it: for `normlab serve`
   if (!changed.empty()) {
     remove_changed(out, changed);
     // A search's later rounds were chosen from the removed runs' outcomes: choose them again.

@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
 #include "common.hpp"
 #include "normlab/error.hpp"
+#include "normlab/io/atomic_file.hpp"
 #include "normlab/study/compare.hpp"
 #include "normlab/train/config.hpp"
 
@@ -130,9 +132,37 @@ void fill_axes(ComparePlan& plan, const std::vector<std::string>& extra_keys) {
   }
 }
 
+// The plan of the compare config DIR/compare-source.json names, each run's directory in DIR/runs/;
+// nullopt when there is none, it no longer loads, or it does not plan a run that was started.
+std::optional<ComparePlan> recorded_plan(const std::string& dir, const std::vector<std::string>& started) {
+  std::ifstream in(fs::path(dir) / "compare-source.json");
+  const json source = json::parse(in, nullptr, false);
+  if (!source.is_object() || !source.contains("config") || !source["config"].is_string()) return std::nullopt;
+  ComparePlan plan;
+  try {
+    plan = load_compare_plan(source["config"].get<std::string>(), dir);
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+  std::set<std::string> names;
+  for (RunSpec& spec : plan.runs) {
+    spec.dir = (fs::path(dir) / "runs" / spec.name).string();
+    names.insert(spec.name);
+  }
+  for (const std::string& run : started)
+    if (!names.count(fs::path(run).filename().string())) return std::nullopt;
+  return plan;
+}
+
 }  // namespace
 
+void record_compare_source(const std::string& dir, const std::string& config_path) {
+  const json source = {{"config", fs::absolute(config_path).lexically_normal().string()}};
+  io::write_file_atomic((fs::path(dir) / "compare-source.json").string(), source.dump(2) + "\n");
+}
+
 ComparePlan plan_from_compare_dir(const std::string& dir, const std::vector<std::string>& started) {
+  if (std::optional<ComparePlan> plan = recorded_plan(dir, started)) return *plan;
   ComparePlan read = plan_from_run_dirs(started, {});
   const std::map<std::string, json> configs = planned_configs(dir, read);
   const std::vector<std::string> extra_keys = extra_axis_keys(configs);

@@ -10,7 +10,13 @@
 
 namespace normlab::study {
 
-// The plan of compare output directory `dir`: plan.runs holds every planned run (the Grid line
+// Where compare records which config made DIR (DIR/compare-source.json: {"config": ABSOLUTE_PATH}),
+// so that `serve DIR` can plan exactly as compare does. Written by compare; errors: InputError.
+void record_compare_source(const std::string& dir, const std::string& config_path);
+
+// The plan of compare output directory `dir`. When DIR/compare-source.json names a compare config
+// that still loads and plans every started run, that plan (load_compare_plan: the search, the
+// equivalence margins, every name). Otherwise read back from the directory: plan.runs holds every planned run (the Grid line
 // counts them); the started ones (`started`, run directories with a config.json) are read as
 // `plan_from_run_dirs` reads them, then named as compare names them: variant by its name
 // ("post-ln", "none"), setting "4 layers, warmup, train.batch_size=4", title and Grid line of a
