@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -25,18 +26,24 @@ class Chromium {
 
   // Starts chromium with its own profile directory; its stderr goes to `log_path`.
   Chromium(const std::string& profile_dir, const std::string& log_path, int width = 1280, int height = 1000)
-      : width_(width), height_(height) {
+      : width_(width), height_(height), log_path_(log_path) {
+    ::signal(SIGPIPE, SIG_IGN);  // a browser that died is an error of call(), not the end of the tests
     int to_browser[2], from_browser[2];
     if (::pipe2(to_browser, O_CLOEXEC) != 0 || ::pipe2(from_browser, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
     pid_ = ::fork();
     if (pid_ == 0) {
-      ::dup2(to_browser[0], 3);  // dup2 clears O_CLOEXEC on the copies
-      ::dup2(from_browser[1], 4);
+      // Copies above 4 first (a pipe end may already be fd 3 or 4), then onto 3 and 4: dup2 to
+      // another number clears O_CLOEXEC, so the browser inherits exactly these two.
+      const int commands = ::fcntl(to_browser[0], F_DUPFD, 10), answers = ::fcntl(from_browser[1], F_DUPFD, 10);
+      ::dup2(commands, 3);
+      ::dup2(answers, 4);
       const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (log >= 0) ::dup2(log, STDERR_FILENO), ::dup2(log, STDOUT_FILENO);
       const std::string profile = "--user-data-dir=" + profile_dir;
       const std::string size = "--window-size=" + std::to_string(width) + "," + std::to_string(height);
-      ::execlp("chromium", "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+      // Debian's /usr/bin/chromium is a shell wrapper; the browser itself keeps fds 3 and 4 for sure.
+      const char* binary = ::access("/usr/lib/chromium/chromium", X_OK) == 0 ? "/usr/lib/chromium/chromium" : "chromium";
+      ::execlp(binary, "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                "--disable-background-networking", "--disable-component-update", "--disable-sync",
                "--remote-debugging-pipe", profile.c_str(), size.c_str(), "about:blank", (char*)nullptr);
       ::_exit(127);
@@ -72,7 +79,7 @@ class Chromium {
     const std::string text = message.dump() + '\0';
     for (size_t sent = 0; sent < text.size();) {
       const ssize_t n = ::write(to_, text.data() + sent, text.size() - sent);
-      if (n <= 0) throw std::runtime_error("chromium: cannot write to its pipe");
+      if (n <= 0) throw std::runtime_error("chromium: cannot write to its pipe; its log: " + log());
       sent += size_t(n);
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
@@ -89,7 +96,7 @@ class Chromium {
       if (left <= 0 || ::poll(&p, 1, left) <= 0) throw std::runtime_error(method + ": no answer from chromium");
       char chunk[65536];
       const ssize_t n = ::read(from_, chunk, sizeof chunk);
-      if (n <= 0) throw std::runtime_error(method + ": chromium closed its pipe");
+      if (n <= 0) throw std::runtime_error(method + ": chromium closed its pipe; its log: " + log());
       buffer_.append(chunk, size_t(n));
     }
   }
@@ -143,6 +150,11 @@ class Chromium {
   }
 
  private:
+  std::string log() const {
+    std::ifstream in(log_path_);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return text.substr(text.size() > 2000 ? text.size() - 2000 : 0);
+  }
   static std::string base64_decode(const std::string& text) {
     std::string out;
     uint32_t group = 0;
@@ -158,7 +170,7 @@ class Chromium {
   }
   pid_t pid_ = -1;
   int to_ = -1, from_ = -1, next_id_ = 1, width_, height_;
-  std::string buffer_, session_;
+  std::string buffer_, session_, log_path_;
 };
 
 }  // namespace normlab::test

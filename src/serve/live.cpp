@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <sys/sysmacros.h>
@@ -343,16 +344,19 @@ std::string so_far(const study::ComparePlan& plan, const std::vector<study::RunR
 
 // The report while runs are unfinished: judged on the finished runs only (all of them when none
 // has finished yet, with an Answer that judges nothing), its Answer saying which runs are not in it.
-study::ReportModel live_report(const study::ComparePlan& plan, const std::vector<study::RunResult>& results,
+// The finished runs are moved out of `results` and back (a long run's curves are not copied).
+study::ReportModel live_report(const study::ComparePlan& plan, std::vector<study::RunResult>& results,
                                const std::vector<RunStatus>& runs) {
   std::vector<const RunStatus*> unfinished;
   for (const RunStatus& r : runs)
     if (!judged(r.state)) unfinished.push_back(&r);
   if (unfinished.empty()) return study::build_report(plan, results);
   std::vector<study::RunResult> finished;
-  for (const study::RunResult& r : results)
-    if (r.finished || r.diverged) finished.push_back(r);
+  std::vector<size_t> finished_at;
+  for (size_t i = 0; i < results.size(); ++i)
+    if (results[i].finished || results[i].diverged) finished_at.push_back(i), finished.push_back(std::move(results[i]));
   study::ReportModel report = study::build_report(plan, finished.empty() ? results : finished);
+  for (size_t k = 0; k < finished.size(); ++k) results[finished_at[k]] = std::move(finished[k]);
   for (study::ReportSection& sec : report.sections) {
     if (sec.title == "Answer" && finished.empty())
       sec.bullets = {fmt::format("No run has finished yet ({} unfinished: {}).", unfinished.size(), unfinished_list(unfinished)),
@@ -401,9 +405,9 @@ Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, F
   std::set<std::string> names;
   for (const std::string& d : layout.run_dirs) {
     const std::string name = fs::path(d).filename().string();
-    study::RunResult r;
-    r.spec.name = name;
-    if (auto it = planned.results.find(d); it != planned.results.end()) r = it->second;
+    static const study::RunResult not_read;
+    const auto found = planned.results.find(d);
+    const study::RunResult& r = found != planned.results.end() ? found->second : not_read;
     RunStatus st = status_of(r, lock_held(d, held));
     st.name = name;
     fill_from_result(st, r);
@@ -426,7 +430,7 @@ Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, F
   if (planned.results.empty()) return out;
   auto results = std::make_shared<std::vector<study::RunResult>>();
   for (const study::RunSpec& spec : planned.plan.runs)
-    if (auto it = planned.results.find(spec.dir); it != planned.results.end()) results->push_back(it->second);
+    if (auto it = planned.results.find(spec.dir); it != planned.results.end()) results->push_back(std::move(it->second));
   try {
     out.report = live_report(planned.plan, *results, out.runs);
     out.runs_csv = study::runs_csv(planned.plan, *results);
@@ -609,6 +613,7 @@ LiveReport::Page LiveReport::page() {
   for (const std::string& d : layout.run_dirs) run_dirs_[fs::path(d).filename().string()] = d;
   results_ = drawn.results;
   fingerprint_ = fingerprint;
+  ::malloc_trim(0);  // a long run's curves were read and drawn: give their pages back to the system
   drawn_at_ = std::chrono::steady_clock::now();
   drawing_time_ = drawn_at_ - now;
   cached_ = page;

@@ -33,37 +33,62 @@ std::vector<size_t> min_max_downsample(const std::vector<double>& values, size_t
 
 namespace {
 
-// One series being downsampled as its points stream in: the current bucket's lowest and highest
-// point, flushed in step order when the bucket is full. The width is known up front from the
-// file's line count, an upper bound on any series' points.
+// One series being downsampled as its points stream in, in O(max_points) memory whatever the run's
+// length: buckets of `width` points, each its lowest and highest point; when the buckets reach
+// max_points / 2, neighbours merge in pairs and the width doubles. At the end every bucket covers
+// the same number of points (the last one fewer) and keeps its minimum and maximum: min/max per
+// bucket, with between a quarter and a half of max_points buckets (every point while there are
+// at most max_points).
 struct Streamed {
-  MetricSeries out;
-  int64_t in_bucket = 0;
-  bool has = false;
-  double lo[3], hi[3];  // step, time, value
-
-  void flush() {
-    if (!has) return;
-    const bool lo_first = lo[0] <= hi[0];
-    const double* first = lo_first ? lo : hi;
-    const double* second = lo_first ? hi : lo;
-    for (const double* p : {first, second}) {
-      if (p == second && lo[0] == hi[0] && lo[2] == hi[2]) break;  // one point, kept once
-      out.step.push_back(p[0]);
-      out.time_s.push_back(p[1]);
-      out.value.push_back(p[2]);
-    }
-    has = false;
-    in_bucket = 0;
-  }
-  void add(double step, double time_s, double value, int64_t width) {
-    ++out.records;
-    if (std::isfinite(value)) {
-      if (!has || value < lo[2]) lo[0] = step, lo[1] = time_s, lo[2] = value;
-      if (!has || value > hi[2]) hi[0] = step, hi[1] = time_s, hi[2] = value;
+  struct Bucket {
+    bool has = false;
+    double lo[3], hi[3];  // step, time, value
+    void add(const double* p) {
+      if (!has || p[2] < lo[2]) std::copy(p, p + 3, lo);
+      if (!has || p[2] > hi[2]) std::copy(p, p + 3, hi);
       has = true;
     }
-    if (++in_bucket >= width) flush();
+    void merge(const Bucket& other) {
+      if (other.has) add(other.lo), add(other.hi);
+    }
+  };
+  MetricSeries out;
+  std::vector<Bucket> full;
+  Bucket current;
+  int64_t width = 1, in_current = 0;
+  size_t max_buckets = 1000;
+
+  void add(double step, double time_s, double value) {
+    ++out.records;
+    const double point[3] = {step, time_s, value};
+    if (std::isfinite(value)) current.add(point);
+    if (++in_current < width) return;
+    full.push_back(current);
+    current = Bucket{};
+    in_current = 0;
+    // One point per bucket while the width is 1: up to max_points of them, every point kept.
+    if (full.size() < (width == 1 ? 2 * max_buckets : max_buckets)) return;
+    for (size_t i = 0; i < full.size() / 2; ++i) {
+      full[i] = full[2 * i];
+      full[i].merge(full[2 * i + 1]);
+    }
+    full.resize(full.size() / 2);
+    width *= 2;
+  }
+  void finish() {
+    if (in_current > 0) full.push_back(current);
+    for (const Bucket& b : full) {
+      if (!b.has) continue;
+      const bool lo_first = b.lo[0] <= b.hi[0];
+      const double* first = lo_first ? b.lo : b.hi;
+      const double* second = lo_first ? b.hi : b.lo;
+      for (const double* p : {first, second}) {
+        if (p == second && b.lo[0] == b.hi[0]) break;  // one point, kept once
+        out.step.push_back(p[0]);
+        out.time_s.push_back(p[1]);
+        out.value.push_back(p[2]);
+      }
+    }
   }
 };
 
@@ -81,13 +106,17 @@ int64_t count_lines(const std::string& path) {
 struct Collector {
   std::map<std::string, size_t> index;
   std::vector<Streamed> series;
-  int64_t width = 1;
+  size_t max_buckets = 1000;
   std::string only;
   void add(const std::string& name, double step, double time_s, double value) {
     if (!only.empty() && name != only) return;
     auto [it, added] = index.try_emplace(name, series.size());
-    if (added) series.push_back({}), series.back().out.name = name;
-    series[it->second].add(step, time_s, value, width);
+    if (added) {
+      series.push_back({});
+      series.back().out.name = name;
+      series.back().max_buckets = max_buckets;
+    }
+    series[it->second].add(step, time_s, value);
   }
 };
 
@@ -118,9 +147,9 @@ RunSeries read_series(const std::string& path, size_t max_points, const std::str
   RunSeries out;
   Collector c;
   c.only = only;
+  c.max_buckets = std::max<size_t>(1, max_points / 2);
+  // Only complete lines: a torn last line (no newline yet) is read on a later look.
   const int64_t lines = max_lines > 0 ? std::min(max_lines, count_lines(path)) : count_lines(path);
-  const int64_t buckets = std::max<int64_t>(1, int64_t(max_points / 2));
-  c.width = lines <= int64_t(max_points) ? 1 : (lines + buckets - 1) / buckets;
   std::ifstream in(path);
   std::string line;
   double time_s = 0;
@@ -139,7 +168,7 @@ RunSeries read_series(const std::string& path, size_t max_points, const std::str
     add_step_record(record, step, time_s, c);
   }
   for (Streamed& s : c.series) {
-    s.flush();
+    s.finish();
     out.metrics.push_back(std::move(s.out));
   }
   return out;

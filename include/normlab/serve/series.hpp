@@ -3,7 +3,7 @@
 // page stays small however long the run: at most `max_points` points per series, kept by min/max
 // per bucket (every bucket keeps its lowest and its highest point, in step order), so a spike or
 // a divergence survives however long the run (LTTB keeps the shape's area and may drop a
-// one-point spike). Reads metrics.jsonl once, in one pass; memory is O(metrics x max_points).
+// one-point spike). Reads metrics.jsonl once, in one pass; memory is O(metrics x max_points) (buckets merge in pairs as the run grows).
 #include <cstdint>
 #include <string>
 #include <vector>
