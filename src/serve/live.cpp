@@ -363,9 +363,10 @@ study::ReportModel live_report(const study::ComparePlan& plan, std::vector<study
                      so_far(plan, results)};
     else if (sec.title == "Answer")
       sec.bullets.insert(sec.bullets.begin(),
-                         fmt::format("So far {} of {} runs have finished; this Answer, the Findings and the Summary judge "
-                                     "those {} only. Not yet judged: {}.",
-                                     finished.size(), runs.size(), finished.size(), unfinished_list(unfinished)));
+                         fmt::format("So far {} of {} runs {} finished; this Answer, the Findings and the Summary judge "
+                                     "{} only. Not yet judged: {}.",
+                                     finished.size(), runs.size(), finished.size() == 1 ? "has" : "have",
+                                     finished.size() == 1 ? "that run" : "those", unfinished_list(unfinished)));
     else if (sec.title == "Findings" && finished.empty())
       sec.bullets = {"The Findings wait for a finished run."};
   }
