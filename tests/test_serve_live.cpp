@@ -231,6 +231,28 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
                            "Chart.getChart('chart-canvas').data.datasets[0].data.length>0 && "
                            "/valid\\/trained\\/accuracy/.test(Chart.getChart('chart-canvas').options.scales.y.title.text)", 10));
 
+  // Zoom: a drag across the chart narrows the x axis to that range; "reset zoom" undoes it.
+  const auto [zx, zy] = centre_of(browser, "#chart-canvas");
+  browser.mouse("mouseMoved", zx - 200, zy);
+  browser.mouse("mousePressed", zx - 200, zy);
+  browser.mouse("mouseMoved", zx + 100, zy);
+  browser.mouse("mouseReleased", zx + 100, zy);
+  const std::string x_axis = "Chart.getChart('chart-canvas').scales.x";
+  CHECK(browser.wait_until("Chart.getChart('chart-canvas').options.scales.x.min !== undefined", 5));
+  const double zoomed = browser.eval(x_axis + ".max - " + x_axis + ".min").get<double>();
+  const auto [rx, ry] = centre_of(browser, "#chart-reset");
+  browser.click(rx, ry);
+  CHECK(browser.wait_until("Chart.getChart('chart-canvas').options.scales.x.min === undefined", 5));
+  CHECK(browser.eval(x_axis + ".max - " + x_axis + ".min").get<double>() > 2 * zoomed);
+  // One run's own box in the table hides that run alone.
+  const auto [cbx, cby] = centre_of(browser, "#serve-table tr[data-run=pre-ln_long] input");
+  browser.click(cbx, cby);
+  CHECK(browser.wait_until(visible + "==='1'", 5));
+  CHECK(browser.eval("Chart.getChart('chart-canvas').data.datasets.filter(function(d){return d.hidden;})"
+                     ".map(function(d){return d.run;})") == json::array({"pre-ln_long"}));
+  browser.click(cbx, cby);
+  CHECK(browser.wait_until(visible + "==='2'", 5));
+
   // The run table: the unfinished run first (stopped: nobody trains it); a click on "step" sorts by it.
   const std::string order = "Array.prototype.map.call(document.querySelectorAll('#serve-table tbody tr'),"
                             "function(r){return r.getAttribute('data-run');})";
@@ -242,6 +264,11 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
   CHECK(browser.wait_until(order + ".join()==='pre-ln_long,post-ln_short'", 5));
   CHECK(browser.eval("document.querySelector('#serve-table th[data-key=step]').textContent").get<std::string>().find("▼") !=
         std::string::npos);
+  // The filter keeps the rows whose text holds what is typed.
+  browser.eval("(function(){var f=document.getElementById('serve-filter');f.value='short';f.dispatchEvent(new Event('input'));})()");
+  CHECK(browser.wait_until("document.getElementById('serve-count').textContent==='1 of 2 run(s) shown'", 5));
+  CHECK(browser.eval("document.querySelector('#serve-table tr[data-run=pre-ln_long]').style.display") == "none");
+  browser.eval("(function(){var f=document.getElementById('serve-filter');f.value='';f.dispatchEvent(new Event('input'));})()");
   // The links of a run: its config and metrics, served from DIR.
   CHECK(browser.eval("document.querySelector('#serve-table tr[data-run=pre-ln_long] a').getAttribute('href')") ==
         "pre-ln_long/config.json");
