@@ -1,5 +1,6 @@
 // `normlab serve`: a live report of a compare while it trains, loaded in headless Chromium (a
-// chart gains points, the run table changes state, the finished page is report.html's); no file
+// chart gains points, the run table changes state, the page speaks compare's names and judges no
+// unfinished run, the finished page says what compare's report.html says); no file
 // outside DIR is ever served, also while a file is swapped for a link; a torn last metrics line of a
 // running run does not break the page; an unreadable or malformed run is its own row; bad flags and
 // a taken port are one line and exit 2. The server's hardening: an exclusive port, slow clients,
@@ -189,7 +190,7 @@ std::string base_config(int steps) { return std::regex_replace(kBase, std::regex
 }  // namespace
 
 TEST_CASE("serve: a compare in progress in headless Chromium - a chart gains points, the run table changes state, "
-          "the finished page is report.html's") {
+          "compare's names and an Answer that waits; the finished page says what compare's report.html says") {
   if (!have_chromium()) {
     MESSAGE("chromium is not installed: skipping serve's browser test (apt-get install chromium; scripts/test.sh does)");
     return;

@@ -1,5 +1,7 @@
-// The live report: which runs DIR holds and in what state, and the report page drawn from them,
-// drawn again only when a run's files or lock changed. Everything here reads; nothing writes.
+// The live report: which runs DIR holds and in what state, the report drawn from them (a compare
+// directory's as compare draws it; while runs are unfinished, judged on the finished ones), the
+// run table's data and each run's chart series, drawn again only when a run's files or lock
+// changed. Everything here reads; nothing writes.
 #include "normlab/serve/live.hpp"
 
 #include <fmt/format.h>
