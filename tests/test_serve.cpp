@@ -190,7 +190,7 @@ std::string base_config(int steps) { return std::regex_replace(kBase, std::regex
 }  // namespace
 
 TEST_CASE("serve: a compare in progress in headless Chromium - a chart gains points, the run table changes state, "
-          "compare's names and an Answer that waits; the finished page says what compare's report.html says") {
+          "compare's names and an Answer that waits - the finished page says what compare's report.html says") {
   if (!have_chromium()) {
     MESSAGE("chromium is not installed: skipping serve's browser test (apt-get install chromium; scripts/test.sh does)");
     return;

@@ -165,7 +165,7 @@ TEST_CASE("study ETA: a finished run's mean time x the runs left / runs at once,
 }
 
 TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, drawn in under 2 s, the server "
-          "under 100 MB; hover shows a value, a series button hides its runs, the table sorts") {
+          "under 100 MB - hover shows a value, a series button hides its runs, the table sorts") {
   if (!Chromium::available()) {
     MESSAGE("chromium is not installed: skipping (apt-get install chromium; scripts/test.sh does)");
     return;
@@ -276,7 +276,7 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
   CHECK(serve.child.wait(std::chrono::seconds(10)) == 0);
 }
 
-TEST_CASE("serve in headless Chromium: started before DIR exists it waits; a run that diverges raises a notice") {
+TEST_CASE("serve in headless Chromium: started before DIR exists it waits, a run that diverges raises a notice") {
   if (!Chromium::available()) {
     MESSAGE("chromium is not installed: skipping (apt-get install chromium; scripts/test.sh does)");
     return;
