@@ -173,7 +173,7 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
   TempDir tmp("normlab_serve_long");
   write_run(tmp.path / "runs" / "pre-ln_long", "layernorm", "pre", 200000, 200000, 123457, true);
   write_run(tmp.path / "runs" / "post-ln_short", "layernorm", "post", 3000, 200000, -1, false, 1);
-  Serve serve(tmp, tmp.sub("runs"), "serve");
+  Serve serve(tmp, tmp.path.string(), "serve");  // a compare output directory: runs/ under it
   REQUIRE(serve.port > 0);
 
   Chromium browser(tmp.sub("profile"), tmp.sub("chromium.log"));
@@ -198,7 +198,7 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
   MESSAGE(fmt::format("serve's peak RSS: {:.1f} MB", rss));
   CHECK(rss > 0);
   CHECK(rss < 100);
-  CHECK(browser.eval("document.querySelector('h1').textContent") == "normlab report");
+  CHECK(browser.eval("document.querySelector('h1').textContent") == "normlab compare report");
 
   // Hover: the nearest point's value, in the tooltip and the line under the chart.
   const auto [cx, cy] = centre_of(browser, "#chart-canvas");
@@ -211,10 +211,10 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
   // A series button hides its run; again, shows it.
   const std::string visible = "document.documentElement.getAttribute('data-chart-visible')";
   CHECK(browser.eval(visible) == "2");
-  // (A folder of runs is labelled as `normlab report` labels it: by the config keys that differ.)
+  // The series by the study's names, as compare's report names them.
   const std::string variant =
       browser.eval("document.querySelector('#serve-table tr[data-run=post-ln_short] td:nth-child(3)').textContent");
-  CHECK(variant == "model.placement=post");
+  CHECK(variant == "post-ln");
   const auto [bx, by] = centre_of(browser, "button.serve-series[data-variant='" + variant + "']");
   browser.click(bx, by);
   CHECK(browser.wait_until(visible + "==='1'", 5));
@@ -271,7 +271,7 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
   browser.eval("(function(){var f=document.getElementById('serve-filter');f.value='';f.dispatchEvent(new Event('input'));})()");
   // The links of a run: its config and metrics, served from DIR.
   CHECK(browser.eval("document.querySelector('#serve-table tr[data-run=pre-ln_long] a').getAttribute('href')") ==
-        "pre-ln_long/config.json");
+        "runs/pre-ln_long/config.json");
   serve.child.signal(SIGTERM);
   CHECK(serve.child.wait(std::chrono::seconds(10)) == 0);
 }
@@ -291,9 +291,9 @@ TEST_CASE("serve in headless Chromium: started before DIR exists it waits, a run
   CHECK(browser.wait_until("/does not exist yet.*normlab compare --config FILE --out/.test(document.body.textContent)", 20));
 
   // The folder appears with one run training (its lock held, here by the test) and one finished.
-  write_run(dir / "pre-ln_s0", "layernorm", "pre", 2000, 4000, -1, true);
-  write_run(dir / "post-ln_s0", "layernorm", "post", 1500, 4000, -1, false);
-  const int lock = ::open((dir / "post-ln_s0" / ".normlab.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  write_run(dir / "runs" / "pre-ln_s0", "layernorm", "pre", 2000, 4000, -1, true);
+  write_run(dir / "runs" / "post-ln_s0", "layernorm", "post", 1500, 4000, -1, false);
+  const int lock = ::open((dir / "runs" / "post-ln_s0" / ".normlab.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   REQUIRE(lock >= 0);
   REQUIRE(::flock(lock, LOCK_EX | LOCK_NB) == 0);
   const std::string states = "Array.prototype.map.call(document.querySelectorAll('#serve-table tbody tr'),"
@@ -306,8 +306,8 @@ TEST_CASE("serve in headless Chromium: started before DIR exists it waits, a run
   CHECK(browser.wait_until("/Not yet judged: post-ln_s0 \\(running, step 1500 of 4000\\)/.test(document.querySelector('.answer').textContent)", 10));
 
   // It diverges: the trainer writes its diverged record and summary.json, and lets go of the lock.
-  std::ofstream(dir / "post-ln_s0" / "metrics.jsonl", std::ios::app) << R"({"step":1501,"diverged":true})" << "\n";
-  std::ofstream(dir / "post-ln_s0" / "summary.json") << R"({"diverged": true, "diverged_at_step": 1501, "wall_time_s": 20.0, "threads": 1})";
+  std::ofstream(dir / "runs" / "post-ln_s0" / "metrics.jsonl", std::ios::app) << R"({"step":1501,"diverged":true})" << "\n";
+  std::ofstream(dir / "runs" / "post-ln_s0" / "summary.json") << R"({"diverged": true, "diverged_at_step": 1501, "wall_time_s": 20.0, "threads": 1})";
   ::close(lock);
   CHECK(browser.wait_until("/post-ln_s0 diverged at step 1501/.test(document.getElementById('serve-notices').textContent)", 20));
   CHECK(browser.eval("document.querySelector('.serve-notice').className") == "serve-notice serve-notice-diverged");
