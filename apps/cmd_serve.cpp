@@ -38,6 +38,10 @@ void run(const ServeOptions& options) {
   });
   const std::string host = options.bind.find(':') != std::string::npos ? "[" + options.bind + "]" : options.bind;
   fmt::print("serve: http://{}:{}/ shows {} (read-only; Ctrl-C stops)\n", host, port, options.dir);
+  if (live.waiting())
+    fmt::print("serve: {} does not exist yet: waiting for it (start the study with `normlab compare --config FILE "
+               "--out {}`)\n",
+               options.dir, options.dir);
   if (!is_loopback(options.bind))
     fmt::print(stderr, "serve: note: listening on {}: anyone who can reach this address can read the runs\n",
                options.bind);
@@ -58,8 +62,9 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--port", options->port, "Port (default 8000; 0 picks a free one and prints it)");
   cmd->add_option("--bind", options->bind, "Address to listen on (default 127.0.0.1: this machine only)");
   cmd->footer(
-      "The page is the report `normlab report DIR` draws, with each run's state, step, ETA and last loss,\n"
-      "updated while the runs write (no reload). It never writes into DIR and never takes a run's lock.");
+      "The page is the report of DIR (a compare directory's with compare's names), a sortable run table with\n"
+      "progress and ETA, and interactive charts of every logged metric, updated while the runs write (no\n"
+      "reload). DIR may not exist yet: serve waits for it. It never writes into DIR nor takes a run's lock.");
   cmd->callback([options] { run(*options); });
 }
 

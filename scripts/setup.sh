@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-packages=(g++ cmake make pkg-config libfmt-dev libcli11-dev nlohmann-json3-dev doctest-dev libcpp-httplib-dev libopenmpi-dev openmpi-bin ${NORMLAB_EXTRA_PACKAGES:-})
+packages=(g++ cmake make pkg-config libfmt-dev libcli11-dev nlohmann-json3-dev doctest-dev libcpp-httplib-dev libjs-chart.js libopenmpi-dev openmpi-bin ${NORMLAB_EXTRA_PACKAGES:-})
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

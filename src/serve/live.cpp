@@ -1,9 +1,12 @@
-// The live report: which runs DIR holds and in what state, and the report page drawn from them,
-// drawn again only when a run's files or lock changed. Everything here reads; nothing writes.
+// The live report: which runs DIR holds and in what state, the report drawn from them (a compare
+// directory's as compare draws it; while runs are unfinished, judged on the finished ones), the
+// run table's data and each run's chart series, drawn again only when a run's files or lock
+// changed. Everything here reads; nothing writes.
 #include "normlab/serve/live.hpp"
 
 #include <fmt/format.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <sys/sysmacros.h>
@@ -24,6 +27,10 @@
 #include "normlab/error.hpp"
 #include "normlab/io/dir_lock.hpp"
 #include "normlab/study/render.hpp"
+#include "normlab/serve/page.hpp"
+#include "normlab/serve/series.hpp"
+#include "normlab/study/compare_dir.hpp"
+#include "normlab/study/progress.hpp"
 #include "normlab/study/report.hpp"
 #include "normlab/study/run_dirs.hpp"
 #include "normlab/study/svg.hpp"
@@ -54,6 +61,7 @@ enum class DirKind { run, compare, folder };
 struct Layout {
   std::vector<std::string> run_dirs;  // every run directory found, sorted
   std::vector<std::string> planned;   // compare: run names with DIR/configs/NAME.json
+  bool compare = false;
 };
 
 // A run directory holds one of these; a directory that cannot be searched might, and is listed so
@@ -93,6 +101,7 @@ Layout scan(const std::string& dir) {
     case DirKind::run: layout.run_dirs = {dir}; break;
     case DirKind::folder: layout.run_dirs = run_subdirs(root, dir); break;
     case DirKind::compare: {
+      layout.compare = true;
       layout.run_dirs = run_subdirs(root, fs::path(dir) / "runs");
       std::error_code ec;
       for (const auto& entry : fs::directory_iterator(fs::path(dir) / "configs", ec))
@@ -165,65 +174,14 @@ RunStatus status_of(const study::RunResult& r, bool running) {
 }
 
 std::string format_eta(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "–";
-  const int s = int(seconds + 0.5);
-  return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
+  const std::string text = study::format_duration(seconds);
+  return text == "?" ? "–" : text;
 }
 
-std::string format_loss(double loss) { return std::isfinite(loss) ? fmt::format("{:.4g}", loss) : "–"; }
-
-// The run table (scrolling on its own past 28 lines: a study has hundreds of runs), its counts line
-// and a place for the update script's note.
-std::string status_html(const std::vector<RunStatus>& runs) {
-  std::map<RunState, int> counts;
-  for (const RunStatus& r : runs) ++counts[r.state];
-  std::string summary;
-  for (RunState s : {RunState::running, RunState::queued, RunState::stopped, RunState::finished, RunState::diverged,
-                     RunState::unreadable, RunState::error})
-    if (counts[s] > 0) summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", counts[s], state_name(s));
-  std::string html = fmt::format(
-      "<section id=\"serve-status\"><h2>Runs</h2>\n<p>{} run(s): {}. This page follows the runs as they write "
-      "(normlab serve); the report below is what <code>normlab report</code> draws from them now. "
-      "<span id=\"serve-note\"></span></p>\n<div id=\"serve-runs\"><table><tr><th>run</th><th>state</th><th>step</th><th>ETA</th>"
-      "<th>last loss</th></tr>\n",
-      runs.size(), summary.empty() ? "none yet" : summary);
-  for (const RunStatus& r : runs) {
-    const std::string step = r.total_steps > 0 ? fmt::format("{} / {}", r.step, r.total_steps) : std::to_string(r.step);
-    const std::string eta = r.state == RunState::running ? format_eta(r.eta_s) : "–";
-    html += fmt::format("<tr class=\"serve-{0}\" data-state=\"{0}\"><td>{1}</td><td>{0}{2}</td><td>{3}</td><td>{4}</td>"
-                        "<td>{5}</td></tr>\n",
-                        state_name(r.state), study::xml_escape(r.name),
-                        r.problem.empty() ? "" : " (" + study::xml_escape(r.problem) + ")", step, eta,
-                        format_loss(r.last_loss));
-  }
-  return html + "</table></div></section>\n";
-}
-
-const char* kStatusStyle =
-    "<style id=\"serve-style\">#serve-runs{max-height:28em;overflow-y:auto;display:inline-block}"
-    "#serve-status th:nth-child(-n+2),#serve-status td:nth-child(2){text-align:left}"
-    ".serve-running td:nth-child(2){color:#0072b2;font-weight:bold}.serve-diverged td:nth-child(2){color:#d55e00}"
-    ".serve-stopped td:nth-child(2){color:#a0522d}.serve-unreadable td:nth-child(2),.serve-error td:nth-child(2){color:#d55e00}.serve-queued td{color:#888}#serve-note{color:#d55e00}</style>\n";
-
-// Fetches the page every 2 s (a 304 when nothing changed) and swaps in the new body: no reload;
-// its text never changes (the ETag is an attribute), so the page's CSP can allow it by its hash;
-// the page's and the run table's scroll positions stay where the reader left them. <html
-// data-serve-polls> counts the answers handled, for a test to see the script at work.
-std::string update_script(const std::string& etag) {
-  return "<script id=\"serve-live\" data-etag=\"" + study::xml_escape(etag) +
-         "\">(function(){var polls=0,etag=document.getElementById('serve-live').getAttribute('data-etag');"
-         "function again(ms){setTimeout(poll,ms);}"
-         "function poll(){fetch(location.pathname,{cache:'no-store',headers:{'If-None-Match':etag}})"
-         ".then(function(r){if(r.status===304)return null;if(!r.ok)throw new Error(r.status);"
-         "etag=r.headers.get('ETag')||'';return r.text();})"
-         ".then(function(text){if(text!==null){var doc=new DOMParser().parseFromString(text,'text/html');"
-         "var y=window.scrollY,t=document.getElementById('serve-runs'),ty=t?t.scrollTop:0;"
-         "document.title=doc.title;document.body.innerHTML=doc.body.innerHTML;window.scrollTo(0,y);"
-         "t=document.getElementById('serve-runs');if(t)t.scrollTop=ty;}"
-         "document.documentElement.setAttribute('data-serve-polls',++polls);again(2000);})"
-         ".catch(function(){var n=document.getElementById('serve-note');"
-         "if(n)n.textContent='normlab serve does not answer: this page is not updating.';again(5000);});}"
-         "again(2000);})();</script>\n";
+// The report's step charts (validation, training loss, gradient norm: every logged point as SVG,
+// megabytes on a long run) are the interactive charts above the report on the live page.
+bool step_chart(const std::string& name) {
+  return name.rfind("valid-", 0) == 0 || name.rfind("train-loss", 0) == 0 || name.rfind("grad-norm", 0) == 0;
 }
 
 using FlockSet = std::set<std::tuple<unsigned, unsigned, uint64_t>>;
@@ -248,18 +206,37 @@ struct Drawn {
   std::vector<RunStatus> runs;
   std::optional<study::ReportModel> report;
   std::string problem;  // why there is no report
-  std::string runs_csv, curves_csv;
+  std::string runs_csv;
+  std::shared_ptr<const std::vector<study::RunResult>> results;
 };
 
-// A planned run's row: queued, with its step count from DIR/configs/NAME.json.
-RunStatus queued_run(const std::string& dir, const std::string& name) {
+// The table's columns that come from the plan: variant, hyperparameters.
+void fill_from_spec(RunStatus& st, const study::RunSpec& spec) {
+  st.variant = spec.variant;
+  st.lr = spec.lr;
+  st.layers = spec.layers;
+  st.seed = int64_t(spec.seed);
+  st.warmup = spec.warmup ? 1 : 0;
+  st.extra = spec.extra;
+}
+
+// ... and from the results: the best held-out evaluation on trained lengths, the wall time.
+void fill_from_result(RunStatus& st, const study::RunResult& r) {
+  fill_from_spec(st, r.spec);
+  st.wall_time_s = r.wall_time_s;
+  for (const study::EvalPoint& e : r.evals) {
+    if (std::isfinite(e.trained.accuracy) && !(e.trained.accuracy <= st.best_accuracy)) st.best_accuracy = e.trained.accuracy;
+    if (std::isfinite(e.trained.loss) && !(e.trained.loss >= st.best_loss)) st.best_loss = e.trained.loss;
+  }
+}
+
+// A planned run's row: queued, with its step count and hyperparameters from DIR/configs/NAME.json.
+RunStatus queued_run(const std::string& name, const study::RunSpec* spec) {
   RunStatus st;
   st.name = name;
-  std::ifstream config(fs::path(dir) / "configs" / (name + ".json"));
-  const json c = json::parse(config, nullptr, false);
-  if (c.is_object() && c.contains("train") && c["train"].is_object() && c["train"].contains("steps") &&
-      c["train"]["steps"].is_number_integer())
-    st.total_steps = c["train"]["steps"].get<int64_t>();
+  if (spec == nullptr) return st;
+  fill_from_spec(st, *spec);
+  if (spec->config.contains("train")) st.total_steps = spec->config["train"].value("steps", int64_t(0));
   return st;
 }
 
@@ -272,25 +249,31 @@ std::string unreadable_run(const fs::path& run_dir) {
   return "";
 }
 
-// The report's plan and every planned run's results. A run whose config or files are refused is
+// The report's plan and every started run's results. A run whose config or files are refused is
 // set aside in `refused` (dir -> reason) and the rest are planned again without it, so one bad run
-// cannot take the others' report down. `problem` says why there is no plan at all.
+// cannot take the others' report down. `problem` says why there is no plan at all. A compare
+// output directory is planned as compare plans it (its names, settings and grid).
 struct Planned {
   study::ComparePlan plan;
   std::map<std::string, study::RunResult> results;  // by run directory
   std::string problem;
 };
 
-Planned plan_and_read(std::vector<std::string> dirs, std::map<std::string, std::string>& refused) {
+Planned plan_and_read(const std::string& dir, bool compare, std::vector<std::string> dirs,
+                      std::map<std::string, std::string>& refused) {
   Planned out;
   while (!dirs.empty()) {
     std::string refused_dir, reason;
     try {
-      out.plan = study::plan_from_run_dirs(dirs, {});
+      out.plan = compare ? study::plan_from_compare_dir(dir, dirs) : study::plan_from_run_dirs(dirs, {});
       out.results.clear();
       for (const study::RunSpec& spec : out.plan.runs) {
+        if (!std::count(dirs.begin(), dirs.end(), spec.dir)) continue;  // planned, not started
         refused_dir = spec.dir;
-        out.results[spec.dir] = study::read_run(spec, spec.dir);
+        study::RunResult r = study::read_run(spec, spec.dir);
+        // An unfinished run has no summary.json to say its thread count yet: its config does.
+        if (r.threads == 0 && spec.config.contains("train")) r.threads = spec.config["train"].value("threads", int64_t(0));
+        out.results[spec.dir] = std::move(r);
       }
       return out;
     } catch (const InputError& e) {
@@ -311,6 +294,106 @@ Planned plan_and_read(std::vector<std::string> dirs, std::map<std::string, std::
   return out;
 }
 
+// The run table's default order: running runs first, then stopped, diverged, the unreadable, queued, finished; by name within.
+int state_order(RunState s) {
+  switch (s) {
+    case RunState::running: return 0;
+    case RunState::stopped: return 1;
+    case RunState::diverged: return 2;
+    case RunState::error: return 3;
+    case RunState::unreadable: return 4;
+    case RunState::queued: return 5;
+    case RunState::finished: return 6;
+  }
+  return 7;
+}
+
+bool judged(RunState state) { return state == RunState::finished || state == RunState::diverged; }
+
+// "a (running, step 120 of 400), b (queued) and 7 more": the runs not judged yet.
+std::string unfinished_list(const std::vector<const RunStatus*>& unfinished) {
+  std::string list;
+  const size_t shown = std::min<size_t>(unfinished.size(), 4);
+  for (size_t i = 0; i < shown; ++i) {
+    const RunStatus& r = *unfinished[i];
+    const std::string step = r.step > 0 ? fmt::format(", step {}{}", r.step, r.total_steps > 0 ? fmt::format(" of {}", r.total_steps) : "") : "";
+    list += fmt::format("{}{} ({}{})", i == 0 ? "" : i + 1 == shown && shown == unfinished.size() ? " and " : ", ", r.name,
+                        state_name(r.state), step);
+  }
+  if (unfinished.size() > shown) list += fmt::format(" and {} more", unfinished.size() - shown);
+  return list;
+}
+
+// No run has finished: what the evaluations say so far, per series, without judging anything:
+// the median over its runs of the last held-out accuracy on trained lengths.
+std::string so_far(const study::ComparePlan& plan, const std::vector<study::RunResult>& results) {
+  int64_t at = 0;
+  std::string parts;
+  for (const std::string& variant : plan.variants) {
+    std::vector<double> last;
+    for (const study::RunResult& r : results)
+      if (r.spec.variant == variant && !r.evals.empty() && std::isfinite(r.evals.back().trained.accuracy)) {
+        last.push_back(r.evals.back().trained.accuracy);
+        at = std::max(at, r.evals.back().step);
+      }
+    if (last.empty()) continue;
+    std::sort(last.begin(), last.end());
+    const double median = last.size() % 2 ? last[last.size() / 2] : 0.5 * (last[last.size() / 2 - 1] + last[last.size() / 2]);
+    parts += fmt::format("{}{} {:.2f} ({} run{})", parts.empty() ? "" : "; ", variant, median, last.size(), last.size() > 1 ? "s" : "");
+  }
+  if (parts.empty()) return "No run has been evaluated yet.";
+  return fmt::format("So far, at step {}: held-out accuracy on trained lengths at each run's last evaluation "
+                     "(median over runs) — {}. Nothing is judged before a run finishes.", at, parts);
+}
+
+// The report while runs are unfinished: judged on the finished runs only (all of them when none
+// has finished yet, with an Answer that judges nothing), its Answer saying which runs are not in it.
+// The finished runs are moved out of `results` and back (a long run's curves are not copied).
+study::ReportModel live_report(const study::ComparePlan& plan, std::vector<study::RunResult>& results,
+                               const std::vector<RunStatus>& runs) {
+  std::vector<const RunStatus*> unfinished;
+  for (const RunStatus& r : runs)
+    if (!judged(r.state)) unfinished.push_back(&r);
+  if (unfinished.empty()) return study::build_report(plan, results);
+  std::vector<study::RunResult> finished;
+  std::vector<size_t> finished_at;
+  for (size_t i = 0; i < results.size(); ++i)
+    if (results[i].finished || results[i].diverged) finished_at.push_back(i), finished.push_back(std::move(results[i]));
+  study::ReportModel report = study::build_report(plan, finished.empty() ? results : finished);
+  for (size_t k = 0; k < finished.size(); ++k) results[finished_at[k]] = std::move(finished[k]);
+  for (study::ReportSection& sec : report.sections) {
+    if (sec.title == "Answer" && finished.empty())
+      sec.bullets = {fmt::format("No run has finished yet ({} unfinished: {}).", unfinished.size(), unfinished_list(unfinished)),
+                     so_far(plan, results)};
+    else if (sec.title == "Answer")
+      sec.bullets.insert(sec.bullets.begin(),
+                         fmt::format("So far {} of {} runs {} finished; this Answer, the Findings and the Summary judge "
+                                     "{} only. Not yet judged: {}.",
+                                     finished.size(), runs.size(), finished.size() == 1 ? "has" : "have",
+                                     finished.size() == 1 ? "that run" : "those", unfinished_list(unfinished)));
+    else if (sec.title == "Findings" && finished.empty())
+      sec.bullets = {"The Findings wait for a finished run."};
+  }
+  return report;
+}
+
+// The live page's report: its step charts drawn by the page's charts instead, and a footer whose
+// links are the server's live tables.
+std::string live_html(study::ReportModel report, const study::HtmlExtras& extras) {
+  for (study::ReportSection& sec : report.sections) {
+    const size_t before = sec.charts.size();
+    sec.charts.erase(std::remove_if(sec.charts.begin(), sec.charts.end(), [](const auto& c) { return step_chart(c.first); }),
+                     sec.charts.end());
+    if (sec.charts.size() < before)
+      sec.text += (sec.text.empty() ? "" : " ") + std::string("(Live: these curves are in the Charts panel above, per run.)");
+  }
+  std::string html = study::render_html(report, extras);
+  const std::string footer = "each chart as SVG in charts/. Tables as Markdown: report.md.";
+  if (const size_t at = html.find(footer); at != std::string::npos)
+    html.replace(at, footer.size(), "the report as Markdown: <a href=\"report.md\">report.md</a> (all three live).");
+  return html;
+}
+
 Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, FirstSeen& first_seen) {
   Drawn out;
   std::map<std::string, std::string> unreadable, refused;  // run directory -> reason
@@ -320,34 +403,140 @@ Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, F
     if (std::string why = unreadable_run(d); !why.empty()) unreadable[d] = why;
     else if (fs::exists(fs::path(d) / "config.json", ec)) with_config.push_back(d);
   }
-  Planned planned = plan_and_read(with_config, refused);
+  Planned planned = plan_and_read(dir, layout.compare, with_config, refused);
   out.problem = with_config.empty() ? "no run has written its config.json yet" : planned.problem;
+  std::map<std::string, const study::RunSpec*> spec_of;  // run name -> its spec in the plan
+  for (const study::RunSpec& spec : planned.plan.runs) spec_of[fs::path(spec.dir).filename().string()] = &spec;
   std::set<std::string> names;
   for (const std::string& d : layout.run_dirs) {
-    study::RunResult r;
-    r.spec.name = fs::path(d).filename().string();
-    if (auto it = planned.results.find(d); it != planned.results.end()) r = it->second;
+    const std::string name = fs::path(d).filename().string();
+    static const study::RunResult not_read;
+    const auto found = planned.results.find(d);
+    const study::RunResult& r = found != planned.results.end() ? found->second : not_read;
     RunStatus st = status_of(r, lock_held(d, held));
+    st.name = name;
+    fill_from_result(st, r);
     for (const auto& [reasons, state] : {std::pair{&unreadable, RunState::unreadable}, std::pair{&refused, RunState::error}})
       if (auto it = reasons->find(d); it != reasons->end()) st.state = state, st.problem = it->second, st.step = 0;
     st.eta_s = eta_of(st, d, first_seen);
+    st.path = fs::path(d).lexically_relative(dir).string();
+    st.version = file_stamp(fs::path(d) / "metrics.jsonl");
     out.runs.push_back(st);
-    names.insert(fs::path(d).filename().string());
+    names.insert(name);
   }
   for (const std::string& name : layout.planned)
-    if (!names.count(name)) out.runs.push_back(queued_run(dir, name));
-  std::sort(out.runs.begin(), out.runs.end(), [](const RunStatus& a, const RunStatus& b) { return a.name < b.name; });
-  if (planned.plan.runs.empty()) return out;
-  std::vector<study::RunResult> results;
-  for (const study::RunSpec& spec : planned.plan.runs) results.push_back(planned.results.at(spec.dir));
+    if (!names.count(name)) {
+      out.runs.push_back(queued_run(name, spec_of.count(name) ? spec_of[name] : nullptr));
+      out.runs.back().path = (fs::path("runs") / name).string();
+    }
+  std::sort(out.runs.begin(), out.runs.end(), [](const RunStatus& a, const RunStatus& b) {
+    return std::pair(state_order(a.state), a.name) < std::pair(state_order(b.state), b.name);
+  });
+  if (planned.results.empty()) return out;
+  auto results = std::make_shared<std::vector<study::RunResult>>();
+  for (const study::RunSpec& spec : planned.plan.runs)
+    if (auto it = planned.results.find(spec.dir); it != planned.results.end()) results->push_back(std::move(it->second));
   try {
-    out.report = study::build_report(planned.plan, results);
-    out.runs_csv = study::runs_csv(planned.plan, results);
-    out.curves_csv = study::curves_csv(results);
+    out.report = live_report(planned.plan, *results, out.runs);
+    out.runs_csv = study::runs_csv(planned.plan, *results);
+    out.results = results;
   } catch (const InputError& e) {
     out.problem = e.what();
   }
   return out;
+}
+
+// "6/20 runs done (1 diverged), 2 running, 12 queued, ETA 3m05s": compare's console line, from the
+// run table. The ETA is compare's: a finished run's mean wall time x the runs left / runs at once.
+std::string progress_line(const std::vector<RunStatus>& runs) {
+  size_t done = 0, diverged = 0, running = 0, queued = 0, stopped = 0, with_time = 0;
+  double busy = 0;
+  for (const RunStatus& r : runs) {
+    done += judged(r.state);
+    diverged += r.state == RunState::diverged;
+    running += r.state == RunState::running;
+    queued += r.state == RunState::queued;
+    stopped += r.state == RunState::stopped;
+    if (judged(r.state) && std::isfinite(r.wall_time_s)) busy += r.wall_time_s, ++with_time;
+  }
+  const double eta = running == 0 ? NAN : study::study_eta_seconds(busy, with_time, with_time + runs.size() - done, running);
+  return fmt::format("{}/{} runs done ({} diverged), {} running, {} queued{}, ETA {}", done, runs.size(), diverged, running,
+                     queued, stopped ? fmt::format(", {} stopped", stopped) : "",
+                     done == runs.size() ? "–" : study::format_duration(eta));
+}
+
+// The run table's rows as the server draws them (the page's script draws the same, and sorts).
+std::string rows_html(const std::vector<RunStatus>& runs) {
+  auto number = [](double v) { return std::isfinite(v) ? fmt::format("{:.4g}", v) : "–"; };
+  std::string html;
+  for (const RunStatus& r : runs) {
+    const std::string step = r.total_steps > 0 ? fmt::format("{} / {}", r.step, r.total_steps) : std::to_string(r.step);
+    std::string extra;
+    for (const auto& [key, value] : r.extra) extra += "<td>" + study::xml_escape(value) + "</td>";
+    html += fmt::format(
+        "<tr class=\"serve-{0}\" data-state=\"{0}\" data-run=\"{1}\"><td></td><td>{1}</td><td>{2}</td><td>{0}{3}</td>"
+        "<td>{4}</td><td>{5}</td><td>{6}</td><td>{7}</td><td>{8}</td><td>{9}</td><td>{10}</td><td>{11}</td><td>{12}</td>{13}"
+        "<td></td></tr>\n",
+        state_name(r.state), study::xml_escape(r.name), study::xml_escape(r.variant),
+        r.problem.empty() ? "" : " (" + study::xml_escape(r.problem) + ")", step,
+        r.state == RunState::running ? format_eta(r.eta_s) : "–", number(r.last_loss), number(r.best_accuracy),
+        number(r.best_loss), number(r.lr), r.layers > 0 ? std::to_string(r.layers) : "–",
+        r.warmup < 0 ? "–" : r.warmup ? "on" : "off", r.seed < 0 ? "–" : std::to_string(r.seed), extra);
+  }
+  return html;
+}
+
+json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+// What the page's script polls: the run table, the progress line, the series' colours and the
+// metrics a chart can show.
+std::string status_json(const std::vector<RunStatus>& runs, const std::string& page_etag, const std::string& dir,
+                        bool compare, const std::vector<std::string>& metrics) {
+  json rows = json::array();
+  std::vector<std::string> variants;
+  for (const RunStatus& r : runs)
+    if (!r.variant.empty() && std::find(variants.begin(), variants.end(), r.variant) == variants.end())
+      variants.push_back(r.variant);
+  json colors = json::object();
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const study::Variant* v = study::find_variant(variants[i]);
+    colors[variants[i]] = v ? v->color : study::palette(i);
+  }
+  std::vector<std::string> extra_keys;
+  for (const RunStatus& r : runs)
+    for (const auto& [key, value] : r.extra)
+      if (std::find(extra_keys.begin(), extra_keys.end(), key) == extra_keys.end()) extra_keys.push_back(key);
+  for (const RunStatus& r : runs) {
+    json extra = json::object();
+    for (const auto& [key, value] : r.extra) extra[key] = value;
+    const std::string log = compare ? "logs/" + r.name + ".log" : "";
+    std::error_code ec;
+    rows.push_back({{"name", r.name}, {"variant", r.variant}, {"state", state_name(r.state)}, {"problem", r.problem},
+                    {"step", r.step}, {"steps", r.total_steps},
+                    {"eta", r.state == RunState::running ? format_eta(r.eta_s) : "–"},
+                    {"loss", number_or_null(r.last_loss)}, {"best_accuracy", number_or_null(r.best_accuracy)},
+                    {"best_loss", number_or_null(r.best_loss)}, {"lr", number_or_null(r.lr)}, {"layers", r.layers},
+                    {"warmup", r.warmup}, {"seed", r.seed}, {"extra", extra}, {"path", r.path},
+                    {"log", !log.empty() && fs::exists(fs::path(dir) / log, ec) ? log : ""}, {"version", r.version}});
+  }
+  return json{{"page", page_etag}, {"progress", progress_line(runs)}, {"colors", colors}, {"extra_keys", extra_keys},
+              {"metrics", metrics}, {"runs", rows}}
+      .dump();
+}
+
+// The metrics the runs log, from the first lines of a few runs' metrics.jsonl (every run of a
+// study logs the same ones); the evaluation's come first.
+std::vector<std::string> metric_names(const std::vector<std::string>& run_dirs) {
+  std::vector<std::string> names;
+  size_t looked = 0;
+  for (const std::string& d : run_dirs) {
+    const RunSeries series = read_series((fs::path(d) / "metrics.jsonl").string(), 2, "", 2000);
+    for (const MetricSeries& m : series.metrics)
+      if (std::find(names.begin(), names.end(), m.name) == names.end()) names.push_back(m.name);
+    if (!series.metrics.empty() && ++looked == 3) break;
+  }
+  std::stable_partition(names.begin(), names.end(), [](const std::string& n) { return n.rfind("valid/", 0) == 0; });
+  return names;
 }
 
 }  // namespace
@@ -366,7 +555,7 @@ std::string cannot_read(const std::string& path) {
 
 LiveReport::LiveReport(std::string dir) : dir_(std::move(dir)) {
   std::error_code ec;
-  if (!fs::exists(dir_, ec) && !ec) throw InputError(fmt::format("{}: no such directory", dir_));
+  if (!fs::exists(dir_, ec) && !ec) return;  // waits for it: the page says what to run
   if (std::string why = cannot_read(dir_); !why.empty()) throw InputError(why);
   if (!fs::is_directory(dir_, ec)) throw InputError(fmt::format("{}: not a directory", dir_));
   if (kind_of(dir_) == DirKind::folder && scan(dir_).run_dirs.empty())
@@ -375,10 +564,22 @@ LiveReport::LiveReport(std::string dir) : dir_(std::move(dir)) {
                                  dir_));
 }
 
+bool LiveReport::waiting() {
+  std::error_code ec;
+  return !fs::exists(dir_, ec);
+}
+
+static std::string waiting_text(const std::string& dir) {
+  return fmt::format("{} does not exist yet: this page waits for it and follows it from then on. Start the study with "
+                     "`normlab compare --config FILE --out {}` (or one run with `normlab train --config FILE --out {}`).",
+                     dir, dir, dir);
+}
+
 LiveReport::Page LiveReport::page() {
   const std::lock_guard<std::mutex> guard(mutex_);
   // DIR may stop being readable while served: the page then says so (and draws again when it can).
-  std::string dir_problem = cannot_read(dir_);
+  const bool absent = waiting();
+  std::string dir_problem = absent ? waiting_text(dir_) : cannot_read(dir_);
   Layout layout;
   try {
     if (dir_problem.empty()) layout = scan(dir_);
@@ -403,17 +604,55 @@ LiveReport::Page LiveReport::page() {
   if (!dir_problem.empty()) drawn.problem = dir_problem;
   Page page;
   page.etag = fmt::format("\"{:016x}\"", std::hash<std::string>{}(fingerprint));
-  const study::HtmlExtras extras{kStatusStyle, status_html(drawn.runs), update_script(page.etag)};
+  const study::HtmlExtras extras{live_head(), live_top(progress_line(drawn.runs), rows_html(drawn.runs)),
+                                 live_script(page.etag)};
   if (!drawn.report)
-    drawn.report = study::ReportModel{"normlab serve: " + dir_, {"No report yet: " + drawn.problem + "."}, {}, {}};
-  page.html = study::render_html(*drawn.report, extras);
+    drawn.report = study::ReportModel{
+        layout.compare ? "normlab compare report" : "normlab serve: " + dir_,
+        {absent ? dir_problem : "No report yet: " + drawn.problem + "."}, {}, {}};
+  page.html = live_html(*drawn.report, extras);
+  page.report_md = study::render_markdown(*drawn.report);
   page.runs_csv = std::move(drawn.runs_csv);
-  page.curves_csv = std::move(drawn.curves_csv);
+  page.status_json = status_json(drawn.runs, page.etag, dir_, layout.compare, metric_names(layout.run_dirs));
+  run_dirs_.clear();
+  for (const std::string& d : layout.run_dirs) run_dirs_[fs::path(d).filename().string()] = d;
+  results_ = drawn.results;
   fingerprint_ = fingerprint;
+  ::malloc_trim(0);  // a long run's curves were read and drawn: give their pages back to the system
   drawn_at_ = std::chrono::steady_clock::now();
   drawing_time_ = drawn_at_ - now;
   cached_ = page;
   return page;
+}
+
+std::string LiveReport::curves_csv() {
+  std::shared_ptr<const std::vector<study::RunResult>> results;
+  {
+    const std::lock_guard<std::mutex> guard(mutex_);
+    results = results_;
+  }
+  return results ? study::curves_csv(*results) : "";
+}
+
+LiveReport::SeriesAnswer LiveReport::series(const std::string& run, const std::string& metric) {
+  std::string path;
+  {
+    const std::lock_guard<std::mutex> guard(mutex_);
+    const auto it = run_dirs_.find(run);
+    if (it == run_dirs_.end()) return {};
+    path = (fs::path(it->second) / "metrics.jsonl").string();
+  }
+  SeriesAnswer answer;
+  answer.etag = fmt::format("\"{:016x}\"", std::hash<std::string>{}(path + "|" + metric + "|" + file_stamp(path)));
+  {
+    const std::lock_guard<std::mutex> guard(mutex_);
+    if (auto it = series_cache_.find(answer.etag); it != series_cache_.end()) return answer.json = it->second, answer;
+  }
+  answer.json = series_json(read_series(path, kMaxPointsPerSeries, metric));
+  const std::lock_guard<std::mutex> guard(mutex_);
+  if (series_cache_.size() >= 64) series_cache_.clear();  // a few recent answers: the runs the page shows
+  series_cache_[answer.etag] = answer.json;
+  return answer;
 }
 
 }  // namespace normlab::serve

@@ -27,7 +27,7 @@
 #include <thread>
 
 #include "normlab/error.hpp"
-#include "normlab/io/sha256.hpp"
+#include "normlab/serve/page.hpp"
 
 namespace normlab::serve {
 
@@ -104,23 +104,8 @@ class ConnectionThreads : public httplib::TaskQueue {
   std::list<Worker> threads_;
 };
 
-// RFC 4648 base64 with padding, as a CSP hash source spells a digest.
-std::string base64(const uint8_t* bytes, size_t size) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < size; i += 3) {
-    const uint32_t group = uint32_t(bytes[i]) << 16 | (i + 1 < size ? uint32_t(bytes[i + 1]) << 8 : 0) |
-                           (i + 2 < size ? uint32_t(bytes[i + 2]) : 0);
-    out += kAlphabet[group >> 18 & 63];
-    out += kAlphabet[group >> 12 & 63];
-    out += i + 1 < size ? kAlphabet[group >> 6 & 63] : '=';
-    out += i + 2 < size ? kAlphabet[group & 63] : '=';
-  }
-  return out;
-}
-
-// "'sha256-BASE64'" of every inline <script> and <style> element's text in `html`: the CSP that
-// lets exactly the page's own inline code run, and nothing injected beside it.
+// "'sha256-BASE64'" of every inline <script> and <style> element's text in `html`, and of Chart.js:
+// the CSP that lets exactly the page's own code run, and nothing injected beside it.
 std::string inline_hashes(const std::string& html) {
   std::string hashes[2];  // script, style
   const char* names[2] = {"script", "style"};
@@ -131,12 +116,11 @@ std::string inline_hashes(const std::string& html) {
       if (after != '>' && after != ' ') continue;  // <scripts>, <styled>: other elements
       const size_t text_at = html.find('>', at), end = html.find(close, at);
       if (text_at == std::string::npos || end == std::string::npos || end < text_at) break;
-      io::Sha256 sha;
-      sha.update(std::string_view(html).substr(text_at + 1, end - text_at - 1));
-      const std::array<uint8_t, 32> digest = sha.digest();
-      hashes[kind] += fmt::format(" 'sha256-{}'", base64(digest.data(), digest.size()));
+      hashes[kind] += fmt::format(" 'sha256-{}'", sha256_base64(std::string_view(html).substr(text_at + 1, end - text_at - 1)));
     }
   }
+  // Chart.js, served by this server, is named by its hash too (the page loads it with integrity=).
+  if (!chart_library().empty()) hashes[0] += fmt::format(" 'sha256-{}'", sha256_base64(chart_library()));
   return fmt::format("script-src{}; style-src{}", hashes[0].empty() ? " 'none'" : hashes[0],
                      hashes[1].empty() ? " 'none'" : hashes[1]);
 }
@@ -227,12 +211,23 @@ struct Server::Impl {
   int listen_fd = -1;         // the listening socket, as cpp-httplib created it
   httplib::Server http;
 
+  std::mutex root_mutex;
+
   explicit Impl(LiveReport& report) : live(report) {
     root_fd = ::open(report.dir().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (root_fd < 0)
+    if (root_fd < 0 && !(errno == ENOENT && report.waiting()))
       throw InputError(fmt::format("{}: cannot open the directory: {}", report.dir(), std::strerror(errno)));
   }
-  ~Impl() { ::close(root_fd); }
+  ~Impl() {
+    if (root_fd >= 0) ::close(root_fd);
+  }
+
+  // DIR, opened once it exists (serve may have started before compare created it).
+  int root() {
+    const std::lock_guard<std::mutex> guard(root_mutex);
+    if (root_fd < 0) root_fd = ::open(live.dir().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    return root_fd;
+  }
 
   // Before any route: the method, the Host, the number of ranges. Refusals close the connection
   // (a refused request's body, if any, is never read).
@@ -279,13 +274,66 @@ struct Server::Impl {
   }
 
   void table(const httplib::Request&, httplib::Response& res, bool runs) {
-    const LiveReport::Page page = live.page();
     res.set_header("Cache-Control", "no-cache");
-    res.set_content(runs ? page.runs_csv : page.curves_csv, "text/csv; charset=utf-8");
+    res.set_content(runs ? live.page().runs_csv : live.curves_csv(), "text/csv; charset=utf-8");
+  }
+
+  // The live report as Markdown (report.md of what the page shows now).
+  void markdown(const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_content(live.page().report_md, "text/plain; charset=utf-8");
+  }
+
+  // What the page's script polls: a 304 while the page's ETag is the one it has.
+  void status(const httplib::Request& req, httplib::Response& res) {
+    const LiveReport::Page page = live.page();
+    const std::string etag = page.etag.substr(0, page.etag.size() - 1) + "-status\"";
+    res.set_header("ETag", etag);
+    res.set_header("Cache-Control", "no-cache");
+    if (req.get_header_value("If-None-Match") == etag) {
+      res.status = 304;
+      return;
+    }
+    res.set_content(page.status_json, "application/json");
+  }
+
+  // One run's series of one metric, downsampled; a 304 while its metrics.jsonl has not changed.
+  void series(const httplib::Request& req, httplib::Response& res) {
+    const LiveReport::SeriesAnswer answer = live.series(req.get_param_value("run"), req.get_param_value("metric"));
+    if (answer.json.empty()) {
+      res.status = 404;
+      res.set_content("normlab serve: no such run\n", "text/plain; charset=utf-8");
+      return;
+    }
+    res.set_header("ETag", answer.etag);
+    res.set_header("Cache-Control", "no-cache");
+    if (req.get_header_value("If-None-Match") == answer.etag) {
+      res.status = 304;
+      return;
+    }
+    res.set_content(answer.json, "application/json");
+  }
+
+  // Chart.js from Debian's libjs-chart.js, read once; the browser may keep it (it never changes
+  // while this server runs).
+  void chart_js(const httplib::Request&, httplib::Response& res) {
+    if (chart_library().empty()) {
+      res.status = 404;
+      res.set_content("normlab serve: Chart.js is not installed (apt-get install libjs-chart.js)\n", "text/plain; charset=utf-8");
+      return;
+    }
+    res.set_header("Cache-Control", "max-age=3600");
+    res.set_content(chart_library(), "text/javascript; charset=utf-8");
   }
 
   void file(const httplib::Request& req, httplib::Response& res) {
-    const OpenedFile opened = open_request_path(root_fd, req.path);
+    const int dir_fd = root();
+    if (dir_fd < 0) {
+      res.status = 404;
+      res.set_content("normlab serve: the directory does not exist yet\n", "text/plain; charset=utf-8");
+      return;
+    }
+    const OpenedFile opened = open_request_path(dir_fd, req.path);
     struct stat st {};
     if (opened.status == 200 && (::fstat(opened.fd, &st) != 0 || st.st_size > kMaxFileBytes)) {
       res.status = 403;
@@ -323,6 +371,10 @@ struct Server::Impl {
     http.Get("/index.html", [this](Req req, Res res) { page(req, res); });
     http.Get("/runs.csv", [this](Req req, Res res) { table(req, res, true); });
     http.Get("/curves.csv", [this](Req req, Res res) { table(req, res, false); });
+    http.Get("/report.md", [this](Req req, Res res) { markdown(req, res); });
+    http.Get("/_serve/status.json", [this](Req req, Res res) { status(req, res); });
+    http.Get("/_serve/series.json", [this](Req req, Res res) { series(req, res); });
+    http.Get("/_serve/chart.js", [this](Req req, Res res) { chart_js(req, res); });
     http.Get(R"(/.*)", [this](Req req, Res res) { file(req, res); });
     http.set_exception_handler([](Req, Res res, std::exception_ptr error) {
       std::string what = "unknown";

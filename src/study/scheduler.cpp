@@ -1,6 +1,8 @@
 // The compare scheduler (scheduler.hpp): the grid's runs as child processes, their locks, the
 // queue, progress with an ETA, and the passes of a learning-rate search.
 #include "normlab/study/scheduler.hpp"
+#include "normlab/study/compare_dir.hpp"
+#include "normlab/study/progress.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -92,11 +94,7 @@ pid_t launch(const std::string& exe, const std::vector<std::string>& args, const
   return pid;
 }
 
-std::string format_eta(double seconds) {
-  if (!(seconds >= 0)) return "?";
-  const int s = int(seconds + 0.5);
-  return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
-}
+std::string format_eta(double seconds) { return format_duration(seconds); }
 
 // --shard I/K as {I, K}: this process trains the runs whose index is I modulo K.
 using Shard = std::optional<std::pair<size_t, size_t>>;
@@ -218,11 +216,7 @@ class RunWatcher {
   void print_progress(bool final_line) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     const int finished = done_ + diverged_ + failed_;
-    std::string eta = "?";
-    if (finished > 0) {
-      const double per_run = busy_seconds_ / finished;
-      eta = format_eta(per_run * double(to_run_ - size_t(finished)) / jobs_);
-    }
+    const std::string eta = format_eta(study_eta_seconds(busy_seconds_, size_t(finished), to_run_, size_t(jobs_)));
     const std::string line =
         fmt::format("compare: {}/{} runs done ({} diverged, {} failed, {} skipped as finished{}), {} running, "
                     "elapsed {}, ETA {}",
@@ -395,6 +389,7 @@ CompareResult run_compare(const CompareOptions& options, CompareLogger& logger, 
                                  options.out, options.config, options.out));
   const std::vector<ChangedRun> changed = changed_runs_of(plan, options, shard);
   for (const char* sub : {"runs", "configs", "logs", ".locks"}) io::make_directories((out / sub).string(), "output directory");
+  record_compare_source(options.out, options.config);  // which config made it: for `normlab serve`
   if (!changed.empty()) {
     remove_changed(out, changed, logger);
     // A search's later rounds were chosen from the removed runs' outcomes: choose them again.

@@ -5,10 +5,13 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "normlab/study/report.hpp"
 
 namespace normlab::serve {
 
@@ -30,23 +33,44 @@ struct RunStatus {
   double eta_s = NAN;                 // remaining steps at the rate observed so far (NaN: unknown)
   double last_loss = NAN;             // the last step record's training loss
   std::string problem;                // why the run is unreadable / an error ("" when it is neither)
+  // What the run table shows beside the state (from the plan; empty / NaN when unknown):
+  std::string variant, path;          // the series it belongs to; its directory relative to DIR
+  double lr = NAN;
+  int64_t layers = 0, seed = -1;
+  int warmup = -1;                    // 1 on, 0 off, -1 unknown
+  std::vector<std::pair<std::string, std::string>> extra;  // other grid axes: key, value
+  double best_accuracy = NAN, best_loss = NAN;  // best held-out evaluation on trained lengths
+  double wall_time_s = NAN;           // summary.json's, when finished
+  std::string version;                // changes whenever its metrics.jsonl does
 };
 
 // The live page of one directory. Thread-safe: the HTTP server calls it from its worker threads.
 class LiveReport {
  public:
   // DIR: a run directory, a compare output directory (runs/, configs/) or a folder of run
-  // directories. Anything else (missing, a file, none of these): InputError naming it.
+  // directories; or a path that does not exist yet (the page waits for it). Anything else (a file,
+  // an unreadable directory, none of these): InputError naming it.
   explicit LiveReport(std::string dir);
 
   struct Page {
-    std::string html;  // report.html's page with the run table and the update script
-    std::string etag;  // changes whenever anything the page shows changes
-    std::string runs_csv, curves_csv;
+    std::string html;         // the report's text, run table, charts panel and the page's script
+    std::string etag;         // changes whenever anything the page shows changes
+    std::string status_json;  // the run table, progress and metric names (what the script polls)
+    std::string runs_csv, report_md;
   };
   // The current page; drawn again only when a run's files or lock changed since the last drawing,
   // and not sooner than 5 drawing times after it.
   Page page();
+  // curves.csv of the last drawing (every point: computed on request, never kept).
+  std::string curves_csv();
+  // One run's series of one metric (series.hpp), as JSON; its ETag changes with the run's
+  // metrics.jsonl. Empty `json` when the run is not one of the page's.
+  struct SeriesAnswer {
+    std::string etag, json;
+  };
+  SeriesAnswer series(const std::string& run, const std::string& metric);
+  // True while DIR does not exist yet (serve waits for it).
+  bool waiting();
   const std::string& dir() const { return dir_; }
 
  private:
@@ -58,6 +82,9 @@ class LiveReport {
   std::chrono::steady_clock::duration drawing_time_{};
   // Per run: the first (step, metrics.jsonl mtime) seen, for the rate behind the ETA.
   std::map<std::string, std::pair<int64_t, double>> first_seen_;
+  std::map<std::string, std::string> run_dirs_;  // run name -> its directory, of the last drawing
+  std::shared_ptr<const std::vector<study::RunResult>> results_;  // the last drawing's, for curves.csv
+  std::map<std::string, std::string> series_cache_;  // etag -> json, a few recent answers
 };
 
 }  // namespace normlab::serve
