@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "normlab/error.hpp"
+#include "normlab/study/plan.hpp"
 #include "normlab/train/config.hpp"
 #include "normlab/train/memory.hpp"
 #include "normlab/train/trainer.hpp"
@@ -127,6 +128,21 @@ TEST_CASE("memory: a run that would not fit is refused before allocation with th
     return c;
   }();
   CHECK(train::estimate_memory(big_valid).data > 30e9);
+}
+
+TEST_CASE("memory: compare refuses a grid cell that would not fit when it plans, before any run starts") {
+  TempDir dir;
+  dir.write("base.json", R"({"model": {"num_classes": 65536}, "task": {"eval_examples": 1000000, "eval_max_len": 128},
+                            "train": {"batch_size": 4096}})");
+  const std::string compare = dir.write("compare.json", R"({"base": "base.json", "grid": {"seeds": [0]}})");
+  std::string message;
+  try {
+    (void)study::load_compare_plan(compare);
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  CHECK(message.rfind(compare + ": run ", 0) == 0);
+  CHECK(message.find(": model: this run would need about ") != std::string::npos);
 }
 
 TEST_CASE("memory: --resume with a config.json edited to a bigger model is refused before the model is built") {

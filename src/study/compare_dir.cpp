@@ -15,6 +15,7 @@
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/study/plan.hpp"
+#include "normlab/study/reuse.hpp"
 #include "normlab/study/run_dirs.hpp"
 #include "normlab/train/config.hpp"
 

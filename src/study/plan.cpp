@@ -23,6 +23,7 @@
 #include "normlab/nn/norm_registry.hpp"
 #include "normlab/study/search.hpp"
 #include "normlab/train/config.hpp"
+#include "normlab/train/memory.hpp"
 
 namespace normlab::study {
 
@@ -488,7 +489,13 @@ RunSpec make_run_spec(const CompareConfig& config, const std::vector<std::vector
     set_path(spec.config, plan.extra_axes[a].first, key_axis_values[a][setting.key_values[a]], path);
   set_path(spec.config, "train.seed", seed, path);
   set_path(spec.config, "train.threads", 1, path);
-  train::config_from_json(spec.config, fmt::format("{}: run {}", path, spec.name), ".");
+  const std::string where = fmt::format("{}: run {}", path, spec.name);
+  train::RunConfig run = train::config_from_json(spec.config, where, ".");
+  try {  // refused here, before any run of the grid starts, as the trainer would refuse it
+    (void)train::fits_in_memory(std::move(run));
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: {}", where, e.what()));
+  }
   return spec;
 }
 
