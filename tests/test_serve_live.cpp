@@ -198,7 +198,13 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
   const double rss = serve.peak_rss_mb();
   MESSAGE(fmt::format("serve's peak RSS: {:.1f} MB", rss));
   CHECK(rss > 0);
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer's shadow memory and quarantine are not normlab's (about 740 MB here): the
+  // Release suite checks the bound; here the server must only serve.
+  MESSAGE("sanitizer build: serve's RSS not compared with the 100 MB bound");
+#else
   CHECK(rss < 100);
+#endif
   CHECK(browser.eval("document.querySelector('h1').textContent") == "normlab compare report");
 
   // Hover: the nearest point's value, in the tooltip and the line under the chart.
