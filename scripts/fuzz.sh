@@ -78,8 +78,8 @@ fi
 
 # ------------------------------------------------------------------------------------------ build
 # The parsers and what they call (the I/O and data layers and the config loader) go into one
-# archive; the checkpoint target needs the whole library (model, optimizer, samplers), which goes
-# into a second one and is only compiled when that target is asked for. An archive lets each target
+# archive; the whole library (model, optimizer, samplers, the norm registry the config checks) goes
+# into a second one, linked after it. An archive lets each target
 # link only the objects it uses.
 PARSER_SOURCES=(src/io/*.cpp src/data/*.cpp src/train/config.cpp)
 mapfile -t ALL_SOURCES < <(find src -name '*.cpp' | sort)
@@ -127,14 +127,14 @@ if [[ "$(cat "$BUILD_DIR/flags" 2>/dev/null)" != "$CXX ${CXXFLAGS[*]}" ]]; then
   echo "$CXX ${CXXFLAGS[*]}" >"$BUILD_DIR/flags"
 fi
 build_archive "$BUILD_DIR/libnormlab_parsers.a" "${PARSER_SOURCES[@]}"
-if [[ " ${targets[*]} " == *" checkpoint "* ]]; then
-  build_archive "$BUILD_DIR/libnormlab_full.a" "${ALL_SOURCES[@]}"
-fi
+# The config parser checks model.norm against the norm registry (src/nn/norm_registry.cpp), whose
+# entries build the norm layers: the parsers link against the whole library after their own archive.
+build_archive "$BUILD_DIR/libnormlab_full.a" "${ALL_SOURCES[@]}"
 
 for target in "${targets[@]}"; do
-  archive="$BUILD_DIR/libnormlab_parsers.a"
-  [[ $target == checkpoint ]] && archive="$BUILD_DIR/libnormlab_full.a"
-  "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer "fuzz/fuzz_$target.cpp" "$archive" -lfmt -o "$BUILD_DIR/fuzz_$target"
+  archives=("$BUILD_DIR/libnormlab_parsers.a" "$BUILD_DIR/libnormlab_full.a")
+  [[ $target == checkpoint ]] && archives=("$BUILD_DIR/libnormlab_full.a")
+  "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer "fuzz/fuzz_$target.cpp" "${archives[@]}" -lfmt -o "$BUILD_DIR/fuzz_$target"
 done
 echo "fuzz.sh: built ${targets[*]}"
 [[ $build_only -eq 1 ]] && exit 0
