@@ -86,7 +86,7 @@ mapfile -t ALL_SOURCES < <(find src -name '*.cpp' | sort)
 # Library code gets coverage instrumentation (fuzzer-no-link); only the targets link libFuzzer's
 # main. -fno-sanitize-recover: a UBSan report must be a crash, or the fuzzer would not save the input.
 SAN_FLAGS=(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
-CXXFLAGS=(-std=c++20 -g -O1 -fopenmp -Iinclude -DNORMLAB_VERSION=\"fuzz\" -Wall -Wextra "${SAN_FLAGS[@]}")
+CXXFLAGS=(-std=c++20 -fsized-deallocation -g -O1 -fopenmp -Iinclude -DNORMLAB_VERSION=\"fuzz\" -Wall -Wextra "${SAN_FLAGS[@]}")
 
 # Recompiles an object when it is missing or older than any file in its depfile.
 needs_build() {
@@ -127,12 +127,17 @@ if [[ "$(cat "$BUILD_DIR/flags" 2>/dev/null)" != "$CXX ${CXXFLAGS[*]}" ]]; then
   echo "$CXX ${CXXFLAGS[*]}" >"$BUILD_DIR/flags"
 fi
 build_archive "$BUILD_DIR/libnormlab_parsers.a" "${PARSER_SOURCES[@]}"
+if [[ " ${targets[*]} " == *" checkpoint "* ]]; then
+  build_archive "$BUILD_DIR/libnormlab_full.a" "${ALL_SOURCES[@]}"
+fi
 # The config parser checks model.norm against the norm registry (src/nn/norm_registry.cpp), whose
-# entries build the norm layers: the parsers link against the whole library after their own archive.
-build_archive "$BUILD_DIR/libnormlab_full.a" "${ALL_SOURCES[@]}"
+# entries build the layers: the parsers link the core floor of the Release build (scripts/setup.sh;
+# not instrumented, it is not what is fuzzed) after their own archive.
+CORE_ARCHIVE=${NORMLAB_CORE_ARCHIVE:-build/libnormlab_core.a}
+[[ -f $CORE_ARCHIVE ]] || { echo "fuzz.sh: $CORE_ARCHIVE missing: build first (bash scripts/setup.sh)" >&2; exit 2; }
 
 for target in "${targets[@]}"; do
-  archives=("$BUILD_DIR/libnormlab_parsers.a" "$BUILD_DIR/libnormlab_full.a")
+  archives=("$BUILD_DIR/libnormlab_parsers.a" "$CORE_ARCHIVE")
   [[ $target == checkpoint ]] && archives=("$BUILD_DIR/libnormlab_full.a")
   "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer "fuzz/fuzz_$target.cpp" "${archives[@]}" -lfmt -o "$BUILD_DIR/fuzz_$target"
 done
