@@ -3,16 +3,23 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <utility>
 
 #include "normlab/error.hpp"
 
 namespace normlab::data {
 
+namespace {
+
+constexpr std::pair<FileFormat, const char*> kFormatNames[] = {
+    {FileFormat::jsonl, "jsonl"}, {FileFormat::csv, "csv"}, {FileFormat::tsv, "tsv"}, {FileFormat::conll, "conll"}};
+
+}  // namespace
+
+// task.format by name; "auto": by the file's extension (any other is JSONL).
 FileFormat file_format_of(const std::string& path, const FileOptions& options) {
-  if (options.format == "jsonl") return FileFormat::jsonl;
-  if (options.format == "csv") return FileFormat::csv;
-  if (options.format == "tsv") return FileFormat::tsv;
-  if (options.format == "conll") return FileFormat::conll;
+  for (const auto& [format, name] : kFormatNames)
+    if (options.format == name) return format;
   std::string extension = std::filesystem::path(path).extension().string();
   for (char& c : extension) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
   if (extension == ".csv") return FileFormat::csv;
@@ -22,12 +29,8 @@ FileFormat file_format_of(const std::string& path, const FileOptions& options) {
 }
 
 const char* format_name(FileFormat format) {
-  switch (format) {
-    case FileFormat::jsonl: return "jsonl";
-    case FileFormat::csv: return "csv";
-    case FileFormat::tsv: return "tsv";
-    case FileFormat::conll: return "conll";
-  }
+  for (const auto& [value, name] : kFormatNames)
+    if (value == format) return name;
   return "jsonl";
 }
 

@@ -151,8 +151,6 @@ bool is_ascii_punctuation(char c) {
   return (u >= 33 && u <= 47) || (u >= 58 && u <= 64) || (u >= 91 && u <= 96) || (u >= 123 && u <= 126);
 }
 
-bool is_space_byte(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-
 }  // namespace
 
 std::string normalize_word(std::string_view word, const TextOptions& options) {
@@ -165,20 +163,12 @@ std::string normalize_word(std::string_view word, const TextOptions& options) {
 }
 
 void split_words(std::string_view text, const TextOptions& options, std::vector<std::string>& words) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    if (is_space_byte(text[pos])) {
-      ++pos;
-      continue;
-    }
-    size_t end = pos;
-    while (end < text.size() && !is_space_byte(text[end])) ++end;
-    const std::string word = normalize_word(text.substr(pos, end - pos), options);
-    pos = end;
+  for_each_word(text, [&](std::string_view raw, size_t) {
+    const std::string word = normalize_word(raw, options);
     // A reserved name such as "[UNK]" stays whole: it is one (reserved) token, not five characters.
     if (!options.split_punctuation || word == kPadToken || word == kUnkToken) {
       words.push_back(word);
-      continue;
+      return;
     }
     size_t start = 0;
     for (size_t i = 0; i < word.size(); ++i) {
@@ -188,7 +178,7 @@ void split_words(std::string_view text, const TextOptions& options, std::vector<
       start = i + 1;
     }
     if (start < word.size()) words.push_back(word.substr(start));
-  }
+  });
 }
 
 Task make_task(std::string_view name) {

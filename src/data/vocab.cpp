@@ -8,24 +8,6 @@ namespace normlab::data {
 
 namespace {
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-
-// Calls on_word(word, pos) for each run of non-space characters of text, pos its byte offset.
-template <class OnWord>
-void for_each_word(std::string_view text, OnWord on_word) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    if (is_space(text[pos])) {
-      ++pos;
-      continue;
-    }
-    size_t end = pos;
-    while (end < text.size() && !is_space(text[end])) ++end;
-    on_word(text.substr(pos, end - pos), pos);
-    pos = end;
-  }
-}
-
 // Text as it should appear in an error message: printable ASCII and whole UTF-8 characters as
 // themselves, control characters and stray bytes as hex.
 std::string printable(std::string_view text) {

@@ -99,7 +99,7 @@ void remove_stale_temp_files(const std::string& path) {
   for (const std::filesystem::path& temp : stale) std::filesystem::remove(temp, ec);
 }
 
-std::string read_file(const std::string& path, size_t max_bytes) {
+std::ifstream open_regular_file(const std::string& path, uint64_t& size) {
   std::error_code ec;
   std::filesystem::file_status status = std::filesystem::status(path, ec);
   if (ec || !std::filesystem::exists(status)) {
@@ -113,13 +113,20 @@ std::string read_file(const std::string& path, size_t max_bytes) {
   in.seekg(0, std::ios::end);
   std::streamoff file_size = in.tellg();
   if (file_size < 0) throw InputError(path + ": cannot read: cannot determine the file size");
-  if (uint64_t(file_size) > max_bytes) {
+  in.seekg(0, std::ios::beg);
+  size = uint64_t(file_size);
+  return in;
+}
+
+std::string read_file(const std::string& path, size_t max_bytes) {
+  uint64_t file_size = 0;
+  std::ifstream in = open_regular_file(path, file_size);
+  if (file_size > max_bytes) {
     throw InputError(path + ": file is " + std::to_string(file_size) +
                      " bytes, larger than the limit of " + std::to_string(max_bytes) + " bytes");
   }
-  in.seekg(0, std::ios::beg);
   std::string contents(size_t(file_size), '\0');
-  if (file_size > 0 && !in.read(contents.data(), file_size)) {
+  if (file_size > 0 && !in.read(contents.data(), std::streamsize(file_size))) {
     throw InputError(path + ": cannot read: file ended early or read failed");
   }
   return contents;

@@ -298,25 +298,12 @@ std::vector<int64_t> SafetensorsFile::int64s(const std::string& name,
 namespace {
 
 SafetensorsFile read_file_checked(const std::string& path, bool with_data) {
-  std::error_code ec;
-  std::filesystem::file_status status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status)) {
-    throw InputError(path + ": cannot open: " +
-                     (ec ? ec.message() : std::string(std::strerror(ENOENT))));
-  }
-  if (!std::filesystem::is_regular_file(status)) throw InputError(path + ": not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open: " + std::strerror(errno));
-
-  in.seekg(0, std::ios::end);
-  std::streamoff signed_file_size = in.tellg();
-  if (signed_file_size < 0) throw InputError(path + ": cannot read: cannot determine the file size");
-  const uint64_t file_size = uint64_t(signed_file_size);
+  uint64_t file_size = 0;
+  std::ifstream in = io::open_regular_file(path, file_size);
   if (file_size < 8) {
     throw InputError(path + ": file is " + std::to_string(file_size) +
                      " bytes, too short for the 8-byte header length");
   }
-  in.seekg(0, std::ios::beg);
 
   unsigned char length_bytes[8];
   if (!in.read(reinterpret_cast<char*>(length_bytes), 8)) {

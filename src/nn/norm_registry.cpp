@@ -21,13 +21,8 @@ namespace {
 // The two blocks without a normalization layer: nothing to build, load or check.
 NormSpec residual_only_spec(std::string name, Residual residual, std::string description, std::string formula,
                             std::string color) {
-  NormSpec spec;
-  spec.name = name;
-  spec.description = std::move(description);
-  spec.formula = std::move(formula);
-  spec.residual = residual;
-  spec.variants = {{name, "pre", spec.formula, std::move(color)}};
-  return spec;
+  return {.name = name, .description = std::move(description), .formula = formula, .residual = residual,
+          .variants = {{name, "pre", formula, std::move(color)}}};
 }
 
 }  // namespace

@@ -260,17 +260,20 @@ struct Server::Impl {
     return csp;
   }
 
+  // The ETag and no-cache headers of a response, and a 304 (true) when the client already has `etag`.
+  static bool not_modified(const httplib::Request& req, httplib::Response& res, const std::string& etag) {
+    res.set_header("ETag", etag);
+    res.set_header("Cache-Control", "no-cache");
+    if (req.get_header_value("If-None-Match") != etag) return false;
+    res.status = 304;
+    return true;
+  }
+
   void page(const httplib::Request& req, httplib::Response& res) {
     const LiveReport::Page page = live.page();
     res.headers.erase("Content-Security-Policy");  // the default one; the page's own follows
     res.set_header("Content-Security-Policy", csp_of(page));
-    res.set_header("ETag", page.etag);
-    res.set_header("Cache-Control", "no-cache");
-    if (req.get_header_value("If-None-Match") == page.etag) {
-      res.status = 304;
-      return;
-    }
-    res.set_content(page.html, "text/html; charset=utf-8");
+    if (!not_modified(req, res, page.etag)) res.set_content(page.html, "text/html; charset=utf-8");
   }
 
   void table(const httplib::Request&, httplib::Response& res, bool runs) {
@@ -288,13 +291,7 @@ struct Server::Impl {
   void status(const httplib::Request& req, httplib::Response& res) {
     const LiveReport::Page page = live.page();
     const std::string etag = page.etag.substr(0, page.etag.size() - 1) + "-status\"";
-    res.set_header("ETag", etag);
-    res.set_header("Cache-Control", "no-cache");
-    if (req.get_header_value("If-None-Match") == etag) {
-      res.status = 304;
-      return;
-    }
-    res.set_content(page.status_json, "application/json");
+    if (!not_modified(req, res, etag)) res.set_content(page.status_json, "application/json");
   }
 
   // One run's series of one metric, downsampled; a 304 while its metrics.jsonl has not changed.
@@ -305,13 +302,7 @@ struct Server::Impl {
       res.set_content("normlab serve: no such run\n", "text/plain; charset=utf-8");
       return;
     }
-    res.set_header("ETag", answer.etag);
-    res.set_header("Cache-Control", "no-cache");
-    if (req.get_header_value("If-None-Match") == answer.etag) {
-      res.status = 304;
-      return;
-    }
-    res.set_content(answer.json, "application/json");
+    if (!not_modified(req, res, answer.etag)) res.set_content(answer.json, "application/json");
   }
 
   // Chart.js from Debian's libjs-chart.js, read once; the browser may keep it (it never changes

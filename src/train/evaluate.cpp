@@ -259,15 +259,21 @@ int64_t integer(const nlohmann::json& json, const char* key, const std::string& 
   return value.get<int64_t>();
 }
 
+// The totals every evaluation record has, a whole set's (EvalMetrics) and a group's (GroupMetrics).
+template <class Metrics>
+void read_totals(Metrics& metrics, const nlohmann::json& json, const std::string& where) {
+  metrics.loss = number_or_zero(json, "loss", where);
+  metrics.accuracy = number_or_zero(json, "accuracy", where);
+  metrics.sequence_accuracy = number_or_zero(json, "sequence_accuracy", where);
+  metrics.sequences = integer(json, "sequences", where);
+  metrics.targets = integer(json, "targets", where);
+}
+
 }  // namespace
 
 GroupMetrics group_metrics_from_json(const nlohmann::json& g, const std::string& at) {
   GroupMetrics group;
-  group.loss = number_or_zero(g, "loss", at);
-  group.accuracy = number_or_zero(g, "accuracy", at);
-  group.sequence_accuracy = number_or_zero(g, "sequence_accuracy", at);
-  group.sequences = integer(g, "sequences", at);
-  group.targets = integer(g, "targets", at);
+  read_totals(group, g, at);
   const nlohmann::json& majority = member(g, "majority_accuracy", at);
   if (majority.is_number()) group.majority_accuracy = majority.get<double>();
   else if (!majority.is_null()) throw InputError(fmt::format("{}: majority_accuracy: expected a number", at));
@@ -282,11 +288,7 @@ GroupMetrics group_metrics_from_json(const nlohmann::json& g, const std::string&
 
 EvalMetrics eval_metrics_from_json(const nlohmann::json& json, const std::string& where) {
   EvalMetrics metrics;
-  metrics.loss = number_or_zero(json, "loss", where);
-  metrics.accuracy = number_or_zero(json, "accuracy", where);
-  metrics.sequence_accuracy = number_or_zero(json, "sequence_accuracy", where);
-  metrics.sequences = integer(json, "sequences", where);
-  metrics.targets = integer(json, "targets", where);
+  read_totals(metrics, json, where);
   const nlohmann::json& buckets = member(json, "buckets", where);
   if (!buckets.is_array()) throw InputError(fmt::format("{}: buckets: expected an array", where));
   for (const nlohmann::json& b : buckets) {

@@ -51,6 +51,27 @@ class Vocab {
 // The byte length of the UTF-8 character at text[pos] (1-4), or 0 if the bytes there are not valid
 // UTF-8 (overlong forms, surrogates, stray continuation bytes, truncation).
 size_t utf8_char_length(std::string_view text, size_t pos);
+
+// ASCII white space: what separates words and symbols everywhere in normlab.
+inline bool is_ascii_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+// Calls on_word(word, pos) for each run of non-space characters of text, pos its byte offset.
+template <class OnWord>
+void for_each_word(std::string_view text, OnWord on_word) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    if (is_ascii_space(text[pos])) {
+      ++pos;
+      continue;
+    }
+    size_t end = pos;
+    while (end < text.size() && !is_ascii_space(text[end])) ++end;
+    on_word(text.substr(pos, end - pos), pos);
+    pos = end;
+  }
+}
 // The characters of `text`; InputError "<what>: invalid UTF-8 (byte 0x.. at byte N)".
 std::vector<std::string_view> utf8_characters(std::string_view text, std::string_view what);
 

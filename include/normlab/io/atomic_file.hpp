@@ -3,6 +3,8 @@
 // or the new one, never a torn mix: the bytes go to a temporary file in the same directory, are
 // fsync'ed, and the temporary is renamed over the target (rename is atomic within one filesystem).
 #include <cstddef>
+#include <cstdint>
+#include <fstream>
 #include <string>
 #include <string_view>
 
@@ -22,6 +24,10 @@ int write_all(int fd, const void* data, size_t size);
 // behind: never read, but as large as the file. Removes every such temporary of `path`. Only for
 // a file with one writer at a time (a run directory), where any of them is stale.
 void remove_stale_temp_files(const std::string& path);
+
+// `path` opened for binary reading at its start, with its size in bytes in `size`. InputError with
+// the path when it does not exist, is not a regular file (a directory, a FIFO) or cannot be read.
+std::ifstream open_regular_file(const std::string& path, uint64_t& size);
 
 // Reads a whole regular file. Throws InputError("<path>: ...") if it is missing, not a regular file,
 // unreadable, or larger than `max_bytes` (checked before anything is allocated).

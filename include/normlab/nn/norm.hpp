@@ -13,6 +13,7 @@
 // a norm added that way (ScaleNorm, docs/tour.md) needs no declaration here.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "normlab/nn/module.hpp"
 #include "normlab/nn/norm_registry.hpp"
@@ -27,6 +28,25 @@ class NormLayer : public Module {
  public:
   virtual Tensor forward(const Tensor& x) = 0;
 };
+
+// The rows a registry entry's reference forward (norm_registry.hpp) reads and writes:
+// x and y, both (rows, dim).
+struct ReferenceRows {
+  const float* x;
+  float* y;
+  int64_t rows, dim;
+};
+
+// That reference forward from the plain kernel call on a layer of type Layer,
+// forward(const Layer&, ReferenceRows): the cast and the output buffer are written here once.
+template <class Layer, class Forward>
+ReferenceForward reference_forward(Forward forward) {
+  return [forward](const NormLayer& layer, const float* x, int64_t rows, int64_t dim) {
+    std::vector<float> y(static_cast<size_t>(rows * dim));
+    forward(dynamic_cast<const Layer&>(layer), ReferenceRows{x, y.data(), rows, dim});
+    return y;
+  };
+}
 
 // Like torch.nn.LayerNorm: normalized_shape is the trailing shape; weight/bias have that shape.
 class LayerNorm : public NormLayer {

@@ -51,17 +51,18 @@ struct TorchMapping {
 using ReferenceForward = std::function<std::vector<float>(const NormLayer& layer, const float* x, int64_t rows,
                                                           int64_t dim)>;
 
+// Fields in the order a norm's file writes them (designated initializers, src/nn/norms/*.cpp).
 struct NormSpec {
-  std::string name;         // model.norm value, e.g. "rmsnorm"
-  std::string description;  // one line, in `normlab help norms`
-  std::string formula;      // the layer, e.g. "y = gamma * x / sqrt(mean(x^2) + eps) per token"
-  std::string symbol;       // in block formulas: "x = x + f(RMSNorm(x))"
+  std::string name;                  // model.norm value, e.g. "rmsnorm"
+  std::string symbol;                // in block formulas: "x = x + f(RMSNorm(x))"
   std::vector<std::string> aliases;  // what users type for it ("rms", "rms_norm"): "did you mean"
+  std::string description;           // one line, in `normlab help norms`
+  std::string formula;               // the layer, e.g. "y = gamma * x / sqrt(mean(x^2) + eps) per token"
   Residual residual = Residual::normalized;
+  ReferenceForward reference;  // null unless residual == normalized
   // The layer over (tokens, dim) with model.norm_eps; null unless residual == normalized.
   std::function<std::unique_ptr<NormLayer>(int64_t dim, float eps)> make;
-  ReferenceForward reference;  // null unless residual == normalized
-  TorchMapping torch;          // empty unless residual == normalized
+  TorchMapping torch;  // empty unless residual == normalized
   std::vector<NormVariant> variants;
 };
 

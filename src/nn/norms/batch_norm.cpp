@@ -17,35 +17,27 @@ Tensor BatchNorm::forward(const Tensor& x) {
   return ops::batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps, ranks);
 }
 
+// The reference runs training mode on copies of the running statistics; the PyTorch mapping is eval
+// mode (the running statistics), (B, L, C) broadcasting over the features.
 NormSpec batch_norm_spec() {
-  NormSpec spec;
-  spec.name = "batchnorm";
-  spec.description = "BatchNorm: each feature normalized over the batch's real tokens (running averages in eval)";
-  spec.formula = "y = gamma * (x - mean_c) / sqrt(var_c + eps) + beta, statistics per feature over the batch's tokens";
-  spec.symbol = "BN";
-  spec.aliases = {"bn", "batch_norm"};
-  spec.make = [](int64_t dim, float eps) { return std::make_unique<BatchNorm>(dim, eps); };
-  spec.reference = [](const NormLayer& layer, const float* x, int64_t rows, int64_t dim) {
-    const auto& bn = dynamic_cast<const BatchNorm&>(layer);
-    std::vector<float> out(static_cast<size_t>(rows * dim)), mean(dim), rstd(dim);
-    std::vector<float> running_mean(bn.running_mean.data(), bn.running_mean.data() + dim);
-    std::vector<float> running_var(bn.running_var.data(), bn.running_var.data() + dim);
-    kernels::reference::batch_norm_forward_train(out.data(), mean.data(), rstd.data(), running_mean.data(),
-                                                 running_var.data(), x, bn.weight.data(), bn.bias.data(), rows, dim,
-                                                 bn.eps, bn.momentum, nullptr);
-    return out;
-  };
-  // Eval mode: the running statistics; (B, L, C) broadcasts over the features.
-  spec.torch = {{{"weight", "torch.ones(dim)"},
-                 {"bias", "torch.zeros(dim)"},
-                 {"running_mean", "torch.zeros(dim)", false},
-                 {"running_var", "torch.ones(dim)", false}},
-                "weight * (x - running_mean) * torch.rsqrt(running_var + eps) + bias"};
-  spec.variants = {
-      {"batchnorm", "pre", "BatchNorm over the batch's real tokens, pre placement", "#CC79A7"},
-      {"post-batchnorm", "post", "BatchNorm, post placement", "#882255"},
-  };
-  return spec;
+  return {.name = "batchnorm", .symbol = "BN", .aliases = {"bn", "batch_norm"},
+          .description = "BatchNorm: each feature normalized over the batch's real tokens (running averages in eval)",
+          .formula = "y = gamma * (x - mean_c) / sqrt(var_c + eps) + beta, "
+                     "statistics per feature over the batch's tokens",
+          .reference = reference_forward<BatchNorm>([](const BatchNorm& bn, ReferenceRows r) {
+            std::vector<float> mean(r.dim), rstd(r.dim);
+            std::vector<float> running_mean(bn.running_mean.data(), bn.running_mean.data() + r.dim);
+            std::vector<float> running_var(bn.running_var.data(), bn.running_var.data() + r.dim);
+            kernels::reference::batch_norm_forward_train(r.y, mean.data(), rstd.data(), running_mean.data(),
+                                                         running_var.data(), r.x, bn.weight.data(), bn.bias.data(),
+                                                         r.rows, r.dim, bn.eps, bn.momentum, nullptr);
+          }),
+          .make = [](int64_t dim, float eps) { return std::make_unique<BatchNorm>(dim, eps); },
+          .torch = {{{"weight", "torch.ones(dim)"}, {"bias", "torch.zeros(dim)"},
+                     {"running_mean", "torch.zeros(dim)", false}, {"running_var", "torch.ones(dim)", false}},
+                    "weight * (x - running_mean) * torch.rsqrt(running_var + eps) + bias"},
+          .variants = {{"batchnorm", "pre", "BatchNorm over the batch's real tokens, pre placement", "#CC79A7"},
+                       {"post-batchnorm", "post", "BatchNorm, post placement", "#882255"}}};
 }
 
 }  // namespace normlab::nn

@@ -16,27 +16,18 @@ LayerNorm::LayerNorm(Shape shape, float eps_, bool elementwise_affine) : normali
 Tensor LayerNorm::forward(const Tensor& x) { return ops::layer_norm(x, normalized_shape, weight, bias, eps); }
 
 NormSpec layer_norm_spec() {
-  NormSpec spec;
-  spec.name = "layernorm";
-  spec.description = "LayerNorm: each token centred and scaled by its own mean and variance";
-  spec.formula = "y = gamma * (x - mean_t) / sqrt(var_t + eps) + beta, statistics over each token's d_model features";
-  spec.symbol = "LN";
-  spec.aliases = {"ln", "layer_norm"};
-  spec.make = [](int64_t dim, float eps) { return std::make_unique<LayerNorm>(Shape{dim}, eps); };
-  spec.reference = [](const NormLayer& layer, const float* x, int64_t rows, int64_t dim) {
-    const auto& ln = dynamic_cast<const LayerNorm&>(layer);
-    std::vector<float> out(static_cast<size_t>(rows * dim));
-    kernels::reference::layer_norm_forward(out.data(), nullptr, nullptr, x, ln.weight.data(), ln.bias.data(), rows, dim,
-                                           ln.eps);
-    return out;
-  };
-  spec.torch = {{{"weight", "torch.ones(dim)"}, {"bias", "torch.zeros(dim)"}},
-                "torch.nn.functional.layer_norm(x, (dim,), weight, bias, eps)"};
-  spec.variants = {
-      {"post-ln", "post", "LayerNorm after the residual sum (original Transformer)", "#D55E00"},
-      {"pre-ln", "pre", "LayerNorm on each sublayer's input, plus a final LayerNorm", "#0072B2"},
-  };
-  return spec;
+  return {.name = "layernorm", .symbol = "LN", .aliases = {"ln", "layer_norm"},
+          .description = "LayerNorm: each token centred and scaled by its own mean and variance",
+          .formula = "y = gamma * (x - mean_t) / sqrt(var_t + eps) + beta, over each token's d_model features",
+          .reference = reference_forward<LayerNorm>([](const LayerNorm& ln, ReferenceRows r) {
+            kernels::reference::layer_norm_forward(r.y, nullptr, nullptr, r.x, ln.weight.data(), ln.bias.data(), r.rows,
+                                                   r.dim, ln.eps);
+          }),
+          .make = [](int64_t dim, float eps) { return std::make_unique<LayerNorm>(Shape{dim}, eps); },
+          .torch = {{{"weight", "torch.ones(dim)"}, {"bias", "torch.zeros(dim)"}},
+                    "torch.nn.functional.layer_norm(x, (dim,), weight, bias, eps)"},
+          .variants = {{"post-ln", "post", "LayerNorm after the residual sum (original Transformer)", "#D55E00"},
+                       {"pre-ln", "pre", "LayerNorm on each sublayer's input, plus a final LayerNorm", "#0072B2"}}};
 }
 
 }  // namespace normlab::nn

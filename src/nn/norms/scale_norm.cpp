@@ -31,38 +31,31 @@ class ScaleNorm : public NormLayer {
 };
 
 // The plain loop: one row at a time, the sum of squares in double.
-std::vector<float> scale_norm_reference(const NormLayer& layer, const float* x, int64_t rows, int64_t dim) {
-  const auto& norm = dynamic_cast<const ScaleNorm&>(layer);
+void scale_norm_reference(const ScaleNorm& norm, ReferenceRows io) {
   const double g = norm.g.data()[0];
-  std::vector<float> out(static_cast<size_t>(rows * dim));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * dim;
+  const int64_t dim = io.dim;
+  for (int64_t r = 0; r < io.rows; ++r) {
+    const float* row = io.x + r * dim;
     double sum_sq = 0.0;
     for (int64_t c = 0; c < dim; ++c) sum_sq += double(row[c]) * double(row[c]);
     const double scale = g / std::sqrt(sum_sq + double(norm.eps));
-    for (int64_t c = 0; c < dim; ++c) out[static_cast<size_t>(r * dim + c)] = static_cast<float>(row[c] * scale);
+    for (int64_t c = 0; c < dim; ++c) io.y[r * dim + c] = static_cast<float>(row[c] * scale);
   }
-  return out;
 }
 
 }  // namespace
 
 NormSpec scale_norm_spec() {
-  NormSpec spec;
-  spec.name = "scalenorm";
-  spec.description = "ScaleNorm: each token scaled to length g, one learned scalar g (init sqrt(d_model))";
-  spec.formula = "y = g * x / sqrt(||x||^2 + eps), ||x|| over each token's d_model features, g one scalar";
-  spec.symbol = "ScaleNorm";
-  spec.aliases = {"scale_norm", "sn"};
-  spec.make = [](int64_t dim, float eps) { return std::make_unique<ScaleNorm>(dim, eps); };
-  spec.reference = scale_norm_reference;
-  spec.torch = {{{"g", "torch.full((1,), math.sqrt(dim))"}},
-                "g * x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps)"};
-  spec.variants = {
-      {"scalenorm", "pre", "ScaleNorm: each token scaled to one learned length g, pre placement", "#332288"},
-      {"post-scalenorm", "post", "ScaleNorm, post placement", "#AA4499"},
-  };
-  return spec;
+  return {.name = "scalenorm", .symbol = "ScaleNorm", .aliases = {"scale_norm", "sn"},
+          .description = "ScaleNorm: each token scaled to length g, one learned scalar g (init sqrt(d_model))",
+          .formula = "y = g * x / sqrt(||x||^2 + eps), ||x|| over each token's d_model features, g one scalar",
+          .reference = reference_forward<ScaleNorm>(scale_norm_reference),
+          .make = [](int64_t dim, float eps) { return std::make_unique<ScaleNorm>(dim, eps); },
+          .torch = {{{"g", "torch.full((1,), math.sqrt(dim))"}},
+                    "g * x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps)"},
+          .variants = {{"scalenorm", "pre", "ScaleNorm: each token scaled to one learned length g, pre placement",
+                        "#332288"},
+                       {"post-scalenorm", "post", "ScaleNorm, post placement", "#AA4499"}}};
 }
 
 }  // namespace normlab::nn
