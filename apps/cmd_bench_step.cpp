@@ -38,7 +38,7 @@ void run(const BenchStepOptions& options) {
   if (options.json) {
     nlohmann::json out = {{"benchmark", "step"},
                           {"config", options.config},
-                          {"task", config.task.name},
+                          {"task", data::to_string(config.task.name)},
                           {"d_model", m.d_model},
                           {"heads", m.heads},
                           {"layers", m.layers},
@@ -71,7 +71,7 @@ void run(const BenchStepOptions& options) {
     return;
   }
   fmt::print("training step: {} task, d_model {}, {} heads, {} layers, ffn {}, {} {}, {}; batch {} of lengths {}-{}\n",
-             config.task.name, m.d_model, m.heads, m.layers, m.ffn, nn::to_string(m.placement), m.norm.name(),
+             data::to_string(config.task.name), m.d_model, m.heads, m.layers, m.ffn, nn::to_string(m.placement), m.norm.name(),
              optim::to_string(config.optim.name),
              r.batch_size, config.task.min_len, config.task.max_len);
   fmt::print("  {} parameters, {} thread{}{}, kernels: {}, median of {} steps after {} warmup\n", r.num_parameters,

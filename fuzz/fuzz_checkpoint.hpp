@@ -31,7 +31,7 @@ inline train::RunConfig checkpoint_run_config() {
   config.model.ffn = 16;
   config.model.dropout = 0.1;
   config.model.max_len = 16;
-  config.task.name = "reverse";
+  config.task.name = normlab::data::TaskKind::reverse;
   config.task.min_len = 1;
   config.task.max_len = 8;
   config.task.eval_max_len = 8;

@@ -61,8 +61,8 @@ mutant "LayerNorm: eps outside the square root" \
   '*f64*,*golden*,*layer_norm*,*layernorm*'
 mutant "make_norm: rmsnorm builds a LayerNorm" \
   src/nn/norms/rms_norm.cpp \
-  'spec.make = [](int64_t dim, float eps) { return std::make_unique<RMSNorm>(dim, eps); };' \
-  'spec.make = [](int64_t dim, float eps) { return std::make_unique<LayerNorm>(Shape{dim}, eps); };' \
+  '.make = [](int64_t dim, float eps) { return std::make_unique<RMSNorm>(dim, eps); },' \
+  '.make = [](int64_t dim, float eps) { return std::make_unique<LayerNorm>(Shape{dim}, eps); },' \
   '*golden*,*registry*'
 mutant "RMSNorm: square of the mean instead of the mean square" \
   src/kernels/rms_norm.cpp \

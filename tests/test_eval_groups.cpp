@@ -79,7 +79,7 @@ RunConfig majority_file_config(const TempDir& dir) {
   c.model.layers = 1;
   c.model.ffn = 32;
   c.model.max_len = 16;
-  c.task.name = "majority";
+  c.task.name = data::TaskKind::majority;
   c.task.train_file = dir.write("train.jsonl", train);
   c.task.valid_file = dir.write("valid.jsonl", valid);
   c.task.min_len = 1;
@@ -164,7 +164,7 @@ TEST_CASE("eval groups: generated tasks have a majority baseline, and normlab ev
   c.model.layers = 1;
   c.model.ffn = 32;
   c.model.max_len = 16;
-  c.task.name = "brackets";
+  c.task.name = data::TaskKind::brackets;
   c.task.max_len = 6;
   c.task.eval_max_len = 12;
   c.task.eval_examples = 32;

@@ -47,7 +47,7 @@ train::RunConfig mlm_config(const TempDir& dir) {
   c.model.layers = 1;
   c.model.ffn = 32;
   c.model.max_len = 16;
-  c.task.name = "mlm_text";
+  c.task.name = data::TaskKind::mlm_text;
   c.task.train_file = dir.write("train.jsonl", text);
   c.task.valid_file = dir.write("valid.jsonl", text);
   c.task.min_len = 1;
@@ -137,7 +137,7 @@ TEST_CASE("eval groups: trained and unseen accuracy weight each target, not each
   // The same on a real evaluation of a tagging task: the groups from the buckets, target-weighted.
   TempDir dir;
   train::RunConfig config = mlm_config(dir);
-  config.task.name = "reverse";
+  config.task.name = data::TaskKind::reverse;
   config.task.train_file.reset();
   config.task.valid_file.reset();
   config.task.max_len = 4;

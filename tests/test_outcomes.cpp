@@ -256,7 +256,7 @@ TEST_CASE("compare config: equivalence margins read, defaults stated, bad values
 
 TEST_CASE("held-out set: drawn per train.seed, the same for two runs of one seed") {
   train::RunConfig c;
-  c.task.name = "reverse";
+  c.task.name = data::TaskKind::reverse;
   c.task.max_len = 8;
   c.task.eval_max_len = 12;
   c.task.eval_examples = 64;

@@ -59,7 +59,7 @@ RunConfig shift_config(const TempDir& dir) {
   c.model.layers = 1;
   c.model.ffn = 32;
   c.model.max_len = 16;
-  c.task.name = "token_classification";
+  c.task.name = data::TaskKind::token_classification;
   c.task.train_file = dir.write("train.jsonl", shift_lines(64, 6, 1));
   c.task.valid_file = dir.write("valid.jsonl", shift_lines(24, 9, 2));
   c.task.min_len = 1;
@@ -94,7 +94,7 @@ TEST_CASE("own data: the vocabulary is [PAD], [UNK], then the training file's to
   examples[0].labels = {std::string("neg")};
   examples[1].tokens = {"a", "cat"};
   examples[1].labels = {std::string("pos")};
-  const data::Task task = data::make_data_task("sequence_classification", examples);
+  const data::Task task = data::make_data_task(data::TaskKind::sequence_classification, examples);
   CHECK(task.input_vocab.tokens() == std::vector<std::string>{"[PAD]", "[UNK]", "a", "cat", "sat", "the"});
   CHECK(task.output_vocab.tokens() == std::vector<std::string>{"neg", "pos"});
   CHECK(task.target_kind == data::TargetKind::per_sequence);
@@ -198,7 +198,7 @@ TEST_CASE("own data: a sequence_classification run from the CLI logs its files a
 
 TEST_CASE("own data: the shipped example configs load and name their data") {
   const RunConfig sentiment = load_config(std::string(NORMLAB_SOURCE_DIR) + "/configs/sentiment.json");
-  CHECK(sentiment.task.name == "sequence_classification");
+  CHECK(sentiment.task.name == data::TaskKind::sequence_classification);
   CHECK(task_title(sentiment) == "sentiment");
   const RunConfig shift = load_config(std::string(NORMLAB_SOURCE_DIR) + "/configs/shift.json");
   const data::Task task = build_task(shift);

@@ -194,7 +194,7 @@ TEST_CASE("class metrics: a context-blind tagger on 'not'-flipped data is not so
 
 TEST_CASE("formats: CSV with a header, quoted commas and newlines, extra columns - TSV - CoNLL") {
   TempDir dir;
-  data::Task schema = data::make_data_task("sequence_classification", {"w"}, {"l"});
+  data::Task schema = data::make_data_task(data::TaskKind::sequence_classification, {"w"}, {"l"});
   dir.write("a.csv", "id,review,stars,sentiment\n1,\"Great, really\",5,pos\n2,\"two\nlines \"\"quoted\"\"\",1,neg\r\n3,plain,3,pos\n\n");
   schema.file.text_field = "review";
   schema.file.label_field = "sentiment";
@@ -225,7 +225,7 @@ TEST_CASE("formats: CSV with a header, quoted commas and newlines, extra columns
   rows = data::load_string_examples(dir.sub("f.jsonl"), schema);
   CHECK(rows[0].tokens == std::vector<std::string>{"fine", "film"});
   // CoNLL for tagging: token first, tag last, blank lines between sentences, comments skipped.
-  data::Task tagging = data::make_data_task("token_classification", {"w"}, {"l"});
+  data::Task tagging = data::make_data_task(data::TaskKind::token_classification, {"w"}, {"l"});
   dir.write("g.conll", "-DOCSTART- O\n\n# a comment\nNot x B-NEG\ngood x I-NEG\n\nfine O\n");
   tagging.text.lowercase = true;
   rows = data::load_string_examples(dir.sub("g.conll"), tagging);
@@ -246,7 +246,7 @@ TEST_CASE("text: lowercase and punctuation splitting apply to files and to predi
   std::vector<std::string> words;
   data::split_words("Good, BAD!  don't [UNK]", {true, true}, words);
   CHECK(words == std::vector<std::string>{"good", ",", "bad", "!", "don", "'", "t", "[UNK]"});
-  data::Task task = data::make_data_task("sequence_classification", {"bad", "good", ","}, {"neg", "pos"});
+  data::Task task = data::make_data_task(data::TaskKind::sequence_classification, {"bad", "good", ","}, {"neg", "pos"});
   task.text = {true, true};
   const std::vector<int32_t> ids = task.encode("Good, weird [PAD]");
   // [PAD] typed by a user is an unknown word, never the padding id 0.
@@ -257,11 +257,11 @@ TEST_CASE("own data: task.min_count reads rare training tokens as [UNK] - reserv
   TempDir dir;
   dir.write("train.jsonl", "{\"tokens\": \"good good rare\", \"label\": \"pos\"}\n"
                            "{\"tokens\": \"bad bad [PAD] good\", \"label\": \"neg\"}\n");
-  data::Task schema = data::make_data_task("sequence_classification", {"w"}, {"l"});
+  data::Task schema = data::make_data_task(data::TaskKind::sequence_classification, {"w"}, {"l"});
   const data::VocabularyCounts counts = data::count_vocabulary(dir.sub("train.jsonl"), schema);
   CHECK(counts.tokens.at("good") == 3);
   CHECK(counts.tokens.count("[PAD]") == 0);
-  const data::Task task = data::make_data_task("sequence_classification", counts, 2);
+  const data::Task task = data::make_data_task(data::TaskKind::sequence_classification, counts, 2);
   CHECK_FALSE(task.input_vocab.find("rare").has_value());
   data::LoadStats stats;
   const std::vector<data::Example> examples = data::load_jsonl(dir.sub("train.jsonl"), task, data::kMaxJsonlBytes, nullptr, &stats);
@@ -269,7 +269,7 @@ TEST_CASE("own data: task.min_count reads rare training tokens as [UNK] - reserv
   CHECK(examples[1].tokens[2] == 1);  // "[PAD]" in the data: [UNK], not 0
   CHECK(stats.reserved == 1);
   CHECK(stats.unknown == 1);
-  CHECK_THROWS_WITH_AS(data::make_data_task("sequence_classification", counts, 9), doctest::Contains("task.min_count 9"),
+  CHECK_THROWS_WITH_AS(data::make_data_task(data::TaskKind::sequence_classification, counts, 9), doctest::Contains("task.min_count 9"),
                        InputError);
   train::FileUse use;
   use.lines = use.used = 2;

@@ -50,7 +50,7 @@ RunConfig small_config(int threads) {
   c.model.ffn = 64;
   c.model.max_len = 16;
   c.model.dropout = 0.1;
-  c.task.name = "reverse";
+  c.task.name = data::TaskKind::reverse;
   c.task.min_len = 4;
   c.task.max_len = 12;
   c.task.eval_max_len = 12;

@@ -21,7 +21,7 @@ RunConfig sgd_config(double clip) {
   c.model.layers = 1;
   c.model.ffn = 32;
   c.model.max_len = 16;
-  c.task.name = "reverse";
+  c.task.name = data::TaskKind::reverse;
   c.task.max_len = 8;
   c.task.eval_max_len = 8;
   c.task.eval_examples = 8;

@@ -45,7 +45,7 @@ RunConfig tiny_config() {
   c.model.layers = 2;
   c.model.ffn = 32;
   c.model.max_len = 16;
-  c.task.name = "reverse";
+  c.task.name = data::TaskKind::reverse;
   c.task.min_len = 1;
   c.task.max_len = 8;
   c.task.eval_max_len = 12;
@@ -237,7 +237,7 @@ TEST_CASE("trainer: resume after a crash reproduces the uninterrupted run (gener
 
 TEST_CASE("trainer: resume after a crash reproduces the uninterrupted run (file data across epochs)") {
   RunConfig config = tiny_config();
-  config.task.name = "majority";
+  config.task.name = data::TaskKind::majority;
   config.task.train_file = std::string(NORMLAB_SOURCE_DIR) + "/data/majority/train.jsonl";
   config.task.max_len = 4;  // about 250 examples: 16 batches per epoch, so the run crosses epochs
   config.model.norm = "batchnorm";  // running statistics are buffers that must come back too
@@ -480,7 +480,7 @@ TEST_CASE("trainer: step records carry the batch composition, which the length r
   config.train.eval_every = 0;
   for (const char* regime : {"mixed", "single", "bucketed"}) {
     CAPTURE(regime);
-    config.task.length_regime = regime;
+    config.task.length_regime = data::parse_length_regime(regime);
     const std::string run = dir.sub(regime);
     train_in(config, run);
     int steps = 0;
@@ -504,7 +504,7 @@ TEST_CASE("trainer: step records carry the batch composition, which the length r
     CHECK(steps == 6);
   }
   // Batches of generated data only: a training file is read in shuffled batches of sequences.
-  config.task.length_regime = "bucketed";
+  config.task.length_regime = data::LengthRegime::bucketed;
   config.task.train_file = std::string(NORMLAB_SOURCE_DIR) + "/configs/reverse.json";
   CHECK_THROWS_WITH_AS(check_config(config, "c.json"), doctest::Contains("c.json: task.length_regime: \"bucketed\""),
                        InputError);

@@ -10,9 +10,6 @@ namespace normlab::data {
 
 namespace {
 
-constexpr std::pair<LengthRegime, const char*> kRegimeNames[] = {
-    {LengthRegime::mixed, "mixed"}, {LengthRegime::single, "single"}, {LengthRegime::bucketed, "bucketed"}};
-
 // Appends lengths drawn by draw_length while each one brings the total nearer to `tokens` than it
 // was (the first always), i.e. while 2 * total + length < 2 * tokens.
 template <class Draw>
@@ -30,13 +27,13 @@ std::vector<int32_t> fill_to_tokens(int64_t tokens, Draw draw_length) {
 }  // namespace
 
 LengthRegime parse_length_regime(const std::string& name) {
-  for (auto [regime, text] : kRegimeNames)
+  for (auto [regime, text] : kLengthRegimeNames)
     if (name == text) return regime;
   throw UsageError(fmt::format("unknown length regime '{}' (choose mixed, single, bucketed)", name));
 }
 
 std::string to_string(LengthRegime regime) {
-  for (auto [r, text] : kRegimeNames)
+  for (auto [r, text] : kLengthRegimeNames)
     if (r == regime) return text;
   return "?";
 }

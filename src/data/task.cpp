@@ -80,13 +80,22 @@ const std::vector<std::string>& algorithmic_task_names() {
   return names;
 }
 
-bool is_data_task_name(std::string_view name) {
-  return name == "sequence_classification" || name == "token_classification";
+std::string to_string(TaskKind kind) {
+  for (const auto& [value, name] : kTaskNames)
+    if (value == kind) return name;
+  return "?";
 }
 
-Task make_data_task(std::string_view name, std::vector<std::string> tokens, std::vector<std::string> labels,
+std::optional<TaskKind> find_task_kind(std::string_view name) {
+  for (const auto& [value, text] : kTaskNames)
+    if (name == text) return value;
+  return std::nullopt;
+}
+
+Task make_data_task(TaskKind kind, std::vector<std::string> tokens, std::vector<std::string> labels,
                     int32_t max_seq_len) {
-  if (!is_data_task_name(name)) throw UsageError(fmt::format("make_data_task: {} is not a data-defined task", name));
+  const std::string name = to_string(kind);
+  if (!is_data_task(kind)) throw UsageError(fmt::format("make_data_task: {} is not a data-defined task", name));
   auto check = [&](const std::vector<std::string>& strings, const char* what) {
     if (strings.empty()) throw InputError(fmt::format("{}: no {}", name, what));
     std::set<std::string_view> seen;
@@ -101,8 +110,8 @@ Task make_data_task(std::string_view name, std::vector<std::string> tokens, std:
   for (const std::string& t : tokens)
     if (t == kPadToken || t == kUnkToken) throw InputError(fmt::format("{}: token \"{}\" is reserved", name, t));
   Task task;
-  task.name = std::string(name);
-  task.kind = name == "sequence_classification" ? TaskKind::sequence_classification : TaskKind::token_classification;
+  task.name = name;
+  task.kind = kind;
   task.target_kind = task.kind == TaskKind::sequence_classification ? TargetKind::per_sequence : TargetKind::per_token;
   task.segmentation = Segmentation::words;
   task.input_vocab = Vocab({kPadToken, kUnkToken}, std::move(tokens));
@@ -111,7 +120,7 @@ Task make_data_task(std::string_view name, std::vector<std::string> tokens, std:
   return task;
 }
 
-Task make_data_task(std::string_view name, const std::vector<StringExample>& examples, int32_t max_seq_len) {
+Task make_data_task(TaskKind kind, const std::vector<StringExample>& examples, int32_t max_seq_len) {
   std::set<std::string> tokens, labels;
   for (const StringExample& example : examples) {
     for (const std::string& t : example.tokens)
@@ -119,7 +128,7 @@ Task make_data_task(std::string_view name, const std::vector<StringExample>& exa
     for (const std::optional<std::string>& l : example.labels)
       if (l) labels.insert(*l);
   }
-  return make_data_task(name, std::vector<std::string>(tokens.begin(), tokens.end()),
+  return make_data_task(kind, std::vector<std::string>(tokens.begin(), tokens.end()),
                         std::vector<std::string>(labels.begin(), labels.end()), max_seq_len);
 }
 
@@ -130,7 +139,7 @@ void VocabularyCounts::add(const StringExample& example) {
     if (l) labels.insert(*l);
 }
 
-Task make_data_task(std::string_view name, const VocabularyCounts& counts, int64_t min_count, int32_t max_seq_len) {
+Task make_data_task(TaskKind kind, const VocabularyCounts& counts, int64_t min_count, int32_t max_seq_len) {
   std::vector<std::string> kept;
   for (const auto& [token, count] : counts.tokens)
     if (count >= min_count) kept.push_back(token);
@@ -140,7 +149,7 @@ Task make_data_task(std::string_view name, const VocabularyCounts& counts, int64
                                  std::max_element(counts.tokens.begin(), counts.tokens.end(), [](auto& a, auto& b) {
                                    return a.second < b.second;
                                  })->second));
-  return make_data_task(name, std::move(kept), std::vector<std::string>(counts.labels.begin(), counts.labels.end()),
+  return make_data_task(kind, std::move(kept), std::vector<std::string>(counts.labels.begin(), counts.labels.end()),
                         max_seq_len);
 }
 
@@ -181,29 +190,32 @@ void split_words(std::string_view text, const TextOptions& options, std::vector<
   });
 }
 
+Task make_task(TaskKind kind) {
+  switch (kind) {
+    case TaskKind::reverse:
+      return symbol_task("reverse", kind, TargetKind::per_token, digit_symbols(10), digit_symbols(10));
+    case TaskKind::sort:
+      return symbol_task("sort", kind, TargetKind::per_token, digit_symbols(10), digit_symbols(10));
+    case TaskKind::brackets: {
+      std::vector<std::string> depth_classes = digit_symbols(kMaxDepthClass);
+      depth_classes.push_back(fmt::format("{}+", kMaxDepthClass));
+      depth_classes.push_back("!");
+      return symbol_task("brackets", kind, TargetKind::per_token, {"(", ")"}, std::move(depth_classes));
+    }
+    case TaskKind::majority:
+      return symbol_task("majority", kind, TargetKind::per_sequence, {"0", "1"}, {"0", "1"});
+    case TaskKind::mlm_text:
+      throw InputError("task mlm_text: its vocabulary comes from the training text; build it with make_text_task");
+    case TaskKind::sequence_classification:
+    case TaskKind::token_classification:
+      break;
+  }
+  throw InputError(fmt::format("task {}: its vocabulary and labels come from the training file; build it with "
+                               "make_data_task", to_string(kind)));
+}
+
 Task make_task(std::string_view name) {
-  if (name == "reverse") {
-    return symbol_task("reverse", TaskKind::reverse, TargetKind::per_token, digit_symbols(10), digit_symbols(10));
-  }
-  if (name == "sort") {
-    return symbol_task("sort", TaskKind::sort, TargetKind::per_token, digit_symbols(10), digit_symbols(10));
-  }
-  if (name == "brackets") {
-    std::vector<std::string> depth_classes = digit_symbols(kMaxDepthClass);
-    depth_classes.push_back(fmt::format("{}+", kMaxDepthClass));
-    depth_classes.push_back("!");
-    return symbol_task("brackets", TaskKind::brackets, TargetKind::per_token, {"(", ")"}, std::move(depth_classes));
-  }
-  if (name == "majority") {
-    return symbol_task("majority", TaskKind::majority, TargetKind::per_sequence, {"0", "1"}, {"0", "1"});
-  }
-  if (name == "mlm_text") {
-    throw InputError("task mlm_text: its vocabulary comes from the training text; build it with make_text_task");
-  }
-  if (is_data_task_name(name)) {
-    throw InputError(fmt::format("task {}: its vocabulary and labels come from the training file; build it with "
-                                 "make_data_task", name));
-  }
+  if (const std::optional<TaskKind> kind = find_task_kind(name)) return make_task(*kind);
   throw InputError(fmt::format("unknown task \"{}\" (known: reverse, sort, brackets, majority, mlm_text, "
                                "sequence_classification, token_classification)", name));
 }

@@ -13,8 +13,11 @@ namespace normlab::study {
 namespace {
 
 bool data_defined(const nlohmann::json& config) {
-  return config.contains("task") && config["task"].is_object() && config["task"].contains("name") &&
-         config["task"]["name"].is_string() && data::is_data_task_name(config["task"]["name"].get<std::string>());
+  if (!config.contains("task") || !config["task"].is_object() || !config["task"].contains("name") ||
+      !config["task"]["name"].is_string())
+    return false;
+  const std::optional<data::TaskKind> kind = data::find_task_kind(config["task"]["name"].get<std::string>());
+  return kind && data::is_data_task(*kind);
 }
 
 // The trained-length macro-F1 of each finished seed of a cell (NaN: not recorded).

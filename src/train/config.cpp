@@ -177,9 +177,7 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("model", &R::model, "vocab_size", &ModelConfig::vocab_size, Kind::integer, closed(1, 65536)));
     f.push_back(make_field("model", &R::model, "num_classes", &ModelConfig::num_classes, Kind::integer, closed(1, 65536)));
     // task
-    f.push_back(make_field("task", &R::task, "name", &TaskConfig::name, Kind::choice, {},
-                           {"reverse", "sort", "brackets", "majority", "mlm_text", "sequence_classification",
-                            "token_classification"}));
+    f.push_back(make_enum_field("task", &R::task, "name", &TaskConfig::name, data::kTaskNames));
     f.push_back(make_field("task", &R::task, "label", &TaskConfig::label, Kind::text));
     f.push_back(make_field("task", &R::task, "train_file", &TaskConfig::train_file, Kind::path));
     f.push_back(make_field("task", &R::task, "valid_file", &TaskConfig::valid_file, Kind::path));
@@ -189,8 +187,8 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("task", &R::task, "eval_examples", &TaskConfig::eval_examples, Kind::integer,
                            closed(1, 1'000'000)));
     f.push_back(make_field("task", &R::task, "bucket_width", &TaskConfig::bucket_width, Kind::integer, closed(1, 4096)));
-    f.push_back(make_field("task", &R::task, "length_regime", &TaskConfig::length_regime, Kind::choice, {},
-                           {"mixed", "single", "bucketed"}));
+    f.push_back(
+        make_enum_field("task", &R::task, "length_regime", &TaskConfig::length_regime, data::kLengthRegimeNames));
     f.push_back(make_field("task", &R::task, "select_prob", &TaskConfig::select_prob, Kind::number, open_closed(0, 1)));
     f.push_back(make_field("task", &R::task, "mask_prob", &TaskConfig::mask_prob, Kind::number, closed(0, 1)));
     f.push_back(make_field("task", &R::task, "random_prob", &TaskConfig::random_prob, Kind::number, closed(0, 1)));
@@ -435,7 +433,7 @@ void check_own_data_options(const TaskConfig& t, const std::string& where) {
   auto fail = [&](const std::string& key, const std::string& what) {
     throw InputError(fmt::format("{}: {}: {}", where, key, what));
   };
-  if (!data::is_data_task_name(t.name)) {
+  if (!data::is_data_task(t.name)) {
     const TaskConfig defaults;
     for (const auto& [key, changed] :
          {std::pair{"task.format", t.format != defaults.format}, std::pair{"task.text_field", t.text_field.has_value()},
@@ -444,13 +442,13 @@ void check_own_data_options(const TaskConfig& t, const std::string& where) {
       if (changed)
         fail(key, fmt::format("applies to your own data (sequence_classification, token_classification), not to the "
                               "{} task",
-                              t.name));
+                              data::to_string(t.name)));
     return;
   }
-  if (t.split_punctuation && t.name == "token_classification")
+  if (t.split_punctuation && t.name == data::TaskKind::token_classification)
     fail("task.split_punctuation", "a token_classification file gives one target per written token; splitting "
                                    "punctuation would change the token count (split it in the file instead)");
-  if (t.format == "conll" && t.name == "sequence_classification")
+  if (t.format == "conll" && t.name == data::TaskKind::sequence_classification)
     fail("task.format", "a CoNLL file holds one tag per token: use token_classification, or csv/tsv/jsonl for one "
                         "label per line");
 }
@@ -588,30 +586,31 @@ void check_config(const RunConfig& config, const std::string& where) {
     fail("task.random_prob", fmt::format("task.mask_prob + task.random_prob must be <= 1 (got {} + {})", t.mask_prob,
                                          t.random_prob));
   }
-  if (t.length_regime != "mixed" && t.train_file) {
+  if (t.length_regime != data::LengthRegime::mixed && t.train_file) {
     fail("task.length_regime", fmt::format("\"{}\" applies to generated training batches; a task.train_file is read in "
                                            "shuffled batches of train.batch_size sequences (use \"mixed\")",
-                                           t.length_regime));
+                                           data::to_string(t.length_regime)));
   }
   check_own_data_options(t, where);
-  if (t.name == "mlm_text") {
+  if (t.name == data::TaskKind::mlm_text) {
     if (!t.train_file) fail("task.train_file", "the mlm_text task has no generator: give a JSONL file of {\"text\": ...} lines");
     if (!t.valid_file) fail("task.valid_file", "the mlm_text task has no generator: give a JSONL file of {\"text\": ...} lines");
-  } else if (data::is_data_task_name(t.name)) {
-    const char* shape = t.name == "sequence_classification" ? "{\"tokens\": \"w1 w2 ...\", \"label\": \"L\"}"
-                                                             : "{\"tokens\": \"w1 w2 ...\", \"targets\": \"L1 L2 ...\"}";
-    if (!t.train_file)
-      fail("task.train_file", fmt::format("the {} task learns from your data: give a JSONL file of {} lines", t.name, shape));
-    if (!t.valid_file)
-      fail("task.valid_file", fmt::format("the {} task learns from your data: give a JSONL file of {} lines", t.name, shape));
+  } else if (data::is_data_task(t.name)) {
+    const char* shape = t.name == data::TaskKind::sequence_classification
+                            ? "{\"tokens\": \"w1 w2 ...\", \"label\": \"L\"}"
+                            : "{\"tokens\": \"w1 w2 ...\", \"targets\": \"L1 L2 ...\"}";
+    const std::string what = fmt::format("the {} task learns from your data: give a JSONL file of {} lines",
+                                         data::to_string(t.name), shape);
+    if (!t.train_file) fail("task.train_file", what);
+    if (!t.valid_file) fail("task.valid_file", what);
   } else {
     data::Task task = data::make_task(t.name);
     if (m.vocab_size && *m.vocab_size < task.input_vocab_size()) {
-      fail("model.vocab_size", fmt::format("must be at least the {} task's {} input symbols (got {})", t.name,
+      fail("model.vocab_size", fmt::format("must be at least the {} task's {} input symbols (got {})", task.name,
                                            task.input_vocab_size(), *m.vocab_size));
     }
     if (m.num_classes && *m.num_classes < task.num_classes()) {
-      fail("model.num_classes", fmt::format("must be at least the {} task's {} classes (got {})", t.name,
+      fail("model.num_classes", fmt::format("must be at least the {} task's {} classes (got {})", task.name,
                                             task.num_classes(), *m.num_classes));
     }
   }

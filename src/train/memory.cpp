@@ -102,9 +102,9 @@ MemoryEstimate estimate_memory(const RunConfig& config) {
   // Vocabulary and classes: the task's own counts where the config does not set them (mlm_text:
   // one per distinct character, at most the training file's size).
   double vocab = 0, classes = 0;
-  if (t.name == "mlm_text") {
+  if (t.name == data::TaskKind::mlm_text) {
     vocab = classes = distinct_characters(t.train_file) + 2;
-  } else if (data::is_data_task_name(t.name)) {
+  } else if (data::is_data_task(t.name)) {
     // From the training file, not read yet: its distinct words, bounded by one per 2 bytes (a
     // one-byte word and a space) and by the embedding limit; the head's labels likewise.
     vocab = classes = std::min(65536.0, file_bytes(t.train_file) / 2.0 + 2.0);
@@ -115,7 +115,7 @@ MemoryEstimate estimate_memory(const RunConfig& config) {
   }
   if (m.vocab_size) vocab = double(*m.vocab_size);
   if (m.num_classes) classes = double(*m.num_classes);
-  const bool per_sequence = t.name == "majority" || t.name == "sequence_classification";
+  const bool per_sequence = t.name == data::TaskKind::majority || t.name == data::TaskKind::sequence_classification;
 
   MemoryEstimate estimate;
   estimate.fixed = kFixedBytes;
@@ -126,7 +126,7 @@ MemoryEstimate estimate_memory(const RunConfig& config) {
 
   // Data: generated validation examples, or the files (text read whole while parsing, then about
   // as many bytes again as examples; characters take 4 bytes each as tokens).
-  const double text_factor = t.name == "mlm_text" ? 5.0 : 2.0;
+  const double text_factor = t.name == data::TaskKind::mlm_text ? 5.0 : 2.0;
   const double train_data = file_data_bytes(t.train_file, text_factor);
   double valid_data = 0;
   if (t.valid_file) {
@@ -139,7 +139,7 @@ MemoryEstimate estimate_memory(const RunConfig& config) {
 
   // File data: its mean length (at most 3/4 of the task's limit: longer lines are filtered out, so
   // the kept ones are shorter), 1.1x for batches of longer lines, at most the limit itself.
-  const bool text = t.name == "mlm_text";
+  const bool text = t.name == data::TaskKind::mlm_text;
   auto file_length = [&](const std::string& path, int64_t limit, double factor) {
     return std::min(double(limit), factor * std::min(file_mean_length(path, text), 0.75 * double(limit)));
   };

@@ -123,8 +123,8 @@ data::Task saved_text_task(const io::SafetensorsFile& file, const std::string& c
 
 // The run's task: from the checkpoint's metadata, or generated again from the config.
 data::Task saved_task(const io::SafetensorsFile& file, const RunConfig& config, const std::string& checkpoint) {
-  if (data::is_data_task_name(config.task.name)) return saved_data_task(file, config, checkpoint);
-  if (config.task.name != "mlm_text") return build_task(config);
+  if (data::is_data_task(config.task.name)) return saved_data_task(file, config, checkpoint);
+  if (config.task.name != data::TaskKind::mlm_text) return build_task(config);
   return saved_text_task(file, checkpoint);
 }
 
@@ -217,7 +217,7 @@ RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& dat
   }
   if (settings.trained_lengths_only) {
     // A single-length regime trained on its longest length alone.
-    const int64_t shortest = run.config.task.length_regime == "single" ? run.train_max_len : 0;
+    const int64_t shortest = run.config.task.length_regime == data::LengthRegime::single ? run.train_max_len : 0;
     std::vector<data::Example> trained;
     for (const data::Example& example : dataset->examples()) {
       const auto length = static_cast<int64_t>(example.tokens.size());
@@ -232,7 +232,7 @@ RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& dat
   const int32_t longest = std::max<int32_t>(1, dataset->max_length());
   std::vector<data::LengthBucket> buckets =
       data::make_length_buckets(longest, static_cast<int32_t>(run.config.task.bucket_width), run.train_max_len);
-  if (run.config.task.length_regime == "single")  // its one trained length in a bucket of its own
+  if (run.config.task.length_regime == data::LengthRegime::single)  // its one trained length in a bucket of its own
     buckets = data::cut_buckets_before(std::move(buckets), static_cast<int32_t>(run.config.task.max_len));
   RunConfig batching = run.config;
   if (settings.batch_size) batching.train.batch_size = *settings.batch_size;

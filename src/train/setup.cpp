@@ -18,9 +18,9 @@ nn::Activation parse_activation(const std::string& name) {
 
 }  // namespace
 
-data::Task data_task_schema(const std::string& name) {
+data::Task data_task_schema(data::TaskKind kind) {
   // Only the shape matters for reading the strings; the real vocabularies come from them.
-  return data::make_data_task(name, {"w"}, {"l"}, kMaxFileSequence);
+  return data::make_data_task(kind, {"w"}, {"l"}, kMaxFileSequence);
 }
 
 void apply_task_options(data::Task& task, const TaskConfig& t) {
@@ -33,7 +33,7 @@ void apply_task_options(data::Task& task, const TaskConfig& t) {
 }
 
 data::Task build_task(const RunConfig& config, io::StopFlag stop) {
-  if (data::is_data_task_name(config.task.name)) {
+  if (data::is_data_task(config.task.name)) {
     // Validation guarantees a training file for a data-defined task.
     data::Task schema = data_task_schema(config.task.name);
     apply_task_options(schema, config.task);
@@ -47,7 +47,7 @@ data::Task build_task(const RunConfig& config, io::StopFlag stop) {
       throw InputError(fmt::format("{}: {}", *config.task.train_file, e.what()));
     }
   }
-  if (config.task.name != "mlm_text") {
+  if (config.task.name != data::TaskKind::mlm_text) {
     data::Task task = data::make_task(config.task.name);
     task.max_seq_len = kMaxFileSequence;
     apply_task_options(task, config.task);
@@ -123,13 +123,13 @@ data::MaskConfig build_mask_config(const RunConfig& config) {
 
 std::string task_title(const RunConfig& config) {
   if (config.task.label) return *config.task.label;
-  if (data::is_data_task_name(config.task.name) && config.task.train_file) {
+  if (data::is_data_task(config.task.name) && config.task.train_file) {
     // The data names the task: "sentiment/train.jsonl", its folder and file.
     const std::filesystem::path path(*config.task.train_file);
     const std::string folder = path.parent_path().filename().string();
     return folder.empty() ? path.filename().string() : folder + "/" + path.filename().string();
   }
-  return config.task.name;
+  return data::to_string(config.task.name);
 }
 
 std::string FileUse::describe() const {

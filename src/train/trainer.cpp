@@ -52,7 +52,7 @@ Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
   train_max_len_ = train_max_length(config_, train_set_);
   buckets_ = data::make_length_buckets(static_cast<int32_t>(config_.task.eval_max_len),
                                        static_cast<int32_t>(config_.task.bucket_width), train_max_len_);
-  if (config_.task.length_regime == "single")  // its one trained length in a bucket of its own
+  if (config_.task.length_regime == data::LengthRegime::single)  // its one trained length in a bucket of its own
     buckets_ = data::cut_buckets_before(std::move(buckets_), static_cast<int32_t>(config_.task.max_len));
   baselines_ = {task_.num_classes(), majority_label(config_, task_, train_set_), task_.output_vocab.tokens()};
 
@@ -72,7 +72,7 @@ Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
     options.min_len = static_cast<int32_t>(config_.task.min_len);
     options.max_len = static_cast<int32_t>(config_.task.max_len);
     options.seed = data_seed;
-    options.regime = data::parse_length_regime(config_.task.length_regime);
+    options.regime = config_.task.length_regime;
     options.bucket_width = static_cast<int32_t>(config_.task.bucket_width);
     generator_ = std::make_unique<data::GeneratorSampler>(task_, options);
   }
@@ -298,10 +298,10 @@ std::string Trainer::describe_run() const {
                                               train_use_.describe())
                                 : fmt::format("generated sequences of lengths {}-{}{}", config_.task.min_len,
                                               config_.task.max_len,
-                                              config_.task.length_regime == "mixed"
+                                              config_.task.length_regime == data::LengthRegime::mixed
                                                   ? ""
                                                   : fmt::format(" in {} batches (task.length_regime)",
-                                                                config_.task.length_regime)),
+                                                                data::to_string(config_.task.length_regime))),
                      config_.task.valid_file ? fmt::format("{} examples of {} ({})", valid_set_.size(),
                                                            *config_.task.valid_file, valid_use_.describe())
                                              : fmt::format("{} generated examples", valid_set_.size()));

@@ -13,6 +13,7 @@
 // see each length as often as mixed ones do, in expectation; single batches see only max_len.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "normlab/rng.hpp"
@@ -20,6 +21,8 @@
 namespace normlab::data {
 
 enum class LengthRegime { mixed, single, bucketed };
+inline constexpr std::pair<LengthRegime, const char*> kLengthRegimeNames[] = {
+    {LengthRegime::mixed, "mixed"}, {LengthRegime::single, "single"}, {LengthRegime::bucketed, "bucketed"}};
 
 // "mixed" | "single" | "bucketed"; UsageError naming the choices otherwise.
 LengthRegime parse_length_regime(const std::string& name);

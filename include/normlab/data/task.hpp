@@ -51,6 +51,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "normlab/data/batch.hpp"
@@ -61,6 +62,22 @@
 namespace normlab::data {
 
 enum class TaskKind { reverse, sort, brackets, majority, mlm_text, sequence_classification, token_classification };
+// task.name's values (train/config.hpp), in documentation order.
+inline constexpr std::pair<TaskKind, const char*> kTaskNames[] = {
+    {TaskKind::reverse, "reverse"},
+    {TaskKind::sort, "sort"},
+    {TaskKind::brackets, "brackets"},
+    {TaskKind::majority, "majority"},
+    {TaskKind::mlm_text, "mlm_text"},
+    {TaskKind::sequence_classification, "sequence_classification"},
+    {TaskKind::token_classification, "token_classification"}};
+std::string to_string(TaskKind kind);
+// The kind named `name`, or nullopt.
+std::optional<TaskKind> find_task_kind(std::string_view name);
+// The data-defined tasks: sequence_classification, token_classification.
+inline bool is_data_task(TaskKind kind) {
+  return kind == TaskKind::sequence_classification || kind == TaskKind::token_classification;
+}
 
 // How a user's input string becomes tokens (vocab.hpp): symbols "3 1 2" / "(()())", characters, or
 // whitespace-separated words (data-defined tasks: unknown words become "[UNK]").
@@ -108,9 +125,7 @@ struct Task {
   int32_t input_vocab_size() const { return input_vocab.size(); }
   int32_t num_classes() const { return output_vocab.size(); }
   bool is_masked_lm() const { return kind == TaskKind::mlm_text; }
-  bool is_data_defined() const {
-    return kind == TaskKind::sequence_classification || kind == TaskKind::token_classification;
-  }
+  bool is_data_defined() const { return is_data_task(kind); }
   bool has_generator() const { return kind != TaskKind::mlm_text && !is_data_defined(); }
 
   // A user's string as input ids (InputError for unknown symbols / empty input).
@@ -123,13 +138,11 @@ struct Task {
 
 // The algorithmic tasks, in a fixed order: reverse, sort, brackets, majority.
 const std::vector<std::string>& algorithmic_task_names();
-// The data-defined tasks: sequence_classification, token_classification.
-bool is_data_task_name(std::string_view name);
 
 // A data-defined task from its input tokens (without "[PAD]" / "[UNK]") and labels, in the order
 // they get ids (a checkpoint stores them so). InputError for an empty list, a duplicate, or a token
 // or label that is empty or holds whitespace.
-Task make_data_task(std::string_view name, std::vector<std::string> tokens, std::vector<std::string> labels,
+Task make_data_task(TaskKind kind, std::vector<std::string> tokens, std::vector<std::string> labels,
                     int32_t max_seq_len = 4096);
 
 // The strings of one data-defined example, before any vocabulary exists.
@@ -138,7 +151,7 @@ struct StringExample {
   std::vector<std::optional<std::string>> labels;  // per sequence: one; per token: one per token (nullopt: none)
 };
 // The task whose vocabulary and labels are those of `examples` (each sorted by bytes, distinct).
-Task make_data_task(std::string_view name, const std::vector<StringExample>& examples, int32_t max_seq_len = 4096);
+Task make_data_task(TaskKind kind, const std::vector<StringExample>& examples, int32_t max_seq_len = 4096);
 
 // What a training file holds, counted without keeping its examples (a large file's strings would
 // take many times its size): each distinct token with its count, each distinct label.
@@ -149,11 +162,13 @@ struct VocabularyCounts {
 };
 // The task of these counts: tokens seen at least `min_count` times get their own id, rarer ones are
 // read as "[UNK]" (so the "[UNK]" row is trained). InputError when min_count leaves no token.
-Task make_data_task(std::string_view name, const VocabularyCounts& counts, int64_t min_count,
+Task make_data_task(TaskKind kind, const VocabularyCounts& counts, int64_t min_count,
                     int32_t max_seq_len = 4096);
 
-// An algorithmic task by name; InputError naming the known tasks otherwise. "mlm_text" needs its
-// vocabulary from training text: use make_text_task.
+// An algorithmic task; InputError for mlm_text (its vocabulary comes from training text: use
+// make_text_task) and the data-defined tasks (make_data_task). By name: InputError naming the known
+// tasks for any other name.
+Task make_task(TaskKind kind);
 Task make_task(std::string_view name);
 
 // The masked-LM text task; its character vocabulary is every UTF-8 character that occurs in

@@ -1,7 +1,7 @@
 #pragma once
 // A run's configuration: one JSON file with four sections, validated strictly before anything runs.
-// Settings that are choices (model.norm, model.placement, optim.name, optim.schedule) are parsed here
-// once, into a registry entry or an enum; the JSON keeps their names.
+// Settings that are choices (model.norm, model.placement, optim.name, optim.schedule, task.name,
+// task.length_regime) are parsed here once, into a registry entry or an enum; the JSON keeps their names.
 //
 //   {"model": {...}, "task": {...}, "optim": {...}, "train": {...}}
 //
@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "normlab/data/regime.hpp"
+#include "normlab/data/task.hpp"
 #include "normlab/nn/encoder.hpp"
 #include "normlab/nn/norm_registry.hpp"
 #include "normlab/optim/optimizer.hpp"
@@ -49,8 +51,8 @@ struct ModelConfig {
 };
 
 struct TaskConfig {
-  std::string name = "reverse";           // reverse | sort | brackets | majority | mlm_text |
-                                          // sequence_classification | token_classification
+  data::TaskKind name = data::TaskKind::reverse;  // reverse | sort | brackets | majority | mlm_text |
+                                                 // sequence_classification | token_classification
   std::optional<std::string> label;       // the task's name in logs and reports (null: from the task / data file)
   std::optional<std::string> train_file;  // null: generate training batches on the fly
   std::optional<std::string> valid_file;  // null: generate eval_examples validation examples
@@ -59,7 +61,8 @@ struct TaskConfig {
   int64_t eval_max_len = 64;              // validation lengths go up to here
   int64_t eval_examples = 512;            // validation set size (a file: its first N usable lines)
   int64_t bucket_width = 8;               // lengths per bucket in the evaluation report (and bucketed batches)
-  std::string length_regime = "mixed";    // generated training batches: mixed | single | bucketed (data/regime.hpp)
+  data::LengthRegime length_regime = data::LengthRegime::mixed;  // generated training batches: mixed | single |
+                                                                 // bucketed (data/regime.hpp)
   double select_prob = 0.15;              // mlm_text: fraction of positions with a target
   double mask_prob = 0.8;                 // mlm_text: of those, replaced by [MASK]
   double random_prob = 0.1;               // mlm_text: of those, replaced by a random character
