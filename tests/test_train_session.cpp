@@ -82,7 +82,7 @@ class PeerRefuses : public dist::Communicator {
 
 }  // namespace
 
-TEST_CASE("train session: a new run finishes; the same run resumed has nothing to do") {
+TEST_CASE("train session: a new run finishes - the same run resumed has nothing to do") {
   TempDir dir("normlab_session");
   const std::string config = dir.write("tiny.json", kTiny);
   const std::string run = dir.sub("run");
@@ -117,7 +117,7 @@ TEST_CASE("train session: a new run finishes; the same run resumed has nothing t
   CHECK(read_text(RunPaths(run).metrics) == metrics);
 }
 
-TEST_CASE("train session: a bad override is refused with exit 2 and a line naming it; nothing is written") {
+TEST_CASE("train session: a bad override is refused with exit 2 and a line naming it - nothing is written") {
   TempDir dir("normlab_session");
   const std::string config = dir.write("tiny.json", kTiny);
   const std::string run = dir.sub("run");
