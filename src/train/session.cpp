@@ -7,7 +7,6 @@
 #include <exception>
 #include <filesystem>
 #include <optional>
-#include <utility>
 
 #include "normlab/dist/communicator.hpp"
 #include "normlab/error.hpp"

@@ -13,7 +13,6 @@
 // rank ends the whole job (Communicator::abort_all) with that rank's line, since the others wait in
 // the next reduction. The session never prints: its lines go to the SessionLogger the caller makes,
 // and how the run ended comes back as a SessionResult for the caller to print.
-#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
