@@ -2,8 +2,9 @@
 // One function per subcommand; each adds itself to the CLI and sets its own callback.
 // The callbacks throw normlab::InputError for bad input; main() turns that into exit code 2.
 #include <CLI/CLI.hpp>
-#include <csignal>
 #include <string>
+
+#include "normlab/train/session.hpp"
 
 namespace normlab::cli {
 void add_bench_layernorm(CLI::App& bench);  // apps/cmd_bench_layernorm.cpp
@@ -22,15 +23,13 @@ void add_serve(CLI::App& app);              // apps/cmd_serve.cpp
 // InputError if `dir` is a compare output directory (names its runs); eval and predict call it.
 void refuse_compare_dir(const std::string& dir, const char* verb);  // apps/cmd_eval.cpp
 
-// Exit codes shared by all subcommands.
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitBadInput = 2;
-inline constexpr int kExitDiverged = 3;
-// train stopped by SIGINT / SIGTERM after checkpointing: 128 + the signal, as a shell reports it.
-inline constexpr int kExitInterrupted = 130;  // SIGINT
-inline constexpr int kExitTerminated = 143;   // SIGTERM
-// The exit code of a command stopped by a stop signal (io/stop.hpp): 143 for SIGTERM, else 130.
-inline int exit_code_for_signal(int signal_number) { return signal_number == SIGTERM ? kExitTerminated : kExitInterrupted; }
+// Exit codes shared by all subcommands: the training session's (train/session.hpp).
+using train::exit_code_for_signal;
+using train::kExitBadInput;
+using train::kExitDiverged;
+using train::kExitInterrupted;
+using train::kExitOk;
+using train::kExitTerminated;
 // A subcommand that wants a non-zero exit without an error (train: diverged) throws this.
 struct ExitCode {
   int code;

@@ -265,12 +265,12 @@ mutant "data-parallel: the reduction keeps the last rank's slice instead of the 
   'for (int i = 0; i < mine; ++i) slice[size_t(i)] = received_[size_t(s) * size_t(mine) + size_t(i)];' \
   '*dist mpi: 2 and 3 ranks*'
 mutant "train: a refusal before the first step is not agreed across ranks (the refused job hangs)" \
-  apps/cmd_train.cpp \
+  src/train/session.cpp \
   'const dist::Communicator::Verdict verdict = comm.agree(code, line);' \
   'const dist::Communicator::Verdict verdict{code, comm.rank(), line};' \
   '*dist mpi: a second np=2 job*'
 mutant "train: the stop line of an N-rank run says normlab train --resume" \
-  apps/cmd_train.cpp \
+  src/train/session.cpp \
   'return ranks > 1 ? fmt::format("mpirun -np {} normlab train --resume {}", ranks, dir)' \
   'return ranks > 0 ? fmt::format("normlab train --resume {}", dir)' \
   '*dist mpi: SIGUSR1*'
@@ -424,9 +424,9 @@ mutant "sha256: the length padding counts bytes, not bits" \
   'const uint64_t bits = total_bytes_;' \
   '*sha256*'
 mutant "data-parallel: ranks reading different data are not compared" \
-  apps/cmd_train.cpp \
-  '    agreed(disagreement.empty() ? 0 : kExitBadInput);' \
-  '    agreed(0);' \
+  src/train/session.cpp \
+  'agree(comm, disagreement.empty() ? 0 : kExitBadInput, line, setup, base)' \
+  'agree(comm, 0, line, setup, base)' \
   '*reads other content than rank 0*'
 count=${#names[@]}
 if [ "$list" = 1 ]; then

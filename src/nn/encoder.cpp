@@ -191,4 +191,13 @@ std::string to_string(Placement placement) {
   return "?";
 }
 
+std::string block_formula(const NormKind& norm, Placement placement, bool final_norm) {
+  const NormSpec& spec = norm.spec();
+  if (spec.residual == Residual::plain) return "x = x + f(x) (no normalization)";
+  if (spec.residual == Residual::rezero) return "x = x + alpha * f(x) (ReZero, alpha = 0 at init; no normalization)";
+  const std::string& n = spec.symbol;
+  if (placement == Placement::post) return fmt::format("x = {}(x + f(x)) (post-norm)", n);
+  return fmt::format("x = x + f({}(x)) (pre-norm{})", n, final_norm ? fmt::format(", final {} after the stack", n) : "");
+}
+
 }  // namespace normlab::nn

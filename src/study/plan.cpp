@@ -20,6 +20,7 @@
 #include "normlab/io/json_strict.hpp"
 #include "normlab/io/suggest.hpp"
 #include "normlab/io/json_depth.hpp"
+#include "normlab/nn/encoder.hpp"
 #include "normlab/nn/norm_registry.hpp"
 #include "normlab/study/search.hpp"
 #include "normlab/train/config.hpp"
@@ -59,13 +60,8 @@ std::string variant_of(const std::string& norm, const std::string& placement) {
 }
 
 std::string block_formula(const std::string& norm, const std::string& placement, bool final_norm) {
-  const nn::NormSpec* spec = nn::find_norm(norm);
-  if (spec == nullptr) return "";
-  if (spec->residual == nn::Residual::plain) return "x = x + f(x) (no normalization)";
-  if (spec->residual == nn::Residual::rezero) return "x = x + alpha * f(x) (ReZero, alpha = 0 at init; no normalization)";
-  const std::string& n = spec->symbol;
-  if (placement == "post") return fmt::format("x = {}(x + f(x)) (post-norm)", n);
-  return fmt::format("x = x + f({}(x)) (pre-norm{})", n, final_norm ? fmt::format(", final {} after the stack", n) : "");
+  if (nn::find_norm(norm) == nullptr) return "";
+  return nn::block_formula(norm, placement == "post" ? nn::Placement::post : nn::Placement::pre, final_norm);
 }
 
 ConfigKind config_kind(const std::string& path) {

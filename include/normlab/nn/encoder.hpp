@@ -28,6 +28,9 @@ enum class Placement { post, pre };  // post: x = norm(x + f(x)); pre: x = x + f
 // model.placement's spellings, in config order.
 inline constexpr std::pair<Placement, const char*> kPlacementNames[] = {{Placement::pre, "pre"}, {Placement::post, "post"}};
 std::string to_string(Placement placement);
+// The residual block an encoder of this norm and placement runs, as a formula for logs and reports:
+// "x = x + f(LN(x)) (pre-norm, final LN after the stack)", "x = LN(x + f(x)) (post-norm)".
+std::string block_formula(const NormKind& norm, Placement placement, bool final_norm);
 enum class Activation { relu, gelu };
 enum class Positional { sinusoidal, learned };
 enum class Head { token, sequence };  // per-token classifier, or mean-pooled sequence classifier

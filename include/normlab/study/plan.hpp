@@ -32,7 +32,8 @@ const Variant* find_variant(const std::string& name);
 // The variant a (norm, placement) pair is, e.g. ("layernorm", "pre") -> "pre-ln"; "" if none.
 std::string variant_of(const std::string& norm, const std::string& placement);
 
-// The residual block a model config trains, e.g. "x = x + f(LN(x))" (pre-ln, final LN noted).
+// The residual block a variant's norm and placement train (nn::block_formula), e.g. "x = x + f(LN(x))"
+// (pre-ln, final LN noted); "" for a norm the registry does not know.
 std::string block_formula(const std::string& norm, const std::string& placement, bool final_norm);
 
 struct RunSpec {
