@@ -27,6 +27,7 @@
 #include "normlab/study/plan.hpp"
 #include "normlab/study/report.hpp"
 #include "normlab/study/reuse.hpp"
+#include "normlab/train/session.hpp"
 
 namespace normlab::study {
 
@@ -34,12 +35,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The exit codes of `normlab train` a run is counted by (README: 0 ok, 2 bad input, 3 diverged).
-constexpr int kExitOk = 0;
-constexpr int kExitBadInput = 2;
-constexpr int kExitDiverged = 3;
-constexpr int kExitInterrupted = 130;  // SIGINT, checkpointed
-constexpr int kExitTerminated = 143;   // SIGTERM, checkpointed
+// A run is counted by the exit code of its `normlab train` (train/session.hpp: 0 ok, 2 bad input,
+// 3 diverged, 130 / 143 stopped with a checkpoint).
+using train::kExitBadInput;
+using train::kExitDiverged;
+using train::kExitInterrupted;
+using train::kExitOk;
+using train::kExitTerminated;
 
 // "I/K" -> {I, K} with 0 <= I < K.
 std::pair<size_t, size_t> parse_shard(const std::string& text) {
