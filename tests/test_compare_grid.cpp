@@ -151,7 +151,11 @@ TEST_CASE("grid: the committed compare configs load and expand as docs/EXPERIMEN
   const study::ComparePlan bn = study::load_compare_plan(configs + "batchnorm-batch.json");
   CHECK(bn.runs.size() == 48);
   CHECK(bn.settings.size() == 8);
-  for (const char* name : {"demo.json", "demo-replication.json", "study.json", "batchnorm-batch.json"})
+  // The full study: 9 variants x 3 depths x warmup on/off x 3 length regimes, 5 seeds at 4 rates in round 0.
+  const study::ComparePlan full = study::load_compare_plan(configs + "full-study.json");
+  CHECK(full.runs.size() == 3240);
+  CHECK(full.settings.size() == 18);
+  for (const char* name : {"demo.json", "demo-replication.json", "study.json", "full-study.json", "batchnorm-batch.json"})
     CHECK_MESSAGE(study::config_kind(configs + name) == study::ConfigKind::compare, name);
   CHECK(study::config_kind(configs + "reverse.json") == study::ConfigKind::run);
 }
