@@ -21,6 +21,14 @@
 
 namespace normlab::test {
 
+// A run config that trains two steps of a one-layer model in well under a second.
+inline constexpr const char* kTwoStepRun = R"({
+  "model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32, "max_len": 16},
+  "task": {"name": "reverse", "min_len": 1, "max_len": 8, "eval_max_len": 12, "eval_examples": 16},
+  "optim": {"lr": 0.01, "warmup_steps": 1},
+  "train": {"steps": 2, "batch_size": 4, "eval_every": 0, "threads": 1}
+})";
+
 // max |ours - ref| / max(floor, max |ref|): one error for a whole tensor, relative to its largest
 // element, so that elements near zero do not blow it up. floor 1 makes it absolute for small
 // tensors. Sizes that differ give NaN, which fails every comparison (< and > alike).

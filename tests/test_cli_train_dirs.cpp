@@ -29,12 +29,6 @@ Result train_in(const TempDir& dir, const std::string& cwd, const std::string& a
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out), read_text(err)};
 }
 
-const char* kTiny = R"({
-  "model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32, "max_len": 16},
-  "task": {"name": "reverse", "min_len": 1, "max_len": 8, "eval_max_len": 12, "eval_examples": 16},
-  "optim": {"lr": 0.01, "warmup_steps": 1},
-  "train": {"steps": 2, "batch_size": 4, "eval_every": 0, "threads": 1}
-})";
 
 }  // namespace
 
@@ -52,7 +46,7 @@ TEST_CASE("cli: train --resume and --out must name one directory - --resume alon
   CHECK(same.err == "normlab: error: a: no config.json: not a run directory\n");
 
   // With --config and no directory, --resume continues runs/<config name>, where train put it.
-  dir.write("tiny.json", kTiny);
+  dir.write("tiny.json", normlab::test::kTwoStepRun);
   const Result trained = train_in(dir, cwd, "--config tiny.json");
   REQUIRE(trained.code == 0);
   CHECK(trained.err.find("run directory: runs/tiny\n") != std::string::npos);

@@ -25,12 +25,6 @@ using namespace normlab::train;
 
 namespace {
 
-const char* kTiny = R"({
-  "model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32, "max_len": 16},
-  "task": {"name": "reverse", "min_len": 1, "max_len": 8, "eval_max_len": 12, "eval_examples": 16},
-  "optim": {"lr": 0.01, "warmup_steps": 1},
-  "train": {"steps": 2, "batch_size": 4, "eval_every": 0, "threads": 1}
-})";
 
 // What the session said through its loggers (one per call).
 struct Heard {
@@ -84,7 +78,7 @@ class PeerRefuses : public dist::Communicator {
 
 TEST_CASE("train session: a new run finishes - the same run resumed has nothing to do") {
   TempDir dir("normlab_session");
-  const std::string config = dir.write("tiny.json", kTiny);
+  const std::string config = dir.write("tiny.json", normlab::test::kTwoStepRun);
   const std::string run = dir.sub("run");
   dist::SingleProcess comm;
   Heard heard;
@@ -119,7 +113,7 @@ TEST_CASE("train session: a new run finishes - the same run resumed has nothing 
 
 TEST_CASE("train session: a bad override is refused with exit 2 and a line naming it - nothing is written") {
   TempDir dir("normlab_session");
-  const std::string config = dir.write("tiny.json", kTiny);
+  const std::string config = dir.write("tiny.json", normlab::test::kTwoStepRun);
   const std::string run = dir.sub("run");
   SessionOptions options = new_run(config, run);
   options.overrides = {"train.steps=0"};
@@ -160,7 +154,7 @@ TEST_CASE("train session: without --config or --resume it asks for one") {
 
 TEST_CASE("train session: a stop requested before the first step ends while loading, exit 130, nothing written") {
   TempDir dir("normlab_session");
-  const std::string config = dir.write("tiny.json", kTiny);
+  const std::string config = dir.write("tiny.json", normlab::test::kTwoStepRun);
   const std::string run = dir.sub("run");
   dist::SingleProcess comm;
   const std::atomic<int> stop{SIGINT};
@@ -175,7 +169,7 @@ TEST_CASE("train session: a stop requested before the first step ends while load
 
 TEST_CASE("train session: another rank's refusal is every rank's result, named by its rank") {
   TempDir dir("normlab_session");
-  const std::string config = dir.write("tiny.json", kTiny);
+  const std::string config = dir.write("tiny.json", normlab::test::kTwoStepRun);
   const std::string run = dir.sub("run");
   PeerRefuses comm;
   Heard heard;

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "normlab/study/report.hpp"
+#include "normlab/study/plan.hpp"
+#include "normlab/study/results.hpp"
+#include "normlab/study/statistics.hpp"
 
 namespace normlab::study {
 
