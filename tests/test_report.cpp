@@ -137,6 +137,17 @@ TEST_CASE("report: every chart is well-formed SVG, labels are escaped, the secti
   CHECK(xml_problem(svg).empty());
   CHECK(svg.find("loss &lt;&amp;&gt; &quot;quotes&quot;") != std::string::npos);
   CHECK(svg.find("<polygon") != std::string::npos);  // the band
+  CHECK(svg.find("textLength") == std::string::npos);  // a short title as it is
+
+  // A title longer than the chart is squeezed into it (textLength = width - left - 8), not cut.
+  chart.title = "learned fraction — 12 layers, warmup, task.length_regime=bucketed, and some more words";
+  const std::string long_svg = study::render_svg(chart);
+  CHECK(xml_problem(long_svg).empty());
+  const size_t at = long_svg.find("textLength=\"");
+  REQUIRE(at != std::string::npos);
+  const double squeezed = std::stod(long_svg.substr(at + 12));
+  CHECK(squeezed > 300);
+  CHECK(squeezed < chart.width);
 
   const fs::path dir = fs::temp_directory_path() / fmt::format("normlab-report-{}", ::getpid());
   fs::remove_all(dir);

@@ -298,7 +298,12 @@ std::string render_svg(const Chart& chart, int clip_number) {
       "font-family=\"sans-serif\" font-size=\"11\">\n",
       chart.width, chart.height);
   svg += fmt::format("<rect x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"white\"/>\n", chart.width, chart.height);
-  svg += fmt::format("<text x=\"{}\" y=\"18\" font-size=\"13\" font-weight=\"bold\">{}</text>\n", left,
+  // A title wider than the chart (about 7.8 px a byte at 13 px bold) is squeezed to fit, not cut.
+  const double room = double(chart.width) - left - 8.0;
+  const std::string fit = 7.8 * double(chart.title.size()) > room
+                              ? fmt::format(" textLength=\"{:.0f}\" lengthAdjust=\"spacingAndGlyphs\"", room)
+                              : "";
+  svg += fmt::format("<text x=\"{}\" y=\"18\" font-size=\"13\" font-weight=\"bold\"{}>{}</text>\n", left, fit,
                      xml_escape(chart.title));
   svg += draw_axes(chart, xa, ya);
   // Clip the data to the plot area so an outlier cannot draw over the legend.
