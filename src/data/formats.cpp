@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "normlab/error.hpp"
+#include "normlab/names.hpp"
 
 namespace normlab::data {
 
@@ -18,8 +19,7 @@ constexpr std::pair<FileFormat, const char*> kFormatNames[] = {
 
 // task.format by name; "auto": by the file's extension (any other is JSONL).
 FileFormat file_format_of(const std::string& path, const FileOptions& options) {
-  for (const auto& [format, name] : kFormatNames)
-    if (options.format == name) return format;
+  if (const std::optional<FileFormat> format = value_named(kFormatNames, options.format)) return *format;
   std::string extension = std::filesystem::path(path).extension().string();
   for (char& c : extension) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
   if (extension == ".csv") return FileFormat::csv;
@@ -28,11 +28,7 @@ FileFormat file_format_of(const std::string& path, const FileOptions& options) {
   return FileFormat::jsonl;
 }
 
-const char* format_name(FileFormat format) {
-  for (const auto& [value, name] : kFormatNames)
-    if (value == format) return name;
-  return "jsonl";
-}
+const char* format_name(FileFormat format) { return name_in(kFormatNames, format); }
 
 std::string text_field_of(const Task& task, FileFormat format) {
   if (!task.file.text_field.empty()) return task.file.text_field;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "normlab/error.hpp"
+#include "normlab/names.hpp"
 
 namespace normlab::data {
 
@@ -27,16 +28,11 @@ std::vector<int32_t> fill_to_tokens(int64_t tokens, Draw draw_length) {
 }  // namespace
 
 LengthRegime parse_length_regime(const std::string& name) {
-  for (auto [regime, text] : kLengthRegimeNames)
-    if (name == text) return regime;
+  if (const std::optional<LengthRegime> regime = value_named(kLengthRegimeNames, name)) return *regime;
   throw UsageError(fmt::format("unknown length regime '{}' (choose mixed, single, bucketed)", name));
 }
 
-std::string to_string(LengthRegime regime) {
-  for (auto [r, text] : kLengthRegimeNames)
-    if (r == regime) return text;
-  return "?";
-}
+std::string to_string(LengthRegime regime) { return name_in(kLengthRegimeNames, regime); }
 
 int64_t matched_tokens_per_batch(int64_t batch_size, int32_t min_len, int32_t max_len) {
   return (batch_size * (int64_t{min_len} + max_len) + 1) / 2;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "normlab/error.hpp"
+#include "normlab/names.hpp"
 
 namespace normlab::data {
 
@@ -80,17 +81,9 @@ const std::vector<std::string>& algorithmic_task_names() {
   return names;
 }
 
-std::string to_string(TaskKind kind) {
-  for (const auto& [value, name] : kTaskNames)
-    if (value == kind) return name;
-  return "?";
-}
+std::string to_string(TaskKind kind) { return name_in(kTaskNames, kind); }
 
-std::optional<TaskKind> find_task_kind(std::string_view name) {
-  for (const auto& [value, text] : kTaskNames)
-    if (name == text) return value;
-  return std::nullopt;
-}
+std::optional<TaskKind> find_task_kind(std::string_view name) { return value_named(kTaskNames, name); }
 
 Task make_data_task(TaskKind kind, std::vector<std::string> tokens, std::vector<std::string> labels,
                     int32_t max_seq_len) {
@@ -216,8 +209,9 @@ Task make_task(TaskKind kind) {
 
 Task make_task(std::string_view name) {
   if (const std::optional<TaskKind> kind = find_task_kind(name)) return make_task(*kind);
-  throw InputError(fmt::format("unknown task \"{}\" (known: reverse, sort, brackets, majority, mlm_text, "
-                               "sequence_classification, token_classification)", name));
+  std::vector<std::string_view> known;
+  for (const auto& [kind, text] : kTaskNames) known.push_back(text);
+  throw InputError(fmt::format("unknown task \"{}\" (known: {})", name, fmt::join(known, ", ")));
 }
 
 Task make_text_task(const std::vector<std::string>& train_lines, int32_t max_seq_len) {

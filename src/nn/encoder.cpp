@@ -6,6 +6,7 @@
 
 #include "normlab/autograd.hpp"
 #include "normlab/error.hpp"
+#include "normlab/names.hpp"
 #include "normlab/kernels/dropout.hpp"
 #include "normlab/ops.hpp"
 
@@ -185,11 +186,7 @@ std::vector<double> per_layer_grad_norms(const Module& model, int64_t num_layers
   return sum_sq;
 }
 
-std::string to_string(Placement placement) {
-  for (auto [p, text] : kPlacementNames)
-    if (p == placement) return text;
-  return "?";
-}
+std::string to_string(Placement placement) { return name_in(kPlacementNames, placement); }
 
 std::string block_formula(const NormKind& norm, Placement placement, bool final_norm) {
   const NormSpec& spec = norm.spec();

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "normlab/error.hpp"
+#include "normlab/names.hpp"
 #include "normlab/kernels/adam.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/shortest.hpp"
@@ -36,11 +37,7 @@ std::vector<std::string> split_dots(const std::string& name) {
 
 }  // namespace
 
-std::string to_string(OptimizerKind kind) {
-  for (auto [k, text] : kOptimizerNames)
-    if (k == kind) return text;
-  return "?";
-}
+std::string to_string(OptimizerKind kind) { return name_in(kOptimizerNames, kind); }
 
 void check_optimizer_options(const OptimizerOptions& o) {
   if (!(o.beta1 >= 0.0f && o.beta1 < 1.0f))

@@ -7,15 +7,12 @@
 #include <numbers>
 
 #include "normlab/error.hpp"
+#include "normlab/names.hpp"
 #include "normlab/shortest.hpp"
 
 namespace normlab::optim {
 
-std::string to_string(ScheduleKind kind) {
-  for (auto [k, text] : kScheduleNames)
-    if (k == kind) return text;
-  return "?";
-}
+std::string to_string(ScheduleKind kind) { return name_in(kScheduleNames, kind); }
 
 void check_schedule_options(const ScheduleOptions& s) {
   if (s.warmup_steps < 0)

@@ -12,6 +12,7 @@
 
 #include "normlab/data/task.hpp"
 #include "normlab/error.hpp"
+#include "normlab/names.hpp"
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/io/json_depth.hpp"
 #include "normlab/io/json_strict.hpp"
@@ -117,16 +118,9 @@ Field make_enum_field(const char* section, S RunConfig::*part, const char* key, 
                       const std::pair<E, const char*> (&table)[N]) {
   std::vector<std::string> choices;
   for (const auto& [value, text] : table) choices.emplace_back(text);
-  auto parse = [&table](const std::string& text) {
-    for (const auto& [value, name] : table)
-      if (text == name) return value;
-    return table[0].first;  // unreachable: the text was validated against the choices
-  };
-  auto name = [&table](const E& value) {
-    for (const auto& [v, text] : table)
-      if (v == value) return std::string(text);
-    return std::string("?");
-  };
+  // The text was validated against the choices, so value_named finds it.
+  auto parse = [&table](const std::string& text) { return value_named(table, text).value_or(table[0].first); };
+  auto name = [&table](const E& value) { return std::string(name_in(table, value)); };
   return make_parsed_field<S, E>(section, part, key, member, std::move(choices), parse, name);
 }
 
