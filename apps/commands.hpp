@@ -19,6 +19,15 @@ void add_predict(CLI::App& app);            // apps/cmd_predict.cpp
 void add_compare(CLI::App& app);            // apps/cmd_compare.cpp
 void add_report(CLI::App& app);             // apps/cmd_report.cpp
 void add_serve(CLI::App& app);              // apps/cmd_serve.cpp
+void add_completion(CLI::App& app);         // apps/cli_habits.cpp: `normlab completion bash`
+
+// apps/cli_habits.cpp: what is generated from the command table.
+std::string closest_command(const CLI::App& app, const std::string& typed);  // "" if none is near
+// "normlab train: unknown option '--confg'; did you mean '--config'? ...", or "" (no near option,
+// or a config key, which has its own --set hint).
+std::string unknown_option_message(const CLI::App& app, int argc, char** argv);
+std::string bash_completion(const CLI::App& app);
+std::string man_page(const CLI::App& app, const std::string& version);  // roff, man(7)
 
 // InputError if `dir` is a compare output directory (names its runs); eval and predict call it.
 void refuse_compare_dir(const std::string& dir, const char* verb);  // apps/cmd_eval.cpp

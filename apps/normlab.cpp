@@ -82,6 +82,10 @@ int check_verb(const CLI::App& app, int argc, char** argv) {
   const std::string verb = argv[1];
   if (verb == "help") {
     const std::string topic = argc > 2 ? argv[2] : "";
+    if (topic == "man" && argc == 3) {
+      fmt::print("{}", normlab::cli::man_page(app, std::string("normlab ") + NORMLAB_VERSION));
+      return 0;
+    }
     if (topic == "norms") {
       const std::string flag = argc > 3 ? argv[3] : "";
       if (argc > 4 || (!flag.empty() && flag != "--json")) {
@@ -93,18 +97,24 @@ int check_verb(const CLI::App& app, int argc, char** argv) {
       return 0;
     }
     if (!topic.empty()) {
-      fmt::print(stderr, "normlab: error: help: unknown topic '{}' (normlab help, normlab help norms [--json])\n",
+      fmt::print(stderr, "normlab: error: help: unknown topic '{}' (normlab help, normlab help norms [--json], normlab help man)\n",
                  topic);
       return 2;
     }
-    fmt::print("{}\nnormlab help norms [--json]: the normalizations model.norm accepts\n", app.help());
+    fmt::print("{}\nnormlab help norms [--json]: the normalizations model.norm accepts\nnormlab help man: the manual page (roff)\n",
+               app.help());
     return 0;
   }
   bool known = false;
   for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->get_name() == verb;
   if (!known) {
-    fmt::print(stderr, "normlab: error: unknown command '{}'; the commands are: {} (normlab --help)\n", verb,
-               verbs_line(app));
+    const std::string near = normlab::cli::closest_command(app, verb);
+    fmt::print(stderr, "normlab: error: unknown command '{}'{}; the commands are: {} (normlab --help)\n", verb,
+               near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near), verbs_line(app));
+    return 2;
+  }
+  if (const std::string message = normlab::cli::unknown_option_message(app, argc, argv); !message.empty()) {
+    fmt::print(stderr, "normlab: error: {}\n", message);
     return 2;
   }
   // Only train is data-parallel. Any other verb launched as one of N processes (mpirun -np N)
@@ -151,7 +161,8 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "normlab: error: {}\n", e.what());
     return 2;
   }
-  app.set_version_flag("--version", std::string("normlab ") + NORMLAB_VERSION + "\n" + kernels_line);
+  const std::string version = std::string("normlab ") + NORMLAB_VERSION + "\n" + kernels_line;
+  app.set_version_flag("-V,--version", version);
   app.require_subcommand(1);
 
   CLI::App* bench = app.add_subcommand("bench", "Micro-benchmarks of normlab's kernels");
@@ -168,6 +179,9 @@ int main(int argc, char** argv) {
   normlab::cli::add_compare(app);
   normlab::cli::add_report(app);
   normlab::cli::add_serve(app);
+  app.add_subcommand("version", "Print the version and the kernel path this CPU runs (also -V, --version)")
+      ->callback([&version] { fmt::print("{}\n", version); });
+  normlab::cli::add_completion(app);
 
   if (const int code = check_verb(app, argc, argv); code >= 0) return code;
 

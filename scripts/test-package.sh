@@ -29,6 +29,10 @@ binary="$scratch/root/usr/bin/normlab"
 test -x "$binary"
 test -f "$scratch/root/usr/share/doc/normlab/README.md"
 test -f "$scratch/root/usr/share/doc/normlab/building.md"
+test -f "$scratch/root/usr/share/doc/normlab/LICENSE"
+# The completion and the man page, printed by the binary at build time (apps/cli_habits.cpp).
+cmp "$scratch/root/usr/share/bash-completion/completions/normlab" <("$binary" completion bash)
+cmp "$scratch/root/usr/share/man/man1/normlab.1" <("$binary" help man)
 
 version=$("$binary" --version)
 echo "$version"

@@ -209,7 +209,8 @@ TEST_CASE("messages: wrong kind of config, the train banner, CLI errors with hin
     CHECK_MESSAGE(help.out.find(verb) != std::string::npos, verb);
   Result unknown = run_cli(dir, "trian --config x");
   CHECK(unknown.code == 2);
-  CHECK(unknown.err.find("normlab: error: unknown command 'trian'; the commands are: ") != std::string::npos);
+  CHECK(unknown.err.find("normlab: error: unknown command 'trian' (did you mean 'train'?); the commands are: ") !=
+        std::string::npos);
   CHECK(unknown.err.find("compare, report") != std::string::npos);
   Result nothing = run_cli(dir, "");
   CHECK(nothing.code == 2);
