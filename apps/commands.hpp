@@ -19,6 +19,7 @@ void add_predict(CLI::App& app);            // apps/cmd_predict.cpp
 void add_compare(CLI::App& app);            // apps/cmd_compare.cpp
 void add_report(CLI::App& app);             // apps/cmd_report.cpp
 void add_serve(CLI::App& app);              // apps/cmd_serve.cpp
+void add_baseline(CLI::App& app);           // apps/cmd_baseline.cpp
 void add_completion(CLI::App& app);         // apps/cli_habits.cpp: `normlab completion bash`
 
 // apps/cli_habits.cpp: what is generated from the command table.

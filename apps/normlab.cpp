@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
   normlab::cli::add_compare(app);
   normlab::cli::add_report(app);
   normlab::cli::add_serve(app);
+  normlab::cli::add_baseline(app);
   app.add_subcommand("version", "Print the version and the kernel path this CPU runs (also -V, --version)")
       ->callback([&version] { fmt::print("{}\n", version); });
   normlab::cli::add_completion(app);
