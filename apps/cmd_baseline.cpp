@@ -1,4 +1,4 @@
-// normlab baseline --config FILE [--set K=V]... [--iterations N] [--l2 X] [--json]
+// normlab baseline --config FILE [--data FILE] [--set K=V]... [--iterations N] [--l2 X] [--json]
 // The bag-of-words logistic regression (train/baseline.hpp) on the config's own-data task: the
 // figure a Transformer trained on the same files has to beat.
 #include <fmt/core.h>
@@ -21,6 +21,7 @@ namespace {
 struct BaselineCliOptions {
   std::string config;
   std::vector<std::string> overrides;
+  std::string data;  // scored on this file instead of the validation set (a test split)
   train::BaselineOptions fit;
   bool json = false;
 };
@@ -38,7 +39,9 @@ void run(const BaselineCliOptions& options) {
   const data::Task task = train::build_task(config);
   train::FileUse train_use, valid_use;
   const data::Dataset training = *train::load_train_set(config, task, nullptr, &train_use);
-  const data::Dataset valid = train::load_valid_set(config, task, nullptr, &valid_use);
+  const data::Dataset valid = options.data.empty() ? train::load_valid_set(config, task, nullptr, &valid_use)
+                                                   : train::load_eval_file(options.data, config, task, &valid_use);
+  const std::string scored = options.data.empty() ? "held-out" : options.data;
   const train::BaselineModel model = train::fit_baseline(training, task.input_vocab_size(), task.num_classes(), options.fit);
   const train::BaselineScore score = train::score_baseline(model, valid);
   std::vector<std::string> labels;
@@ -53,6 +56,7 @@ void run(const BaselineCliOptions& options) {
                           {"train_examples", training.size()},
                           {"unigrams", task.input_vocab_size()},
                           {"bigrams", model.bag.num_bigrams()},
+                          {"data", options.data.empty() ? config.task.valid_file.value_or("") : options.data},
                           {"valid_examples", score.examples},
                           {"loss", score.loss},
                           {"accuracy", score.accuracy},
@@ -67,9 +71,9 @@ void run(const BaselineCliOptions& options) {
              options.fit.l2, options.fit.iterations, train::task_title(config));
   fmt::print("training: {} examples ({}), {} unigrams + {} bigrams\n", training.size(), train_use.describe(),
              task.input_vocab_size(), model.bag.num_bigrams());
-  fmt::print("held-out: {} examples ({}): accuracy {:.4f} [{:.4f}, {:.4f}], macro-F1 {:.4f} [{:.4f}, {:.4f}], "
+  fmt::print("{}: {} examples ({}): accuracy {:.4f} [{:.4f}, {:.4f}], macro-F1 {:.4f} [{:.4f}, {:.4f}], "
              "loss {:.4f}\n",
-             score.examples, valid_use.describe(), score.accuracy, score.accuracy_low, score.accuracy_high,
+             scored, score.examples, valid_use.describe(), score.accuracy, score.accuracy_low, score.accuracy_high,
              score.macro_f1, score.macro_f1_low, score.macro_f1_high, score.loss);
   fmt::print("(95% intervals: Wilson for accuracy, bootstrap over examples for macro-F1)\n\nper class:\n{}",
              train::describe_class_metrics(score.confusion, labels));
@@ -83,8 +87,9 @@ void add_baseline(CLI::App& app) {
       "baseline", "Fit a bag-of-words logistic regression on an own-data classification config: the figure to beat");
   cmd->add_option("--config", options->config, "Run config (task.name sequence_classification)")->required();
   cmd->add_option("--set", options->overrides, "Override a config key (repeatable)");
-  cmd->add_option("--iterations", options->fit.iterations, "Gradient steps of the fit (default 400)");
-  cmd->add_option("--l2", options->fit.l2, "L2 penalty on the weights (default 1e-4)");
+  cmd->add_option("--data", options->data, "Score on this file (e.g. a test split) instead of the validation set");
+  cmd->add_option("--iterations", options->fit.iterations, "Gradient steps of the fit (default 1000)");
+  cmd->add_option("--l2", options->fit.l2, "L2 penalty on the weights (default 1e-6)");
   cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");
   cmd->callback([options] { run(*options); });
 }

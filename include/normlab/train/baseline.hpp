@@ -24,9 +24,12 @@
 
 namespace normlab::train {
 
+// A weak penalty, fitted close to its optimum: with unit-norm features a penalty of 1e-4 already
+// underfits (held-out accuracy 0.745 against 0.804 at 1e-6 on data/debian, 0.845 against 0.933 on
+// data/reviews), and fewer steps stop short of the optimum.
 struct BaselineOptions {
-  int64_t iterations = 400;
-  double l2 = 1e-4;
+  int64_t iterations = 1000;
+  double l2 = 1e-6;
 };
 
 // Unigram and bigram features of a sequence of input ids: feature u is unigram id u (u < vocab_size),
