@@ -23,6 +23,7 @@ struct EvalOptions {
   bool json = false;
   std::optional<int64_t> batch_size;  // default: train.batch_size
   bool batch_stats = false;
+  std::string checkpoint;  // "", "best" or "last"
 };
 
 }  // namespace
@@ -41,11 +42,24 @@ void refuse_compare_dir(const std::string& dir, const char* verb) {
                                runs.empty() ? "NAME" : std::filesystem::path(runs[0]).filename().string(), dir));
 }
 
+void add_checkpoint_option(CLI::App& cmd, std::string& choice) {
+  cmd.add_option("--checkpoint", choice,
+                 "best (best.safetensors: the best held-out evaluation, train.keep_best) or last "
+                 "(checkpoint.safetensors); default: best when the run kept one")
+      ->check(CLI::IsMember({"best", "last"}));
+}
+
+train::CheckpointChoice checkpoint_choice(const std::string& choice) {
+  return choice == "best"   ? train::CheckpointChoice::best
+         : choice == "last" ? train::CheckpointChoice::last
+                            : train::CheckpointChoice::automatic;
+}
+
 namespace {
 
 void run(const EvalOptions& options) {
   refuse_compare_dir(options.run_dir, "eval");
-  train::LoadedRun loaded = train::load_run(options.run_dir);
+  train::LoadedRun loaded = train::load_run(options.run_dir, checkpoint_choice(options.checkpoint));
   std::optional<std::string> data;
   if (!options.data.empty()) data = options.data;
   train::EvalSettings settings;
@@ -58,6 +72,7 @@ void run(const EvalOptions& options) {
     nlohmann::json out = train::to_json(m);
     out["run"] = options.run_dir;
     out["step"] = loaded.step;
+    out["checkpoint"] = loaded.is_best ? "best" : "last";
     out["data"] = result.data;
     out["data_sha256"] = result.data_sha256.empty() ? nlohmann::json(nullptr) : nlohmann::json(result.data_sha256);
     out["data_changed_since_training"] = result.changed_since_training.has_value();
@@ -68,8 +83,9 @@ void run(const EvalOptions& options) {
     fmt::print("{}\n", out.dump());
     return;
   }
-  fmt::print("run {} (task {}, step {}), data: {}{}\n", options.run_dir, train::task_title(loaded.config), loaded.step,
-             result.data, result.data_sha256.empty() ? "" : fmt::format(" (sha256 {})", result.data_sha256));
+  fmt::print("run {} (task {}, checkpoint {}), data: {}{}\n", options.run_dir, train::task_title(loaded.config),
+             train::describe_checkpoint(loaded), result.data,
+             result.data_sha256.empty() ? "" : fmt::format(" (sha256 {})", result.data_sha256));
   if (result.changed_since_training)
     fmt::print("note: {} since the run was trained: these are not the numbers it recorded\n",
                result.changed_since_training->describe());
@@ -114,6 +130,7 @@ void add_eval(CLI::App& app) {
   cmd->add_flag("--batch-stats", options->batch_stats,
                 "BatchNorm normalizes with each evaluation batch's own statistics, as in training, instead of its "
                 "running averages (LayerNorm has per-token statistics: nothing changes)");
+  add_checkpoint_option(*cmd, options->checkpoint);
   cmd->callback([options] { run(*options); });
 }
 

@@ -38,6 +38,7 @@ struct PredictOptions {
   int64_t batch_size = 256;
   int threads = 0;   // 0: as OMP_NUM_THREADS / all cores
   bool json = false;
+  std::string checkpoint;  // "", "best" or "last"
 };
 
 void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
@@ -223,7 +224,8 @@ void run(const PredictOptions& options) {
   if (options.threads < 0 || options.threads > 1024)
     throw InputError(fmt::format("--threads: must be between 0 and 1024 (got {})", options.threads));
   if (options.threads > 0) set_num_threads(options.threads);
-  train::LoadedRun loaded = train::load_run(options.run_dir);
+  train::LoadedRun loaded = train::load_run(options.run_dir, checkpoint_choice(options.checkpoint));
+  if (loaded.is_best) fmt::print(stderr, "normlab: note: checkpoint {}\n", train::describe_checkpoint(loaded));
   if (!options.data.empty()) return run_file(options, loaded);
   run_one(options, loaded);
 }
@@ -244,6 +246,7 @@ void add_predict(CLI::App& app) {
   cmd->add_option("--batch-size", options->batch_size, "With --data: sequences per forward pass (default 256)");
   cmd->add_option("--threads", options->threads, "Threads (default: OMP_NUM_THREADS or all cores)");
   cmd->add_flag("--json", options->json, "With --input: print one JSON object");
+  add_checkpoint_option(*cmd, options->checkpoint);
   cmd->callback([options] { run(*options); });
 }
 

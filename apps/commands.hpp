@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "normlab/train/saved_run.hpp"
 #include "normlab/train/session.hpp"
 
 namespace normlab::cli {
@@ -32,6 +33,9 @@ std::string man_page(const CLI::App& app, const std::string& version);  // roff,
 
 // InputError if `dir` is a compare output directory (names its runs); eval and predict call it.
 void refuse_compare_dir(const std::string& dir, const char* verb);  // apps/cmd_eval.cpp
+// --checkpoint best|last for eval and predict (default: the best when the run kept one); apps/cmd_eval.cpp.
+void add_checkpoint_option(CLI::App& cmd, std::string& choice);
+train::CheckpointChoice checkpoint_choice(const std::string& choice);
 
 // Exit codes shared by all subcommands: the training session's (train/session.hpp).
 using train::exit_code_for_signal;

@@ -213,6 +213,11 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("train", &R::train, "checkpoint_every", &TrainConfig::checkpoint_every, Kind::integer,
                            closed(0, kMaxSteps)));
     f.push_back(make_field("train", &R::train, "threads", &TrainConfig::threads, Kind::integer, closed(0, 1024)));
+    f.push_back(make_enum_field("train", &R::train, "keep_best", &TrainConfig::keep_best, kKeepBestNames));
+    f.push_back(make_field("train", &R::train, "early_stopping_patience", &TrainConfig::early_stopping_patience,
+                           Kind::integer, closed(0, kMaxSteps)));
+    f.push_back(make_field("train", &R::train, "early_stopping_min_delta", &TrainConfig::early_stopping_min_delta,
+                           Kind::number, closed(0, 1e6)));
     // data-parallel: replaced by the launch's process count (mpirun -np N); recorded for resume
     f.push_back(make_field("train", &R::train, "world_size", &TrainConfig::world_size, Kind::integer, closed(1, 65536)));
     return f;
@@ -555,6 +560,8 @@ void check_overridden_config(const RunConfig& before, const RunConfig& after, co
   check_config(after, file_alone_ok ? fmt::format("--set {}", fmt::join(overrides, " --set ")) : file);
 }
 
+std::string to_string(KeepBest keep_best) { return name_in(kKeepBestNames, keep_best); }
+
 void check_config(const RunConfig& config, const std::string& where) {
   const ModelConfig& m = config.model;
   const TaskConfig& t = config.task;
@@ -563,6 +570,9 @@ void check_config(const RunConfig& config, const std::string& where) {
   };
   if (m.d_model % m.heads != 0) {
     fail("model.d_model", fmt::format("must be divisible by model.heads (got {} and {})", m.d_model, m.heads));
+  }
+  if (config.train.early_stopping_patience > 0 && config.train.eval_every == 0) {
+    fail("train.early_stopping_patience", "counts evaluations: needs train.eval_every > 0");
   }
   if (t.max_len < t.min_len) {
     fail("task.max_len", fmt::format("must be >= task.min_len (got {} and {})", t.max_len, t.min_len));
@@ -626,6 +636,7 @@ std::vector<std::string> config_keys() {
 const std::vector<std::string>& resume_mutable_keys() {
   static const std::vector<std::string> keys = {"train.steps",       "train.eval_every",       "train.log_every",
                                                 "train.diagnostics_every", "train.checkpoint_every", "train.threads",
+                                                "train.early_stopping_patience", "train.early_stopping_min_delta",
                                                 "task.label"};
   return keys;
 }

@@ -165,7 +165,14 @@ json to_json(const TrainSummary& summary) {
           {"final_train", final_train},
           {"final_valid", final_valid},
           {"best_valid", summary.best_valid ? to_json(*summary.best_valid) : json(nullptr)},
-          {"best_valid_accuracy", summary.best_valid_accuracy ? to_json(*summary.best_valid_accuracy) : json(nullptr)}};
+          {"best_valid_accuracy", summary.best_valid_accuracy ? to_json(*summary.best_valid_accuracy) : json(nullptr)},
+          {"best_checkpoint", summary.best_checkpoint_step
+                                  ? json{{"file", "best.safetensors"},
+                                         {"metric", summary.best_checkpoint_metric},
+                                         {"step", *summary.best_checkpoint_step},
+                                         {"value", summary.best_checkpoint_value}}
+                                  : json(nullptr)},
+          {"early_stopped_at_step", summary.early_stopped_at_step ? json(*summary.early_stopped_at_step) : json(nullptr)}};
 }
 
 }  // namespace normlab::train

@@ -32,6 +32,7 @@ RunPaths::RunPaths(const std::string& run_dir)
       config((fs::path(run_dir) / "config.json").string()),
       metrics((fs::path(run_dir) / "metrics.jsonl").string()),
       checkpoint((fs::path(run_dir) / "checkpoint.safetensors").string()),
+      best((fs::path(run_dir) / "best.safetensors").string()),
       summary((fs::path(run_dir) / "summary.json").string()) {}
 
 nlohmann::ordered_json ordered_config(const RunConfig& config) {

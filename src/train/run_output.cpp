@@ -69,6 +69,9 @@ class Owner final : public RunOutput {
     save(run_dir_->paths().checkpoint);
     logger_.checkpoint(step, run_dir_->paths().checkpoint);
   }
+  void save_best(int64_t, const std::function<void(const std::string&)>& save) override {
+    save(run_dir_->paths().best);
+  }
   void write_summary(const nlohmann::json& summary) override { run_dir_->write_summary(summary); }
 
  private:
@@ -87,6 +90,7 @@ class Follower final : public RunOutput {
   bool evaluates() const override { return false; }
   void append_metrics(const nlohmann::json&) override {}
   void checkpoint(int64_t, const std::function<void(const std::string&)>&) override {}
+  void save_best(int64_t, const std::function<void(const std::string&)>&) override {}
   void write_summary(const nlohmann::json&) override {}
 
  private:

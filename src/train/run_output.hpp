@@ -37,6 +37,8 @@ class RunOutput {
   virtual void append_metrics(const nlohmann::json& record) = 0;
   // save(path) writes the checkpoint, on the rank that writes it.
   virtual void checkpoint(int64_t step, const std::function<void(const std::string&)>& save) = 0;
+  // save(path) writes the best checkpoint (train.keep_best), on the rank that writes.
+  virtual void save_best(int64_t step, const std::function<void(const std::string&)>& save) = 0;
   virtual void write_summary(const nlohmann::json& summary) = 0;
 };
 

@@ -149,22 +149,30 @@ Baselines saved_baselines(const io::SafetensorsFile& file, const RunConfig& conf
 
 }  // namespace
 
-LoadedRun load_run(const std::string& dir) {
+LoadedRun load_run(const std::string& dir, CheckpointChoice choice) {
   RunPaths paths(dir);
   if (!std::filesystem::is_directory(dir)) throw InputError(fmt::format("{}: no such run directory", dir));
-  if (!std::filesystem::is_regular_file(paths.checkpoint)) {
+  const bool has_best = std::filesystem::is_regular_file(paths.best);
+  if (choice == CheckpointChoice::best && !has_best) {
+    throw InputError(fmt::format("{}: no best.safetensors (the run keeps none with train.keep_best \"none\", or none "
+                                 "for generated data by default, or it has not evaluated yet); use --checkpoint last",
+                                 dir));
+  }
+  const bool use_best = choice == CheckpointChoice::best || (choice == CheckpointChoice::automatic && has_best);
+  if (!use_best && !std::filesystem::is_regular_file(paths.checkpoint)) {
     throw InputError(fmt::format("{}: no checkpoint.safetensors (has the run saved a checkpoint yet?)", dir));
   }
-  io::SafetensorsFile file = read_checkpoint(paths.checkpoint);
+  const std::string checkpoint = use_best ? paths.best : paths.checkpoint;
+  io::SafetensorsFile file = read_checkpoint(checkpoint);
   RunConfig config =
-      config_from_json(metadata_json(file, "config"), paths.checkpoint + ": metadata 'config'", ".", false);
-  data::Task task = saved_task(file, config, paths.checkpoint);
+      config_from_json(metadata_json(file, "config"), checkpoint + ": metadata 'config'", ".", false);
+  data::Task task = saved_task(file, config, checkpoint);
   apply_task_options(task, config.task);
   nn::ModelOptions model_options;
   try {
     model_options = build_model_options(config, task);
   } catch (const InputError& error) {  // e.g. model.vocab_size below the vocabulary: name the file
-    throw InputError(fmt::format("{}: metadata 'config': {}", paths.checkpoint, error.what()));
+    throw InputError(fmt::format("{}: metadata 'config': {}", checkpoint, error.what()));
   }
   auto model = std::make_unique<nn::EncoderModel>(model_options);
   load_model_state(file, *model);
@@ -172,16 +180,21 @@ LoadedRun load_run(const std::string& dir) {
   const int64_t step = metadata_int(file, "step");
   const int64_t saved_max_len = metadata_int(file, "train_max_len");
   if (saved_max_len > kMaxFileSequence) {
-    throw InputError(fmt::format("{}: metadata 'train_max_len' must be at most {}, got {}", paths.checkpoint,
+    throw InputError(fmt::format("{}: metadata 'train_max_len' must be at most {}, got {}", checkpoint,
                                  kMaxFileSequence, saved_max_len));
   }
   const int32_t train_max_len = static_cast<int32_t>(saved_max_len);
-  Baselines baselines = saved_baselines(file, config, task, paths.checkpoint);
+  Baselines baselines = saved_baselines(file, config, task, checkpoint);
   DataFingerprint trained_on;
   if (file.metadata.count("data") != 0)
-    trained_on = fingerprint_from_json(metadata_json(file, "data"), paths.checkpoint + ": metadata 'data'");
-  return LoadedRun{paths,         std::move(config), std::move(task), std::move(model), step,
-                   train_max_len, baselines,         std::move(trained_on)};
+    trained_on = fingerprint_from_json(metadata_json(file, "data"), checkpoint + ": metadata 'data'");
+  return LoadedRun{paths,           checkpoint,    use_best,  std::move(config),   std::move(task),
+                   std::move(model), step,          train_max_len, baselines, std::move(trained_on)};
+}
+
+std::string describe_checkpoint(const LoadedRun& run) {
+  if (!run.is_best) return fmt::format("last (checkpoint.safetensors, step {})", run.step);
+  return fmt::format("best (best.safetensors, step {}: the best held-out evaluation)", run.step);
 }
 
 RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& data_file) {

@@ -232,7 +232,38 @@ bool Trainer::record_eval() {
   const ValidPoint point = valid_point(step_, *metrics);
   if (!best_loss_ || selection_loss(point) < selection_loss(*best_loss_)) best_loss_ = point;
   if (!best_accuracy_ || selection_accuracy(point) > selection_accuracy(*best_accuracy_)) best_accuracy_ = point;
+  update_monitor(point, *metrics);
   return true;
+}
+
+// train.keep_best and early stopping watch one metric: keep_best's, or the loss when no checkpoint
+// is kept. An evaluation improves on the best only by more than early_stopping_min_delta.
+KeepBest Trainer::kept_metric() const {
+  const KeepBest keep = config_.train.keep_best;
+  if (keep != KeepBest::automatic) return keep;
+  return task_.is_data_defined() ? KeepBest::loss : KeepBest::none;
+}
+
+void Trainer::update_monitor(const ValidPoint& point, const EvalMetrics& metrics) {
+  const KeepBest kept = kept_metric();
+  const KeepBest watched = kept == KeepBest::none ? KeepBest::loss : kept;
+  const Confusion& confusion = metrics.trained.confusion.empty() ? metrics.confusion : metrics.trained.confusion;
+  const double value = watched == KeepBest::loss       ? selection_loss(point)
+                       : watched == KeepBest::accuracy ? selection_accuracy(point)
+                                                       : macro_f1(confusion);
+  if (!std::isfinite(value)) return;
+  const double delta = config_.train.early_stopping_min_delta;
+  const bool improved = !monitor_best_ || (watched == KeepBest::loss ? value < monitor_best_->value - delta
+                                                                     : value > monitor_best_->value + delta);
+  if (!improved) return;
+  monitor_best_ = MonitorBest{step_, value};
+  if (kept != KeepBest::none) output_->save_best(step_, [&](const std::string& path) { save_checkpoint(path); });
+}
+
+bool Trainer::patience_ran_out() const {
+  const int64_t patience = config_.train.early_stopping_patience;
+  if (patience == 0 || !monitor_best_ || !last_eval_step_) return false;
+  return (*last_eval_step_ - monitor_best_->step) / config_.train.eval_every >= patience;
 }
 
 TrainSummary Trainer::fit() {
@@ -240,6 +271,11 @@ TrainSummary Trainer::fit() {
   if (config_.train.threads > 0) set_num_threads(static_cast<int>(config_.train.threads));
   session_start_ = std::chrono::steady_clock::now();
   const TrainConfig& t = config_.train;
+  // Only the writing rank evaluates, so the others could not know when to stop with it.
+  if (t.early_stopping_patience > 0 && ranks_->size() > 1)
+    throw InputError(fmt::format("train.early_stopping_patience: not available for a data-parallel run ({} ranks); "
+                                 "set it to 0 or train in one process",
+                                 ranks_->size()));
   logger_->info(describe_run());
   auto checkpoint = [&] {
     last_checkpoint_step_ = step_;
@@ -268,6 +304,14 @@ TrainSummary Trainer::fit() {
       break;
     }
     if (t.eval_every > 0 && step_ % t.eval_every == 0 && !record_eval()) break;
+    if (patience_ran_out()) {
+      early_stopped_at_ = step_;
+      logger_->info(fmt::format("early stopping at step {}: held-out {} has not improved by more than {} for {} "
+                                "evaluations (best at step {})",
+                                step_, to_string(kept_metric() == KeepBest::none ? KeepBest::loss : kept_metric()),
+                                t.early_stopping_min_delta, t.early_stopping_patience, monitor_best_->step));
+      break;
+    }
     if (t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) checkpoint();
   }
   // Finished: a last evaluation. Finished or stopped on request: a checkpoint of the final state
@@ -322,6 +366,12 @@ TrainSummary Trainer::make_summary() const {
   summary.final_valid = last_eval_;
   summary.best_valid = best_loss_;
   summary.best_valid_accuracy = best_accuracy_;
+  if (kept_metric() != KeepBest::none && monitor_best_) {
+    summary.best_checkpoint_metric = to_string(kept_metric());
+    summary.best_checkpoint_step = monitor_best_->step;
+    summary.best_checkpoint_value = monitor_best_->value;
+  }
+  summary.early_stopped_at_step = early_stopped_at_;
   return summary;
 }
 
@@ -352,7 +402,9 @@ json Trainer::trainer_state() const {
           {"last_eval_step", last_eval_step_ ? json(*last_eval_step_) : json(nullptr)},
           {"last_eval", last_eval_ ? to_json(*last_eval_) : json(nullptr)},
           {"best_valid", best_loss_ ? to_json(*best_loss_) : json(nullptr)},
-          {"best_valid_accuracy", best_accuracy_ ? to_json(*best_accuracy_) : json(nullptr)}};
+          {"best_valid_accuracy", best_accuracy_ ? to_json(*best_accuracy_) : json(nullptr)},
+          {"monitor_best", monitor_best_ ? json{{"step", monitor_best_->step}, {"value", monitor_best_->value}}
+                                         : json(nullptr)}};
 }
 
 void Trainer::restore_trainer_state(const json& state, const std::string& where) {
@@ -376,6 +428,14 @@ void Trainer::restore_trainer_state(const json& state, const std::string& where)
   }
   best_loss_ = valid_point_from_json(get("best_valid"), where);
   best_accuracy_ = valid_point_from_json(get("best_valid_accuracy"), where);
+  // Checkpoints written before train.keep_best have no monitor_best: the next evaluation starts it.
+  monitor_best_.reset();
+  if (const auto it = state.find("monitor_best"); it != state.end() && !it->is_null()) {
+    if (!it->is_object() || !it->contains("step") || !it->at("step").is_number_integer() || !it->contains("value") ||
+        !it->at("value").is_number())
+      throw InputError(fmt::format("{}: metadata 'trainer': monitor_best must be {{\"step\": N, \"value\": X}}", where));
+    monitor_best_ = MonitorBest{it->at("step").get<int64_t>(), it->at("value").get<double>()};
+  }
 }
 
 void Trainer::save_checkpoint(const std::string& path) const {

@@ -93,6 +93,17 @@ struct OptimConfig {
   bool operator==(const OptimConfig&) const = default;
 };
 
+// train.keep_best: which held-out metric best.safetensors keeps (beside checkpoint.safetensors, the
+// last state). automatic ("auto"): loss for a data-defined task (its files can be overfitted), none
+// for generated data (fresh every batch). The metric is the trained-length group's, as best_valid's.
+enum class KeepBest { automatic, none, loss, accuracy, macro_f1 };
+inline constexpr std::pair<KeepBest, const char*> kKeepBestNames[] = {{KeepBest::automatic, "auto"},
+                                                                     {KeepBest::none, "none"},
+                                                                     {KeepBest::loss, "loss"},
+                                                                     {KeepBest::accuracy, "accuracy"},
+                                                                     {KeepBest::macro_f1, "macro_f1"}};
+std::string to_string(KeepBest keep_best);
+
 struct TrainConfig {
   int64_t steps = 1000;
   int64_t batch_size = 32;
@@ -102,6 +113,11 @@ struct TrainConfig {
   int64_t diagnostics_every = 50;         // 0: never
   int64_t checkpoint_every = 200;         // 0: only at the end
   int64_t threads = 1;                    // 0: OMP_NUM_THREADS or all cores
+  KeepBest keep_best = KeepBest::automatic;
+  // Stop when this many evaluations in a row have not improved the kept metric (loss when keep_best
+  // keeps none) by more than early_stopping_min_delta; 0: never.
+  int64_t early_stopping_patience = 0;
+  double early_stopping_min_delta = 0.0;
   int64_t world_size = 1;                 // data-parallel: set from the launch (mpirun -np N)
   bool operator==(const TrainConfig&) const = default;
 };

@@ -76,6 +76,12 @@ struct TrainSummary {
   std::optional<EvalMetrics> final_valid;  // the last evaluation
   std::optional<ValidPoint> best_valid;           // lowest trained-length validation loss, earliest on ties
   std::optional<ValidPoint> best_valid_accuracy;  // highest trained-length validation accuracy, earliest on ties
+  // train.keep_best: the metric best.safetensors holds the best of ("loss", "accuracy", "macro_f1"),
+  // the step it was written at and its value; no metric when none is kept.
+  std::string best_checkpoint_metric;
+  std::optional<int64_t> best_checkpoint_step;
+  double best_checkpoint_value = 0.0;
+  std::optional<int64_t> early_stopped_at_step;  // train.early_stopping_patience ended the run here
 };
 
 nlohmann::json to_json(const TrainSummary& summary);

@@ -25,7 +25,8 @@ struct RunPaths {
   std::string dir;
   std::string config;      // config.json: the resolved config
   std::string metrics;     // metrics.jsonl: one record per step and per evaluation
-  std::string checkpoint;  // checkpoint.safetensors
+  std::string checkpoint;  // checkpoint.safetensors: the last state (resume continues from it)
+  std::string best;        // best.safetensors: the state at the best evaluation (train.keep_best)
   std::string summary;     // summary.json: written when the run ends
 };
 

@@ -33,8 +33,14 @@ int64_t check_resume_checkpoint(const std::string& dir, const RunConfig& config)
 // The steps a finished run made (it has summary.json), or std::nullopt if it has not finished.
 std::optional<int64_t> finished_steps(const std::string& dir);
 
+// Which of a run's checkpoints to load: checkpoint.safetensors (the last state) or best.safetensors
+// (the best evaluation, train.keep_best); automatic: the best when the run kept one, else the last.
+enum class CheckpointChoice { automatic, best, last };
+
 struct LoadedRun {
   RunPaths paths;
+  std::string checkpoint;  // the file loaded: paths.checkpoint or paths.best
+  bool is_best = false;    // checkpoint is best.safetensors
   RunConfig config;
   data::Task task;
   std::unique_ptr<nn::EncoderModel> model;  // in eval mode
@@ -45,7 +51,9 @@ struct LoadedRun {
 };
 
 // InputError "<dir>: ..." if the directory or its checkpoint is missing or does not match its config.
-LoadedRun load_run(const std::string& dir);
+LoadedRun load_run(const std::string& dir, CheckpointChoice choice = CheckpointChoice::last);
+// "best (step 1500, held-out loss 0.6120)" or "last (step 3000)": what eval and predict say they loaded.
+std::string describe_checkpoint(const LoadedRun& run);
 
 struct RunEvaluation {
   std::string data;  // what was evaluated: a file path, or a description of the generated set

@@ -100,6 +100,9 @@ class Trainer {
 
  private:
   bool record_eval();  // false: stopped on request before the evaluation finished
+  KeepBest kept_metric() const;  // train.keep_best with "auto" resolved for this task
+  void update_monitor(const ValidPoint& point, const EvalMetrics& metrics);  // may write best.safetensors
+  bool patience_ran_out() const;  // train.early_stopping_patience evaluations without improvement
   nlohmann::json trainer_state() const;
   std::string describe_run() const;
   TrainSummary make_summary() const;
@@ -141,6 +144,14 @@ class Trainer {
   std::optional<int64_t> last_eval_step_;
   std::optional<EvalMetrics> last_eval_;
   std::optional<ValidPoint> best_loss_, best_accuracy_;
+  // train.keep_best / early stopping: the kept metric's best value and its step (the step of
+  // best.safetensors when one is kept), improved only by more than early_stopping_min_delta.
+  struct MonitorBest {
+    int64_t step = 0;
+    double value = 0.0;
+  };
+  std::optional<MonitorBest> monitor_best_;
+  std::optional<int64_t> early_stopped_at_;
   int64_t last_checkpoint_step_ = -1;
   std::chrono::steady_clock::time_point session_start_ = std::chrono::steady_clock::now();
   std::unique_ptr<dist::StepReduction> ranks_;  // the processes of this run: one, or N under mpirun
