@@ -168,6 +168,7 @@ TEST_CASE("qk-norm: whole-block gradcheck for each qk_norm, each placement and w
         opts.placement = placement;
         opts.norm_eps = 1e-5f;
         opts.qk_norm = qk_norm;
+        opts.activation = nn::Activation::gelu;  // smooth: no ReLU kink inside the finite-difference step
         auto encoder = std::make_shared<nn::TransformerEncoder>(opts, 21);
         std::vector<Tensor> inputs{param({7, 8}, 8)};
         for (auto& [name, t] : encoder->named_parameters()) {

@@ -14,8 +14,11 @@ namespace normlab::nn {
 
 namespace {
 
-// max that keeps a NaN: a diverging run's diagnostics must not read as finite.
-double max_keep_nan(double a, double b) { return b <= a ? a : b; }
+// max that keeps a NaN once seen (in either argument): a diverging run's diagnostics must not read as finite.
+template <class T>
+T max_keep_nan(T a, T b) {
+  return a != a || b <= a ? a : b;
+}
 
 // The block index of a parameter name "layers.N...", or -1.
 int64_t block_of(const std::string& name, int64_t num_layers) {
@@ -32,41 +35,55 @@ AttentionStatistics attention_statistics(const Tensor& qkv, const std::vector<in
     throw UsageError("attention_statistics: expects qkv (T, 3 d_model) with d_model divisible by the heads and "
                      "offsets from 0 to T");
   const int64_t B = int64_t(offsets.size()) - 1, C = qkv.size(1) / 3, D = C / num_heads, row = 3 * C;
-  const double scale = 1.0 / std::sqrt(double(D));
+  const float scale = float(1.0 / std::sqrt(double(D)));
   const float* base = qkv.data();
   // One (sequence, head) pair per task; each writes its own slot, combined below in a fixed order,
-  // so the figures do not depend on the thread count.
+  // so the figures do not depend on the thread count. In float as the attention kernel computes
+  // (our exp: the same bits on every CPU), each loop over keys vectorizing: a query's logits are
+  // accumulated feature by feature over all its keys at once (keys transposed to (D, L)), each
+  // logit still adding its D products in order. Sums over keys and queries in double.
   std::vector<double> entropy(size_t(B * num_heads), 0.0), largest(size_t(B * num_heads), 0.0);
   parallel_for(B * num_heads, qkv.numel() > (1 << 14), [&](int64_t begin, int64_t end) {
-    std::vector<double> logits;
+    std::vector<float> keys, logits, weights;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / num_heads, h = task % num_heads;
       const int64_t first = offsets[size_t(b)], length = offsets[size_t(b) + 1] - first;
+      keys.resize(size_t(D * length));
       logits.resize(size_t(length));
-      double entropy_sum = 0.0, max_abs = 0.0;
+      weights.resize(size_t(length));
+      for (int64_t j = 0; j < length; ++j)
+        for (int64_t c = 0; c < D; ++c) keys[size_t(c * length + j)] = base[(first + j) * row + C + h * D + c];
+      double entropy_sum = 0.0;
+      float max_abs = 0.0f;
       for (int64_t i = 0; i < length; ++i) {
         const float* q = base + (first + i) * row + h * D;
-        double top = -std::numeric_limits<double>::infinity();
+        float* s = logits.data();
+        std::fill(s, s + length, 0.0f);
+        for (int64_t c = 0; c < D; ++c) {
+          const float qc = q[c];
+          const float* k = keys.data() + c * length;
+          for (int64_t j = 0; j < length; ++j) s[j] += qc * k[j];
+        }
+        float top = -std::numeric_limits<float>::infinity();
         for (int64_t j = 0; j < length; ++j) {
-          const float* k = base + (first + j) * row + C + h * D;
-          double dot = 0.0;
-          for (int64_t c = 0; c < D; ++c) dot += double(q[c]) * double(k[c]);
-          logits[size_t(j)] = dot * scale;
-          top = max_keep_nan(top, logits[size_t(j)]);
-          max_abs = max_keep_nan(max_abs, std::fabs(logits[size_t(j)]));
+          s[j] *= scale;
+          top = max_keep_nan(top, s[j]);
+          max_abs = max_keep_nan(max_abs, std::fabs(s[j]));
         }
         // H = log S - sum_j w_j (s_j - top) / S, w_j = exp(s_j - top), S = sum_j w_j
+        float* __restrict w = weights.data();
+        for (int64_t j = 0; j < length; ++j) s[j] -= top;
+#pragma omp simd  // elementwise: each lane computes what the scalar loop would
+        for (int64_t j = 0; j < length; ++j) w[j] = math::exp(s[j]);
         double S = 0.0, weighted = 0.0;
         for (int64_t j = 0; j < length; ++j) {
-          const double shifted = logits[size_t(j)] - top;
-          const double w = math::detail::exp_double_nonpositive(shifted);
-          S += w;
-          weighted += w * shifted;
+          S += double(weights[size_t(j)]);
+          weighted += double(weights[size_t(j)]) * double(s[j]);
         }
         entropy_sum += std::log(S) - weighted / S;
       }
       entropy[size_t(task)] = entropy_sum;
-      largest[size_t(task)] = max_abs;
+      largest[size_t(task)] = double(max_abs);
     }
   });
   AttentionStatistics out;

@@ -134,8 +134,9 @@ Tensor TransformerEncoder::forward(const Tensor& x, const std::vector<int64_t>& 
     h = layers[l]->forward(h, offsets, kernels::dropout_key(dropout_seed, dropout.step, l), dropout.first_sequence, qkv);
     if (diagnostics) {
       const float* v = h.data();
+      const int64_t n = h.numel();  // once: numel() is a call, not a field
       double sum_sq = 0.0;
-      for (int64_t i = 0; i < h.numel(); ++i) sum_sq += double(v[i]) * double(v[i]);
+      for (int64_t i = 0; i < n; ++i) sum_sq += double(v[i]) * double(v[i]);
       diagnostics->residual_sum_sq.push_back(sum_sq);
       diagnostics->residual_values = h.numel();
       diagnostics->residual_rms.push_back(h.numel() ? std::sqrt(sum_sq / double(h.numel())) : 0.0);
@@ -206,7 +207,8 @@ std::vector<double> per_layer_grad_norms(const Module& model, int64_t num_layers
     const int64_t layer = std::stoll(name.substr(7));
     if (layer < 0 || layer >= num_layers) continue;
     const float* g = t.grad_data();
-    for (int64_t i = 0; i < t.numel(); ++i) sum_sq[size_t(layer)] += double(g[i]) * double(g[i]);
+    const int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i) sum_sq[size_t(layer)] += double(g[i]) * double(g[i]);
   }
   for (double& v : sum_sq) v = std::sqrt(v);
   return sum_sq;

@@ -29,7 +29,7 @@ namespace {
 
 using nlohmann::json;
 
-double max_keep_nan(double a, double b) { return b <= a ? a : b; }
+double max_keep_nan(double a, double b) { return a != a || b <= a ? a : b; }
 
 // The figures a step's ranks add up beside the gradients (StepReduction::reduce's extra), where
 // each lives in that buffer. In order: the z-loss sum (optim.z_loss > 0), then on diagnostics steps

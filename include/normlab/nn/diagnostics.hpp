@@ -3,8 +3,8 @@
 // Liu et al. 2020): attention-logit growth and entropy collapse per layer, the output's log Z,
 // and how much one update changes each block. The trainer calls these at diagnostics steps
 // (train.diagnostics_every and the first step); they read tensors and never record a graph, so
-// computing them changes no bit of training. Plain double loops, so every kernel path and thread
-// count gives the same figures.
+// computing them changes no bit of training. Plain loops in a fixed order, compiled once (not per
+// kernel path), so every kernel path and thread count gives the same figures.
 #include <cstdint>
 #include <vector>
 
@@ -16,7 +16,8 @@ namespace normlab::nn {
 // One layer's attention, recomputed from its input qkv (T, 3 d_model) (Diagnostics::attention_qkv,
 // queries | keys | values, each (T, d_model) of num_heads heads): for each sequence of the packed
 // batch (offsets (B+1)) on its own tokens only, each head's logits s_ij = q_i . k_j / sqrt(head_dim)
-// and each query's attention row p_i = softmax_j(s_ij), j over the query's own sequence.
+// and each query's attention row p_i = softmax_j(s_ij), j over the query's own sequence: in float
+// as the attention kernel computes them (exp to 3 ulp), the sums in double.
 struct AttentionStatistics {
   std::vector<double> entropy_sum;  // (heads): sum over query tokens of -sum_j p_ij log p_ij (nats)
   int64_t queries = 0;              // query tokens: the count behind each head's mean entropy
