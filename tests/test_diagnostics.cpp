@@ -16,7 +16,7 @@
 
 using namespace normlab;
 
-TEST_CASE("attention statistics: known logits give known entropy and max |logit|; packing never counts") {
+TEST_CASE("attention statistics: known logits give known entropy and max |logit|, and packing never counts") {
   // d_model 8, 2 heads of head_dim 4, so 1/sqrt(head_dim) = 1/2 exactly. Sequence A = tokens 0, 1;
   // sequence B = token 2. Head 0: k0 = 0, k1 = (2, 0, 0, 0), q0 = (-a, 0, 0, 0) with a = ln 3, so
   // query 0's logits are (0, -a): p = (3/4, 1/4); q1 = 0: uniform over 2. B: q2 = (4, ...),

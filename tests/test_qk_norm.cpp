@@ -123,7 +123,7 @@ TEST_CASE("z-loss: value and gradient match PyTorch's logsumexp(logits)^2 over r
   for (int64_t v = 0; v < logits.size(1); ++v) CHECK(logits.grad().to_vector()[size_t(2 * logits.size(1) + v)] == 0.0f);
 }
 
-TEST_CASE("z-loss: a hand-computed value - log Z of [0, 0] is log 2, of [100, 100] is 100 + log 2; all ignored is 0") {
+TEST_CASE("z-loss: a hand-computed value - log Z of [0, 0] is log 2, of [100, 100] is 100 + log 2, all ignored is 0") {
   Tensor logits = Tensor::from_data({3, 2}, {0.0f, 0.0f, 100.0f, 100.0f, 5.0f, -5.0f});
   const double ln2 = std::log(2.0);
   const double expected = (ln2 * ln2 + (100.0 + ln2) * (100.0 + ln2)) / 2.0;  // row 2 ignored

@@ -233,14 +233,14 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
 
 void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics) {
   if (diagnostics) record.layer_grad_norms = nn::per_layer_grad_norms(*model_, config_.model.layers);
+  std::vector<std::vector<float>> before;  // each block's weights before the update, for update_ratio
+  if (diagnostics) before = nn::block_parameter_values(*model_);
   record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
   if (!std::isfinite(record.grad_norm)) {
     record.diverged = true;
     optimizer_->zero_grad();
     return;
   }
-  std::vector<std::vector<float>> before;
-  if (diagnostics) before = nn::block_parameter_values(*model_);
   optimizer_->step(lr);
   if (diagnostics) record.update_ratio = nn::per_layer_update_ratios(*model_, config_.model.layers, before);
   ++step_;
