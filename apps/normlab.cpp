@@ -54,6 +54,11 @@ void print_norms(bool as_json) {
     fmt::print("model.norm values (docs/layernorm.md; a new one: docs/tour.md, \"Add your own normalization\"):\n");
     for (const normlab::nn::NormSpec& spec : normlab::nn::norm_registry())
       fmt::print("  {:<10} {}\n  {:<10} {}\n", spec.name, spec.description, "", spec.formula);
+    fmt::print("\nmodel.qk_norm values (any model.norm and placement; eps is model.norm_eps):\n"
+               "  none       queries and keys as the in-projection gives them\n"
+               "  layernorm  LayerNorm over each head's head_dim features of q and of k (self_attn.q_norm, k_norm)\n"
+               "  rmsnorm    RMSNorm likewise (a weight each, no bias)\n"
+               "optim.z_loss: coefficient of the mean log(Z)^2 of the output added to the loss (0: off; PaLM 1e-4)\n");
     return;
   }
   nlohmann::json norms = nlohmann::json::array();
@@ -72,7 +77,10 @@ void print_norms(bool as_json) {
                      {"torch", {{"tensors", tensors}, {"forward", spec.torch.forward}}},
                      {"variants", variants}});
   }
-  fmt::print("{}\n", nlohmann::json{{"norms", norms}}.dump(2));
+  nlohmann::json qk_norms = nlohmann::json::array();
+  for (const auto& [value, name] : normlab::nn::kQkNormNames) qk_norms.push_back(name);
+  // model.qk_norm's values: each but "none" is also the registry entry its q_norm / k_norm layers are.
+  fmt::print("{}\n", nlohmann::json{{"norms", norms}, {"qk_norm", qk_norms}}.dump(2));
 }
 
 // `normlab help` and an unknown verb: the verbs, before CLI11's generic message; a verb other than
@@ -101,7 +109,8 @@ int check_verb(const CLI::App& app, int argc, char** argv) {
                  topic);
       return 2;
     }
-    fmt::print("{}\nnormlab help norms [--json]: the normalizations model.norm accepts\nnormlab help man: the manual page (roff)\n",
+    fmt::print("{}\nnormlab help norms [--json]: the normalizations model.norm (and model.qk_norm) accepts\n"
+               "normlab help man: the manual page (roff)\n",
                app.help());
     return 0;
   }

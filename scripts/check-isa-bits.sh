@@ -2,8 +2,10 @@
 # Trains a short run of configs/bench-step.json on every kernel path this CPU has (generic, avx2,
 # avx512; NORMLAB_ISA) at 1 and 2 threads, and checks that each run's metrics.jsonl, with the
 # timing field tokens_per_s removed, has the same bytes as the generic path's at 1 thread: every
-# loss, accuracy and gradient norm to the last bit (the JSON numbers round-trip). CI runs it
-# (.ci/run); it is also the check to run before and after a kernel change.
+# loss, accuracy and gradient norm to the last bit, and the diagnostics of step 1 (the JSON numbers
+# round-trip). CI runs it (.ci/run); it is also the check to run before and after a kernel change.
+# It prints two hashes: of the training fields alone (the diagnostics keys removed too: this one
+# moves only when training itself changes) and of the whole file.
 #   usage: scripts/check-isa-bits.sh [path/to/normlab]     STEPS=N (default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +20,10 @@ for isa in generic avx2 avx512; do
 done
 
 strip_timing() { sed -E 's/,?"tokens_per_s":[^,}]*//' "$1"; }
+# The diagnostics keys (docs/run-directory.md), lists or numbers: what remains is what trained.
+strip_diagnostics() {
+  sed -E 's/,"(residual_rms|layer_grad_norms|attention_max_logit|attention_entropy_mean|attention_entropy_min|update_ratio|log_z_mean|log_z_max_abs)":(\[[^]]*\]|[^,}]*)//g' "$1"
+}
 
 reference=""
 status=0
@@ -38,5 +44,5 @@ for threads in 1 2; do
     fi
   done
 done
-[[ $status -eq 0 ]] && echo "check-isa-bits: metrics.jsonl identical on ${isas[*]} at 1 and 2 threads ($steps steps, $(md5sum <"$reference" | cut -c1-12))"
+[[ $status -eq 0 ]] && echo "check-isa-bits: metrics.jsonl identical on ${isas[*]} at 1 and 2 threads ($steps steps, $(strip_diagnostics "$reference" | md5sum | cut -c1-12); with diagnostics $(md5sum <"$reference" | cut -c1-12))"
 exit $status

@@ -12,6 +12,9 @@ For each run directory:
    normlab's norm registry, read with `normlab help norms --json`: each entry names its tensors
    (parameters and running statistics) and gives its eval-mode forward as a PyTorch expression, so
    a norm added to normlab (docs/tour.md, "Add your own normalization") needs no change here.
+   model.qk_norm = "layernorm" | "rmsnorm" (any model.norm) also uses NormlabEncoderLayer, whose
+   self_attn is QkNormAttention below: torch.nn.MultiheadAttention's tensors plus q_norm and k_norm,
+   the registry's layernorm / rmsnorm over each head's head_dim features (timm's Attention).
 3. Rebuilds the rest of the model (token embedding + sinusoidal or learned positions, per-token or
    mean-pooled head), and runs a padded batch with src_key_padding_mask: the first validation
    sequences of task.valid_file when it is readable, random ones otherwise. The vocabulary comes
@@ -118,6 +121,32 @@ def make_norm(entry, dim, eps):
     return RegistryNorm(entry, dim, eps)
 
 
+class QkNormAttention(torch.nn.Module):
+    """Self-attention whose queries and keys are normalized per head before the dot product
+    (model.qk_norm): in_proj_weight, in_proj_bias and out_proj as torch.nn.MultiheadAttention,
+    q_norm and k_norm over head_dim. Called like MultiheadAttention in NormlabEncoderLayer."""
+
+    def __init__(self, d, heads, entry, eps):
+        super().__init__()
+        self.heads = heads
+        self.in_proj_weight = torch.nn.Parameter(torch.empty(3 * d, d))
+        self.in_proj_bias = torch.nn.Parameter(torch.zeros(3 * d))
+        self.out_proj = torch.nn.Linear(d, d)
+        self.q_norm = make_norm(entry, d // heads, eps)
+        self.k_norm = make_norm(entry, d // heads, eps)
+
+    def forward(self, x, key_padding_mask):  # x (B, L, d); key_padding_mask (B, L), True = padding
+        B, L, d = x.shape
+        hd = d // self.heads
+        qkv = x @ self.in_proj_weight.T + self.in_proj_bias
+        split = lambda t: t.reshape(B, L, self.heads, hd)
+        q, k, v = split(self.q_norm(split(qkv[..., :d]))), split(self.k_norm(split(qkv[..., d:2 * d]))), split(qkv[..., 2 * d:])
+        scores = torch.einsum("bihc,bjhc->bhij", q, k) / math.sqrt(hd)
+        scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+        out = torch.einsum("bhij,bjhc->bihc", torch.softmax(scores, dim=-1), v).reshape(B, L, d)
+        return self.out_proj(out)
+
+
 class NormlabEncoderLayer(torch.nn.Module):
     """normlab's encoder block (src/nn/encoder.cpp) with torch's parameter names:
          none    x = x + f(x)                       rezero  x = x + resweight * f(x)
@@ -129,7 +158,13 @@ class NormlabEncoderLayer(torch.nn.Module):
         d = m["d_model"]
         entry = registry[m["norm"]]
         self.kind, self.post = entry["block"], m["placement"] == "post"
-        self.self_attn = torch.nn.MultiheadAttention(d, m["heads"], dropout=0.0, batch_first=True)
+        qk_norm = m.get("qk_norm", "none")
+        if qk_norm == "none":
+            self.self_attn = torch.nn.MultiheadAttention(d, m["heads"], dropout=0.0, batch_first=True)
+            self.attend = lambda t, padding: self.self_attn(t, t, t, key_padding_mask=padding, need_weights=False)[0]
+        else:
+            self.self_attn = QkNormAttention(d, m["heads"], registry[qk_norm], m["norm_eps"])
+            self.attend = lambda t, padding: self.self_attn(t, padding)
         self.linear1 = torch.nn.Linear(d, m["ffn"])
         self.linear2 = torch.nn.Linear(m["ffn"], d)
         self.activation = torch.nn.functional.gelu if m["activation"] == "gelu" else torch.relu
@@ -140,7 +175,7 @@ class NormlabEncoderLayer(torch.nn.Module):
             self.resweight = torch.nn.Parameter(torch.zeros(1))
 
     def forward(self, x, padding):
-        attn = lambda t: self.self_attn(t, t, t, key_padding_mask=padding, need_weights=False)[0]
+        attn = lambda t: self.attend(t, padding)
         ffn = lambda t: self.linear2(self.activation(self.linear1(t)))
         if self.kind == "plain":
             h = x + attn(x)
@@ -202,12 +237,13 @@ def check_run(run, args):
     m = config["model"]
     print(f"checkpoint {path}: step {metadata['step']}, {len(tensors)} tensors")
     print(f"  model: d_model {m['d_model']}, heads {m['heads']}, layers {m['layers']}, ffn {m['ffn']}, "
-          f"{m['placement']}-{m['norm']}, {m['activation']}, eps {m['norm_eps']}, {m['positional']} positions")
+          f"{m['placement']}-{m['norm']}, {m['activation']}, eps {m['norm_eps']}, {m['positional']} positions, "
+          f"qk_norm {m.get('qk_norm', 'none')}")
     torch.manual_seed(args.seed)
     norm_first = m["placement"] == "pre"
     outside = ("embedding.", "pos_embedding.", "head.", "optim.")
     state = {name: torch.from_numpy(array.copy()) for name, array in tensors.items()}
-    if m["norm"] == "layernorm":
+    if m["norm"] == "layernorm" and m.get("qk_norm", "none") == "none":
         layer = torch.nn.TransformerEncoderLayer(
             d_model=m["d_model"], nhead=m["heads"], dim_feedforward=m["ffn"], dropout=0.0,
             activation=m["activation"], layer_norm_eps=m["norm_eps"], batch_first=True, norm_first=norm_first)
@@ -221,7 +257,7 @@ def check_run(run, args):
             print(f"MISMATCH: model.norm {m['norm']!r} is not in this normlab's registry ({', '.join(registry)})")
             return False
         encoder = NormlabEncoder(m, registry)
-        kind = f"NormlabEncoder ({m['placement']}-{m['norm']})"
+        kind = f"NormlabEncoder ({m['placement']}-{m['norm']}, qk_norm {m.get('qk_norm', 'none')})"
     encoder.eval()
     encoder_state = {n: t for n, t in state.items() if not n.startswith(outside)}
     # BatchNorm1d also counts batches; normlab does not keep that buffer (momentum is fixed).

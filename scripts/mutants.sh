@@ -385,8 +385,8 @@ mutant "serve: a percent-encoded dot segment inside DIR is served" \
 
 mutant "data-parallel: gradients clipped on each rank's local sum before the reduction" \
   src/train/trainer.cpp \
-  '  const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, residual);' \
-  '  optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm); const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, residual);' \
+  '  const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, extra);' \
+  '  optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm); const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, extra);' \
   '*gradient clipping active*'
 mutant "dropout: every layer keyed as layer 0" \
   src/nn/encoder.cpp \

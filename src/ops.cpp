@@ -25,6 +25,7 @@
 #include "normlab/kernels/embedding.hpp"
 #include "normlab/kernels/layer_norm.hpp"
 #include "normlab/kernels/linear.hpp"
+#include "normlab/kernels/math.hpp"
 #include "normlab/kernels/matmul.hpp"
 #include "normlab/kernels/rms_norm.hpp"
 #include "normlab/kernels/softmax.hpp"
@@ -421,6 +422,61 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
   return out;
 }
 
+Tensor narrow_columns(const Tensor& a, int64_t start, int64_t length) {
+  require(a.dim() == 2 && start >= 0 && length >= 0 && start + length <= a.size(1), [&] {
+    return fmt::format("narrow_columns: columns [{}, {}) of a {} matrix", start, start + length, shape_str(a.shape()));
+  });
+  const int64_t rows = a.size(0), cols = a.size(1);
+  Tensor out = Tensor::empty({rows, length});
+  const float* x = a.data();
+  float* y = out.data();
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(x + r * cols + start, length, y + r * length);
+  if (!needs_grad({&a})) return out;
+  record(out, "narrow_columns", {a}, [a, rows, cols, start, length](const float* g) {
+    float* dx = grad_ptr(a);  // zero-filled when new: the columns outside the slice get nothing
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < length; ++c) dx[r * cols + start + c] += g[r * length + c];
+  });
+  return out;
+}
+
+Tensor cat_columns(const std::vector<Tensor>& parts) {
+  require(!parts.empty(), "cat_columns: needs at least one matrix");
+  const int64_t rows = parts.front().dim() == 2 ? parts.front().size(0) : -1;
+  int64_t cols = 0;
+  for (const Tensor& part : parts) {
+    require(part.dim() == 2 && part.size(0) == rows, [&] {
+      return fmt::format("cat_columns: {} does not have the {} rows of the first matrix", shape_str(part.shape()), rows);
+    });
+    cols += part.size(1);
+  }
+  Tensor out = Tensor::empty({rows, cols});
+  float* y = out.data();
+  int64_t start = 0;
+  for (const Tensor& part : parts) {
+    const int64_t width = part.size(1);
+    const float* x = part.data();
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(x + r * width, width, y + r * cols + start);
+    start += width;
+  }
+  const bool grad = grad_enabled() && std::any_of(parts.begin(), parts.end(), [](const Tensor& part) {
+                      return part.requires_grad();
+                    });
+  if (!grad) return out;
+  record(out, "cat_columns", parts, [parts, rows, cols](const float* g) {
+    int64_t first = 0;
+    for (const Tensor& part : parts) {
+      const int64_t width = part.size(1);
+      if (float* dx = grad_ptr(part)) {
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < width; ++c) dx[r * width + c] += g[r * cols + first + c];
+      }
+      first += width;
+    }
+  });
+  return out;
+}
+
 Tensor matmul(const Tensor& a, const Tensor& b) {
   require(a.dim() >= 1 && b.dim() == 2 && a.size(-1) == b.size(0),
           [&] { return fmt::format("matmul: cannot multiply {} by {}", shape_str(a.shape()), shape_str(b.shape())); });
@@ -734,6 +790,50 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets) 
   if (!needs_grad({&logits})) return out;
   record(out, "cross_entropy", {logits}, [logits, probs, saved_targets, N, V](const float* g) {
     kernels::cross_entropy_backward(grad_ptr(logits), probs->data(), saved_targets->data(), N, V, g[0]);
+  });
+  return out;
+}
+
+Tensor z_loss(const Tensor& logits, const std::vector<int32_t>& targets) {
+  require(logits.dim() == 2 && logits.size(0) == static_cast<int64_t>(targets.size()), [&] {
+    return fmt::format("z_loss: logits {} and {} targets do not match", shape_str(logits.shape()), targets.size());
+  });
+  const int64_t N = logits.size(0), V = logits.size(1);
+  // Per row: log Z as the cross-entropy kernel computes it (max + log of a double sum of our exp),
+  // and softmax (N, V) for the backward. Plain loops: O(N V), a small part of a step.
+  auto probs = std::make_shared<std::vector<float>>(static_cast<size_t>(N * V));
+  auto log_z = std::make_shared<std::vector<double>>(static_cast<size_t>(N));
+  const float* z = logits.data();
+  int64_t count = 0;
+  double sum_sq = 0.0;
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = z + n * V;
+    float* p = probs->data() + n * V;
+    float maxval = -INFINITY;
+    for (int64_t v = 0; v < V; ++v) maxval = std::max(maxval, row[v]);
+    double sum = 0.0;
+    for (int64_t v = 0; v < V; ++v) {
+      p[v] = math::exp(row[v] - maxval);
+      sum += p[v];
+    }
+    const float inv = float(1.0 / sum);
+    for (int64_t v = 0; v < V; ++v) p[v] *= inv;
+    (*log_z)[size_t(n)] = double(maxval) + std::log(sum);
+    if (targets[size_t(n)] == -1) continue;
+    ++count;
+    sum_sq += (*log_z)[size_t(n)] * (*log_z)[size_t(n)];
+  }
+  Tensor out = Tensor::scalar(count ? float(sum_sq / double(count)) : 0.0f);
+  if (!needs_grad({&logits}) || count == 0) return out;
+  auto saved_targets = std::make_shared<std::vector<int32_t>>(targets);
+  record(out, "z_loss", {logits}, [logits, probs, log_z, saved_targets, N, V, count](const float* g) {
+    float* dz = grad_ptr(logits);
+    for (int64_t n = 0; n < N; ++n) {
+      if ((*saved_targets)[size_t(n)] == -1) continue;
+      const float scale = float(2.0 * (*log_z)[size_t(n)] * double(g[0]) / double(count));
+      const float* p = probs->data() + n * V;
+      for (int64_t v = 0; v < V; ++v) dz[n * V + v] += scale * p[v];
+    }
   });
   return out;
 }

@@ -15,7 +15,7 @@ fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/normlab_torch_load.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 runs=""
-# norm placement positions activation task: every entry of the norm registry (normlab help norms
+# norm placement positions activation task [qk_norm]: every entry of the norm registry (normlab help norms
 # --json) at each placement it has a compare variant for, the rest alternating so each is covered
 "$normlab" help norms --json > "$tmp/norms.json"
 variants=$("$python" - "$tmp/norms.json" <<'PY'
@@ -28,6 +28,9 @@ for norm in json.load(open(sys.argv[1]))["norms"]:
         print(norm["name"], variant["placement"], *others[i % len(others)])
         i += 1
 print("layernorm pre sinusoidal relu shift")
+# model.qk_norm (a sixth field, "none" when absent): with LayerNorm blocks, and with no other normalization
+print("layernorm post sinusoidal relu reverse layernorm")
+print("none pre learned gelu reverse rmsnorm")
 PY
 )
 newline='
@@ -37,7 +40,8 @@ IFS=$newline
 for variant in $variants; do
   IFS=$old_ifs
   set -- $variant
-  name="$1-$2-$5"
+  qk_norm=${6:-none}
+  name="$1-$2-$5-qk$qk_norm"
   task="\"name\": \"$5\""
   if [ "$5" = shift ]; then
     task="\"name\": \"token_classification\", \"train_file\": \"$source_dir/data/shift/train.jsonl\", \"valid_file\": \"$source_dir/data/shift/valid.jsonl\""
@@ -45,7 +49,7 @@ for variant in $variants; do
   cat > "$tmp/$name.json" <<JSON
 {
   "model": {"d_model": 16, "heads": 2, "layers": 2, "ffn": 32, "max_len": 16, "norm": "$1", "placement": "$2",
-            "positional": "$3", "activation": "$4", "norm_eps": 1e-5},
+            "positional": "$3", "activation": "$4", "norm_eps": 1e-5, "qk_norm": "$qk_norm"},
   "task": {$task, "min_len": 1, "max_len": 8, "eval_max_len": 12, "eval_examples": 16},
   "optim": {"lr": 0.01, "warmup_steps": 2},
   "train": {"steps": 6, "batch_size": 8, "eval_every": 0, "log_every": 6, "checkpoint_every": 0, "threads": 1}

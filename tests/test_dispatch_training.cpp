@@ -64,7 +64,8 @@ int train_on(const std::string& isa, const std::string& config, const std::strin
 TEST_CASE("train: the same run on every kernel path writes identical losses and checkpoints") {
   TempDir dir;
   // GELU (erfc, exp), dropout, post-LN LayerNorm, attention (softmax), cross-entropy; then DyT
-  // (tanh) pre-norm with a final norm. Two threads, so the parallel reductions run too.
+  // (tanh) pre-norm with a final norm; then qk-norm and z-loss. Two threads, so the parallel
+  // reductions run too.
   const std::vector<std::string> configs = {
       dir.write("layernorm.json", R"({
   "model": {"d_model": 16, "heads": 2, "layers": 2, "ffn": 48, "max_len": 16, "activation": "gelu",
@@ -80,6 +81,16 @@ TEST_CASE("train: the same run on every kernel path writes identical losses and 
   "task": {"name": "reverse", "min_len": 1, "max_len": 10, "eval_max_len": 12, "eval_examples": 16, "bucket_width": 4},
   "optim": {"lr": 0.01, "warmup_steps": 2},
   "train": {"steps": 4, "batch_size": 8, "eval_every": 4, "log_every": 1, "checkpoint_every": 4, "seed": 3}
+})"),
+      // qk-norm (LayerNorm over each head's 4 features) with no other normalization, z-loss, and
+      // the diagnostics (attention statistics, log Z, update ratios) at every step.
+      dir.write("qk_norm.json", R"({
+  "model": {"d_model": 16, "heads": 4, "layers": 2, "ffn": 32, "max_len": 16, "norm": "none", "qk_norm": "layernorm",
+            "norm_eps": 1e-6},
+  "task": {"name": "reverse", "min_len": 1, "max_len": 10, "eval_max_len": 12, "eval_examples": 16, "bucket_width": 4},
+  "optim": {"lr": 0.01, "warmup_steps": 2, "z_loss": 0.001},
+  "train": {"steps": 4, "batch_size": 8, "eval_every": 4, "log_every": 1, "diagnostics_every": 1,
+            "checkpoint_every": 4, "seed": 5}
 })")};
   const std::vector<normlab::kernels::Isa> isas = normlab::test::available_isas();
   for (size_t c = 0; c < configs.size(); c++) {

@@ -262,6 +262,15 @@ TEST_CASE("dist mpi: 2 and 3 ranks match one process, with dropout too - local B
       auto [rms_diff, rms_scale] = max_abs_diff(one[name]["residual_rms"], many[name]["residual_rms"]);
       CHECK(rms_scale > 0.0);
       CHECK(rms_diff <= 1e-5 * rms_scale);
+      // The other diagnostics too: sums over every rank's tokens, maxima over every rank's. The
+      // update ratio follows Adam's first step, lr * g / (|g| + eps), which moves where |g| ~ eps.
+      for (const char* key : {"attention_max_logit", "attention_entropy_mean", "attention_entropy_min", "log_z",
+                              "update_ratio"}) {
+        INFO(key);
+        auto [diff, scale] = max_abs_diff(one[name][key], many[name][key]);
+        CHECK(scale > 0.0);
+        CHECK(diff <= (std::string(key) == "update_ratio" ? 1e-3 : 1e-5) * scale);
+      }
       const double loss_one = one[name]["losses"].back().get<double>();
       const double loss_many = many[name]["losses"].back().get<double>();
       CHECK(std::abs(loss_many - loss_one) <= 1e-4 * std::abs(loss_one));

@@ -194,7 +194,7 @@ TEST_CASE("trainer: the same config, seed and threads give bit-identical metrics
   CHECK(a != deterministic_lines(RunPaths(dir.sub("c")).metrics));
 }
 
-TEST_CASE("trainer: metrics records carry diagnostics every diagnostics_every steps") {
+TEST_CASE("trainer: metrics records carry diagnostics at step 1 and every diagnostics_every steps") {
   TempDir dir;
   RunConfig config = tiny_config();
   train_in(config, dir.sub("run"));
@@ -215,7 +215,7 @@ TEST_CASE("trainer: metrics records carry diagnostics every diagnostics_every st
       continue;
     }
     for (const char* key : {"loss", "accuracy", "lr", "grad_norm", "tokens_per_s"}) CHECK(r.contains(key));
-    const bool diagnostics = step % 5 == 0;
+    const bool diagnostics = step == 1 || step % 5 == 0;  // step 1: the initial weights
     CHECK(r.contains("residual_rms") == diagnostics);
     CHECK(r.contains("layer_grad_norms") == diagnostics);
     if (diagnostics) {

@@ -38,6 +38,11 @@ Tensor mean_trailing(const Tensor& a, int64_t ndims, bool keepdim = false);
 
 // ---- shape
 Tensor reshape(const Tensor& a, const Shape& shape);  // a view: shares storage; one dim may be -1
+// Columns [start, start + length) of a (rows, cols) matrix -> (rows, length): a copy, like
+// torch.narrow(a, 1, start, length).contiguous(). The attention's query/key/value thirds of qkv.
+Tensor narrow_columns(const Tensor& a, int64_t start, int64_t length);
+// (rows, cols_i) matrices side by side -> (rows, sum of cols_i), like torch.cat(parts, dim=1).
+Tensor cat_columns(const std::vector<Tensor>& parts);
 
 // ---- linear algebra (our GEMM, kernels/matmul.hpp)
 Tensor matmul(const Tensor& a, const Tensor& b);  // a (..., K) @ b (K, N) -> (..., N)
@@ -79,6 +84,10 @@ Tensor softmax(const Tensor& x);  // over the last dim
 Tensor mean_pool(const Tensor& x, const std::vector<int64_t>& offsets);
 // Mean cross-entropy over targets != -1; logits (N, V), targets (N).
 Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets);
+// z-loss (PaLM; Wortsman et al. 2023): mean over the rows with targets != -1 (the rows the
+// cross-entropy averages over) of log(Z)^2, log Z = log sum_v exp(logits[n][v]); logits (N, V),
+// targets (N) -> shape []. 0 when every row is ignored. d/dlogits[n][v] = 2 log Z_n softmax_v / count.
+Tensor z_loss(const Tensor& logits, const std::vector<int32_t>& targets);
 // Inverted dropout on x (T, C), sequence b of the batch being sequence first_sequence + b of the
 // global batch; identity when !training or p == 0. The mask is kernels::dropout_forward's: a pure
 // function of `key`, which names this call in this step (seed, step and call site hashed together,

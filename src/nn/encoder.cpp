@@ -13,7 +13,7 @@
 namespace normlab::nn {
 
 // ---------------------------------------------------------------- attention
-MultiheadAttention::MultiheadAttention(int64_t d_model, int64_t heads, Rng& rng)
+MultiheadAttention::MultiheadAttention(int64_t d_model, int64_t heads, Rng& rng, QkNorm qk_norm, float eps)
     : num_heads(heads), out_proj(d_model, d_model, true, rng) {
   // torch.nn.MultiheadAttention: xavier_uniform on the packed (3d, d) projection, zero biases.
   const float bound = std::sqrt(6.0f / static_cast<float>(d_model + 3 * d_model));
@@ -21,18 +21,42 @@ MultiheadAttention::MultiheadAttention(int64_t d_model, int64_t heads, Rng& rng)
   in_proj_bias = register_parameter("in_proj_bias", Tensor::zeros({3 * d_model}));
   std::fill(out_proj.bias.data(), out_proj.bias.data() + d_model, 0.0f);
   register_module("out_proj", out_proj);
+  // qk-norm's gammas start at 1 and betas at 0: no draw from rng, so the other weights stay the same.
+  const int64_t head_dim = d_model / heads;
+  if (qk_norm == QkNorm::layernorm) {
+    q_norm = std::make_unique<LayerNorm>(Shape{head_dim}, eps);
+    k_norm = std::make_unique<LayerNorm>(Shape{head_dim}, eps);
+  } else if (qk_norm == QkNorm::rmsnorm) {
+    q_norm = std::make_unique<RMSNorm>(head_dim, eps);
+    k_norm = std::make_unique<RMSNorm>(head_dim, eps);
+  }
+  if (q_norm) {
+    register_module("q_norm", *q_norm);
+    register_module("k_norm", *k_norm);
+  }
 }
 
-Tensor MultiheadAttention::forward(const Tensor& x, const std::vector<int64_t>& offsets) const {
-  Tensor qkv = ops::linear(x, in_proj_weight, in_proj_bias);   // (T, 3d)
-  Tensor heads = ops::attention(qkv, offsets, num_heads);      // (T, d), each sequence on its own
-  return out_proj.forward(heads);                              // (T, d)
+Tensor MultiheadAttention::forward(const Tensor& x, const std::vector<int64_t>& offsets, Tensor* qkv_out) const {
+  Tensor qkv = ops::linear(x, in_proj_weight, in_proj_bias);  // (T, 3d): queries, keys, values
+  if (q_norm) {
+    // Each head's queries (keys) are a row of the (T * heads, head_dim) view of the (T, d) third:
+    // the norm over rows of that view is the norm over each head's features.
+    const int64_t T = qkv.size(0), d = qkv.size(1) / 3, head_dim = d / num_heads;
+    auto per_head = [&](NormLayer& norm, int64_t first_column) {
+      Tensor rows = ops::reshape(ops::narrow_columns(qkv, first_column, d), {T * num_heads, head_dim});
+      return ops::reshape(norm.forward(rows), {T, d});
+    };
+    qkv = ops::cat_columns({per_head(*q_norm, 0), per_head(*k_norm, d), ops::narrow_columns(qkv, 2 * d, d)});
+  }
+  if (qkv_out) *qkv_out = qkv;
+  Tensor heads = ops::attention(qkv, offsets, num_heads);  // (T, d), each sequence on its own
+  return out_proj.forward(heads);                          // (T, d)
 }
 
 // ---------------------------------------------------------------- one block
 EncoderLayer::EncoderLayer(const EncoderOptions& opts, Rng& rng)
     : options(opts),
-      self_attn(opts.d_model, opts.num_heads, rng),
+      self_attn(opts.d_model, opts.num_heads, rng, opts.qk_norm, opts.norm_eps),
       linear1(opts.d_model, opts.dim_feedforward, true, rng),
       linear2(opts.dim_feedforward, opts.d_model, true, rng) {
   register_module("self_attn", self_attn);
@@ -59,12 +83,12 @@ Tensor EncoderLayer::feed_forward(const Tensor& x, const std::vector<int64_t>& o
 }
 
 Tensor EncoderLayer::forward(const Tensor& x, const std::vector<int64_t>& offsets, uint64_t dropout_key,
-                             int64_t first_sequence) {
+                             int64_t first_sequence, Tensor* attention_qkv) {
   const bool train = is_training();
   auto drop = [&](const Tensor& t, uint64_t site) {
     return ops::dropout(t, offsets, options.dropout, kernels::splitmix64(dropout_key, site), first_sequence, train);
   };
-  auto attn = [&](const Tensor& t) { return drop(self_attn.forward(t, offsets), 0); };
+  auto attn = [&](const Tensor& t) { return drop(self_attn.forward(t, offsets, attention_qkv), 0); };
   auto ffn = [&](const Tensor& t) { return drop(feed_forward(t, offsets, dropout_key, first_sequence), 2); };
 
   if (options.norm.spec().residual == Residual::plain) {  // plain residual stream, nothing keeps its scale in check
@@ -105,11 +129,14 @@ Tensor TransformerEncoder::forward(const Tensor& x, const std::vector<int64_t>& 
   Tensor h = x;
   if (diagnostics) *diagnostics = Diagnostics{};
   for (size_t l = 0; l < layers.size(); ++l) {
-    h = layers[l]->forward(h, offsets, kernels::dropout_key(dropout_seed, dropout.step, l), dropout.first_sequence);
+    Tensor* qkv = nullptr;
+    if (diagnostics) qkv = &diagnostics->attention_qkv.emplace_back();
+    h = layers[l]->forward(h, offsets, kernels::dropout_key(dropout_seed, dropout.step, l), dropout.first_sequence, qkv);
     if (diagnostics) {
       const float* v = h.data();
+      const int64_t n = h.numel();  // once: numel() is a call, not a field
       double sum_sq = 0.0;
-      for (int64_t i = 0; i < h.numel(); ++i) sum_sq += double(v[i]) * double(v[i]);
+      for (int64_t i = 0; i < n; ++i) sum_sq += double(v[i]) * double(v[i]);
       diagnostics->residual_sum_sq.push_back(sum_sq);
       diagnostics->residual_values = h.numel();
       diagnostics->residual_rms.push_back(h.numel() ? std::sqrt(sum_sq / double(h.numel())) : 0.0);
@@ -180,13 +207,15 @@ std::vector<double> per_layer_grad_norms(const Module& model, int64_t num_layers
     const int64_t layer = std::stoll(name.substr(7));
     if (layer < 0 || layer >= num_layers) continue;
     const float* g = t.grad_data();
-    for (int64_t i = 0; i < t.numel(); ++i) sum_sq[size_t(layer)] += double(g[i]) * double(g[i]);
+    const int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i) sum_sq[size_t(layer)] += double(g[i]) * double(g[i]);
   }
   for (double& v : sum_sq) v = std::sqrt(v);
   return sum_sq;
 }
 
 std::string to_string(Placement placement) { return name_in(kPlacementNames, placement); }
+std::string to_string(QkNorm qk_norm) { return name_in(kQkNormNames, qk_norm); }
 
 std::string block_formula(const NormKind& norm, Placement placement, bool final_norm) {
   const NormSpec& spec = norm.spec();

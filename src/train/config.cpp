@@ -165,6 +165,7 @@ const std::vector<Field>& fields() {
     f.push_back(make_enum_field("model", &R::model, "placement", &ModelConfig::placement, nn::kPlacementNames));
     f.push_back(make_field("model", &R::model, "final_norm", &ModelConfig::final_norm, Kind::boolean));
     f.push_back(make_field("model", &R::model, "norm_eps", &ModelConfig::norm_eps, Kind::number, open_closed(0, 1)));
+    f.push_back(make_enum_field("model", &R::model, "qk_norm", &ModelConfig::qk_norm, nn::kQkNormNames));
     f.push_back(make_field("model", &R::model, "positional", &ModelConfig::positional, Kind::choice, {},
                            {"sinusoidal", "learned"}));
     f.push_back(make_field("model", &R::model, "max_len", &ModelConfig::max_len, Kind::integer, closed(1, 4096)));
@@ -202,6 +203,7 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("optim", &R::optim, "min_lr_ratio", &OptimConfig::min_lr_ratio, Kind::number, closed(0, 1)));
     f.push_back(make_field("optim", &R::optim, "clip_grad_norm", &OptimConfig::clip_grad_norm, Kind::number,
                            closed(0, 1e6)));
+    f.push_back(make_field("optim", &R::optim, "z_loss", &OptimConfig::z_loss, Kind::number, closed(0, 10)));
     // train
     f.push_back(make_field("train", &R::train, "steps", &TrainConfig::steps, Kind::integer, closed(1, kMaxSteps)));
     f.push_back(make_field("train", &R::train, "batch_size", &TrainConfig::batch_size, Kind::integer, closed(1, 4096)));

@@ -87,16 +87,22 @@ json to_json(const StepRecord& record) {
               {"shortest", record.shortest},
               {"longest", record.longest},
               {"tokens_per_s", record.tokens_per_s}};
-  if (!record.residual_rms.empty()) {
+  if (record.z_loss) out["z_loss"] = finite_or_null(*record.z_loss);
+  const std::pair<const char*, const std::vector<double>*> lists[] = {
+      {"residual_rms", &record.residual_rms},
+      {"layer_grad_norms", &record.layer_grad_norms},
+      {"attention_max_logit", &record.attention_max_logit},
+      {"attention_entropy_mean", &record.attention_entropy_mean},
+      {"attention_entropy_min", &record.attention_entropy_min},
+      {"update_ratio", &record.update_ratio}};
+  for (const auto& [key, list] : lists) {
+    if (list->empty()) continue;
     json values = json::array();
-    for (double v : record.residual_rms) values.push_back(finite_or_null(v));
-    out["residual_rms"] = values;
+    for (double v : *list) values.push_back(finite_or_null(v));
+    out[key] = values;
   }
-  if (!record.layer_grad_norms.empty()) {
-    json values = json::array();
-    for (double v : record.layer_grad_norms) values.push_back(finite_or_null(v));
-    out["layer_grad_norms"] = values;
-  }
+  if (record.log_z_mean) out["log_z_mean"] = finite_or_null(*record.log_z_mean);
+  if (record.log_z_max_abs) out["log_z_max_abs"] = finite_or_null(*record.log_z_max_abs);
   if (record.diverged) out["diverged"] = true;
   return out;
 }
@@ -127,6 +133,14 @@ StepRecord step_record_from_json(const json& value, const std::string& where) {
   };
   read_list("residual_rms", record.residual_rms);
   read_list("layer_grad_norms", record.layer_grad_norms);
+  read_list("attention_max_logit", record.attention_max_logit);
+  read_list("attention_entropy_mean", record.attention_entropy_mean);
+  read_list("attention_entropy_min", record.attention_entropy_min);
+  read_list("update_ratio", record.update_ratio);
+  for (auto [key, into] : {std::pair{"log_z_mean", &record.log_z_mean}, std::pair{"log_z_max_abs", &record.log_z_max_abs},
+                           std::pair{"z_loss", &record.z_loss}}) {
+    if (value.contains(key)) *into = number_or_nan(value, key);
+  }
   if (value.contains("diverged")) {
     if (!value.at("diverged").is_boolean())
       throw InputError(fmt::format("{}: step record: \"diverged\" must be true or false", where));

@@ -91,6 +91,7 @@ nn::ModelOptions build_model_options(const RunConfig& config, const data::Task& 
   options.encoder.placement = m.placement;
   options.encoder.norm_eps = static_cast<float>(m.norm_eps);
   options.encoder.final_norm = m.final_norm;
+  options.encoder.qk_norm = m.qk_norm;
   if (m.vocab_size && *m.vocab_size < task.input_vocab_size()) {
     // mlm_text's vocabulary comes from the training file: name it, since the config alone cannot say.
     const std::string source =

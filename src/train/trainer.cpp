@@ -14,6 +14,7 @@
 
 #include "normlab/dist/data_parallel.hpp"
 #include "normlab/error.hpp"
+#include "normlab/nn/diagnostics.hpp"
 #include "normlab/ops.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/train/checkpoint.hpp"
@@ -27,6 +28,74 @@ namespace normlab::train {
 namespace {
 
 using nlohmann::json;
+
+double max_keep_nan(double a, double b) { return a != a || b <= a ? a : b; }
+
+// The figures a step's ranks add up beside the gradients (StepReduction::reduce's extra), where
+// each lives in that buffer. In order: the z-loss sum (optim.z_loss > 0), then on diagnostics steps
+//   residual sum of squares (layers), its count | attention entropy sums (layers x heads), query
+//   count | log Z sum, rows | per rank r: max |logit| (layers) and max |log Z|, in slots only rank r
+//   fills, so that a sum over ranks (zeros elsewhere) carries every rank's maximum.
+// One process is one rank; the same buffer then holds its own figures.
+class DiagnosticSums {
+ public:
+  DiagnosticSums(int64_t layers, int64_t heads, int ranks, bool z_loss, bool diagnostics)
+      : layers_(size_t(layers)), heads_(size_t(heads)), ranks_(size_t(ranks)), first_(z_loss ? 1 : 0),
+        diagnostics_(diagnostics) {}
+  size_t size() const { return first_ + (diagnostics_ ? maxima() + ranks_ * (layers_ + 1) : 0); }
+  size_t z_loss() const { return 0; }
+
+  void fill(std::vector<double>& extra, const nn::Diagnostics& diag, const Tensor& logits,
+            const std::vector<int64_t>& offsets, int rank) const {
+    std::copy(diag.residual_sum_sq.begin(), diag.residual_sum_sq.end(), extra.begin() + long(residual()));
+    extra[residual() + layers_] = double(diag.residual_values);
+    double* slots = extra.data() + maxima() + size_t(rank) * (layers_ + 1);
+    for (size_t l = 0; l < layers_; ++l) {
+      const nn::AttentionStatistics a = nn::attention_statistics(diag.attention_qkv[l], offsets, int64_t(heads_));
+      std::copy(a.entropy_sum.begin(), a.entropy_sum.end(), extra.begin() + long(entropy() + l * heads_));
+      extra[entropy() + layers_ * heads_] = double(a.queries);
+      slots[l] = a.max_abs_logit;
+    }
+    const nn::LogZStatistics log_z = nn::log_z_statistics(logits);
+    extra[log_z_sums()] = log_z.sum;
+    extra[log_z_sums() + 1] = double(log_z.rows);
+    slots[layers_] = log_z.max_abs;
+  }
+
+  // The global batch's figures, from the summed buffer.
+  void read(const std::vector<double>& extra, StepRecord& record) const {
+    const double values = extra[residual() + layers_];
+    const double queries = extra[entropy() + layers_ * heads_];
+    for (size_t l = 0; l < layers_; ++l) {
+      record.residual_rms.push_back(values > 0 ? std::sqrt(extra[residual() + l] / values) : 0.0);
+      double sum = 0.0, least = std::numeric_limits<double>::infinity();
+      for (size_t h = 0; h < heads_; ++h) {
+        const double mean = queries > 0 ? extra[entropy() + l * heads_ + h] / queries : 0.0;
+        sum += mean;
+        least = h == 0 ? mean : std::min(least, mean);
+      }
+      record.attention_entropy_mean.push_back(sum / double(heads_));
+      record.attention_entropy_min.push_back(least);
+      double largest = 0.0;
+      for (size_t r = 0; r < ranks_; ++r) largest = max_keep_nan(largest, extra[maxima() + r * (layers_ + 1) + l]);
+      record.attention_max_logit.push_back(largest);
+    }
+    const double rows = extra[log_z_sums() + 1];
+    record.log_z_mean = rows > 0 ? extra[log_z_sums()] / rows : 0.0;
+    double largest = 0.0;
+    for (size_t r = 0; r < ranks_; ++r) largest = max_keep_nan(largest, extra[maxima() + r * (layers_ + 1) + layers_]);
+    record.log_z_max_abs = largest;
+  }
+
+ private:
+  size_t residual() const { return first_; }
+  size_t entropy() const { return residual() + layers_ + 1; }
+  size_t log_z_sums() const { return entropy() + layers_ * heads_ + 1; }
+  size_t maxima() const { return log_z_sums() + 2; }
+
+  size_t layers_, heads_, ranks_, first_;
+  bool diagnostics_;
+};
 
 }  // namespace
 
@@ -119,25 +188,29 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
   optimizer_->zero_grad();
   dist::StepSums local{.targets = batch.num_targets, .tokens = batch.num_real_tokens,
                        .stop_request = io::stop_signal(stop_flag_)};
-  nn::Diagnostics diag;
+  // The sums the ranks add up beside the gradients (StepSums' extra): the z-loss, then on
+  // diagnostics steps the figures of DiagnosticSums.
+  const bool z_loss = config_.optim.z_loss > 0;
+  DiagnosticSums sums_layout(config_.model.layers, config_.model.heads, ranks_->size(), z_loss, diagnostics);
+  std::vector<double> extra(sums_layout.size(), 0.0);
   if (batch.batch_size() > 0) {  // an empty share still joins the reduction below
+    nn::Diagnostics diag;
     // The masks one process draws for these sequences of the global batch.
     const nn::DropoutStep dropout{uint64_t(record.step), share.first_sequence};
     Tensor logits = model_->forward(batch.tokens, batch.offsets, diagnostics ? &diag : nullptr, dropout);  // (rows, V)
     Tensor mean_loss = ops::cross_entropy(logits, batch.targets);
     local.loss_sum = double(mean_loss.item()) * double(batch.num_targets);
     local.correct = count_correct(logits, batch.targets);
-    ranks_->loss_to_backpropagate(mean_loss, batch.num_targets).backward();
+    Tensor objective = mean_loss;
+    if (z_loss) {  // mean log(Z)^2 over the same rows as the cross-entropy, so ranks weigh it alike
+      Tensor z = ops::z_loss(logits, batch.targets);
+      extra[sums_layout.z_loss()] = double(z.item()) * double(batch.num_targets);
+      objective = ops::add(mean_loss, ops::mul_scalar(z, float(config_.optim.z_loss)));
+    }
+    ranks_->loss_to_backpropagate(objective, batch.num_targets).backward();
+    if (diagnostics) sums_layout.fill(extra, diag, logits, batch.offsets, ranks_->rank());
   }
-  // Diagnostics: each block's sum of squares of the residual stream, then the count of values
-  // (zeros for an empty share), summed over the ranks in the same buffer as the gradients.
-  std::vector<double> residual;
-  if (diagnostics) {
-    residual.assign(size_t(config_.model.layers) + 1, 0.0);
-    std::copy(diag.residual_sum_sq.begin(), diag.residual_sum_sq.end(), residual.begin());
-    residual.back() = double(diag.residual_values);
-  }
-  const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, residual);
+  const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, extra);
 
   // The global batch's figures. The loss is the mean's float exactly: loss_sum = mean * targets is
   // exact in double, and so is the division back.
@@ -145,11 +218,8 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
   const float loss_value = sums.targets > 0 ? float(sums.loss_sum / double(sums.targets)) : 0.0f;
   record.loss = shortest(loss_value);
   record.accuracy = sums.targets ? double(sums.correct) / double(sums.targets) : 0.0;
-  if (diagnostics) {  // as nn::TransformerEncoder computes it, over the global batch
-    const double values = residual.back();
-    for (size_t l = 0; l + 1 < residual.size(); ++l)
-      record.residual_rms.push_back(values > 0 ? std::sqrt(residual[l] / values) : 0.0);
-  }
+  if (z_loss) record.z_loss = sums.targets > 0 ? extra[sums_layout.z_loss()] / double(sums.targets) : 0.0;
+  if (diagnostics) sums_layout.read(extra, record);
   if (!std::isfinite(loss_value)) {
     record.diverged = true;
     record.grad_norm = std::numeric_limits<double>::quiet_NaN();
@@ -163,6 +233,8 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
 
 void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics) {
   if (diagnostics) record.layer_grad_norms = nn::per_layer_grad_norms(*model_, config_.model.layers);
+  std::vector<std::vector<float>> before;  // each block's weights before the update, for update_ratio
+  if (diagnostics) before = nn::block_parameter_values(*model_);
   record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
   if (!std::isfinite(record.grad_norm)) {
     record.diverged = true;
@@ -170,6 +242,7 @@ void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics) {
     return;
   }
   optimizer_->step(lr);
+  if (diagnostics) record.update_ratio = nn::per_layer_update_ratios(*model_, config_.model.layers, before);
   ++step_;
 }
 
@@ -290,7 +363,8 @@ TrainSummary Trainer::fit() {
     record_eval();
   }
   while (step_ < t.steps && !stopped()) {
-    const bool diagnostics = t.diagnostics_every > 0 && (step_ + 1) % t.diagnostics_every == 0;
+    // The first step too: its forward and gradients are those of the initial weights (step 0).
+    const bool diagnostics = t.diagnostics_every > 0 && (step_ == 0 || (step_ + 1) % t.diagnostics_every == 0);
     data::Batch batch = next_batch();
     const auto begin = std::chrono::steady_clock::now();
     StepRecord record = train_step(batch, diagnostics);

@@ -1,8 +1,8 @@
 // A test driver for the data-parallel tests (tests/test_dist_mpi.cpp), run as
 //   [mpirun -np N] normlab_dist_probe OUT.json STEPS NAME=CONFIG [NAME=CONFIG ...] [--emulate-local P]
 // For each config: builds a Trainer on this launch's ranks, trains STEPS steps and records the
-// global gradient and the residual_rms diagnostics of step 1 and every step's loss and gradient
-// norm (before clipping). Rank 0 writes
+// global gradient and the diagnostics of step 1 (residual_rms, the attention statistics, log Z,
+// update ratios) and every step's loss and gradient norm (before clipping). Rank 0 writes
 //   {"NAME": {"world_size": N, "grads": {"param": [...]}, "residual_rms": [...], "losses": [...],
 //             "grad_norms": [...]}, ...}
 // --emulate-local P (one process only): step 1's gradient is instead computed the way local
@@ -98,6 +98,11 @@ int main(int argc, char** argv) {
         if (step == 1) {
           run["grads"] = gradients(trainer);
           run["residual_rms"] = record.residual_rms;
+          run["attention_max_logit"] = record.attention_max_logit;
+          run["attention_entropy_mean"] = record.attention_entropy_mean;
+          run["attention_entropy_min"] = record.attention_entropy_min;
+          run["update_ratio"] = record.update_ratio;
+          run["log_z"] = {record.log_z_mean.value_or(NAN), record.log_z_max_abs.value_or(NAN)};
         }
         run["losses"].push_back(record.loss);
         run["grad_norms"].push_back(record.grad_norm);

@@ -11,6 +11,8 @@
 //   layers.N.linear1.weight (ffn, d) .bias      layers.N.linear2.weight (d, ffn) .bias
 //   layers.N.norm1.weight/.bias                 layers.N.norm2.weight/.bias
 //   norm.weight/.bias (final norm of a pre-norm stack)
+//   layers.N.self_attn.q_norm.weight/.bias, .k_norm.weight/.bias (head_dim): qk-norm, as in timm's
+//   Attention (model.qk_norm; RMSNorm has no bias)
 // plus, for the full model: embedding.weight, pos_embedding.weight (learned positions), head.weight/.bias,
 // and layers.N.resweight for ReZero, layers.N.normK.alpha for DyT.
 #include <memory>
@@ -31,6 +33,13 @@ std::string to_string(Placement placement);
 // The residual block an encoder of this norm and placement runs, as a formula for logs and reports:
 // "x = x + f(LN(x)) (pre-norm, final LN after the stack)", "x = LN(x + f(x)) (post-norm)".
 std::string block_formula(const NormKind& norm, Placement placement, bool final_norm);
+// model.qk_norm: a norm on each head's queries and keys before their dot product (Dehghani et al.
+// 2023; Wortsman et al. 2023), over the head's head_dim features, with its own gamma (and beta) of
+// shape (head_dim) for q and for k in every layer. Independent of model.norm and the placement.
+enum class QkNorm { none, layernorm, rmsnorm };
+inline constexpr std::pair<QkNorm, const char*> kQkNormNames[] = {
+    {QkNorm::none, "none"}, {QkNorm::layernorm, "layernorm"}, {QkNorm::rmsnorm, "rmsnorm"}};
+std::string to_string(QkNorm qk_norm);
 enum class Activation { relu, gelu };
 enum class Positional { sinusoidal, learned };
 enum class Head { token, sequence };  // per-token classifier, or mean-pooled sequence classifier
@@ -46,6 +55,7 @@ struct EncoderOptions {
   Placement placement = Placement::pre;
   float norm_eps = 1e-12f;
   bool final_norm = true;  // pre placement: a norm after the last block (as in GPT-2 / pre-LN papers)
+  QkNorm qk_norm = QkNorm::none;  // its eps is norm_eps
 };
 
 struct ModelOptions {
@@ -63,6 +73,9 @@ struct Diagnostics {
   std::vector<double> residual_rms;     // after each block: sqrt(mean over real tokens and features of x^2)
   std::vector<double> residual_sum_sq;  // after each block: the sum of x^2 behind that mean
   int64_t residual_values = 0;          // the count behind it: tokens * d_model
+  // Each layer's attention input (T, 3 d_model) as the attention kernel sees it (after qk-norm): the
+  // queries and keys whose logits attention_statistics (nn/diagnostics.hpp) recomputes.
+  std::vector<Tensor> attention_qkv;
 };
 
 // Which dropout masks a training forward draws. Every element's mask is a pure function of the
@@ -78,11 +91,13 @@ struct DropoutStep {
 
 class MultiheadAttention : public Module {
  public:
-  MultiheadAttention(int64_t d_model, int64_t num_heads, Rng& rng);
-  Tensor forward(const Tensor& x, const std::vector<int64_t>& offsets) const;  // (T, d) -> (T, d)
+  MultiheadAttention(int64_t d_model, int64_t num_heads, Rng& rng, QkNorm qk_norm = QkNorm::none, float eps = 1e-12f);
+  // (T, d) -> (T, d). qkv, when given, receives the attention's input (T, 3d) after qk-norm.
+  Tensor forward(const Tensor& x, const std::vector<int64_t>& offsets, Tensor* qkv = nullptr) const;
   int64_t num_heads;
   Tensor in_proj_weight, in_proj_bias;
   Linear out_proj;
+  std::unique_ptr<NormLayer> q_norm, k_norm;  // over head_dim; null for qk_norm none
 };
 
 class EncoderLayer : public Module {
@@ -90,7 +105,9 @@ class EncoderLayer : public Module {
   EncoderLayer(const EncoderOptions& options, Rng& rng);
   // dropout_key names this layer in this step (kernels::dropout_key); its three dropout calls use
   // splitmix64(dropout_key, k): k = 0 after attention, 1 inside the FFN, 2 after the FFN.
-  Tensor forward(const Tensor& x, const std::vector<int64_t>& offsets, uint64_t dropout_key, int64_t first_sequence);
+  // attention_qkv, when given, receives the attention's input (Diagnostics::attention_qkv).
+  Tensor forward(const Tensor& x, const std::vector<int64_t>& offsets, uint64_t dropout_key, int64_t first_sequence,
+                 Tensor* attention_qkv = nullptr);
   EncoderOptions options;
   MultiheadAttention self_attn;
   Linear linear1, linear2;

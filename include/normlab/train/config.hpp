@@ -43,6 +43,8 @@ struct ModelConfig {
   nn::Placement placement = nn::Placement::pre;  // pre | post
   bool final_norm = true;                 // pre placement: a norm after the last block
   double norm_eps = 1e-12;
+  nn::QkNorm qk_norm = nn::QkNorm::none;  // none | layernorm | rmsnorm: each head's queries and keys
+                                          // normalized before the dot product (eps: norm_eps)
   std::string positional = "sinusoidal";  // sinusoidal | learned
   int64_t max_len = 128;                  // longest sequence the model accepts
   std::optional<int64_t> vocab_size;      // embedding rows; null: the task's input vocabulary
@@ -90,6 +92,7 @@ struct OptimConfig {
   int64_t warmup_steps = 100;
   double min_lr_ratio = 0.0;
   double clip_grad_norm = 1.0;            // 0: no clipping
+  double z_loss = 0.0;                    // coefficient of log(Z)^2 added to the loss (PaLM: 1e-4); 0: off
   bool operator==(const OptimConfig&) const = default;
 };
 

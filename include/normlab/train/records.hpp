@@ -28,11 +28,20 @@ struct StepRecord {
   double tokens_per_s = 0.0;
   std::vector<double> residual_rms;      // diagnostics steps only: after each block
   std::vector<double> layer_grad_norms;  // diagnostics steps only: per block, before clipping
+  // Diagnostics steps only, per block (nn/diagnostics.hpp): the largest |q.k/sqrt(head_dim)|, each
+  // head's attention entropy averaged over query tokens then the mean and the min over heads
+  // (nats), and ||dW||/||W|| of this step's update (empty when the step made none).
+  std::vector<double> attention_max_logit, attention_entropy_mean, attention_entropy_min, update_ratio;
+  // Diagnostics steps only: the output's log Z (log sum exp of a row's logits) over every row.
+  std::optional<double> log_z_mean, log_z_max_abs;
+  std::optional<double> z_loss;  // optim.z_loss > 0 only: the mean log(Z)^2 the loss adds (before the coefficient)
   bool diverged = false;                 // non-finite loss or gradient norm; no update was made
 };
 
 // {"step", "loss", "accuracy", "lr", "grad_norm", "tokens", "sequences", "shortest", "longest",
-//  "tokens_per_s"[, "residual_rms", "layer_grad_norms"][, "diverged": true]}; a non-finite value is
+//  "tokens_per_s"[, "z_loss"][, "residual_rms", "layer_grad_norms", "attention_max_logit",
+//  "attention_entropy_mean", "attention_entropy_min", "update_ratio", "log_z_mean", "log_z_max_abs"]
+//  [, "diverged": true]}; a non-finite value is
 // written as null. Records written before the batch composition was logged read back with 0s there.
 nlohmann::json to_json(const StepRecord& record);
 StepRecord step_record_from_json(const nlohmann::json& json, const std::string& where);

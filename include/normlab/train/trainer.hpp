@@ -111,8 +111,9 @@ class Trainer {
   // or, when the resume accepts changed data, the changes kept in accepted_changes_.
   void check_data_unchanged(const io::SafetensorsFile& file, const std::string& path);
   // The end of a step, once the gradients are in: per-layer gradient norms (diagnostics), clip, and
-  // the update with `lr`, unless the gradient norm is not finite: then `record` says diverged and
-  // the gradients are dropped. step() advances on an update.
+  // the update with `lr` (and, on a diagnostics step, each block's ||dW|| / ||W||), unless the
+  // gradient norm is not finite: then `record` says diverged and the gradients are dropped. step()
+  // advances on an update.
   void apply_update(StepRecord& record, double lr, bool diagnostics);
   // Stop requested: the local flag, or with several ranks the request they agreed on in the last step.
   int stop_request() const;
