@@ -25,7 +25,9 @@ ReportModel build_report(const ComparePlan& plan, const std::vector<RunResult>& 
   const train::RunConfig base = train::config_from_json(plan.base, plan.source, ".", false);
   const Context c = make_context(plan, results, base, stop_requested);
   std::vector<Section> sections;
-  sections.push_back(answer_section(c));
+  const FirstScreenNumbers numbers = first_screen_numbers(c);
+  sections.push_back(answer_section(c, numbers));
+  sections.push_back(details_section(c));
   sections.push_back(findings_section(c));
   sections.push_back(summary_section(c));
   if (plan.lrs.size() > 1) sections.push_back(stability_section(c));
@@ -42,11 +44,12 @@ ReportModel build_report(const ComparePlan& plan, const std::vector<RunResult>& 
   }
   const std::optional<Section> bn = batch_section(c);
   if (bn) sections.push_back(*bn);
-  // The setup line, then the Answer; the details follow it.
+  // The setup line, the first screen (the Answer) and its details; the setup follows them.
   const Provenance provenance = provenance_of(results);
-  sections.insert(sections.begin() + 1, setup_section(c, base, provenance, bn.has_value()));
+  sections.insert(sections.begin() + 2, setup_section(c, base, provenance, bn.has_value()));
   ReportModel report{plan.title, {setup_line(c, base)}, std::move(sections), {}};
   report.summary = summary_json(c, provenance, report.sections);
+  report.summary["first_screen"] = first_screen_json(numbers);
   return report;
 }
 
@@ -67,7 +70,7 @@ std::vector<std::string> write_report(const ComparePlan& plan, const std::vector
   io::write_file_atomic((fs::path(out_dir) / "summary.json").string(), report.summary.dump(2) + "\n");
   io::write_file_atomic((fs::path(out_dir) / "report.md").string(), render_markdown(report));
   io::write_file_atomic((fs::path(out_dir) / "report.html").string(), render_html(report));
-  return report.sections.front().bullets;
+  return report.summary["verdict"].get<std::vector<std::string>>();
 }
 
 RunDirsReport report_run_dirs(const std::vector<std::string>& dirs,

@@ -11,9 +11,9 @@ namespace normlab::study::report_parts {
 
 using detail::format_lr;
 
-Section answer_section(const Context& c) {
+Section details_section(const Context& c) {
   Section sec;
-  sec.title = "Answer";
+  sec.title = kDetailsTitle;
   sec.text = "Computed from the runs: held-out data in evaluation mode, trained and unseen lengths apart, "
              "'learned' and 'solved' as defined under Findings, differences paired by seed with 95% t intervals.";
   sec.bullets = answer(c.plan, c.groups);

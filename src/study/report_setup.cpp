@@ -96,8 +96,11 @@ json summary_json(const Context& c, const Provenance& provenance, const std::vec
   const EquivalenceMargins& m = c.plan.equivalence;
   summary["equivalence"] = {{"loss", m.loss}, {"accuracy_auc", m.accuracy_auc}, {"accuracy", m.accuracy},
                             {"from_config", m.from_config}};
-  summary["answer"] = sections.front().bullets;
-  summary["findings"] = sections[2].bullets;
+  for (const Section& sec : sections) {
+    if (sec.title == "Answer") summary["verdict"] = sec.bullets;
+    if (sec.title == kDetailsTitle) summary["answer"] = sec.bullets;
+    if (sec.title == "Findings") summary["findings"] = sec.bullets;
+  }
   if (c.plan.search.enabled()) summary["lr_boundaries"] = boundaries_json(c.plan, c.groups);
   return summary;
 }
