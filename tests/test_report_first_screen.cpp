@@ -93,7 +93,7 @@ TEST_CASE("first screen: the verdict names the better placement, what it bought 
   CHECK(words(verdict) <= 200);
   CHECK(verdict[0] == "pre-ln beats post-ln in every setting: best held-out loss 0.06 vs 0.31 (warmup), 0.06 vs 0.41 "
                       "(no warmup).");
-  CHECK(verdict[1] == "Against no normalization, pre-ln: warmup: best loss 0.15 lower; no warmup: best loss 0.15 lower.");
+  CHECK(verdict[1] == "Against no normalization, pre-ln: best loss 0.15 lower (warmup); best loss 0.15 lower (no warmup).");
   CHECK(verdict[2] == "How sure: 3 seeds per cell; outside the 95% interval: pre-ln vs post-ln (warmup), pre-ln vs "
                       "post-ln (no warmup), pre-ln vs none (warmup), pre-ln vs none (no warmup).");
 

@@ -173,7 +173,11 @@ size_t training_loss_points(int port) {
 std::string report_text(const std::string& html) {
   const size_t start = html.find("<h1>"), answer = html.find("<h2>Answer</h2>"), end = html.find("<h2>Validation curves");
   if (start == std::string::npos || answer == std::string::npos || end == std::string::npos) return "";
-  return html.substr(start, html.find("</p>", start) - start) + html.substr(answer, end - answer);
+  std::string text = html.substr(answer, end - answer);
+  // A finished study's live page shows its runs and charts after the first screen: not report text.
+  const size_t runs = text.find("<section id=\"serve-status\">"), report = text.find("<div id=\"serve-report\">\n");
+  if (runs != std::string::npos && report != std::string::npos) text.erase(runs, report + 24 - runs);
+  return html.substr(start, html.find("</p>", start) - start) + text;
 }
 
 // A run of a few seconds (400 steps of this model), so that a look from the browser catches it running.

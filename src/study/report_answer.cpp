@@ -165,7 +165,8 @@ std::vector<std::string> verdict(const Context& c, const FirstScreenNumbers& num
       if (diff.has_interval() && !diff.contains_zero())
         clear.push_back(fmt::format("{} vs {} ({})", winner, n->variant, short_setting(c, n->setting)));
       if (c.plan.settings.size() <= 3 || parts.empty())
-        parts += fmt::format("{}{}{}", parts.empty() ? "" : "; ", c.plan.settings.size() > 1 ? short_setting(c, n->setting) + ": " : "", part);
+        parts += fmt::format("{}{}{}", parts.empty() ? "" : "; ", part,
+                             c.plan.settings.size() > 1 ? " (" + short_setting(c, n->setting) + ")" : "");
     }
     if (!parts.empty()) out.push_back(fmt::format("Against no normalization, {}: {}.", winner, parts));
   }
