@@ -18,6 +18,7 @@
 
 using namespace normlab;
 using normlab::test::Chromium;
+using normlab::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {

@@ -53,7 +53,6 @@ std::vector<double> best_values(const CellNumbers& n) {
 }
 
 std::string why_not_converged(const Context& c, const CellNumbers& n) {
-  const std::string where = fmt::format("{} ({}, lr {})", n.variant, short_setting(c, n.setting), format_rate(n.best_lr));
   if (n.best_at_edge)
     return fmt::format("{}'s best rate ({}) is the {} rate tried", n.variant, short_setting(c, n.setting),
                        n.best_lr == n.rates.front() ? "lowest" : "highest");
@@ -61,8 +60,8 @@ std::string why_not_converged(const Context& c, const CellNumbers& n) {
   if (const GroupSummary* g = c.group(n.variant, n.best_lr, n.setting))
     for (const RunResult* r : g->runs)
       if (!r->evals.empty()) step = std::max(step, r->evals.back().step);
-  return fmt::format("{}'s best runs {} are still improving at step {}", n.variant,
-                     where.substr(n.variant.size() + 1), step);
+  return fmt::format("{}'s best runs ({}lr {}) are still improving at step {}", n.variant,
+                     n.setting.empty() ? "" : short_setting(c, n.setting) + ", ", format_rate(n.best_lr), step);
 }
 
 // "pre-ln" cells of one kind, in settings order.
