@@ -42,7 +42,10 @@ std::string anchor(const std::string& title) {
 // A title as Markdown link text: its brackets escaped.
 std::string link_text(const std::string& title) {
   std::string out;
-  for (char ch : title) out += ch == '[' || ch == ']' ? std::string("\\") + ch : std::string(1, ch);
+  for (char ch : title) {
+    if (ch == '[' || ch == ']') out += '\\';
+    out += ch;
+  }
   return out;
 }
 

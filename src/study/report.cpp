@@ -70,7 +70,10 @@ std::vector<std::string> write_report(const ComparePlan& plan, const std::vector
   io::write_file_atomic((fs::path(out_dir) / "summary.json").string(), report.summary.dump(2) + "\n");
   io::write_file_atomic((fs::path(out_dir) / "report.md").string(), render_markdown(report));
   io::write_file_atomic((fs::path(out_dir) / "report.html").string(), render_html(report));
-  return report.summary["verdict"].get<std::vector<std::string>>();
+  std::vector<std::string> said = report.summary["verdict"].get<std::vector<std::string>>();
+  if (report.summary.contains("answer"))
+    for (const auto& sentence : report.summary["answer"]) said.push_back(sentence.get<std::string>());
+  return said;
 }
 
 RunDirsReport report_run_dirs(const std::vector<std::string>& dirs,

@@ -43,7 +43,8 @@ std::string curves_csv(const std::vector<RunResult>& results);
 
 // Writes DIR/report.html (self-contained, inline SVG), DIR/report.md, DIR/runs.csv, DIR/curves.csv,
 // DIR/charts/*.svg and DIR/summary.json: build_report rendered. stop_requested is polled between charts.
-// Returns the verdict's sentences (summary.json's "verdict"), for the CLI to print.
+// Returns the verdict's sentences, then the Answer's in full (summary.json's "verdict" and
+// "answer"), for the CLI to print.
 std::vector<std::string> write_report(const ComparePlan& plan, const std::vector<RunResult>& results, const std::string& out_dir,
                   const std::function<bool()>& stop_requested = {});
 
