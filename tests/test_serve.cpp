@@ -274,6 +274,8 @@ TEST_CASE("serve: a compare in progress in headless Chromium - a chart gains poi
   const Response page = http_get(serve.port, "/");
   CHECK(page.status == 200);
   CHECK(page.body.find("id=\"serve-status\"") != std::string::npos);
+  // Every run judged: the page opens on the report's first screen, the runs and charts below it.
+  CHECK(page.body.find("<section id=\"answer\" class=\"lead\">") < page.body.find("id=\"serve-status\""));
   const std::string compare_report = read_text(out + "/report.html");
   CHECK(!report_text(compare_report).empty());
   CHECK(report_text(page.body) == report_text(compare_report));
