@@ -207,6 +207,8 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
 #endif
   CHECK(browser.eval("document.querySelector('h1').textContent") == "normlab compare report");
 
+  // A loss opens on a log axis (auto), so one diverged run would not flatten the others.
+  CHECK(browser.wait_until("Chart.getChart('chart-canvas').options.scales.y.type==='logarithmic'", 10));
   // Hover: the nearest point's value, in the tooltip and the line under the chart.
   const auto [cx, cy] = centre_of(browser, "#chart-canvas");
   browser.mouse("mouseMoved", cx, cy);

@@ -604,8 +604,12 @@ LiveReport::Page LiveReport::page() {
   if (!dir_problem.empty()) drawn.problem = dir_problem;
   Page page;
   page.etag = fmt::format("\"{:016x}\"", std::hash<std::string>{}(fingerprint));
-  const study::HtmlExtras extras{live_head(), live_top(progress_line(drawn.runs), rows_html(drawn.runs)),
-                                 live_script(page.etag)};
+  // Once every run is judged the page opens on the report's first screen (the verdict, the headline
+  // figure, the table), the run table and live charts below it; until then the runs come first.
+  const bool all_judged = !drawn.runs.empty() && drawn.report &&
+                          std::all_of(drawn.runs.begin(), drawn.runs.end(), [](const RunStatus& r) { return judged(r.state); });
+  std::string top = live_top(progress_line(drawn.runs), rows_html(drawn.runs));
+  const study::HtmlExtras extras{live_head(), all_judged ? "" : top, live_script(page.etag), all_judged ? top : ""};
   if (!drawn.report)
     drawn.report = study::ReportModel{
         layout.compare ? "normlab compare report" : "normlab serve: " + dir_,

@@ -67,12 +67,17 @@ std::string live_top(const std::string& progress, const std::string& rows_html) 
          "</tbody></table></div></section>\n"
          "<section id=\"serve-charts\"><h2>Charts</h2>\n<p>metric <select id=\"chart-metric\"></select> against "
          "<select id=\"chart-x\"><option value=\"step\">step</option><option value=\"time\">training time</option></select> "
-         "y axis <select id=\"chart-scale\"><option value=\"linear\">linear</option><option value=\"logarithmic\">log</option>"
-         "</select> smoothing <input id=\"chart-smooth\" type=\"range\" min=\"0\" max=\"0.99\" step=\"0.01\" value=\"0\"> "
+         "y axis <select id=\"chart-scale\"><option value=\"auto\">auto</option><option value=\"linear\">linear</option>"
+         "<option value=\"logarithmic\">log</option></select> <label><input id=\"chart-heldout\" type=\"checkbox\"> with "
+         "held-out loss</label> smoothing <input id=\"chart-smooth\" type=\"range\" min=\"0\" max=\"0.99\" step=\"0.01\" value=\"0\"> "
          "<span id=\"chart-smooth-value\">0</span> <button id=\"chart-reset\">reset zoom</button></p>\n"
          "<p id=\"chart-variants\"></p>\n<div id=\"chart-box\"><canvas id=\"chart-canvas\"></canvas><div id=\"chart-drag\">"
-         "</div></div>\n<p id=\"chart-hover\"></p>\n<p class=\"serve-help\">One line per run, in its series' colour "
-         "(a diverged run dashed). Hover: the value at the nearest point. Drag across the chart: zoom to that range. "
+         "</div></div>\n<p id=\"chart-hover\"></p>\n<p id=\"chart-capped\" class=\"serve-help\"></p>\n"
+         "<p class=\"serve-help\">One line per run, in its series' colour "
+         "(a diverged run dashed). Y axis auto: a loss, gradient norm or RMS on a log axis ending at 10x the largest "
+         "first value, so one diverged run does not flatten the rest (the runs above it are named under the chart); "
+         "anything else linear. With held-out loss: each run's held-out loss on trained lengths at its evaluations, "
+         "dotted with points, beside the chosen training metric. Hover: the value at the nearest point. Drag across the chart: zoom to that range. "
          "A series button shows or hides its runs; a run's box in the table shows or hides that run. Smoothing: an "
          "exponential moving average (debiased, as TensorBoard's). Training time: the sum of each step's tokens / "
          "tokens_per_s (evaluation pauses excluded). Each curve is downsampled by the server to at most 2,000 points "
@@ -84,7 +89,7 @@ namespace {
 
 const char* kScript = R"JS((function(){'use strict';
 var S={status:null,etag:'',page:document.getElementById('serve-live').getAttribute('data-etag'),series:{},
-  hidden:{},hiddenVariants:{},sort:{key:null,dir:1},polls:0,chart:null,chartLog:null,zoom:null};
+  heldSeries:{},hidden:{},hiddenVariants:{},sort:{key:null,dir:1},polls:0,chart:null,chartLog:null,zoom:null};
 function $(id){return document.getElementById(id);}
 var ORDER={running:0,stopped:1,diverged:2,error:3,unreadable:4,queued:5,finished:6};
 function fmt(v,d){if(v===null||v===undefined||v==='')return '–';if(typeof v!=='number')return String(v);
@@ -137,12 +142,15 @@ function metricChoices(){var sel=$('chart-metric'),names=S.status.metrics,cur=se
   if(Array.prototype.map.call(sel.options,function(o){return o.value;}).join('\n')===names.join('\n'))return;
   sel.textContent='';names.forEach(function(n){var o=document.createElement('option');o.value=n;o.textContent=n;sel.appendChild(o);});
   sel.value=names.indexOf(cur)>=0?cur:names.indexOf('train/loss')>=0?'train/loss':(names[0]||'');}
+function heldOutMetric(){var names=S.status.metrics;if(!$('chart-heldout').checked)return '';
+  return ['valid/trained/loss','valid/loss'].filter(function(n){return names.indexOf(n)>=0;})[0]||'';}
 function refreshSeries(){if(!S.status)return;var metric=$('chart-metric').value,pending=[];if(!metric)return drawChart();
-  S.status.runs.forEach(function(r){if(!r.version||r.version==='-')return;var s=S.series[r.name];
-    if(s&&s.version===r.version&&s.metric===metric)return;
-    pending.push(fetch('_serve/series.json?run='+encodeURIComponent(r.name)+'&metric='+encodeURIComponent(metric),
-      {cache:'no-store'}).then(function(x){return x.ok?x.json():null;}).then(function(d){
-      if(d)S.series[r.name]={version:r.version,metric:metric,data:d.metrics[metric]||null};}));});
+  var held=heldOutMetric();S.status.runs.forEach(function(r){if(!r.version||r.version==='-')return;
+    [[S.series,metric],[S.heldSeries,held]].forEach(function(want){var store=want[0],m=want[1],s=store[r.name];
+      if(!m||(s&&s.version===r.version&&s.metric===m))return;
+      pending.push(fetch('_serve/series.json?run='+encodeURIComponent(r.name)+'&metric='+encodeURIComponent(m),
+        {cache:'no-store'}).then(function(x){return x.ok?x.json():null;}).then(function(d){
+        if(d)store[r.name]={version:r.version,metric:m,data:d.metrics[m]||null};}));});});
   Promise.all(pending).then(drawChart,drawChart);}
 function smooth(ys,w){if(!w)return ys;var out=[],last=0,debias=0;for(var i=0;i<ys.length;i++){last=last*w+(1-w)*ys[i];
   debias=debias*w+(1-w);out.push(last/debias);}return out;}
@@ -150,19 +158,33 @@ function variants(){var box=$('chart-variants'),st=S.status;box.textContent='Ser
   var b=document.createElement('button');b.className='serve-series'+(S.hiddenVariants[v]?' off':'');b.setAttribute('data-variant',v);
   b.textContent=v;b.style.borderColor=st.colors[v];b.addEventListener('click',function(){
     if(S.hiddenVariants[v])delete S.hiddenVariants[v];else S.hiddenVariants[v]=true;drawChart();});box.appendChild(b);});}
+function lossLike(m){return /loss|grad_norm|rms/.test(m);}
+function logScale(){var v=$('chart-scale').value;return v==='logarithmic'||(v==='auto'&&lossLike($('chart-metric').value));}
 function datasets(){var st=S.status,metric=$('chart-metric').value,time=$('chart-x').value==='time',w=+$('chart-smooth').value,
-  log=$('chart-scale').value==='logarithmic',out=[];st.runs.forEach(function(r){var s=S.series[r.name];
-    if(!s||!s.data||s.metric!==metric)return;var ys=smooth(s.data.value,w),xs=time?s.data.time:s.data.step,pts=[];
-    for(var i=0;i<xs.length;i++)if(!log||ys[i]>0)pts.push({x:xs[i],y:ys[i]});var color=st.colors[r.variant]||'#444';
-    out.push({label:r.name,run:r.name,data:pts,borderColor:color,backgroundColor:color,borderWidth:1.2,pointRadius:0,
-      pointHitRadius:4,borderDash:r.state==='diverged'?[4,3]:[],hidden:!!(S.hidden[r.name]||S.hiddenVariants[r.variant])});});
+  log=logScale(),held=heldOutMetric(),out=[];st.runs.forEach(function(r){var color=st.colors[r.variant]||'#444',
+    hide=!!(S.hidden[r.name]||S.hiddenVariants[r.variant]);
+    [[S.series[r.name],metric,false],[held?S.heldSeries[r.name]:null,held,true]].forEach(function(one){var s=one[0];
+      if(!s||!s.data||s.metric!==one[1])return;var ys=one[2]?s.data.value:smooth(s.data.value,w),
+        xs=time?s.data.time:s.data.step,pts=[];
+      for(var i=0;i<xs.length;i++)if(!log||ys[i]>0)pts.push({x:xs[i],y:ys[i]});
+      out.push({label:r.name+(one[2]?' held-out':''),run:r.name,metric:one[1],data:pts,borderColor:color,backgroundColor:color,
+        borderWidth:one[2]?1.6:1.2,pointRadius:one[2]?2:0,pointHitRadius:4,
+        borderDash:one[2]?[2,2]:r.state==='diverged'?[4,3]:[],hidden:hide});});});
   return out;}
+// Auto scale of a loss: the axis ends at 10x the largest first value of the shown runs when some
+// run goes above it (a diverged run's 1e21), and the runs above are named under the chart.
+function capAxis(ds){var o=S.chart.options.scales.y,note=$('chart-capped');o.max=undefined;note.textContent='';
+  if($('chart-scale').value!=='auto'||!lossLike($('chart-metric').value))return;var first=0,above=[];
+  ds.forEach(function(d){if(!d.hidden&&d.data.length)first=Math.max(first,d.data[0].y);});if(!(first>0))return;
+  var top=10*first;ds.forEach(function(d){if(!d.hidden&&d.data.some(function(p){return p.y>top;})&&above.indexOf(d.run)<0)
+    above.push(d.run);});if(!above.length)return;o.max=top;
+  note.textContent='Axis capped at '+fmt(top)+' (10x the largest first value); above it: '+above.join(', ')+'.';}
 function hover(e,els){if(!els.length)return;var d=S.chart.data.datasets[els[0].datasetIndex],p=d.data[els[0].index];
   $('chart-hover').textContent=d.run+' — '+($('chart-x').value==='time'?'time '+fmt(p.x)+' s':'step '+p.x)+': '+
-    $('chart-metric').value+' = '+fmt(p.y,5);}
+    d.metric+' = '+fmt(p.y,5);}
 function drawChart(){if(!S.status)return;variants();if(typeof Chart==='undefined'){$('chart-hover').textContent=
   'Chart.js is not installed (apt-get install libjs-chart.js): no charts; the run table still updates.';return;}
-  var log=$('chart-scale').value==='logarithmic',ds=datasets(),w=+$('chart-smooth').value;
+  var log=logScale(),ds=datasets(),w=+$('chart-smooth').value;
   if(S.chart&&S.chartLog!==log){S.chart.destroy();S.chart=null;}
   if(!S.chart){S.chartLog=log;S.chart=new Chart($('chart-canvas'),{type:'line',data:{datasets:ds},options:{animation:false,
     parsing:false,normalized:true,responsive:true,maintainAspectRatio:false,interaction:{mode:'nearest',intersect:false},
@@ -170,7 +192,7 @@ function drawChart(){if(!S.status)return;variants();if(typeof Chart==='undefined
     scales:{x:{type:'linear',title:{display:true}},y:{type:log?'logarithmic':'linear',title:{display:true}}},onHover:hover}});}
   else S.chart.data.datasets=ds;var o=S.chart.options.scales;o.x.title.text=$('chart-x').value==='time'?'training time (s)':'step';
   o.y.title.text=$('chart-metric').value+(w?' (smoothed '+w+')':'');o.x.min=S.zoom?S.zoom[0]:undefined;
-  o.x.max=S.zoom?S.zoom[1]:undefined;S.chart.update('none');var root=document.documentElement;
+  o.x.max=S.zoom?S.zoom[1]:undefined;capAxis(ds);S.chart.update('none');var root=document.documentElement;
   root.setAttribute('data-chart-datasets',ds.length);
   root.setAttribute('data-chart-visible',ds.filter(function(d){return !d.hidden;}).length);}
 function swapPage(text){var doc=new DOMParser().parseFromString(text,'text/html'),now=doc.getElementById('serve-report'),
@@ -198,6 +220,7 @@ $('chart-reset').addEventListener('click',function(){S.zoom=null;drawChart();});
 $('chart-metric').addEventListener('change',refreshSeries);
 $('chart-x').addEventListener('change',function(){S.zoom=null;drawChart();});
 $('chart-scale').addEventListener('change',drawChart);
+$('chart-heldout').addEventListener('change',refreshSeries);
 $('chart-smooth').addEventListener('input',function(){$('chart-smooth-value').textContent=this.value;drawChart();});
 $('serve-filter').addEventListener('input',drawTable);
 poll();})();)JS";

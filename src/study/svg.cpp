@@ -274,6 +274,25 @@ std::string draw_h_lines(const Chart& chart, const Axis& xa, const Axis& ya) {
   return svg;
 }
 
+// The triangles on the top edge for the points above y_max (Chart::mark_above).
+std::string draw_above(const Chart& chart, const Axis& xa, const Axis& ya) {
+  std::string svg;
+  const auto triangle = [&](double x, const std::string& color, bool filled, double size) {
+    if (!usable(x, xa.log)) return;
+    const double px = xa.map(x), py = ya.px1 + 1;
+    svg += fmt::format("<path d=\"M{:.1f},{:.1f} L{:.1f},{:.1f} L{:.1f},{:.1f} Z\" fill=\"{}\" stroke=\"{}\" "
+                       "class=\"above\"/>\n",
+                       px, py, px - size, py + 1.6 * size, px + size, py + 1.6 * size, filled ? color : "white", color);
+  };
+  for (const Series& s : chart.series) {
+    for (size_t i = 0; i < s.point_x.size() && i < s.point_y.size(); ++i)
+      if (s.point_y[i] > chart.y_max) triangle(s.point_x[i], s.color, false, 3.5);
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
+      if (s.y[i] > chart.y_max) triangle(s.x[i], s.color, true, 4.5);
+  }
+  return svg;
+}
+
 std::string draw_legend(const Chart& chart, const Axis& xa, double top) {
   std::string svg;
   double ly = top + 8;
@@ -314,6 +333,7 @@ std::string render_svg(const Chart& chart, int clip_number) {
   for (const Series& s : chart.series) svg += draw_series(s, xa, ya);
   svg += draw_h_lines(chart, xa, ya);
   svg += "</g>\n";
+  if (chart.mark_above && chart.y_max > 0) svg += draw_above(chart, xa, ya);
   // Legend, right of the plot.
   svg += draw_legend(chart, xa, frame.top);
   if (!chart.note.empty())

@@ -12,6 +12,7 @@ struct HtmlExtras {
   std::string head;             // inside <head>, after the style
   std::string before_sections;  // after the intro, before the Answer
   std::string before_end;       // before </body>
+  std::string after_first_screen;  // after the lead sections, before the contents
 };
 std::string render_html(const ReportModel& report, const HtmlExtras& extras = {});  // report.html
 

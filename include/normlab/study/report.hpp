@@ -29,8 +29,9 @@ struct ReportSection {
 struct ReportModel {
   std::string title;
   std::vector<std::string> intro;       // paragraphs before the first section
-  std::vector<ReportSection> sections;  // Answer, Setup, Findings, Summary, the charts' sections
+  std::vector<ReportSection> sections;  // Answer (the first screen), its details, Setup, Findings, Summary, charts
   nlohmann::json summary;               // summary.json
+  size_t lead_sections = 1;             // the first screen; a contents list links the sections after it
 };
 // Computes every section from the runs; throws ReportStopped when stop_requested() turns true
 // (polled between charts). Writes nothing.
@@ -42,7 +43,8 @@ std::string curves_csv(const std::vector<RunResult>& results);
 
 // Writes DIR/report.html (self-contained, inline SVG), DIR/report.md, DIR/runs.csv, DIR/curves.csv,
 // DIR/charts/*.svg and DIR/summary.json: build_report rendered. stop_requested is polled between charts.
-// Returns the Answer's sentences (also in summary.json), for the CLI to print.
+// Returns the verdict's sentences, then the Answer's in full (summary.json's "verdict" and
+// "answer"), for the CLI to print.
 std::vector<std::string> write_report(const ComparePlan& plan, const std::vector<RunResult>& results, const std::string& out_dir,
                   const std::function<bool()>& stop_requested = {});
 

@@ -32,6 +32,10 @@ struct Chart {
   std::string shade_label;
   std::string note;  // small text under the plot area
   double y_max = 0;             // > 0: the y axis ends here; data above leaves the plot at the top
+  // With y_max: a point above it (or +inf: a diverged run) is drawn as a triangle on the plot's top
+  // edge, filled for a series' point, open for a per-seed point, so a huge loss stays visible without
+  // flattening the rest.
+  bool mark_above = false;
   std::vector<double> x_ticks;  // explicit x ticks, each labelled (e.g. every learning rate of a grid)
   struct HLine {
     double y;

@@ -1,0 +1,130 @@
+#pragma once
+// What the report's section files (src/study/report_*.cpp) share: the Context every section reads,
+// table and number formatting, and one function per section. Not a public interface: build_report
+// (report.cpp) is the only caller.
+#include <cmath>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "normlab/provenance.hpp"
+#include "normlab/study/report.hpp"
+#include "normlab/study/search.hpp"
+#include "normlab/study/svg.hpp"
+#include "normlab/train/config.hpp"
+
+namespace normlab::study::report_parts {
+
+using Section = ReportSection;
+
+// Everything the sections share.
+struct Context {
+  const ComparePlan& plan;
+  const std::vector<RunResult>& results;
+  std::vector<GroupSummary> groups;
+  double chance;           // the uniform guess's loss
+  double chance_accuracy;  // the best guess's accuracy over the runs (0: unknown)
+  size_t fewest_seeds;     // in any cell
+  bool has_batchnorm;      // some run normalizes with BatchNorm
+  size_t window;                            // moving-average window of the curves, in steps
+  std::map<std::string, std::string> colors;  // series label -> colour
+  std::function<bool()> stop_requested;
+  mutable int charts_drawn = 0;  // numbers each chart's clip path within this report
+
+  const GroupSummary* group(const std::string& variant, double lr, const std::string& setting) const;
+  // The chart's SVG; throws ReportStopped when stop_requested() turns true.
+  std::string draw(const Chart& chart) const;
+  // "-6-layers-no-warmup": a setting in a chart's file name ("" for the only setting).
+  std::string setting_slug(const std::string& setting) const;
+  // The learning rates the per-rate detail charts are drawn at: all of them when that is a handful
+  // of charts, else the one where the variants differ most.
+  std::vector<double> detail_lrs(const std::string& setting) const;
+  // Loss charts end at 10x the chance loss, so that one blown-up variant does not flatten the others.
+  double loss_cap() const;
+  void add_chance_line(Chart& chart) const;
+};
+
+Context make_context(const ComparePlan& plan, const std::vector<RunResult>& results, const train::RunConfig& base,
+                     const std::function<bool()>& stop_requested);
+
+// Formatting (report_context.cpp).
+std::string fmt_num(double v, const char* spec = "{:.3f}");
+// "0.912 [0.880, 0.944]": a mean with its 95% interval (no interval from one seed), the interval
+// cut to the values the quantity can take (an accuracy stays in [0, 1], a loss above 0).
+std::string fmt_interval(const Interval& i, double lowest = -INFINITY, double highest = INFINITY);
+std::string html_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
+std::string md_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
+// "lr 0.01, 4 layers, no warmup": a chart's learning rate and setting.
+std::string where(double lr, const std::string& setting);
+
+// ---- The first screen's numbers per variant and setting -------------------------------------------
+// CONNECT: report_numbers.cpp computes these by the simple rules written there until the study's
+// convergence gate and learning-rate sensitivity are available; then first_screen_numbers() is the
+// one place that reads them instead. The verdict, the headline figure and the table read only this.
+struct CellNumbers {
+  std::string variant, setting, kind;  // kind: variant_kind() ("none", "post-ln", ... or "")
+  std::vector<double> rates;           // every probed rate, ascending
+  // Per probed rate, per seed (plan.seeds order): the final held-out loss on trained lengths,
+  // min(loss, ln K), a diverged run counting as ln K; NaN where the seed has no finished run.
+  std::vector<std::vector<double>> capped;
+  double best_lr = NAN;     // the probed rate with the lowest mean capped loss
+  Interval best_loss;       // the capped losses there, mean [95% t] over seeds
+  bool best_at_edge = false;  // best_lr is the lowest or highest of >= 3 probed rates
+  int best_runs = 0, best_still_falling = 0;  // finished seeds at best_lr; of them 'slow' (loss still falling)
+  Interval sensitivity;     // LR sensitivity, mean [95% t] over seeds (NaN mean: not computed)
+  double sensitivity_from = NAN, sensitivity_to = NAN;  // the rates it averages over (shared by the setting)
+  const VariantBoundary* boundary = nullptr;  // the search's fit (nullptr without a search)
+  BoundaryRatio to_none;    // boundary / none's boundary (NaN ratio: none)
+  // The best rate learns or has stopped improving (most seeds not 'slow'), and lies inside the range.
+  bool converged() const { return best_runs > 0 && !best_at_edge && 2 * best_still_falling < best_runs; }
+};
+struct FirstScreenNumbers {
+  std::vector<VariantBoundary> boundaries;  // owned here; CellNumbers::boundary points into it
+  std::vector<CellNumbers> cells;           // plan.settings order, then plan.variants order
+  const CellNumbers* cell(const std::string& variant, const std::string& setting) const;
+};
+FirstScreenNumbers first_screen_numbers(const Context& c);
+// summary.json's "first_screen": per cell {variant, setting, best_lr, best_loss {mean, low, high, n},
+// best_at_edge, best_runs, best_still_falling, converged, lr_sensitivity {...}, lr_sensitivity_range,
+// boundary_ratio_to_none {ratio, low, high} or null}.
+nlohmann::json first_screen_json(const FirstScreenNumbers& numbers);
+
+// The sections, in the order build_report lays them out.
+// The first screen (report_answer.cpp): the verdict, the headline figure, the compact table.
+Section answer_section(const Context& c, const FirstScreenNumbers& numbers);
+std::vector<std::string> verdict(const Context& c, const FirstScreenNumbers& numbers);
+// report_findings.cpp: the Answer's sentences in full (summary.json's "answer").
+inline constexpr const char* kDetailsTitle = "The Answer in full: boundaries and comparisons";
+Section details_section(const Context& c);
+Section findings_section(const Context& c);
+Section summary_section(const Context& c);
+Section stability_section(const Context& c);  // report_stability.cpp
+Section search_section(const Context& c);
+Section validation_section(const Context& c);  // report_curves.cpp
+Section curves_section(const Context& c, const std::vector<double> RunResult::*field, const std::string& name,
+                       const std::string& y_label, bool chance_line, const std::string& slug);
+Section stack_section(const Context& c);  // report_inside.cpp
+Section length_section(const Context& c);
+std::optional<Section> batch_section(const Context& c);  // nothing when the grid has no BatchNorm run
+
+// Where the numbers came from (report_setup.cpp).
+// Which normlab, CPU and thread counts produced these runs.
+struct Provenance {
+  std::string version = NORMLAB_VERSION;
+  std::string cpu = normlab::cpu_model();
+  std::string kernels = normlab::kernels_in_use();
+  std::vector<int64_t> threads;
+  std::string text() const;  // the sentence the Setup section says it in
+};
+Provenance provenance_of(const std::vector<RunResult>& results);
+// The one line of setup before the Answer: task, lengths, steps, seeds and the grid.
+std::string setup_line(const Context& c, const train::RunConfig& base);
+// The details after the Answer: the model, where the numbers came from, what LayerNorm computes,
+// and one bullet per series.
+Section setup_section(const Context& c, const train::RunConfig& base, const Provenance& provenance, bool batch_lesson);
+nlohmann::json summary_json(const Context& c, const Provenance& provenance, const std::vector<Section>& sections);
+
+}  // namespace normlab::study::report_parts
