@@ -22,6 +22,7 @@ struct BenchStepOptions {
   int threads = -1;  // -1: as the config says
   int repeats = 20;
   bool json = false;
+  bool breakdown = false;
 };
 
 void run(const BenchStepOptions& options) {
@@ -33,7 +34,7 @@ void run(const BenchStepOptions& options) {
   train::RunConfig config = train::load_config(options.config, overrides);
   if (config.train.threads > 0) set_num_threads(static_cast<int>(config.train.threads));
 
-  bench::BenchStepResult r = bench::bench_step(config, options.repeats);
+  bench::BenchStepResult r = bench::bench_step(config, options.repeats, 3, options.breakdown);
   const train::ModelConfig& m = config.model;
   if (options.json) {
     nlohmann::json out = {{"benchmark", "step"},
@@ -67,6 +68,11 @@ void run(const BenchStepOptions& options) {
                           {"mfu", r.mfu},
                           {"flops_definition", "6*rows*in*out per Linear + 12*d_model*L^2 per layer and sequence (docs/PERFORMANCE.md)"},
                           {"tokens_per_s_definition", "real (unpadded) tokens of the timed steps / their total time"}};
+    if (options.breakdown) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (const auto& part : r.breakdown) rows.push_back({{"phase", part.phase}, {"name", part.name}, {"ms", part.ms}});
+      out["breakdown"] = rows;
+    }
     fmt::print("{}\n", out.dump());
     return;
   }
@@ -84,6 +90,12 @@ void run(const BenchStepOptions& options) {
   fmt::print("  MFU         {:9.1f} %  of this path's 1-thread GEMM rate ({:.1f} GFLOP/s, 512^3){}\n", 100.0 * r.mfu,
              r.gemm_1t_gflops, r.threads > 1 ? fmt::format("; {:.1f} % per thread", 100.0 * r.mfu / r.threads) : "");
   fmt::print("  peak RSS    {:9.1f} MiB  (the whole process, VmHWM)\n", r.peak_rss_mib);
+  if (!options.breakdown) return;
+  double sum_ms = 0.0;
+  for (const auto& part : r.breakdown) sum_ms += part.ms;
+  fmt::print("where the step goes (median ms per step of each part; they sum to {:.3f} ms):\n", sum_ms);
+  for (const auto& part : r.breakdown)
+    fmt::print("  {:8.3f} ms {:5.1f} %  {:<9} {}\n", part.ms, 100.0 * part.ms / r.step_ms, part.phase, part.name);
 }
 
 }  // namespace
@@ -97,6 +109,7 @@ void add_bench_step(CLI::App& bench) {
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--repeats", options->repeats, "Timed steps; the median is reported")->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");
+  cmd->add_flag("--breakdown", options->breakdown, "Also time each op of the step (forward, backward) and the optimizer");
   cmd->callback([options] { run(*options); });
 }
 

@@ -11,6 +11,7 @@ namespace normlab {
 
 namespace {
 thread_local bool g_grad_enabled = true;
+thread_local OpTimes* t_op_times = nullptr;
 
 // Post-order DFS with an explicit stack: every tensor appears after all tensors it was computed
 // from. Returned order: leaves first, root last. The order holds owning pointers: backward frees
@@ -42,6 +43,14 @@ std::vector<std::shared_ptr<TensorImpl>> topological_order(const std::shared_ptr
 
 bool grad_enabled() { return g_grad_enabled; }
 
+void OpTimes::charge(std::map<std::string, double>& bucket, const std::string& name) {
+  const Clock::time_point now = Clock::now();
+  bucket[name] += std::chrono::duration<double>(now - mark).count();
+  mark = now;
+}
+void set_op_times(OpTimes* times) { t_op_times = times; }
+OpTimes* op_times() { return t_op_times; }
+
 NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
 
@@ -54,6 +63,7 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
 
 void record(Tensor& out, std::string name, std::vector<Tensor> inputs,
             std::function<void(const float* grad_output)> backward) {
+  if (t_op_times) t_op_times->charge(t_op_times->forward_s, name);
   auto node = std::make_shared<Node>();
   node->name = std::move(name);
   node->inputs = std::move(inputs);
@@ -70,12 +80,15 @@ void run_backward(const Tensor& root, const float* seed) {
     throw UsageError(fmt::format("backward() without a gradient needs a one-element tensor, shape is {}",
                                  shape_str(root.shape())));
 
+  OpTimes* const times = t_op_times;
+  if (times) times->charge(times->other_s, "loss, accuracy (before backward)");
   std::vector<std::shared_ptr<TensorImpl>> order = topological_order(root.impl_ptr());
 
   Tensor root_handle(root.impl_ptr());
   float* root_grad = root_handle.grad_data();
   for (int64_t i = 0; i < root.numel(); ++i) root_grad[i] += seed ? seed[i] : 1.0f;
 
+  if (times) times->charge(times->other_s, "backward: graph order, seed");
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     TensorImpl* impl = it->get();
     std::shared_ptr<Node> node = impl->grad_fn;
@@ -87,6 +100,7 @@ void run_backward(const Tensor& root, const float* seed) {
     node->released = true;
     impl->grad.reset();
     it->reset();  // done with this tensor: let its storage go if nothing else holds it
+    if (times) times->charge(times->backward_s, node->name);
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include "normlab/error.hpp"
 #include "normlab/kernels/attention.hpp"
+#include "normlab/kernels/dispatch.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/rng.hpp"
 
@@ -402,4 +403,51 @@ TEST_CASE("attention is stable for large scores and rejects bad shapes") {
   std::vector<float> dqkv(qkv.size(), 0.0f);
   CHECK_THROWS_AS(nk::attention_backward(dqkv.data(), out.data(), qkv.data(), nullptr, offsets.data(), 1, C, 1),
                   normlab::UsageError);
+}
+
+TEST_CASE("attention gives the same bits on every kernel path, short sequences included") {
+  // Sequences of 1..17 tokens: up to 16 tokens at head dim 16 run the avx512 path's short-pair
+  // kernels, 17 tokens and head dim 32 the general ones; the generic path is the reference.
+  namespace nkd = normlab::kernels;
+  std::vector<int64_t> lengths;
+  for (int64_t L = 1; L <= 17; L++) lengths.push_back(L);
+  const std::vector<int64_t> offsets = offsets_of(lengths);
+  const int64_t B = int64_t(lengths.size()), T = offsets[B];
+  const nkd::Isa saved = nkd::active_isa();
+  for (const auto& [C, NH] : {std::pair<int64_t, int64_t>{64, 4}, {32, 2}, {64, 2}}) {
+    CAPTURE(C);
+    CAPTURE(NH);
+    const std::vector<float> qkv = random_vector(size_t(T * 3 * C), 31, 2.0f);
+    const std::vector<float> dout = random_vector(size_t(T * C), 32);
+    const std::vector<float> start = random_vector(size_t(T * 3 * C), 33);
+    struct Result {
+      std::vector<float> out, att, dqkv_added, dqkv_written;
+    };
+    auto run = [&] {
+      Result r;
+      r.out.assign(size_t(T * C), 0.0f);
+      r.att.assign(size_t(nk::attention_cache_size(offsets.data(), B, NH)), 0.0f);
+      nk::attention_forward(r.out.data(), r.att.data(), qkv.data(), offsets.data(), B, C, NH);
+      r.dqkv_added = start;
+      nk::attention_backward(nk::GradOut(r.dqkv_added.data(), true), dout.data(), qkv.data(), r.att.data(),
+                             offsets.data(), B, C, NH);
+      r.dqkv_written.assign(size_t(T * 3 * C), std::nanf(""));
+      nk::attention_backward(nk::GradOut(r.dqkv_written.data(), false), dout.data(), qkv.data(), r.att.data(),
+                             offsets.data(), B, C, NH);
+      return r;
+    };
+    nkd::set_active_isa(nkd::Isa::generic);
+    const Result expected = run();
+    for (nkd::Isa isa : {nkd::Isa::avx2, nkd::Isa::avx512}) {
+      if (!nkd::cpu_supports(isa)) continue;
+      CAPTURE(nkd::isa_name(isa));
+      nkd::set_active_isa(isa);
+      const Result got = run();
+      CHECK(got.out == expected.out);
+      CHECK(got.att == expected.att);
+      CHECK(got.dqkv_added == expected.dqkv_added);
+      CHECK(got.dqkv_written == expected.dqkv_written);
+    }
+  }
+  nkd::set_active_isa(saved);
 }

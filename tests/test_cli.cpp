@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -201,6 +202,30 @@ TEST_CASE("cli: bench step prints step time and throughput") {
   // The peak RSS is this process's own (VmHWM), not the size of whatever started it.
   CHECK(out["peak_rss_mib"].get<double>() > 1.0);
   CHECK(out["peak_rss_mib"].get<double>() < 1024.0);
+  CHECK(!out.contains("breakdown"));  // timed only when asked
+}
+
+TEST_CASE("cli: bench step --breakdown says which ops and phases the step's time went to") {
+  TempDir dir;
+  const std::string config = dir.write("tiny.json", kTinyConfig);
+  Result r = run_cli(dir, "bench step --config " + config + " --repeats 3 --breakdown --json");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  json out = json::parse(r.out);
+  std::set<std::string> parts;
+  double previous = 1e300;
+  for (const json& part : out.at("breakdown")) {
+    parts.insert(part.at("phase").get<std::string>() + " " + part.at("name").get<std::string>());
+    CHECK(part.at("ms").get<double>() >= 0.0);
+    CHECK(part.at("ms").get<double>() <= previous);  // largest first
+    previous = part.at("ms").get<double>();
+  }
+  for (const char* expected : {"forward linear", "backward linear", "forward attention", "backward attention",
+                               "forward cross_entropy", "other optimizer step", "other zero_grad"})
+    CHECK(parts.count(expected) == 1);
+  Result table = run_cli(dir, "bench step --config " + config + " --repeats 2 --breakdown");
+  CHECK(table.code == 0);
+  CHECK(table.out.find("where the step goes") != std::string::npos);
 }
 
 TEST_CASE("cli: the commands that compute run with normlab's OpenMP spin count unless the user chose one") {

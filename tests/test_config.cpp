@@ -238,7 +238,7 @@ TEST_CASE("config: docs/config.md documents every key") {
 }
 
 TEST_CASE("config: the shipped configs load") {
-  for (const char* name : {"reverse", "sort", "brackets", "majority", "kjv-mlm", "bench-step"}) {
+  for (const char* name : {"reverse", "sort", "brackets", "majority", "kjv-mlm", "bench-step", "bench-demo", "bench-b32-short"}) {
     INFO(name);
     const std::string path = std::string(NORMLAB_SOURCE_DIR) + "/configs/" + name + ".json";
     RunConfig config;

@@ -16,7 +16,9 @@
 //   4. release each node after it ran (its closure and the activations it captured are freed) and
 //      drop the gradients of intermediate tensors (PyTorch's retain_graph=False behaviour). A second
 //      backward through a released node throws UsageError.
+#include <chrono>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -59,5 +61,21 @@ void run_backward(const Tensor& root, const float* seed);
 
 // The number of nodes reachable from `root` (for tests and diagnostics).
 int64_t graph_size(const Tensor& root);
+
+// Where a step's time goes, by op (`normlab bench step --breakdown`). While a thread has one set,
+// record() charges the time since the last mark to the op's forward entry (an op records its node
+// last, so that is the op's own work plus the glue before it), run_backward charges each node's
+// backward to its name, and other phases (the optimizer) charge theirs with charge(). Off (null)
+// by default: then nothing is timed.
+struct OpTimes {
+  using Clock = std::chrono::steady_clock;
+  std::map<std::string, double> forward_s, backward_s, other_s;
+  Clock::time_point mark = Clock::now();
+  void restart() { mark = Clock::now(); }
+  // Adds the time since the mark to `bucket[name]` and moves the mark to now.
+  void charge(std::map<std::string, double>& bucket, const std::string& name);
+};
+void set_op_times(OpTimes* times);  // this thread; null: off
+OpTimes* op_times();
 
 }  // namespace normlab

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "normlab/autograd.hpp"
 #include "normlab/bench/gemm.hpp"
 #include "normlab/error.hpp"
 #include "normlab/kernels/dispatch.hpp"
@@ -40,7 +42,7 @@ double step_flops(const nn::ModelOptions& model, const std::vector<int64_t>& len
   return 6.0 * tokens * linear_weights + 6.0 * head_rows * d * classes + layers * 12.0 * d * sum_sq;
 }
 
-BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warmup) {
+BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warmup, bool breakdown) {
   if (repeats < 1 || warmup < 0) {
     throw UsageError(fmt::format("bench_step: repeats {} must be >= 1 and warmup {} >= 0", repeats, warmup));
   }
@@ -56,12 +58,23 @@ BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warm
   result.num_parameters = trainer.model().num_parameters();
   std::vector<double> times_ms;
   double total_s = 0.0, total_tokens = 0.0, total_flops = 0.0;
+  std::map<std::pair<std::string, std::string>, std::vector<double>> parts_ms;  // (phase, name) -> per step
   for (int i = 0; i < warmup + repeats; ++i) {
     const data::Batch& batch = batches[size_t(i)];
+    OpTimes times;
+    if (breakdown) set_op_times(&times);
     const auto begin = std::chrono::steady_clock::now();
+    times.mark = begin;
     trainer.train_step(batch, false);
+    if (breakdown) {
+      times.charge(times.other_s, "rest of the step (after the update)");
+      set_op_times(nullptr);
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     if (i < warmup) continue;
+    for (const auto& [phase, bucket] : {std::pair{"forward", &times.forward_s}, std::pair{"backward", &times.backward_s},
+                                        std::pair{"other", &times.other_s}})
+      for (const auto& [name, s] : *bucket) parts_ms[{phase, name}].push_back(s * 1e3);
     times_ms.push_back(seconds * 1e3);
     total_s += seconds;
     total_tokens += double(batch.num_real_tokens);
@@ -70,6 +83,12 @@ BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warm
     total_flops += step_flops(trainer.model().model_options, lengths);
   }
   result.step_ms = median(times_ms);
+  for (auto& [key, values] : parts_ms) {
+    values.resize(size_t(repeats), 0.0);  // a step without this op: 0
+    result.breakdown.push_back({key.first, key.second, median(values)});
+  }
+  std::sort(result.breakdown.begin(), result.breakdown.end(),
+            [](const BenchStepResult::Part& a, const BenchStepResult::Part& b) { return a.ms > b.ms; });
   const auto [fastest, slowest] = std::minmax_element(times_ms.begin(), times_ms.end());
   result.min_step_ms = *fastest;
   result.max_step_ms = *slowest;

@@ -31,6 +31,7 @@
 #include "attention_exp.hpp"
 #include "isa_kernels.hpp"
 #include "lanes.hpp"
+#include "transpose.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -584,6 +585,149 @@ ExpsLayout exps_layout(const int64_t* offsets, int64_t B, int64_t NH) {
   return layout;
 }
 
+#if defined(__AVX512F__)
+// ---- short pairs on avx512: at most 16 tokens, head dim 16 --------------------------------------
+// The small models' shape (d_model 64, 4 heads, sequences of a few tokens): a pair is a handful of
+// 16-float rows, so the general path's fixed costs (scratch matrices, padding fills, transposes
+// through memory, a call per row) outweigh its products. Here every row of a pair is one zmm
+// register: the same products (fma chains over k in order, from zero), the same softmax steps and
+// the same lane folds as the general path, so the same bits, with the rows kept in registers.
+
+inline __m256 low8(__m512 x) { return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(x), 0)); }
+inline __m256 high8(__m512 x) { return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(x), 1)); }
+
+// row_max of a row of 16 in a register (padding already -inf): the same folds.
+inline float row_max16(__m512 s) {
+  const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
+  const __m256 lo = _mm256_max_ps(low8(s), neg_inf), hi = _mm256_max_ps(high8(s), neg_inf);
+  __m128 x = _mm_max_ps(_mm256_castps256_ps128(_mm256_max_ps(lo, hi)), _mm256_extractf128_ps(_mm256_max_ps(lo, hi), 1));
+  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_max_ss(x, _mm_shuffle_ps(x, x, 1));
+  const float m = _mm_cvtss_f32(x);
+  if (m != 0.0f) return m;
+  alignas(64) float lanes[kLanes];
+  _mm256_store_ps(lanes, lo);
+  _mm256_store_ps(lanes + 8, hi);
+  float m0 = lanes[0];
+  for (int64_t l = 1; l < kLanes; l++) m0 = std::max(m0, lanes[l]);
+  return m0;
+}
+
+// pair_forward for L <= 16 and hd = 16, with the cache (stats and exps).
+void pair_forward_short(float* out, float* stats, float* exps, const float* qkv, Pair p, int64_t T, int64_t C) {
+  constexpr int64_t hd = 16;
+  const int64_t C3 = 3 * C, L = p.L;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  const float* q = qkv + p.t0 * C3 + p.h * hd;
+  const float* k = q + C;
+  const float* v = q + 2 * C;
+  __m512 kT[16];  // kT[c]: lane j = key j's element c, zero past L
+  for (int64_t j = 0; j < 16; j++) kT[j] = j < L ? _mm512_loadu_ps(k + j * C3) : _mm512_setzero_ps();
+  transpose16(kT);
+  const __mmask16 keys = __mmask16((1u << L) - 1);
+  const __m512 sv = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < L; i++) {
+    const float* qi = q + i * C3;
+    __m512 acc = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int c = 0; c < 16; c++) acc = _mm512_fmadd_ps(_mm512_set1_ps(qi[c]), kT[c], acc);
+    const __m512 s = _mm512_mask_mov_ps(neg_inf, keys, acc);
+    const float m = row_max16(s);
+    const __m512 e = exp16_nonpositive(_mm512_mul_ps(_mm512_sub_ps(s, _mm512_set1_ps(m)), sv));
+    _mm512_storeu_ps(exps + i * 16, e);
+    const __m512 sum = _mm512_add_ps(_mm512_setzero_ps(), e);
+    float* st = stats + stats_index(p.t0 + i, p.h, T);
+    st[0] = m;
+    st[1] = 1.0f / sum_halves(_mm256_add_ps(low8(sum), high8(sum)));
+  }
+  // O = (e V) / sum: row i's chain over the keys j in order
+  __m512 vr[16];
+  for (int64_t j = 0; j < L; j++) vr[j] = _mm512_loadu_ps(v + j * C3);
+  for (int64_t i = 0; i < L; i++) {
+    const float* ei = exps + i * 16;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = 0; j < L; j++) acc = _mm512_fmadd_ps(_mm512_set1_ps(ei[j]), vr[j], acc);
+    const float inv = stats[stats_index(p.t0 + i, p.h, T) + 1];
+    _mm512_storeu_ps(out + (p.t0 + i) * C + p.h * hd, _mm512_mul_ps(acc, _mm512_set1_ps(inv)));
+  }
+}
+
+// dst = dst + x when accumulating, else x.
+inline void store_or_add(float* dst, __m512 x, bool accumulate) {
+  _mm512_storeu_ps(dst, accumulate ? _mm512_add_ps(_mm512_loadu_ps(dst), x) : x);
+}
+
+// pair_backward for L <= 16 and hd = 16, with the exponentials the forward kept.
+void pair_backward_short(float* dqkv, bool accumulate, const float* dout, const float* qkv, const float* stats,
+                         const float* exps, Pair p, int64_t T, int64_t C) {
+  constexpr int64_t hd = 16;
+  const int64_t C3 = 3 * C, L = p.L;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  const float* q = qkv + p.t0 * C3 + p.h * hd;
+  const float* k = q + C;
+  const float* v = q + 2 * C;
+  const float* dO = dout + p.t0 * C + p.h * hd;
+  float* dq = dqkv + p.t0 * C3 + p.h * hd;
+  float* dk = dq + C;
+  float* dv = dq + 2 * C;
+  const float* st = stats + stats_index(p.t0, p.h, T);  // row i's {max, 1/sum} at st + 2 i
+  __m512 vT[16];  // vT[c]: lane j = value j's element c, zero past L
+  for (int64_t j = 0; j < 16; j++) vT[j] = j < L ? _mm512_loadu_ps(v + j * C3) : _mm512_setzero_ps();
+  transpose16(vT);
+  // dP = dO V^T, then dS = e * (dP - inv * rowsum(e * dP)) * inv * scale, row by row; dS and
+  // dO / sum go through the stack for the products below, which read them one float at a time.
+  alignas(64) float dS[16 * 16];
+  alignas(64) float dob[16 * 16];
+  const __m256 zero8 = _mm256_setzero_ps();
+  for (int64_t i = 0; i < L; i++) {
+    const float* doi = dO + i * C;
+    __m512 acc = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int c = 0; c < 16; c++) acc = _mm512_fmadd_ps(_mm512_set1_ps(doi[c]), vT[c], acc);
+    const float inv = st[2 * i + 1];
+    _mm512_store_ps(dob + i * 16, _mm512_mul_ps(_mm512_loadu_ps(doi), _mm512_set1_ps(inv)));
+    const __m512 e = _mm512_loadu_ps(exps + i * 16);
+    // lane_dot(e, dP, 16): lanes l and l + 8 as two 8-float sums from zero, then sum_halves
+    const __m512 prod = _mm512_mul_ps(e, acc);
+    const __m256 lo = _mm256_add_ps(zero8, low8(prod)), hi = _mm256_add_ps(zero8, high8(prod));
+    const float p_dot_dp = sum_halves(_mm256_add_ps(lo, hi)) * inv;
+    const float factor = inv * scale;
+    _mm512_store_ps(dS + i * 16, _mm512_mul_ps(_mm512_mul_ps(e, _mm512_sub_ps(acc, _mm512_set1_ps(p_dot_dp))),
+                                               _mm512_set1_ps(factor)));
+  }
+  // dV (+)= e^T (dO / sum) and dK (+)= dS^T Q: key j's chains over the queries i in order
+  __m512 acc_v[16], acc_k[16];
+#pragma GCC unroll 16
+  for (int j = 0; j < 16; j++) acc_v[j] = acc_k[j] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < L; i++) {
+    const __m512 dob_i = _mm512_load_ps(dob + i * 16), q_i = _mm512_loadu_ps(q + i * C3);
+    const float* ei = exps + i * 16;
+    const float* dsi = dS + i * 16;
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++) {
+      acc_v[j] = _mm512_fmadd_ps(_mm512_set1_ps(ei[j]), dob_i, acc_v[j]);
+      acc_k[j] = _mm512_fmadd_ps(_mm512_set1_ps(dsi[j]), q_i, acc_k[j]);
+    }
+  }
+  for (int64_t j = 0; j < L; j++) {
+    store_or_add(dv + j * C3, acc_v[j], accumulate);
+    store_or_add(dk + j * C3, acc_k[j], accumulate);
+  }
+  // dQ (+)= dS K: query i's chain over the keys j in order
+  __m512 kr[16];
+  for (int64_t j = 0; j < L; j++) kr[j] = _mm512_loadu_ps(k + j * C3);
+  for (int64_t i = 0; i < L; i++) {
+    const float* dsi = dS + i * 16;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = 0; j < L; j++) acc = _mm512_fmadd_ps(_mm512_set1_ps(dsi[j]), kr[j], acc);
+    store_or_add(dq + i * C3, acc, accumulate);
+  }
+}
+
+// Whether a pair takes the short path: its rows are single registers, and the cache is there.
+inline bool short_pair(int64_t L, int64_t hd) { return hd == 16 && L >= 1 && L <= 16; }
+#endif
+
 // ---- one (sequence, head) pair ------------------------------------------------------------------
 
 // Forward of one pair: out rows t0..t0+L, head columns; stats (2 floats per row) if not null, and
@@ -591,6 +735,9 @@ ExpsLayout exps_layout(const int64_t* offsets, int64_t B, int64_t NH) {
 void pair_forward(float* out, float* stats, float* exps, const float* qkv, Pair p, int64_t T, int64_t C,
                   int64_t NH) {
   const int64_t hd = C / NH, C3 = 3 * C, L = p.L, Lp = padded(L), hp = padded(hd);
+#if defined(__AVX512F__)
+  if (short_pair(L, hd) && stats != nullptr && exps != nullptr) return pair_forward_short(out, stats, exps, qkv, p, T, C);
+#endif
   const float scale = 1.0f / std::sqrt(float(hd));
   const float* q = qkv + p.t0 * C3 + p.h * hd;
   const float* k = q + C;
@@ -635,6 +782,10 @@ void pair_backward(float* dqkv, bool accumulate, const float* dout, const float*
                    const float* exps, Pair p, int64_t T, int64_t C, int64_t NH) {
   const int64_t hd = C / NH, C3 = 3 * C, L = p.L, Lp = padded(L), hp = padded(hd);
   const int64_t Bq = kQueryBlock;
+#if defined(__AVX512F__)
+  if (short_pair(L, hd) && exps != nullptr)
+    return pair_backward_short(dqkv, accumulate, dout, qkv, stats, exps, p, T, C);
+#endif
   const float scale = 1.0f / std::sqrt(float(hd));
   const float* q = qkv + p.t0 * C3 + p.h * hd;
   const float* k = q + C;

@@ -30,6 +30,7 @@
 #include "normlab/kernels/matmul.hpp"
 #include "isa_kernels.hpp"
 #include "matmul_bias.hpp"
+#include "transpose.hpp"
 #include "normlab/kernels/exact_fma.hpp"
 
 #include <algorithm>
@@ -115,7 +116,41 @@ void pack_panel(float* __restrict dst, const float* __restrict src, int64_t row_
       }
     }
   } else {
-    // Each row is contiguous in k (k_stride == 1): read rows, write with stride R.
+    // Each row is contiguous in k (k_stride == 1): a weight stored (N, K) for nt. Whole panels go
+    // through square transposes in registers (R x R rows of R floats: 16 k at a time on avx512,
+    // 8 on avx2), the rest element by element: 138 x 64 x 192 nt at 1 thread went from 17.5 to
+    // 15.3 us (the scalar transpose was an eighth of the call).
+    int64_t k0 = 0;
+#if defined(__AVX512F__)
+    if constexpr (R % 16 == 0) {
+      if (rows == R && k_stride == 1) {
+        for (; k0 + 16 <= kc; k0 += 16)
+          for (int64_t r0 = 0; r0 < R; r0 += 16) {
+            __m512 t[16];
+            for (int i = 0; i < 16; ++i) t[i] = _mm512_loadu_ps(src + (r0 + i) * row_stride + k0);
+            transpose16(t);
+            for (int j = 0; j < 16; ++j) _mm512_storeu_ps(dst + (k0 + j) * R + r0, t[j]);
+          }
+      }
+    }
+#elif defined(__AVX2__)
+    if constexpr (R % 8 == 0) {
+      if (rows == R && k_stride == 1) {
+        for (; k0 + 8 <= kc; k0 += 8)
+          for (int64_t r0 = 0; r0 < R; r0 += 8) {
+            __m256 t[8];
+            for (int i = 0; i < 8; ++i) t[i] = _mm256_loadu_ps(src + (r0 + i) * row_stride + k0);
+            transpose8(t);
+            for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + (k0 + j) * R + r0, t[j]);
+          }
+      }
+    }
+#endif
+    if (k0 > 0) {
+      for (int64_t k = k0; k < kc; ++k)
+        for (int64_t r = 0; r < R; ++r) dst[k * R + r] = src[r * row_stride + k * k_stride];
+      return;
+    }
     for (int64_t r = 0; r < rows; ++r) {
       const float* s = src + r * row_stride;
       for (int64_t k = 0; k < kc; ++k) dst[k * R + r] = s[k * k_stride];

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <set>
 
+#include "normlab/autograd.hpp"
 #include "normlab/error.hpp"
 #include "normlab/names.hpp"
 #include "normlab/kernels/adam.hpp"
@@ -132,6 +133,7 @@ void Optimizer::step(double lr) {
         step_adam(with_grad[k], lr, begin, end);
     }
   });
+  if (OpTimes* times = op_times()) times->charge(times->other_s, "optimizer step");
 }
 
 // torch.optim.SGD (dampening 0, no nesterov): d = g + wd*p; buf = momentum*buf + d; p -= lr*buf.
@@ -192,6 +194,7 @@ void Optimizer::step_adam(size_t index, double lr, int64_t begin, int64_t end) {
 
 void Optimizer::zero_grad() {
   for (auto& [name, param] : params_) param.zero_grad();
+  if (OpTimes* times = op_times()) times->charge(times->other_s, "zero_grad");
 }
 
 nn::NamedTensors Optimizer::state() const {
@@ -267,6 +270,7 @@ double clip_grad_norm(const nn::NamedTensors& params, double max_norm) {
   });
   double sum_sq = 0.0;
   for (double s : sums) sum_sq += s;
+  if (OpTimes* times = op_times()) times->charge(times->other_s, "gradient norm");
   const double norm = std::sqrt(sum_sq);
   if (!std::isfinite(norm) || !(max_norm > 0.0)) return norm;
   const double clip_coef = max_norm / (norm + 1e-6);

@@ -35,6 +35,14 @@ struct BenchStepResult {
   // right after the steps; mfu = gflops / gemm_1t_gflops (so above 1 is possible with threads).
   double gemm_1t_gflops = 0.0;
   double mfu = 0.0;
+  // With breakdown: where the step's time goes (autograd.hpp, OpTimes), one row per op and phase,
+  // the median over the timed steps of that op's time in a step; largest first.
+  struct Part {
+    std::string phase;  // "forward", "backward" or "other"
+    std::string name;   // the op (a node's name) or the phase of the step
+    double ms = 0.0;
+  };
+  std::vector<Part> breakdown;
 };
 
 // Model FLOPs of one training step of this model on a batch with these sequence lengths (see
@@ -48,6 +56,6 @@ double peak_rss_mib();
 
 // Uses the config's thread count as it stands (set it with set_num_threads before calling).
 // UsageError if repeats < 1 or warmup < 0.
-BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warmup = 3);
+BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warmup = 3, bool breakdown = false);
 
 }  // namespace normlab::bench
