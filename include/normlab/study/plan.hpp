@@ -64,6 +64,9 @@ struct LrSearchSpec {
   int points = 0;           // round 0: this many log-spaced rates from..to (0: no search)
   int rounds = 0;           // refinement rounds after round 0
   int max_new = 0;          // at most this many new rates per variant and setting in one round
+  // How far the convergence gate may extend the range when a variant's best rate is at its edge
+  // (search.lr.min / search.lr.max; default from / to: no extension).
+  double min = 0, max = 0;
   bool enabled() const { return points > 0; }
 
   // Where each variant and setting stands: rounds whose rates are known, and why it stops there.
