@@ -112,10 +112,15 @@ std::vector<VariantBoundary> lr_boundaries(const ComparePlan& plan, const std::v
 // strict rule with the slow-inclusive one beside (a caveat where they disagree; no ratio where the
 // convergence gate failed for either variant: convergence.hpp).
 std::vector<std::string> boundary_sentences(const ComparePlan& plan, const std::vector<GroupSummary>& groups);
+struct StudyTable;  // convergence.hpp
+// The same with the table already computed (study_table(plan, groups)).
+std::vector<std::string> boundary_sentences(const ComparePlan& plan, const std::vector<GroupSummary>& groups,
+                                            const StudyTable& table);
 
-// summary.json's "lr_boundaries": per variant and setting, {variant, setting, kind ("boundary",
-// "never failed", "never learned", "not run"), lr50, low, high, low_open, high_open, ratio_to_none
-// {ratio, low, high, low_open, high_open} or null, tested [{lr, learned, runs}], failures_above}.
+// summary.json's "lr_boundaries": per variant and setting, {variant, setting, rule ("strict"), kind
+// ("boundary", "never failed", "never learned", "not run"), lr50, low, high, low_open, high_open,
+// ratio_to_none {ratio, low, high, low_open, high_open} or null, tested [{lr, learned, runs}],
+// failures_above, slow_inclusive {kind, lr50, low, high, low_open, high_open, tested}}.
 nlohmann::json boundaries_json(const ComparePlan& plan, const std::vector<GroupSummary>& groups);
 
 // "0.0213" / "> 0.3": a boundary or interval end.
