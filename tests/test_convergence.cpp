@@ -1,5 +1,5 @@
-// The convergence gate, learning-rate sensitivity and direction words (docs/compare.md, "The
-// convergence gate", "Learning-rate sensitivity", "Direction"): LR sensitivity against hand
+// The convergence gate, learning-rate sensitivity and direction words (docs/compare.md:
+// "The convergence gate", "Learning-rate sensitivity", "How sure"): LR sensitivity against hand
 // computations; the plateau rule at its boundary; a fixture whose best rate is at the edge of the
 // range extends the search; a fixture whose best runs are still improving makes the Answer say so
 // and state no ratio; strict and slow-inclusive boundaries where they differ, with the failure
@@ -370,7 +370,7 @@ TEST_CASE("direction words: every comparison names the better variant, its lead 
   const normlab::Interval w = normlab::t_interval(wide);
   // none has the lower loss: it is named, with the interval of none - pre-ln.
   CHECK(study::direction_text(tests[0][0], "none", "pre-ln") ==
-        fmt::format("none lower by 0.180 nats [{:+.3f}, {:+.3f}]; undecided — about {} pairs would decide", w.low, w.high,
+        fmt::format("none lower by 0.180 nats [{:+.3f}, {:+.3f}]; undecided (about {} pairs would decide)", w.low, w.high,
                     tests[0][0].seeds_needed));
   // pre-ln has the lower loss: it is named, with the interval of pre-ln - none (signs flipped).
   const normlab::Interval p = normlab::t_interval({0.30, 0.31, 0.29, 0.30, 0.32});

@@ -176,7 +176,7 @@ std::string learned_differences(const ComparePlan& plan, const std::vector<Group
     const GroupSummary* b = find_group(groups, c.reference, c.lr, setting);
     if (!a || !b || !a->mostly_learned() || !b->mostly_learned()) continue;
     const std::string at = plan.lrs.size() > 1 ? " at " + detail::format_lr(c.lr) : "";
-    list += fmt::format("{}{}{} — held-out loss: {}; accuracy AUC: {}", list.empty() ? "" : " — ", c.variant, at,
+    list += fmt::format("{}{}{} (held-out loss: {}; accuracy AUC: {})", list.empty() ? "" : "; ", c.variant, at,
                         direction_text(tests[i][0], c.variant, c.reference),
                         direction_text(tests[i][1], c.variant, c.reference));
   }
@@ -269,7 +269,7 @@ void paired_difference_lines(const ComparePlan& plan, const std::vector<GroupSum
         const Comparison& c = comparisons[i];
         if (c.setting != setting || c.lr != lr) continue;
         reference = c.reference;
-        line += fmt::format("{}{} — held-out loss: {}; accuracy AUC: {}; accuracy: {}{}{}", line.empty() ? "" : " — ",
+        line += fmt::format("{}{} (held-out loss: {}; accuracy AUC: {}; accuracy: {}{}{})", line.empty() ? "" : "; ",
                             c.variant, direction_text(tests[i][0], c.variant, c.reference),
                             direction_text(tests[i][1], c.variant, c.reference),
                             direction_text(tests[i][2], c.variant, c.reference),

@@ -305,20 +305,21 @@ std::string direction_text(const EndpointTest& t, const std::string& variant, co
   const double lo = sign > 0 ? d.low : -d.high, hi = sign > 0 ? d.high : -d.low;
   const char* way = loss ? "lower" : "higher";
   const std::string pairs = t.paired ? "pairs" : "seeds (unpaired)";
+  const std::string lead = signed_value(std::abs(d.mean)).substr(1);  // "0.180", "3.1e-04", "1.11e+04"
   std::string estimate;
   if (d.mean == 0 && (!d.has_interval() || d.standard_error == 0)) estimate = fmt::format("identical in all {} {}", d.n, pairs);
   else if (d.mean == 0) estimate = fmt::format("no difference in the mean [{}, {}]{}", signed_value(d.low), signed_value(d.high), unit);
-  else if (!d.has_interval()) estimate = fmt::format("{} {} by {:.3f}{} in {} {}, no interval", named, way, std::abs(d.mean), unit, d.n, pairs);
-  else if (d.standard_error == 0) estimate = fmt::format("{} {} by {:.3f}{} in all {} {}", named, way, std::abs(d.mean), unit, d.n, pairs);
-  else estimate = fmt::format("{} {} by {:.3f}{} [{}, {}]", named, way, std::abs(d.mean), unit, signed_value(lo), signed_value(hi));
+  else if (!d.has_interval()) estimate = fmt::format("{} {} by {}{} in {} {}, no interval", named, way, lead, unit, d.n, pairs);
+  else if (d.standard_error == 0) estimate = fmt::format("{} {} by {}{} in all {} {}", named, way, lead, unit, d.n, pairs);
+  else estimate = fmt::format("{} {} by {}{} [{}, {}]", named, way, lead, unit, signed_value(lo), signed_value(hi));
   switch (t.verdict) {
     case Verdict::differs: return fmt::format("{}; differs (Holm p {:.2g})", estimate, t.holm_difference);
     case Verdict::equivalent:
       return fmt::format("{}; equivalent within ±{:g} (Holm p {:.2g})", estimate, t.margin, t.holm_equivalence);
     case Verdict::undecided:
-      return t.seeds_needed > 0 ? fmt::format("{}; undecided — about {} {} would decide", estimate, t.seeds_needed,
+      return t.seeds_needed > 0 ? fmt::format("{}; undecided (about {} {} would decide)", estimate, t.seeds_needed,
                                               t.paired ? "pairs" : "seeds per variant")
-                                : fmt::format("{}; undecided — more {} would not show equivalence within ±{:g}", estimate,
+                                : fmt::format("{}; undecided (more {} would not show equivalence within ±{:g})", estimate,
                                               t.paired ? "pairs" : "seeds", t.margin);
     case Verdict::no_data: break;
   }

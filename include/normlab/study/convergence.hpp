@@ -1,6 +1,6 @@
 #pragma once
-// Whether a study's conclusions come from runs that converged (docs/compare.md, "The convergence
-// gate"), and the numbers the report's first screen shows, one row per variant and setting.
+// Whether a study's conclusions come from runs that converged (docs/compare.md,
+// "The convergence gate"), and the numbers the report's first screen shows, one row per variant and setting.
 //
 //   (a) bracketed   the rate with the lowest mean final held-out loss (LossCurve::best) is an
 //                   interior point of the probed rates. A search extends its range on that side,
