@@ -395,3 +395,52 @@ TEST_CASE("counting: each run's own chance level in the evidence, and the failur
   // Out of a larger group: the clause counts against it.
   CHECK(study::describe_failures(one, 20) == "at chance in 1/20 — held-out accuracy 0.148 (chance 0.109); no diagnostics to name a mechanism");
 }
+
+TEST_CASE("counting: the runs above a boundary add up by outcome, a slow run at the learned level is not a failure") {
+  // none at 5 rates: learned at 0.001 and 0.01; above: slow at the learned level (learned by both
+  // rules), slow below it, diverged, exploded by loss, at chance.
+  const std::vector<double> rates{0.001, 0.01, 0.1, 1.0, 10.0};
+  std::vector<study::RunResult> runs;
+  for (uint64_t seed = 0; seed < 5; ++seed) {
+    runs.push_back(run_at("none", 0.001, seed, 0.6, plateau(1.0)));
+    runs.push_back(run_at("none", 0.01, seed, 0.7, plateau(0.6)));
+  }
+  runs.push_back(run_at("none", 0.1, 0, 0.5, falling(1.2)));   // slow at the learned level 0.325
+  runs.push_back(run_at("none", 0.1, 1, 0.2, falling(1.8)));   // slow below it
+  runs.push_back(run_at("none", 0.1, 2, 0.1, plateau(2.3)));   // at chance
+  runs.push_back(run_at("none", 0.1, 3, 0.1, plateau(2.3)));   // at chance
+  runs.push_back(run_at("none", 0.1, 4, 0.1, plateau(2.3)));   // at chance
+  for (uint64_t seed = 0; seed < 5; ++seed) {
+    runs.push_back(run_at("none", 1.0, seed, 0.1, plateau(2.3)));
+    if (seed < 2) runs.back().diverged = true, runs.back().diverged_at = 150;  // diverged
+    runs.push_back(run_at("none", 10.0, seed, 0.0, plateau(50.0)));  // exploded (loss above 2 ln K)
+  }
+  CHECK(study::classify(runs[10]) == study::Outcome::slow);
+  CHECK(study::learned_by(runs[10], study::LearnedRule::strict));
+  const study::ComparePlan plan = search_plan({"none"}, rates, 5);
+  const auto groups = study::summarize(runs);
+  const study::StudyTable table = study::study_table(plan, groups);
+  REQUIRE(table.rows.size() == 1);
+  const study::StudyRow& row = table.rows[0];
+  REQUIRE(row.strict.kind == study::BoundaryFit::Kind::boundary);
+  CHECK(row.strict.lr50 > 0.01);
+  CHECK(row.strict.lr50 < 0.1);
+  CHECK(row.runs_above == 15);
+  CHECK(row.failing_above == 14);  // all but the slow run at the learned level
+  CHECK(row.failures_above == std::map<std::string, int>{{"at chance", 6}, {"diverged", 2}, {"exploded", 5}, {"slow", 1}});
+  int summed = 0;
+  for (const auto& [word, n] : row.failures_above) summed += n;
+  CHECK(summed == row.failing_above);
+  // The sentence says the same numbers, each out of the runs above.
+  CHECK(row.failures_text ==
+        "diverged in 2/15 — non-finite at step 150; exploded in 5/15 — held-out loss 50 (over 2x the uniform guess's); slow "
+        "below the learned level in 1/15 — held-out loss still falling at the end: 2.81 → 1.8 over steps 100–300; at "
+        "chance in 6/15 — held-out accuracy 0.100 (chance 0.100); no diagnostics to name a mechanism");
+
+  // The Findings' first line counts every finished run once: its numbers add up to the finished runs.
+  const std::vector<std::string> findings = study::findings(plan, groups);
+  REQUIRE(!findings.empty());
+  INFO(findings.front());
+  CHECK(findings.front().find("25 of 25 runs finished (5 seeds per cell): 0 solved, 10 learned, 2 slow, 0 weak, 6 at "
+                              "chance, 0 collapsed, 5 exploded, 2 diverged") == 0);
+}
