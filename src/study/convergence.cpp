@@ -99,7 +99,8 @@ StudyTable study_table(const ComparePlan& plan, const std::vector<GroupSummary>&
   table.gated = plan.search.enabled() || plan.lrs.size() >= 3;
   for (const std::string& label : plan.variants)
     if (variant_kind(plan, label) == "none" && table.none_label.empty()) table.none_label = label;
-  const std::vector<VariantBoundary> boundaries = lr_boundaries(plan, groups);
+  table.boundaries = lr_boundaries(plan, groups);
+  const std::vector<VariantBoundary>& boundaries = table.boundaries;
   for (const std::string& setting : plan.settings) {
     const size_t first = table.rows.size();
     std::vector<LossCurve> curves;

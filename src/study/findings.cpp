@@ -234,7 +234,7 @@ std::vector<std::string> answer(const ComparePlan& plan, const std::vector<Group
   const StudyTable table = study_table(plan, groups);
   for (std::string& sentence : gate_sentences(plan, table)) out.push_back(std::move(sentence));
   const bool search = plan.search.enabled();
-  for (std::string& sentence : boundary_sentences(plan, groups, table)) out.push_back(std::move(sentence));
+  for (std::string& sentence : boundary_sentences(plan, table)) out.push_back(std::move(sentence));
   for (const std::string& setting : plan.settings) {
     const std::string prefix = plan.settings.size() > 1 ? (setting.empty() ? "" : setting + ": ") : "";
     if (!search) out.push_back(prefix + variant_outcomes(plan, groups, setting) + ".");

@@ -449,14 +449,13 @@ std::string ratio_sentence(const StudyRow& row, const StudyRow& none, const Vari
 }  // namespace
 
 std::vector<std::string> boundary_sentences(const ComparePlan& plan, const std::vector<GroupSummary>& groups) {
-  return boundary_sentences(plan, groups, study_table(plan, groups));
+  return boundary_sentences(plan, study_table(plan, groups));
 }
 
-std::vector<std::string> boundary_sentences(const ComparePlan& plan, const std::vector<GroupSummary>& groups,
-                                            const StudyTable& table) {
+std::vector<std::string> boundary_sentences(const ComparePlan& plan, const StudyTable& table) {
   std::vector<std::string> out;
   if (!plan.search.enabled()) return out;
-  const std::vector<VariantBoundary> all = lr_boundaries(plan, groups);
+  const std::vector<VariantBoundary>& all = table.boundaries;
   const std::string& none_label = table.none_label;
   for (const std::string& setting : plan.settings) {
     const std::string prefix = plan.settings.size() > 1 && !setting.empty() ? setting + ": " : "";

@@ -87,6 +87,7 @@ struct StudyTable {
   std::vector<StudyRow> rows;                       // settings in plan order, variants in plan order
   std::vector<SensitivityDifference> differences;   // per setting, each variant against `none` (else the reference)
   std::string none_label;                           // the series that is no normalization ("" if none)
+  std::vector<VariantBoundary> boundaries;          // lr_boundaries(plan, groups): a search's fits, both rules
   bool gated = false;          // the gate applies: a search, or a grid of >= 3 learning rates
   // The rows whose (b) failed / was not judged / whose (a) failed: the Answer's opening lines.
   std::vector<const StudyRow*> not_converged() const;

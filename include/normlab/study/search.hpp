@@ -113,9 +113,8 @@ std::vector<VariantBoundary> lr_boundaries(const ComparePlan& plan, const std::v
 // convergence gate failed for either variant: convergence.hpp).
 std::vector<std::string> boundary_sentences(const ComparePlan& plan, const std::vector<GroupSummary>& groups);
 struct StudyTable;  // convergence.hpp
-// The same with the table already computed (study_table(plan, groups)).
-std::vector<std::string> boundary_sentences(const ComparePlan& plan, const std::vector<GroupSummary>& groups,
-                                            const StudyTable& table);
+// The same from a table already computed (study_table(plan, groups): it holds the fits).
+std::vector<std::string> boundary_sentences(const ComparePlan& plan, const StudyTable& table);
 
 // summary.json's "lr_boundaries": per variant and setting, {variant, setting, rule ("strict"), kind
 // ("boundary", "never failed", "never learned", "not run"), lr50, low, high, low_open, high_open,
