@@ -431,7 +431,8 @@ TEST_CASE("counting: the runs above a boundary add up by outcome, a slow run at 
   int summed = 0;
   for (const auto& [word, n] : row.failures_above) summed += n;
   CHECK(summed == row.failing_above);
-  // The sentence says the same numbers, each out of the runs above.
+  // The table cell and the sentence say the same numbers, each out of the runs above.
+  CHECK(row.failures_short == "14 of 15: 6 at chance, 5 exploded, 2 diverged, 1 slow");
   CHECK(row.failures_text ==
         "diverged in 2/15 — non-finite at step 150; exploded in 5/15 — held-out loss 50 (over 2x the uniform guess's); slow "
         "below the learned level in 1/15 — held-out loss still falling at the end: 2.81 → 1.8 over steps 100–300; at "

@@ -125,6 +125,13 @@ StudyTable study_table(const ComparePlan& plan, const std::vector<GroupSummary>&
           for (const RunResult* r : vb.runs_above)
             if (!learned_by(*r, LearnedRule::strict) && classify(*r) != Outcome::not_evaluated) failing.push_back(r);
           row.failures_text = describe_failures(failing, vb.runs_above.size());
+          std::vector<std::pair<int, std::string>> counts;  // largest first
+          for (const auto& [word, n] : vb.failures_above) counts.emplace_back(-n, word);
+          std::sort(counts.begin(), counts.end());
+          for (const auto& [n, word] : counts)
+            row.failures_short += fmt::format("{}{} {}", row.failures_short.empty() ? "" : ", ", -n, word);
+          if (!counts.empty())
+            row.failures_short = fmt::format("{} of {}: {}", vb.failing_above, vb.runs_above.size(), row.failures_short);
         }
       if (!row.curve.empty()) curves.push_back(row.curve);
       table.rows.push_back(std::move(row));
@@ -295,7 +302,7 @@ json study_json(const StudyTable& table) {
                     {"strict", fit_json(r.strict, r.strict_ratio)},
                     {"slow_inclusive", fit_json(r.slow_inclusive, r.slow_inclusive_ratio)},
                     {"rules_agree", r.rules_agree}, {"runs_above", r.runs_above}, {"failing_above", r.failing_above},
-                    {"failures_above", r.failures_above}});
+                    {"failures_above", r.failures_above}, {"failures", r.failures_short}});
   }
   json diffs = json::array();
   for (const SensitivityDifference& d : table.differences)

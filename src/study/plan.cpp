@@ -509,7 +509,7 @@ LrSearchSpec::Block expand_search_block(const CompareConfig& config, const std::
   int rounds = 0;  // refinement rounds run
   bool refining = config.search.rounds > 0;
   for (;;) {
-    std::vector<RateOutcome> tested;
+    std::vector<RateOutcome> tested, tested_strict;
     std::vector<RunResult> results;
     results.reserve(rates.size() * plan.seeds.size());
     for (double lr : rates) {
@@ -535,10 +535,15 @@ LrSearchSpec::Block expand_search_block(const CompareConfig& config, const std::
       for (const RunResult* r : all)
         if (r->spec.lr == lr) runs.push_back(r);
       tested.push_back(rate_outcome(lr, runs));
+      tested_strict.push_back(rate_outcome(lr, runs, LearnedRule::strict));
     }
     std::vector<double> next = extension_rates(rates, loss_curve(variant, setting.label, all).best_lr(), config.search);
     if (refining) {
-      const std::vector<double> mid = refine_rates(tested, config.search.max_new);
+      // Where either rule's learned fractions change: the strict rule's pairs first (the report's
+      // boundary), then the slow-inclusive rule's, at most max_new in all.
+      std::vector<double> mid = refine_rates(tested_strict, config.search.max_new);
+      for (double lr : refine_rates(tested, config.search.max_new))
+        if (int(mid.size()) < config.search.max_new && std::find(mid.begin(), mid.end(), lr) == mid.end()) mid.push_back(lr);
       if (mid.empty() || ++rounds >= config.search.rounds) refining = false;
       next.insert(next.end(), mid.begin(), mid.end());
     }

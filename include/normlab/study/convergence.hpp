@@ -80,7 +80,21 @@ struct StudyRow {
   int runs_above = 0, failing_above = 0;
   std::map<std::string, int> failures_above;  // outcome word -> runs ("slow" = slow below the learned level)
   std::string failures_text;  // describe_failures' words with the evidence, e.g. "collapsed in 5/5 — ..."
+  std::string failures_short;  // for a table cell: "14 of 15: 6 at chance, 5 exploded, 2 diverged, 1 slow"
 };
+// Rendering a row (the first screen's compact table, one row per variant and setting):
+//   best held-out loss   curve.best_loss() [curve.mean[curve.best].low, .high] at curve.best_lr();
+//                        convergence.bracketed() false: the best rate is an edge (mark it)
+//   boundary             strict.kind == boundary: strict.lr50 [strict.low, strict.high] (low_open:
+//                        "< low", high_open: "> high"); never_failed: "> strict.top_lr";
+//                        never_learned: "learned at no rate"; slow_inclusive beside where it differs
+//   ratio to none        strict_ratio.ratio [low, high] (open ends: no limit); omit where
+//                        convergence.converged is false for this row or none's (judged ones), and
+//                        mark it unsettled where !rules_agree
+//   LR sensitivity       sensitivity.interval.mean [low, high] nats over sensitivity.from..to
+//   failed above         failures_short (failures_text with the evidence)
+// and the headline figure from curve: x = lrs, y = loss[i][j] per seed (points), mean[i] (line),
+// cap = ln K (a diverged run sits there), one panel per setting, every variant in it.
 
 // The table and the comparisons beside it, for a whole plan.
 struct StudyTable {

@@ -47,7 +47,8 @@ struct RateOutcome {
   int runs = 0;     // finished (diverged included; unfinished and never-evaluated runs left out)
   double fraction() const { return runs > 0 ? double(learned) / runs : 0.0; }
 };
-// The outcome at `lr` of `runs` (classify()). The search's rounds use the slow-inclusive rule.
+// The outcome at `lr` of `runs` (classify()). The search's rounds refine where either rule's
+// fractions change.
 RateOutcome rate_outcome(double lr, const std::vector<const RunResult*>& runs,
                          LearnedRule rule = LearnedRule::slow_inclusive);
 
