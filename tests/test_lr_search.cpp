@@ -273,7 +273,7 @@ TEST_CASE("compare search end to end: rounds run, reused on rerun, the report an
   for (const auto& s : summary["answer"]) answer += s.get<std::string>() + "\n";
   CHECK(answer.find("Learning-rate boundary, none:") != std::string::npos);
   CHECK(answer.find("Learning-rate boundary, pre-ln:") != std::string::npos);
-  CHECK(answer.find("half the seeds learn at lr") != std::string::npos);
+  CHECK(answer.find("half the seeds reach the learned level at lr") != std::string::npos);
   // summary.json carries the same boundaries as numbers.
   REQUIRE(summary["lr_boundaries"].size() == 2);
   for (const auto& b : summary["lr_boundaries"]) {

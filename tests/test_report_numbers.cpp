@@ -304,17 +304,18 @@ TEST_CASE("report numbers: findings and the Answer on a fixture with known answe
                  "(defaults): loss ±0.05, accuracy AUC ±0.02, accuracy ±0.02.") != std::string::npos);
   // Two identical groups: zero spread is said as such (no "+0.000, 95% CI +0.000 to +0.000"), and
   // identical in every pair is equivalent within any margin. Paired by seed: same task, seed and batch size.
-  CHECK(all.find("lr 0.001: against model.norm=layernorm, trained lengths — model.norm=none: held-out loss equivalent "
-                 "within ±0.05: identical in all 3 pairs, Holm p 0; accuracy AUC equivalent within ±0.02: identical "
-                 "in all 3 pairs, Holm p 0; accuracy equivalent within ±0.02: identical in all 3 pairs, Holm p 0; "
-                 "unseen-length accuracy identical in all 3 pairs.") != std::string::npos);
+  CHECK(all.find("lr 0.001: against model.norm=layernorm, trained lengths — model.norm=none (held-out loss: identical "
+                 "in all 3 pairs; equivalent within ±0.05 (Holm p 0); accuracy AUC: identical in all 3 pairs; "
+                 "equivalent within ±0.02 (Holm p 0); accuracy: identical in all 3 pairs; equivalent within ±0.02 "
+                 "(Holm p 0); unseen-length accuracy identical in all 3 pairs).") != std::string::npos);
   CHECK(all.find("no difference shown") == std::string::npos);
   CHECK(all.find("+0.000, 95% CI +0.000 to +0.000") == std::string::npos);
   // 0.0 against 0.96, 0.97, 0.98: mean -0.97, sd 0.01, t_2 = 4.303.
-  CHECK(all.find("lr 0.03: against model.norm=layernorm, trained lengths — model.norm=none: held-out loss differs: the "
-                 "same +49.000 in all 3 pairs, Holm p 0;") != std::string::npos);
-  CHECK(all.find(fmt::format("; accuracy differs: lower by 0.970 (95% CI {:+.3f} to {:+.3f}, 3 pairs), Holm p",
-                             -0.97 - 4.303 * 0.01 / std::sqrt(3.0), -0.97 + 4.303 * 0.01 / std::sqrt(3.0))) !=
+  // The better variant is named, with the interval of its lead (its value minus the other's).
+  CHECK(all.find("lr 0.03: against model.norm=layernorm, trained lengths — model.norm=none (held-out loss: "
+                 "model.norm=layernorm lower by 49.000 nats in all 3 pairs; differs (Holm p 0);") != std::string::npos);
+  CHECK(all.find(fmt::format("; accuracy: model.norm=layernorm higher by 0.970 [{:+.3f}, {:+.3f}]; differs (Holm p",
+                             0.97 - 4.303 * 0.01 / std::sqrt(3.0), 0.97 + 4.303 * 0.01 / std::sqrt(3.0))) !=
         std::string::npos);
   CHECK(all.find("Steps to solve at lr 0.03 (first evaluation at trained-length accuracy >= 0.95; median over the "
                  "seeds that reached it): model.norm=layernorm 20 (3/3).") != std::string::npos);
@@ -331,8 +332,9 @@ TEST_CASE("report numbers: findings and the Answer on a fixture with known answe
   CHECK(answer.find("Highest grid learning rate at which most seeds learned, against model.norm=none (up to 0.001); "
                     "higher: model.norm=layernorm (up to 0.03).") != std::string::npos);
   CHECK(answer.find("normalization bought") == std::string::npos);
-  CHECK(answer.find("model.norm=none at 0.001: held-out loss equivalent within ±0.05, accuracy AUC equivalent within "
-                    "±0.02") != std::string::npos);
+  CHECK(answer.find("model.norm=none at 0.001 (held-out loss: identical in all 3 pairs; equivalent within ±0.05 "
+                    "(Holm p 0); accuracy AUC: identical in all 3 pairs; equivalent within ±0.02 (Holm p 0))") !=
+        std::string::npos);
   // Each cell against chance and the 'learned' level, not a fixed "no variant extrapolates".
   CHECK(answer.find("On unseen lengths 33–64, against chance 0.100 and the 'learned' level 0.325, cells by mean "
                     "accuracy: 0 of 4 at or above the learned level, 0 above chance only, 4 at chance; the best 0.100")

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "common.hpp"
+#include "normlab/study/convergence.hpp"
 #include "normlab/study/search.hpp"
 
 namespace normlab::study {
@@ -150,21 +151,6 @@ std::string headroom_verdict(const ComparePlan& plan, const std::vector<GroupSum
   return out + ". One grid step locates no boundary: the learning-rate search measures how far each range reaches.";
 }
 
-// One endpoint's verdict in a few words: "differs (-0.120)", "equivalent within ±0.05",
-// "undecided (about 12 pairs would decide)".
-std::string short_verdict(const EndpointTest& t) {
-  switch (t.verdict) {
-    case Verdict::differs: return fmt::format("differs ({:+.3g})", t.difference.mean);
-    case Verdict::equivalent: return fmt::format("equivalent within ±{:g}", t.margin);
-    case Verdict::undecided:
-      return t.seeds_needed > 0 ? fmt::format("undecided (about {} {} would decide)", t.seeds_needed,
-                                              t.paired ? "pairs" : "seeds")
-                                : "undecided";
-    case Verdict::no_data: return "no test";
-  }
-  return "";
-}
-
 // "Tests: ..." — the family Holm's correction runs over and the margins, said once.
 std::string tests_statement(const ComparePlan& plan, size_t comparisons) {
   const EquivalenceMargins& m = plan.equivalence;
@@ -190,8 +176,9 @@ std::string learned_differences(const ComparePlan& plan, const std::vector<Group
     const GroupSummary* b = find_group(groups, c.reference, c.lr, setting);
     if (!a || !b || !a->mostly_learned() || !b->mostly_learned()) continue;
     const std::string at = plan.lrs.size() > 1 ? " at " + detail::format_lr(c.lr) : "";
-    list += fmt::format("{}{}{}: held-out loss {}, accuracy AUC {}", list.empty() ? "" : "; ", c.variant, at,
-                        short_verdict(tests[i][0]), short_verdict(tests[i][1]));
+    list += fmt::format("{}{}{} (held-out loss: {}; accuracy AUC: {})", list.empty() ? "" : "; ", c.variant, at,
+                        direction_text(tests[i][0], c.variant, c.reference),
+                        direction_text(tests[i][1], c.variant, c.reference));
   }
   if (list.empty()) return "";
   return fmt::format("{}Where both learned, against {} on trained lengths (paired by seed, Holm-adjusted): {}.", prefix,
@@ -241,10 +228,13 @@ std::vector<std::string> answer(const ComparePlan& plan, const std::vector<Group
     if (variant_kind(plan, label) == "none" && none_label.empty()) none_label = label;
   const std::vector<Comparison> comparisons = compare_variants(plan, groups);
   const std::vector<std::vector<EndpointTest>> tests = test_comparisons(comparisons, plan.equivalence);
-  // A search answers with boundaries first; its per-rate outcomes (each variant at its own rates) are
-  // in the Findings and the boundary table, not repeated here.
+  // The convergence gate first: a study whose best runs were still improving answers nothing about
+  // stability. A search then answers with boundaries; its per-rate outcomes (each variant at its
+  // own rates) are in the Findings and the boundary table, not repeated here.
+  const StudyTable table = study_table(plan, groups);
+  for (std::string& sentence : gate_sentences(plan, table)) out.push_back(std::move(sentence));
   const bool search = plan.search.enabled();
-  for (std::string& sentence : boundary_sentences(plan, groups)) out.push_back(std::move(sentence));
+  for (std::string& sentence : boundary_sentences(plan, table)) out.push_back(std::move(sentence));
   for (const std::string& setting : plan.settings) {
     const std::string prefix = plan.settings.size() > 1 ? (setting.empty() ? "" : setting + ": ") : "";
     if (!search) out.push_back(prefix + variant_outcomes(plan, groups, setting) + ".");
@@ -279,9 +269,10 @@ void paired_difference_lines(const ComparePlan& plan, const std::vector<GroupSum
         const Comparison& c = comparisons[i];
         if (c.setting != setting || c.lr != lr) continue;
         reference = c.reference;
-        line += fmt::format("{}{}: held-out loss {}; accuracy AUC {}; accuracy {}{}{}", line.empty() ? "" : " — ",
-                            c.variant, describe_test(tests[i][0]), describe_test(tests[i][1]),
-                            describe_test(tests[i][2]),
+        line += fmt::format("{}{} (held-out loss: {}; accuracy AUC: {}; accuracy: {}{}{})", line.empty() ? "" : "; ",
+                            c.variant, direction_text(tests[i][0], c.variant, c.reference),
+                            direction_text(tests[i][1], c.variant, c.reference),
+                            direction_text(tests[i][2], c.variant, c.reference),
                             c.accuracy_ceiling ? " (both at accuracy 1 in every seed: the ceiling, see loss)" : "",
                             c.unseen_accuracy.n == 0 ? ""
                                                      : "; unseen-length accuracy " +
@@ -314,7 +305,9 @@ std::vector<std::string> findings(const ComparePlan& plan, const std::vector<Gro
                             counts["diverged"], trained_range.empty() ? "lengths" : trained_range));
   // Where runs did not learn (or learned slowly), by kind, with the evidence.
   for (const auto& [what, outcome] :
-       {std::pair{"Slow (above chance, held-out loss still falling at the end; counted as learned)", Outcome::slow},
+       {std::pair{"Slow (above chance, held-out loss still falling at the end; learned for the slow-inclusive rule, for "
+                  "the strict rule only at the learned level)",
+                  Outcome::slow},
         std::pair{"Weak (above chance, short of learned)", Outcome::weak},
         std::pair{"At chance", Outcome::at_chance},
         std::pair{"Collapsed (at chance or constant output, early blocks' gradients vanished)", Outcome::collapsed},
@@ -360,6 +353,9 @@ std::vector<std::string> findings(const ComparePlan& plan, const std::vector<Gro
                                 at.empty() ? "" : " at " + at, kSolvedAccuracy, list));
     }
   paired_difference_lines(plan, groups, out);
+  // How much loss each variant gives up across the rates (LR sensitivity), with paired differences.
+  if (plan.search.enabled() || plan.lrs.size() >= 3)
+    for (std::string& line : sensitivity_sentences(plan, study_table(plan, groups))) out.push_back(std::move(line));
   const int seeds = seeds_per_cell(groups);
   if (seeds > 0 && size_t(seeds) < kMinSeeds)
     out.push_back(fmt::format("Warning: some cells have only {} seed{} (fewer than {}).", seeds, seeds == 1 ? "" : "s",

@@ -208,13 +208,16 @@ std::string evidence(Outcome outcome, const std::vector<const RunResult*>& runs)
     case Outcome::collapsed: return collapse_evidence(runs);
     case Outcome::slow: return slow_evidence(runs);
     case Outcome::weak:
-    case Outcome::at_chance:
-      for (const RunResult* r : runs) span.add(r->final_trained().accuracy);
-      return fmt::format("held-out accuracy {} (chance {:.3f}){}", value_range(span.lo, span.hi, accuracy_text),
-                         runs.front()->baseline.chance_accuracy(),
+    case Outcome::at_chance: {
+      // Each run's own chance level (its majority label's share differs by seed): the range over them.
+      Span chance;
+      for (const RunResult* r : runs) span.add(r->final_trained().accuracy), chance.add(r->baseline.chance_accuracy());
+      return fmt::format("held-out accuracy {} (chance {}){}", value_range(span.lo, span.hi, accuracy_text),
+                         chance.empty() ? "unknown" : value_range(chance.lo, chance.hi, accuracy_text),
                          std::any_of(runs.begin(), runs.end(), [](const RunResult* r) { return r->diagnostics.empty(); })
                              ? "; no diagnostics to name a mechanism"
                              : "");
+    }
     default: return "";
   }
 }
@@ -227,7 +230,9 @@ std::string outcome_evidence(Outcome outcome, const std::vector<const RunResult*
   return evidence(outcome, runs);
 }
 
-std::string describe_failures(const std::vector<const RunResult*>& runs) {
+namespace {
+
+std::string failure_clauses(const std::vector<const RunResult*>& runs, size_t of, bool strict) {
   std::map<Outcome, std::vector<const RunResult*>> by_outcome;
   for (const RunResult* r : runs) by_outcome[classify(*r)].push_back(r);
   std::string out;
@@ -236,10 +241,25 @@ std::string describe_failures(const std::vector<const RunResult*>& runs) {
     const auto it = by_outcome.find(o);
     if (it == by_outcome.end()) continue;
     const std::string why = evidence(o, it->second);
-    out += fmt::format("{}{} in {}/{}{}", out.empty() ? "" : "; ", outcome_name(o), it->second.size(), runs.size(),
+    out += fmt::format("{}{}{} in {}/{}{}", out.empty() ? "" : "; ", outcome_name(o),
+                       strict && o == Outcome::slow ? " below the learned level" : "", it->second.size(), of,
                        why.empty() ? "" : " — " + why);
   }
   return out;
+}
+
+}  // namespace
+
+std::string describe_failures(const std::vector<const RunResult*>& runs) { return failure_clauses(runs, runs.size(), false); }
+
+std::string describe_failures(const std::vector<const RunResult*>& failing, size_t of) {
+  return failure_clauses(failing, of, true);
+}
+
+bool at_learned_level(const RunResult& run) {
+  if (run.diverged || !run.finished || run.evals.empty()) return false;
+  const double a = run.final_trained().accuracy, c = run.baseline.chance_accuracy();
+  return a >= c + kLearnedShare * (1 - c);
 }
 
 }  // namespace normlab::study

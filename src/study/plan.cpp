@@ -23,6 +23,7 @@
 #include "normlab/nn/encoder.hpp"
 #include "normlab/nn/norm_registry.hpp"
 #include "normlab/study/search.hpp"
+#include "normlab/study/sensitivity.hpp"
 #include "normlab/train/config.hpp"
 #include "normlab/train/memory.hpp"
 
@@ -496,37 +497,64 @@ RunSpec make_run_spec(const CompareConfig& config, const std::vector<std::vector
 }
 
 // One variant and setting of a search: its rounds after round 0, each from the outcomes of the
-// rounds before it, as far as finished runs in out_dir allow. New runs are appended to plan.runs.
+// rounds before it, as far as finished runs in out_dir allow. Each pass adds the refinement round's
+// midpoints (while rounds remain) and the convergence gate's extension (a rate past the range's
+// edge where the lowest mean held-out loss sits, up to search.lr.min / max). New runs are appended
+// to plan.runs.
 LrSearchSpec::Block expand_search_block(const CompareConfig& config, const std::vector<std::vector<json>>& key_axis_values,
                                         ComparePlan& plan, const Setting& setting, const std::string& variant,
                                         const std::string& out_dir) {
   LrSearchSpec::Block block{variant, setting.label, 1, false, ""};
   std::vector<double> rates = initial_rates(config.search);
-  for (int round = 1; round <= config.search.rounds; ++round) {
-    std::vector<RateOutcome> tested;
+  int rounds = 0;  // refinement rounds run
+  bool refining = config.search.rounds > 0;
+  for (;;) {
+    std::vector<RateOutcome> tested, tested_strict;
+    std::vector<RunResult> results;
+    results.reserve(rates.size() * plan.seeds.size());
     for (double lr : rates) {
-      std::vector<RunResult> results;
       for (uint64_t seed : plan.seeds) {
         const RunSpec spec = make_run_spec(config, key_axis_values, plan, setting, lr, variant, seed);
         const fs::path dir = fs::path(out_dir) / "runs" / spec.name;
         if (out_dir.empty() || !fs::exists(dir / "summary.json")) {
+          // Nothing more is known; with no round left and no extension possible, this block is settled.
+          if (!refining && config.search.min >= config.search.from && config.search.max <= config.search.to) {
+            block.settled = true;
+            return block;
+          }
           block.waiting_on = spec.name;
           return block;
         }
         results.push_back(read_run(spec, dir.string()));
       }
-      std::vector<const RunResult*> runs;
-      for (const RunResult& r : results) runs.push_back(&r);
-      tested.push_back(rate_outcome(lr, runs));
     }
-    const std::vector<double> next = refine_rates(tested, config.search.max_new);
-    if (next.empty()) break;  // the outcomes no longer change between neighbouring rates
+    std::vector<const RunResult*> all;
+    for (const RunResult& r : results) all.push_back(&r);
+    for (double lr : rates) {
+      std::vector<const RunResult*> runs;
+      for (const RunResult* r : all)
+        if (r->spec.lr == lr) runs.push_back(r);
+      tested.push_back(rate_outcome(lr, runs));
+      tested_strict.push_back(rate_outcome(lr, runs, LearnedRule::strict));
+    }
+    std::vector<double> next = extension_rates(rates, loss_curve(variant, setting.label, all).best_lr(), config.search);
+    if (refining) {
+      // Where either rule's learned fractions change: the strict rule's pairs first (the report's
+      // boundary), then the slow-inclusive rule's, at most max_new in all.
+      std::vector<double> mid = refine_rates(tested_strict, config.search.max_new);
+      for (double lr : refine_rates(tested, config.search.max_new))
+        if (int(mid.size()) < config.search.max_new && std::find(mid.begin(), mid.end(), lr) == mid.end()) mid.push_back(lr);
+      if (mid.empty() || ++rounds >= config.search.rounds) refining = false;
+      next.insert(next.end(), mid.begin(), mid.end());
+    }
+    if (next.empty()) break;  // the outcomes no longer change between neighbouring rates, the optimum is inside
+    std::sort(next.begin(), next.end());
     for (double lr : next)
       for (uint64_t seed : plan.seeds)
         plan.runs.push_back(make_run_spec(config, key_axis_values, plan, setting, lr, variant, seed));
     rates.insert(rates.end(), next.begin(), next.end());
     std::sort(rates.begin(), rates.end());
-    block.rounds_known = round + 1;
+    ++block.rounds_known;
   }
   block.settled = true;
   return block;
@@ -537,8 +565,12 @@ void expand_search(const CompareConfig& config, const std::vector<std::vector<js
                    ComparePlan& plan, const std::string& out_dir) {
   plan.search = config.search;
   const std::vector<Setting> settings = expand_grid(plan);
+  // The gate's extension adds at most one rate per round-0 step between from and min, and to and max.
+  const double step = std::log(config.search.to / config.search.from) / double(config.search.points - 1);
+  const double extensions = std::ceil(std::log(config.search.from / config.search.min) / step - 1e-9) +
+                            std::ceil(std::log(config.search.max / config.search.to) / step - 1e-9);
   const double most = double(settings.size() * plan.variants.size() * plan.seeds.size()) *
-                      double(config.search.points + config.search.rounds * config.search.max_new);
+                      double(config.search.points + config.search.rounds * config.search.max_new + extensions);
   if (most > 5000)
     fail(config.path, "search.lr", fmt::format("up to {:.0f} runs is more than the limit of 5000", most));
   for (const Setting& setting : settings) {
@@ -584,6 +616,23 @@ ComparePlan load_compare_plan(const std::string& path, const std::string& out_di
           plan.runs.push_back(make_run_spec(config, key_axis_values, plan, setting, lr, variant_name, seed));
   }
   return plan;
+}
+
+std::string plan_size_sentence(const ComparePlan& plan) {
+  std::string extra;
+  for (const auto& [key, values] : plan.extra_axes) extra += fmt::format(" × {} values of {}", values.size(), key);
+  if (!plan.search.enabled())
+    return fmt::format("Grid: {} variants × {} learning rates × {} seeds × {} depths × {} warmup settings{} = {} runs.",
+                       plan.variants.size(), plan.lrs.size(), plan.seeds.size(), plan.layers.size(),
+                       plan.warmups.size(), extra, plan.runs.size());
+  const size_t first = plan.search.first_round_runs, later = plan.runs.size() - first;
+  return fmt::format(
+      "Search: {} variants × {} settings × {} seeds: round 0 at {} rates from {} to {} ({} runs){} = {} runs at {} "
+      "distinct rates.",
+      plan.variants.size(), plan.settings.size(), plan.seeds.size(), first / std::max<size_t>(1, plan.variants.size() * plan.settings.size() * plan.seeds.size()),
+      format_lr(plan.search.from), format_lr(plan.search.to), first,
+      later == 0 ? "" : fmt::format(", then {} runs at the rates each variant and setting's later rounds chose", later),
+      plan.runs.size(), plan.lrs.size());
 }
 
 bool in_shard(const ComparePlan& plan, size_t run_index, size_t shard_index, size_t shard_count) {

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "common.hpp"
+#include "normlab/study/convergence.hpp"
 
 namespace normlab::study {
 
@@ -49,8 +50,9 @@ LrSearchSpec parse_lr_search(const json& search, const std::string& path) {
   const json& lr = search.at("lr");
   if (!lr.is_object()) fail(path, "search.lr", "must be an object with from, to (and points, rounds, max_new)");
   for (const auto& [key, value] : lr.items())
-    if (key != "from" && key != "to" && key != "points" && key != "rounds" && key != "max_new")
-      fail(path, "search.lr." + key, "unknown key (expected from, to, points, rounds, max_new)");
+    if (key != "from" && key != "to" && key != "points" && key != "rounds" && key != "max_new" && key != "min" &&
+        key != "max")
+      fail(path, "search.lr." + key, "unknown key (expected from, to, points, rounds, max_new, min, max)");
   LrSearchSpec spec;
   spec.from = read_rate(lr, "from", path);
   spec.to = read_rate(lr, "to", path);
@@ -59,6 +61,12 @@ LrSearchSpec parse_lr_search(const json& search, const std::string& path) {
   spec.points = read_int(lr, "points", 5, 2, 16, path);
   spec.rounds = read_int(lr, "rounds", 2, 0, 8, path);
   spec.max_new = read_int(lr, "max_new", spec.points, 1, 16, path);
+  // The convergence gate's room to extend the range: default none (min = from, max = to).
+  spec.min = lr.contains("min") ? read_rate(lr, "min", path) : spec.from;
+  spec.max = lr.contains("max") ? read_rate(lr, "max", path) : spec.to;
+  if (spec.min > spec.from)
+    fail(path, "search.lr.min", fmt::format("must be at most from ({:g}), got {:g}", spec.from, spec.min));
+  if (spec.max < spec.to) fail(path, "search.lr.max", fmt::format("must be at least to ({:g}), got {:g}", spec.to, spec.max));
   return spec;
 }
 
@@ -77,14 +85,36 @@ std::vector<double> initial_rates(const LrSearchSpec& spec) {
   return rates;
 }
 
-RateOutcome rate_outcome(double lr, const std::vector<const RunResult*>& runs) {
+bool learned_by(const RunResult& run, LearnedRule rule) {
+  const Outcome o = classify(run);
+  if (rule == LearnedRule::slow_inclusive) return has_learned(o);
+  return o == Outcome::solved || o == Outcome::learned || (o == Outcome::slow && at_learned_level(run));
+}
+
+RateOutcome rate_outcome(double lr, const std::vector<const RunResult*>& runs, LearnedRule rule) {
   RateOutcome out;
   out.lr = lr;
   for (const RunResult* r : runs) {
     const Outcome o = classify(*r);
     if (o == Outcome::unfinished || o == Outcome::not_evaluated) continue;
     ++out.runs;
-    if (has_learned(o)) ++out.learned;
+    if (learned_by(*r, rule)) ++out.learned;
+  }
+  return out;
+}
+
+std::vector<double> extension_rates(const std::vector<double>& tested, double best_lr, const LrSearchSpec& spec) {
+  if (tested.size() < 2 || !std::isfinite(best_lr) || spec.points < 2) return {};
+  // One round-0 step: the ratio between neighbouring rates of round 0.
+  const double step = std::pow(spec.to / spec.from, 1.0 / double(spec.points - 1));
+  std::vector<double> out;
+  if (best_lr == tested.front()) {
+    const double lower = round_rate(std::max(tested.front() / step, spec.min));
+    if (lower < tested.front() && lower >= round_rate(spec.min)) out.push_back(lower);
+  }
+  if (best_lr == tested.back()) {
+    const double upper = round_rate(std::min(tested.back() * step, spec.max));
+    if (upper > tested.back() && upper <= round_rate(spec.max)) out.push_back(upper);
   }
   return out;
 }
@@ -282,13 +312,22 @@ std::string format_rate(double lr) { return std::isfinite(lr) ? fmt::format("{:.
 std::vector<VariantBoundary> lr_boundaries(const ComparePlan& plan, const std::vector<GroupSummary>& groups) {
   std::vector<VariantBoundary> out;
   if (!plan.search.enabled()) return out;
+  const auto by_lr = [](const RateOutcome& a, const RateOutcome& b) { return a.lr < b.lr; };
   for (const std::string& setting : plan.settings)
     for (const std::string& variant : plan.variants) {
-      VariantBoundary vb{variant, setting, {}, {}, {}, 0, {}};
+      VariantBoundary vb{variant, setting, {}, {}, {}, 0, {}, {}, {}};
       for (const GroupSummary& g : groups)
-        if (g.variant == variant && g.setting == setting) vb.tested.push_back(rate_outcome(g.lr, g.runs));
-      std::sort(vb.tested.begin(), vb.tested.end(), [](const auto& a, const auto& b) { return a.lr < b.lr; });
-      vb.fit = fit_boundary(vb.tested, plan.search.from, plan.search.to);
+        if (g.variant == variant && g.setting == setting) {
+          vb.tested.push_back(rate_outcome(g.lr, g.runs, LearnedRule::strict));
+          vb.tested_slow_inclusive.push_back(rate_outcome(g.lr, g.runs, LearnedRule::slow_inclusive));
+        }
+      std::sort(vb.tested.begin(), vb.tested.end(), by_lr);
+      std::sort(vb.tested_slow_inclusive.begin(), vb.tested_slow_inclusive.end(), by_lr);
+      // The fit's x range reaches past the searched range when the gate extended it.
+      const double from = std::min(plan.search.from, vb.tested.empty() ? plan.search.from : vb.tested.front().lr);
+      const double to = std::max(plan.search.to, vb.tested.empty() ? plan.search.to : vb.tested.back().lr);
+      vb.fit = fit_boundary(vb.tested, from, to);
+      vb.fit_slow_inclusive = fit_boundary(vb.tested_slow_inclusive, from, to);
       for (const GroupSummary& g : groups) {
         if (g.variant != variant || g.setting != setting) continue;
         // Above the boundary (or anywhere, for a variant that never learned): how the runs that did not learn ended.
@@ -297,8 +336,9 @@ std::vector<VariantBoundary> lr_boundaries(const ComparePlan& plan, const std::v
           continue;
         for (const RunResult* r : g.runs) {
           const Outcome o = classify(*r);
-          if (o != Outcome::unfinished) vb.runs_above.push_back(r);
-          if (has_learned(o) || o == Outcome::unfinished || o == Outcome::not_evaluated) continue;
+          if (o == Outcome::unfinished || o == Outcome::not_evaluated) continue;
+          vb.runs_above.push_back(r);
+          if (learned_by(*r, LearnedRule::strict)) continue;
           ++vb.failures_above[outcome_name(o)];
           ++vb.failing_above;
         }
@@ -323,67 +363,123 @@ std::string ratio_text(double r) {
   return r >= 1 ? fmt::format("{:.1f}x", r) : fmt::format("{:#.2g}x", r);
 }
 
+// What the slow-inclusive rule says where it differs from the strict one ("" where they agree).
+std::string slow_inclusive_note(const VariantBoundary& vb) {
+  const BoundaryFit& s = vb.fit_slow_inclusive;
+  const BoundaryFit& f = vb.fit;
+  if (s.kind == f.kind && (s.kind != BoundaryFit::Kind::boundary || format_rate(s.lr50) == format_rate(f.lr50))) return "";
+  switch (s.kind) {
+    case BoundaryFit::Kind::boundary: return "counting slow runs as learned: " + boundary_interval(s);
+    case BoundaryFit::Kind::never_failed:
+      return "counting slow runs as learned: most seeds learned at every rate up to " + format_rate(s.top_lr);
+    case BoundaryFit::Kind::never_learned: return "counting slow runs as learned: most seeds learned at no rate";
+    case BoundaryFit::Kind::not_run: break;
+  }
+  return "";
+}
+
 std::string variant_sentence(const VariantBoundary& vb, const LrSearchSpec& spec) {
   const BoundaryFit& f = vb.fit;
+  const std::string slow = slow_inclusive_note(vb);
+  const std::string beside = slow.empty() ? "" : " (" + slow + ")";
+  std::vector<const RunResult*> failing;
+  for (const RunResult* r : vb.runs_above)
+    if (!learned_by(*r, LearnedRule::strict)) failing.push_back(r);
   switch (f.kind) {
     case BoundaryFit::Kind::not_run:
       return fmt::format("{}: no finished search runs yet.", vb.variant);
     case BoundaryFit::Kind::never_learned: {
       const RateOutcome& best = vb.tested[peak_index(vb.tested)];
-      return fmt::format("{}: most seeds learned at no rate from {} to {} (best {}/{} at lr {}); its runs: {}.",
+      return fmt::format("{}: most seeds reached the learned level at no rate from {} to {} (best {}/{} at lr {}){}; its "
+                         "runs: {}.",
                          vb.variant, format_rate(vb.tested.front().lr), format_rate(f.top_lr), best.learned, best.runs,
-                         format_rate(best.lr), describe_failures(vb.runs_above));
+                         format_rate(best.lr), beside, describe_failures(failing, vb.runs_above.size()));
     }
     case BoundaryFit::Kind::never_failed:
-      return fmt::format("{}: most seeds learned at every rate from {} up to {}{}: no boundary in the searched range.",
+      return fmt::format("{}: most seeds learned at every rate from {} up to {}{}: no boundary in the searched range{}.",
                          vb.variant, format_rate(f.peak_lr), format_rate(f.top_lr),
-                         f.top_lr >= round_rate(spec.to) ? ", the top of the search" : " (the highest rate run so far)");
+                         f.top_lr >= round_rate(spec.max) ? ", the top of the search" : " (the highest rate run so far)",
+                         beside);
     case BoundaryFit::Kind::boundary:
       break;
   }
   std::string s = fmt::format(
-      "{}: half the seeds learn at lr {} (logistic fit on {} runs at {} rates from {}, profile likelihood)", vb.variant,
-      boundary_interval(f), f.fitted_runs, f.fitted_rates, format_rate(f.peak_lr));
+      "{}: half the seeds reach the learned level at lr {} (logistic fit on {} runs at {} rates from {}, profile "
+      "likelihood){}",
+      vb.variant, boundary_interval(f), f.fitted_runs, f.fitted_rates, format_rate(f.peak_lr), beside);
   // How the runs above the boundary ended, named from their diagnostics (describe_failures).
-  if (vb.failing_above > 0) s += fmt::format("; above it: {}", describe_failures(vb.runs_above));
+  if (vb.failing_above > 0) s += fmt::format("; above it: {}", describe_failures(failing, vb.runs_above.size()));
   return s + ".";
+}
+
+// "1.3x [1.0x, 1.8x]"
+std::string ratio_interval(const BoundaryRatio& r) {
+  return fmt::format("{} [{}, {}]", ratio_text(r.ratio), r.low_open ? "no lower limit" : ratio_text(r.low),
+                     r.high_open ? "no upper limit" : ratio_text(r.high));
+}
+
+// The ratio to no normalization by both rules, or why there is none.
+std::string ratio_sentence(const StudyRow& row, const StudyRow& none, const VariantBoundary& vb,
+                           const VariantBoundary& none_vb, bool gate_failed) {
+  const std::string& v = row.variant;
+  if (gate_failed) {
+    std::string who = row.convergence.judged && !row.convergence.converged ? v : "";
+    if (none.convergence.judged && !none.convergence.converged) who += (who.empty() ? "" : " and ") + none.variant;
+    return fmt::format(" No ratio to {}: {} did not converge.", none.variant, who);
+  }
+  const BoundaryRatio& strict = row.strict_ratio;
+  const BoundaryRatio& slow = row.slow_inclusive_ratio;
+  if (std::isfinite(strict.ratio)) {
+    std::string s = fmt::format(" {} trains at {} the learning rate of {}", v, ratio_interval(strict), none.variant);
+    if (row.rules_agree) return s + fmt::format(" (counting slow runs as learned: {}).", ratio_interval(slow));
+    return s + fmt::format("; counting slow runs as learned: {} — the two rules disagree, so this ratio is not settled "
+                           "(slow runs below the learned level carry the difference).",
+                           std::isfinite(slow.ratio) ? ratio_interval(slow) : std::string("no ratio"));
+  }
+  if (std::isfinite(slow.ratio))
+    return fmt::format(" No ratio to {} at the learned level; counting slow runs as learned {} trains at {} its learning "
+                       "rate — the two rules disagree, so this is not settled.",
+                       none.variant, v, ratio_interval(slow));
+  if (vb.fit.kind == BoundaryFit::Kind::never_failed && none_vb.fit.kind == BoundaryFit::Kind::boundary)
+    return fmt::format(" Its boundary lies above {}, more than {} {}'s ({}).", format_rate(vb.fit.top_lr),
+                       ratio_text(vb.fit.top_lr / none_vb.fit.lr50), none.variant, format_rate(none_vb.fit.lr50));
+  return "";
 }
 
 }  // namespace
 
 std::vector<std::string> boundary_sentences(const ComparePlan& plan, const std::vector<GroupSummary>& groups) {
+  return boundary_sentences(plan, study_table(plan, groups));
+}
+
+std::vector<std::string> boundary_sentences(const ComparePlan& plan, const StudyTable& table) {
   std::vector<std::string> out;
   if (!plan.search.enabled()) return out;
-  const std::vector<VariantBoundary> all = lr_boundaries(plan, groups);
-  std::string none_label;
-  for (const std::string& label : plan.variants)
-    if (variant_kind(plan, label) == "none" && none_label.empty()) none_label = label;
+  const std::vector<VariantBoundary>& all = table.boundaries;
+  const std::string& none_label = table.none_label;
   for (const std::string& setting : plan.settings) {
     const std::string prefix = plan.settings.size() > 1 && !setting.empty() ? setting + ": " : "";
     const VariantBoundary* none = nullptr;
     for (const VariantBoundary& vb : all)
       if (vb.setting == setting && vb.variant == none_label) none = &vb;
+    const StudyRow* none_row = table.find(none_label, setting);
     for (const VariantBoundary& vb : all) {
       if (vb.setting != setting) continue;
       std::string s = prefix + "Learning-rate boundary, " + variant_sentence(vb, plan.search);
-      if (none && &vb != none) {
-        const BoundaryRatio r = boundary_ratio(vb.fit, none->fit);
-        if (std::isfinite(r.ratio))
-          s += fmt::format(" {} trains at {} [{}, {}] the learning rate of {}.", vb.variant, ratio_text(r.ratio),
-                           r.low_open ? "no lower limit" : ratio_text(r.low),
-                           r.high_open ? "no upper limit" : ratio_text(r.high), none_label);
-        else if (vb.fit.kind == BoundaryFit::Kind::never_failed && none->fit.kind == BoundaryFit::Kind::boundary)
-          s += fmt::format(" Its boundary lies above {}, more than {} {}'s ({}).", format_rate(vb.fit.top_lr),
-                           ratio_text(vb.fit.top_lr / none->fit.lr50), none_label, format_rate(none->fit.lr50));
+      const StudyRow* row = table.find(vb.variant, setting);
+      if (none && none_row && row && &vb != none) {
+        const auto failed = [&](const StudyRow& r) { return table.gated && r.convergence.judged && !r.convergence.converged; };
+        s += ratio_sentence(*row, *none_row, vb, *none, failed(*row) || failed(*none_row));
       }
       out.push_back(s);
     }
   }
   for (const LrSearchSpec::Block& b : plan.search.blocks)
     if (!b.settled && !b.waiting_on.empty())
-      out.push_back(fmt::format("Search not complete: {}{} has run {} of {} rounds; the next waits for run {}.",
+      out.push_back(fmt::format("Search not complete: {}{} has run {} round{} (round 0, refinement and extension); the "
+                                "next waits for run {}.",
                                 plan.settings.size() > 1 ? b.setting + ", " : "", b.variant, b.rounds_known,
-                                plan.search.rounds + 1, b.waiting_on));
+                                b.rounds_known == 1 ? "" : "s", b.waiting_on));
   return out;
 }
 
@@ -408,7 +504,7 @@ json boundaries_json(const ComparePlan& plan, const std::vector<GroupSummary>& g
   const std::vector<VariantBoundary> all = lr_boundaries(plan, groups);
   for (const VariantBoundary& vb : all) {
     const BoundaryFit& f = vb.fit;
-    json entry = {{"variant", vb.variant}, {"setting", vb.setting}, {"kind", kind_name(f.kind)},
+    json entry = {{"variant", vb.variant}, {"setting", vb.setting}, {"rule", "strict"}, {"kind", kind_name(f.kind)},
                   {"lr50", number_or_null(f.lr50)}, {"low", number_or_null(f.kind == BoundaryFit::Kind::boundary ? f.low : NAN)},
                   {"high", number_or_null(f.kind == BoundaryFit::Kind::boundary ? f.high : NAN)},
                   {"low_open", f.low_open}, {"high_open", f.high_open}, {"failures_above", vb.failures_above}};
@@ -420,6 +516,14 @@ json boundaries_json(const ComparePlan& plan, const std::vector<GroupSummary>& g
                                     {"low_open", r.low_open}, {"high_open", r.high_open}};
     entry["tested"] = json::array();
     for (const RateOutcome& t : vb.tested) entry["tested"].push_back({{"lr", t.lr}, {"learned", t.learned}, {"runs", t.runs}});
+    const BoundaryFit& s = vb.fit_slow_inclusive;
+    const bool fitted = s.kind == BoundaryFit::Kind::boundary;
+    json slow = {{"kind", kind_name(s.kind)}, {"lr50", number_or_null(s.lr50)}, {"low", number_or_null(fitted ? s.low : NAN)},
+                 {"high", number_or_null(fitted ? s.high : NAN)}, {"low_open", s.low_open}, {"high_open", s.high_open},
+                 {"tested", json::array()}};
+    for (const RateOutcome& t : vb.tested_slow_inclusive)
+      slow["tested"].push_back({{"lr", t.lr}, {"learned", t.learned}, {"runs", t.runs}});
+    entry["slow_inclusive"] = std::move(slow);
     out.push_back(std::move(entry));
   }
   return out;

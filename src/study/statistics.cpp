@@ -293,6 +293,39 @@ std::string describe_test(const EndpointTest& t) {
   return difference;
 }
 
+std::string direction_text(const EndpointTest& t, const std::string& variant, const std::string& reference) {
+  const Interval& d = t.difference;
+  if (t.verdict == Verdict::no_data || d.n == 0 || !std::isfinite(d.mean)) return "no test";
+  const bool loss = t.endpoint == "held-out loss";
+  const std::string unit = loss ? " nats" : "";
+  // Name the better one: lower loss, higher accuracy. The interval is the named one's minus the other's.
+  const bool variant_better = loss ? d.mean < 0 : d.mean > 0;
+  const std::string& named = variant_better ? variant : reference;
+  const double sign = variant_better ? 1 : -1;
+  const double lo = sign > 0 ? d.low : -d.high, hi = sign > 0 ? d.high : -d.low;
+  const char* way = loss ? "lower" : "higher";
+  const std::string pairs = t.paired ? "pairs" : "seeds (unpaired)";
+  const std::string lead = signed_value(std::abs(d.mean)).substr(1);  // "0.180", "3.1e-04", "1.11e+04"
+  std::string estimate;
+  if (d.mean == 0 && (!d.has_interval() || d.standard_error == 0)) estimate = fmt::format("identical in all {} {}", d.n, pairs);
+  else if (d.mean == 0) estimate = fmt::format("no difference in the mean [{}, {}]{}", signed_value(d.low), signed_value(d.high), unit);
+  else if (!d.has_interval()) estimate = fmt::format("{} {} by {}{} in {} {}, no interval", named, way, lead, unit, d.n, pairs);
+  else if (d.standard_error == 0) estimate = fmt::format("{} {} by {}{} in all {} {}", named, way, lead, unit, d.n, pairs);
+  else estimate = fmt::format("{} {} by {}{} [{}, {}]", named, way, lead, unit, signed_value(lo), signed_value(hi));
+  switch (t.verdict) {
+    case Verdict::differs: return fmt::format("{}; differs (Holm p {:.2g})", estimate, t.holm_difference);
+    case Verdict::equivalent:
+      return fmt::format("{}; equivalent within ±{:g} (Holm p {:.2g})", estimate, t.margin, t.holm_equivalence);
+    case Verdict::undecided:
+      return t.seeds_needed > 0 ? fmt::format("{}; undecided (about {} {} would decide)", estimate, t.seeds_needed,
+                                              t.paired ? "pairs" : "seeds per variant")
+                                : fmt::format("{}; undecided (more {} would not show equivalence within ±{:g})", estimate,
+                                              t.paired ? "pairs" : "seeds", t.margin);
+    case Verdict::no_data: break;
+  }
+  return "no test";
+}
+
 std::vector<double> learned_lrs(const ComparePlan& plan, const std::vector<GroupSummary>& groups,
                                 const std::string& variant, const std::string& setting) {
   std::vector<double> out;

@@ -42,6 +42,14 @@ inline bool has_learned(Outcome o) { return o == Outcome::learned || o == Outcom
 // gradient norms 1e-07–1e-06 by step 100 (block 5: 0.04)", "slow in 3/3 — held-out loss still
 // falling, 1.21 → 1.05 over steps 400–600". "" when every run learned.
 std::string describe_failures(const std::vector<const RunResult*>& runs);
+// The same for the runs that did not learn (`failing`) out of `of` runs in all ("collapsed in
+// 3/20 — ..."), so that every clause counts against the group it describes and the clauses add up
+// to failing.size(). A slow run here is one the strict rule does not count as learned: its clause
+// reads "slow below the learned level".
+std::string describe_failures(const std::vector<const RunResult*>& failing, size_t of);
+// a >= c + kLearnedShare (1 - c) at the last evaluation, whatever the trend (false when diverged,
+// unfinished or never evaluated).
+bool at_learned_level(const RunResult& run);
 // The evidence for one run's outcome ("" for learned / solved / unfinished).
 std::string outcome_evidence(const RunResult& run);
 // The evidence for runs that all ended in `outcome`, e.g. "blocks 0–2 gradient norms 1e-07–1e-06

@@ -64,6 +64,9 @@ struct LrSearchSpec {
   int points = 0;           // round 0: this many log-spaced rates from..to (0: no search)
   int rounds = 0;           // refinement rounds after round 0
   int max_new = 0;          // at most this many new rates per variant and setting in one round
+  // How far the convergence gate may extend the range when a variant's best rate is at its edge
+  // (search.lr.min / search.lr.max; default from / to: no extension).
+  double min = 0, max = 0;
   bool enabled() const { return points > 0; }
 
   // Where each variant and setting stands: rounds whose rates are known, and why it stops there.
@@ -99,6 +102,12 @@ struct ComparePlan {
 // A learning-rate search expands round 0, then each later round that the finished runs in
 // out_dir/runs/ determine (none without out_dir); plan.search.blocks says where each one waits.
 ComparePlan load_compare_plan(const std::string& path, const std::string& out_dir = "");
+
+// How many runs the plan holds and why, in one sentence whose numbers multiply out: "Grid: 4
+// variants × 9 learning rates × 5 seeds × 1 depths × 2 warmup settings = 360 runs." or, for a search,
+// "Search: 4 variants × 2 settings × 5 seeds: round 0 at 5 rates from 0.003 to 0.3 (200 runs), then
+// 30 runs at the rates each variant and setting's later rounds chose = 230 runs at 9 distinct rates."
+std::string plan_size_sentence(const ComparePlan& plan);
 
 // Whether `--shard I/K` trains plan.runs[run_index]: index I modulo K for a grid and a search's
 // round 0; a later round's run by its name's hash, so that every shard agrees while the rounds grow.

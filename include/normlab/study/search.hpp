@@ -26,7 +26,7 @@
 namespace normlab::study {
 
 // The "search" object of a compare config, checked: {"lr": {"from", "to", "points", "rounds",
-// "max_new"}}. Every error is an InputError naming `path` and the key.
+// "max_new", "min", "max"}}. Every error is an InputError naming `path` and the key.
 LrSearchSpec parse_lr_search(const nlohmann::json& search, const std::string& path);
 
 // A learning rate rounded to 3 significant digits: how search rates are named and run.
@@ -34,15 +34,30 @@ double round_rate(double lr);
 // Round 0's rates: `points` log-spaced from `from` to `to` (both included), rounded.
 std::vector<double> initial_rates(const LrSearchSpec& spec);
 
+// What counts as learned for a boundary. strict: at the learned level c + 0.25 (1 - c) at the last
+// evaluation (solved, learned, or slow at that level: a slow run below it has not learned);
+// slow_inclusive: has_learned() (learned, solved or slow: slow is short of budget, not unstable).
+enum class LearnedRule { strict, slow_inclusive };
+bool learned_by(const RunResult& run, LearnedRule rule);
+
 // The finished runs at one tested rate of one variant and setting.
 struct RateOutcome {
   double lr = 0;
-  int learned = 0;  // learned or solved
+  int learned = 0;  // learned by the rule
   int runs = 0;     // finished (diverged included; unfinished and never-evaluated runs left out)
   double fraction() const { return runs > 0 ? double(learned) / runs : 0.0; }
 };
-// The outcome at `lr` of `runs` (classify()).
-RateOutcome rate_outcome(double lr, const std::vector<const RunResult*>& runs);
+// The outcome at `lr` of `runs` (classify()). The search's rounds refine where either rule's
+// fractions change.
+RateOutcome rate_outcome(double lr, const std::vector<const RunResult*>& runs,
+                         LearnedRule rule = LearnedRule::slow_inclusive);
+
+// The gate's extension (convergence.hpp): when the rate with the lowest mean final held-out loss
+// (`best_lr`, sensitivity.hpp's LossCurve) is the lowest of `tested` (ascending), one rate a
+// round-0 step (the ratio (to / from)^(1 / (points - 1))) below it, not below spec.min; when it is
+// the highest, one step above, not above spec.max. Empty when the best rate is interior or the
+// limit is reached. Rounded like every search rate; depends only on finished outcomes.
+std::vector<double> extension_rates(const std::vector<double>& tested, double best_lr, const LrSearchSpec& spec);
 
 // The index of the rate where the largest fraction of seeds learned (the lowest such rate);
 // `tested` sorted by lr.
@@ -79,24 +94,33 @@ struct BoundaryRatio {
 BoundaryRatio boundary_ratio(const BoundaryFit& variant, const BoundaryFit& reference);
 
 // A variant's search at one setting: its tested rates, fit, and how its failing runs failed
-// above the boundary (outcome name -> runs).
+// above the boundary (outcome name -> runs). `tested` and `fit` use the strict rule (the report's
+// boundary); the slow-inclusive ones are beside them.
 struct VariantBoundary {
   std::string variant, setting;
   std::vector<RateOutcome> tested;
   BoundaryFit fit;
-  std::map<std::string, int> failures_above;
+  std::map<std::string, int> failures_above;  // not learned by the strict rule; adds up to failing_above
   int failing_above = 0;
   std::vector<const RunResult*> runs_above;  // every finished run above the boundary, for the evidence
+  std::vector<RateOutcome> tested_slow_inclusive;
+  BoundaryFit fit_slow_inclusive;
 };
 std::vector<VariantBoundary> lr_boundaries(const ComparePlan& plan, const std::vector<GroupSummary>& groups);
 
 // The Answer's sentences: per setting and variant, the boundary with its interval (or "learned at
-// every rate up to ..."), how the runs above it failed, and the ratio to no normalization's.
+// every rate up to ..."), how the runs above it failed, and the ratio to no normalization's by the
+// strict rule with the slow-inclusive one beside (a caveat where they disagree; no ratio where the
+// convergence gate failed for either variant: convergence.hpp).
 std::vector<std::string> boundary_sentences(const ComparePlan& plan, const std::vector<GroupSummary>& groups);
+struct StudyTable;  // convergence.hpp
+// The same from a table already computed (study_table(plan, groups): it holds the fits).
+std::vector<std::string> boundary_sentences(const ComparePlan& plan, const StudyTable& table);
 
-// summary.json's "lr_boundaries": per variant and setting, {variant, setting, kind ("boundary",
-// "never failed", "never learned", "not run"), lr50, low, high, low_open, high_open, ratio_to_none
-// {ratio, low, high, low_open, high_open} or null, tested [{lr, learned, runs}], failures_above}.
+// summary.json's "lr_boundaries": per variant and setting, {variant, setting, rule ("strict"), kind
+// ("boundary", "never failed", "never learned", "not run"), lr50, low, high, low_open, high_open,
+// ratio_to_none {ratio, low, high, low_open, high_open} or null, tested [{lr, learned, runs}],
+// failures_above, slow_inclusive {kind, lr50, low, high, low_open, high_open, tested}}.
 nlohmann::json boundaries_json(const ComparePlan& plan, const std::vector<GroupSummary>& groups);
 
 // "0.0213" / "> 0.3": a boundary or interval end.

@@ -90,6 +90,15 @@ std::vector<std::vector<EndpointTest>> test_comparisons(const std::vector<Compar
                                                         const EquivalenceMargins& margins);
 // "equivalent within ±0.05 (−0.012, 90% CI −0.030 to +0.006, Holm p 0.004)" and the like.
 std::string describe_test(const EndpointTest& test);
+// The same naming the better of the two (docs/compare.md, "How sure"): for a loss the lower is
+// better, for accuracy and accuracy AUC the higher. The interval is that of the named variant
+// minus the other, so its sign matches the words:
+//   "pre-ln lower by 0.486 nats [-0.520, -0.452]; differs (Holm p 0.003)"
+//   "none lower by 0.180 nats [-0.490, +0.050]; undecided (about 23 pairs would decide)"
+//   "pre-ln higher by 0.010 [-0.004, +0.024]; equivalent within ±0.02 (Holm p 0.01)"
+//   "identical in all 5 pairs; equivalent within ±0.05 (Holm p 0)"
+// `variant` and `reference` are the comparison's (difference = variant - reference).
+std::string direction_text(const EndpointTest& test, const std::string& variant, const std::string& reference);
 
 // The grid learning rates at which most seeds of a variant learned, per setting (ascending).
 std::vector<double> learned_lrs(const ComparePlan& plan, const std::vector<GroupSummary>& groups,
