@@ -14,6 +14,7 @@
 
 #include "normlab/dist/data_parallel.hpp"
 #include "normlab/error.hpp"
+#include "normlab/io/test_pause.hpp"
 #include "normlab/ops.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/train/checkpoint.hpp"
@@ -269,6 +270,7 @@ TrainSummary Trainer::fit() {
     }
     if (t.eval_every > 0 && step_ % t.eval_every == 0 && !record_eval()) break;
     if (t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) checkpoint();
+    io::test_pause("step", step_, stop_flag_);
   }
   // Finished: a last evaluation. Finished or stopped on request: a checkpoint of the final state
   // (a diverged run keeps its last periodic one: the broken state is not worth resuming).
