@@ -236,10 +236,11 @@ TEST_CASE("dist mpi: 2 and 3 ranks match one process, with dropout too - local B
   REQUIRE(run_probe(0, {dir.sub("emulated.json"), "1", runs.back(), "--emulate-local", "2"}, dir.sub("emulated.log")) == 0);
   std::vector<std::string> two_args{dir.sub("two.json"), "30"};
   two_args.insert(two_args.end(), runs.begin(), runs.end());
-  INFO(read_text(dir.sub("two.log")));
+  INFO("two.log: ", read_text(dir.sub("two.log")));
   REQUIRE(run_probe(2, two_args, dir.sub("two.log")) == 0);
   std::vector<std::string> three_args{dir.sub("three.json"), "30"};
   three_args.insert(three_args.end(), runs.begin(), runs.end() - 1);
+  INFO("three.log: ", read_text(dir.sub("three.log")));
   REQUIRE(run_probe(3, three_args, dir.sub("three.log")) == 0);
 
   const json one = json::parse(read_text(dir.sub("one.json")));
