@@ -455,7 +455,7 @@ mutant "macro-F1: a class predicted but absent from the data left out instead of
     sum += c.f1;' \
   'if (c.support == 0) continue;
     sum += c.f1;' \
-  '*class metrics: precision, recall*'
+  '*macro-F1 and balanced accuracy of a known matrix*'
 mutant "pool: a region opened without a new generation (a late worker claims its part with the old task)" \
   src/parallel.cpp \
   'const uint64_t generation = (state_.load(std::memory_order_relaxed) >> 32) + 1;' \
