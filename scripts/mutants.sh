@@ -428,6 +428,39 @@ mutant "data-parallel: ranks reading different data are not compared" \
   'agree(comm, disagreement.empty() ? 0 : kExitBadInput, line, setup, base)' \
   'agree(comm, 0, line, setup, base)' \
   '*reads other content than rank 0*'
+# ---- six bugs an independent set of mutants showed the suite let through (each has its test now)
+mutant "lr search: the ratio's open lower end taken from the reference's low end, not its high end" \
+  src/study/search.cpp \
+  'out.low_open = variant.low_open || reference.high_open || !std::isfinite(low);' \
+  'out.low_open = variant.low_open || reference.low_open || !std::isfinite(low);' \
+  "*lr search: the ratio's interval is open*"
+mutant "verdicts: the accuracy AUC judged against the accuracy margin" \
+  src/study/statistics.cpp \
+  'std::tuple{"accuracy AUC", &c.accuracy_auc, margins.accuracy_auc},' \
+  'std::tuple{"accuracy AUC", &c.accuracy_auc, margins.accuracy},' \
+  '*verdicts: each endpoint*'
+mutant "outcome: the collapse onset not reset when the gradients recover" \
+  src/study/outcome.cpp \
+  '    if (!collapsed) onset = -1;' \
+  '' \
+  '*outcomes: a collapse is dated*'
+mutant "csv: a newline inside a quoted field not counted as a line" \
+  src/data/formats.cpp \
+  "else field += c, line_ += c == '\n';" \
+  'else field += c;' \
+  '*csv: a newline inside*'
+mutant "macro-F1: a class predicted but absent from the data left out instead of counting F1 0" \
+  src/train/class_metrics.cpp \
+  'if (c.support == 0 && c.predicted == 0) continue;
+    sum += c.f1;' \
+  'if (c.support == 0) continue;
+    sum += c.f1;' \
+  '*macro-F1 and balanced accuracy of a known matrix*'
+mutant "pool: a region opened without a new generation (a late worker claims its part with the old task)" \
+  src/parallel.cpp \
+  'const uint64_t generation = (state_.load(std::memory_order_relaxed) >> 32) + 1;' \
+  'const uint64_t generation = (state_.load(std::memory_order_relaxed) >> 32);' \
+  '*threads: a worker held between*'
 count=${#names[@]}
 if [ "$list" = 1 ]; then
   for ((i = 0; i < count; i++)); do printf '%2d  %-40s %s\n' $((i + 1)) "${files[$i]}" "${names[$i]}"; done

@@ -61,6 +61,7 @@ class Pool {
   // run the parts itself (the pool is busy with another caller's region).
   bool run(int64_t parts, int threads, PartTask task, void* context);
   void set_worker_delay(int microseconds) { worker_delay_us_.store(microseconds, std::memory_order_relaxed); }
+  void set_hook(PoolHook hook) { hook_.store(hook, std::memory_order_release); }
   PartCounts counts() const {
     return {by_caller_.load(std::memory_order_relaxed), by_workers_.load(std::memory_order_relaxed)};
   }
@@ -85,6 +86,7 @@ class Pool {
   std::atomic<int> workers_sleeping_{0};
   std::atomic<bool> stop_{false};
   std::atomic<int> worker_delay_us_{0};
+  std::atomic<PoolHook> hook_{nullptr};
   std::mutex error_mutex_;
   std::exception_ptr error_;
   alignas(64) std::atomic<int64_t> by_caller_{0};
@@ -107,9 +109,13 @@ int64_t Pool::take_parts() {
     const PartTask task = task_.load(std::memory_order_relaxed);
     void* const context = context_.load(std::memory_order_relaxed);
     if (next >= parts) return ran;
+    const PoolHook hook = hook_.load(std::memory_order_acquire);
+    const auto region = static_cast<uint32_t>(state >> 32);
+    if (hook) hook({PoolMoment::claiming, t_is_worker, region, next, parts});
     // Succeeds only while the region read above is still open, so parts, task and context are its.
     if (!state_.compare_exchange_weak(state, state + 1, std::memory_order_acq_rel, std::memory_order_acquire))
       continue;
+    if (hook) hook({PoolMoment::claimed, t_is_worker, region, next, parts});
     if (t_is_worker) {
       // The test hook: a worker that stops between claiming a part and running it.
       if (const int delay = worker_delay_us_.load(std::memory_order_relaxed); delay > 0)
@@ -229,6 +235,7 @@ void run_parts(int64_t parts, PartTask task, void* context) {
 }
 
 void set_worker_delay_for_tests(int microseconds) { pool().set_worker_delay(microseconds); }
+void set_pool_hook_for_tests(PoolHook hook) { pool().set_hook(hook); }
 PartCounts part_counts() { return pool().counts(); }
 
 void restart_with_openmp_spin(char** argv) {

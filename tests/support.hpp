@@ -3,11 +3,14 @@
 // whole file, running the real `normlab` binary as a child process, and the relative error the
 // kernel tests compare with.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
@@ -86,18 +89,23 @@ inline Cli run_normlab(const TempDir& dir, const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out), read_text(err)};
 }
 
-// `normlab ARGS...` started with fork + execv, stdout and stderr appended to files. `before_exec`
+// `normlab ARGS...` started with fork + execve, stdout and stderr appended to files, with this
+// process's environment plus `env` ("NAME=VALUE" entries, e.g. PausePoint::env()). `before_exec`
 // runs in the child between fork and exec (set a resource limit, drop privileges); it must only
 // make async-signal-safe calls.
 class Child {
  public:
   Child(const std::vector<std::string>& args, const std::string& stdout_path, const std::string& stderr_path,
-        const std::function<void()>& before_exec = {}) {
+        const std::function<void()>& before_exec = {}, std::vector<std::string> env = {}) {
     std::vector<std::string> all{NORMLAB_BINARY};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (std::string& a : all) argv.push_back(a.data());
     argv.push_back(nullptr);
+    std::vector<char*> envp;
+    for (std::string& e : env) envp.push_back(e.data());
+    for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+    envp.push_back(nullptr);
     pid_ = ::fork();
     if (pid_ == 0) {
       const int out = ::open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -105,7 +113,7 @@ class Child {
       if (out >= 0) ::dup2(out, STDOUT_FILENO);
       if (err >= 0) ::dup2(err, STDERR_FILENO);
       if (before_exec) before_exec();
-      ::execv(argv[0], argv.data());
+      ::execve(argv[0], argv.data(), envp.data());
       ::_exit(127);
     }
   }
@@ -147,6 +155,59 @@ class Child {
   pid_t pid_ = -1;
   bool reaped_ = false;
 };
+
+// The test's side of NORMLAB_TEST_PAUSE_AT (normlab/io/test_pause.hpp): a process started with
+// env() holds at `point` and announces it with DIR/PID.paused; the test waits for that event, acts
+// (a signal, a kill, a file changed), then lets the process go on with resume(). Nothing depends on
+// how fast the machine is: the process is where the test wants it for as long as the test needs.
+class PausePoint {
+ public:
+  // point: "data", "step N" or "eval"; the announcements go to a fresh folder under `dir`.
+  PausePoint(const TempDir& dir, const std::string& point)
+      : folder_(dir.sub("pause_" + std::to_string(counter()++))), point_(point) {
+    std::filesystem::create_directories(folder_);
+  }
+  std::string env() const { return "NORMLAB_TEST_PAUSE_AT=" + point_ + ":" + folder_; }
+
+  // The pids that have announced the pause, in no particular order.
+  std::vector<pid_t> paused() const {
+    std::vector<pid_t> pids;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(folder_, ec))
+      if (entry.path().extension() == ".paused") pids.push_back(pid_t(std::stol(entry.path().stem().string())));
+    return pids;
+  }
+  // Waits until `count` processes have announced the pause (a generous bound: a broken hook fails
+  // the test instead of hanging it); returns their pids, empty if they never all did.
+  std::vector<pid_t> wait(size_t count, std::chrono::seconds timeout = std::chrono::seconds(300)) const {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      std::vector<pid_t> pids = paused();
+      if (pids.size() >= count) return pids;
+      if (std::chrono::steady_clock::now() > deadline) return {};
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  void resume(pid_t pid) const { std::ofstream(folder_ + "/" + std::to_string(pid) + ".resume"); }
+
+ private:
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+  std::string folder_, point_;
+};
+
+// Waits until the process `pid` (not necessarily a child of this one) has ended: poll(2) on a
+// pidfd, which becomes readable when it exits. False if it still runs after `timeout`.
+inline bool wait_until_gone(pid_t pid, std::chrono::seconds timeout = std::chrono::seconds(120)) {
+  const int fd = int(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;  // already gone (and reaped)
+  pollfd p{fd, POLLIN, 0};
+  const int ready = ::poll(&p, 1, int(timeout.count() * 1000));
+  ::close(fd);
+  return ready == 1;
+}
 
 // Runs `normlab ARGS...` to completion; returns its exit code (see Child::wait).
 inline int run_normlab(const std::vector<std::string>& args, const std::string& stdout_path,

@@ -3,12 +3,10 @@
 // result is the same table as an uninterrupted compare's.
 #include <doctest/doctest.h>
 
-#include <chrono>
 #include <filesystem>
 #include <map>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "support.hpp"
@@ -54,22 +52,6 @@ int count_with(const std::string& runs_dir, const std::string& file) {
   return n;
 }
 
-// The name of a run that is not finished but has a checkpoint, once another run has finished;
-// "" until then.
-std::string in_flight_run(const std::string& runs_dir) {
-  if (!fs::exists(runs_dir)) return "";
-  bool one_finished = false;
-  std::string running;
-  for (const auto& entry : fs::directory_iterator(runs_dir)) {
-    if (fs::exists(entry.path() / "summary.json")) {
-      one_finished = true;
-    } else if (fs::exists(entry.path() / "checkpoint.safetensors")) {
-      running = entry.path().filename().string();
-    }
-  }
-  return one_finished ? running : "";
-}
-
 }  // namespace
 
 TEST_CASE("compare: SIGINT midway stops every run with a checkpoint (exit 130) - rerunning skips and resumes to the same table") {
@@ -85,12 +67,16 @@ TEST_CASE("compare: SIGINT midway stops every run with a checkpoint (exit 130) -
   const std::string out = dir.sub("interrupted");
   const std::string err = dir.sub("interrupted_err.txt");
   {
-    Child child({"compare", "--config", config, "--out", out, "--jobs", "1"}, dir.sub("out.txt"), err);
+    // Every run holds after step 20 (two checkpoints written) until let go: the first is let go and
+    // finishes, the second is interrupted while it holds, however fast the machine trains.
+    normlab::test::PausePoint pause(dir, "step 20");
+    Child child({"compare", "--config", config, "--out", out, "--jobs", "1"}, dir.sub("out.txt"), err, {},
+                {pause.env()});
     REQUIRE(child.started());
-    // Wait until one run has finished and the next is well under way (past a checkpoint).
-    for (int i = 0; i < 60000 && in_flight_run(out + "/runs").empty(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    const std::vector<pid_t> first = pause.wait(1);
+    REQUIRE(first.size() == 1);
+    pause.resume(first[0]);
+    REQUIRE(pause.wait(2).size() == 2);  // the first run finished, the second holds at step 20
     child.signal(SIGINT);
     const int code = child.wait();
     INFO(read_text(err));
@@ -99,9 +85,8 @@ TEST_CASE("compare: SIGINT midway stops every run with a checkpoint (exit 130) -
   CHECK(read_text(err).find("compare: interrupted; run the same command again to resume") != std::string::npos);
   const int finished = count_with(out + "/runs", "summary.json");
   const int checkpointed = count_with(out + "/runs", "checkpoint.safetensors");
-  CHECK(finished >= 1);
-  CHECK(finished < 4);
-  CHECK(checkpointed > finished);  // the run in flight stopped with a checkpoint
+  CHECK(finished == 1);
+  CHECK(checkpointed == 2);  // the run in flight stopped with a checkpoint
   for (const auto& entry : fs::directory_iterator(out + "/runs")) {
     if (fs::exists(entry.path() / "summary.json") || !fs::exists(entry.path() / "checkpoint.safetensors")) continue;
     const std::string name = entry.path().filename().string();

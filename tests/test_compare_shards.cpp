@@ -81,23 +81,15 @@ TEST_CASE("compare shards: two shards at once into one --out, then --report-only
 
 TEST_CASE("compare shards: the same shard twice at once is refused by its runs' locks - --report-only waits for no one but refuses while a shard trains") {
   TempDir dir("normlab_shards");
-  std::string slow = kBase;
-  slow.replace(slow.find("\"steps\": 40"), 11, "\"steps\": 100000");
-  dir.write("base.json", slow);
+  dir.write("base.json", kBase);
   const std::string plan = dir.write("plan.json", R"({"base": "base.json", "grid": {"seeds": [0, 1]}})");
   const std::string out = dir.sub("out");
+  // Its run holds after step 1 (NORMLAB_TEST_PAUSE_AT) until the shard is stopped: training, for
+  // as long as the test needs.
+  normlab::test::PausePoint pause(dir, "step 1");
   Child first({"compare", "--config", plan, "--out", out, "--shard", "0/2", "--jobs", "1"}, dir.sub("s0.out"),
-              dir.sub("s0.err"));
-  // Wait until it trains (its run has metrics).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  bool training = false;
-  while (!training && std::chrono::steady_clock::now() < deadline) {
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(out + "/runs", ec))
-      training = training || fs::exists(entry.path() / "metrics.jsonl");
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  REQUIRE(training);
+              dir.sub("s0.err"), {}, {pause.env()});
+  REQUIRE(pause.wait(1).size() == 1);
   const int twin = run_normlab({"compare", "--config", plan, "--out", out, "--shard", "0/2"}, dir.sub("t.out"),
                                dir.sub("t.err"));
   CHECK(twin == 2);

@@ -38,7 +38,7 @@ namespace {
 class MpiJob {
  public:
   MpiJob(int ranks, const std::string& program, const std::vector<std::string>& args, const std::string& log,
-         const std::vector<std::string>& mpirun_options = {}) {
+         const std::vector<std::string>& mpirun_options = {}, const std::vector<std::string>& env = {}) {
     std::vector<std::string> all{NORMLAB_MPIRUN, "--oversubscribe", "--bind-to", "none"};
     all.insert(all.end(), mpirun_options.begin(), mpirun_options.end());
     for (const std::string& a : {std::string("-np"), std::to_string(ranks), program}) all.push_back(a);
@@ -52,6 +52,7 @@ class MpiJob {
       ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
       ::setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
       ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+      for (const std::string& e : env) ::setenv(e.substr(0, e.find('=')).c_str(), e.substr(e.find('=') + 1).c_str(), 1);
       // Under the sanitizer suite: OpenMPI's own start-up allocations are never freed, and its
       // components are unloaded before LeakSanitizer runs, so they cannot be suppressed by name.
       // The ranks keep every other AddressSanitizer check; leak checking covers normlab elsewhere.
@@ -235,10 +236,11 @@ TEST_CASE("dist mpi: 2 and 3 ranks match one process, with dropout too - local B
   REQUIRE(run_probe(0, {dir.sub("emulated.json"), "1", runs.back(), "--emulate-local", "2"}, dir.sub("emulated.log")) == 0);
   std::vector<std::string> two_args{dir.sub("two.json"), "30"};
   two_args.insert(two_args.end(), runs.begin(), runs.end());
-  INFO(read_text(dir.sub("two.log")));
+  INFO("two.log: ", read_text(dir.sub("two.log")));
   REQUIRE(run_probe(2, two_args, dir.sub("two.log")) == 0);
   std::vector<std::string> three_args{dir.sub("three.json"), "30"};
   three_args.insert(three_args.end(), runs.begin(), runs.end() - 1);
+  INFO("three.log: ", read_text(dir.sub("three.log")));
   REQUIRE(run_probe(3, three_args, dir.sub("three.log")) == 0);
 
   const json one = json::parse(read_text(dir.sub("one.json")));
@@ -417,13 +419,11 @@ TEST_CASE("dist mpi: SIGTERM to the ranks checkpoints and exits 143 - --resume u
   const std::string config = dir.write("c.json", tiny_config("batchnorm", "sync", 120, 0));
   REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("full")}, dir.sub("full.log")) == 0);
   {
-    MpiJob job(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("cut")}, dir.sub("cut.log"));
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < deadline) {
-      const std::string metrics = read_text(dir.sub("cut/metrics.jsonl"));
-      if (std::count(metrics.begin(), metrics.end(), '\n') >= 5) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    // Both ranks hold after step 5 (NORMLAB_TEST_PAUSE_AT) and are signalled there.
+    normlab::test::PausePoint pause(dir, "step 5");
+    MpiJob job(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("cut")}, dir.sub("cut.log"), {},
+               {pause.env()});
+    REQUIRE(pause.wait(2).size() == 2);
     // As a terminal's Ctrl-C (the whole process group) or Slurm's scancel --signal do: every rank.
     // (mpirun itself, signalled, kills the ranks after odls_base_sigkill_timeout: docs/scaling.md.)
     const pid_t rank0 = rank_pid(job.pid(), 0), rank1 = rank_pid(job.pid(), 1);
@@ -449,18 +449,18 @@ TEST_CASE("dist mpi: a dead rank stops the others within seconds - --resume unde
   const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 60, 4, /*dropout=*/0.1));
   REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("full")}, dir.sub("full.log")) == 0);
 
-  MpiJob job(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("run")}, dir.sub("run.log"));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
-    const std::string metrics = read_text(dir.sub("run/metrics.jsonl"));
-    if (std::count(metrics.begin(), metrics.end(), '\n') >= 5) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  // Both ranks hold after step 5 (NORMLAB_TEST_PAUSE_AT); rank 1 is killed there, then rank 0 goes
+  // on and meets the dead rank in the next step's reduction.
+  normlab::test::PausePoint pause(dir, "step 5");
+  MpiJob job(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("run")}, dir.sub("run.log"), {},
+             {pause.env()});
+  REQUIRE(pause.wait(2).size() == 2);
   const pid_t victim = rank_pid(job.pid(), 1), survivor = rank_pid(job.pid(), 0);
   REQUIRE(victim > 0);
   REQUIRE(survivor > 0);
   ::kill(victim, SIGKILL);
   const auto killed_at = std::chrono::steady_clock::now();
+  pause.resume(survivor);
   const int code = job.wait(std::chrono::seconds(30));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   const std::string log = read_text(dir.sub("run.log"));
@@ -512,16 +512,20 @@ TEST_CASE("dist mpi: a second np=2 job on a run directory in use exits 2 within 
 TEST_CASE("dist mpi: an error on rank 0 during training ends every rank within seconds, with its line") {
   TempDir dir("normlab_dist");
   const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 1000000, 20));
-  MpiJob job(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("run")}, dir.sub("run.log"));
+  // Both ranks hold after step 20, its checkpoint written (NORMLAB_TEST_PAUSE_AT), while the
+  // checkpoint's path is made a directory; then they go on.
+  normlab::test::PausePoint pause(dir, "step 20");
+  MpiJob job(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("run")}, dir.sub("run.log"), {},
+             {pause.env()});
   const std::string checkpoint = dir.sub("run/checkpoint.safetensors");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!fs::exists(checkpoint) && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const std::vector<pid_t> ranks = pause.wait(2);
+  REQUIRE(ranks.size() == 2);
   REQUIRE(fs::exists(checkpoint));
   const pid_t rank1 = rank_pid(job.pid(), 1);
   REQUIRE(rank1 > 0);
   fs::remove(checkpoint);
   fs::create_directories(checkpoint + "/occupied");
+  for (pid_t rank : ranks) pause.resume(rank);
   // The next checkpoint (20 steps on) fails on rank 0; from its line on, the job ends within seconds.
   wait_for_text(dir.sub("run.log"), "normlab: error: data-parallel rank 0: ");
   const auto failed = std::chrono::steady_clock::now();

@@ -158,9 +158,11 @@ TEST_CASE("SIGTERM and SIGINT: the step in flight finishes, a checkpoint is writ
     const std::string run = dir.sub(signal_number == SIGTERM ? "term" : "int");
     const std::string err = dir.sub(signal_number == SIGTERM ? "term.txt" : "int.txt");
     {
-      Child child({"train", "--config", config, "--out", run}, dir.sub("out.txt"), err);
+      // Held after step 30 (past several checkpoints, far from the end) and signalled there.
+      normlab::test::PausePoint pause(dir, "step 30");
+      Child child({"train", "--config", config, "--out", run}, dir.sub("out.txt"), err, {}, {pause.env()});
       REQUIRE(child.started());
-      wait_for_lines(run + "/metrics.jsonl", 30);  // past several checkpoints, far from the end
+      REQUIRE(pause.wait(1).size() == 1);
       child.signal(signal_number);
       const int code = child.wait();
       INFO(read_text(err));

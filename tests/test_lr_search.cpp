@@ -142,6 +142,33 @@ TEST_CASE("lr search: the ratio of two boundaries and its interval") {
   CHECK(std::log(ratio.high / ratio.low) > std::log(v.high / v.low));
 }
 
+TEST_CASE("lr search: the ratio's interval is open at the end where the reference's is open at the other") {
+  // ratio = variant / reference: a reference boundary with no upper limit leaves the ratio no lower
+  // limit, and one with no lower limit leaves it no upper limit; the variant's ends carry over as they are.
+  Rng rng(5);
+  const study::BoundaryFit r = study::fit_boundary(simulate(kRates, 0.005, 3.0, 100, rng), 0.001, 0.316);
+  const study::BoundaryFit v = study::fit_boundary(simulate(kRates, 0.02, 3.0, 100, rng), 0.001, 0.316);
+  REQUIRE(r.kind == study::BoundaryFit::Kind::boundary);
+  REQUIRE(v.kind == study::BoundaryFit::Kind::boundary);
+  REQUIRE_FALSE(r.low_open);
+  REQUIRE_FALSE(r.high_open);
+  REQUIRE_FALSE(v.low_open);
+  REQUIRE_FALSE(v.high_open);
+  study::BoundaryFit open_above = r, open_below = r, variant_open_below = v;
+  open_above.high_open = true;
+  open_below.low_open = true;
+  variant_open_below.low_open = true;
+  study::BoundaryRatio ratio = study::boundary_ratio(v, open_above);
+  CHECK(ratio.low_open);
+  CHECK_FALSE(ratio.high_open);
+  ratio = study::boundary_ratio(v, open_below);
+  CHECK_FALSE(ratio.low_open);
+  CHECK(ratio.high_open);
+  ratio = study::boundary_ratio(variant_open_below, r);
+  CHECK(ratio.low_open);
+  CHECK_FALSE(ratio.high_open);
+}
+
 TEST_CASE("lr search: rounds are a function of the outcomes - midpoints where the fraction changes above the peak") {
   study::LrSearchSpec spec;
   spec.from = 0.001;

@@ -153,6 +153,20 @@ TEST_CASE("outcomes: a group's failures described with the evidence of its diagn
   CHECK(study::describe_failures(group).empty());
 }
 
+TEST_CASE("outcomes: a collapse is dated from the last time the gradients vanished, not from one they recovered from") {
+  study::RunResult r = run_with(0.1, {2.30, 2.30, 2.30});
+  add_diagnostics(r, 25, 0.3, 0.3);
+  add_diagnostics(r, 100, 1e-7, 4e-2);  // vanished ...
+  add_diagnostics(r, 200, 0.2, 4e-2);   // ... recovered ...
+  add_diagnostics(r, 300, 2e-7, 4e-2);  // ... and vanished again, to the end
+  add_diagnostics(r, 450, 2e-7, 4e-2);
+  r.evals.back().top_prediction_share = 0.99;
+  REQUIRE(study::classify(r) == study::Outcome::collapsed);
+  CHECK(study::describe_failures({&r}) ==
+        "collapsed in 1/1 — blocks 0–2 gradient norms 2e-07 by step 300 (block 5: 0.04); 99% of held-out predictions "
+        "one label");
+}
+
 TEST_CASE("accuracy AUC: trapezoids over evaluations to the budget's end, a diverged run at the uniform guess after") {
   study::RunResult r = run_with(0.0, {1.0, 1.0, 1.0});
   r.evals[0].trained.accuracy = 0.2;
@@ -216,6 +230,29 @@ TEST_CASE("verdicts: differs / equivalent within the margin / undecided with the
   // Zero spread is said, never as a zero-width interval.
   CHECK(study::describe_difference(normlab::t_interval({0.1, 0.1, 0.1}), true) == "the same +0.100 in all 3 pairs");
   CHECK(study::describe_difference(normlab::t_interval({0.02}), true) == "+0.020 from 1 pair, no interval");
+}
+
+TEST_CASE("verdicts: each endpoint is judged against its own margin (loss, accuracy AUC, accuracy set apart)") {
+  study::Comparison c;
+  c.variant = "none", c.reference = "pre-ln";
+  // The same differences on every endpoint, 0.015 from 0 with a small spread: inside a margin of
+  // 0.03, outside one of 0.01.
+  const std::vector<double> differences{0.014, 0.016, 0.015, 0.015, 0.014, 0.016};
+  c.trained_loss = c.accuracy_auc = c.trained_accuracy = normlab::t_interval(differences);
+  study::EquivalenceMargins margins;
+  margins.loss = 0.05, margins.accuracy_auc = 0.03, margins.accuracy = 0.01;
+  const auto tests = study::test_comparisons({c}, margins);
+  REQUIRE(tests.size() == 1);
+  REQUIRE(tests[0].size() == 3);
+  CHECK(tests[0][1].endpoint == "accuracy AUC");
+  CHECK(tests[0][1].margin == 0.03);
+  CHECK(tests[0][1].p_equivalence == normlab::p_equivalence(c.accuracy_auc, 0.03));
+  CHECK(tests[0][1].verdict == study::Verdict::equivalent);
+  CHECK(study::describe_test(tests[0][1]).find("equivalent within ±0.03: ") == 0);
+  CHECK(tests[0][2].endpoint == "accuracy");
+  CHECK(tests[0][2].margin == 0.01);
+  CHECK(tests[0][2].verdict == study::Verdict::differs);
+  CHECK(tests[0][0].margin == 0.05);
 }
 
 TEST_CASE("charts: per-seed points drawn as circles beside the mean") {

@@ -35,7 +35,7 @@ using normlab::test::TempDir;
 namespace {
 
 
-// Slow enough (a few seconds) that a second process can try the same directory meanwhile.
+// A run the test holds at a step (NORMLAB_TEST_PAUSE_AT) while a second process tries its directory.
 const char* kSlowConfig = R"({
   "model": {"d_model": 32, "heads": 2, "layers": 2, "ffn": 64, "max_len": 24},
   "task": {"name": "reverse", "min_len": 1, "max_len": 20, "eval_max_len": 24, "eval_examples": 64},
@@ -52,13 +52,6 @@ int64_t count_lines(const std::string& path) {
   int64_t n = 0;
   for (char c : read_text(path)) n += c == '\n';
   return n;
-}
-
-void wait_for_lines(const std::string& path, int64_t lines) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (count_lines(path) < lines && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
 }
 
 }  // namespace
@@ -90,9 +83,12 @@ TEST_CASE("two train processes on one --out: the second exits 2 naming the direc
   TempDir dir("normlab_test_lock");
   const std::string config = dir.write("config.json", kSlowConfig);
   const std::string run = dir.sub("run");
-  Child first({"train", "--config", config, "--out", run}, dir.sub("out1.txt"), dir.sub("err1.txt"));
+  // The first holds after step 25 (past the first checkpoint) for as long as the test needs.
+  normlab::test::PausePoint pause(dir, "step 25");
+  Child first({"train", "--config", config, "--out", run}, dir.sub("out1.txt"), dir.sub("err1.txt"), {},
+              {pause.env()});
   REQUIRE(first.started());
-  wait_for_lines(run + "/metrics.jsonl", 25);  // past the first checkpoint
+  REQUIRE(pause.wait(1).size() == 1);
   REQUIRE(fs::exists(run + "/checkpoint.safetensors"));
 
   const std::string config_before = read_text(run + "/config.json");

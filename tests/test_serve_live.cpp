@@ -35,6 +35,10 @@ using normlab::test::TempDir;
 
 namespace {
 
+// How long a check waits for the page to show what it expects: a bound that turns a page that never
+// gets there into a failure, far above what a loaded machine needs (the check passes as soon as it does).
+constexpr double kPageSeconds = 60;
+
 // A run's config.json as the trainer resolves it: the reverse task, 2 blocks of the given norm.
 std::string run_config(const std::string& norm, const std::string& placement, int64_t steps, uint64_t seed) {
   const json config = {
@@ -179,9 +183,9 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
   Chromium browser(tmp.sub("profile"), tmp.sub("chromium.log"));
   // The server draws the page once (reading 200,000 records); the browser's part is timed after it.
   browser.open(serve.url());
-  REQUIRE(browser.wait_until("document.documentElement.getAttribute('data-chart-datasets')==='2'", 60));
+  REQUIRE(browser.wait_until("document.documentElement.getAttribute('data-chart-datasets')==='2'", kPageSeconds));
   browser.call("Page.reload", {{"ignoreCache", true}});
-  REQUIRE(browser.wait_until("document.documentElement.getAttribute('data-chart-datasets')==='2'", 30));
+  REQUIRE(browser.wait_until("document.documentElement.getAttribute('data-chart-datasets')==='2'", kPageSeconds));
   const double drawn_ms = browser.eval("performance.now()").get<double>();
   // A figure, not a check: timings are met in benchmarks (bench/serve_live.sh runs this under the lock).
   MESSAGE(fmt::format("200,000-step run: page loaded and both runs' curves drawn {:.0f} ms after navigation", drawn_ms));
@@ -213,7 +217,7 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
   const auto [cx, cy] = centre_of(browser, "#chart-canvas");
   browser.mouse("mouseMoved", cx, cy);
   browser.mouse("mouseMoved", cx + 3, cy);
-  CHECK(browser.wait_until("/(step|time) .*= [0-9]/.test(document.getElementById('chart-hover').textContent)", 5));
+  CHECK(browser.wait_until("/(step|time) .*= [0-9]/.test(document.getElementById('chart-hover').textContent)", kPageSeconds));
   CHECK(browser.eval("Chart.getChart('chart-canvas').tooltip.getActiveElements().length > 0") == true);
   if (const char* dir = std::getenv(kScreenshots)) browser.screenshot(std::string(dir) + "/serve-charts.png");
 
@@ -226,11 +230,11 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
   CHECK(variant == "post-ln");
   const auto [bx, by] = centre_of(browser, "button.serve-series[data-variant='" + variant + "']");
   browser.click(bx, by);
-  CHECK(browser.wait_until(visible + "==='1'", 5));
+  CHECK(browser.wait_until(visible + "==='1'", kPageSeconds));
   CHECK(browser.eval("Chart.getChart('chart-canvas').data.datasets.filter(function(d){return d.hidden;})"
                      ".map(function(d){return d.run;})") == json::array({"post-ln_short"}));
   browser.click(bx, by);
-  CHECK(browser.wait_until(visible + "==='2'", 5));
+  CHECK(browser.wait_until(visible + "==='2'", kPageSeconds));
   // Log axis, smoothing, another metric against training time: drawn without an error.
   browser.eval("(function(){var s=document.getElementById('chart-scale');s.value='logarithmic';s.dispatchEvent(new Event('change'));"
                "var x=document.getElementById('chart-x');x.value='time';x.dispatchEvent(new Event('change'));"
@@ -238,7 +242,7 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
   CHECK(browser.wait_until("Chart.getChart('chart-canvas').options.scales.y.type==='logarithmic' && "
                            "Chart.getChart('chart-canvas').data.datasets.length===2 && "
                            "Chart.getChart('chart-canvas').data.datasets[0].data.length>0 && "
-                           "/valid\\/trained\\/accuracy/.test(Chart.getChart('chart-canvas').options.scales.y.title.text)", 10));
+                           "/valid\\/trained\\/accuracy/.test(Chart.getChart('chart-canvas').options.scales.y.title.text)", kPageSeconds));
 
   // Zoom: a drag across the chart narrows the x axis to that range; "reset zoom" undoes it.
   const auto [zx, zy] = centre_of(browser, "#chart-canvas");
@@ -247,20 +251,20 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
   browser.mouse("mouseMoved", zx + 100, zy);
   browser.mouse("mouseReleased", zx + 100, zy);
   const std::string x_axis = "Chart.getChart('chart-canvas').scales.x";
-  CHECK(browser.wait_until("Chart.getChart('chart-canvas').options.scales.x.min !== undefined", 5));
+  CHECK(browser.wait_until("Chart.getChart('chart-canvas').options.scales.x.min !== undefined", kPageSeconds));
   const double zoomed = browser.eval(x_axis + ".max - " + x_axis + ".min").get<double>();
   const auto [rx, ry] = centre_of(browser, "#chart-reset");
   browser.click(rx, ry);
-  CHECK(browser.wait_until("Chart.getChart('chart-canvas').options.scales.x.min === undefined", 5));
+  CHECK(browser.wait_until("Chart.getChart('chart-canvas').options.scales.x.min === undefined", kPageSeconds));
   CHECK(browser.eval(x_axis + ".max - " + x_axis + ".min").get<double>() > 2 * zoomed);
   // One run's own box in the table hides that run alone.
   const auto [cbx, cby] = centre_of(browser, "#serve-table tr[data-run=pre-ln_long] input");
   browser.click(cbx, cby);
-  CHECK(browser.wait_until(visible + "==='1'", 5));
+  CHECK(browser.wait_until(visible + "==='1'", kPageSeconds));
   CHECK(browser.eval("Chart.getChart('chart-canvas').data.datasets.filter(function(d){return d.hidden;})"
                      ".map(function(d){return d.run;})") == json::array({"pre-ln_long"}));
   browser.click(cbx, cby);
-  CHECK(browser.wait_until(visible + "==='2'", 5));
+  CHECK(browser.wait_until(visible + "==='2'", kPageSeconds));
 
   // The run table: the unfinished run first (stopped: nobody trains it); a click on "step" sorts by it.
   const std::string order = "Array.prototype.map.call(document.querySelectorAll('#serve-table tbody tr'),"
@@ -268,14 +272,14 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
   CHECK(browser.eval(order) == json::array({"post-ln_short", "pre-ln_long"}));
   const auto [hx, hy] = centre_of(browser, "#serve-table th[data-key='step']");
   browser.click(hx, hy);
-  CHECK(browser.wait_until(order + ".join()==='post-ln_short,pre-ln_long'", 5));
+  CHECK(browser.wait_until(order + ".join()==='post-ln_short,pre-ln_long'", kPageSeconds));
   browser.click(hx, hy);  // again: descending
-  CHECK(browser.wait_until(order + ".join()==='pre-ln_long,post-ln_short'", 5));
+  CHECK(browser.wait_until(order + ".join()==='pre-ln_long,post-ln_short'", kPageSeconds));
   CHECK(browser.eval("document.querySelector('#serve-table th[data-key=step]').textContent").get<std::string>().find("▼") !=
         std::string::npos);
   // The filter keeps the rows whose text holds what is typed.
   browser.eval("(function(){var f=document.getElementById('serve-filter');f.value='short';f.dispatchEvent(new Event('input'));})()");
-  CHECK(browser.wait_until("document.getElementById('serve-count').textContent==='1 of 2 run(s) shown'", 5));
+  CHECK(browser.wait_until("document.getElementById('serve-count').textContent==='1 of 2 run(s) shown'", kPageSeconds));
   CHECK(browser.eval("document.querySelector('#serve-table tr[data-run=pre-ln_long]').style.display") == "none");
   browser.eval("(function(){var f=document.getElementById('serve-filter');f.value='';f.dispatchEvent(new Event('input'));})()");
   // The links of a run: its config and metrics, served from DIR.
@@ -297,7 +301,7 @@ TEST_CASE("serve in headless Chromium: started before DIR exists it waits, a run
   CHECK(read_text(serve.out).find("does not exist yet: waiting for it") != std::string::npos);
   Chromium browser(tmp.sub("profile"), tmp.sub("chromium.log"));
   browser.open(serve.url());
-  CHECK(browser.wait_until("/does not exist yet.*normlab compare --config FILE --out/.test(document.body.textContent)", 20));
+  CHECK(browser.wait_until("/does not exist yet.*normlab compare --config FILE --out/.test(document.body.textContent)", kPageSeconds));
 
   // The folder appears with one run training (its lock held, here by the test) and one finished.
   write_run(dir / "runs" / "pre-ln_s0", "layernorm", "pre", 2000, 4000, -1, true);
@@ -307,18 +311,18 @@ TEST_CASE("serve in headless Chromium: started before DIR exists it waits, a run
   REQUIRE(::flock(lock, LOCK_EX | LOCK_NB) == 0);
   const std::string states = "Array.prototype.map.call(document.querySelectorAll('#serve-table tbody tr'),"
                              "function(r){return r.getAttribute('data-state');}).join()";
-  REQUIRE(browser.wait_until(states + "==='running,finished'", 20));
+  REQUIRE(browser.wait_until(states + "==='running,finished'", kPageSeconds));
   CHECK(browser.eval("document.getElementById('serve-notices').children.length") == 0);
   CHECK(browser.eval("document.getElementById('serve-progress').textContent").get<std::string>().find("1/2 runs done") !=
         std::string::npos);
   // The live Answer judges the finished run only and names the one still running.
-  CHECK(browser.wait_until("/Not yet judged: post-ln_s0 \\(running, step 1500 of 4000\\)/.test(document.querySelector('.answer').textContent)", 10));
+  CHECK(browser.wait_until("/Not yet judged: post-ln_s0 \\(running, step 1500 of 4000\\)/.test(document.querySelector('.answer').textContent)", kPageSeconds));
 
   // It diverges: the trainer writes its diverged record and summary.json, and lets go of the lock.
   std::ofstream(dir / "runs" / "post-ln_s0" / "metrics.jsonl", std::ios::app) << R"({"step":1501,"diverged":true})" << "\n";
   std::ofstream(dir / "runs" / "post-ln_s0" / "summary.json") << R"({"diverged": true, "diverged_at_step": 1501, "wall_time_s": 20.0, "threads": 1})";
   ::close(lock);
-  CHECK(browser.wait_until("/post-ln_s0 diverged at step 1501/.test(document.getElementById('serve-notices').textContent)", 20));
+  CHECK(browser.wait_until("/post-ln_s0 diverged at step 1501/.test(document.getElementById('serve-notices').textContent)", kPageSeconds));
   CHECK(browser.eval("document.querySelector('.serve-notice').className") == "serve-notice serve-notice-diverged");
   if (const char* shots = std::getenv(kScreenshots)) browser.screenshot(std::string(shots) + "/serve-notice.png");
   serve.child.signal(SIGTERM);

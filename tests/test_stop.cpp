@@ -1,29 +1,30 @@
 // Stop requests are honoured everywhere, not only between training steps: SIGTERM during a long
 // evaluation, or while the data is still being generated, ends the process within seconds with
-// exit 143 (docs/RELIABILITY.md).
+// exit 143 (docs/RELIABILITY.md). Each process is held at the point where it is signalled
+// (NORMLAB_TEST_PAUSE_AT, docs/TESTING.md), so the signal lands there on any machine.
 #include <doctest/doctest.h>
 
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 
 #include "normlab/io/safetensors.hpp"
 #include "support.hpp"
 
 namespace fs = std::filesystem;
 using normlab::test::Child;
+using normlab::test::PausePoint;
 using normlab::test::read_text;
 using normlab::test::TempDir;
 
 namespace {
 
-// An evaluation that takes many seconds (100 000 sequences of up to 128 tokens), training steps that
-// take milliseconds: step 2 is followed by that evaluation.
+// Step 2 is followed by an evaluation of many batches; the test holds it before its second batch
+// (NORMLAB_TEST_PAUSE_AT=eval) and signals it there.
 const char* kLongEvaluation = R"({
   "model": {"d_model": 8, "heads": 1, "layers": 1, "ffn": 8, "max_len": 128},
-  "task": {"max_len": 4, "eval_max_len": 128, "eval_examples": 100000},
+  "task": {"max_len": 4, "eval_max_len": 128, "eval_examples": 2000},
   "train": {"steps": 4, "batch_size": 256, "eval_every": 2, "checkpoint_every": 0, "threads": 1}
 })";
 
@@ -39,14 +40,11 @@ TEST_CASE("SIGTERM during a long evaluation: exit 143 within seconds, a checkpoi
   TempDir dir("normlab_test_stop_eval");
   const std::string config = dir.write("config.json", kLongEvaluation);
   const std::string run = dir.sub("run");
-  Child child({"train", "--config", config, "--out", run}, dir.sub("out.txt"), dir.sub("err.txt"));
+  PausePoint pause(dir, "eval");
+  Child child({"train", "--config", config, "--out", run}, dir.sub("out.txt"), dir.sub("err.txt"), {}, {pause.env()});
   REQUIRE(child.started());
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (count_lines(run + "/metrics.jsonl") < 2 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  REQUIRE(count_lines(run + "/metrics.jsonl") == 2);  // steps 1 and 2; the evaluation is running
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  REQUIRE(pause.wait(1).size() == 1);  // the evaluation after step 2 holds before its second batch
+  REQUIRE(count_lines(run + "/metrics.jsonl") == 2);  // steps 1 and 2
   const auto sent = std::chrono::steady_clock::now();
   child.signal(SIGTERM);
   const int code = child.wait(std::chrono::seconds(60));
@@ -64,15 +62,18 @@ TEST_CASE("SIGTERM during a long evaluation: exit 143 within seconds, a checkpoi
 
 TEST_CASE("SIGTERM while the data loads: exit 143 within seconds, nothing written") {
   TempDir dir("normlab_test_stop_load");
-  // A million generated validation examples: generating them takes far longer than the test waits.
+  // A million generated validation examples: longer than the test waits, had the generator not
+  // checked the stop request. The process holds before the generation begins (NORMLAB_TEST_PAUSE_AT=data)
+  // and is signalled there: the generator starts with the stop already requested.
   const std::string config = dir.write("config.json", R"({
     "model": {"d_model": 8, "heads": 1, "layers": 1, "ffn": 8, "max_len": 128},
     "task": {"max_len": 4, "eval_max_len": 128, "eval_examples": 1000000},
     "train": {"steps": 4, "batch_size": 256, "threads": 1}})");
   const std::string run = dir.sub("run");
-  Child child({"train", "--config", config, "--out", run}, dir.sub("out.txt"), dir.sub("err.txt"));
+  PausePoint pause(dir, "data");
+  Child child({"train", "--config", config, "--out", run}, dir.sub("out.txt"), dir.sub("err.txt"), {}, {pause.env()});
   REQUIRE(child.started());
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  REQUIRE(pause.wait(1).size() == 1);
   const auto sent = std::chrono::steady_clock::now();
   child.signal(SIGTERM);
   const int code = child.wait(std::chrono::seconds(60));
@@ -98,8 +99,8 @@ TEST_CASE("SIGTERM during a long `normlab eval --data`: the process ends within 
   REQUIRE(train.started());
   REQUIRE(train.wait() == 0);
   const std::string checkpoint_before = read_text(run + "/checkpoint.safetensors");
-  // 50 000 reversed sequences of 120 tokens (49 MB, under the 64 MiB file limit): an evaluation of
-  // many seconds.
+  // 2,000 reversed sequences of 120 tokens, a few batches; the evaluation holds before its second
+  // batch (NORMLAB_TEST_PAUSE_AT=eval) and is signalled there.
   std::string lines;
   std::string tokens, targets;
   for (int i = 0; i < 120; ++i) {
@@ -107,11 +108,12 @@ TEST_CASE("SIGTERM during a long `normlab eval --data`: the process ends within 
     targets += std::string(i ? "," : "") + "\"" + std::to_string((119 - i) % 10) + "\"";
   }
   const std::string line = "{\"tokens\":[" + tokens + "],\"targets\":[" + targets + "]}\n";
-  for (int i = 0; i < 50000; ++i) lines += line;
+  for (int i = 0; i < 2000; ++i) lines += line;
   const std::string data = dir.write("big.jsonl", lines);
-  Child eval({"eval", "--run", run, "--data", data}, dir.sub("out.txt"), dir.sub("err.txt"));
+  PausePoint pause(dir, "eval");
+  Child eval({"eval", "--run", run, "--data", data}, dir.sub("out.txt"), dir.sub("err.txt"), {}, {pause.env()});
   REQUIRE(eval.started());
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  REQUIRE(pause.wait(1).size() == 1);
   const auto sent = std::chrono::steady_clock::now();
   eval.signal(SIGTERM);
   const int code = eval.wait(std::chrono::seconds(60));

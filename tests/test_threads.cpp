@@ -9,12 +9,14 @@
 // ~1e-4 (differences grow through the updates, which is also why bit-identity matters per count).
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "normlab/io/safetensors.hpp"
@@ -275,13 +277,53 @@ TEST_CASE("threads: RMSNorm, BatchNorm and DyT parameter gradients across 1, 2, 
 }
 
 // The pool (parallel.hpp): parts claimed from one counter by whichever thread is free. A worker
-// that stops after claiming a part (the test hook, as a descheduled thread would) must change
-// nothing: the caller takes the other parts and the region ends when the last part is done.
+// that stops after claiming a part (as a descheduled thread would) must change nothing: the caller
+// takes the other parts and the region ends when the last part is done. The pool hook makes that
+// happen in every region, on any machine: the caller claims nothing until a worker has claimed a
+// part, and that worker runs its part only once every part of the region is claimed.
 namespace {
-struct WorkerDelayGuard {
-  explicit WorkerDelayGuard(int microseconds) { set_worker_delay_for_tests(microseconds); }
-  ~WorkerDelayGuard() { set_worker_delay_for_tests(0); }
+
+// Waits (yielding) until done() or, if the pool is broken, 30 s have passed.
+template <class F>
+void wait_until(F done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+}
+
+namespace stall {
+std::atomic<uint32_t> worker_region{0};  // the last region a worker claimed a part of
+std::atomic<uint64_t> claims{0};         // region << 32 | parts of it claimed so far
+std::atomic<int64_t> by_workers{0}, by_caller{0};  // parts claimed while the hook was on
+
+void hook(const PoolEvent& e) {
+  if (e.moment == PoolMoment::claiming) {
+    if (!e.by_worker) wait_until([&] { return worker_region.load() == e.region; });
+    return;
+  }
+  uint64_t seen = claims.load();
+  while (!claims.compare_exchange_weak(seen, (seen >> 32) == e.region ? seen + 1 : (uint64_t(e.region) << 32 | 1))) {
+  }
+  (e.by_worker ? by_workers : by_caller)++;
+  if (!e.by_worker) return;
+  worker_region.store(e.region);
+  wait_until([&] {
+    const uint64_t now = claims.load();
+    return (now >> 32) != e.region || uint32_t(now) >= e.parts;
+  });
+}
+}  // namespace stall
+
+struct StallWorkersGuard {
+  StallWorkersGuard() {
+    stall::worker_region = 0;
+    stall::claims = 0;
+    stall::by_workers = 0;
+    stall::by_caller = 0;
+    set_pool_hook_for_tests(stall::hook);
+  }
+  ~StallWorkersGuard() { set_pool_hook_for_tests(nullptr); }
 };
+
 }  // namespace
 
 TEST_CASE("threads: the pool runs every part once, the caller takes a stalled worker's share, nested calls stay serial") {
@@ -289,33 +331,90 @@ TEST_CASE("threads: the pool runs every part once, the caller takes a stalled wo
   for (int threads : {2, 3}) {
     CAPTURE(threads);
     set_num_threads(threads);
-    WorkerDelayGuard delay(300);
-    const PartCounts before = part_counts();
-    // Regions until a worker has run a part (a sleeping worker may wake after the caller has taken
-    // every part of a short region): each part busy for ~20 us, at most ~5 s in all.
-    for (int region = 0; region < 4000 && part_counts().by_workers == before.by_workers; ++region) {
-      const int64_t parts = 64;
-      std::vector<int> runs(size_t(parts), 0), nested_parts(size_t(parts), 0);
-      run_parts(parts, [&](int64_t part) {
-        runs[size_t(part)]++;
-        nested_parts[size_t(part)] = parallel_parts();
-        int64_t inner = 0;  // a nested region runs whole on this thread
-        run_parts(4, [&](int64_t) { inner++; });
-        CHECK(inner == 4);
-        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
-        while (std::chrono::steady_clock::now() < until) {
+    {
+      StallWorkersGuard stall;
+      for (int region = 0; region < 3; ++region) {
+        const int64_t parts = 64;
+        std::vector<int> runs(size_t(parts), 0), nested_parts(size_t(parts), 0);
+        run_parts(parts, [&](int64_t part) {
+          runs[size_t(part)]++;
+          nested_parts[size_t(part)] = parallel_parts();
+          int64_t inner = 0;  // a nested region runs whole on this thread
+          run_parts(4, [&](int64_t) { inner++; });
+          CHECK(inner == 4);
+        });
+        for (int64_t p = 0; p < parts; ++p) {
+          CHECK(runs[size_t(p)] == 1);
+          CHECK(nested_parts[size_t(p)] == 1);
         }
-      });
-      for (int64_t p = 0; p < parts; ++p) {
-        CHECK(runs[size_t(p)] == 1);
-        CHECK(nested_parts[size_t(p)] == 1);
       }
+      // Both took part in every region: a worker claimed a part (and stalled on it), the caller
+      // ran the rest. (Counted by the hook: part_counts() adds a worker's parts only when it goes
+      // back to sleep, which may be after the region has ended.)
+      CHECK(stall::by_workers >= 3);
+      CHECK(stall::by_caller >= 3 * (64 - (threads - 1)));
+      CHECK(stall::by_workers + stall::by_caller == 3 * 64);
     }
-    const PartCounts after = part_counts();
-    // Both took part: a worker claimed parts (and slept on them), the caller ran the rest.
-    CHECK(after.by_workers > before.by_workers);
-    CHECK(after.by_caller > before.by_caller);
     CHECK(parallel_parts() == threads);
+  }
+}
+
+// A worker that read a region's next part and task, then stalled before claiming the part while
+// the caller finished that region and opened the next, must not claim a part of the next region
+// with the old task: the claim fails because the region's generation changed. The hook holds the
+// worker exactly there.
+namespace {
+namespace late_claim {
+std::atomic<int> phase{0};  // 1: the first region, 2: the second
+std::atomic<int> worker_claiming{0};  // the worker's `claiming` moments so far
+std::atomic<bool> worker_held{false}, released{false};
+
+void hook(const PoolEvent& e) {
+  if (e.moment != PoolMoment::claiming) return;
+  if (e.by_worker) {
+    if (worker_claiming.fetch_add(1) == 0) {  // held after reading the first region's part 0
+      worker_held = true;
+      wait_until([] { return released.load(); });
+    }
+    return;
+  }
+  if (phase == 1) {
+    wait_until([] { return worker_held.load(); });  // the worker reads part 0 before the caller claims it
+  } else if (phase == 2 && !released) {
+    released = true;  // the second region is open: let the held worker try its claim
+    wait_until([] { return worker_claiming.load() >= 2; });  // it tried, and came back for more
+  }
+}
+
+// Counts the runs of each part; the task of a region (a plain function and its context, alive for
+// the whole test, so that a stale worker can only count wrongly, never touch freed memory).
+struct Counted {
+  std::vector<std::atomic<int>> runs = std::vector<std::atomic<int>>(2);
+  static void task(void* context, int64_t part) { static_cast<Counted*>(context)->runs[size_t(part)]++; }
+};
+}  // namespace late_claim
+}  // namespace
+
+TEST_CASE("threads: a worker held between reading a region and claiming its part never runs the next region's part") {
+  ThreadCountGuard guard;
+  set_num_threads(2);
+  late_claim::Counted first, second;
+  late_claim::worker_claiming = 0;
+  late_claim::worker_held = false;
+  late_claim::released = false;
+  set_pool_hook_for_tests(late_claim::hook);
+  late_claim::phase = 1;
+  run_parts(2, late_claim::Counted::task, &first);  // the caller runs both parts; the worker is held
+  const bool held = late_claim::worker_held;
+  late_claim::phase = 2;
+  run_parts(2, late_claim::Counted::task, &second);
+  set_pool_hook_for_tests(nullptr);
+  late_claim::phase = 0;
+  REQUIRE(held);
+  for (int part = 0; part < 2; ++part) {
+    CAPTURE(part);
+    CHECK(first.runs[size_t(part)] == 1);
+    CHECK(second.runs[size_t(part)] == 1);
   }
 }
 
@@ -349,12 +448,12 @@ TEST_CASE("threads: training is bit-identical when a worker stalls after claimin
     const std::string plain = dir.sub("plain" + std::to_string(threads));
     const std::string stalled = dir.sub("stalled" + std::to_string(threads));
     train_in(config, plain);
-    const PartCounts before = part_counts();
     {
-      WorkerDelayGuard delay(200);
+      StallWorkersGuard stall;
       train_in(config, stalled);
+      CHECK(stall::by_workers > 0);
+      CHECK(stall::by_caller > 0);
     }
-    CHECK(part_counts().by_workers > before.by_workers);
     check_same_bits(plain, stalled);
   }
 }

@@ -74,6 +74,21 @@ void parallel_for(int64_t n, bool wanted, F&& body) {
 // the other parts meanwhile. The results must not change.
 void set_worker_delay_for_tests(int microseconds);
 
+// For tests only: called by every thread of a region on the pool at two moments of each claim, so
+// that a test can hold one thread there and make happen, every time, an interleaving that a busy
+// machine makes only by chance (a worker stalled after claiming; a worker descheduled between
+// reading a region and claiming its part). `claiming`: the thread has read the region's next part
+// and its task and is about to claim it (the compare-exchange); `claimed`: it has claimed the part
+// and is about to run it. `region` is the region's generation, as the thread read it.
+enum class PoolMoment { claiming, claimed };
+struct PoolEvent {
+  PoolMoment moment;
+  bool by_worker;  // false: the thread that called run_parts
+  uint32_t region, part, parts;
+};
+using PoolHook = void (*)(const PoolEvent& event);
+void set_pool_hook_for_tests(PoolHook hook);  // nullptr: none
+
 // How many parts of the regions so far the calling thread ran and how many the workers ran; for
 // tests (that both took part) and benchmarks.
 struct PartCounts {

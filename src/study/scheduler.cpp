@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -76,12 +77,17 @@ pid_t launch(const std::string& exe, const std::vector<std::string>& args, const
   argv.push_back(const_cast<char*>(exe.c_str()));
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  const pid_t compare = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw InputError(fmt::format("compare: fork failed: {}", std::strerror(errno)));
   if (pid == 0) {
     // Its own process group: a Ctrl-C at the terminal reaches compare only, which then sends each
     // run one SIGTERM (a run that got both would take the second as "stop at once").
     setpgid(0, 0);
+    // The run ends with compare, even when compare is killed (kill -9): the kernel sends it SIGTERM
+    // when compare dies, so it finishes its step, writes a checkpoint and exits, and a rerun resumes
+    // it. Kept across exec. If compare died before this line the signal never comes: leave now.
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != compare) _exit(128 + SIGTERM);
     const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
@@ -230,7 +236,9 @@ class RunWatcher {
   }
 
   int failed() const { return failed_; }
-  // "run NAME rejected its input; see LOG" when a run exited 2: launching stopped there.
+  // Why launching stopped: "run NAME rejected its input; see LOG" when a run exited 2, or "run
+  // NAME: DIR: the run directory is in use by another normlab process (pid N)..." for a run that
+  // another process holds.
   const std::string& bad_input() const { return bad_input_; }
 
  private:
@@ -239,6 +247,17 @@ class RunWatcher {
   void launch_run(size_t i, const std::string& exe) {
     const RunSpec& run = plan_.runs[i];
     const fs::path dir = out_ / "runs" / run.name;
+    // A run that another process still trains (the run of a compare killed a moment ago, writing
+    // its checkpoint; a `normlab train` on the same directory) is named here with its pid, instead
+    // of as a run that rejected its input. Launching stops, as for a bad input.
+    if (fs::is_directory(dir)) {
+      try {
+        io::DirLock probe = io::DirLock::acquire(dir.string(), "run directory");
+      } catch (const InputError& e) {
+        bad_input_ = fmt::format("run {}: {}", run.name, e.what());
+        return;
+      }
+    }
     std::vector<std::string> args{"train",     "--config", (out_ / "configs" / (run.name + ".json")).string(),
                                   "--out",     dir.string(), "--threads", "1"};
     if (fs::exists(dir / "checkpoint.safetensors")) args.push_back("--resume");

@@ -7,6 +7,7 @@
 
 #include "normlab/autograd.hpp"
 #include "normlab/error.hpp"
+#include "normlab/io/test_pause.hpp"
 #include "normlab/nn/norm.hpp"
 #include "normlab/train/metrics.hpp"
 
@@ -116,6 +117,7 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
   Confusion confusion;                        // (V, V) all targets
   std::vector<Confusion> bucket_confusion(buckets.size());
   for (const data::Batch& batch : batches) {
+    if (&batch == batches.data() + 1) io::test_pause("eval", 0, stop);  // a test hook: held before the second batch
     if (io::stop_signal(stop) != 0) {
       model.train(was_training);
       return std::nullopt;

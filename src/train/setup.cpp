@@ -7,6 +7,7 @@
 
 #include "normlab/data/jsonl.hpp"
 #include "normlab/error.hpp"
+#include "normlab/io/test_pause.hpp"
 
 namespace normlab::train {
 
@@ -188,6 +189,7 @@ std::optional<data::Dataset> load_train_set(const RunConfig& config, const data:
 
 data::Dataset load_valid_set(const RunConfig& config, const data::Task& task, io::StopFlag stop, FileUse* use) {
   const TaskConfig& t = config.task;
+  io::test_pause("data", 0, stop);
   if (!t.valid_file) {
     return data::Dataset(task, data::generate_examples(task, t.eval_examples, static_cast<int32_t>(t.min_len),
                                                        static_cast<int32_t>(t.eval_max_len), valid_seed(config), stop));

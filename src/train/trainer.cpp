@@ -14,6 +14,7 @@
 
 #include "normlab/dist/data_parallel.hpp"
 #include "normlab/error.hpp"
+#include "normlab/io/test_pause.hpp"
 #include "normlab/nn/diagnostics.hpp"
 #include "normlab/ops.hpp"
 #include "normlab/parallel.hpp"
@@ -387,6 +388,7 @@ TrainSummary Trainer::fit() {
       break;
     }
     if (t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) checkpoint();
+    io::test_pause("step", step_, stop_flag_);
   }
   // Finished: a last evaluation. Finished or stopped on request: a checkpoint of the final state
   // (a diverged run keeps its last periodic one: the broken state is not worth resuming).
