@@ -1,12 +1,11 @@
 // normlab predict --run DIR --input "..." [--json]
 // normlab predict --run DIR --data FILE|- [--out FILE] [--format json|csv] [--batch-size N] [--threads N]
 #include <fmt/core.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <iostream>
 #include <optional>
-#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -119,10 +118,13 @@ void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
 }
 
 
-// The inputs of --data: one a line, a final newline ending the last (CRLF tolerated).
+// The inputs of --data: one a line, a final newline ending the last (CRLF tolerated). Standard
+// input is bounded by the same limit as a file, the run's task.max_file_mb: it is read in chunks and
+// refused once it passes the limit.
 std::vector<std::string> read_inputs(const std::string& source, const train::LoadedRun& loaded) {
-  const std::string contents = source == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
-                                             : io::read_file(source, size_t(loaded.task.file.max_file_bytes));
+  const size_t limit = size_t(loaded.task.file.max_file_bytes);
+  const std::string contents = source == "-" ? io::read_stream(STDIN_FILENO, limit, "standard input")
+                                             : io::read_file(source, limit);
   std::vector<std::string> lines;
   size_t start = 0;
   while (start < contents.size()) {

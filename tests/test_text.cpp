@@ -29,6 +29,36 @@ using normlab::test::read_text;
 using normlab::test::run_normlab;
 using normlab::test::TempDir;
 
+namespace {
+
+// `normlab ARGS...` with its arguments passed as they are (no shell: any byte), stdout and stderr
+// kept. A hung child is killed at the deadline, so a regression fails instead of hanging the suite.
+Cli run_args(const TempDir& dir, const std::vector<std::string>& args) {
+  const std::string out = dir.sub("args_stdout.txt"), err = dir.sub("args_stderr.txt");
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  Child child(args, out, err);
+  const int code = child.wait(std::chrono::seconds(60));
+  return {code, read_text(out), read_text(err)};
+}
+
+int64_t lines_of(const std::string& text) { return std::count(text.begin(), text.end(), '\n'); }
+
+// A three-step sequence_classification run trained on a CSV file, in DIR/run.
+void train_csv_run(const TempDir& dir) {
+  dir.write("train.csv", "text,label\ngood film,pos\nbad film,neg\ngood good,pos\nbad bad,neg\n");
+  dir.write("config.json", R"({
+    "model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32, "max_len": 8},
+    "task": {"name": "sequence_classification", "train_file": "train.csv", "valid_file": "train.csv",
+             "max_len": 8, "eval_max_len": 8, "bucket_width": 4, "max_file_mb": 1},
+    "optim": {"lr": 0.01, "warmup_steps": 1},
+    "train": {"steps": 3, "batch_size": 2, "eval_every": 0, "threads": 1}})");
+  const Cli trained = run_normlab(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run")));
+  REQUIRE_MESSAGE(trained.code == 0, trained.err);
+}
+
+}  // namespace
+
 TEST_CASE("text: UTF-8 is validated per character, and invalid bytes are replaced per maximal subpart") {
   CHECK(io::utf8_char_length("\xf0\x9f\x98\x80", 0) == 4);
   CHECK(io::utf8_char_length("\xed\xa0\x80", 0) == 0);  // a UTF-16 surrogate
@@ -70,4 +100,89 @@ TEST_CASE("text: a CSV cell a spreadsheet would run is neutralised; numbers stay
   CHECK(io::csv_field("-0.5") == "-0.5");
   CHECK(io::csv_field("say \"hi\", then") == "\"say \"\"hi\"\", then\"");
   CHECK(io::csv_field("bad \xff") == "bad \xef\xbf\xbd");
+}
+
+TEST_CASE("text: special files are refused by the one open, which never waits") {
+  TempDir dir;
+  const std::string fifo = dir.sub("fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // No writer: a blocking open would wait here for ever; the refusal comes at once.
+  CHECK(error_of([&] { io::open_regular_file(fifo); }) == fifo + ": not a regular file (a FIFO)");
+  CHECK(error_of([&] { io::read_file(fifo, 100); }) == fifo + ": not a regular file (a FIFO)");
+  CHECK(error_of([&] { io::sha256_file(fifo); }) == fifo + ": not a regular file (a FIFO)");
+  CHECK(error_of([] { io::sha256_file("/dev/zero"); }) == "/dev/zero: not a regular file (a character device)");
+  CHECK(error_of([&] { io::read_file(dir.path.string(), 100); }) == dir.path.string() + ": not a regular file (a directory)");
+  CHECK(error_of([&] { io::open_regular_stream(dir.sub("missing")); }) ==
+        dir.sub("missing") + ": cannot open: No such file or directory");
+  const std::string file = dir.write("lines.txt", "one\ntwo\n");
+  const std::unique_ptr<std::istream> in = io::open_regular_stream(file);
+  std::string first, second;
+  CHECK(std::getline(*in, first));
+  CHECK(std::getline(*in, second));
+  CHECK(first == "one");
+  CHECK(second == "two");
+  // Standard input and pipes: read in chunks, refused as soon as they pass the limit.
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  REQUIRE(::write(fds[1], "0123456789", 10) == 10);
+  ::close(fds[1]);
+  CHECK(error_of([&] { io::read_stream(fds[0], 9, "standard input"); }) ==
+        "standard input: more than 9 bytes, larger than the limit of 9 bytes");
+  ::close(fds[0]);
+  REQUIRE(::pipe(fds) == 0);
+  REQUIRE(::write(fds[1], "0123456789", 10) == 10);
+  ::close(fds[1]);
+  CHECK(io::read_stream(fds[0], 10, "standard input") == "0123456789");
+  ::close(fds[0]);
+}
+
+TEST_CASE("text cli: predict --data - is bounded by the run's task.max_file_mb") {
+  TempDir dir;
+  train_csv_run(dir);  // task.max_file_mb 1
+  std::string big;
+  while (big.size() <= (size_t{1} << 20)) big += "good film\n";
+  dir.write("big.txt", big);
+  const Cli refused = run_normlab(dir, fmt::format("predict --run {} --data - < {}", dir.sub("run"), dir.sub("big.txt")));
+  CHECK(refused.code == 2);
+  CHECK(refused.err == "normlab: error: standard input: more than 1048576 bytes, larger than the limit of 1048576 bytes\n");
+  CHECK(refused.out.empty());
+  big.resize(1000);
+  dir.write("small.txt", big);
+  const Cli small = run_normlab(dir, fmt::format("predict --run {} --data - < {}", dir.sub("run"), dir.sub("small.txt")));
+  CHECK(small.code == 0);
+  CHECK(lines_of(small.out) == 100);
+}
+
+TEST_CASE("text cli: eval --data and predict --data refuse a FIFO and /dev/zero at once") {
+  TempDir dir;
+  train_csv_run(dir);
+  const std::string run = dir.sub("run");
+  // No writer holds the FIFO: a blocking open would wait for ever; run_args' deadline kills such a
+  // regression, so it fails here instead of hanging the suite.
+  const std::string fifo = dir.sub("fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const std::string verb : {"eval", "predict"}) {
+    const Cli refused = run_args(dir, {verb, "--run", run, "--data", fifo});
+    CHECK(refused.code == 2);
+    CHECK(refused.err == "normlab: error: " + fifo + ": not a regular file (a FIFO)\n");
+    const Cli zero = run_args(dir, {verb, "--run", run, "--data", "/dev/zero"});
+    CHECK(zero.code == 2);
+    CHECK(zero.err == "normlab: error: /dev/zero: not a regular file (a character device)\n");
+  }
+}
+
+TEST_CASE("text cli: compare --config and report refuse a FIFO at once") {
+  TempDir dir;
+  const std::string fifo = dir.sub("compare.json");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const Cli compare = run_args(dir, {"compare", "--config", fifo, "--out", dir.sub("out")});
+  CHECK(compare.code == 2);
+  CHECK(compare.err == "normlab: error: " + fifo + ": not a regular file (a FIFO)\n");
+  // A run directory whose metrics.jsonl is a FIFO: report names it instead of waiting for a writer.
+  std::filesystem::create_directories(dir.path / "runs" / "a");
+  dir.write("runs/a/config.json", normlab::test::kTwoStepRun);
+  REQUIRE(::mkfifo(dir.sub("runs/a/metrics.jsonl").c_str(), 0600) == 0);
+  const Cli report = run_args(dir, {"report", dir.sub("runs/a"), "--out", dir.sub("report")});
+  CHECK(report.code == 2);
+  CHECK(report.err.find(dir.sub("runs/a/metrics.jsonl") + ": not a regular file (a FIFO)") != std::string::npos);
 }
