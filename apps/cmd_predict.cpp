@@ -14,6 +14,7 @@
 #include "commands.hpp"
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
+#include "normlab/io/text.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/train/predict_lines.hpp"
 #include "normlab/train/saved_run.hpp"
@@ -40,12 +41,18 @@ struct PredictOptions {
 };
 
 void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
-  train::Prediction p = train::predict(loaded, options.input);
+  // Text given to predict is read with U+FFFD for bytes that are not UTF-8 (io/text.hpp), and said so.
+  int64_t replaced = 0;
+  const std::string input = io::replace_invalid_utf8(options.input, &replaced);
+  train::Prediction p = train::predict(loaded, input);
   const data::Task& task = loaded.task;
   const bool per_sequence = task.target_kind == data::TargetKind::per_sequence;
 
   // Say when the answer is one the model was never trained to give.
   std::vector<std::string> warnings;
+  if (replaced > 0)
+    warnings.push_back(fmt::format("--input: {} invalid UTF-8 sequence{} read as U+FFFD", replaced,
+                                   replaced == 1 ? "" : "s"));
   if (loaded.train_max_len > 0 && int64_t(p.tokens.size()) > int64_t(loaded.train_max_len))
     warnings.push_back(fmt::format("the input has {} tokens, longer than any training sequence ({}): the model has "
                                    "never seen this length",
@@ -67,7 +74,7 @@ void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
       return list;
     };
     nlohmann::json out = {{"task", train::task_title(loaded.config)},
-                          {"input", options.input},
+                          {"input", input},
                           {"read_as", task.decode_input(p.tokens)},
                           {"unknown", unknown_count(task, p.tokens)},
                           {"predicted", tokens(p.predicted)},
@@ -80,7 +87,7 @@ void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
     return;
   }
 
-  fmt::print("input:     {}\n", options.input);
+  fmt::print("input:     {}\n", input);
   if (task.is_data_defined()) {
     const int64_t unknown = unknown_count(task, p.tokens);
     fmt::print("read as:   {}{}\n", task.decode_input(p.tokens),
@@ -118,21 +125,24 @@ void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
 }
 
 
-// The inputs of --data: one a line, a final newline ending the last (CRLF tolerated). Standard
-// input is bounded by the same limit as a file, the run's task.max_file_mb: it is read in chunks and
-// refused once it passes the limit.
-std::vector<std::string> read_inputs(const std::string& source, const train::LoadedRun& loaded) {
+// The inputs of --data: one a line, a final newline ending the last (CRLF tolerated), invalid UTF-8
+// read as U+FFFD (`replaced` counts the lines). Standard input is bounded by the same limit as a
+// file, the run's task.max_file_mb: it is read in chunks and refused once it passes the limit.
+std::vector<std::string> read_inputs(const std::string& source, const train::LoadedRun& loaded, int64_t& replaced) {
   const size_t limit = size_t(loaded.task.file.max_file_bytes);
   const std::string contents = source == "-" ? io::read_stream(STDIN_FILENO, limit, "standard input")
                                              : io::read_file(source, limit);
   std::vector<std::string> lines;
+  replaced = 0;
   size_t start = 0;
   while (start < contents.size()) {
     size_t end = contents.find('\n', start);
     if (end == std::string::npos) end = contents.size();
-    std::string line = contents.substr(start, end - start);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    lines.push_back(std::move(line));
+    std::string_view line = std::string_view(contents).substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    int64_t bad = 0;
+    lines.push_back(io::replace_invalid_utf8(line, &bad));
+    replaced += bad > 0;
     start = end + 1;
   }
   if (lines.empty()) throw InputError(fmt::format("{}: no input lines", source == "-" ? "standard input" : source));
@@ -197,7 +207,8 @@ void run_file(const PredictOptions& options, train::LoadedRun& loaded) {
     throw InputError(fmt::format("--format: must be json or csv, got \"{}\"", options.format));
   if (options.batch_size < 1 || options.batch_size > 65536)
     throw InputError(fmt::format("--batch-size: must be between 1 and 65536 (got {})", options.batch_size));
-  const std::vector<std::string> inputs = read_inputs(options.data, loaded);
+  int64_t replaced = 0;  // lines with invalid UTF-8
+  const std::vector<std::string> inputs = read_inputs(options.data, loaded, replaced);
   const std::vector<train::LinePrediction> predictions = train::predict_lines(loaded, inputs, options.batch_size);
   const bool csv = options.format == "csv";
   std::string text = csv ? "line,input,unknown,read_as,predicted,probability,error\n" : "";
@@ -210,6 +221,9 @@ void run_file(const PredictOptions& options, train::LoadedRun& loaded) {
   }
   if (options.out.empty()) fmt::print("{}", text);
   else io::write_file_atomic(options.out, text);
+  if (replaced > 0)
+    fmt::print(stderr, "normlab: warning: {} line{} held invalid UTF-8, read as U+FFFD\n", replaced,
+               replaced == 1 ? "" : "s");
   fmt::print(stderr, "normlab: {} inputs predicted{}{}{}{}\n", predictions.size() - size_t(failed),
              failed ? fmt::format(", {} could not be read (their \"error\")", failed) : "",
              unknown ? fmt::format(", {} words not in the training vocabulary read as [UNK]", unknown) : "",

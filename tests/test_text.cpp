@@ -44,6 +44,16 @@ Cli run_args(const TempDir& dir, const std::vector<std::string>& args) {
 
 int64_t lines_of(const std::string& text) { return std::count(text.begin(), text.end(), '\n'); }
 
+// A sequence_classification task read from CSV, for the loaders.
+data::Task csv_schema() {
+  data::Task schema;
+  schema.name = "sequence_classification";
+  schema.kind = data::TaskKind::sequence_classification;
+  schema.target_kind = data::TargetKind::per_sequence;
+  schema.max_seq_len = 16;
+  return schema;
+}
+
 // A three-step sequence_classification run trained on a CSV file, in DIR/run.
 void train_csv_run(const TempDir& dir) {
   dir.write("train.csv", "text,label\ngood film,pos\nbad film,neg\ngood good,pos\nbad bad,neg\n");
@@ -102,6 +112,31 @@ TEST_CASE("text: a CSV cell a spreadsheet would run is neutralised; numbers stay
   CHECK(io::csv_field("bad \xff") == "bad \xef\xbf\xbd");
 }
 
+TEST_CASE("text: a data file with invalid UTF-8 is refused with its line, in every format") {
+  TempDir dir;
+  const data::Task schema = csv_schema();
+  const std::string csv = dir.write("bad.csv", "text,label\ngood film,pos\nbad \xff\xfe film,neg\n");
+  CHECK(error_of([&] { data::load_string_examples(csv, schema); }) ==
+        csv + ":3: invalid UTF-8 (byte 0xff at column 5; the file must be UTF-8 text)");
+  const std::string tsv = dir.write("bad.tsv", "text\tlabel\nok\tpos\n\x80x\tneg\n");
+  CHECK(error_of([&] { data::load_string_examples(tsv, schema); }) ==
+        tsv + ":3: invalid UTF-8 (byte 0x80 at column 1; the file must be UTF-8 text)");
+  // A quoted field's line break counts: the bad byte is on the file's fourth line.
+  const std::string quoted = dir.write("quoted.csv", "text,label\n\"two\nlines\",pos\nbad\xc3,neg\n");
+  CHECK(error_of([&] { data::load_string_examples(quoted, schema); }) ==
+        quoted + ":4: invalid UTF-8 (byte 0xc3 at column 4; the file must be UTF-8 text)");
+  data::Task tagging = schema;
+  tagging.name = "token_classification";
+  tagging.kind = data::TaskKind::token_classification;
+  tagging.target_kind = data::TargetKind::per_token;
+  const std::string conll = dir.write("bad.conll", "the O\nfilm O\n\ncaf\xe9 B\n");
+  CHECK(error_of([&] { data::load_string_examples(conll, tagging); }) ==
+        conll + ":4: invalid UTF-8 (byte 0xe9 at column 4; the file must be UTF-8 text)");
+  const std::string jsonl = dir.write("bad.jsonl", "{\"tokens\": \"good\", \"label\": \"pos\"}\n{\"tokens\": \"\xff\", \"label\": \"neg\"}\n");
+  CHECK(error_of([&] { data::load_string_examples(jsonl, schema); }) ==
+        jsonl + ":2: invalid UTF-8 (byte 0xff at column 13; the file must be UTF-8 text)");
+}
+
 TEST_CASE("text: special files are refused by the one open, which never waits") {
   TempDir dir;
   const std::string fifo = dir.sub("fifo");
@@ -134,6 +169,36 @@ TEST_CASE("text: special files are refused by the one open, which never waits") 
   ::close(fds[1]);
   CHECK(io::read_stream(fds[0], 10, "standard input") == "0123456789");
   ::close(fds[0]);
+}
+
+TEST_CASE("text cli: invalid UTF-8 is read as U+FFFD by predict and refused with its line by train and eval") {
+  TempDir dir;
+  train_csv_run(dir);
+  const std::string run = dir.sub("run");
+  // predict --input: answered (never nlohmann's type_error 316), the input read with U+FFFD and said so.
+  const Cli one = run_args(dir, {"predict", "--run", run, "--input", "good \xff\xfe", "--json"});
+  REQUIRE_MESSAGE(one.code == 0, one.err);
+  const json answer = json::parse(one.out);
+  CHECK(answer.at("input") == "good \xef\xbf\xbd\xef\xbf\xbd");
+  CHECK(answer.at("read_as") == "good [UNK]");
+  CHECK(answer.at("warnings") == json{"--input: 2 invalid UTF-8 sequences read as U+FFFD"});
+  // predict --data: each line's bad bytes replaced, every output line valid JSON.
+  dir.write("inputs.txt", "bad \xff film\ngood film\n");
+  const Cli lines = run_args(dir, {"predict", "--run", run, "--data", dir.sub("inputs.txt")});
+  REQUIRE_MESSAGE(lines.code == 0, lines.err);
+  CHECK(json::parse(lines.out.substr(0, lines.out.find('\n'))).at("read_as") == json{"bad", "[UNK]", "film"});
+  CHECK(lines.err.find("normlab: warning: 1 line held invalid UTF-8, read as U+FFFD\n") != std::string::npos);
+  // eval --data and train: a file with one invalid-UTF-8 line is refused with its line.
+  const std::string bad = dir.write("bad.csv", "text,label\ngood film,pos\nbad \xff film,neg\n");
+  const std::string refusal = bad + ":3: invalid UTF-8 (byte 0xff at column 5; the file must be UTF-8 text)";
+  const Cli eval_bad = run_args(dir, {"eval", "--run", run, "--data", bad});
+  CHECK(eval_bad.code == 2);
+  CHECK(eval_bad.err == "normlab: error: " + refusal + "\n");
+  const Cli train_bad = run_args(dir, {"train", "--config", dir.sub("config.json"), "--out", dir.sub("run_bad"), "--set",
+                                       "task.train_file=" + bad});
+  CHECK(train_bad.code == 2);
+  CHECK(train_bad.err.find("normlab: error: " + refusal + "\n") != std::string::npos);
+  CHECK(lines_of(train_bad.err) == 1);
 }
 
 TEST_CASE("text cli: predict --data - is bounded by the run's task.max_file_mb") {
