@@ -65,7 +65,7 @@ void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
       warnings.push_back("the input has no [MASK]: nothing to fill in (mark each blank with [MASK], e.g. \"In the "
                          "beginning God cr[MASK]ated\")");
   }
-  for (const std::string& w : warnings) fmt::print(stderr, "normlab: warning: {}\n", w);
+  for (const std::string& w : warnings) fmt::print(stderr, "normlab: warning: {}\n", io::escape_control(w));
 
   if (options.json) {
     auto tokens = [&](const std::vector<int32_t>& ids) {
@@ -87,7 +87,7 @@ void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
     return;
   }
 
-  fmt::print("input:     {}\n", input);
+  fmt::print("input:     {}\n", io::escape_control(input));
   if (task.is_data_defined()) {
     const int64_t unknown = unknown_count(task, p.tokens);
     fmt::print("read as:   {}{}\n", task.decode_input(p.tokens),

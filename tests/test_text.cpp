@@ -42,6 +42,12 @@ Cli run_args(const TempDir& dir, const std::vector<std::string>& args) {
   return {code, read_text(out), read_text(err)};
 }
 
+bool has_control_bytes(const std::string& text) {
+  for (char c : text)
+    if ((static_cast<unsigned char>(c) < 0x20 && c != '\n') || c == '\x7f') return true;
+  return false;
+}
+
 int64_t lines_of(const std::string& text) { return std::count(text.begin(), text.end(), '\n'); }
 
 // A sequence_classification task read from CSV, for the loaders.
@@ -234,6 +240,49 @@ TEST_CASE("text cli: eval --data and predict --data refuse a FIFO and /dev/zero 
     CHECK(zero.code == 2);
     CHECK(zero.err == "normlab: error: /dev/zero: not a regular file (a character device)\n");
   }
+}
+
+TEST_CASE("text cli: predict echoes its input with control bytes escaped") {
+  TempDir dir;
+  train_csv_run(dir);
+  const Cli plain = run_args(dir, {"predict", "--run", dir.sub("run"), "--input", "good\x1b[2J film"});
+  CHECK(plain.code == 0);
+  CHECK(plain.out.find("input:     good\\x1b[2J film\n") != std::string::npos);
+  CHECK_FALSE(has_control_bytes(plain.out));
+}
+
+TEST_CASE("text cli: messages that echo a CSV header, a config key, a --set value or a path escape control bytes") {
+  TempDir dir;
+  dir.write("config.json", R"({
+    "model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32, "max_len": 8},
+    "task": {"name": "sequence_classification", "train_file": "header.csv", "valid_file": "header.csv",
+             "max_len": 8, "eval_max_len": 8, "bucket_width": 4},
+    "optim": {"lr": 0.01, "warmup_steps": 1},
+    "train": {"steps": 3, "batch_size": 2, "eval_every": 0, "threads": 1}})");
+  dir.write("header.csv", "te\x1b[31mxt\x07,label\ngood,pos\n");
+  const Cli header = run_args(dir, {"train", "--config", dir.sub("config.json"), "--out", dir.sub("run")});
+  CHECK(header.code == 2);
+  CHECK(header.err == "normlab: error: " + dir.sub("header.csv") +
+                          ":1: no column \"text\" in the header (columns: \"te\\x1b[31mxt\\x07\", \"label\"); name the "
+                          "column with task.text_field\n");
+  dir.write("key.json", "{\"model\": {\"d_\\u001b]0;owned\\u0007model\": 16}}");
+  const Cli key = run_args(dir, {"train", "--config", dir.sub("key.json"), "--out", dir.sub("run2")});
+  CHECK(key.code == 2);
+  CHECK(key.err.find("model.d_\\x1b]0;owned\\x07model: unknown key") != std::string::npos);
+  CHECK_FALSE(has_control_bytes(key.err));
+  const Cli set = run_args(dir, {"train", "--config", dir.sub("config.json"), "--out", dir.sub("run3"), "--set",
+                                 "task.text_field=\xff\x1b"});
+  CHECK(set.code == 2);
+  CHECK(set.err == "normlab: error: --set task.text_field=\\xff\\x1b: invalid UTF-8 (byte 0xff at byte 17)\n");
+  const std::string odd = dir.sub("no\x1b[2Jsuch.json");
+  const Cli path = run_args(dir, {"compare", "--config", odd, "--out", dir.sub("cmp")});
+  CHECK(path.code == 2);
+  CHECK_FALSE(has_control_bytes(path.err));
+  CHECK(lines_of(path.err) == 1);
+  CHECK(path.err.find("no\\x1b[2Jsuch.json") != std::string::npos);
+  const Cli arg = run_args(dir, {"eval", "--bogus\x1b[2J"});
+  CHECK(arg.code == 2);
+  CHECK_FALSE(has_control_bytes(arg.err));
 }
 
 TEST_CASE("text cli: compare --config and report refuse a FIFO at once") {

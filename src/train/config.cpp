@@ -238,7 +238,8 @@ const Field* find_field(const std::string& section, const std::string& key) {
 InputError unknown_key(const std::string& where, const std::string& section, const std::string& key) {
   const std::string full = section + "." + key;
   auto suggest = [&](const std::string& path) {
-    return InputError(fmt::format("{}: {}: unknown key (did you mean '{}'?)", where, full, path));
+    return InputError(fmt::format("{}: {}: unknown key (did you mean '{}'?)", io::escape_control(where),
+                                  io::escape_control(full), path));
   };
   for (const Field& field : fields()) {
     if (field.key == key && field.section != section) return suggest(field.path());
@@ -255,7 +256,8 @@ InputError unknown_key(const std::string& where, const std::string& section, con
 
 InputError unknown_section(const std::string& where, const std::string& section) {
   return InputError(fmt::format("{}: {}: unknown section (did you mean '{}'? sections: model, task, optim, train)",
-                                where, section, io::closest(section, section_names())));
+                                io::escape_control(where), io::escape_control(section),
+                                io::closest(section, section_names())));
 }
 
 std::string shown(const json& value) {
