@@ -149,13 +149,6 @@ std::vector<std::string> read_inputs(const std::string& source, const train::Loa
   return lines;
 }
 
-std::string csv_field(const std::string& text) {
-  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
-  std::string out = "\"";
-  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
 std::string joined(const std::vector<std::string>& words) {
   std::string out;
   for (size_t i = 0; i < words.size(); ++i) out += (i ? " " : "") + words[i];
@@ -173,9 +166,10 @@ std::string format_prediction(const train::LinePrediction& p, const data::Task& 
   for (int32_t id : p.predicted) tags.push_back(task.output_vocab.token(id));
   for (float q : p.probability) probabilities.push_back(fmt::format("{:.4f}", q));
   if (csv) {
-    std::vector<std::string> row = {fmt::format("{}", p.line), csv_field(p.input), fmt::format("{}", p.unknown),
-                                    csv_field(joined(read_as)), csv_field(joined(tags)), joined(probabilities),
-                                    csv_field(p.error)};
+    // Every text cell through io::csv_field: formula-looking text neutralised, valid UTF-8.
+    std::vector<std::string> row = {fmt::format("{}", p.line), io::csv_field(p.input), fmt::format("{}", p.unknown),
+                                    io::csv_field(joined(read_as)), io::csv_field(joined(tags)), joined(probabilities),
+                                    io::csv_field(p.error)};
     std::string line;
     for (size_t i = 0; i < row.size(); ++i) line += (i ? "," : "") + row[i];
     return line;

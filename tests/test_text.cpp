@@ -207,6 +207,28 @@ TEST_CASE("text cli: invalid UTF-8 is read as U+FFFD by predict and refused with
   CHECK(lines_of(train_bad.err) == 1);
 }
 
+TEST_CASE("text cli: predict --format csv neutralises formula cells and writes valid UTF-8") {
+  TempDir dir;
+  train_csv_run(dir);
+  dir.write("inputs.txt", "=cmd|' /C calc'!A0\n@SUM(1)\n+SUM(1)\n\t=1 good\nbad \xff film\n-0.5\n");
+  const Cli csv = run_args(dir, {"predict", "--run", dir.sub("run"), "--data", dir.sub("inputs.txt"), "--format", "csv"});
+  REQUIRE_MESSAGE(csv.code == 0, csv.err);
+  CHECK(io::invalid_utf8_at(csv.out) == std::string::npos);
+  std::vector<std::string> rows;
+  for (size_t start = 0; start < csv.out.size();) {
+    const size_t end = csv.out.find('\n', start);
+    rows.push_back(csv.out.substr(start, end - start));
+    start = end + 1;
+  }
+  REQUIRE(rows.size() == 7);
+  CHECK(rows[1].rfind("1,'=cmd|' /C calc'!A0,3,[UNK] [UNK] [UNK],", 0) == 0);
+  CHECK(rows[2].rfind("2,'@SUM(1),1,[UNK],", 0) == 0);
+  CHECK(rows[3].rfind("3,'+SUM(1),1,[UNK],", 0) == 0);
+  CHECK(rows[4].rfind("4,'\t=1 good,1,[UNK] good,", 0) == 0);
+  CHECK(rows[5].rfind("5,bad \xef\xbf\xbd film,1,bad [UNK] film,", 0) == 0);
+  CHECK(rows[6].rfind("6,-0.5,1,[UNK],", 0) == 0);
+}
+
 TEST_CASE("text cli: predict --data - is bounded by the run's task.max_file_mb") {
   TempDir dir;
   train_csv_run(dir);  // task.max_file_mb 1
