@@ -128,7 +128,7 @@ void print_result(const train::SessionResult& result) {
   switch (result.outcome) {
     case SessionOutcome::refused:
     case SessionOutcome::nothing_to_do:
-      fmt::print(stderr, "{}\n", result.line);
+      fmt::print(stderr, "{}\n", io::escape_control_lines(result.line));  // it may echo a path, a key, a CSV header
       return;
     case SessionOutcome::interrupted:
       fmt::print(stderr, "normlab: {} after step {} of {}; checkpoint written to {}; continue with: {}\n",
