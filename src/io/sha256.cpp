@@ -123,7 +123,7 @@ std::string sha256_hex(std::string_view bytes) {
 
 FileDigest sha256_file(const std::string& path, StopFlag stop) {
   // A FIFO or /dev/zero would never end: only a regular file is hashed.
-  const ReadableFile file = open_regular_file(path);
+  const ReadableFile file = open_regular_file(path, "cannot read");
   std::vector<char> chunk(kChunkBytes);
   Sha256 hash;
   FileDigest result;
