@@ -104,7 +104,7 @@ TEST_CASE("text: control bytes in echoed input are escaped, printable UTF-8 is k
   CHECK(io::escape_control_lines("one\x1b\ntwo") == "one\\x1b\ntwo");
 }
 
-TEST_CASE("text: a CSV cell a spreadsheet would run is neutralised; numbers stay numbers") {
+TEST_CASE("text: a CSV cell a spreadsheet would run is neutralised, a number stays a number") {
   for (const char* formula : {"=cmd|' /C calc'!A0", "@SUM(1)", "+SUM(A1)", "-2+3", "\t=1", "\r=1", "  =1", "-inf", "-"})
     CHECK_MESSAGE(io::reads_as_formula(formula), formula);
   for (const char* plain : {"-0.5", "+1e-3", "42", "1.5E+10", "good film", "", "   ", "a=b", "3-2"})
