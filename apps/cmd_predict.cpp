@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "commands.hpp"
@@ -125,27 +126,30 @@ void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
 }
 
 
-// The inputs of --data: one a line, a final newline ending the last (CRLF tolerated), invalid UTF-8
-// read as U+FFFD (`replaced` counts the lines). Standard input is bounded by the same limit as a
-// file, the run's task.max_file_mb: it is read in chunks and refused once it passes the limit.
-std::vector<std::string> read_inputs(const std::string& source, const train::LoadedRun& loaded, int64_t& replaced) {
+// The text of --data: a file, or standard input (-). Standard input is bounded by the same limit as
+// a file, the run's task.max_file_mb: it is read in chunks and refused once it passes the limit,
+// before anything is predicted.
+std::string read_source(const std::string& source, const train::LoadedRun& loaded) {
   const size_t limit = size_t(loaded.task.file.max_file_bytes);
-  const std::string contents = source == "-" ? io::read_stream(STDIN_FILENO, limit, "standard input")
-                                             : io::read_file(source, limit);
+  std::string contents = source == "-" ? io::read_stream(STDIN_FILENO, limit, "standard input") : io::read_file(source, limit);
+  if (contents.empty()) throw InputError(fmt::format("{}: no input lines", source == "-" ? "standard input" : source));
+  return contents;
+}
+
+// The next `count` inputs of `contents` from `pos` on: one a line, a final newline ending the last
+// (CRLF tolerated), invalid UTF-8 read as U+FFFD (`replaced` counts such lines).
+std::vector<std::string> next_inputs(std::string_view contents, size_t& pos, size_t count, int64_t& replaced) {
   std::vector<std::string> lines;
-  replaced = 0;
-  size_t start = 0;
-  while (start < contents.size()) {
-    size_t end = contents.find('\n', start);
+  while (pos < contents.size() && lines.size() < count) {
+    size_t end = contents.find('\n', pos);
     if (end == std::string::npos) end = contents.size();
-    std::string_view line = std::string_view(contents).substr(start, end - start);
+    std::string_view line = contents.substr(pos, end - pos);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     int64_t bad = 0;
     lines.push_back(io::replace_invalid_utf8(line, &bad));
     replaced += bad > 0;
-    start = end + 1;
+    pos = end + 1;
   }
-  if (lines.empty()) throw InputError(fmt::format("{}: no input lines", source == "-" ? "standard input" : source));
   return lines;
 }
 
@@ -201,24 +205,38 @@ void run_file(const PredictOptions& options, train::LoadedRun& loaded) {
     throw InputError(fmt::format("--format: must be json or csv, got \"{}\"", options.format));
   if (options.batch_size < 1 || options.batch_size > 65536)
     throw InputError(fmt::format("--batch-size: must be between 1 and 65536 (got {})", options.batch_size));
-  int64_t replaced = 0;  // lines with invalid UTF-8
-  const std::vector<std::string> inputs = read_inputs(options.data, loaded, replaced);
-  const std::vector<train::LinePrediction> predictions = train::predict_lines(loaded, inputs, options.batch_size);
+  const std::string contents = read_source(options.data, loaded);
   const bool csv = options.format == "csv";
-  std::string text = csv ? "line,input,unknown,read_as,predicted,probability,error\n" : "";
-  int64_t failed = 0, unknown = 0, longer = 0;
-  for (const train::LinePrediction& p : predictions) {
-    text += format_prediction(p, loaded.task, csv) + "\n";
-    failed += !p.error.empty();
-    unknown += p.unknown;
-    longer += loaded.train_max_len > 0 && int64_t(p.tokens.size()) > loaded.train_max_len;
+  // Predicted and written a group of batches at a time: memory holds the input and one group's
+  // predictions and text, however many lines there are. --out is published whole at the end.
+  std::optional<io::AtomicFileWriter> file;
+  if (!options.out.empty()) file.emplace(options.out);
+  auto emit = [&](const std::string& text) {
+    if (file) file->write(text);
+    else fmt::print("{}", text);
+  };
+  if (csv) emit("line,input,unknown,read_as,predicted,probability,error\n");
+  const size_t group = size_t(options.batch_size) * size_t(std::max<int64_t>(1, 8192 / options.batch_size));
+  int64_t predicted = 0, failed = 0, unknown = 0, longer = 0, replaced = 0;
+  for (size_t pos = 0; pos < contents.size();) {
+    const std::vector<std::string> inputs = next_inputs(contents, pos, group, replaced);
+    const std::vector<train::LinePrediction> predictions =
+        train::predict_lines(loaded, inputs, options.batch_size, predicted + failed + 1);
+    std::string text;
+    for (const train::LinePrediction& p : predictions) {
+      text += format_prediction(p, loaded.task, csv) + "\n";
+      failed += !p.error.empty();
+      predicted += p.error.empty();
+      unknown += p.unknown;
+      longer += loaded.train_max_len > 0 && int64_t(p.tokens.size()) > loaded.train_max_len;
+    }
+    emit(text);
   }
-  if (options.out.empty()) fmt::print("{}", text);
-  else io::write_file_atomic(options.out, text);
+  if (file) file->commit();
   if (replaced > 0)
     fmt::print(stderr, "normlab: warning: {} line{} held invalid UTF-8, read as U+FFFD\n", replaced,
                replaced == 1 ? "" : "s");
-  fmt::print(stderr, "normlab: {} inputs predicted{}{}{}{}\n", predictions.size() - size_t(failed),
+  fmt::print(stderr, "normlab: {} inputs predicted{}{}{}{}\n", predicted,
              failed ? fmt::format(", {} could not be read (their \"error\")", failed) : "",
              unknown ? fmt::format(", {} words not in the training vocabulary read as [UNK]", unknown) : "",
              longer ? fmt::format(", {} inputs longer than any training sequence ({})", longer, loaded.train_max_len) : "",

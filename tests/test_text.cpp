@@ -322,3 +322,43 @@ TEST_CASE("text cli: compare --config and report refuse a FIFO at once") {
   CHECK(report.code == 2);
   CHECK(report.err.find(dir.sub("runs/a/metrics.jsonl") + ": not a regular file (a FIFO)") != std::string::npos);
 }
+
+TEST_CASE("text cli: predict --data streams a group of batches at a time, line numbers running on, --out whole") {
+  TempDir dir;
+  train_csv_run(dir);
+  std::string lines;
+  for (int i = 0; i < 10000; ++i) lines += i % 2 ? "good film\n" : "bad film\n";
+  dir.write("many.txt", lines);
+  dir.write("out.jsonl", "old\n");
+  // --batch-size 1: groups of 8192 lines, so line 10000 is in the second group.
+  const Cli out = run_args(dir, {"predict", "--run", dir.sub("run"), "--data", dir.sub("many.txt"), "--batch-size", "1",
+                                 "--out", dir.sub("out.jsonl")});
+  REQUIRE_MESSAGE(out.code == 0, out.err);
+  const std::string written = read_text(dir.sub("out.jsonl"));
+  CHECK(lines_of(written) == 10000);
+  const size_t last = written.rfind('\n', written.size() - 2) + 1;
+  CHECK(json::parse(written.substr(last)).at("line") == 10000);
+  CHECK(json::parse(written.substr(last)).at("input") == "good film");
+  CHECK(out.err == "normlab: 10000 inputs predicted; written to " + dir.sub("out.jsonl") + "\n");
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path))
+    CHECK_MESSAGE(entry.path().filename().string().find(".tmp.") == std::string::npos, entry.path().string());
+}
+
+TEST_CASE("io: AtomicFileWriter publishes its pieces whole on commit and nothing without one") {
+  TempDir dir;
+  const std::string path = dir.write("target.txt", "old");
+  {
+    io::AtomicFileWriter writer(path);
+    writer.write("new ");
+    CHECK(read_text(path) == "old");  // the pieces go to the temporary
+  }
+  CHECK(read_text(path) == "old");
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path))
+    CHECK_MESSAGE(entry.path().filename() == "target.txt", entry.path().string());
+  io::AtomicFileWriter writer(path);
+  writer.write("new ");
+  writer.write(std::string_view("text"));
+  writer.commit();
+  CHECK(read_text(path) == "new text");
+  CHECK(error_of([&] { io::AtomicFileWriter(dir.sub("missing/x.txt")); }).rfind(dir.sub("missing/x.txt") + ": cannot write: ", 0) == 0);
+}

@@ -52,34 +52,59 @@ int write_all(int fd, const void* data, size_t size) {
   return 0;
 }
 
-void write_file_atomic(const std::string& path, const void* data, size_t size) {
-  if (path.empty()) throw InputError("(empty path): cannot write: empty file name");
-  const std::string temp_path = temp_path_for(path);
-
+AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
+  if (path_.empty()) throw InputError("(empty path): cannot write: empty file name");
+  temp_path_ = temp_path_for(path_);
   // O_EXCL | O_NOFOLLOW: never write through a link or into a file someone else placed there.
-  int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) throw_write_error(path, errno);
+  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw_write_error(path_, errno);
+}
 
-  int err = write_all(fd, data, size);
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
+AtomicFileWriter::~AtomicFileWriter() { abandon(); }
+
+void AtomicFileWriter::abandon() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  fd_ = -1;
+  ::unlink(temp_path_.c_str());
+}
+
+void AtomicFileWriter::write(const void* data, size_t size) {
+  if (fd_ < 0) throw UsageError("AtomicFileWriter: write after commit");
+  if (const int err = write_all(fd_, data, size); err != 0) {
+    abandon();
+    throw_write_error(path_, err);
+  }
+}
+
+void AtomicFileWriter::commit() {
+  if (fd_ < 0) throw UsageError("AtomicFileWriter: commit twice");
+  int err = ::fsync(fd_) != 0 ? errno : 0;
   // close() can report a deferred write error (NFS, quota), so its result counts too.
-  if (::close(fd) != 0 && err == 0) err = errno;
-  if (err == 0 && ::rename(temp_path.c_str(), path.c_str()) != 0) err = errno;
+  if (::close(fd_) != 0 && err == 0) err = errno;
+  fd_ = -1;
+  if (err == 0 && ::rename(temp_path_.c_str(), path_.c_str()) != 0) err = errno;
   if (err != 0) {
-    ::unlink(temp_path.c_str());
-    throw_write_error(path, err);
+    ::unlink(temp_path_.c_str());
+    throw_write_error(path_, err);
   }
 
   // Without this the rename may not survive a power cut. Some filesystems cannot fsync a
   // directory (EINVAL); the data itself is already on disk then, so that is not an error.
-  int dir_fd = ::open(parent_directory(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) throw_write_error(path, errno);
+  int dir_fd = ::open(parent_directory(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) throw_write_error(path_, errno);
   if (::fsync(dir_fd) != 0 && errno != EINVAL) {
     err = errno;
     ::close(dir_fd);
-    throw_write_error(path, err);
+    throw_write_error(path_, err);
   }
   ::close(dir_fd);
+}
+
+void write_file_atomic(const std::string& path, const void* data, size_t size) {
+  AtomicFileWriter writer(path);
+  writer.write(data, size);
+  writer.commit();
 }
 
 void write_file_atomic(const std::string& path, std::string_view contents) {

@@ -21,6 +21,25 @@ namespace normlab::io {
 void write_file_atomic(const std::string& path, const void* data, size_t size);
 void write_file_atomic(const std::string& path, std::string_view contents);
 
+// The same for a file written in pieces (a stream of predictions): the pieces go to the temporary;
+// commit() fsyncs it, renames it over `path` and fsyncs the directory. Destroyed without a commit
+// (an error, a refusal midway), the temporary is removed and whatever was at `path` is untouched.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::string path);
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  ~AtomicFileWriter();
+  void write(const void* data, size_t size);
+  void write(std::string_view text) { write(text.data(), text.size()); }
+  void commit();
+
+ private:
+  void abandon();
+  std::string path_, temp_path_;
+  int fd_ = -1;
+};
+
 // Writes all `size` bytes to `fd`, retrying partial and interrupted writes; 0, or the errno of the
 // failure.
 int write_all(int fd, const void* data, size_t size);
