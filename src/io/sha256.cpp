@@ -2,7 +2,6 @@
 // message schedule W, padding of 0x80, zeros and the bit length at the end.
 #include "normlab/io/sha256.hpp"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
