@@ -362,3 +362,21 @@ TEST_CASE("io: AtomicFileWriter publishes its pieces whole on commit and nothing
   CHECK(read_text(path) == "new text");
   CHECK(error_of([&] { io::AtomicFileWriter(dir.sub("missing/x.txt")); }).rfind(dir.sub("missing/x.txt") + ": cannot write: ", 0) == 0);
 }
+
+TEST_CASE("text cli: eval echoes labels and paths from the data with their control bytes escaped") {
+  TempDir dir;
+  dir.write("train.csv", "text,label\ngood film,p\x1b]0;x\x07os\nbad film,neg\ngood good,p\x1b]0;x\x07os\nbad bad,neg\n");
+  dir.write("config.json", R"({
+    "model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32, "max_len": 8},
+    "task": {"name": "sequence_classification", "train_file": "train.csv", "valid_file": "train.csv",
+             "max_len": 8, "eval_max_len": 8, "bucket_width": 4},
+    "optim": {"lr": 0.01, "warmup_steps": 1},
+    "train": {"steps": 3, "batch_size": 2, "eval_every": 0, "threads": 1}})");
+  const Cli trained = run_args(dir, {"train", "--config", dir.sub("config.json"), "--out", dir.sub("run")});
+  REQUIRE_MESSAGE(trained.code == 0, trained.err);
+  CHECK_FALSE(has_control_bytes(trained.err));
+  const Cli eval = run_args(dir, {"eval", "--run", dir.sub("run")});
+  REQUIRE(eval.code == 0);
+  CHECK(eval.out.find("p\\x1b]0;x\\x07os") != std::string::npos);
+  CHECK_FALSE(has_control_bytes(eval.out));
+}
