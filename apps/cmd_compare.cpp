@@ -13,6 +13,7 @@
 #include "commands.hpp"
 #include "normlab/error.hpp"
 #include "normlab/io/stop.hpp"
+#include "normlab/io/text.hpp"
 #include "normlab/study/scheduler.hpp"
 
 namespace normlab::cli {
@@ -22,12 +23,13 @@ namespace {
 // Progress on stderr: one redrawn line on a terminal, plain lines otherwise.
 class ConsoleCompareLogger : public study::CompareLogger {
  public:
-  void note(const std::string& line) override { fmt::print(stderr, "{}\n", line); }
+  // Notes and progress may echo paths and run names: printed with their control bytes escaped.
+  void note(const std::string& line) override { fmt::print(stderr, "{}\n", io::escape_control_lines(line)); }
   void progress(const std::string& line, bool final_line) override {
     if (terminal_) {
-      fmt::print(stderr, "\r\033[K{}{}", line, final_line ? "\n" : "");
+      fmt::print(stderr, "\r\033[K{}{}", io::escape_control(line), final_line ? "\n" : "");
     } else {
-      fmt::print(stderr, "{}\n", line);
+      fmt::print(stderr, "{}\n", io::escape_control_lines(line));
     }
   }
   bool redraws() const override { return terminal_; }

@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "normlab/error.hpp"
+#include "normlab/io/text.hpp"
 #include "normlab/study/run_dirs.hpp"
 #include "normlab/train/saved_run.hpp"
 #include "normlab/train/setup.hpp"
@@ -83,8 +84,10 @@ void run(const EvalOptions& options) {
     fmt::print("{}\n", out.dump());
     return;
   }
-  fmt::print("run {} (task {}, checkpoint {}), data: {}{}\n", options.run_dir, train::task_title(loaded.config),
-             train::describe_checkpoint(loaded), result.data,
+  // Paths and the training file's labels are echoed with their control bytes escaped (io/text.hpp).
+  fmt::print("run {} (task {}, checkpoint {}), data: {}{}\n", io::escape_control(options.run_dir),
+             io::escape_control(train::task_title(loaded.config)), train::describe_checkpoint(loaded),
+             io::escape_control(result.data),
              result.data_sha256.empty() ? "" : fmt::format(" (sha256 {})", result.data_sha256));
   if (result.changed_since_training)
     fmt::print("note: {} since the run was trained: these are not the numbers it recorded\n",
@@ -107,7 +110,7 @@ void run(const EvalOptions& options) {
   fmt::print("{}\n", train::describe_groups(m));
   // Accuracy alone hides errors gathered in a few classes (a tagger that ignores context).
   if (!m.confusion.empty()) {
-    fmt::print("\nper class, all lengths:\n{}", train::describe_class_metrics(m.confusion, m.labels));
+    fmt::print("\nper class, all lengths:\n{}", io::escape_control_lines(train::describe_class_metrics(m.confusion, m.labels)));
     auto group_f1 = [](const char* name, const train::GroupMetrics& g) {
       return g.confusion.empty() ? std::string()
                                  : fmt::format("{} lengths macro-F1 {:.4f}", name, train::macro_f1(g.confusion));

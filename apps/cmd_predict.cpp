@@ -1,20 +1,21 @@
 // normlab predict --run DIR --input "..." [--json]
 // normlab predict --run DIR --data FILE|- [--out FILE] [--format json|csv] [--batch-size N] [--threads N]
 #include <fmt/core.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <iostream>
 #include <optional>
-#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "commands.hpp"
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
+#include "normlab/io/text.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/train/predict_lines.hpp"
 #include "normlab/train/saved_run.hpp"
@@ -42,12 +43,18 @@ struct PredictOptions {
 };
 
 void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
-  train::Prediction p = train::predict(loaded, options.input);
+  // Text given to predict is read with U+FFFD for bytes that are not UTF-8 (io/text.hpp), and said so.
+  int64_t replaced = 0;
+  const std::string input = io::replace_invalid_utf8(options.input, &replaced);
+  train::Prediction p = train::predict(loaded, input);
   const data::Task& task = loaded.task;
   const bool per_sequence = task.target_kind == data::TargetKind::per_sequence;
 
   // Say when the answer is one the model was never trained to give.
   std::vector<std::string> warnings;
+  if (replaced > 0)
+    warnings.push_back(fmt::format("--input: {} invalid UTF-8 sequence{} read as U+FFFD", replaced,
+                                   replaced == 1 ? "" : "s"));
   if (loaded.train_max_len > 0 && int64_t(p.tokens.size()) > int64_t(loaded.train_max_len))
     warnings.push_back(fmt::format("the input has {} tokens, longer than any training sequence ({}): the model has "
                                    "never seen this length",
@@ -60,7 +67,7 @@ void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
       warnings.push_back("the input has no [MASK]: nothing to fill in (mark each blank with [MASK], e.g. \"In the "
                          "beginning God cr[MASK]ated\")");
   }
-  for (const std::string& w : warnings) fmt::print(stderr, "normlab: warning: {}\n", w);
+  for (const std::string& w : warnings) fmt::print(stderr, "normlab: warning: {}\n", io::escape_control(w));
 
   if (options.json) {
     auto tokens = [&](const std::vector<int32_t>& ids) {
@@ -69,7 +76,7 @@ void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
       return list;
     };
     nlohmann::json out = {{"task", train::task_title(loaded.config)},
-                          {"input", options.input},
+                          {"input", input},
                           {"read_as", task.decode_input(p.tokens)},
                           {"unknown", unknown_count(task, p.tokens)},
                           {"predicted", tokens(p.predicted)},
@@ -82,7 +89,7 @@ void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
     return;
   }
 
-  fmt::print("input:     {}\n", options.input);
+  fmt::print("input:     {}\n", io::escape_control(input));
   if (task.is_data_defined()) {
     const int64_t unknown = unknown_count(task, p.tokens);
     fmt::print("read as:   {}{}\n", task.decode_input(p.tokens),
@@ -120,29 +127,31 @@ void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
 }
 
 
-// The inputs of --data: one a line, a final newline ending the last (CRLF tolerated).
-std::vector<std::string> read_inputs(const std::string& source, const train::LoadedRun& loaded) {
-  const std::string contents = source == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
-                                             : io::read_file(source, size_t(loaded.task.file.max_file_bytes));
-  std::vector<std::string> lines;
-  size_t start = 0;
-  while (start < contents.size()) {
-    size_t end = contents.find('\n', start);
-    if (end == std::string::npos) end = contents.size();
-    std::string line = contents.substr(start, end - start);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    lines.push_back(std::move(line));
-    start = end + 1;
-  }
-  if (lines.empty()) throw InputError(fmt::format("{}: no input lines", source == "-" ? "standard input" : source));
-  return lines;
+// The text of --data: a file, or standard input (-). Standard input is bounded by the same limit as
+// a file, the run's task.max_file_mb: it is read in chunks and refused once it passes the limit,
+// before anything is predicted.
+std::string read_source(const std::string& source, const train::LoadedRun& loaded) {
+  const size_t limit = size_t(loaded.task.file.max_file_bytes);
+  std::string contents = source == "-" ? io::read_stream(STDIN_FILENO, limit, "standard input") : io::read_file(source, limit);
+  if (contents.empty()) throw InputError(fmt::format("{}: no input lines", source == "-" ? "standard input" : source));
+  return contents;
 }
 
-std::string csv_field(const std::string& text) {
-  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
-  std::string out = "\"";
-  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
+// The next `count` inputs of `contents` from `pos` on: one a line, a final newline ending the last
+// (CRLF tolerated), invalid UTF-8 read as U+FFFD (`replaced` counts such lines).
+std::vector<std::string> next_inputs(std::string_view contents, size_t& pos, size_t count, int64_t& replaced) {
+  std::vector<std::string> lines;
+  while (pos < contents.size() && lines.size() < count) {
+    size_t end = contents.find('\n', pos);
+    if (end == std::string::npos) end = contents.size();
+    std::string_view line = contents.substr(pos, end - pos);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    int64_t bad = 0;
+    lines.push_back(io::replace_invalid_utf8(line, &bad));
+    replaced += bad > 0;
+    pos = end + 1;
+  }
+  return lines;
 }
 
 std::string joined(const std::vector<std::string>& words) {
@@ -162,9 +171,10 @@ std::string format_prediction(const train::LinePrediction& p, const data::Task& 
   for (int32_t id : p.predicted) tags.push_back(task.output_vocab.token(id));
   for (float q : p.probability) probabilities.push_back(fmt::format("{:.4f}", q));
   if (csv) {
-    std::vector<std::string> row = {fmt::format("{}", p.line), csv_field(p.input), fmt::format("{}", p.unknown),
-                                    csv_field(joined(read_as)), csv_field(joined(tags)), joined(probabilities),
-                                    csv_field(p.error)};
+    // Every text cell through io::csv_field: formula-looking text neutralised, valid UTF-8.
+    std::vector<std::string> row = {fmt::format("{}", p.line), io::csv_field(p.input), fmt::format("{}", p.unknown),
+                                    io::csv_field(joined(read_as)), io::csv_field(joined(tags)), joined(probabilities),
+                                    io::csv_field(p.error)};
     std::string line;
     for (size_t i = 0; i < row.size(); ++i) line += (i ? "," : "") + row[i];
     return line;
@@ -196,20 +206,38 @@ void run_file(const PredictOptions& options, train::LoadedRun& loaded) {
     throw InputError(fmt::format("--format: must be json or csv, got \"{}\"", options.format));
   if (options.batch_size < 1 || options.batch_size > 65536)
     throw InputError(fmt::format("--batch-size: must be between 1 and 65536 (got {})", options.batch_size));
-  const std::vector<std::string> inputs = read_inputs(options.data, loaded);
-  const std::vector<train::LinePrediction> predictions = train::predict_lines(loaded, inputs, options.batch_size);
+  const std::string contents = read_source(options.data, loaded);
   const bool csv = options.format == "csv";
-  std::string text = csv ? "line,input,unknown,read_as,predicted,probability,error\n" : "";
-  int64_t failed = 0, unknown = 0, longer = 0;
-  for (const train::LinePrediction& p : predictions) {
-    text += format_prediction(p, loaded.task, csv) + "\n";
-    failed += !p.error.empty();
-    unknown += p.unknown;
-    longer += loaded.train_max_len > 0 && int64_t(p.tokens.size()) > loaded.train_max_len;
+  // Predicted and written a group of batches at a time: memory holds the input and one group's
+  // predictions and text, however many lines there are. --out is published whole at the end.
+  std::optional<io::AtomicFileWriter> file;
+  if (!options.out.empty()) file.emplace(options.out);
+  auto emit = [&](const std::string& text) {
+    if (file) file->write(text);
+    else fmt::print("{}", text);
+  };
+  if (csv) emit("line,input,unknown,read_as,predicted,probability,error\n");
+  const size_t group = size_t(options.batch_size) * size_t(std::max<int64_t>(1, 8192 / options.batch_size));
+  int64_t predicted = 0, failed = 0, unknown = 0, longer = 0, replaced = 0;
+  for (size_t pos = 0; pos < contents.size();) {
+    const std::vector<std::string> inputs = next_inputs(contents, pos, group, replaced);
+    const std::vector<train::LinePrediction> predictions =
+        train::predict_lines(loaded, inputs, options.batch_size, predicted + failed + 1);
+    std::string text;
+    for (const train::LinePrediction& p : predictions) {
+      text += format_prediction(p, loaded.task, csv) + "\n";
+      failed += !p.error.empty();
+      predicted += p.error.empty();
+      unknown += p.unknown;
+      longer += loaded.train_max_len > 0 && int64_t(p.tokens.size()) > loaded.train_max_len;
+    }
+    emit(text);
   }
-  if (options.out.empty()) fmt::print("{}", text);
-  else io::write_file_atomic(options.out, text);
-  fmt::print(stderr, "normlab: {} inputs predicted{}{}{}{}\n", predictions.size() - size_t(failed),
+  if (file) file->commit();
+  if (replaced > 0)
+    fmt::print(stderr, "normlab: warning: {} line{} held invalid UTF-8, read as U+FFFD\n", replaced,
+               replaced == 1 ? "" : "s");
+  fmt::print(stderr, "normlab: {} inputs predicted{}{}{}{}\n", predicted,
              failed ? fmt::format(", {} could not be read (their \"error\")", failed) : "",
              unknown ? fmt::format(", {} words not in the training vocabulary read as [UNK]", unknown) : "",
              longer ? fmt::format(", {} inputs longer than any training sequence ({})", longer, loaded.train_max_len) : "",

@@ -18,6 +18,7 @@
 #include "normlab/dist/communicator.hpp"
 #include "normlab/error.hpp"
 #include "normlab/io/stop.hpp"
+#include "normlab/io/text.hpp"
 #include "normlab/nn/norm_registry.hpp"
 #include "normlab/study/plan.hpp"
 #include "normlab/train/config.hpp"
@@ -55,7 +56,7 @@ class ConsoleLogger : public train::SessionLogger {
 
   void info(const std::string& message) override {
     end_line();
-    fmt::print(stderr, "{}\n", message);
+    fmt::print(stderr, "{}\n", io::escape_control_lines(message));  // it may echo a path or a key
   }
 
   void step(const train::StepRecord& record, int64_t total_steps) override {
@@ -127,7 +128,7 @@ void print_result(const train::SessionResult& result) {
   switch (result.outcome) {
     case SessionOutcome::refused:
     case SessionOutcome::nothing_to_do:
-      fmt::print(stderr, "{}\n", result.line);
+      fmt::print(stderr, "{}\n", io::escape_control_lines(result.line));  // it may echo a path, a key, a CSV header
       return;
     case SessionOutcome::interrupted:
       fmt::print(stderr, "normlab: {} after step {} of {}; checkpoint written to {}; continue with: {}\n",

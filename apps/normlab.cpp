@@ -13,12 +13,20 @@
 #include "commands.hpp"
 #include "normlab/dist/communicator.hpp"
 #include "normlab/error.hpp"
+#include "normlab/io/text.hpp"
 #include "normlab/kernels/dispatch.hpp"
 #include "normlab/nn/norm_registry.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/train/config.hpp"
 
 namespace {
+
+// One error line on stderr. Messages echo what the user gave (paths, keys, arguments, data): its
+// control bytes are written as \x1b so that they cannot drive the terminal (io/text.hpp); a
+// message's own line breaks stay.
+void print_error(const std::string& message, const char* kind = "error") {
+  fmt::print(stderr, "normlab: {}: {}\n", kind, normlab::io::escape_control_lines(message));
+}
 
 std::string verbs_line(const CLI::App& app) {
   std::string verbs;
@@ -97,16 +105,16 @@ int check_verb(const CLI::App& app, int argc, char** argv) {
     if (topic == "norms") {
       const std::string flag = argc > 3 ? argv[3] : "";
       if (argc > 4 || (!flag.empty() && flag != "--json")) {
-        fmt::print(stderr, "normlab: error: help norms: unknown argument '{}' (normlab help norms [--json])\n",
-                   argc > 4 ? argv[4] : flag);
+        print_error(fmt::format("help norms: unknown argument '{}' (normlab help norms [--json])",
+                                argc > 4 ? argv[4] : flag));
         return 2;
       }
       print_norms(flag == "--json");
       return 0;
     }
     if (!topic.empty()) {
-      fmt::print(stderr, "normlab: error: help: unknown topic '{}' (normlab help, normlab help norms [--json], normlab help man)\n",
-                 topic);
+      print_error(fmt::format("help: unknown topic '{}' (normlab help, normlab help norms [--json], normlab help man)",
+                              topic));
       return 2;
     }
     fmt::print("{}\nnormlab help norms [--json]: the normalizations model.norm (and model.qk_norm) accepts\n"
@@ -118,12 +126,12 @@ int check_verb(const CLI::App& app, int argc, char** argv) {
   for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->get_name() == verb;
   if (!known) {
     const std::string near = normlab::cli::closest_command(app, verb);
-    fmt::print(stderr, "normlab: error: unknown command '{}'{}; the commands are: {} (normlab --help)\n", verb,
-               near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near), verbs_line(app));
+    print_error(fmt::format("unknown command '{}'{}; the commands are: {} (normlab --help)", verb,
+                            near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near), verbs_line(app)));
     return 2;
   }
   if (const std::string message = normlab::cli::unknown_option_message(app, argc, argv); !message.empty()) {
-    fmt::print(stderr, "normlab: error: {}\n", message);
+    print_error(message);
     return 2;
   }
   // Only train is data-parallel. Any other verb launched as one of N processes (mpirun -np N)
@@ -167,7 +175,7 @@ int main(int argc, char** argv) {
     kernels_line = std::string("kernels: ") + normlab::kernels::active_isa_name();
     if (std::string note = normlab::kernels::isa_note(); !note.empty()) fmt::print(stderr, "normlab: note: {}\n", note);
   } catch (const normlab::InputError& e) {
-    fmt::print(stderr, "normlab: error: {}\n", e.what());
+    print_error(e.what());
     return 2;
   }
   const std::string version = std::string("normlab ") + NORMLAB_VERSION + "\n" + kernels_line;
@@ -201,16 +209,16 @@ int main(int argc, char** argv) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     std::string message = e.what();
     if (argc < 2) message = fmt::format("give a command: {}", verbs_line(app));
-    fmt::print(stderr, "normlab: error: {}{} (see normlab {}--help)\n", message, config_key_hint(argc, argv),
-               argc >= 2 && argv[1][0] != '-' ? std::string(argv[1]) + " " : "");
+    print_error(fmt::format("{}{} (see normlab {}--help)", message, config_key_hint(argc, argv),
+                            argc >= 2 && argv[1][0] != '-' ? std::string(argv[1]) + " " : ""));
     return 2;
   } catch (const normlab::cli::ExitCode& e) {
     return e.code;
   } catch (const normlab::InputError& e) {
-    fmt::print(stderr, "normlab: error: {}\n", e.what());
+    print_error(e.what());
     return 2;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "normlab: internal error: {}\n", e.what());
+    print_error(e.what(), "internal error");
     return 1;
   }
   return 0;

@@ -360,7 +360,7 @@ TEST_CASE("data jsonl: every malformed file is an InputError naming file and lin
       {"text empty", &text, good_text + R"({"text":""})" "\n", "2", "text: empty string"},
       {"text too long", &text, good_text + R"({"text":")" + std::string(513, 'a') + "\"}\n", "2", "more than the limit of 512"},
       {"text extra key", &text, R"({"text":"a","label":"1"})" "\n", "1", "unexpected key \"label\""},
-      {"text invalid UTF-8", &text, good_text + "{\"text\":\"\xff\"}\n", "2", "malformed JSON"},
+      {"text invalid UTF-8", &text, good_text + "{\"text\":\"\xff\"}\n", "2", "invalid UTF-8 (byte 0xff at column 10"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);

@@ -125,7 +125,8 @@ TEST_CASE("sha256: a file's digest is the one sha256sum prints") {
   }
   CHECK_THROWS_WITH_AS(io::sha256_file(dir.sub("missing.jsonl")),
                        doctest::Contains("missing.jsonl: cannot read: No such file"), InputError);
-  CHECK_THROWS_WITH_AS(io::sha256_file(dir.path.string()), doctest::Contains("cannot read"), InputError);
+  const std::string directory = dir.path.string() + ": not a regular file (a directory)";
+  CHECK_THROWS_WITH_AS(io::sha256_file(dir.path.string()), directory.c_str(), InputError);
 }
 
 TEST_CASE("data fingerprint: a record round-trips - malformed ones and changed files are named") {

@@ -547,7 +547,7 @@ TEST_CASE("atomic read_file rejects missing files, directories and files over th
   CHECK(message_of(path, 9) == path + ": file is 10 bytes, larger than the limit of 9 bytes");
   CHECK(message_of(dir.sub("missing.txt"), 100) ==
         dir.sub("missing.txt") + ": cannot open: No such file or directory");
-  CHECK(message_of(dir.path.string(), 100) == dir.path.string() + ": not a regular file");
+  CHECK(message_of(dir.path.string(), 100) == dir.path.string() + ": not a regular file (a directory)");
   write_bytes(dir.sub("blocker"), "x");
   CHECK(message_of(dir.sub("blocker") + "/x", 100).rfind(dir.sub("blocker") + "/x: cannot open: ", 0) == 0);
 }

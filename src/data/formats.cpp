@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "normlab/error.hpp"
+#include "normlab/io/text.hpp"
 #include "normlab/names.hpp"
 
 namespace normlab::data {
@@ -104,7 +105,7 @@ bool blank(const std::vector<std::string>& fields) {
 
 std::string column_list(const std::vector<std::string>& header) {
   std::string out;
-  for (size_t i = 0; i < header.size(); ++i) out += (i ? ", " : "") + fmt::format("\"{}\"", header[i]);
+  for (size_t i = 0; i < header.size(); ++i) out += (i ? ", " : "") + fmt::format("\"{}\"", io::escape_control(header[i]));
   return out;
 }
 
@@ -112,8 +113,8 @@ size_t column_index(const std::vector<std::string>& header, const std::string& n
                     const char* key) {
   for (size_t i = 0; i < header.size(); ++i)
     if (header[i] == name) return i;
-  throw InputError(fmt::format("{}:1: no column \"{}\" in the header (columns: {}); name the column with {}", path, name,
-                               column_list(header), key));
+  throw InputError(fmt::format("{}:1: no column \"{}\" in the header (columns: {}); name the column with {}", path,
+                               io::escape_control(name), column_list(header), key));
 }
 
 }  // namespace
@@ -173,7 +174,7 @@ void for_each_conll_sentence(std::string_view contents, const std::string& path,
     split_words(line, {}, columns);
     if (columns.size() < 2)
       throw InputError(fmt::format("{}:{}: expected a token and its tag separated by a space or tab, got \"{}\"", path,
-                                   line_number, std::string(line.substr(0, 60))));
+                                   line_number, io::escape_control(line.substr(0, 60))));
     if (sentence.tokens.empty()) first = line_number;
     sentence.tokens.push_back(columns.front());
     sentence.labels.emplace_back(columns.back());

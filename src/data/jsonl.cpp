@@ -12,6 +12,7 @@
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/io/json_depth.hpp"
 #include "normlab/io/json_strict.hpp"
+#include "normlab/io/text.hpp"
 
 namespace normlab::data {
 
@@ -315,7 +316,7 @@ Example parse_jsonl_object(std::string_view line, const Task& task, std::string_
 }
 
 // The file's contents. InputError for a file larger than max_file_bytes, naming the key that
-// raises the limit, before anything is read.
+// raises the limit, before anything is read, and for bytes that are not UTF-8 (io/text.hpp).
 std::string read_data_file(const std::string& path, int64_t max_file_bytes) {
   std::error_code ec;
   if (std::filesystem::is_regular_file(path, ec)) {
@@ -325,7 +326,9 @@ std::string read_data_file(const std::string& path, int64_t max_file_bytes) {
                                    "raise it to read larger files)",
                                    path, size, max_file_bytes, max_file_bytes >> 20));
   }
-  return io::read_file(path, static_cast<size_t>(max_file_bytes));  // also: missing, not a regular file
+  std::string contents = io::read_file(path, static_cast<size_t>(max_file_bytes));  // also: missing, not a regular file
+  io::require_utf8_lines(contents, path);  // every format, before any parser sees a byte
+  return contents;
 }
 
 // Calls `on_line(line, where)` for every line of the contents, after the whole-file checks.

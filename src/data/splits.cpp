@@ -8,6 +8,7 @@
 #include "normlab/data/jsonl.hpp"
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
+#include "normlab/io/text.hpp"
 
 namespace normlab::data {
 
@@ -56,6 +57,7 @@ std::vector<std::string> write_text_splits(const std::string& verses_path, const
     throw UsageError("write_text_splits: inconsistent TextSplitsConfig");
   }
   const std::string contents = io::read_file(verses_path, static_cast<size_t>(kMaxJsonlBytes));
+  io::require_utf8_lines(contents, verses_path);
   std::string train, valid, test;
   int64_t kept = 0;
   int64_t line_number = 0;

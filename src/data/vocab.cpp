@@ -3,29 +3,14 @@
 #include <fmt/format.h>
 
 #include "normlab/error.hpp"
+#include "normlab/io/text.hpp"
 
 namespace normlab::data {
 
 namespace {
 
-// Text as it should appear in an error message: printable ASCII and whole UTF-8 characters as
-// themselves, control characters and stray bytes as hex.
-std::string printable(std::string_view text) {
-  std::string out;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    const unsigned char u = static_cast<unsigned char>(text[pos]);
-    const size_t length = utf8_char_length(text, pos);
-    if (length > 1 || (u >= 0x20 && u < 0x7f)) {
-      out += text.substr(pos, length);
-      pos += length;
-    } else {
-      out += fmt::format("\\x{:02x}", u);
-      ++pos;
-    }
-  }
-  return out;
-}
+// Text as it should appear in an error message (io/text.hpp).
+std::string printable(std::string_view text) { return io::escape_control(text); }
 
 // "0 1 2 ... 9" for error messages; long vocabularies are cut short.
 std::string list_symbols(const Vocab& vocab) {
@@ -45,26 +30,6 @@ std::string list_symbols(const Vocab& vocab) {
 
 }  // namespace
 
-size_t utf8_char_length(std::string_view text, size_t pos) {
-  auto byte = [&](size_t i) { return pos + i < text.size() ? static_cast<unsigned char>(text[pos + i]) : 0u; };
-  auto continuation = [&](size_t i, unsigned lo = 0x80, unsigned hi = 0xbf) { return byte(i) >= lo && byte(i) <= hi; };
-  const unsigned lead = byte(0);
-  if (pos >= text.size()) return 0;
-  if (lead < 0x80) return 1;
-  if (lead >= 0xc2 && lead <= 0xdf) return continuation(1) ? 2 : 0;
-  if (lead >= 0xe0 && lead <= 0xef) {
-    // No overlong forms (E0 80..9F) and no UTF-16 surrogates (ED A0..BF).
-    const bool second = lead == 0xe0 ? continuation(1, 0xa0) : lead == 0xed ? continuation(1, 0x80, 0x9f) : continuation(1);
-    return second && continuation(2) ? 3 : 0;
-  }
-  if (lead >= 0xf0 && lead <= 0xf4) {
-    // No overlong forms (F0 80..8F) and nothing past U+10FFFF (F4 90..).
-    const bool second = lead == 0xf0 ? continuation(1, 0x90) : lead == 0xf4 ? continuation(1, 0x80, 0x8f) : continuation(1);
-    return second && continuation(2) && continuation(3) ? 4 : 0;
-  }
-  return 0;
-}
-
 std::vector<std::string_view> utf8_characters(std::string_view text, std::string_view what) {
   std::vector<std::string_view> characters;
   characters.reserve(text.size());
@@ -72,7 +37,7 @@ std::vector<std::string_view> utf8_characters(std::string_view text, std::string
   while (pos < text.size()) {
     const size_t length = utf8_char_length(text, pos);
     if (length == 0) {
-      throw InputError(fmt::format("{}: invalid UTF-8 (byte 0x{:02x} at byte {})", what,
+      throw InputError(fmt::format("{}: invalid UTF-8 (byte 0x{:02x} at byte {})", printable(what),
                                    static_cast<unsigned char>(text[pos]), pos + 1));
     }
     characters.push_back(text.substr(pos, length));

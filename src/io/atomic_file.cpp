@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <ext/stdio_filebuf.h>
 #include <vector>
 
 #include "normlab/error.hpp"
@@ -52,34 +52,59 @@ int write_all(int fd, const void* data, size_t size) {
   return 0;
 }
 
-void write_file_atomic(const std::string& path, const void* data, size_t size) {
-  if (path.empty()) throw InputError("(empty path): cannot write: empty file name");
-  const std::string temp_path = temp_path_for(path);
-
+AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
+  if (path_.empty()) throw InputError("(empty path): cannot write: empty file name");
+  temp_path_ = temp_path_for(path_);
   // O_EXCL | O_NOFOLLOW: never write through a link or into a file someone else placed there.
-  int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) throw_write_error(path, errno);
+  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw_write_error(path_, errno);
+}
 
-  int err = write_all(fd, data, size);
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
+AtomicFileWriter::~AtomicFileWriter() { abandon(); }
+
+void AtomicFileWriter::abandon() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  fd_ = -1;
+  ::unlink(temp_path_.c_str());
+}
+
+void AtomicFileWriter::write(const void* data, size_t size) {
+  if (fd_ < 0) throw UsageError("AtomicFileWriter: write after commit");
+  if (const int err = write_all(fd_, data, size); err != 0) {
+    abandon();
+    throw_write_error(path_, err);
+  }
+}
+
+void AtomicFileWriter::commit() {
+  if (fd_ < 0) throw UsageError("AtomicFileWriter: commit twice");
+  int err = ::fsync(fd_) != 0 ? errno : 0;
   // close() can report a deferred write error (NFS, quota), so its result counts too.
-  if (::close(fd) != 0 && err == 0) err = errno;
-  if (err == 0 && ::rename(temp_path.c_str(), path.c_str()) != 0) err = errno;
+  if (::close(fd_) != 0 && err == 0) err = errno;
+  fd_ = -1;
+  if (err == 0 && ::rename(temp_path_.c_str(), path_.c_str()) != 0) err = errno;
   if (err != 0) {
-    ::unlink(temp_path.c_str());
-    throw_write_error(path, err);
+    ::unlink(temp_path_.c_str());
+    throw_write_error(path_, err);
   }
 
   // Without this the rename may not survive a power cut. Some filesystems cannot fsync a
   // directory (EINVAL); the data itself is already on disk then, so that is not an error.
-  int dir_fd = ::open(parent_directory(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) throw_write_error(path, errno);
+  int dir_fd = ::open(parent_directory(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) throw_write_error(path_, errno);
   if (::fsync(dir_fd) != 0 && errno != EINVAL) {
     err = errno;
     ::close(dir_fd);
-    throw_write_error(path, err);
+    throw_write_error(path_, err);
   }
   ::close(dir_fd);
+}
+
+void write_file_atomic(const std::string& path, const void* data, size_t size) {
+  AtomicFileWriter writer(path);
+  writer.write(data, size);
+  writer.commit();
 }
 
 void write_file_atomic(const std::string& path, std::string_view contents) {
@@ -99,37 +124,92 @@ void remove_stale_temp_files(const std::string& path) {
   for (const std::filesystem::path& temp : stale) std::filesystem::remove(temp, ec);
 }
 
-std::ifstream open_regular_file(const std::string& path, uint64_t& size) {
-  std::error_code ec;
-  std::filesystem::file_status status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status)) {
-    throw InputError(path + ": cannot open: " +
-                     (ec ? ec.message() : std::string(std::strerror(ENOENT))));
-  }
-  if (!std::filesystem::is_regular_file(status)) throw InputError(path + ": not a regular file");
+ReadableFile::~ReadableFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
 
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open: " + std::strerror(errno));
-  in.seekg(0, std::ios::end);
-  std::streamoff file_size = in.tellg();
-  if (file_size < 0) throw InputError(path + ": cannot read: cannot determine the file size");
-  in.seekg(0, std::ios::beg);
-  size = uint64_t(file_size);
-  return in;
+bool ReadableFile::read(void* data, size_t n) {
+  auto* out = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t got = ::read(fd_, out, n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    out += got;
+    n -= size_t(got);
+  }
+  return true;
+}
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+
+ReadableFile open_regular_file(const std::string& path, const char* failure) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) throw InputError(path + ": " + failure + ": " + std::strerror(errno));
+  struct stat st {};
+  const bool stated = ::fstat(fd, &st) == 0;
+  ReadableFile file(fd, stated ? uint64_t(st.st_size) : 0);  // closes fd on every path from here
+  if (!stated) throw InputError(path + ": " + failure + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw InputError(path + ": not a regular file (" + file_kind(st.st_mode) + ")");
+  // Back to blocking reads: O_NONBLOCK was only for the open.
+  if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
+    throw InputError(path + ": " + failure + ": " + std::strerror(errno));
+  return file;
+}
+
+namespace {
+
+// An istream over a descriptor it owns (libstdc++'s stdio_filebuf closes it).
+class DescriptorStream : public std::istream {
+ public:
+  explicit DescriptorStream(int fd) : std::istream(nullptr), buffer_(fd, std::ios::in | std::ios::binary) {
+    rdbuf(&buffer_);
+  }
+
+ private:
+  __gnu_cxx::stdio_filebuf<char> buffer_;
+};
+
+}  // namespace
+
+std::unique_ptr<std::istream> open_regular_stream(const std::string& path, const char* failure) {
+  ReadableFile file = open_regular_file(path, failure);
+  return std::make_unique<DescriptorStream>(file.release());
 }
 
 std::string read_file(const std::string& path, size_t max_bytes) {
-  uint64_t file_size = 0;
-  std::ifstream in = open_regular_file(path, file_size);
+  ReadableFile in = open_regular_file(path);
+  const uint64_t file_size = in.size();
   if (file_size > max_bytes) {
     throw InputError(path + ": file is " + std::to_string(file_size) +
                      " bytes, larger than the limit of " + std::to_string(max_bytes) + " bytes");
   }
   std::string contents(size_t(file_size), '\0');
-  if (file_size > 0 && !in.read(contents.data(), std::streamsize(file_size))) {
+  if (file_size > 0 && !in.read(contents.data(), size_t(file_size))) {
     throw InputError(path + ": cannot read: file ended early or read failed");
   }
   return contents;
+}
+
+std::string read_stream(int fd, size_t max_bytes, const std::string& name) {
+  std::string contents;
+  std::vector<char> chunk(size_t{1} << 16);
+  for (;;) {
+    const ssize_t got = ::read(fd, chunk.data(), chunk.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw InputError(name + ": cannot read: " + std::strerror(errno));
+    if (got == 0) return contents;
+    if (contents.size() + size_t(got) > max_bytes)
+      throw InputError(name + ": more than " + std::to_string(max_bytes) + " bytes, larger than the limit of " +
+                       std::to_string(max_bytes) + " bytes");
+    contents.append(chunk.data(), size_t(got));
+  }
 }
 
 }  // namespace normlab::io

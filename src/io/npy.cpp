@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "normlab/error.hpp"
+#include "normlab/io/atomic_file.hpp"
 
 static_assert(std::endian::native == std::endian::little, "the .npy code assumes a little-endian host");
 
@@ -173,8 +174,8 @@ size_t itemsize_of(const std::string& path, const std::string& descr, const std:
 }
 
 RawNpy read_raw(const std::string& path, const std::vector<std::string>& accepted_dtypes) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw InputError(fmt::format("{}: cannot open for reading", path));
+  const std::unique_ptr<std::istream> stream = open_regular_stream(path);  // a regular file only
+  std::istream& file = *stream;
   file.seekg(0, std::ios::end);
   const std::streamoff end = file.tellg();
   if (end < 0) throw InputError(fmt::format("{}: cannot determine the file size", path));

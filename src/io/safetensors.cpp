@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -298,15 +297,15 @@ std::vector<int64_t> SafetensorsFile::int64s(const std::string& name,
 namespace {
 
 SafetensorsFile read_file_checked(const std::string& path, bool with_data) {
-  uint64_t file_size = 0;
-  std::ifstream in = io::open_regular_file(path, file_size);
+  io::ReadableFile in = io::open_regular_file(path);
+  const uint64_t file_size = in.size();
   if (file_size < 8) {
     throw InputError(path + ": file is " + std::to_string(file_size) +
                      " bytes, too short for the 8-byte header length");
   }
 
   unsigned char length_bytes[8];
-  if (!in.read(reinterpret_cast<char*>(length_bytes), 8)) {
+  if (!in.read(length_bytes, 8)) {
     throw InputError(path + ": cannot read the header length");
   }
   uint64_t header_bytes = 0;
@@ -321,7 +320,7 @@ SafetensorsFile read_file_checked(const std::string& path, bool with_data) {
                      " bytes that follow it in the file");
   }
   std::string header(size_t(header_bytes), '\0');
-  if (header_bytes > 0 && !in.read(header.data(), std::streamsize(header_bytes))) {
+  if (header_bytes > 0 && !in.read(header.data(), size_t(header_bytes))) {
     throw InputError(path + ": cannot read the header");
   }
 
@@ -345,8 +344,7 @@ SafetensorsFile read_file_checked(const std::string& path, bool with_data) {
     }
     record.bytes.resize(size_t(entry.end - entry.begin));
     if (!record.bytes.empty() &&
-        !in.read(reinterpret_cast<char*>(record.bytes.data()),
-                 std::streamsize(record.bytes.size()))) {
+        !in.read(record.bytes.data(), record.bytes.size())) {
       throw InputError(path + ": tensor " + single_quoted(record.name) +
                        ": cannot read its data (file truncated while reading?)");
     }

@@ -2,7 +2,6 @@
 // message schedule W, padding of 0x80, zeros and the bit length at the end.
 #include "normlab/io/sha256.hpp"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "normlab/error.hpp"
+#include "normlab/io/atomic_file.hpp"
 
 namespace normlab::io {
 
@@ -121,28 +121,20 @@ std::string sha256_hex(std::string_view bytes) {
 }
 
 FileDigest sha256_file(const std::string& path, StopFlag stop) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+  // A FIFO or /dev/zero would never end: only a regular file is hashed.
+  const ReadableFile file = open_regular_file(path, "cannot read");
   std::vector<char> chunk(kChunkBytes);
   Sha256 hash;
   FileDigest result;
   for (;;) {
-    const ssize_t got = ::read(fd, chunk.data(), chunk.size());
+    const ssize_t got = ::read(file.fd(), chunk.data(), chunk.size());
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      const int err = errno;
-      ::close(fd);
-      throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(err)));
-    }
+    if (got < 0) throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
     if (got == 0) break;
     hash.update(chunk.data(), size_t(got));
     result.bytes += uint64_t(got);
-    if (stop_signal(stop) != 0) {
-      ::close(fd);
-      throw_if_stopped(stop);
-    }
+    if (stop_signal(stop) != 0) throw_if_stopped(stop);
   }
-  ::close(fd);
   result.sha256 = hash.hex();
   return result;
 }

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -14,6 +13,7 @@
 #include "common.hpp"
 #include "normlab/error.hpp"
 #include "normlab/io/atomic_file.hpp"
+#include "normlab/io/json_depth.hpp"
 #include "normlab/study/plan.hpp"
 #include "normlab/study/reuse.hpp"
 #include "normlab/study/run_dirs.hpp"
@@ -41,6 +41,19 @@ const json* config_value(const json& config, const std::string& key) {
   return &config[section][name];
 }
 
+// A small JSON file of the output directory, or discarded when it is missing, unreadable, not a
+// regular file (a FIFO there must not hang the report) or not JSON.
+json parsed_or_discarded(const std::string& path) {
+  std::string text;
+  try {
+    text = io::read_file(path, size_t{1} << 20);
+  } catch (const InputError&) {
+    return json(json::value_t::discarded);
+  }
+  if (io::json_nesting_depth(text) > io::kMaxJsonDepth) return json(json::value_t::discarded);
+  return json::parse(text, nullptr, false);
+}
+
 // Every planned run's resolved config by name: configs/NAME.json, a started run's own config.json
 // over it. A planned config the trainer would refuse is left out (its run's row says why).
 std::map<std::string, json> planned_configs(const std::string& dir, const ComparePlan& started) {
@@ -48,8 +61,7 @@ std::map<std::string, json> planned_configs(const std::string& dir, const Compar
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(fs::path(dir) / "configs", ec)) {
     if (entry.path().extension() != ".json") continue;
-    std::ifstream in(entry.path());
-    const json parsed = json::parse(in, nullptr, false);
+    const json parsed = parsed_or_discarded(entry.path().string());
     if (!parsed.is_object()) continue;
     try {
       configs[entry.path().stem().string()] =
@@ -137,8 +149,7 @@ void fill_axes(ComparePlan& plan, const std::vector<std::string>& extra_keys) {
 // The plan of the compare config DIR/compare-source.json names, each run's directory in DIR/runs/;
 // nullopt when there is none, it no longer loads, or it does not plan a run that was started.
 std::optional<ComparePlan> recorded_plan(const std::string& dir, const std::vector<std::string>& started) {
-  std::ifstream in(fs::path(dir) / "compare-source.json");
-  const json source = json::parse(in, nullptr, false);
+  const json source = parsed_or_discarded((fs::path(dir) / "compare-source.json").string());
   if (!source.is_object() || !source.contains("config") || !source["config"].is_string()) return std::nullopt;
   ComparePlan plan;
   try {

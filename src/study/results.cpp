@@ -8,14 +8,15 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "common.hpp"
 #include "normlab/data/task.hpp"
 #include "normlab/error.hpp"
+#include "normlab/io/atomic_file.hpp"
 #include "normlab/io/json_depth.hpp"
 #include "normlab/stats.hpp"
 #include "normlab/study/class_metrics.hpp"
@@ -190,19 +191,20 @@ void read_step_record(const json& rec, const FieldReader& f, RunResult& r, bool&
   }
 }
 
-// A run file that exists but cannot be opened or read (permissions, a directory, an I/O error) is
-// an InputError naming it; a file that does not exist yet is not (a run that has not written it).
-void require_readable(const std::string& path, const std::ifstream& in) {
+// A run file for reading, or nullptr when it does not exist yet (a run that has not written it). A
+// file that exists but cannot be read, or is not a regular file (a FIFO would block the reader,
+// /dev/zero never end), is an InputError naming it (io::open_regular_file).
+std::unique_ptr<std::istream> open_run_file(const std::string& path) {
   std::error_code ec;
-  const bool exists = fs::exists(fs::symlink_status(path, ec));
-  if (exists && (!in.is_open() || in.bad() || fs::is_directory(path, ec)))
-    throw InputError(fmt::format("{}: cannot read: {}", path, errno != 0 ? std::strerror(errno) : "not a file"));
+  if (!fs::exists(fs::symlink_status(path, ec))) return nullptr;
+  return io::open_regular_stream(path, "cannot read");
 }
 
 void read_metrics(const std::string& metrics_path, RunResult& r) {
+  const std::unique_ptr<std::istream> file = open_run_file(metrics_path);
+  if (!file) return;
+  std::istream& metrics = *file;
   errno = 0;
-  std::ifstream metrics(metrics_path);
-  require_readable(metrics_path, metrics);
   std::string line;
   bool have_init_diag = false;
   int64_t line_number = 0;
@@ -232,11 +234,9 @@ void read_metrics(const std::string& metrics_path, RunResult& r) {
 }
 
 void read_summary(const std::string& summary_path, RunResult& r) {
-  errno = 0;
-  std::ifstream summary_file(summary_path);
-  require_readable(summary_path, summary_file);
-  if (!summary_file) return;
-  const json summary = json::parse(summary_file, nullptr, false);
+  const std::unique_ptr<std::istream> summary_file = open_run_file(summary_path);
+  if (!summary_file || !*summary_file) return;
+  const json summary = json::parse(*summary_file, nullptr, false);
   if (!summary.is_object()) return;  // a summary being written; the run is not finished
   const FieldReader f{summary_path};
   r.finished = true;

@@ -17,6 +17,7 @@
 #include "normlab/io/json_depth.hpp"
 #include "normlab/io/json_strict.hpp"
 #include "normlab/io/suggest.hpp"
+#include "normlab/io/text.hpp"
 
 namespace normlab::train {
 
@@ -244,7 +245,8 @@ const Field* find_field(const std::string& section, const std::string& key) {
 InputError unknown_key(const std::string& where, const std::string& section, const std::string& key) {
   const std::string full = section + "." + key;
   auto suggest = [&](const std::string& path) {
-    return InputError(fmt::format("{}: {}: unknown key (did you mean '{}'?)", where, full, path));
+    return InputError(fmt::format("{}: {}: unknown key (did you mean '{}'?)", io::escape_control(where),
+                                  io::escape_control(full), path));
   };
   for (const Field& field : fields()) {
     if (field.key == key && field.section != section) return suggest(field.path());
@@ -261,7 +263,8 @@ InputError unknown_key(const std::string& where, const std::string& section, con
 
 InputError unknown_section(const std::string& where, const std::string& section) {
   return InputError(fmt::format("{}: {}: unknown section (did you mean '{}'? sections: model, task, optim, train)",
-                                where, section, io::closest(section, section_names())));
+                                io::escape_control(where), io::escape_control(section),
+                                io::closest(section, section_names())));
 }
 
 std::string shown(const json& value) {
@@ -286,14 +289,7 @@ bool in_range(double value, const Range& range) {
   return above && below;
 }
 
-bool valid_utf8(const std::string& text) {
-  try {
-    (void)json(text).dump();
-    return true;
-  } catch (const json::type_error&) {
-    return false;
-  }
-}
+bool valid_utf8(const std::string& text) { return io::invalid_utf8_at(text) == std::string::npos; }
 
 // Each check below takes a value of the field's kind and the message prefix ("WHERE: section.key");
 // it returns the value to store or throws the one-line InputError.
@@ -464,12 +460,10 @@ RunConfig config_from_json(const json& config_json, const std::string& where, co
 }
 
 void apply_override(RunConfig& config, const std::string& assignment) {
-  if (assignment.find('\0') != std::string::npos) {
-    std::string shown_text = assignment;
-    for (char& c : shown_text) c = c == '\0' ? '?' : c;
-    throw InputError(fmt::format("--set {}: contains a NUL byte", shown_text));
-  }
-  const std::string where = "--set " + assignment;
+  if (assignment.find('\0') != std::string::npos)
+    throw InputError(fmt::format("--set {}: contains a NUL byte", io::escape_control(assignment)));
+  io::require_utf8(assignment, "--set " + assignment);  // config strings are UTF-8, as a JSON file's are
+  const std::string where = "--set " + io::escape_control(assignment);
   const size_t equals = assignment.find('=');
   if (equals == std::string::npos) {
     throw InputError(fmt::format("{}: expected section.key=value, e.g. optim.lr=0.0003", where));

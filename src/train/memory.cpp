@@ -4,15 +4,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
 
 #include "normlab/data/task.hpp"
 #include "normlab/error.hpp"
+#include "normlab/io/atomic_file.hpp"
 #include "normlab/kernels/attention.hpp"
 
 namespace normlab::train {
@@ -30,16 +32,31 @@ double file_bytes(const std::optional<std::string>& path) {
   return ec ? 0.0 : double(size);
 }
 
+// Calls on_chunk(data, n) over the file's bytes in 64 KiB pieces. An estimate reads only a regular
+// file (io::open_regular_file) and nothing of one it cannot open: the loader reports that error.
+template <typename OnChunk>
+void for_each_chunk(const std::string& path, OnChunk on_chunk) {
+  std::optional<io::ReadableFile> file;
+  try {
+    file.emplace(io::open_regular_file(path));
+  } catch (const InputError&) {
+    return;
+  }
+  std::vector<char> buffer(size_t{1} << 16);
+  for (;;) {
+    const ssize_t got = ::read(file->fd(), buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return;
+    on_chunk(buffer.data(), size_t(got));
+  }
+}
+
 // What the examples of a JSONL file take once loaded: the text, read whole while parsing, about
 // as many bytes again as tokens (`text_factor`), and per line an Example (two vectors and their
 // heap blocks, ~128 bytes, twice while the vector grows). Lines are counted by streaming the file.
 double count_lines(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> buffer(size_t{1} << 16);
   double lines = 1;
-  while (in.read(buffer.data(), std::streamsize(buffer.size())) || in.gcount() > 0) {
-    lines += double(std::count(buffer.data(), buffer.data() + in.gcount(), '\n'));
-  }
+  for_each_chunk(path, [&](const char* data, size_t n) { lines += double(std::count(data, data + n, '\n')); });
   return lines;
 }
 
@@ -60,19 +77,19 @@ double file_mean_length(const std::string& path, bool text) {
 // an mlm_text vocabulary before the file is parsed. Text written as \u escapes is undercounted.
 double distinct_characters(const std::optional<std::string>& path) {
   if (!path) return 0.0;
-  std::ifstream in(*path, std::ios::binary);
   std::set<uint32_t> seen;
   uint32_t current = 0;
-  char byte = 0;
-  while (in.get(byte)) {
-    const auto u = static_cast<unsigned char>(byte);
-    if ((u & 0xc0) == 0x80) {
-      current = (current << 8) | u;  // a continuation byte extends the character
-      continue;
+  for_each_chunk(*path, [&](const char* data, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      const auto u = static_cast<unsigned char>(data[i]);
+      if ((u & 0xc0) == 0x80) {
+        current = (current << 8) | u;  // a continuation byte extends the character
+        continue;
+      }
+      if (current != 0) seen.insert(current);
+      current = u;
     }
-    if (current != 0) seen.insert(current);
-    current = u;
-  }
+  });
   if (current != 0) seen.insert(current);
   return double(std::min<size_t>(seen.size(), 65536));
 }

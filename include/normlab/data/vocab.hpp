@@ -18,6 +18,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "normlab/io/text.hpp"
+
 namespace normlab::data {
 
 class Vocab {
@@ -50,7 +52,7 @@ class Vocab {
 
 // The byte length of the UTF-8 character at text[pos] (1-4), or 0 if the bytes there are not valid
 // UTF-8 (overlong forms, surrogates, stray continuation bytes, truncation).
-size_t utf8_char_length(std::string_view text, size_t pos);
+using io::utf8_char_length;
 
 // ASCII white space: what separates words and symbols everywhere in normlab.
 inline bool is_ascii_space(char c) {
