@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "normlab/io/text.hpp"
 #include "common.hpp"
 #include "normlab/study/report.hpp"
 
@@ -14,30 +15,9 @@ namespace normlab::study {
 using nlohmann::json;
 using detail::format_lr;
 
-namespace {
-
-// A formula a spreadsheet would run: text that begins with = + - @ (or a tab / carriage return,
-// which some spreadsheets strip before looking), unless the whole cell is a number such as -0.5.
-bool reads_as_formula(const std::string& text) {
-  if (text.empty() || std::string_view("=+-@\t\r").find(text[0]) == std::string_view::npos) return false;
-  char* end = nullptr;
-  std::strtod(text.c_str(), &end);
-  return end != text.c_str() + text.size();
-}
-
-// One text cell of runs.csv / curves.csv: a formula-looking text gets a leading ' (the OWASP advice
-// against CSV injection: the spreadsheet shows the text instead of running it), then RFC 4180
-// quoting when the cell holds a comma, a quote, a line break or a leading / trailing space.
-std::string csv_field(const std::string& text) {
-  const std::string cell = reads_as_formula(text) ? "'" + text : text;
-  if (cell.find_first_of(",\"\r\n") == std::string::npos && (cell.empty() || (cell.front() != ' ' && cell.back() != ' ')))
-    return cell;
-  std::string quoted = "\"";
-  for (char ch : cell) quoted += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-  return quoted + "\"";
-}
-
-}  // namespace
+// Every text cell goes through the one CSV cell function (io/text.hpp: formula cells neutralised,
+// RFC 4180 quoting), as predict --format csv does.
+using io::csv_field;
 
 std::string runs_csv(const ComparePlan& plan, const std::vector<RunResult>& results) {
   std::string extra_header;

@@ -88,7 +88,7 @@ pid_t launch(const std::string& exe, const std::vector<std::string>& args, const
     // when compare dies, so it finishes its step, writes a checkpoint and exits, and a rerun resumes
     // it. Kept across exec. If compare died before this line the signal never comes: leave now.
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != compare) _exit(128 + SIGTERM);
-    const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK, 0644);  // a FIFO or link fails
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
