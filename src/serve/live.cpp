@@ -466,7 +466,7 @@ Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, F
         fill_from_spec(st, *spec_of[name]);
         if (spec_of[name]->config.contains("train")) st.total_steps = spec_of[name]->config["train"].value("steps", int64_t(0));
       }
-      st.problem = left_out[d];
+      if (st.problem.empty()) st.problem = left_out[d];
     } else {
       fill_from_result(st, r);
     }
@@ -637,7 +637,35 @@ LiveReport::~LiveReport() {
     stopping_ = true;
   }
   readers_changed_.notify_all();
+  redraw_.notify_all();
   if (catch_up_.joinable()) catch_up_.join();
+  if (drawer_.joinable()) drawer_.join();
+}
+
+LiveReport::Page LiveReport::latest() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cached_.html.empty()) {
+      redraw_wanted_ = true;
+      if (!drawer_.joinable() && !stopping_)
+        drawer_ = std::thread([this] {
+          std::unique_lock<std::mutex> wait(mutex_);
+          for (;;) {
+            redraw_.wait(wait, [&] { return redraw_wanted_ || stopping_; });
+            if (stopping_) return;
+            redraw_wanted_ = false;
+            wait.unlock();
+            page();  // draws only if the runs changed (and not sooner than 5 drawing times after the last)
+            wait.lock();
+          }
+        });
+      Page page = cached_;
+      lock.unlock();
+      redraw_.notify_all();
+      return page;
+    }
+  }
+  return page();
 }
 
 namespace {
@@ -704,8 +732,8 @@ std::shared_ptr<LiveReport::Reader> LiveReport::reader_of(const std::string& met
   return reader;
 }
 
-// The background reader: catches every reader up with its file, 2 MiB at a time (each slice holds
-// only that run's reader, a few tens of milliseconds), so a request for a run never waits for a
+// The background reader: catches every reader up with its file, 256 KiB at a time (each slice
+// holds only that run's reader, a few milliseconds), so a request for a run never waits for a
 // large file to be parsed: it gets what has been read so far. Readers past kReaderBytes of series
 // are dropped, least recently used first.
 void LiveReport::catch_up_loop() {
@@ -718,7 +746,7 @@ void LiveReport::catch_up_loop() {
     size_t bytes = 0;
     for (const auto& r : behind) {
       const std::lock_guard<std::mutex> guard(r->mutex);
-      if (r->behind) r->behind = r->reader.update(2 << 20), any = true;
+      if (r->behind) r->behind = r->reader.update(256 << 10), any = true;
       bytes += r->reader.memory_bytes();
     }
     lock.lock();
@@ -757,7 +785,7 @@ RunStatus LiveReport::row_from_reader(const std::string& run_dir, bool running) 
   MetricsReader::Summary summary;
   {
     const std::lock_guard<std::mutex> guard(reader->mutex);
-    if (reader->behind) reader->behind = reader->reader.update(1 << 20);  // what was appended lately, at most 1 MiB
+    if (reader->behind) reader->behind = reader->reader.update(256 << 10);  // what was appended lately, at most 256 KiB
     summary = reader->reader.summary();
   }
   bool finished = false, diverged = summary.diverged;
@@ -771,6 +799,9 @@ RunStatus LiveReport::row_from_reader(const std::string& run_dir, bool running) 
              : running  ? RunState::running
              : st.step > 0 || summary.eval_records > 0 ? RunState::stopped
                                                        : RunState::queued;
+  // What the report would refuse, as far as read: an error run, as when the report reads it.
+  const std::lock_guard<std::mutex> guard(reader->mutex);
+  if (!reader->reader.problem().empty()) st.state = RunState::error, st.problem = reader->reader.problem();
   return st;
 }
 
@@ -945,13 +976,14 @@ LiveReport::SeriesAnswer LiveReport::series(const std::string& run, const std::s
     if (it == run_dirs_.end()) return {};
     path = (fs::path(it->second) / "metrics.jsonl").string();
   }
-  // What was appended lately is read now (at most 1 MiB: a poll's worth); a larger backlog is the
+  // What was appended lately is read now (at most 256 KiB: a poll's worth); a larger backlog is the
   // background reader's, and this answer has what it read so far (its ETag changes as it reads).
   const auto reader = reader_of(path);
   SeriesAnswer answer;
   {
     const std::lock_guard<std::mutex> guard(reader->mutex);
-    reader->behind = reader->reader.update(1 << 20);
+    // A backlog is the background thread's; a reader new or caught up reads 256 KiB here.
+    if (!reader->behind || reader->reader.offset() == 0) reader->behind = reader->reader.update(256 << 10);
     answer.etag = fmt::format("\"{:016x}\"", std::hash<std::string>{}(path + "|" + metric + "|" + file_stamp(path) + "|" +
                                                                       std::to_string(reader->reader.offset())));
     {

@@ -621,7 +621,7 @@ struct Server::Impl {
 
   // What the page's script polls: a 304 while the page's ETag is the one it has.
   void status(const httplib::Request& req, httplib::Response& res) {
-    const LiveReport::Page page = live.page();
+    const LiveReport::Page page = live.latest();
     const std::string etag = page.etag.substr(0, page.etag.size() - 1) + "-status\"";
     if (!not_modified(req, res, etag)) res.set_content(page.status_json, "application/json");
   }

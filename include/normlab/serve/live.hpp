@@ -69,6 +69,10 @@ class LiveReport {
   // and not sooner than 5 drawing times after it. One caller draws; every other caller meanwhile
   // gets the last drawing at once (before the first drawing: a page that says it is reading).
   Page page();
+  // The last drawing at once, a new drawing asked of a background thread when the runs changed
+  // (what the page's polling gets: a poll never waits for a drawing). Draws here only when
+  // nothing has been drawn yet.
+  Page latest();
   // curves.csv of the last drawing, a piece at a time (every point: written on request, never kept).
   class CurvesWriter {
    public:
@@ -134,7 +138,9 @@ class LiveReport {
   std::map<std::string, std::pair<std::string, std::string>> line_checks_;  // path -> (stamp, problem)
   std::condition_variable readers_changed_;
   bool stopping_ = false;
-  std::thread catch_up_;
+  bool redraw_wanted_ = false;
+  std::condition_variable redraw_;
+  std::thread catch_up_, drawer_;
 };
 
 }  // namespace normlab::serve
