@@ -9,6 +9,8 @@ normal request meanwhile. Scenarios, each on a fresh `normlab serve DIR --port 0
   metrics   a run with a valid metrics.jsonl of about 1.5 GB (9.5 M records) beside a small run:
             the first page, status.json and series.json timed while serve reads it, then four
             curves.csv downloads at once; peak RSS over all of it.
+  budget    a run whose metrics.jsonl (125 MB, 780,000 records) fills the report's budget: the first
+            page (the report reads it whole), four curves.csv at once; peak RSS.
   garbage   30 valid lines then 1 GB of NUL bytes: the page and the series, peak RSS.
 
 Big files are written under /tmp (outside the lock) and deleted at the end; each scenario's
@@ -30,7 +32,7 @@ import threading
 import time
 
 NORMLAB = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/normlab")
-SCENARIOS = sys.argv[2:] or ["files", "hostile", "metrics", "garbage"]
+SCENARIOS = sys.argv[2:] or ["files", "hostile", "metrics", "budget", "garbage"]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -271,7 +273,7 @@ def metrics_measure(tmp):
     print("  " + summary("status.json meanwhile", status_times))
     print("  " + summary("series.json (the big run's loss) meanwhile", series_times))
     results = []
-    threads = [threading.Thread(target=lambda: results.append(request(serve.port, "/curves.csv", "Accept-Encoding: gzip\r\n" if i % 2 else "")))
+    threads = [threading.Thread(target=lambda i=i: results.append(request(serve.port, "/curves.csv", "Accept-Encoding: gzip\r\n" if i % 2 else "")))
                for i in range(4)]
     for t in threads:
         t.start()
@@ -284,6 +286,34 @@ def metrics_measure(tmp):
     time.sleep(2)
     print(f"  peak RSS {serve.hwm_mb():.1f} MB; RSS now (idle) {serve.rss_mb():.1f} MB")
     serve.stop()
+
+
+def scenario_budget(tmp):
+    run = os.path.join(tmp, "runs", "full")
+    make_run(run)
+    write_big_metrics(os.path.join(run, "metrics.jsonl"), records=780_000)
+    size = os.path.getsize(os.path.join(run, "metrics.jsonl"))
+    print(f"budget: a run with a {size / 1e6:.0f} MB metrics.jsonl, read whole by the report")
+    with bench_lock():
+        serve = Serve(os.path.join(tmp, "runs"))
+        seconds, status, n = request(serve.port, "/")
+        print(f"  first page: {1000 * seconds:.0f} ms, status {status}, {n / 1e3:.1f} kB; peak RSS {serve.hwm_mb():.1f} MB")
+        times = []
+        for _ in range(20):
+            times.append(request(serve.port, "/_serve/status.json")[0])
+            time.sleep(0.1)
+        print("  " + summary("status.json after it", times))
+        results = []
+        threads = [threading.Thread(target=lambda i=i: results.append(request(serve.port, "/curves.csv", "Accept-Encoding: gzip\r\n" if i % 2 else "")))
+                   for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(f"  4 curves.csv at once (2 gzip): {', '.join(f'{r[2] / 1e6:.1f} MB in {r[0]:.1f} s' for r in results)}")
+        time.sleep(2)
+        print(f"  peak RSS {serve.hwm_mb():.1f} MB; RSS now (idle) {serve.rss_mb():.1f} MB")
+        serve.stop()
 
 
 def request_body(port, target):
@@ -307,8 +337,11 @@ def garbage_measure(tmp):
     serve = Serve(os.path.join(tmp, "runs"))
     seconds, status, n = request(serve.port, "/")
     s2, st2, _ = request(serve.port, "/_serve/series.json?run=nul&metric=train/loss")
-    time.sleep(3)
-    row = json.loads(request_body(serve.port, "/_serve/status.json"))["runs"][0]
+    for _ in range(20):  # as the page polls: each poll gets the last drawing and asks for a new one
+        row = json.loads(request_body(serve.port, "/_serve/status.json"))["runs"][0]
+        if row["state"] == "error":
+            break
+        time.sleep(0.5)
     print(f"garbage: 30 lines then 1 GB of NUL bytes: page {1000 * seconds:.0f} ms ({status}), series {1000 * s2:.0f} ms ({st2}); "
           f"row: {row['state']} ({row['problem'][-70:]}); peak RSS {serve.hwm_mb():.1f} MB")
     serve.stop()

@@ -745,6 +745,9 @@ void LiveReport::catch_up_loop() {
     bool any = false;
     size_t bytes = 0;
     for (const auto& r : behind) {
+      // std::mutex is not fair: without this, the next slice could take the lock again ahead of
+      // a request that has been waiting for it.
+      for (int i = 0; i < 100 && r->waiting.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       const std::lock_guard<std::mutex> guard(r->mutex);
       if (r->behind) r->behind = r->reader.update(256 << 10), any = true;
       bytes += r->reader.memory_bytes();
@@ -981,7 +984,9 @@ LiveReport::SeriesAnswer LiveReport::series(const std::string& run, const std::s
   const auto reader = reader_of(path);
   SeriesAnswer answer;
   {
-    const std::lock_guard<std::mutex> guard(reader->mutex);
+    ++reader->waiting;
+    std::unique_lock<std::mutex> guard(reader->mutex);
+    --reader->waiting;
     // A backlog is the background thread's; a reader new or caught up reads 256 KiB here.
     if (!reader->behind || reader->reader.offset() == 0) reader->behind = reader->reader.update(256 << 10);
     answer.etag = fmt::format("\"{:016x}\"", std::hash<std::string>{}(path + "|" + metric + "|" + file_stamp(path) + "|" +

@@ -1,6 +1,7 @@
 #pragma once
 // What `normlab serve` shows: the report `normlab report DIR` draws, computed again whenever a run
 // writes, with a table of every run's state. Reads DIR, never writes it, never takes a lock.
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -113,6 +114,7 @@ class LiveReport {
     std::mutex mutex;
     MetricsReader reader;
     bool behind = true;  // bytes left to read at the last look
+    std::atomic<int> waiting{0};  // requests waiting for `mutex`: the background reader lets them in first
     std::chrono::steady_clock::time_point used;
     explicit Reader(const std::string& path) : reader(path) {}
   };
