@@ -418,6 +418,25 @@ TEST_CASE("serve: a run past the report's budget is left out with its reason; it
   CHECK(curves.find("a_small") != std::string::npos);
 }
 
+TEST_CASE("serve: a left-out run whose metrics.jsonl turns to NUL bytes becomes an error naming the line") {
+  TempDir tmp("normlab_serve_budget_nul");
+  write_finished_run(tmp.path / "a_small", "reverse", 5);
+  write_finished_run(tmp.path / "b_nul", "reverse", 30);
+  { std::ofstream(tmp.path / "b_nul" / "metrics.jsonl", std::ios::binary | std::ios::app) << std::string(3 << 20, '\0'); }
+  serve::LiveReport live(tmp.path.string(), fs::file_size(tmp.path / "a_small" / "metrics.jsonl") + 100);
+  live.page();               // the first drawing starts b_nul's reader
+  live.wait_for_readers();   // which reads until the over-long line stops it
+  json row;
+  REQUIRE(reaches([&] {      // a drawing after that (not sooner than 5 drawing times after the last)
+    const json status = json::parse(live.page().status_json);
+    for (const json& r : status["runs"])
+      if (r["name"] == "b_nul") row = r;
+    return row["state"] == "error";
+  }));
+  INFO(row.dump());
+  CHECK(row["problem"] == (tmp.path / "b_nul" / "metrics.jsonl").string() + ": line 32: longer than 1 MiB: not a metrics record");
+}
+
 TEST_CASE("serve: curves.csv written in pieces is study::curves_csv of the runs, row for row") {
   TempDir tmp("normlab_serve_curves_pieces");
   write_finished_run(tmp.path / "run_long", "reverse", 45000);  // three slices of steps

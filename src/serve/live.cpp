@@ -853,10 +853,10 @@ LiveReport::Page LiveReport::page() {
       fingerprint.append("|").append(file_stamp(fs::path(d) / file));
     fingerprint += "\n";
   }
-  // A reader still catching up changes a left-out run's row as it goes.
+  // A reader's progress changes a left-out run's row (its step, or the line that makes it an error).
   for (const auto& [path, r] : readers) {
     const std::lock_guard<std::mutex> guard(r->mutex);
-    if (r->behind) fingerprint += path + "@" + std::to_string(r->reader.offset()) + "\n";
+    fingerprint += path + "@" + std::to_string(r->reader.offset()) + (r->reader.problem().empty() ? "\n" : "!\n");
   }
   for (const std::string& name : layout.planned) fingerprint += name + "\n";
   // Drawing again costs reading every run; while runs write, draw at most once per 5 drawing times,

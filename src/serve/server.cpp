@@ -1,6 +1,8 @@
-// `normlab serve`'s routes on cpp-httplib, and what keeps them safe to leave running: one thread
-// per connection (bounded), a Host check, security headers, a strict CSP, one range at most, and
-// files opened beneath DIR by the kernel (openat2 RESOLVE_BENEATH). docs/serve.md is the reference.
+// `normlab serve`'s routes on cpp-httplib, and what keeps them safe to leave running: a gate that
+// holds each connection without a thread until its request is whole (deadline 408, caps 503, the
+// header checked per RFC 9110/9112), a Host check, security headers, a strict CSP, one range at
+// most and clamped to the file, files streamed from a descriptor opened beneath DIR by the kernel
+// (openat2 RESOLVE_BENEATH). docs/serve.md is the reference.
 #include "normlab/serve/server.hpp"
 
 #include <arpa/inet.h>
