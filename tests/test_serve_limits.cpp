@@ -394,7 +394,7 @@ TEST_CASE("serve: a folder of two tasks' runs shows each finished run and the re
   CHECK(page.report_md.find(reason) != std::string::npos);
 }
 
-TEST_CASE("serve: a run past the report's budget is left out with its reason; its row and charts follow it") {
+TEST_CASE("serve: a run past the report's budget is left out with its reason - its row and charts follow it") {
   TempDir tmp("normlab_serve_budget");
   write_finished_run(tmp.path / "a_small", "reverse", 5);
   write_finished_run(tmp.path / "b_large", "reverse", 400);
