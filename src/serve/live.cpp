@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -259,17 +260,33 @@ struct Planned {
   std::string problem;
 };
 
+// Whether the report may read a run whole: "" yes; else why not, and whether that makes the run an
+// error (a line no record can be) or only leaves it out (over the budget).
+struct Admission {
+  std::string reason;
+  bool error = false;
+};
+using Admit = std::function<Admission(const std::string& run_dir)>;
+
 Planned plan_and_read(const std::string& dir, bool compare, std::vector<std::string> dirs,
-                      std::map<std::string, std::string>& refused) {
+                      std::map<std::string, std::string>& refused, std::map<std::string, std::string>& left_out,
+                      const Admit& admit) {
   Planned out;
+  std::string reason;
   while (!dirs.empty()) {
-    std::string refused_dir, reason;
+    std::string refused_dir;
+    reason.clear();
     try {
       out.plan = compare ? study::plan_from_compare_dir(dir, dirs) : study::plan_from_run_dirs(dirs, {});
       out.results.clear();
       for (const study::RunSpec& spec : out.plan.runs) {
         if (!std::count(dirs.begin(), dirs.end(), spec.dir)) continue;  // planned, not started
         refused_dir = spec.dir;
+        if (const Admission a = admit(spec.dir); !a.reason.empty()) {
+          if (a.error) throw InputError(a.reason);
+          left_out[spec.dir] = a.reason;
+          continue;
+        }
         study::RunResult r = study::read_run(spec, spec.dir);
         // An unfinished run has no summary.json to say its thread count yet: its config does.
         if (r.threads == 0 && spec.config.contains("train")) r.threads = spec.config["train"].value("threads", int64_t(0));
@@ -286,11 +303,13 @@ Planned plan_and_read(const std::string& dir, bool compare, std::vector<std::str
     if (named != dirs.end()) refused_dir = *named;
     if (refused_dir.empty() || !std::count(dirs.begin(), dirs.end(), refused_dir)) break;  // not one run's fault
     refused[refused_dir] = reason;
+    left_out.erase(refused_dir);
     dirs.erase(std::find(dirs.begin(), dirs.end(), refused_dir));
   }
   out.plan = {};
   out.results.clear();
-  out.problem = dirs.empty() ? "no run has a readable config.json yet" : "";
+  // No plan of them all (runs of different tasks, say): `report` refuses them with this reason.
+  out.problem = dirs.empty() ? "no run has a readable config.json yet" : reason;
   return out;
 }
 
@@ -394,17 +413,41 @@ std::string live_html(study::ReportModel report, const study::HtmlExtras& extras
   return html;
 }
 
-Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, FirstSeen& first_seen) {
+using RowFromReader = std::function<RunStatus(const std::string& run_dir, bool running)>;
+
+Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, FirstSeen& first_seen, const Admit& admit,
+           const RowFromReader& row_from_reader) {
   Drawn out;
-  std::map<std::string, std::string> unreadable, refused;  // run directory -> reason
+  std::map<std::string, std::string> unreadable, refused, left_out;  // run directory -> reason
   std::vector<std::string> with_config;
   for (const std::string& d : layout.run_dirs) {
     std::error_code ec;
     if (std::string why = unreadable_run(d); !why.empty()) unreadable[d] = why;
     else if (fs::exists(fs::path(d) / "config.json", ec)) with_config.push_back(d);
   }
-  Planned planned = plan_and_read(dir, layout.compare, with_config, refused);
+  Planned planned = plan_and_read(dir, layout.compare, with_config, refused, left_out, admit);
   out.problem = with_config.empty() ? "no run has written its config.json yet" : planned.problem;
+  // No plan holds them all: each run is still read on its own, so its row shows its real state
+  // (the page says why there is no report).
+  std::map<std::string, study::RunResult> alone;
+  std::vector<study::RunSpec> alone_specs;
+  if (planned.plan.runs.empty() && !planned.problem.empty())
+    for (const std::string& d : with_config) {
+      if (refused.count(d)) continue;
+      try {
+        study::ComparePlan own = study::plan_from_run_dirs({d}, {});
+        if (own.runs.empty()) continue;
+        alone_specs.push_back(own.runs.front());
+        if (const Admission a = admit(d); !a.reason.empty()) {
+          (a.error ? refused : left_out)[d] = a.reason;
+          continue;
+        }
+        alone[d] = study::read_run(own.runs.front(), d);
+      } catch (const InputError& e) {
+        refused[d] = e.what();
+      }
+    }
+  for (const study::RunSpec& spec : alone_specs) planned.plan.runs.push_back(spec);  // for the rows' columns only
   std::map<std::string, const study::RunSpec*> spec_of;  // run name -> its spec in the plan
   for (const study::RunSpec& spec : planned.plan.runs) spec_of[fs::path(spec.dir).filename().string()] = &spec;
   std::set<std::string> names;
@@ -412,10 +455,22 @@ Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, F
     const std::string name = fs::path(d).filename().string();
     static const study::RunResult not_read;
     const auto found = planned.results.find(d);
-    const study::RunResult& r = found != planned.results.end() ? found->second : not_read;
+    const auto found_alone = alone.find(d);
+    const study::RunResult& r = found != planned.results.end() ? found->second
+                                : found_alone != alone.end()  ? found_alone->second
+                                                              : not_read;
     RunStatus st = status_of(r, lock_held(d, held));
+    if (left_out.count(d)) {
+      st = row_from_reader(d, lock_held(d, held));
+      if (spec_of.count(name)) {
+        fill_from_spec(st, *spec_of[name]);
+        if (spec_of[name]->config.contains("train")) st.total_steps = spec_of[name]->config["train"].value("steps", int64_t(0));
+      }
+      if (st.problem.empty()) st.problem = left_out[d];
+    } else {
+      fill_from_result(st, r);
+    }
     st.name = name;
-    fill_from_result(st, r);
     for (const auto& [reasons, state] : {std::pair{&unreadable, RunState::unreadable}, std::pair{&refused, RunState::error}})
       if (auto it = reasons->find(d); it != reasons->end()) st.state = state, st.problem = it->second, st.step = 0;
     st.eta_s = eta_of(st, d, first_seen);
@@ -433,6 +488,7 @@ Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, F
     return std::pair(state_order(a.state), a.name) < std::pair(state_order(b.state), b.name);
   });
   if (planned.results.empty()) return out;
+  planned.plan.runs.resize(planned.plan.runs.size() - alone_specs.size());
   auto results = std::make_shared<std::vector<study::RunResult>>();
   for (const study::RunSpec& spec : planned.plan.runs)
     if (auto it = planned.results.find(spec.dir); it != planned.results.end()) results->push_back(std::move(it->second));
@@ -553,7 +609,7 @@ std::string cannot_read(const std::string& path) {
   return error != 0 ? fmt::format("{}: cannot read: {}", path, std::strerror(error)) : "";
 }
 
-LiveReport::LiveReport(std::string dir) : dir_(std::move(dir)) {
+LiveReport::LiveReport(std::string dir, uint64_t report_bytes) : dir_(std::move(dir)), report_bytes_(report_bytes) {
   std::error_code ec;
   if (!fs::exists(dir_, ec) && !ec) return;  // waits for it: the page says what to run
   if (std::string why = cannot_read(dir_); !why.empty()) throw InputError(why);
@@ -575,8 +631,206 @@ static std::string waiting_text(const std::string& dir) {
                      dir, dir, dir);
 }
 
+LiveReport::~LiveReport() {
+  {
+    const std::lock_guard<std::mutex> guard(mutex_);
+    stopping_ = true;
+  }
+  readers_changed_.notify_all();
+  redraw_.notify_all();
+  if (catch_up_.joinable()) catch_up_.join();
+  if (drawer_.joinable()) drawer_.join();
+}
+
+LiveReport::Page LiveReport::latest() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cached_.html.empty()) {
+      redraw_wanted_ = true;
+      if (!drawer_.joinable() && !stopping_)
+        drawer_ = std::thread([this] {
+          std::unique_lock<std::mutex> wait(mutex_);
+          for (;;) {
+            redraw_.wait(wait, [&] { return redraw_wanted_ || stopping_; });
+            if (stopping_) return;
+            redraw_wanted_ = false;
+            wait.unlock();
+            page();  // draws only if the runs changed (and not sooner than 5 drawing times after the last)
+            wait.lock();
+          }
+        });
+      Page page = cached_;
+      lock.unlock();
+      redraw_.notify_all();
+      return page;
+    }
+  }
+  return page();
+}
+
+namespace {
+
+// Why a metrics.jsonl cannot be read whole by the report: a line longer than kMaxLineBytes (the
+// report would hold it in memory whole; no record is that long). "" when none is. Scans for
+// newlines only (memchr: a gigabyte in well under a second), holding 1 MiB.
+std::string long_line(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return "";
+  std::vector<char> buffer(1 << 20);
+  uint64_t run = 0;  // bytes since the last newline
+  int64_t line = 1;
+  std::string problem;
+  for (ssize_t n; problem.empty() && (n = ::read(fd, buffer.data(), buffer.size())) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    for (const char *at = buffer.data(), *end = at + n; at < end;) {
+      const char* newline = static_cast<const char*>(std::memchr(at, '\n', size_t(end - at)));
+      run += uint64_t((newline ? newline : end) - at);
+      if (run > kMaxLineBytes) {
+        problem = fmt::format("{}: line {}: longer than {} MiB: not a metrics record", path, line, kMaxLineBytes >> 20);
+        break;
+      }
+      if (!newline) break;
+      run = 0, ++line, at = newline + 1;
+    }
+  }
+  ::close(fd);
+  return problem;
+}
+
+uint64_t file_size(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
+}
+
+// A run's state from its summary.json alone (finished, diverged, wall time), for a run the report
+// leaves out; a summary too large to be one is ignored.
+void read_summary_state(const fs::path& run_dir, RunStatus& st, bool& finished, bool& diverged) {
+  const std::string path = (run_dir / "summary.json").string();
+  if (file_size(path) == 0 || file_size(path) > (1u << 20)) return;
+  std::ifstream in(path);
+  const json summary = json::parse(in, nullptr, false);
+  if (!summary.is_object()) return;
+  finished = true;
+  if (summary.contains("diverged") && summary["diverged"] == true) diverged = true;
+  if (summary.contains("wall_time_s") && summary["wall_time_s"].is_number()) st.wall_time_s = summary["wall_time_s"].get<double>();
+}
+
+}  // namespace
+
+std::shared_ptr<LiveReport::Reader> LiveReport::reader_of(const std::string& metrics_path) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto& slot = readers_[metrics_path];
+  if (!slot) {
+    slot = std::make_shared<Reader>(metrics_path);
+    if (!catch_up_.joinable() && !stopping_) catch_up_ = std::thread([this] { catch_up_loop(); });
+  }
+  slot->used = std::chrono::steady_clock::now();
+  auto reader = slot;
+  lock.unlock();
+  readers_changed_.notify_all();
+  return reader;
+}
+
+// The background reader: catches every reader up with its file, 256 KiB at a time (each slice
+// holds only that run's reader, a few milliseconds), so a request for a run never waits for a
+// large file to be parsed: it gets what has been read so far. Readers past kReaderBytes of series
+// are dropped, least recently used first.
+void LiveReport::catch_up_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    std::vector<std::shared_ptr<Reader>> behind;
+    for (const auto& [path, r] : readers_) behind.push_back(r);
+    lock.unlock();
+    bool any = false;
+    size_t bytes = 0;
+    for (const auto& r : behind) {
+      // std::mutex is not fair: without this, the next slice could take the lock again ahead of
+      // a request that has been waiting for it.
+      for (int i = 0; i < 100 && r->waiting.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const std::lock_guard<std::mutex> guard(r->mutex);
+      if (r->behind) r->behind = r->reader.update(256 << 10), any = true;
+      bytes += r->reader.memory_bytes();
+    }
+    lock.lock();
+    if (bytes > kReaderBytes) {
+      std::vector<std::pair<std::chrono::steady_clock::time_point, std::string>> by_use;
+      for (const auto& [path, r] : readers_) by_use.emplace_back(r->used, path);
+      std::sort(by_use.begin(), by_use.end());
+      for (size_t i = 0; i < by_use.size() / 2; ++i) readers_.erase(by_use[i].second);
+    }
+    readers_changed_.notify_all();  // wait_for_readers()
+    if (!any) readers_changed_.wait_for(lock, std::chrono::seconds(1));
+  }
+}
+
+void LiveReport::wait_for_readers() {
+  for (;;) {
+    std::vector<std::shared_ptr<Reader>> all;
+    {
+      const std::lock_guard<std::mutex> guard(mutex_);
+      for (const auto& [path, r] : readers_) all.push_back(r);
+    }
+    bool behind = false;
+    for (const auto& r : all) {
+      const std::lock_guard<std::mutex> guard(r->mutex);
+      behind = behind || r->behind;
+    }
+    if (!behind) return;
+    std::unique_lock<std::mutex> lock(mutex_);
+    readers_changed_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+}
+
+RunStatus LiveReport::row_from_reader(const std::string& run_dir, bool running) {
+  RunStatus st;
+  const auto reader = reader_of((fs::path(run_dir) / "metrics.jsonl").string());
+  MetricsReader::Summary summary;
+  {
+    const std::lock_guard<std::mutex> guard(reader->mutex);
+    if (reader->behind) reader->behind = reader->reader.update(256 << 10);  // what was appended lately, at most 256 KiB
+    summary = reader->reader.summary();
+  }
+  bool finished = false, diverged = summary.diverged;
+  read_summary_state(run_dir, st, finished, diverged);
+  st.step = summary.last_step;
+  st.last_loss = summary.last_loss;
+  st.best_accuracy = summary.best_accuracy;
+  st.best_loss = summary.best_loss;
+  st.state = diverged   ? RunState::diverged
+             : finished ? RunState::finished
+             : running  ? RunState::running
+             : st.step > 0 || summary.eval_records > 0 ? RunState::stopped
+                                                       : RunState::queued;
+  // What the report would refuse, as far as read: an error run, as when the report reads it.
+  const std::lock_guard<std::mutex> guard(reader->mutex);
+  if (!reader->reader.problem().empty()) st.state = RunState::error, st.problem = reader->reader.problem();
+  return st;
+}
+
+static LiveReport::Page reading_page(const std::string& dir, bool compare) {
+  LiveReport::Page page;
+  page.etag = "\"first-drawing\"";
+  const study::HtmlExtras extras{live_head(), live_top("reading the runs…", ""), live_script(page.etag)};
+  const study::ReportModel model{compare ? "normlab compare report" : "normlab serve: " + dir,
+                                 {"Reading the runs: the first drawing of this page is under way; it appears here when done."},
+                                 {}, {}};
+  page.html = study::render_html(model, extras);
+  page.report_md = study::render_markdown(model);
+  page.status_json = json{{"page", page.etag}, {"progress", "reading the runs…"}, {"colors", json::object()},
+                          {"extra_keys", json::array()}, {"metrics", json::array()}, {"runs", json::array()}}
+                         .dump();
+  return page;
+}
+
 LiveReport::Page LiveReport::page() {
-  const std::lock_guard<std::mutex> guard(mutex_);
+  // One drawer; everyone else takes the last drawing at once instead of waiting for this one.
+  std::unique_lock<std::mutex> drawing(draw_mutex_, std::try_to_lock);
+  if (!drawing.owns_lock()) {
+    const std::lock_guard<std::mutex> guard(mutex_);
+    if (!cached_.html.empty()) return cached_;
+    return reading_page(dir_, study::is_compare_dir(dir_));
+  }
   // DIR may stop being readable while served: the page then says so (and draws again when it can).
   const bool absent = waiting();
   std::string dir_problem = absent ? waiting_text(dir_) : cannot_read(dir_);
@@ -588,19 +842,64 @@ LiveReport::Page LiveReport::page() {
   }
   const FlockSet held = held_flocks();
   std::string fingerprint = dir_problem + "\n";
+  std::vector<std::pair<std::string, std::shared_ptr<Reader>>> readers;
+  {
+    const std::lock_guard<std::mutex> guard(mutex_);
+    for (const auto& [path, r] : readers_) readers.emplace_back(path, r);
+  }
   for (const std::string& d : layout.run_dirs) {
     fingerprint += d + "|" + (lock_held(d, held) ? "L" : "-") + "|" + file_stamp(d);
     for (const char* file : {"config.json", "metrics.jsonl", "summary.json"})
       fingerprint.append("|").append(file_stamp(fs::path(d) / file));
     fingerprint += "\n";
   }
+  // A reader's progress changes a left-out run's row (its step, or the line that makes it an error).
+  for (const auto& [path, r] : readers) {
+    const std::lock_guard<std::mutex> guard(r->mutex);
+    fingerprint += path + "@" + std::to_string(r->reader.offset()) + (r->reader.problem().empty() ? "\n" : "!\n");
+  }
   for (const std::string& name : layout.planned) fingerprint += name + "\n";
   // Drawing again costs reading every run; while runs write, draw at most once per 5 drawing times,
   // so that a large study's page takes at most a fifth of a core from the trainers.
   const auto now = std::chrono::steady_clock::now();
-  if (!cached_.html.empty() && (fingerprint == fingerprint_ || now - drawn_at_ < 5 * drawing_time_)) return cached_;
+  {
+    const std::lock_guard<std::mutex> guard(mutex_);
+    if (!cached_.html.empty() && (fingerprint == fingerprint_ || now - drawn_at_ < 5 * drawing_time_)) return cached_;
+  }
 
-  Drawn drawn = draw(dir_, layout, held, first_seen_);
+  // The report reads runs whole up to kReportBytes of metrics in all; a line no record can be makes
+  // its run an error without reading it (checked once per version of the file).
+  uint64_t budget = report_bytes_;
+  std::map<std::string, Admission> admitted;
+  const Admit admit = [&](const std::string& run_dir) {
+    if (auto it = admitted.find(run_dir); it != admitted.end()) return it->second;
+    const std::string path = (fs::path(run_dir) / "metrics.jsonl").string();
+    const uint64_t size = file_size(path);
+    Admission a;
+    if (size > budget) {
+      a.reason = fmt::format("its metrics.jsonl ({:.1f} MB) is past what the live report reads ({:.0f} MB for all runs): "
+                             "left out of the report, its row and charts follow it; `normlab report` draws it",
+                             double(size) / 1e6, report_bytes_ / 1e6);
+    } else {
+      const std::string stamp = file_stamp(path);
+      std::string problem;
+      {
+        const std::lock_guard<std::mutex> guard(mutex_);
+        if (auto it = line_checks_.find(path); it != line_checks_.end() && it->second.first == stamp) problem = it->second.second;
+        else problem = "?";
+      }
+      if (problem == "?") {
+        problem = long_line(path);
+        const std::lock_guard<std::mutex> guard(mutex_);
+        line_checks_[path] = {stamp, problem};
+      }
+      if (!problem.empty()) a = {problem, true};
+      else budget -= size;
+    }
+    return admitted[run_dir] = a;
+  };
+  Drawn drawn = draw(dir_, layout, held, first_seen_, admit,
+                     [this](const std::string& run_dir, bool running) { return row_from_reader(run_dir, running); });
   if (!dir_problem.empty()) drawn.problem = dir_problem;
   Page page;
   page.etag = fmt::format("\"{:016x}\"", std::hash<std::string>{}(fingerprint));
@@ -618,24 +917,62 @@ LiveReport::Page LiveReport::page() {
   page.report_md = study::render_markdown(*drawn.report);
   page.runs_csv = std::move(drawn.runs_csv);
   page.status_json = status_json(drawn.runs, page.etag, dir_, layout.compare, metric_names(layout.run_dirs));
+  drawn.report.reset();
+  ::malloc_trim(0);  // a long run's curves were read and drawn: give their pages back to the system
+  const std::lock_guard<std::mutex> guard(mutex_);
   run_dirs_.clear();
   for (const std::string& d : layout.run_dirs) run_dirs_[fs::path(d).filename().string()] = d;
+  for (auto it = line_checks_.begin(); it != line_checks_.end();)  // forget removed runs
+    it = admitted.count(fs::path(it->first).parent_path().string()) ? std::next(it) : line_checks_.erase(it);
   results_ = drawn.results;
   fingerprint_ = fingerprint;
-  ::malloc_trim(0);  // a long run's curves were read and drawn: give their pages back to the system
   drawn_at_ = std::chrono::steady_clock::now();
   drawing_time_ = drawn_at_ - now;
   cached_ = page;
   return page;
 }
 
-std::string LiveReport::curves_csv() {
-  std::shared_ptr<const std::vector<study::RunResult>> results;
-  {
-    const std::lock_guard<std::mutex> guard(mutex_);
-    results = results_;
+std::string LiveReport::CurvesWriter::next(size_t bytes) {
+  std::string out;
+  if (header_) {
+    header_ = false;
+    out = study::curves_csv({});
   }
-  return results ? study::curves_csv(*results) : "";
+  if (!results_) return out;
+  // study::curves_csv of a slice of one run at a time (the same rows, the header dropped): up to
+  // 20,000 steps, then that run's evaluations.
+  while (out.size() < bytes && run_ < results_->size()) {
+    const study::RunResult& r = (*results_)[run_];
+    std::vector<study::RunResult> slice(1);
+    slice[0].spec = r.spec;
+    if (!evals_) {
+      const size_t end = std::min(r.steps.size(), step_ + 20000);
+      auto part = [&](const std::vector<double>& v) {
+        return std::vector<double>(v.begin() + std::ptrdiff_t(std::min(step_, v.size())), v.begin() + std::ptrdiff_t(std::min(end, v.size())));
+      };
+      slice[0].steps = part(r.steps), slice[0].loss = part(r.loss), slice[0].accuracy = part(r.accuracy);
+      step_ = end;
+      if (step_ >= r.steps.size()) evals_ = true;
+    } else {
+      slice[0].evals = r.evals;
+      evals_ = false, step_ = 0, ++run_;
+    }
+    const std::string rows = study::curves_csv(slice);
+    out.append(rows, std::min(rows.size(), rows.find('\n') + 1));
+  }
+  return out;
+}
+
+LiveReport::CurvesWriter LiveReport::curves_writer() {
+  const std::lock_guard<std::mutex> guard(mutex_);
+  return CurvesWriter(results_);
+}
+
+std::string LiveReport::curves_csv() {
+  CurvesWriter writer = curves_writer();
+  std::string csv;
+  for (std::string piece; !(piece = writer.next(1 << 20)).empty();) csv += piece;
+  return csv;
 }
 
 LiveReport::SeriesAnswer LiveReport::series(const std::string& run, const std::string& metric) {
@@ -646,13 +983,25 @@ LiveReport::SeriesAnswer LiveReport::series(const std::string& run, const std::s
     if (it == run_dirs_.end()) return {};
     path = (fs::path(it->second) / "metrics.jsonl").string();
   }
+  // What was appended lately is read now (at most 256 KiB: a poll's worth); a larger backlog is the
+  // background reader's, and this answer has what it read so far (its ETag changes as it reads).
+  const auto reader = reader_of(path);
   SeriesAnswer answer;
-  answer.etag = fmt::format("\"{:016x}\"", std::hash<std::string>{}(path + "|" + metric + "|" + file_stamp(path)));
   {
-    const std::lock_guard<std::mutex> guard(mutex_);
-    if (auto it = series_cache_.find(answer.etag); it != series_cache_.end()) return answer.json = it->second, answer;
+    ++reader->waiting;
+    std::unique_lock<std::mutex> guard(reader->mutex);
+    --reader->waiting;
+    // A backlog is the background thread's; a reader new or caught up reads 256 KiB here.
+    if (!reader->behind || reader->reader.offset() == 0) reader->behind = reader->reader.update(256 << 10);
+    answer.etag = fmt::format("\"{:016x}\"", std::hash<std::string>{}(path + "|" + metric + "|" + file_stamp(path) + "|" +
+                                                                      std::to_string(reader->reader.offset())));
+    {
+      const std::lock_guard<std::mutex> cache(mutex_);
+      if (auto it = series_cache_.find(answer.etag); it != series_cache_.end()) return answer.json = it->second, answer;
+    }
+    answer.json = series_json(reader->reader.series(metric));
   }
-  answer.json = series_json(read_series(path, kMaxPointsPerSeries, metric));
+  readers_changed_.notify_all();
   const std::lock_guard<std::mutex> guard(mutex_);
   if (series_cache_.size() >= 64) series_cache_.clear();  // a few recent answers: the runs the page shows
   series_cache_[answer.etag] = answer.json;

@@ -1,13 +1,20 @@
 // A run's metrics.jsonl as downsampled chart series (min/max per bucket), in one streaming pass.
 #include "normlab/serve/series.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cmath>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+
+#include "normlab/io/json_depth.hpp"
 
 namespace normlab::serve {
 
@@ -30,8 +37,6 @@ std::vector<size_t> min_max_downsample(const std::vector<double>& values, size_t
   }
   return kept;
 }
-
-namespace {
 
 // One series being downsampled as its points stream in, in O(max_points) memory whatever the run's
 // length: buckets of `width` points, each its lowest and highest point; when the buckets reach
@@ -92,86 +97,176 @@ struct Streamed {
   }
 };
 
-int64_t count_lines(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char buffer[1 << 16];
-  int64_t lines = 0;
-  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
-    lines += std::count(buffer, buffer + in.gcount(), '\n');
-    if (!in) break;
-  }
-  return lines;
-}
+namespace {
 
-struct Collector {
-  std::map<std::string, size_t> index;
-  std::vector<Streamed> series;
-  size_t max_buckets = 1000;
-  std::string only;
-  void add(const std::string& name, double step, double time_s, double value) {
-    if (!only.empty() && name != only) return;
-    auto [it, added] = index.try_emplace(name, series.size());
-    if (added) {
-      series.push_back({});
-      series.back().out.name = name;
-      series.back().max_buckets = max_buckets;
-    }
-    series[it->second].add(step, time_s, value);
-  }
-};
-
-void add_step_record(const json& record, double step, double time_s, Collector& c) {
+// Each number and each array of numbers of a step record ("train/..."), each evaluation's loss
+// and accuracy on all, trained and unseen lengths ("valid/...").
+template <class Add>
+void add_step_record(const json& record, double step, double time_s, Add&& add) {
   for (const auto& [key, value] : record.items()) {
     if (key == "step") continue;
-    if (value.is_number()) c.add("train/" + key, step, time_s, value.get<double>());
+    if (value.is_number()) add("train/" + key, step, time_s, value.template get<double>());
     if (value.is_array())
       for (size_t i = 0; i < value.size(); ++i)
-        if (value[i].is_number()) c.add(fmt::format("train/{}[{}]", key, i), step, time_s, value[i].get<double>());
+        if (value[i].is_number()) add(fmt::format("train/{}[{}]", key, i), step, time_s, value[i].template get<double>());
   }
 }
 
-void add_eval_record(const json& record, double step, double time_s, Collector& c) {
+template <class Add>
+void add_eval_record(const json& record, double step, double time_s, Add&& add) {
   for (const char* field : {"loss", "accuracy", "sequence_accuracy"})
     if (record.contains(field) && record[field].is_number())
-      c.add(fmt::format("valid/{}", field), step, time_s, record[field].get<double>());
+      add(fmt::format("valid/{}", field), step, time_s, record[field].get<double>());
   for (const char* part : {"trained", "unseen"})
     if (record.contains(part) && record[part].is_object())
       for (const char* field : {"loss", "accuracy"})
         if (record[part].contains(field) && record[part][field].is_number())
-          c.add(fmt::format("valid/{}/{}", part, field), step, time_s, record[part][field].get<double>());
+          add(fmt::format("valid/{}/{}", part, field), step, time_s, record[part][field].get<double>());
+}
+
+double number_at(const json& record, const char* key) {
+  return record.contains(key) && record[key].is_number() ? record[key].get<double>() : NAN;
 }
 
 }  // namespace
 
-RunSeries read_series(const std::string& path, size_t max_points, const std::string& only, int64_t max_lines) {
-  RunSeries out;
-  Collector c;
-  c.only = only;
-  c.max_buckets = std::max<size_t>(1, max_points / 2);
-  // Only complete lines: a torn last line (no newline yet) is read on a later look.
-  const int64_t lines = max_lines > 0 ? std::min(max_lines, count_lines(path)) : count_lines(path);
-  std::ifstream in(path);
-  std::string line;
-  double time_s = 0;
-  while (out.lines < lines && std::getline(in, line)) {
-    ++out.lines;
-    const json record = json::parse(line, nullptr, false);
-    if (!record.is_object() || !record.contains("step") || !record["step"].is_number()) continue;
-    const double step = record["step"].get<double>();
-    if (record.contains("split")) {
-      if (record["split"] == "valid") add_eval_record(record, step, time_s, c);
-      continue;
+MetricsReader::MetricsReader(std::string path, size_t max_points, std::string only)
+    : path_(std::move(path)), only_(std::move(only)), max_points_(std::max<size_t>(2, max_points)) {}
+
+MetricsReader::~MetricsReader() = default;
+
+void MetricsReader::reset() {
+  offset_ = 0;
+  stuck_ = false;
+  partial_.clear();
+  lines_ = 0;
+  time_s_ = 0;
+  summary_ = {};
+  problem_.clear();
+  index_.clear();
+  series_.clear();
+}
+
+size_t MetricsReader::memory_bytes() const {
+  size_t bytes = partial_.capacity() + sizeof *this;
+  for (const auto& s : series_) bytes += sizeof(Streamed) + s->full.capacity() * sizeof(Streamed::Bucket) + 2 * s->out.name.size() + 64;
+  return bytes;
+}
+
+void MetricsReader::take_line(const std::string& line) {
+  ++lines_;
+  auto refuse = [&](const char* why) {
+    if (problem_.empty()) problem_ = fmt::format("{}: line {}: {}", path_, lines_, why);
+  };
+  if (io::json_nesting_depth(line) > io::kMaxJsonDepth) return refuse("nested too deeply to be a metrics record");
+  const json record = json::parse(line, nullptr, false);
+  if (record.is_discarded()) return refuse("not a JSON record (only a torn last line is skipped)");
+  if (!record.is_object()) return refuse("not a JSON object");
+  if (!record.contains("step") || !record["step"].is_number()) return;
+  const double step = record["step"].get<double>();
+  auto add = [&](const std::string& name, double at, double time_s, double value) {
+    if (!only_.empty() && name != only_) return;
+    auto it = index_.find(name);
+    if (it == index_.end()) {
+      if (series_.size() >= kMaxSeriesPerRun) return;
+      it = index_.emplace(name, series_.size()).first;
+      series_.push_back(std::make_unique<Streamed>());
+      series_.back()->out.name = name;
+      series_.back()->max_buckets = std::max<size_t>(1, max_points_ / 2);
     }
-    if (record.contains("tokens") && record.contains("tokens_per_s") && record["tokens"].is_number() &&
-        record["tokens_per_s"].is_number() && record["tokens_per_s"].get<double>() > 0)
-      time_s += record["tokens"].get<double>() / record["tokens_per_s"].get<double>();
-    add_step_record(record, step, time_s, c);
+    series_[it->second]->add(at, time_s, value);
+  };
+  if (record.contains("split")) {
+    if (record["split"] != "valid") return;
+    ++summary_.eval_records;
+    add_eval_record(record, step, time_s_, add);
+    const bool split = record.contains("trained") && record["trained"].is_object();
+    const double accuracy = split ? number_at(record["trained"], "accuracy") : number_at(record, "accuracy");
+    const double loss = split ? number_at(record["trained"], "loss") : number_at(record, "loss");
+    if (std::isfinite(accuracy) && !(accuracy <= summary_.best_accuracy)) summary_.best_accuracy = accuracy;
+    if (std::isfinite(loss) && !(loss >= summary_.best_loss)) summary_.best_loss = loss;
+    return;
   }
-  for (Streamed& s : c.series) {
-    s.finish();
-    out.metrics.push_back(std::move(s.out));
+  if (record.contains("diverged") && record["diverged"] == true) {
+    summary_.diverged = true;
+    summary_.last_step = std::max(summary_.last_step, int64_t(step));
+    return;
+  }
+  ++summary_.step_records;
+  summary_.last_step = int64_t(step);
+  if (const double loss = number_at(record, "loss"); std::isfinite(loss)) summary_.last_loss = loss;
+  const double tokens = number_at(record, "tokens"), rate = number_at(record, "tokens_per_s");
+  if (std::isfinite(tokens) && rate > 0) time_s_ += tokens / rate;
+  add_step_record(record, step, time_s_, add);
+}
+
+bool MetricsReader::update(size_t max_bytes, int64_t max_lines) {
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    if (errno == ENOENT && offset_ > 0) reset();  // removed: a new run may write it again
+    size_ = 0;
+    return false;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return false;
+  }
+  // Another file under the name, or the same one shortened: what was read no longer holds.
+  if (uint64_t(st.st_dev) != device_ || uint64_t(st.st_ino) != inode_ || uint64_t(st.st_size) < offset_) reset();
+  device_ = st.st_dev, inode_ = st.st_ino, size_ = uint64_t(st.st_size);
+  std::vector<char> buffer(std::min<uint64_t>(1 << 20, std::max<uint64_t>(1, size_ - std::min(size_, offset_))));
+  uint64_t read_now = 0;
+  int64_t lines_now = 0;
+  while (!stuck_ && offset_ < size_ && (max_bytes == 0 || read_now < max_bytes) && (max_lines == 0 || lines_now < max_lines)) {
+    const ssize_t n = ::pread(fd, buffer.data(), std::min<uint64_t>(buffer.size(), size_ - offset_), off_t(offset_));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    const char* at = buffer.data();
+    const char* end = at + n;
+    while (at < end) {
+      const char* newline = static_cast<const char*>(std::memchr(at, '\n', size_t(end - at)));
+      const char* stop = newline ? newline : end;
+      if (partial_.size() + size_t(stop - at) > kMaxLineBytes) {
+        // Not a record however it ends: stop here for good, holding nothing of it.
+        problem_ = fmt::format("{}: line {}: longer than {} MiB: not a metrics record", path_, lines_ + 1, kMaxLineBytes >> 20);
+        stuck_ = true;
+        partial_.clear();
+        partial_.shrink_to_fit();
+        offset_ += uint64_t(stop - at);
+        break;
+      }
+      partial_.append(at, stop);
+      offset_ += uint64_t(stop - at) + (newline ? 1 : 0);
+      at = newline ? newline + 1 : end;
+      if (!newline) break;
+      take_line(partial_);
+      partial_.clear();
+      if (max_lines > 0 && ++lines_now >= max_lines) break;
+    }
+    read_now += uint64_t(n);
+  }
+  ::close(fd);
+  if (partial_.capacity() > 4 * partial_.size() + 4096) partial_.shrink_to_fit();
+  return !stuck_ && offset_ < size_;
+}
+
+RunSeries MetricsReader::series(const std::string& only) const {
+  RunSeries out;
+  out.lines = lines_;
+  for (const auto& s : series_) {
+    if (!only.empty() && s->out.name != only) continue;
+    Streamed copy = *s;
+    copy.finish();
+    out.metrics.push_back(std::move(copy.out));
   }
   return out;
+}
+
+RunSeries read_series(const std::string& path, size_t max_points, const std::string& only, int64_t max_lines) {
+  MetricsReader reader(path, max_points, only);
+  reader.update(0, max_lines);
+  return reader.series(only);
 }
 
 std::string series_json(const RunSeries& series) {

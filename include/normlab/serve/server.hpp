@@ -2,6 +2,8 @@
 // `normlab serve`'s HTTP side, on cpp-httplib: GET / is the live report page, /runs.csv and
 // /curves.csv the live tables, any other path a file inside DIR. Read-only: GET and HEAD only.
 // docs/serve.md states the security model this file implements.
+#include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -31,9 +33,21 @@ OpenedFile open_request_path(int root_fd, const std::string& request_path);
 // literal. A DNS name an attacker controls (DNS rebinding) never matches.
 bool host_allowed(const std::string& host_header, const std::string& bound_address);
 
+// How much of the machine clients may hold. A connection first waits, without a thread, until its
+// whole request (headers and any body) has arrived; only then does it get a thread of its own to be
+// answered on. Past either cap the connection is answered 503 at once, never queued.
+struct ServerLimits {
+  size_t max_connections = 512;  // requests being answered at once (one thread each)
+  size_t max_waiting = 4096;     // connections still sending their request (no thread; also capped by the fd limit)
+  // From connecting to a complete request: a client idle, half-sent or trickling a byte at a time
+  // is answered 408 and closed at this deadline.
+  std::chrono::milliseconds request_deadline{5000};
+  int write_timeout_s = 5;  // a client that reads nothing of its answer this long is dropped
+};
+
 class Server {
  public:
-  explicit Server(LiveReport& live);
+  explicit Server(LiveReport& live, ServerLimits limits = {});
   ~Server();
   // Binds `address` (an IP literal) and `port` (0: any free port) exclusively (no SO_REUSEPORT:
   // a second server cannot share the port); returns the port bound. InputError when it cannot
@@ -41,6 +55,9 @@ class Server {
   int bind(const std::string& address, int port);
   void run();   // serves until stop()
   void stop();  // from any thread
+  bool running() const;  // run() is accepting connections (tests wait for it before stop())
+  size_t waiting() const;  // connections still sending their request
+  size_t busy() const;     // requests being answered
 
  private:
   struct Impl;
