@@ -2,6 +2,7 @@
 // directory's as compare draws it; while runs are unfinished, judged on the finished ones), the
 // run table's data and each run's chart series, drawn again only when a run's files or lock
 // changed. Everything here reads; nothing writes.
+#include "normlab/io/atomic_file.hpp"
 #include "normlab/serve/live.hpp"
 
 #include <fmt/format.h>
@@ -708,8 +709,12 @@ uint64_t file_size(const std::string& path) {
 void read_summary_state(const fs::path& run_dir, RunStatus& st, bool& finished, bool& diverged) {
   const std::string path = (run_dir / "summary.json").string();
   if (file_size(path) == 0 || file_size(path) > (1u << 20)) return;
-  std::ifstream in(path);
-  const json summary = json::parse(in, nullptr, false);
+  json summary;
+  try {  // a FIFO or device under the name is refused, never waited on (io/atomic_file.hpp)
+    summary = json::parse(*io::open_regular_stream(path, "cannot read"), nullptr, false);
+  } catch (const InputError&) {
+    return;
+  }
   if (!summary.is_object()) return;
   finished = true;
   if (summary.contains("diverged") && summary["diverged"] == true) diverged = true;
