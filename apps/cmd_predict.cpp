@@ -237,7 +237,8 @@ void run_file(const PredictOptions& options, train::LoadedRun& loaded) {
   if (replaced > 0)
     fmt::print(stderr, "normlab: warning: {} line{} held invalid UTF-8, read as U+FFFD\n", replaced,
                replaced == 1 ? "" : "s");
-  fmt::print(stderr, "normlab: {} inputs predicted{}{}{}{}\n", predicted,
+  fmt::print(stderr, "normlab: {} inputs predicted{}{}{}{}{}\n", predicted,
+             loaded.is_best ? fmt::format(" by the best checkpoint (best.safetensors, step {})", loaded.step) : "",
              failed ? fmt::format(", {} could not be read (their \"error\")", failed) : "",
              unknown ? fmt::format(", {} words not in the training vocabulary read as [UNK]", unknown) : "",
              longer ? fmt::format(", {} inputs longer than any training sequence ({})", longer, loaded.train_max_len) : "",
@@ -253,9 +254,10 @@ void run(const PredictOptions& options) {
     throw InputError(fmt::format("--threads: must be between 0 and 1024 (got {})", options.threads));
   if (options.threads > 0) set_num_threads(options.threads);
   train::LoadedRun loaded = train::load_run(options.run_dir, checkpoint_choice(options.checkpoint));
-  if (loaded.is_best) fmt::print(stderr, "normlab: note: checkpoint {}\n", train::describe_checkpoint(loaded));
   if (!options.data.empty()) return run_file(options, loaded);
   run_one(options, loaded);
+  // Said after the answer, so that a refused input's error stays the one line on stderr.
+  if (loaded.is_best) fmt::print(stderr, "normlab: note: checkpoint {}\n", train::describe_checkpoint(loaded));
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ TEST_CASE("cli: a misspelled option is named with the nearest one of its command
   CHECK(key.err.find("use --set train.steps=100") != std::string::npos);
 }
 
-TEST_CASE("cli: a misspelled command is named with the nearest command; a far one is not guessed") {
+TEST_CASE("cli: a misspelled command is named with the nearest command, a far one is not guessed") {
   TempDir dir;
   Cli near = run_normlab(dir, "comapre --config x");
   CHECK(near.code == 2);

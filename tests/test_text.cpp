@@ -339,7 +339,8 @@ TEST_CASE("text cli: predict --data streams a group of batches at a time, line n
   const size_t last = written.rfind('\n', written.size() - 2) + 1;
   CHECK(json::parse(written.substr(last)).at("line") == 10000);
   CHECK(json::parse(written.substr(last)).at("input") == "good film");
-  CHECK(out.err == "normlab: 10000 inputs predicted; written to " + dir.sub("out.jsonl") + "\n");
+  CHECK(out.err == "normlab: 10000 inputs predicted by the best checkpoint (best.safetensors, step 3); written to " +
+                    dir.sub("out.jsonl") + "\n");
   for (const auto& entry : std::filesystem::directory_iterator(dir.path))
     CHECK_MESSAGE(entry.path().filename().string().find(".tmp.") == std::string::npos, entry.path().string());
 }
