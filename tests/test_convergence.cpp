@@ -322,6 +322,17 @@ TEST_CASE("boundaries by the strict and the slow-inclusive rule differ where slo
     CHECK(md.find("(rules disagree) | 10 of 10: 5 at chance, 5 slow |") != std::string::npos);
     CHECK(report.summary["first_screen"][1]["boundary_ratio_to_none"]["ratio"].get<double>() == row->strict_ratio.ratio);
     CHECK(joined(report.summary["verdict"].get<std::vector<std::string>>()).find("none's") == std::string::npos);  // no uncaveated ratio
+    // The setup says the plan's size by plan_size_sentence, and names the stabilizers only when on.
+    CHECK(report.intro[0].find(study::plan_size_sentence(plan)) != std::string::npos);
+    CHECK(report.sections[2].title == "Setup");
+    CHECK(report.sections[2].text.find("qk_norm") == std::string::npos);
+    CHECK(report.sections[2].text.find("z_loss") == std::string::npos);
+    study::ComparePlan stabilized = report_plan(plan);
+    stabilized.base["model"] = {{"qk_norm", "rmsnorm"}};
+    stabilized.base["optim"] = {{"z_loss", 1e-4}};
+    const std::string setup = study::build_report(stabilized, report_runs(runs)).sections[2].text;
+    CHECK(setup.find("Query-key normalization (model.qk_norm): rmsnorm.") != std::string::npos);
+    CHECK(setup.find("z-loss (optim.z_loss): 0.0001 log(Z)^2 added to the loss.") != std::string::npos);
   }
   // summary.json's boundaries carry both rules.
   const nlohmann::json json = study::boundaries_json(plan, groups);
