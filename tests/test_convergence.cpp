@@ -18,6 +18,7 @@
 #include "normlab/study/findings.hpp"
 #include "normlab/study/outcome.hpp"
 #include "normlab/study/plan.hpp"
+#include "normlab/study/report.hpp"
 #include "normlab/study/search.hpp"
 #include "normlab/study/sensitivity.hpp"
 #include "normlab/study/statistics.hpp"
@@ -66,6 +67,23 @@ study::ComparePlan search_plan(const std::vector<std::string>& variants, const s
   plan.search.min = plan.search.from;
   plan.search.max = plan.search.to;
   return plan;
+}
+
+// The plan a report needs beside the study's: a base config to describe.
+study::ComparePlan report_plan(study::ComparePlan plan) {
+  plan.base = {{"task", {{"name", "reverse"}}}};
+  plan.title = "normlab compare report";
+  return plan;
+}
+
+// The runs as a report draws them: each training-loss point with its step and gradient norm.
+std::vector<study::RunResult> report_runs(std::vector<study::RunResult> runs) {
+  for (study::RunResult& r : runs) {
+    r.steps.clear();
+    for (size_t i = 0; i < r.loss.size(); ++i) r.steps.push_back(double(i + 1));
+    r.grad_norm.assign(r.loss.size(), 1.0);
+  }
+  return runs;
 }
 
 std::string joined(const std::vector<std::string>& lines) {
@@ -194,6 +212,24 @@ TEST_CASE("convergence gate: still-improving best runs make the Answer open with
           "or plateaued) — the boundaries below describe an unfinished race, not stability.");
     CHECK(joined(answer).find("trains at") == std::string::npos);
     CHECK(joined(answer).find("No ratio to none: pre-ln did not converge.") != std::string::npos);
+    // The report's first screen says the same from the same table: the verdict opens on pre-ln's
+    // failure, its table row says why, and no ratio is stated for it.
+    const study::ReportModel report = study::build_report(report_plan(plan), report_runs(runs));
+    const std::vector<std::string> verdict = report.summary["verdict"];
+    INFO(joined(verdict));
+    CHECK(verdict[0] == "Not converged: pre-ln's best runs (lr 0.01) are still improving at step 300 — the boundaries "
+                        "and ratios below describe an unfinished race, not stability.");
+    CHECK(verdict[1].find("1 of 2 variant–setting cells did not converge") == 0);
+    CHECK(report.sections[0].table_md.find("| no: 5/5 still improving |") != std::string::npos);
+    const nlohmann::json& cells = report.summary["first_screen"];
+    REQUIRE(cells.size() == 2);
+    CHECK(cells[1]["variant"] == "pre-ln");
+    CHECK(cells[1]["converged"] == false);
+    CHECK(cells[1]["boundary_ratio_to_none"].is_null());
+    CHECK(cells[0]["converged"] == true);
+    CHECK(cells[1]["best_lr"].get<double>() == pre->curve.best_lr());
+    CHECK(cells[1]["lr_sensitivity"]["mean"].get<double>() == pre->sensitivity.interval.mean);
+    CHECK(report.summary["study"] == study::study_json(table));
   }
   {
     const std::vector<study::RunResult> runs = make(true);
@@ -206,6 +242,18 @@ TEST_CASE("convergence gate: still-improving best runs make the Answer open with
     CHECK(answer.find("pre-ln trains at 1.0x [") != std::string::npos);
     CHECK(answer.find("(counting slow runs as learned: 1.0x [") != std::string::npos);
     CHECK(answer.find("disagree") == std::string::npos);
+    // Both passed the gate and the rules agree: the first screen states the gate's strict ratio.
+    const study::StudyTable table = study::study_table(plan, groups);
+    const study::ReportModel report = study::build_report(report_plan(plan), report_runs(runs));
+    const nlohmann::json& cells = report.summary["first_screen"];
+    REQUIRE(cells.size() == 2);
+    CHECK(cells[1]["converged"] == true);
+    CHECK(cells[1]["rules_agree"] == true);
+    CHECK(cells[1]["boundary_ratio_to_none"]["ratio"].get<double>() == table.find("pre-ln", "")->strict_ratio.ratio);
+    const std::vector<std::string> verdict = report.summary["verdict"];
+    INFO(joined(verdict));
+    CHECK(joined(verdict).find(", boundary 1x [0.25x, 4x] none's") != std::string::npos);
+    CHECK(joined(verdict).find("Not converged") == std::string::npos);
   }
 }
 
@@ -263,6 +311,29 @@ TEST_CASE("boundaries by the strict and the slow-inclusive rule differ where slo
   CHECK(answer.find("(counting slow runs as learned: " + study::format_rate(pre.fit_slow_inclusive.lr50)) !=
         std::string::npos);
   CHECK(answer.find("the two rules disagree, so this ratio is not settled") != std::string::npos);
+  // The first screen's table: the strict boundary with the slow-inclusive one beside it, and the
+  // ratio to none marked as unsettled since the rules disagree.
+  {
+    const study::ReportModel report = study::build_report(report_plan(plan), report_runs(runs));
+    const std::string& md = report.sections[0].table_md;
+    INFO(md);
+    CHECK(md.find("| " + study::format_rate(pre.fit.lr50) + " [") != std::string::npos);
+    CHECK(md.find("(slow-inclusive " + study::format_rate(pre.fit_slow_inclusive.lr50) + " [") != std::string::npos);
+    CHECK(md.find("(rules disagree) | 10 of 10: 5 at chance, 5 slow |") != std::string::npos);
+    CHECK(report.summary["first_screen"][1]["boundary_ratio_to_none"]["ratio"].get<double>() == row->strict_ratio.ratio);
+    CHECK(joined(report.summary["verdict"].get<std::vector<std::string>>()).find("none's") == std::string::npos);  // no uncaveated ratio
+    // The setup says the plan's size by plan_size_sentence, and names the stabilizers only when on.
+    CHECK(report.intro[0].find(study::plan_size_sentence(plan)) != std::string::npos);
+    CHECK(report.sections[2].title == "Setup");
+    CHECK(report.sections[2].text.find("qk_norm") == std::string::npos);
+    CHECK(report.sections[2].text.find("z_loss") == std::string::npos);
+    study::ComparePlan stabilized = report_plan(plan);
+    stabilized.base["model"] = {{"qk_norm", "rmsnorm"}};
+    stabilized.base["optim"] = {{"z_loss", 1e-4}};
+    const std::string setup = study::build_report(stabilized, report_runs(runs)).sections[2].text;
+    CHECK(setup.find("Query-key normalization (model.qk_norm): rmsnorm.") != std::string::npos);
+    CHECK(setup.find("z-loss (optim.z_loss): 0.0001 log(Z)^2 added to the loss.") != std::string::npos);
+  }
   // summary.json's boundaries carry both rules.
   const nlohmann::json json = study::boundaries_json(plan, groups);
   CHECK(json[1]["rule"] == "strict");

@@ -106,11 +106,28 @@ TEST_CASE("first screen: the verdict names the better placement, what it bought 
   const nlohmann::json& cells = summary["first_screen"];
   REQUIRE(cells.size() == 6);
   // Capped losses at the three log-equally spaced rates a, b, c, linear in ln lr between them, averaged
-  // over 33 log-spaced rates: (8.5 a + 16 b + 8.5 c) / 33, minus the best (b).
-  const auto sensitivity = [](double a, double b, double c) { return (8.5 * a + 16 * b + 8.5 * c) / 33 - std::min({a, b, c}); };
+  // over ln lr (two trapezoids of equal width): (a + 2 b + c) / 4, minus the best (b).
+  const auto sensitivity = [](double a, double b, double c) { return (a + 2 * b + c) / 4 - std::min({a, b, c}); };
+  // One source of truth: every number of the first screen is the study table's (summary.json's "study",
+  // the numbers the Answer's convergence and sensitivity lines are written from), exactly.
+  const nlohmann::json& rows = summary["study"]["rows"];
+  REQUIRE(rows.size() == cells.size());
+  for (size_t i = 0; i < cells.size(); ++i) {
+    INFO(rows[i].dump());
+    CHECK(cells[i]["variant"] == rows[i]["variant"]);
+    CHECK(cells[i]["setting"] == rows[i]["setting"]);
+    CHECK(cells[i]["best_lr"] == rows[i]["curve"]["best_lr"]);
+    CHECK(cells[i]["best_loss"]["mean"] == rows[i]["curve"]["best_loss"]);
+    CHECK(cells[i]["converged"] == rows[i]["convergence"]["converged"]);
+    CHECK(cells[i]["judged"] == rows[i]["convergence"]["judged"]);
+    CHECK(cells[i]["lr_sensitivity"] == rows[i]["sensitivity"]["interval"]);
+    CHECK(cells[i]["lr_sensitivity_range"][0] == rows[i]["sensitivity"]["from"]);
+  }
+  CHECK(summary["study"]["gated"] == true);
   for (const nlohmann::json& cell : cells) {
     INFO(cell.dump());
     CHECK(cell["converged"] == true);
+    CHECK(cell["edge"] == "interior");
     CHECK(cell["best_lr"] == doctest::Approx(0.01));
     CHECK(cell["best_loss"]["n"] == 3);
     if (cell["variant"] == "pre-ln") {
@@ -160,6 +177,15 @@ TEST_CASE("first screen: runs still improving at their best rate make the verdic
   }
   const std::string md = slurp(tmp.path / "report.md");
   CHECK(md.find("| no: 3/3 still improving |") != std::string::npos);
+  // The verdict and the Answer's gate line name the same failure, from the same table.
+  const nlohmann::json summary = nlohmann::json::parse(slurp(tmp.path / "summary.json"));
+  CHECK(summary["answer"][0].get<std::string>().find("not converged: none's best runs at 0.01 (2 layers, warmup) are "
+                                                     "still improving at step 100 (3 of 3 seeds;") == 0);
+  for (size_t i = 0; i < summary["first_screen"].size(); ++i) {
+    CHECK(summary["first_screen"][i]["converged"] == false);
+    CHECK(summary["study"]["rows"][i]["convergence"]["converged"] == false);
+    CHECK(summary["first_screen"][i]["improving"] == 3);
+  }
 }
 
 TEST_CASE("first screen in headless Chromium at 1400x900: the verdict and the headline figure are on it") {

@@ -50,6 +50,7 @@ ReportModel build_report(const ComparePlan& plan, const std::vector<RunResult>& 
   ReportModel report{plan.title, {setup_line(c, base)}, std::move(sections), {}};
   report.summary = summary_json(c, provenance, report.sections);
   report.summary["first_screen"] = first_screen_json(numbers);
+  report.summary["study"] = study_json(numbers.table);  // the table behind the first screen and the Answer, in full
   return report;
 }
 

@@ -42,51 +42,61 @@ std::string ratio_with_interval(const BoundaryRatio& r) {
                      r.high_open ? ">" + ratio_text(r.high) : ratio_text(r.high));
 }
 
-// The seeds' capped losses at the cell's best rate.
-std::vector<double> best_values(const CellNumbers& n) {
+// The seeds' capped losses at the row's best rate (LossCurve: min(loss, ln K), diverged = ln K).
+std::vector<double> best_values(const StudyRow& r) {
   std::vector<double> out;
-  for (size_t i = 0; i < n.rates.size(); ++i)
-    if (n.rates[i] == n.best_lr)
-      for (double v : n.capped[i])
-        if (std::isfinite(v)) out.push_back(v);
+  if (!r.curve.empty())
+    for (double v : r.curve.loss[r.curve.best])
+      if (std::isfinite(v)) out.push_back(v);
   return out;
 }
 
-std::string why_not_converged(const Context& c, const CellNumbers& n) {
-  if (n.best_at_edge)
-    return fmt::format("{}'s best rate ({}) is the {} rate tried", n.variant, short_setting(c, n.setting),
-                       n.best_lr == n.rates.front() ? "lowest" : "highest");
-  int64_t step = 0;
-  if (const GroupSummary* g = c.group(n.variant, n.best_lr, n.setting))
-    for (const RunResult* r : g->runs)
-      if (!r->evals.empty()) step = std::max(step, r->evals.back().step);
-  return fmt::format("{}'s best runs ({}lr {}) are still improving at step {}", n.variant,
-                     n.setting.empty() ? "" : short_setting(c, n.setting) + ", ", format_rate(n.best_lr), step);
+// The row's best loss, mean over seeds (the table's and the headline figure's).
+double best_mean(const StudyRow& r) { return r.curve.best_loss(); }
+
+// Why the gate failed for `r` (gate_sentences' reasons, in the first screen's words).
+std::string why_not_converged(const Context& c, const StudyRow& r) {
+  const ConvergenceCheck& g = r.convergence;
+  const std::string where = fmt::format("{}lr {}", r.setting.empty() ? "" : short_setting(c, r.setting) + ", ",
+                                        format_rate(g.best_lr));
+  if (g.improving > 0) return fmt::format("{}'s best runs ({}) are still improving at step {}", r.variant, where, g.last_step);
+  return fmt::format("{}'s best runs ({}) neither solved nor plateaued by step {}", r.variant, where, g.last_step);
 }
 
-// "pre-ln" cells of one kind, in settings order.
-std::vector<const CellNumbers*> of_kind(const FirstScreenNumbers& numbers, const std::string& kind) {
-  std::vector<const CellNumbers*> out;
-  for (const CellNumbers& n : numbers.cells)
-    if (n.kind == kind && std::isfinite(n.best_lr)) out.push_back(&n);
+// Rows of one kind that have a curve, in settings order.
+std::vector<const StudyRow*> of_kind(const Context& c, const FirstScreenNumbers& numbers, const std::string& kind) {
+  std::vector<const StudyRow*> out;
+  for (const StudyRow& r : numbers.table.rows)
+    if (variant_kind(c.plan, r.variant) == kind && !r.curve.empty()) out.push_back(&r);
   return out;
+}
+
+std::string boundary_text(const BoundaryFit& f) {
+  return f.kind == BoundaryFit::Kind::boundary
+             ? fmt::format("{} [{}{}, {}{}]", format_rate(f.lr50), f.low_open ? "<" : "", format_rate(f.low),
+                           f.high_open ? ">" : "", format_rate(f.high))
+         : f.kind == BoundaryFit::Kind::never_failed  ? "> " + format_rate(f.top_lr)
+         : f.kind == BoundaryFit::Kind::never_learned ? "learned at no rate"
+                                                      : "–";
 }
 
 }  // namespace
 
 std::vector<std::string> verdict(const Context& c, const FirstScreenNumbers& numbers) {
-  std::vector<const CellNumbers*> judged, unconverged;
-  for (const CellNumbers& n : numbers.cells)
-    if (std::isfinite(n.best_lr)) {
-      judged.push_back(&n);
-      if (!n.converged()) unconverged.push_back(&n);
-    }
+  std::vector<const StudyRow*> judged;
+  for (const StudyRow& r : numbers.table.rows)
+    if (!r.curve.empty()) judged.push_back(&r);
   if (judged.empty()) return {"No run has a held-out loss yet: nothing to judge."};
+  // The gate's verdicts (StudyTable::not_converged): the rows the Answer opens "not converged:" on.
+  std::vector<const StudyRow*> unconverged = numbers.table.not_converged();
   if (!unconverged.empty()) {
     // A LayerNorm placement's failure first: it is what the reader came for.
-    std::stable_sort(unconverged.begin(), unconverged.end(), [](const CellNumbers* a, const CellNumbers* b) {
-      return (a->kind == "pre-ln" || a->kind == "post-ln") > (b->kind == "pre-ln" || b->kind == "post-ln");
-    });
+    const auto placement = [&](const StudyRow* r) {
+      const std::string kind = variant_kind(c.plan, r->variant);
+      return kind == "pre-ln" || kind == "post-ln";
+    };
+    std::stable_sort(unconverged.begin(), unconverged.end(),
+                     [&](const StudyRow* a, const StudyRow* b) { return placement(a) > placement(b); });
     std::vector<std::string> out{fmt::format("Not converged: {} — the boundaries and ratios below describe an unfinished "
                                              "race, not stability.",
                                              why_not_converged(c, *unconverged.front()))};
@@ -95,7 +105,7 @@ std::vector<std::string> verdict(const Context& c, const FirstScreenNumbers& num
                               unconverged.size(), judged.size()));
     return out;
   }
-  const auto post = of_kind(numbers, "post-ln"), pre = of_kind(numbers, "pre-ln"), none = of_kind(numbers, "none");
+  const auto post = of_kind(c, numbers, "post-ln"), pre = of_kind(c, numbers, "pre-ln"), none = of_kind(c, numbers, "none");
   std::vector<std::string> out, clear;  // clear: the differences whose 95% interval excludes none
   int claims = 0;
   const auto loss = [](double v) { return fmt::format("{:.3g}", v); };
@@ -104,18 +114,18 @@ std::vector<std::string> verdict(const Context& c, const FirstScreenNumbers& num
     // Which placement: the lower best held-out loss, per setting.
     std::string parts;
     int pre_wins = 0;
-    for (const CellNumbers* r : pre)
-      for (const CellNumbers* p : post) {
+    for (const StudyRow* r : pre)
+      for (const StudyRow* p : post) {
         if (p->setting != r->setting) continue;
-        const bool pre_better = r->best_loss.mean <= p->best_loss.mean;
+        const bool pre_better = best_mean(*r) <= best_mean(*p);
         pre_wins += pre_better;
         const Interval d = welch_difference(best_values(*r), best_values(*p));
         ++claims;
         if (d.has_interval() && !d.contains_zero())
           clear.push_back(fmt::format("{} vs {} ({})", r->variant, p->variant, short_setting(c, r->setting)));
         if (c.plan.settings.size() <= 3)
-          parts += fmt::format("{}{} vs {} ({})", parts.empty() ? "" : ", ", loss(pre_better ? r->best_loss.mean : p->best_loss.mean),
-                               loss(pre_better ? p->best_loss.mean : r->best_loss.mean), short_setting(c, r->setting));
+          parts += fmt::format("{}{} vs {} ({})", parts.empty() ? "" : ", ", loss(pre_better ? best_mean(*r) : best_mean(*p)),
+                               loss(pre_better ? best_mean(*p) : best_mean(*r)), short_setting(c, r->setting));
       }
     const size_t settings = std::min(pre.size(), post.size());
     const bool all_pre = pre_wins == int(settings), all_post = pre_wins == 0;
@@ -134,12 +144,12 @@ std::vector<std::string> verdict(const Context& c, const FirstScreenNumbers& num
     // No LayerNorm placement: the variant with the lowest best loss, per setting.
     std::string parts;
     for (const std::string& setting : c.plan.settings) {
-      const CellNumbers* best = nullptr;
-      for (const CellNumbers* n : judged)
-        if (n->setting == setting && (!best || n->best_loss.mean < best->best_loss.mean)) best = n;
+      const StudyRow* best = nullptr;
+      for (const StudyRow* n : judged)
+        if (n->setting == setting && (!best || best_mean(*n) < best_mean(*best))) best = n;
       if (best)
-        parts += fmt::format("{}{} {} at lr {}{}", parts.empty() ? "" : "; ", best->variant, loss(best->best_loss.mean),
-                             format_rate(best->best_lr),
+        parts += fmt::format("{}{} {} at lr {}{}", parts.empty() ? "" : "; ", best->variant, loss(best_mean(*best)),
+                             format_rate(best->curve.best_lr()),
                              c.plan.settings.size() > 1 ? " (" + short_setting(c, setting) + ")" : "");
     }
     out.push_back("Lowest best held-out loss: " + parts + ".");
@@ -147,16 +157,17 @@ std::vector<std::string> verdict(const Context& c, const FirstScreenNumbers& num
   if (!winner.empty() && !none.empty()) {
     // What the placement bought or cost against no normalization, per setting.
     std::string parts;
-    for (const CellNumbers* n : none) {
-      const CellNumbers* w = numbers.cell(winner, n->setting);
-      if (!w || !std::isfinite(w->best_lr)) continue;
-      const double d = w->best_loss.mean - n->best_loss.mean;
+    for (const StudyRow* n : none) {
+      const StudyRow* w = numbers.table.find(winner, n->setting);
+      if (!w || w->curve.empty()) continue;
+      const double d = best_mean(*w) - best_mean(*n);
       std::string part = fmt::format("best loss {} lower", loss(std::abs(d)));
       if (d > 0) part = fmt::format("best loss {} higher", loss(d));
-      if (std::isfinite(w->to_none.ratio)) {
-        part += fmt::format(", boundary {} none's", ratio_with_interval(w->to_none));
+      // The boundary ratio where the Answer states one without a caveat: both rules agree.
+      if (const BoundaryRatio to_none = numbers.ratio_to_none(*w); std::isfinite(to_none.ratio) && w->rules_agree) {
+        part += fmt::format(", boundary {} none's", ratio_with_interval(to_none));
         ++claims;
-        if (!w->to_none.low_open && !w->to_none.high_open && (w->to_none.low > 1 || w->to_none.high < 1))
+        if (!to_none.low_open && !to_none.high_open && (to_none.low > 1 || to_none.high < 1))
           clear.push_back(fmt::format("the boundary ratio ({})", short_setting(c, n->setting)));
       }
       const Interval diff = welch_difference(best_values(*w), best_values(*n));
@@ -169,14 +180,26 @@ std::vector<std::string> verdict(const Context& c, const FirstScreenNumbers& num
     }
     if (!parts.empty()) out.push_back(fmt::format("Against no normalization, {}: {}.", winner, parts));
   }
+  // The gate's other two findings (gate_sentences): a best rate at an edge of the range, and a cell
+  // whose runs are too short to judge. Neither withholds a number; both are said.
+  std::vector<std::string> caveats;
+  for (const StudyRow* r : numbers.table.not_bracketed())
+    caveats.push_back(fmt::format("{}'s best rate{} is the {} probed", r->variant,
+                                  c.plan.settings.size() > 1 ? " (" + short_setting(c, r->setting) + ")" : "",
+                                  r->convergence.edge == ConvergenceCheck::Edge::low ? "lowest" : "highest"));
+  for (const StudyRow* r : numbers.table.not_judged())
+    caveats.push_back(fmt::format("convergence not judged for {}{}", r->variant,
+                                  c.plan.settings.size() > 1 ? " (" + short_setting(c, r->setting) + ")" : ""));
+  const std::string caveat = caveats.empty() ? "" : fmt::format("; {}", fmt::join(caveats, "; "));
   const size_t seeds = c.fewest_seeds;
   if (claims == 0)
-    out.push_back(fmt::format("How sure: {} seeds per cell; the table gives each number's 95% interval.", seeds));
+    out.push_back(fmt::format("How sure: {} seeds per cell; the table gives each number's 95% interval{}.", seeds, caveat));
   else if (clear.empty())
-    out.push_back(fmt::format("How sure: {} seeds per cell, and no difference above is outside its 95% interval.", seeds));
+    out.push_back(fmt::format("How sure: {} seeds per cell, and no difference above is outside its 95% interval{}.", seeds,
+                              caveat));
   else
-    out.push_back(fmt::format("How sure: {} seeds per cell; outside the 95% interval: {}{}.", seeds, fmt::join(clear, ", "),
-                              int(clear.size()) < claims ? "; the rest is within noise" : ""));
+    out.push_back(fmt::format("How sure: {} seeds per cell; outside the 95% interval: {}{}{}.", seeds, fmt::join(clear, ", "),
+                              int(clear.size()) < claims ? "; the rest is within noise" : "", caveat));
   return out;
 }
 
@@ -200,21 +223,20 @@ Section answer_section(const Context& c, const FirstScreenNumbers& numbers) {
         chart.mark_above = true;
         chart.h_lines.push_back({ln_k, fmt::format("ln K = {:.2f}", ln_k)});
       }
-      for (const CellNumbers& n : numbers.cells) {
+      for (const StudyRow& n : numbers.table.rows) {
         if (n.setting != setting) continue;
         Series s;
         s.label = n.variant;
         s.color = c.colors.at(n.variant);
         s.markers = true;
-        for (size_t i = 0; i < n.rates.size(); ++i) {
-          std::vector<double> values;
-          for (double v : n.capped[i])
-            if (std::isfinite(v)) values.push_back(v);
-          if (values.empty()) continue;
-          s.x.push_back(n.rates[i]);
-          s.y.push_back(t_interval(values).mean);
+        // The line is the study's curve (LossCurve::mean); the circles are the runs' own losses, so
+        // that a seed above the chart's top is marked there.
+        for (size_t i = 0; i < n.curve.lrs.size(); ++i) {
+          if (n.curve.mean[i].n == 0) continue;
+          s.x.push_back(n.curve.lrs[i]);
+          s.y.push_back(n.curve.mean[i].mean);
         }
-        for (double lr : n.rates)
+        for (double lr : n.curve.lrs)
           if (const GroupSummary* g = c.group(n.variant, lr, setting))
             for (const RunResult* r : g->runs)
               if (r->finished || r->diverged)
@@ -227,31 +249,34 @@ Section answer_section(const Context& c, const FirstScreenNumbers& numbers) {
     }
   const bool boundaries = c.plan.search.enabled();
   std::vector<std::vector<std::string>> rows;
-  for (const CellNumbers& n : numbers.cells) {
+  for (const StudyRow& n : numbers.table.rows) {
     std::vector<std::string> row{n.variant};
     if (c.plan.settings.size() > 1) row.push_back(short_setting(c, n.setting));
-    row.push_back(std::isfinite(n.best_lr) ? fmt_interval(n.best_loss, 0) : "–");
-    row.push_back(format_rate(n.best_lr));
-    row.push_back(!std::isfinite(n.best_lr) ? "–"
-                  : n.converged()          ? "yes"
-                  : n.best_at_edge         ? "no: best rate at the edge"
-                                           : fmt::format("no: {}/{} still improving", n.best_still_falling, n.best_runs));
-    if (rates) row.push_back(std::isfinite(n.sensitivity.mean) ? fmt_interval(n.sensitivity, 0) : "–");
+    const ConvergenceCheck& g = n.convergence;
+    row.push_back(n.curve.empty() ? "–" : fmt_interval(n.curve.mean[n.curve.best], 0));
+    // The gate's (a): a best rate at an edge of the range is marked where it is given.
+    const bool edge = numbers.table.gated && (g.edge == ConvergenceCheck::Edge::low || g.edge == ConvergenceCheck::Edge::high);
+    row.push_back(format_rate(n.curve.best_lr()) +
+                  (edge ? g.edge == ConvergenceCheck::Edge::low ? " (lowest probed)" : " (highest probed)" : ""));
+    // The gate's (b), as the Answer's convergence lines say it.
+    row.push_back(n.curve.empty() || !numbers.table.gated || g.runs == 0 ? "–"
+                  : !g.judged                                          ? "not judged"
+                  : g.converged                                        ? "yes"
+                  : g.improving > 0 ? fmt::format("no: {}/{} still improving", g.improving, g.runs)
+                                    : fmt::format("no: {}/{} solved or plateaued", g.solved + g.plateaued, g.runs));
+    if (rates) row.push_back(n.sensitivity.interval.n > 0 ? fmt_interval(n.sensitivity.interval, 0) : "–");
     if (boundaries) {
-      const BoundaryFit* f = n.boundary ? &n.boundary->fit : nullptr;
-      row.push_back(!f ? "–"
-                    : f->kind == BoundaryFit::Kind::boundary
-                        ? fmt::format("{} [{}{}, {}{}]", format_rate(f->lr50), f->low_open ? "<" : "", format_rate(f->low),
-                                      f->high_open ? ">" : "", format_rate(f->high))
-                    : f->kind == BoundaryFit::Kind::never_failed ? "> " + format_rate(f->top_lr)
-                    : f->kind == BoundaryFit::Kind::never_learned ? "never learned"
-                                                                   : "–");
-      row.push_back(std::isfinite(n.to_none.ratio) ? ratio_with_interval(n.to_none) : "–");
-      std::string failed;
-      if (n.boundary)
-        for (const auto& [how, count] : n.boundary->failures_above)
-          failed += fmt::format("{}{} {}", failed.empty() ? "" : ", ", how, count);
-      row.push_back(failed.empty() ? "–" : failed);
+      // Strict rule, the slow-inclusive one beside it where it differs.
+      std::string boundary = boundary_text(n.strict);
+      if (const std::string slow = boundary_text(n.slow_inclusive); slow != boundary && slow != "–")
+        boundary += " (slow-inclusive " + slow + ")";
+      row.push_back(boundary);
+      // No ratio where either row failed the gate; a ratio the two rules disagree on is marked.
+      const BoundaryRatio ratio = numbers.ratio_to_none(n);
+      row.push_back(!std::isfinite(ratio.ratio) ? "–"
+                    : n.rules_agree             ? ratio_with_interval(ratio)
+                                                : ratio_with_interval(ratio) + " (rules disagree)");
+      row.push_back(n.failures_short.empty() ? "–" : n.failures_short);
     }
     rows.push_back(row);
   }

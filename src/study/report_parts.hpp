@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "normlab/provenance.hpp"
+#include "normlab/study/convergence.hpp"
 #include "normlab/study/report.hpp"
 #include "normlab/study/search.hpp"
 #include "normlab/study/svg.hpp"
@@ -61,35 +62,22 @@ std::string md_table(const std::vector<std::string>& header, const std::vector<s
 std::string where(double lr, const std::string& setting);
 
 // ---- The first screen's numbers per variant and setting -------------------------------------------
-// CONNECT: report_numbers.cpp computes these by the simple rules written there until the study's
-// convergence gate and learning-rate sensitivity are available; then first_screen_numbers() is the
-// one place that reads them instead. The verdict, the headline figure and the table read only this.
-struct CellNumbers {
-  std::string variant, setting, kind;  // kind: variant_kind() ("none", "post-ln", ... or "")
-  std::vector<double> rates;           // every probed rate, ascending
-  // Per probed rate, per seed (plan.seeds order): the final held-out loss on trained lengths,
-  // min(loss, ln K), a diverged run counting as ln K; NaN where the seed has no finished run.
-  std::vector<std::vector<double>> capped;
-  double best_lr = NAN;     // the probed rate with the lowest mean capped loss
-  Interval best_loss;       // the capped losses there, mean [95% t] over seeds
-  bool best_at_edge = false;  // best_lr is the lowest or highest of >= 3 probed rates
-  int best_runs = 0, best_still_falling = 0;  // finished seeds at best_lr; of them 'slow' (loss still falling)
-  Interval sensitivity;     // LR sensitivity, mean [95% t] over seeds (NaN mean: not computed)
-  double sensitivity_from = NAN, sensitivity_to = NAN;  // the rates it averages over (shared by the setting)
-  const VariantBoundary* boundary = nullptr;  // the search's fit (nullptr without a search)
-  BoundaryRatio to_none;    // boundary / none's boundary (NaN ratio: none)
-  // The best rate learns or has stopped improving (most seeds not 'slow'), and lies inside the range.
-  bool converged() const { return best_runs > 0 && !best_at_edge && 2 * best_still_falling < best_runs; }
-};
+// The verdict, the headline figure and the compact table read the study's table (convergence.hpp:
+// StudyTable, one StudyRow per variant and setting), the same one the Answer's convergence, boundary
+// and sensitivity sentences come from, so the first screen and the Answer cannot disagree.
 struct FirstScreenNumbers {
-  std::vector<VariantBoundary> boundaries;  // owned here; CellNumbers::boundary points into it
-  std::vector<CellNumbers> cells;           // plan.settings order, then plan.variants order
-  const CellNumbers* cell(const std::string& variant, const std::string& setting) const;
+  StudyTable table;
+  // The gate failed for this row: judged, and most seeds at the best rate neither solved nor
+  // plateaued (StudyTable::not_converged). No ratio is stated for such a row, nor against it.
+  bool not_converged(const StudyRow& row) const;
+  // The row's strict ratio to none, where the Answer states one: both rows passed the gate (NaN otherwise).
+  BoundaryRatio ratio_to_none(const StudyRow& row) const;
 };
 FirstScreenNumbers first_screen_numbers(const Context& c);
-// summary.json's "first_screen": per cell {variant, setting, best_lr, best_loss {mean, low, high, n},
-// best_at_edge, best_runs, best_still_falling, converged, lr_sensitivity {...}, lr_sensitivity_range,
-// boundary_ratio_to_none {ratio, low, high} or null}.
+// summary.json's "first_screen": per row {variant, setting, best_lr, best_loss {mean, low, high, n},
+// edge, converged, judged, improving, runs, lr_sensitivity {...}, lr_sensitivity_range,
+// boundary_ratio_to_none {ratio, low, high} or null (as ratio_to_none), rules_agree}; the full
+// table is summary.json's "study" (study_json).
 nlohmann::json first_screen_json(const FirstScreenNumbers& numbers);
 
 // The sections, in the order build_report lays them out.

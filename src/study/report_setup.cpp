@@ -32,18 +32,14 @@ Provenance provenance_of(const std::vector<RunResult>& results) {
   return provenance;
 }
 
-// The one line of setup before the Answer: task, lengths, steps, seeds and the grid.
+// The one line of setup before the Answer: task, lengths, steps, seeds and the plan's size.
 std::string setup_line(const Context& c, const train::RunConfig& base) {
   const ComparePlan& plan = c.plan;
   std::string grid;
   if (plan.title == "normlab report") {
     grid = fmt::format("{} run(s) from {}.", plan.runs.size(), plan.source);
   } else {
-    std::string extra;
-    for (const auto& [key, values] : plan.extra_axes) extra += fmt::format(" × {} values of {}", values.size(), key);
-    grid = fmt::format("Grid: {} variants × {} learning rates × {} seeds × {} depths × {} warmup settings{} = {} runs.",
-                       plan.variants.size(), plan.lrs.size(), plan.seeds.size(), plan.layers.size(),
-                       plan.warmups.size(), extra, plan.runs.size());
+    grid = plan_size_sentence(plan);  // a search's rounds counted so that the sentence adds up
   }
   std::string seeds;
   for (uint64_t s : plan.seeds) seeds += (seeds.empty() ? "" : ", ") + std::to_string(s);
@@ -66,12 +62,19 @@ Section setup_section(const Context& c, const train::RunConfig& base, const Prov
         v ? v->description + "; block " + block_formula(v->norm, v->placement, base.model.final_norm) : "";
     about.bullets.push_back(fmt::format("{}{}", name, description.empty() ? "" : ": " + description));
   }
-  const std::string details = fmt::format(
+  const std::string details =
+      fmt::format(
       "Model: d_model {}, {} heads, ffn {}, norm eps {:g}; uniform-guess loss {}; warmup {} steps where on; gradient "
       "clipping {}; weight decay {:g}.",
       base.model.d_model, base.model.heads, base.model.ffn, base.model.norm_eps,
       std::isfinite(c.chance) ? fmt::format("{:.3f}", c.chance) : "unknown", base.optim.warmup_steps,
-      base.optim.clip_grad_norm > 0 ? fmt::format("at {:g}", base.optim.clip_grad_norm) : "off", base.optim.weight_decay);
+      base.optim.clip_grad_norm > 0 ? fmt::format("at {:g}", base.optim.clip_grad_norm) : "off", base.optim.weight_decay) +
+      // The stabilizers, said only when on (off is the default and the plain recipe).
+      (base.model.qk_norm != nn::QkNorm::none ? fmt::format(" Query-key normalization (model.qk_norm): {}.",
+                                                             nn::to_string(base.model.qk_norm))
+                                              : "") +
+      (base.optim.z_loss != 0 ? fmt::format(" z-loss (optim.z_loss): {:g} log(Z)^2 added to the loss.", base.optim.z_loss)
+                              : "");
   const std::string ln_fact =
       std::string("LayerNorm computes y = gamma * (x - mean) / sqrt(var + eps) + beta with mean and (biased) variance "
                   "over each token's own features, so training and evaluation compute the same function and a "

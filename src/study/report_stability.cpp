@@ -60,7 +60,7 @@ Chart endpoint_chart(const Context& c, const std::string& setting, Interval Grou
 }
 
 // The learning-rate search's chart for one setting: per variant, the learned fraction at each tested
-// rate (dots joined), the fitted logistic curve (dashed), each seed's outcome as a point at 1
+// rate (dots joined), the fitted logistic curve (dashed), each seed's outcome by the strict rule as a point at 1
 // (learned) or 0 (not), spread along x by seed and stacked by variant, and the boundary's 95%
 // interval as a bar at 0.5.
 Chart search_chart(const Context& c, const std::string& setting, const std::vector<VariantBoundary>& boundaries) {
@@ -94,7 +94,8 @@ Chart search_chart(const Context& c, const std::string& setting, const std::vect
         if (o == Outcome::unfinished || o == Outcome::not_evaluated) continue;
         const double spread = seed_spread * (double(k) - 0.5 * double(g.runs.size() - 1));
         seeds.x.push_back(g.lr * std::exp(spread));
-        seeds.y.push_back(has_learned(o) ? 1 + nudge * double(vi + 1) : -nudge * double(vi + 1));
+        // The strict rule, as the fit drawn over these dots (a slow run below the learned level is a failure).
+        seeds.y.push_back(learned_by(*g.runs[k], LearnedRule::strict) ? 1 + nudge * double(vi + 1) : -nudge * double(vi + 1));
         seeds.x.push_back(NAN);
         seeds.y.push_back(NAN);
       }
