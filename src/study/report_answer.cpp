@@ -110,34 +110,39 @@ std::vector<std::string> verdict(const Context& c, const FirstScreenNumbers& num
   int claims = 0;
   const auto loss = [](double v) { return fmt::format("{:.3g}", v); };
   std::string winner;
+  const auto sens = [](const StudyRow& r) { return r.sensitivity.interval.mean; };
   if (!post.empty() && !pre.empty()) {
-    // Which placement: the lower best held-out loss, per setting.
+    // Which placement: the one that tolerates more learning rates (lower LR sensitivity, paired by
+    // seed), per setting; best losses near zero differ by noise far more often than by placement.
     std::string parts;
-    int pre_wins = 0;
+    int pre_wins = 0, settings = 0;
     for (const StudyRow* r : pre)
       for (const StudyRow* p : post) {
-        if (p->setting != r->setting) continue;
-        const bool pre_better = best_mean(*r) <= best_mean(*p);
+        if (p->setting != r->setting || !std::isfinite(sens(*r)) || !std::isfinite(sens(*p))) continue;
+        ++settings;
+        const bool pre_better = sens(*r) <= sens(*p);
         pre_wins += pre_better;
-        const Interval d = welch_difference(best_values(*r), best_values(*p));
+        const Interval d = sensitivity_difference(r->sensitivity, p->sensitivity).difference;
         ++claims;
         if (d.has_interval() && !d.contains_zero())
           clear.push_back(fmt::format("{} vs {} ({})", r->variant, p->variant, short_setting(c, r->setting)));
         if (c.plan.settings.size() <= 3)
-          parts += fmt::format("{}{} vs {} ({})", parts.empty() ? "" : ", ", loss(pre_better ? best_mean(*r) : best_mean(*p)),
-                               loss(pre_better ? best_mean(*p) : best_mean(*r)), short_setting(c, r->setting));
+          parts += fmt::format("{}{} vs {}{}", parts.empty() ? "" : ", ", loss(pre_better ? sens(*r) : sens(*p)),
+                               loss(pre_better ? sens(*p) : sens(*r)),
+                               c.plan.settings.size() > 1 ? " (" + short_setting(c, r->setting) + ")" : "");
       }
-    const size_t settings = std::min(pre.size(), post.size());
-    const bool all_pre = pre_wins == int(settings), all_post = pre_wins == 0;
-    winner = pre_wins * 2 >= int(settings) ? pre.front()->variant : post.front()->variant;
-    const std::string loser = winner == pre.front()->variant ? post.front()->variant : pre.front()->variant;
-    if (all_pre || all_post)
-      out.push_back(fmt::format("{} beats {}{}: best held-out loss {}.", winner, loser,
-                                settings > 1 ? " in every setting" : "", parts.empty() ? "lower" : parts));
-    else
-      out.push_back(fmt::format("{} beats {} in {} of {} settings by best held-out loss{}.", winner, loser,
-                                std::max(pre_wins, int(settings) - pre_wins), settings,
-                                parts.empty() ? "" : " (winner vs loser: " + parts + ")"));
+    if (settings > 0) {
+      winner = pre_wins * 2 >= settings ? pre.front()->variant : post.front()->variant;
+      const std::string loser = winner == pre.front()->variant ? post.front()->variant : pre.front()->variant;
+      const bool all = pre_wins == settings || pre_wins == 0;
+      out.push_back(fmt::format("{} tolerates a wider range of learning rates than {}{}: LR sensitivity{}.", winner,
+                                loser,
+                                all ? (settings > 1 ? " in every setting" : "")
+                                    : fmt::format(" in {} of {} settings", std::max(pre_wins, settings - pre_wins), settings),
+                                parts.empty() ? " lower" : " (" + winner + " vs " + loser + ", nats) " + parts));
+    } else {
+      winner = pre.front()->variant;
+    }
   } else if (!post.empty() || !pre.empty()) {
     winner = (pre.empty() ? post : pre).front()->variant;
   } else {
@@ -160,9 +165,13 @@ std::vector<std::string> verdict(const Context& c, const FirstScreenNumbers& num
     for (const StudyRow* n : none) {
       const StudyRow* w = numbers.table.find(winner, n->setting);
       if (!w || w->curve.empty()) continue;
-      const double d = best_mean(*w) - best_mean(*n);
-      std::string part = fmt::format("best loss {} lower", loss(std::abs(d)));
-      if (d > 0) part = fmt::format("best loss {} higher", loss(d));
+      std::string part = fmt::format("LR sensitivity {} vs {}", loss(sens(*w)), loss(sens(*n)));
+      if (std::isfinite(sens(*w)) && std::isfinite(sens(*n))) {
+        const Interval ds = sensitivity_difference(w->sensitivity, n->sensitivity).difference;
+        ++claims;
+        if (ds.has_interval() && !ds.contains_zero())
+          clear.push_back(fmt::format("{} vs {} ({})", winner, n->variant, short_setting(c, n->setting)));
+      }
       // The boundary ratio where the Answer states one without a caveat: both rules agree.
       if (const BoundaryRatio to_none = numbers.ratio_to_none(*w); std::isfinite(to_none.ratio) && w->rules_agree) {
         part += fmt::format(", boundary {} none's", ratio_with_interval(to_none));
@@ -170,15 +179,16 @@ std::vector<std::string> verdict(const Context& c, const FirstScreenNumbers& num
         if (!to_none.low_open && !to_none.high_open && (to_none.low > 1 || to_none.high < 1))
           clear.push_back(fmt::format("the boundary ratio ({})", short_setting(c, n->setting)));
       }
+      // The best loss is said only where it differs beyond noise.
       const Interval diff = welch_difference(best_values(*w), best_values(*n));
-      ++claims;
       if (diff.has_interval() && !diff.contains_zero())
-        clear.push_back(fmt::format("{} vs {} ({})", winner, n->variant, short_setting(c, n->setting)));
+        part += fmt::format(", best loss {} {}", loss(std::abs(best_mean(*w) - best_mean(*n))),
+                            best_mean(*w) < best_mean(*n) ? "lower" : "higher");
       if (c.plan.settings.size() <= 3 || parts.empty())
         parts += fmt::format("{}{}{}", parts.empty() ? "" : "; ", part,
                              c.plan.settings.size() > 1 ? " (" + short_setting(c, n->setting) + ")" : "");
     }
-    if (!parts.empty()) out.push_back(fmt::format("Against no normalization, {}: {}.", winner, parts));
+    if (!parts.empty()) out.push_back(fmt::format("Against no normalization ({} vs none): {}.", winner, parts));
   }
   // The gate's other two findings (gate_sentences): a best rate at an edge of the range, and a cell
   // whose runs are too short to judge. Neither withholds a number; both are said.
