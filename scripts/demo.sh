@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's main command: install missing packages, build, then run the LayerNorm comparison
-# (configs/demo.json: a learning-rate search of about 210 runs, about 2 min on 2 idle cores; compare
+# (configs/demo.json: a learning-rate search of about 240 runs, about 2 min on 2 cores; compare
 # prints each run's progress with an ETA for the round under way) and write runs/demo/report.html.
 set -euo pipefail
 cd "$(dirname "$0")/.."
