@@ -314,44 +314,48 @@ TEST_CASE("attention backward matches central finite differences") {
   SUBCASE("two query blocks, the second partial") { check_attention_gradient({53, 2}, 8, 1); }
 }
 
+// One length set, at 1, 2 and 3 threads against 1: its own (non-inlined) frame, so the test case's
+// frame stays small (AddressSanitizer's fake stack for stack-use-after-return).
+[[gnu::noinline]] static void check_attention_deterministic(const std::vector<int64_t>& lengths) {
+  const std::vector<int64_t> offsets = offsets_of(lengths);
+  const int64_t B = int64_t(lengths.size());
+  const int64_t T = offsets[B];
+  const int64_t C = 64;
+  const int64_t NH = 4;
+  CAPTURE(B);
+  const std::vector<float> qkv = random_vector(size_t(T * 3 * C), 21);
+  const std::vector<float> dout = random_vector(size_t(T * C), 22);
+  auto run = [&](std::vector<float>& out, std::vector<float>& dqkv) {
+    out.assign(size_t(T * C), 0.0f);
+    std::vector<float> att(static_cast<size_t>(nk::attention_cache_size(offsets.data(), B, NH)));
+    nk::attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), B, C, NH);
+    dqkv.assign(size_t(T * 3 * C), 0.0f);
+    nk::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), offsets.data(), B, C, NH);
+  };
+  std::vector<float> out1, dqkv1, out2, dqkv2;
+  normlab::set_num_threads(1);
+  run(out1, dqkv1);
+  for (int threads = 1; threads <= 3; threads++) {
+    CAPTURE(threads);
+    normlab::set_num_threads(threads);
+    run(out2, dqkv2);
+    CHECK(out1 == out2);
+    CHECK(dqkv1 == dqkv2);
+  }
+  CHECK(std::all_of(dqkv1.begin(), dqkv1.end(), [](float x) { return std::isfinite(x); }));
+}
+
 TEST_CASE("attention is deterministic run to run and across thread counts") {
   // Three ways of sharing the pairs out: lengths too uneven for contiguous runs of pairs to
   // balance (the pairs are dealt out dynamically); many similar lengths (each thread takes one
   // contiguous run); three sequences of 4 heads, where at 2 threads the cut falls between two
   // heads of the middle sequence.
-  const std::vector<int64_t> uneven = {64, 1, 33, 128, 7, 90, 15, 2};
+  const int saved_threads = normlab::num_threads();
+  check_attention_deterministic(std::vector<int64_t>{64, 1, 33, 128, 7, 90, 15, 2});
   std::vector<int64_t> similar;
   for (int64_t b = 0; b < 24; b++) similar.push_back(20 + (b * 7) % 21);
-  const std::vector<int64_t> three = {40, 40, 40};
-  const int saved_threads = normlab::num_threads();
-  for (const std::vector<int64_t>& lengths : {uneven, similar, three}) {
-    const std::vector<int64_t> offsets = offsets_of(lengths);
-    const int64_t B = int64_t(lengths.size());
-    const int64_t T = offsets[B];
-    const int64_t C = 64;
-    const int64_t NH = 4;
-    CAPTURE(B);
-    const std::vector<float> qkv = random_vector(size_t(T * 3 * C), 21);
-    const std::vector<float> dout = random_vector(size_t(T * C), 22);
-    auto run = [&](std::vector<float>& out, std::vector<float>& dqkv) {
-      out.assign(size_t(T * C), 0.0f);
-      std::vector<float> att(static_cast<size_t>(nk::attention_cache_size(offsets.data(), B, NH)));
-      nk::attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), B, C, NH);
-      dqkv.assign(size_t(T * 3 * C), 0.0f);
-      nk::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), offsets.data(), B, C, NH);
-    };
-    std::vector<float> out1, dqkv1, out2, dqkv2;
-    normlab::set_num_threads(1);
-    run(out1, dqkv1);
-    for (int threads : {1, 2, 3}) {
-      CAPTURE(threads);
-      normlab::set_num_threads(threads);
-      run(out2, dqkv2);
-      CHECK(out1 == out2);
-      CHECK(dqkv1 == dqkv2);
-    }
-    CHECK(std::all_of(dqkv1.begin(), dqkv1.end(), [](float x) { return std::isfinite(x); }));
-  }
+  check_attention_deterministic(similar);
+  check_attention_deterministic(std::vector<int64_t>(3, 40));
   normlab::set_num_threads(saved_threads);
 }
 
