@@ -318,9 +318,13 @@ KeepBest Trainer::kept_metric() const {
   return task_.is_data_defined() ? KeepBest::loss : KeepBest::none;
 }
 
-void Trainer::update_monitor(const ValidPoint& point, const EvalMetrics& metrics) {
+KeepBest Trainer::watched_metric() const {
   const KeepBest kept = kept_metric();
-  const KeepBest watched = kept == KeepBest::none ? KeepBest::loss : kept;
+  return kept == KeepBest::none ? KeepBest::loss : kept;
+}
+
+void Trainer::update_monitor(const ValidPoint& point, const EvalMetrics& metrics) {
+  const KeepBest kept = kept_metric(), watched = watched_metric();
   const Confusion& confusion = metrics.trained.confusion.empty() ? metrics.confusion : metrics.trained.confusion;
   const double value = watched == KeepBest::loss       ? selection_loss(point)
                        : watched == KeepBest::accuracy ? selection_accuracy(point)
@@ -383,7 +387,7 @@ TrainSummary Trainer::fit() {
       early_stopped_at_ = step_;
       logger_->info(fmt::format("early stopping at step {}: held-out {} has not improved by more than {} for {} "
                                 "evaluations (best at step {})",
-                                step_, to_string(kept_metric() == KeepBest::none ? KeepBest::loss : kept_metric()),
+                                step_, to_string(watched_metric()),
                                 t.early_stopping_min_delta, t.early_stopping_patience, monitor_best_->step));
       break;
     }

@@ -101,6 +101,7 @@ class Trainer {
  private:
   bool record_eval();  // false: stopped on request before the evaluation finished
   KeepBest kept_metric() const;  // train.keep_best with "auto" resolved for this task
+  KeepBest watched_metric() const;  // what early stopping watches: the kept metric, or loss when none is kept
   void update_monitor(const ValidPoint& point, const EvalMetrics& metrics);  // may write best.safetensors
   bool patience_ran_out() const;  // train.early_stopping_patience evaluations without improvement
   nlohmann::json trainer_state() const;
