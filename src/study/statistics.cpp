@@ -38,6 +38,8 @@ std::vector<GroupSummary> summarize(const std::vector<RunResult>& results) {
       switch (classify(*r)) {
         case Outcome::diverged: ++g.diverged; break;
         case Outcome::exploded: ++g.exploded; break;
+        case Outcome::logit_divergence: ++g.logit_divergence; break;
+        case Outcome::entropy_collapse: ++g.entropy_collapse; break;
         case Outcome::collapsed: ++g.collapsed; break;
         case Outcome::at_chance: ++g.at_chance; break;
         case Outcome::weak: ++g.weak; break;

@@ -22,8 +22,8 @@ struct GroupSummary {
   std::string variant, setting;
   double lr = 0;
   std::vector<const RunResult*> runs;
-  int finished = 0, diverged = 0, exploded = 0, collapsed = 0, at_chance = 0, weak = 0, slow = 0, learned = 0,
-      solved = 0;
+  int finished = 0, diverged = 0, exploded = 0, logit_divergence = 0, entropy_collapse = 0, collapsed = 0, at_chance = 0,
+      weak = 0, slow = 0, learned = 0, solved = 0;
   int learned_or_solved() const { return learned + solved + slow; }  // has_learned()
   // "Most seeds learned": strictly more than half of the cell's seeds (half is not most).
   bool mostly_learned() const { return 2 * learned_or_solved() > int(runs.size()); }
