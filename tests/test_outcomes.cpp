@@ -42,7 +42,11 @@ study::RunResult run_with(double accuracy, const std::vector<double>& losses) {
 
 // Diagnostics with block gradient norms {early x3, middle x2, last} and residual RMS 1 -> growth.
 void add_diagnostics(study::RunResult& r, int64_t step, double early, double last, double rms = 1.0) {
-  r.diagnostics.push_back({step, std::vector<double>(6, rms), {early, early, early, 0.01, 0.01, last}});
+  study::Diagnostics d;
+  d.step = step;
+  d.residual_rms.assign(6, rms);
+  d.layer_grad_norms = {early, early, early, 0.01, 0.01, last};
+  r.diagnostics.push_back(d);
 }
 
 }  // namespace
