@@ -240,6 +240,17 @@ TEST_CASE("outcomes: attention entropy collapse and logit divergence in the rule
   r.diagnostics.erase(r.diagnostics.begin());
   CHECK(study::classify(r) == study::Outcome::at_chance);
 
+  // Slow comes first in the rules; below the learned level its evidence adds a collapsed attention.
+  r = run(0.05, 48.0, 3.0, 0.2);
+  r.evals = run_with(0.2, {2.0, 1.9, 1.8}).evals;
+  REQUIRE(study::classify(r) == study::Outcome::slow);
+  CHECK(study::outcome_evidence(r) ==
+        "held-out loss still falling at the end: 2 → 1.8 over steps 100–300; the attention entropy of layer 4 "
+        "fell from 2.1 to 0.05 nats by step 150 while its max |logit| grew 40.0x (1.2 to 48)");
+  r = run(1.9, 1.5, 3.0, 0.2);
+  r.evals = run_with(0.2, {2.0, 1.9, 1.8}).evals;
+  CHECK(study::outcome_evidence(r) == "held-out loss still falling at the end: 2 → 1.8 over steps 100–300");
+
   // A group: one clause per word with the range of the runs' evidence, in the rules' order.
   std::vector<study::RunResult> runs = {run(0.05, 48.0, 3.0), run(0.2, 15.0, 3.0), run(1.9, 1.5, 45.2),
                                         run(1.9, 1.5, 3.0, 0.9)};

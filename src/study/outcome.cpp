@@ -253,7 +253,15 @@ std::string evidence(Outcome outcome, const std::vector<const RunResult*>& runs)
     case Outcome::collapsed: return collapse_evidence(runs);
     case Outcome::entropy_collapse: return entropy_collapse_evidence(runs);
     case Outcome::logit_divergence: return logit_divergence_evidence(runs);
-    case Outcome::slow: return slow_evidence(runs);
+    case Outcome::slow: {
+      // A slow run short of learned may still creep along with its attention collapsed: say so.
+      std::vector<const RunResult*> collapsed;
+      for (const RunResult* r : runs)
+        if (!at_learned_level(*r) && attention_entropy_collapse(r->diagnostics, false)) collapsed.push_back(r);
+      if (collapsed.empty()) return slow_evidence(runs);
+      return slow_evidence(runs) + (runs.size() == 1 ? "; " : fmt::format("; in {} of them ", collapsed.size())) +
+             entropy_collapse_evidence(collapsed);
+    }
     case Outcome::weak:
     case Outcome::at_chance: {
       // Each run's own chance level (its majority label's share differs by seed): the range over them.
