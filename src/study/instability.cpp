@@ -8,9 +8,11 @@
 namespace normlab::study {
 
 std::string EntropyCollapse::evidence() const {
+  const double growth = max_logit / initial_max_logit;
   return fmt::format("the attention entropy of layer {} fell from {:.3g} to {:.2g} nats by step {} while its max |logit| "
-                     "grew {:.1f}x ({:.3g} to {:.3g})",
-                     layer, initial_entropy, entropy, onset, max_logit / initial_max_logit, initial_max_logit, max_logit);
+                     "grew {}x ({:.3g} to {:.3g})",
+                     layer, initial_entropy, entropy, onset, growth < 100 ? fmt::format("{:.1f}", growth) : fmt::format("{:.0f}", growth),
+                     initial_max_logit, max_logit);
 }
 
 std::string LogitDivergence::evidence() const {

@@ -207,7 +207,7 @@ std::string entropy_collapse_evidence(const std::vector<const RunResult*>& runs)
   std::string names;
   for (const int64_t l : layers) names += (names.empty() ? "" : ", ") + std::to_string(l);
   auto step = [](double v) { return fmt::format("{:.0f}", v); };
-  auto growth_text = [](double v) { return fmt::format("{:.1f}", v); };
+  auto growth_text = [](double v) { return v < 100 ? fmt::format("{:.1f}", v) : fmt::format("{:.0f}", v); };
   return fmt::format("the attention entropy of layer{} {} fell from {} to {} nats by step {} while {} max |logit| grew "
                      "{}x (to {})",
                      layers.size() > 1 ? "s" : "", names, value_range(from.lo, from.hi, loss_text),
