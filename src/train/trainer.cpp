@@ -32,70 +32,74 @@ using nlohmann::json;
 
 double max_keep_nan(double a, double b) { return a != a || b <= a ? a : b; }
 
-// The figures a step's ranks add up beside the gradients (StepReduction::reduce's extra), where
-// each lives in that buffer. In order: the z-loss sum (optim.z_loss > 0), then on diagnostics steps
-//   residual sum of squares (layers), its count | attention entropy sums (layers x heads), query
-//   count | log Z sum, rows | per rank r: max |logit| (layers) and max |log Z|, in slots only rank r
-//   fills, so that a sum over ranks (zeros elsewhere) carries every rank's maximum.
-// One process is one rank; the same buffer then holds its own figures.
-class DiagnosticSums {
- public:
-  DiagnosticSums(int64_t layers, int64_t heads, int ranks, bool z_loss, bool diagnostics)
-      : layers_(size_t(layers)), heads_(size_t(heads)), ranks_(size_t(ranks)), first_(z_loss ? 1 : 0),
-        diagnostics_(diagnostics) {}
-  size_t size() const { return first_ + (diagnostics_ ? maxima() + ranks_ * (layers_ + 1) : 0); }
-  size_t z_loss() const { return 0; }
-
-  void fill(std::vector<double>& extra, const nn::Diagnostics& diag, const Tensor& logits,
-            const std::vector<int64_t>& offsets, int rank) const {
-    std::copy(diag.residual_sum_sq.begin(), diag.residual_sum_sq.end(), extra.begin() + long(residual()));
-    extra[residual() + layers_] = double(diag.residual_values);
-    double* slots = extra.data() + maxima() + size_t(rank) * (layers_ + 1);
-    for (size_t l = 0; l < layers_; ++l) {
-      const nn::AttentionStatistics a = nn::attention_statistics(diag.attention_qkv[l], offsets, int64_t(heads_));
-      std::copy(a.entropy_sum.begin(), a.entropy_sum.end(), extra.begin() + long(entropy() + l * heads_));
-      extra[entropy() + layers_ * heads_] = double(a.queries);
-      slots[l] = a.max_abs_logit;
-    }
-    const nn::LogZStatistics log_z = nn::log_z_statistics(logits);
-    extra[log_z_sums()] = log_z.sum;
-    extra[log_z_sums() + 1] = double(log_z.rows);
-    slots[layers_] = log_z.max_abs;
+// The figures a step's ranks add up beside the gradients (StepReduction::reduce's extra), each a
+// named field: the z-loss sum (optim.z_loss > 0), and on diagnostics steps the sums behind the
+// residual RMS, the attention entropies and log Z, each beside the count it is divided by. A maximum
+// cannot be summed, so rank r writes its maxima into row r of its own (zeros elsewhere) and the sum
+// over ranks carries every rank's maximum. One process is one rank; the fields then hold its own.
+struct StepFigures {
+  StepFigures(int64_t layers, int64_t heads, int ranks, bool diagnostics)
+      : layers(size_t(layers)), heads(size_t(heads)), ranks(size_t(ranks)) {
+    if (!diagnostics) return;
+    residual_sum_sq.assign(this->layers, 0.0);
+    entropy_sum.assign(this->layers * this->heads, 0.0);
+    max_abs_logit.assign(this->ranks * this->layers, 0.0);
+    max_abs_log_z.assign(this->ranks, 0.0);
   }
 
-  // The global batch's figures, from the summed buffer.
-  void read(const std::vector<double>& extra, StepRecord& record) const {
-    const double values = extra[residual() + layers_];
-    const double queries = extra[entropy() + layers_ * heads_];
-    for (size_t l = 0; l < layers_; ++l) {
-      record.residual_rms.push_back(values > 0 ? std::sqrt(extra[residual() + l] / values) : 0.0);
+  double z_loss_sum = 0.0;              // sum over targets of log(Z)^2
+  std::vector<double> residual_sum_sq;  // (layers): after each block, the sum of x^2
+  double residual_values = 0.0;         // tokens x d_model behind each of them
+  std::vector<double> entropy_sum;      // (layers, heads): attention entropies summed over queries
+  double queries = 0.0;                 // the queries behind each of them
+  double log_z_sum = 0.0, log_z_rows = 0.0;
+  std::vector<double> max_abs_logit;  // (ranks, layers): rank r's largest |attention logit| in row r
+  std::vector<double> max_abs_log_z;  // (ranks): rank r's largest |log Z|
+
+  // Every field, in one order on every rank, for the reduction.
+  dist::SumFields fields() {
+    return {{&z_loss_sum, 1}, residual_sum_sq, {&residual_values, 1}, entropy_sum, {&queries, 1}, {&log_z_sum, 1},
+            {&log_z_rows, 1}, max_abs_logit, max_abs_log_z};
+  }
+
+  void fill(const nn::Diagnostics& diag, const Tensor& logits, const std::vector<int64_t>& offsets, int rank) {
+    residual_sum_sq = diag.residual_sum_sq;
+    residual_values = double(diag.residual_values);
+    for (size_t l = 0; l < layers; ++l) {
+      const nn::AttentionStatistics a = nn::attention_statistics(diag.attention_qkv[l], offsets, int64_t(heads));
+      std::copy(a.entropy_sum.begin(), a.entropy_sum.end(), entropy_sum.begin() + long(l * heads));
+      queries = double(a.queries);
+      max_abs_logit[size_t(rank) * layers + l] = a.max_abs_logit;
+    }
+    const nn::LogZStatistics log_z = nn::log_z_statistics(logits);
+    log_z_sum = log_z.sum;
+    log_z_rows = double(log_z.rows);
+    max_abs_log_z[size_t(rank)] = log_z.max_abs;
+  }
+
+  // The global batch's diagnostics, from the fields summed over the ranks.
+  void read(StepRecord& record) const {
+    for (size_t l = 0; l < layers; ++l) {
+      record.residual_rms.push_back(residual_values > 0 ? std::sqrt(residual_sum_sq[l] / residual_values) : 0.0);
       double sum = 0.0, least = std::numeric_limits<double>::infinity();
-      for (size_t h = 0; h < heads_; ++h) {
-        const double mean = queries > 0 ? extra[entropy() + l * heads_ + h] / queries : 0.0;
+      for (size_t h = 0; h < heads; ++h) {
+        const double mean = queries > 0 ? entropy_sum[l * heads + h] / queries : 0.0;
         sum += mean;
         least = h == 0 ? mean : std::min(least, mean);
       }
-      record.attention_entropy_mean.push_back(sum / double(heads_));
+      record.attention_entropy_mean.push_back(sum / double(heads));
       record.attention_entropy_min.push_back(least);
       double largest = 0.0;
-      for (size_t r = 0; r < ranks_; ++r) largest = max_keep_nan(largest, extra[maxima() + r * (layers_ + 1) + l]);
+      for (size_t r = 0; r < ranks; ++r) largest = max_keep_nan(largest, max_abs_logit[r * layers + l]);
       record.attention_max_logit.push_back(largest);
     }
-    const double rows = extra[log_z_sums() + 1];
-    record.log_z_mean = rows > 0 ? extra[log_z_sums()] / rows : 0.0;
+    record.log_z_mean = log_z_rows > 0 ? log_z_sum / log_z_rows : 0.0;
     double largest = 0.0;
-    for (size_t r = 0; r < ranks_; ++r) largest = max_keep_nan(largest, extra[maxima() + r * (layers_ + 1) + layers_]);
+    for (size_t r = 0; r < ranks; ++r) largest = max_keep_nan(largest, max_abs_log_z[r]);
     record.log_z_max_abs = largest;
   }
 
- private:
-  size_t residual() const { return first_; }
-  size_t entropy() const { return residual() + layers_ + 1; }
-  size_t log_z_sums() const { return entropy() + layers_ * heads_ + 1; }
-  size_t maxima() const { return log_z_sums() + 2; }
-
-  size_t layers_, heads_, ranks_, first_;
-  bool diagnostics_;
+  size_t layers, heads, ranks;
 };
 
 }  // namespace
@@ -189,11 +193,9 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
   optimizer_->zero_grad();
   dist::StepSums local{.targets = batch.num_targets, .tokens = batch.num_real_tokens,
                        .stop_request = io::stop_signal(stop_flag_)};
-  // The sums the ranks add up beside the gradients (StepSums' extra): the z-loss, then on
-  // diagnostics steps the figures of DiagnosticSums.
+  // The figures the ranks add up beside the gradients: the z-loss, and the diagnostics' sums.
   const bool z_loss = config_.optim.z_loss > 0;
-  DiagnosticSums sums_layout(config_.model.layers, config_.model.heads, ranks_->size(), z_loss, diagnostics);
-  std::vector<double> extra(sums_layout.size(), 0.0);
+  StepFigures figures(config_.model.layers, config_.model.heads, ranks_->size(), diagnostics);
   if (batch.batch_size() > 0) {  // an empty share still joins the reduction below
     nn::Diagnostics diag;
     // The masks one process draws for these sequences of the global batch.
@@ -205,13 +207,13 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
     Tensor objective = mean_loss;
     if (z_loss) {  // mean log(Z)^2 over the same rows as the cross-entropy, so ranks weigh it alike
       Tensor z = ops::z_loss(logits, batch.targets);
-      extra[sums_layout.z_loss()] = double(z.item()) * double(batch.num_targets);
+      figures.z_loss_sum = double(z.item()) * double(batch.num_targets);
       objective = ops::add(mean_loss, ops::mul_scalar(z, float(config_.optim.z_loss)));
     }
     ranks_->loss_to_backpropagate(objective, batch.num_targets).backward();
-    if (diagnostics) sums_layout.fill(extra, diag, logits, batch.offsets, ranks_->rank());
+    if (diagnostics) figures.fill(diag, logits, batch.offsets, ranks_->rank());
   }
-  const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, extra);
+  const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, figures.fields());
 
   // The global batch's figures. The loss is the mean's float exactly: loss_sum = mean * targets is
   // exact in double, and so is the division back.
@@ -219,8 +221,8 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
   const float loss_value = sums.targets > 0 ? float(sums.loss_sum / double(sums.targets)) : 0.0f;
   record.loss = shortest(loss_value);
   record.accuracy = sums.targets ? double(sums.correct) / double(sums.targets) : 0.0;
-  if (z_loss) record.z_loss = sums.targets > 0 ? extra[sums_layout.z_loss()] / double(sums.targets) : 0.0;
-  if (diagnostics) sums_layout.read(extra, record);
+  if (z_loss) record.z_loss = sums.targets > 0 ? figures.z_loss_sum / double(sums.targets) : 0.0;
+  if (diagnostics) figures.read(record);
   if (!std::isfinite(loss_value)) {
     record.diverged = true;
     record.grad_norm = std::numeric_limits<double>::quiet_NaN();
