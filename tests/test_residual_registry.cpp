@@ -217,7 +217,7 @@ TEST_CASE("LayerScale: lambda is 0.1 in every feature at init, one per sublayer,
   const nn::ResidualEntry* entry = nn::find_residual("layerscale");
   REQUIRE(entry != nullptr);
   auto scheme = entry->spec.make(3);
-  const nn::NamedTensors params = scheme->named_parameters();
+  nn::NamedTensors params = scheme->named_parameters();  // handles on the scheme's own tensors
   REQUIRE(params.size() == 2);
   CHECK(params[0].first == "gamma_1");  // CaiT's names
   CHECK(params[1].first == "gamma_2");
