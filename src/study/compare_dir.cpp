@@ -94,7 +94,7 @@ std::vector<std::string> extra_axis_keys(const std::map<std::string, json>& conf
 // One run as compare's plan has it: variant name, setting label and the values of the extra axes.
 void name_as_compare(RunSpec& spec, const std::vector<std::string>& extra_keys) {
   const json& model = spec.config["model"];
-  spec.variant = variant_of(model.value("norm", ""), model.value("placement", ""));
+  spec.variant = variant_of(model.value("norm", ""), model.value("placement", ""), model.value("residual", "plain"));
   if (spec.variant.empty())
     spec.variant = fmt::format("model.norm={}, model.placement={}", model.value("norm", ""), model.value("placement", ""));
   spec.layers = model.value("layers", int64_t(0));

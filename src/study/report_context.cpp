@@ -62,7 +62,8 @@ std::map<std::string, std::string> series_colors(const ComparePlan& plan) {
       std::set<std::string> kinds;
       for (const RunSpec& r : plan.runs)
         if (r.variant == label && r.config.contains("model"))
-          kinds.insert(variant_of(r.config["model"].value("norm", ""), r.config["model"].value("placement", "")));
+          kinds.insert(variant_of(r.config["model"].value("norm", ""), r.config["model"].value("placement", ""),
+                                    r.config["model"].value("residual", "plain")));
       if (kinds.size() == 1) kind = *kinds.begin();
     }
     const Variant* v = kind.empty() ? nullptr : find_variant(kind);

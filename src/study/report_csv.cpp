@@ -34,7 +34,7 @@ std::string runs_csv(const ComparePlan& plan, const std::vector<RunResult>& resu
     for (const auto& [key, value] : r.spec.extra) extra.append(",").append(csv_field(value));
     const int64_t solve = r.steps_to_solve();
     csv += fmt::format("{},{},{},{},{},{},{},{}{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                       csv_field(r.spec.name), csv_field(r.spec.variant), csv_field(m.value("norm", "")),
+                       csv_field(r.spec.name), csv_field(r.spec.variant), csv_field(nn::norm_as_spelled(m.value("norm", ""), m.value("residual", "plain"))),
                        csv_field(m.value("placement", "")), format_lr(r.spec.lr),
                        r.spec.layers, r.spec.warmup ? 1 : 0, r.spec.seed, extra, r.finished ? 1 : 0, r.diverged ? 1 : 0,
                        r.diverged_at >= 0 ? std::to_string(r.diverged_at) : "", csv_field(outcome_name(classify(r))), r.steps.size(),

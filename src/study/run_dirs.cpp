@@ -152,7 +152,8 @@ std::string series_of(const std::string& run_dir, const json& config, const Labe
   std::string label;
   for (const std::string& key : differing)
     label += fmt::format("{}{}={}", label.empty() ? "" : ", ", key, detail::value_text(at_key(config, key)));
-  if (label.empty()) label = variant_of(config["model"]["norm"], config["model"]["placement"]);
+  if (label.empty())
+    label = variant_of(config["model"]["norm"], config["model"]["placement"], config["model"].value("residual", "plain"));
   return label.empty() ? "run" : label;
 }
 

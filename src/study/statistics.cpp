@@ -113,7 +113,8 @@ std::string variant_kind(const ComparePlan& plan, const std::string& label) {
   std::set<std::string> kinds;
   for (const RunSpec& r : plan.runs)
     if (r.variant == label && r.config.contains("model") && r.config["model"].is_object())
-      kinds.insert(variant_of(r.config["model"].value("norm", ""), r.config["model"].value("placement", "")));
+      kinds.insert(variant_of(r.config["model"].value("norm", ""), r.config["model"].value("placement", ""),
+                                  r.config["model"].value("residual", "plain")));
   return kinds.size() == 1 ? *kinds.begin() : "";
 }
 

@@ -125,9 +125,63 @@ Field make_enum_field(const char* section, S RunConfig::*part, const char* key, 
   return make_parsed_field<S, E>(section, part, key, member, std::move(choices), parse, name);
 }
 
+// model.norm: a norm registry entry, or a residual scheme's old spelling as a norm ("rezero"), which
+// sets model.norm "none" and that scheme as model.residual. The choices list keeps the order users
+// knew: the norms with a layer, the schemes' spellings, then "none".
+Field model_norm_field() {
+  std::vector<std::string> choices, without_layer;
+  for (const nn::NormEntry& entry : nn::norm_registry())
+    (entry.spec.make ? choices : without_layer).push_back(entry.spec.name);
+  for (const nn::ResidualEntry& entry : nn::residual_registry())
+    if (!entry.norm_spelling.empty()) choices.push_back(entry.norm_spelling);
+  choices.insert(choices.end(), without_layer.begin(), without_layer.end());
+  Field field = make_parsed_field<ModelConfig, nn::NormKind>(
+      "model", &RunConfig::model, "norm", &ModelConfig::norm, choices,
+      [](const std::string& name) { return nn::NormKind(name); }, [](const nn::NormKind& kind) { return kind.name(); });
+  field.set = [](RunConfig& config, const json& value) {
+    const std::string name = value.get<std::string>();
+    if (const nn::ResidualEntry* scheme = nn::residual_spelled_as_norm(name)) {
+      config.model.norm = "none";
+      config.model.residual = scheme->spec.name;
+    } else {
+      config.model.norm = name;
+    }
+  };
+  return field;
+}
+
 Range closed(double lo, double hi) { return {lo, hi, false, false}; }
 Range open_closed(double lo, double hi) { return {lo, hi, true, false}; }
 Range closed_open(double lo, double hi) { return {lo, hi, false, true}; }
+
+// The model section's keys, in documentation order.
+void add_model_fields(std::vector<Field>& f) {
+  using R = RunConfig;
+  f.push_back(make_field("model", &R::model, "d_model", &ModelConfig::d_model, Kind::integer, closed(1, 4096)));
+  f.push_back(make_field("model", &R::model, "heads", &ModelConfig::heads, Kind::integer, closed(1, 64)));
+  f.push_back(make_field("model", &R::model, "layers", &ModelConfig::layers, Kind::integer, closed(1, 64)));
+  f.push_back(make_field("model", &R::model, "ffn", &ModelConfig::ffn, Kind::integer, closed(1, 16384)));
+  f.push_back(make_field("model", &R::model, "dropout", &ModelConfig::dropout, Kind::number, closed_open(0, 1)));
+  f.push_back(make_field("model", &R::model, "activation", &ModelConfig::activation, Kind::choice, {},
+                         {"relu", "gelu"}));
+  f.push_back(model_norm_field());
+  // data-parallel: BatchNorm statistics per rank or over all ranks (docs/scaling.md)
+  f.push_back(make_field("model", &R::model, "batchnorm_stats", &ModelConfig::batchnorm_stats, Kind::choice, {},
+                         {"local", "sync"}));
+  f.push_back(make_enum_field("model", &R::model, "placement", &ModelConfig::placement, nn::kPlacementNames));
+  f.push_back(make_parsed_field<ModelConfig, nn::ResidualKind>(
+      "model", &R::model, "residual", &ModelConfig::residual, nn::residual_names(),
+      [](const std::string& name) { return nn::ResidualKind(name); },
+      [](const nn::ResidualKind& kind) { return kind.name(); }));
+  f.push_back(make_field("model", &R::model, "final_norm", &ModelConfig::final_norm, Kind::boolean));
+  f.push_back(make_field("model", &R::model, "norm_eps", &ModelConfig::norm_eps, Kind::number, open_closed(0, 1)));
+  f.push_back(make_enum_field("model", &R::model, "qk_norm", &ModelConfig::qk_norm, nn::kQkNormNames));
+  f.push_back(make_field("model", &R::model, "positional", &ModelConfig::positional, Kind::choice, {},
+                         {"sinusoidal", "learned"}));
+  f.push_back(make_field("model", &R::model, "max_len", &ModelConfig::max_len, Kind::integer, closed(1, 4096)));
+  f.push_back(make_field("model", &R::model, "vocab_size", &ModelConfig::vocab_size, Kind::integer, closed(1, 65536)));
+  f.push_back(make_field("model", &R::model, "num_classes", &ModelConfig::num_classes, Kind::integer, closed(1, 65536)));
+}
 
 // The own-data keys of the task section (data/formats.hpp, data/task.hpp), after random_prob.
 void add_own_data_fields(std::vector<Field>& f) {
@@ -149,29 +203,7 @@ const std::vector<Field>& fields() {
   static const std::vector<Field> table = [] {
     using R = RunConfig;
     std::vector<Field> f;
-    // model
-    f.push_back(make_field("model", &R::model, "d_model", &ModelConfig::d_model, Kind::integer, closed(1, 4096)));
-    f.push_back(make_field("model", &R::model, "heads", &ModelConfig::heads, Kind::integer, closed(1, 64)));
-    f.push_back(make_field("model", &R::model, "layers", &ModelConfig::layers, Kind::integer, closed(1, 64)));
-    f.push_back(make_field("model", &R::model, "ffn", &ModelConfig::ffn, Kind::integer, closed(1, 16384)));
-    f.push_back(make_field("model", &R::model, "dropout", &ModelConfig::dropout, Kind::number, closed_open(0, 1)));
-    f.push_back(make_field("model", &R::model, "activation", &ModelConfig::activation, Kind::choice, {},
-                           {"relu", "gelu"}));
-    f.push_back(make_parsed_field<ModelConfig, nn::NormKind>(
-        "model", &R::model, "norm", &ModelConfig::norm, nn::norm_names(),
-        [](const std::string& name) { return nn::NormKind(name); }, [](const nn::NormKind& kind) { return kind.name(); }));
-    // data-parallel: BatchNorm statistics per rank or over all ranks (docs/scaling.md)
-    f.push_back(make_field("model", &R::model, "batchnorm_stats", &ModelConfig::batchnorm_stats, Kind::choice, {},
-                           {"local", "sync"}));
-    f.push_back(make_enum_field("model", &R::model, "placement", &ModelConfig::placement, nn::kPlacementNames));
-    f.push_back(make_field("model", &R::model, "final_norm", &ModelConfig::final_norm, Kind::boolean));
-    f.push_back(make_field("model", &R::model, "norm_eps", &ModelConfig::norm_eps, Kind::number, open_closed(0, 1)));
-    f.push_back(make_enum_field("model", &R::model, "qk_norm", &ModelConfig::qk_norm, nn::kQkNormNames));
-    f.push_back(make_field("model", &R::model, "positional", &ModelConfig::positional, Kind::choice, {},
-                           {"sinusoidal", "learned"}));
-    f.push_back(make_field("model", &R::model, "max_len", &ModelConfig::max_len, Kind::integer, closed(1, 4096)));
-    f.push_back(make_field("model", &R::model, "vocab_size", &ModelConfig::vocab_size, Kind::integer, closed(1, 65536)));
-    f.push_back(make_field("model", &R::model, "num_classes", &ModelConfig::num_classes, Kind::integer, closed(1, 65536)));
+    add_model_fields(f);
     // task
     f.push_back(make_enum_field("task", &R::task, "name", &TaskConfig::name, data::kTaskNames));
     f.push_back(make_field("task", &R::task, "label", &TaskConfig::label, Kind::text));

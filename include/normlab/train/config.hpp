@@ -26,6 +26,7 @@
 #include "normlab/data/task.hpp"
 #include "normlab/nn/encoder.hpp"
 #include "normlab/nn/norm_registry.hpp"
+#include "normlab/nn/residual_registry.hpp"
 #include "normlab/optim/optimizer.hpp"
 #include "normlab/optim/schedule.hpp"
 
@@ -38,9 +39,11 @@ struct ModelConfig {
   int64_t ffn = 256;
   double dropout = 0.0;
   std::string activation = "relu";        // relu | gelu
-  nn::NormKind norm = "layernorm";        // a registry entry (nn/norm_registry.hpp): `normlab help norms`
+  nn::NormKind norm = "layernorm";        // a registry entry (nn/norm_registry.hpp): `normlab help norms`;
+                                          // "rezero" reads as "none" with residual "rezero"
   std::string batchnorm_stats = "local";  // data-parallel BatchNorm: local (per rank) | sync (global)
   nn::Placement placement = nn::Placement::pre;  // pre | post
+  nn::ResidualKind residual = "plain";    // a residual scheme (nn/residual_registry.hpp): plain | rezero | layerscale
   bool final_norm = true;                 // pre placement: a norm after the last block
   double norm_eps = 1e-12;
   nn::QkNorm qk_norm = nn::QkNorm::none;  // none | layernorm | rmsnorm: each head's queries and keys
