@@ -367,11 +367,25 @@ void read_record(LoadStats* stats, Read read) {
 
 using OnStringExample = std::function<void(StringExample&&, const std::string& where)>;
 
+void for_each_string_example_in(const std::string& contents, const std::string& path, FileFormat format,
+                                const Task& schema, io::StopFlag stop, LoadStats* stats,
+                                const OnStringExample& on_example);
+
 // Every example of a data-defined task's file, in the file's format (formats.hpp).
 void for_each_string_example(const std::string& path, const Task& schema, int64_t max_file_bytes, io::StopFlag stop,
                              LoadStats* stats, const OnStringExample& on_example) {
   const std::string contents = read_data_file(path, max_file_bytes);
   const FileFormat format = file_format_of(path, schema.file);
+  const OnStringExample measured = [&](StringExample&& example, const std::string& where) {
+    if (stats) stats->longest = std::max<int64_t>(stats->longest, int64_t(example.tokens.size()));
+    on_example(std::move(example), where);
+  };
+  for_each_string_example_in(contents, path, format, schema, stop, stats, measured);
+}
+
+void for_each_string_example_in(const std::string& contents, const std::string& path, FileFormat format,
+                                const Task& schema, io::StopFlag stop, LoadStats* stats,
+                                const OnStringExample& on_example) {
   if (format == FileFormat::jsonl) {
     for_each_line(contents, path, stop, [&](std::string_view line, const std::string& where) {
       read_record(stats, [&] { on_example(parse_string_example(parse_object(line, schema, where), schema, where), where); });
@@ -453,6 +467,13 @@ std::vector<StringExample> load_string_examples(const std::string& path, const T
   for_each_string_example(path, schema, max_file_bytes, stop, stats,
                           [&](StringExample&& example, const std::string&) { examples.push_back(std::move(example)); });
   return examples;
+}
+
+LoadStats measure_file(const std::string& path, const Task& schema, io::StopFlag stop) {
+  LoadStats stats;
+  for_each_string_example(path, schema, schema.file.max_file_bytes, stop, &stats,
+                          [](StringExample&&, const std::string&) {});
+  return stats;
 }
 
 VocabularyCounts count_vocabulary(const std::string& path, const Task& schema, io::StopFlag stop, LoadStats* stats) {

@@ -25,6 +25,7 @@
 #include "normlab/study/search.hpp"
 #include "normlab/study/sensitivity.hpp"
 #include "normlab/train/config.hpp"
+#include "normlab/train/data_defaults.hpp"
 #include "normlab/train/memory.hpp"
 
 namespace normlab::study {
@@ -263,6 +264,8 @@ void resolve_base(const json& root, CompareConfig& config) {
     for (const auto& [key, value] : set.items()) set_path(config.base, key, value, path);
     make_data_paths_absolute(config.base, config.dir);
   }
+  // Own data: the keys neither the base nor "set" gives come from the data files (train/data_defaults.hpp).
+  config.base = train::with_data_defaults(config.base, root.contains("set") ? path + ": set" : path);
   config.base_config = train::config_from_json(config.base, root.contains("set") ? path + ": set" : path, ".");
 }
 

@@ -46,6 +46,7 @@ struct LoadStats {
   int64_t tokens = 0;    // data-defined tasks: input tokens of the examples read
   int64_t unknown = 0;   //   of them read as [UNK]: absent from the vocabulary (or rarer than task.min_count)
   int64_t reserved = 0;  //   of them written as "[PAD]" or "[UNK]" in the file, read as [UNK]
+  int64_t longest = 0;   //   the most tokens of an example read (over-long ones excluded)
 };
 
 // Masked-LM lines load as raw examples (targets empty); see mlm.hpp. Data-defined tasks read the
@@ -67,6 +68,9 @@ std::vector<StringExample> load_string_examples(const std::string& path, const T
 // the size limit is schema.file.max_file_bytes.
 VocabularyCounts count_vocabulary(const std::string& path, const Task& schema, io::StopFlag stop = nullptr,
                                   LoadStats* stats = nullptr);
+
+// A data-defined task's file read for its shape alone: lines, over-long lines, the longest example.
+LoadStats measure_file(const std::string& path, const Task& schema, io::StopFlag stop = nullptr);
 
 // One line of a file; `where` ("PATH:LINE") starts every error message.
 Example parse_jsonl_line(std::string_view line, const Task& task, std::string_view where);
