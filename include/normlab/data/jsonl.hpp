@@ -20,6 +20,8 @@
 // an InputError otherwise. A file larger than max_file_bytes is refused before it is read.
 // Data-defined tasks also read CSV, TSV and CoNLL files (formats.hpp).
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,6 +73,20 @@ VocabularyCounts count_vocabulary(const std::string& path, const Task& schema, i
 
 // A data-defined task's file read for its shape alone: lines, over-long lines, the longest example.
 LoadStats measure_file(const std::string& path, const Task& schema, io::StopFlag stop = nullptr);
+
+// One record of a file to predict (`normlab predict --data`): its text as written and, when the
+// file gives them, its label (per sequence: one) or tags (per token; nullopt: no tag there).
+struct InputRecord {
+  std::string text;
+  std::optional<std::vector<std::optional<std::string>>> labels;  // nullopt: the file has none
+  std::string where;  // "PATH:LINE"
+};
+// Every record of `contents` (the file at `path`), read in the task's own format: a data-defined
+// task's CSV / TSV (header) / JSONL / CoNLL through task.text_field and task.label_field, the label
+// key or column optional; a built-in task's JSONL as its data files have it. InputError
+// "PATH:LINE: ..." as the loaders say it, invalid UTF-8 included.
+void for_each_input_record(std::string_view contents, const std::string& path, const Task& task, io::StopFlag stop,
+                           const std::function<void(InputRecord&&)>& on_record);
 
 // One line of a file; `where` ("PATH:LINE") starts every error message.
 Example parse_jsonl_line(std::string_view line, const Task& task, std::string_view where);
