@@ -193,4 +193,15 @@ std::optional<BaselineScore> run_baseline(const RunConfig& config, const data::T
   return score_baseline(model, scored);
 }
 
+std::optional<BaselineScore> config_baseline(const RunConfig& config, io::StopFlag stop) {
+  if (config.task.name != data::TaskKind::sequence_classification || !config.task.train_file || !config.task.valid_file)
+    return std::nullopt;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(*config.task.train_file, ec) ||
+      !std::filesystem::is_regular_file(*config.task.valid_file, ec))
+    return std::nullopt;
+  const data::Task task = build_task(config, stop);
+  return run_baseline(config, task, load_valid_set(config, task, stop), stop);
+}
+
 }  // namespace normlab::train

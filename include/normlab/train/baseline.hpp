@@ -89,6 +89,9 @@ HeldOutScore held_out_score(const Confusion& confusion);
 
 // The baseline fitted on a run's training file (as the run read it: `task` is the run's) and scored
 // on `scored`; nullopt when the task is not sequence_classification or the training file is gone.
+// The baseline of a config (its training file, its validation set): nullopt as run_baseline's.
+std::optional<BaselineScore> config_baseline(const RunConfig& config, io::StopFlag stop = nullptr);
+
 std::optional<BaselineScore> run_baseline(const RunConfig& config, const data::Task& task, const data::Dataset& scored,
                                           io::StopFlag stop = nullptr);
 
