@@ -322,6 +322,7 @@ void run_file(const PredictOptions& options, train::LoadedRun& loaded) {
   const bool by_format = !options.data.empty();
   const std::string& source = by_format ? options.data : options.lines;
   const std::string name = source == "-" ? "standard input" : source;
+  const std::string contents = read_source(source, loaded);  // a FIFO or a device is refused first
   if (by_format && source != "-" && loaded.task.is_data_defined() && loaded.task.file.format == "auto") {
     const std::string extension = std::filesystem::path(source).extension().string();
     if (extension != ".csv" && extension != ".tsv" && extension != ".jsonl" && extension != ".json" &&
@@ -330,7 +331,6 @@ void run_file(const PredictOptions& options, train::LoadedRun& loaded) {
                                    "by extension), and \"{}\" is none of them; for one raw input a line use --lines {}",
                                    source, extension, source));
   }
-  const std::string contents = read_source(source, loaded);
   const bool csv = options.format == "csv";
   // Predicted and written a group of batches at a time: memory holds the input and one group's
   // predictions and text, however many lines there are. --out is published whole at the end.
