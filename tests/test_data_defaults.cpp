@@ -172,3 +172,38 @@ TEST_CASE("data defaults: a file to predict is read in the task's format, labels
   CHECK_THROWS_WITH_AS(data::for_each_input_record("{\"label\": \"pos\"}\n", "e.jsonl", task, nullptr, collect),
                        doctest::Contains("e.jsonl:1: missing key \"tokens\""), InputError);
 }
+
+TEST_CASE("data defaults: an own-data compare answers with macro-F1, accuracy and the baseline") {
+  TempDir dir;
+  write_files(dir);
+  dir.write("own.json", R"({"model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32},
+    "task": {"name": "sequence_classification", "train_file": "train.csv", "valid_file": "valid.csv"},
+    "optim": {"lr": 0.01, "warmup_steps": 1}, "train": {"batch_size": 8, "threads": 1}})");
+  dir.write("compare.json", R"({"base": "own.json", "set": {"train.steps": 4, "train.eval_every": 2},
+    "grid": {"variants": ["none", "pre-ln"], "seeds": [0, 1]}})");
+  const normlab::test::Cli out =
+      normlab::test::run_normlab(dir, fmt::format("compare --config {} --out {}", dir.sub("compare.json"), dir.sub("out")));
+  REQUIRE_MESSAGE(out.code == 0, out.err);
+  const nlohmann::json summary = nlohmann::json::parse(normlab::test::read_text(dir.sub("out/summary.json")));
+  const std::vector<std::string> verdict = summary.at("verdict").get<std::vector<std::string>>();
+  REQUIRE(verdict.size() == 3);
+  CHECK(verdict[0].rfind("Held-out macro-F1 and accuracy at each variant's best rate (mean over 2 seeds [95% CI], each "
+                         "run's best checkpoint (best.safetensors, kept on held-out loss; ",
+                         0) == 0);
+  CHECK(verdict[0].find("none (no normalization) ") != std::string::npos);
+  CHECK(verdict[0].find("; the bag-of-words baseline ") != std::string::npos);
+  CHECK(verdict[1].rfind("Against the baseline (macro-F1 of every seed's run on the same examples): ", 0) == 0);
+  CHECK(verdict[2].rfind("Macro-F1 against the best variant, paired by seed: the best is ", 0) == 0);
+  CHECK((verdict[2].find(" by ") != std::string::npos));  // a difference with its direction
+  // The report says which checkpoint its figures come from, and no phrase reads as a variant's name.
+  const std::string report = normlab::test::read_text(dir.sub("out/report.md"));
+  CHECK(report.find("The Answer's accuracy and macro-F1 come from each run's best checkpoint") != std::string::npos);
+  CHECK(report.find("## Against the baseline") != std::string::npos);
+  CHECK(report.find("| baseline (bag of words) |") != std::string::npos);
+  CHECK(report.find("at none") == std::string::npos);
+  // The runs were resolved from the data: every validation line, no length buckets.
+  const nlohmann::json config = nlohmann::json::parse(normlab::test::read_text(dir.sub("out/runs/none_lr0.01_L1_warmup_s0/config.json")));
+  CHECK(config["task"]["eval_examples"] == 9);
+  CHECK(config["task"]["bucket_width"] == 0);
+  CHECK(config["train"]["steps"] == 4);
+}
