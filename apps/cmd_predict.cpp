@@ -30,11 +30,6 @@ namespace normlab::cli {
 
 namespace {
 
-int64_t unknown_count(const data::Task& task, const std::vector<int32_t>& tokens) {
-  const std::optional<int32_t> unk = task.is_data_defined() ? task.input_vocab.find(data::kUnkToken) : std::nullopt;
-  return unk ? std::count(tokens.begin(), tokens.end(), *unk) : 0;
-}
-
 struct PredictOptions {
   std::string run_dir;
   std::string input;
