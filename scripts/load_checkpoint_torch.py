@@ -24,7 +24,7 @@ For each run directory:
    mean-pooled head), and runs a padded batch with src_key_padding_mask: the first validation
    sequences of task.valid_file when it is readable, random ones otherwise. The vocabulary comes
    from the checkpoint's metadata ("vocabulary", "labels") when present.
-4. Runs `normlab predict --json` on each sequence and compares the predicted classes and their
+4. Runs `normlab predict --json` on each sequence and compares the predicted classes (by name) and their
    probabilities with PyTorch's; also checks that batching with padding changes nothing.
 
 Exits 1 if a difference exceeds --tolerance.
@@ -313,7 +313,7 @@ def check_run(run, args):
     per_sequence = task in ("majority", "sequence_classification")
     data_task = task in ("sequence_classification", "token_classification")
 
-    inputs, _, joiner = task_vocabularies(config, metadata)
+    inputs, classes, joiner = task_vocabularies(config, metadata)
     if "vocabulary" in metadata:
         saved = json.loads(metadata["vocabulary"])
         if not data_task and task != "mlm_text" and saved != inputs:
@@ -381,12 +381,17 @@ def check_run(run, args):
             probs = probs.unsqueeze(0)
         torch_classes = probs.argmax(-1).tolist()
         torch_probs = probs.max(-1).values.tolist()
-        if ours["input_ids"] != seq.tolist():
-            sys.exit(f"normlab encoded {text!r} as {ours['input_ids']}, expected {seq.tolist()}")
+        # predict's one output shape: the tokens read (read_as), the label or tags by name, and
+        # the probability of each (one number per sequence, a list per token).
+        input_ids = [inputs.index(token) for token in ours["read_as"]]
+        if input_ids != seq.tolist():
+            sys.exit(f"normlab encoded {text!r} as {input_ids}, expected {seq.tolist()}")
+        predicted = [ours["label"]] if per_sequence else ours["tags"]
+        probabilities = [ours["probability"]] if per_sequence else ours["probability"]
         for k, (c, p) in enumerate(zip(torch_classes, torch_probs)):
             compared += 1
-            disagreements += int(c != ours["predicted_ids"][k])
-            max_prob_diff = max(max_prob_diff, abs(p - ours["probability"][k]))
+            disagreements += int(classes[c] != predicted[k])
+            max_prob_diff = max(max_prob_diff, abs(p - probabilities[k]))
     print(f"  normlab predict vs torch on the same {B} sequences: {compared} predictions, "
           f"{disagreements} different classes, max |probability diff| {max_prob_diff:.3g}")
     ok = padding_diff <= args.tolerance and max_prob_diff <= args.tolerance and disagreements == 0

@@ -12,6 +12,7 @@
 #include "normlab/io/json_strict.hpp"
 #include "normlab/io/suggest.hpp"
 #include "normlab/study/search.hpp"
+#include "normlab/train/data_defaults.hpp"
 
 namespace normlab::study::detail {
 
@@ -136,6 +137,8 @@ void resolve_base(const json& root, CompareConfig& config) {
     for (const auto& [key, value] : set.items()) set_path(config.base, key, value, path);
     make_data_paths_absolute(config.base, config.dir);
   }
+  // Own data: the keys neither the base nor "set" gives come from the data files (train/data_defaults.hpp).
+  config.base = train::with_data_defaults(config.base, root.contains("set") ? path + ": set" : path);
   config.base_config = train::config_from_json(config.base, root.contains("set") ? path + ": set" : path, ".");
 }
 

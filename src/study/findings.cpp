@@ -72,7 +72,7 @@ std::vector<double> tested_lrs(const ComparePlan& plan, const std::vector<GroupS
 
 // "0.001–0.03" for a contiguous run of the rates the variant was run at (`tested`), else the list.
 std::string lr_range(const std::vector<double>& tested, const std::vector<double>& lrs) {
-  if (lrs.empty()) return "none";
+  if (lrs.empty()) return "no rate";
   const std::vector<double>& grid = tested;
   const auto first = std::find(grid.begin(), grid.end(), lrs.front());
   const bool contiguous = size_t(grid.end() - first) >= lrs.size() && std::equal(lrs.begin(), lrs.end(), first);
@@ -123,7 +123,7 @@ std::string variant_outcomes(const ComparePlan& plan, const std::vector<GroupSum
     const std::vector<double> tested = tested_lrs(plan, groups, variant, setting);
     per_variant += fmt::format("{}{} learned at {} of {} learning rates ({}){}{}", per_variant.empty() ? "" : "; ",
                                variant, ok.size(), tested.size(), lr_range(tested, ok),
-                               solved.empty() ? ", solved at none" : ", solved at " + solved,
+                               solved.empty() ? ", solved at no rate" : ", solved at " + solved,
                                failures.empty() ? "" : " — " + failures);
   }
   return per_variant;
@@ -143,10 +143,10 @@ std::string headroom_verdict(const ComparePlan& plan, const std::vector<GroupSum
     const double top = ok.empty() ? 0 : ok.back();
     std::string& list = top > none_top ? higher : top == none_top ? same : lower;
     list += fmt::format("{}{} ({})", list.empty() ? "" : ", ", variant,
-                        ok.empty() ? "learned at none" : "up to " + detail::format_lr(top));
+                        ok.empty() ? "learned at no rate" : "up to " + detail::format_lr(top));
   }
   std::string out = fmt::format("Highest grid learning rate at which most seeds learned, against {} ({})",
-                                none_label, none.empty() ? "learned at none" : "up to " + detail::format_lr(none_top));
+                                none_label, none.empty() ? "learned at no rate" : "up to " + detail::format_lr(none_top));
   for (const auto& [word, list] : {std::pair{"higher", &higher}, std::pair{"the same", &same}, std::pair{"lower", &lower}})
     if (!list->empty()) out += fmt::format("; {}: {}", word, *list);
   return out + ". One grid step locates no boundary: the learning-rate search measures how far each range reaches.";

@@ -13,6 +13,7 @@
 #include "normlab/data/task.hpp"
 #include "normlab/error.hpp"
 #include "normlab/names.hpp"
+#include "normlab/train/data_defaults.hpp"
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/io/json_depth.hpp"
 #include "normlab/io/json_strict.hpp"
@@ -214,7 +215,7 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("task", &R::task, "eval_max_len", &TaskConfig::eval_max_len, Kind::integer, closed(1, 4096)));
     f.push_back(make_field("task", &R::task, "eval_examples", &TaskConfig::eval_examples, Kind::integer,
                            closed(1, 1'000'000)));
-    f.push_back(make_field("task", &R::task, "bucket_width", &TaskConfig::bucket_width, Kind::integer, closed(1, 4096)));
+    f.push_back(make_field("task", &R::task, "bucket_width", &TaskConfig::bucket_width, Kind::integer, closed(0, 4096)));
     f.push_back(
         make_enum_field("task", &R::task, "length_regime", &TaskConfig::length_regime, data::kLengthRegimeNames));
     f.push_back(make_field("task", &R::task, "select_prob", &TaskConfig::select_prob, Kind::number, open_closed(0, 1)));
@@ -484,6 +485,11 @@ void check_own_data_options(const TaskConfig& t, const std::string& where) {
 
 }  // namespace
 
+RunConfig parse_config_keys(const json& config_json, const std::string& where, const std::string& base_dir,
+                            bool require_files) {
+  return parse_sections(config_json, where, base_dir, require_files);
+}
+
 RunConfig config_from_json(const json& config_json, const std::string& where, const std::string& base_dir,
                            bool require_files) {
   RunConfig config = parse_sections(config_json, where, base_dir, require_files);
@@ -568,9 +574,13 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   const json parsed = load_config_json(path, 0);
   fs::path base = fs::path(path).parent_path();
   if (base.empty()) base = ".";
-  const RunConfig from_file = parse_sections(parsed, path, base.string());
+  RunConfig from_file = parse_sections(parsed, path, base.string());
   RunConfig config = from_file;
   for (const std::string& assignment : overrides) apply_override(config, assignment);
+  // Own data: the keys neither the file nor --set gives come from the data (train/data_defaults.hpp).
+  const DataShape shape = measure_data(config);
+  apply_data_defaults(from_file, given_keys(parsed), shape);
+  apply_data_defaults(config, given_keys(parsed, overrides), shape);
   check_overridden_config(from_file, config, path, overrides);
   return config;
 }
@@ -617,6 +627,9 @@ void check_config(const RunConfig& config, const std::string& where) {
   if (t.mask_prob + t.random_prob > 1.0 || static_cast<float>(t.mask_prob) + static_cast<float>(t.random_prob) > 1.0f) {
     fail("task.random_prob", fmt::format("task.mask_prob + task.random_prob must be <= 1 (got {} + {})", t.mask_prob,
                                          t.random_prob));
+  }
+  if (t.length_regime == data::LengthRegime::bucketed && t.bucket_width == 0) {
+    fail("task.bucket_width", "the bucketed length regime draws each batch from one bucket: needs task.bucket_width > 0");
   }
   if (t.length_regime != data::LengthRegime::mixed && t.train_file) {
     fail("task.length_regime", fmt::format("\"{}\" applies to generated training batches; a task.train_file is read in "
