@@ -138,9 +138,15 @@ TEST_CASE("grid: the committed compare configs load and expand as docs/EXPERIMEN
   // rounds' runs are added as outcomes come in (at most 2 x 1 rate per variant and setting).
   CHECK(demo.runs.size() == 160);
   CHECK(demo.search.enabled());
+  // The gate may extend the range half a decade at a time, from 0.0001 up to 0.316 (the
+  // replication inherits it from demo.json).
+  CHECK(demo.search.min == doctest::Approx(0.0001));
+  CHECK(demo.search.max == doctest::Approx(0.316228));
   // The replication grid is the demo with seeds 20-24: the same runs but for train.seed.
   const study::ComparePlan replication = study::load_compare_plan(configs + "demo-replication.json");
   REQUIRE(replication.runs.size() == demo.runs.size());
+  CHECK(replication.search.min == demo.search.min);
+  CHECK(replication.search.max == demo.search.max);
   for (size_t i = 0; i < demo.runs.size(); ++i) {
     nlohmann::json a = demo.runs[i].config, b = replication.runs[i].config;
     CHECK(b["train"]["seed"].get<uint64_t>() == a["train"]["seed"].get<uint64_t>() + 20);
