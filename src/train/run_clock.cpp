@@ -78,7 +78,14 @@ PartTimes part_times_from_json(const nlohmann::json& j, const std::string& where
   return times;
 }
 
-RunClock::Mark RunClock::Mark::now() { return {std::chrono::steady_clock::now(), process_cpu_seconds()}; }
+// CPU first: reading the process's CPU clock is a system call that updates the scheduler's account
+// of this task, and a task whose time slice is used up is preempted on its way back. Read before
+// the wall clock, that wait is charged to the stretch that used the slice, not to the next one (a
+// loaded machine otherwise charged seconds of other processes' time to the logs after each step).
+RunClock::Mark RunClock::Mark::now() {
+  const double cpu = process_cpu_seconds();
+  return {std::chrono::steady_clock::now(), cpu};
+}
 
 RunClock::RunClock() {
   mark_ = process_start_claimed.exchange(true) ? Mark::now() : Mark{kProcessStartWall, kProcessStartCpu};
