@@ -1,5 +1,5 @@
 // normlab bench compare --config FILE [--out DIR] [--jobs N] [--json]
-// Where a compare's wall time goes (docs/PERFORMANCE.md, "A compare's time"): trains the grid as
+// Where a compare's wall time goes (docs/PERFORMANCE.md, "Where a compare spends its time"): trains the grid as
 // `normlab compare` does, into a fresh temporary directory unless --out, then prints the share of
 // the run slots' wall time (and of the CPU time) in training steps and where the rest went, from
 // the runs' own records (summary.json "timing") and what the compare saw of their processes.

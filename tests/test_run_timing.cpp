@@ -35,7 +35,7 @@ nlohmann::json summary_timing(const std::string& run_dir) {
 
 }  // namespace
 
-TEST_CASE("run timing: summary.json names every part in wall and CPU seconds; a resumed run counts its sessions") {
+TEST_CASE("run timing: summary.json names every part in wall and CPU seconds - a resumed run counts its sessions") {
   TempDir dir("normlab_test_run_timing");
   const std::string config = dir.write("base.json", kBase);
   const std::string run = dir.sub("run");
