@@ -194,8 +194,6 @@ std::deque<size_t> queue_runs(const ComparePlan& plan, const fs::path& out, cons
   return queue;
 }
 
-// The queued runs as child processes, `jobs` at a time, watched until every one has exited and
-// none is left to launch (a signal or a run's bad input stops the launching); progress on stderr.
 // One child process of a compare, once it has exited: how and what it cost.
 struct ChildRecord {
   size_t index = 0;  // in plan.runs
@@ -203,6 +201,8 @@ struct ChildRecord {
   double wall_s = 0.0, cpu_s = 0.0;  // fork to exit; user + system CPU of the process (wait4)
 };
 
+// The queued runs as child processes, `jobs` at a time, watched until every one has exited and
+// none is left to launch (a signal or a run's bad input stops the launching); progress on stderr.
 class RunWatcher {
  public:
   RunWatcher(const ComparePlan& plan, const fs::path& out, int jobs, int already_done, CompareLogger& logger,
@@ -228,7 +228,11 @@ class RunWatcher {
         print_progress(false);
         continue;
       }
-      if (pid < 0 && errno == ECHILD) running_.clear();
+      if (pid < 0 && errno == ECHILD) {
+        for (const auto& entry : running_)
+          if (entry.second.pidfd >= 0) ::close(entry.second.pidfd);
+        running_.clear();
+      }
       const auto now = std::chrono::steady_clock::now();
       if (now - last_print > std::chrono::seconds(tty_ ? 1 : 30)) {
         print_progress(false);
