@@ -215,6 +215,7 @@ int main(int argc, char** argv) {
   normlab::cli::add_bench_attention(*bench);
   normlab::cli::add_bench_sha256(*bench);
   normlab::cli::add_bench_predict(*bench);
+  normlab::cli::add_bench_compare(*bench);
   normlab::cli::add_train(app);
   normlab::cli::add_eval(app);
   normlab::cli::add_predict(app);

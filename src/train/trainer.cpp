@@ -211,7 +211,11 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
       objective = ops::add(mean_loss, ops::mul_scalar(z, float(config_.optim.z_loss)));
     }
     ranks_->loss_to_backpropagate(objective, batch.num_targets).backward();
-    if (diagnostics) figures.fill(diag, logits, batch.offsets, ranks_->rank());
+    if (diagnostics) {
+      clock_.charge(RunPart::steps);
+      figures.fill(diag, logits, batch.offsets, ranks_->rank());
+      clock_.charge(RunPart::diagnostics);
+    }
   }
   const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, figures.fields());
 
@@ -235,9 +239,13 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
 }
 
 void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics) {
-  if (diagnostics) record.layer_grad_norms = nn::per_layer_grad_norms(*model_, config_.model.layers);
   std::vector<std::vector<float>> before;  // each block's weights before the update, for update_ratio
-  if (diagnostics) before = nn::block_parameter_values(*model_);
+  if (diagnostics) {
+    clock_.charge(RunPart::steps);
+    record.layer_grad_norms = nn::per_layer_grad_norms(*model_, config_.model.layers);
+    before = nn::block_parameter_values(*model_);
+    clock_.charge(RunPart::diagnostics);
+  }
   record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
   if (!std::isfinite(record.grad_norm)) {
     record.diverged = true;
@@ -245,7 +253,11 @@ void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics) {
     return;
   }
   optimizer_->step(lr);
-  if (diagnostics) record.update_ratio = nn::per_layer_update_ratios(*model_, config_.model.layers, before);
+  if (diagnostics) {
+    clock_.charge(RunPart::steps);
+    record.update_ratio = nn::per_layer_update_ratios(*model_, config_.model.layers, before);
+    clock_.charge(RunPart::diagnostics);
+  }
   ++step_;
 }
 
@@ -295,12 +307,14 @@ void Trainer::resume(const std::string& dir, bool accept_changed_data) {
 bool Trainer::record_eval() {
   if (!output_->evaluates()) return true;
   std::optional<EvalMetrics> metrics = evaluate_valid();
+  clock_.charge(RunPart::evaluation);
   if (!metrics) return false;
   json record = to_json(*metrics);
   record["step"] = step_;
   record["split"] = "valid";
   output_->append_metrics(record);
   logger_->eval(step_, *metrics);
+  clock_.charge(RunPart::logs);
   last_eval_step_ = step_;
   last_eval_ = metrics;
   // Chosen on trained lengths: the loss on unseen lengths can grow while the task is being learned.
@@ -337,7 +351,10 @@ void Trainer::update_monitor(const ValidPoint& point, const EvalMetrics& metrics
                                                                      : value > monitor_best_->value + delta);
   if (!improved) return;
   monitor_best_ = MonitorBest{step_, value};
-  if (kept != KeepBest::none) output_->save_best(step_, [&](const std::string& path) { save_checkpoint(path); });
+  if (kept == KeepBest::none) return;
+  clock_.charge(RunPart::evaluation);
+  output_->save_best(step_, [&](const std::string& path) { save_checkpoint(path); });
+  clock_.charge(RunPart::checkpoints);
 }
 
 bool Trainer::patience_ran_out() const {
@@ -357,9 +374,12 @@ TrainSummary Trainer::fit() {
                                  "set it to 0 or train in one process",
                                  ranks_->size()));
   logger_->info(describe_run());
+  clock_.charge(RunPart::setup);
   auto checkpoint = [&] {
+    clock_.charge(RunPart::steps);
     last_checkpoint_step_ = step_;
     output_->checkpoint(step_, [&](const std::string& path) { save_checkpoint(path); });
+    clock_.charge(RunPart::checkpoints);
   };
   std::optional<int64_t> diverged_at;
   // Polled between steps (a step is never cut in half, so the checkpoint holds exactly the state
@@ -377,9 +397,11 @@ TrainSummary Trainer::fit() {
     StepRecord record = train_step(batch, diagnostics);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     record.tokens_per_s = seconds > 0 ? double(record.tokens) / seconds : 0.0;
+    clock_.charge(RunPart::steps);
     output_->append_metrics(to_json(record));
     last_record_ = record;
     logger_->step(record, t.steps);
+    clock_.charge(RunPart::logs);
     if (record.diverged) {
       diverged_at = record.step;
       break;
@@ -408,7 +430,10 @@ TrainSummary Trainer::fit() {
   // A stop that came after the last step and its evaluation changes nothing: the run is finished.
   if (summary.interrupted() && step_ == t.steps && last_eval_step_ == step_) summary.stop_request = 0;
   if (summary.interrupted()) return summary;  // not finished: no summary.json, so resume continues it
-  output_->write_summary(to_json(summary));
+  clock_.charge(RunPart::finish);
+  json summary_json = to_json(summary);
+  summary_json["timing"] = clock_.summary_json();
+  output_->write_summary(summary_json);
   return summary;
 }
 

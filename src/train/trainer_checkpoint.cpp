@@ -43,7 +43,8 @@ json Trainer::trainer_state() const {
           {"best_valid", best_loss_ ? to_json(*best_loss_) : json(nullptr)},
           {"best_valid_accuracy", best_accuracy_ ? to_json(*best_accuracy_) : json(nullptr)},
           {"monitor_best", monitor_best_ ? json{{"step", monitor_best_->step}, {"value", monitor_best_->value}}
-                                         : json(nullptr)}};
+                                         : json(nullptr)},
+          {"timing", clock_.state_json()}};
 }
 
 void Trainer::restore_trainer_state(const json& state, const std::string& where) {
@@ -75,6 +76,8 @@ void Trainer::restore_trainer_state(const json& state, const std::string& where)
       throw InputError(fmt::format("{}: metadata 'trainer': monitor_best must be {{\"step\": N, \"value\": X}}", where));
     monitor_best_ = MonitorBest{it->at("step").get<int64_t>(), it->at("value").get<double>()};
   }
+  // Checkpoints written before timing records have none: the earlier sessions' time is unknown.
+  if (const auto it = state.find("timing"); it != state.end()) clock_.restore(*it, where + ": metadata 'trainer'");
 }
 
 void Trainer::save_checkpoint(const std::string& path) const {
