@@ -54,7 +54,7 @@ std::string config_key_hint(int argc, char** argv) {
 }
 
 // `normlab help norms [--json]`: the norm registry (nn/norm_registry.hpp). The JSON is what
-// scripts/load_checkpoint_torch.py reads to rebuild each norm in PyTorch.
+// scripts/golden/load_checkpoint_torch.py reads to rebuild each norm in PyTorch.
 void print_norms(bool as_json) {
   using normlab::nn::Residual;
   if (!as_json) {

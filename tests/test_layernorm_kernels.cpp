@@ -1,4 +1,4 @@
-// LayerNorm kernels: parity with PyTorch (golden .npy files from scripts/golden_layernorm.py),
+// LayerNorm kernels: parity with PyTorch (golden .npy files from scripts/golden/layer_norm.py),
 // numerical stability against the reference kernels, finite differences, determinism.
 //
 // Error metric everywhere (relative_max_error), per tensor:

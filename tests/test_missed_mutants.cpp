@@ -1,5 +1,5 @@
 // Tests for bugs an independent set of mutants showed the suite let through (docs/TESTING.md,
-// scripts/mutants.sh): what the encoder passes as each layer's dropout key, training accuracy over
+// scripts/check/mutants.sh): what the encoder passes as each layer's dropout key, training accuracy over
 // real targets only, the ranks' parameter hash over every tensor, and the trained/unseen groups
 // weighted per target on a tagging task (many targets per sequence). Gradient clipping under data
 // parallelism is in test_dist_mpi.cpp.

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets in fuzz/ and runs each one for a bounded time (docs/RELIABILITY.md).
 #
-#   bash scripts/fuzz.sh --ci                 # the five parser targets for 30 s each: what CI runs
-#   bash scripts/fuzz.sh 600                  # every target (checkpoint too) for 10 minutes
-#   bash scripts/fuzz.sh 300 jsonl config     # only these targets
-#   bash scripts/fuzz.sh --build-only
+#   bash scripts/check/fuzz.sh --ci                 # the five parser targets for 30 s each: what CI runs
+#   bash scripts/check/fuzz.sh 600                  # every target (checkpoint too) for 10 minutes
+#   bash scripts/check/fuzz.sh 300 jsonl config     # only these targets
+#   bash scripts/check/fuzz.sh --build-only
 #
 # Targets: npy safetensors jsonl config config_set checkpoint (fuzz/fuzz_<target>.cpp; the input
 # layouts are described in fuzz/fuzz_inputs.hpp and fuzz/fuzz_checkpoint.hpp). Each run starts from a copy of fuzz/corpus/<target>/ in a
@@ -16,7 +16,7 @@
 #
 # Environment: BUILD_DIR (default build-fuzz), CXX (default clang++-14), JOBS (default nproc).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 CXX=${CXX:-clang++-14}
@@ -147,7 +147,7 @@ echo "fuzz.sh: built ${targets[*]}"
 # -------------------------------------------------------------------------------------------- run
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$ROOT/scripts/lsan.supp:print_suppressions=0}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$ROOT/scripts/check/lsan.supp:print_suppressions=0}
 # One thread: the checkpoint target's kernels would otherwise start an OpenMP team per input.
 export OMP_NUM_THREADS=1
 

@@ -6,9 +6,9 @@
 # round-trip). CI runs it (.ci/run); it is also the check to run before and after a kernel change.
 # It prints two hashes: of the training fields alone (the diagnostics keys removed too: this one
 # moves only when training itself changes) and of the whole file.
-#   usage: scripts/check-isa-bits.sh [path/to/normlab]     STEPS=N (default 20)
+#   usage: scripts/check/isa_bits.sh [path/to/normlab]     STEPS=N (default 20)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 bin=${1:-build/normlab}
 steps=${STEPS:-20}
 tmp=$(mktemp -d)
@@ -32,17 +32,17 @@ for threads in 1 2; do
     out="$tmp/$isa-$threads"
     NORMLAB_ISA=$isa "$bin" train --config configs/bench-step.json --set train.steps="$steps" \
       --set train.log_every=1 --threads "$threads" --out "$out" >"$tmp/log" 2>&1 ||
-      { echo "check-isa-bits: training on $isa at $threads threads failed:" >&2; cat "$tmp/log" >&2; exit 1; }
+      { echo "isa_bits: training on $isa at $threads threads failed:" >&2; cat "$tmp/log" >&2; exit 1; }
     strip_timing "$out/metrics.jsonl" >"$out/metrics.bits"
     if [[ -z $reference ]]; then
       reference="$out/metrics.bits"
-      [[ $(wc -l <"$reference") -ge $steps ]] || { echo "check-isa-bits: $reference has too few lines" >&2; exit 1; }
+      [[ $(wc -l <"$reference") -ge $steps ]] || { echo "isa_bits: $reference has too few lines" >&2; exit 1; }
     elif ! cmp -s "$reference" "$out/metrics.bits"; then
-      echo "check-isa-bits: $isa at $threads threads differs from generic at 1 thread:" >&2
+      echo "isa_bits: $isa at $threads threads differs from generic at 1 thread:" >&2
       diff "$reference" "$out/metrics.bits" | head -5 >&2
       status=1
     fi
   done
 done
-[[ $status -eq 0 ]] && echo "check-isa-bits: metrics.jsonl identical on ${isas[*]} at 1 and 2 threads ($steps steps, $(strip_diagnostics "$reference" | md5sum | cut -c1-12); with diagnostics $(md5sum <"$reference" | cut -c1-12))"
+[[ $status -eq 0 ]] && echo "isa_bits: metrics.jsonl identical on ${isas[*]} at 1 and 2 threads ($steps steps, $(strip_diagnostics "$reference" | md5sum | cut -c1-12); with diagnostics $(md5sum <"$reference" | cut -c1-12))"
 exit $status

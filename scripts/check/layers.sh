@@ -11,9 +11,9 @@
 # given a build directory, every symbol a layer's archive needs (nm --undefined-only) that only a
 # higher layer's archive defines. Exits 1 if it found any, 0 otherwise ("layers: no upward
 # includes ..."). A ctest test (`layers`) runs it.
-#   usage: scripts/check_layers.sh [BUILD_DIR]
+#   usage: scripts/check/layers.sh [BUILD_DIR]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 build=${1:-}
 
 names=(core run study apps)
@@ -77,7 +77,7 @@ symbols_checked=""
 if [[ -n $build ]]; then
   archives=("$build/libnormlab_core.a" "$build/libnormlab_run.a" "$build/libnormlab_study.a")
   for archive in "${archives[@]}"; do
-    [[ -f $archive ]] || { echo "check_layers: $archive not built" >&2; exit 1; }
+    [[ -f $archive ]] || { echo "layers.sh: $archive not built" >&2; exit 1; }
   done
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Lists C++ function definitions longer than a limit (default 80 lines, opening to closing brace).
 
-    python3 scripts/long_functions.py [--limit N] [--exclude DIR] PATH...
+    python3 scripts/check/long_functions.py [--limit N] [--exclude DIR] PATH...
 
 Prints `lines  file:line  name` for each, longest first, then a count. A heuristic reader, not a
 compiler: it strips comments, strings and character literals, tracks brace depth, and takes a `{`

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mutation check: does the test suite notice plausible bugs?
 #
-#   scripts/mutants.sh [--scratch DIR] [--only 1,5,7] [--quick] [--list] [--check]
+#   scripts/check/mutants.sh [--scratch DIR] [--only 1,5,7] [--quick] [--list] [--check]
 #
 # Copies the current sources (tracked and untracked, as they are in the working tree) into a scratch
 # directory (default /tmp/normlab-mutants) with its own build directory, then for each mutant below:
@@ -23,7 +23,7 @@
 # load_checkpoint_torch ctest entry (PyTorch) is not run here.
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 scratch=/tmp/normlab-mutants
 only=""
 list=0

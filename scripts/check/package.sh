@@ -2,7 +2,7 @@
 # The installable package end to end (ctest's package_deb): `cpack -G DEB` from the build
 # directory, `dpkg -x` into a scratch root, then the packaged binary runs `--version` and a short
 # training run. Exits 77 (ctest: skipped) when cpack or dpkg-deb is missing.
-#   usage: scripts/test-package.sh BUILD_DIR
+#   usage: scripts/check/package.sh BUILD_DIR
 set -euo pipefail
 build_dir=$(cd "$1" && pwd)
 for tool in cpack dpkg-deb; do

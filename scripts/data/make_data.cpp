@@ -1,4 +1,4 @@
-// Regenerates the shipped data files (see data/README.md). Built and run by scripts/make_data.sh:
+// Regenerates the shipped data files (see data/README.md). Built and run by scripts/data/make_data.sh:
 //   make_data tasks DATA_DIR              data/<task>/{train,valid,test}.jsonl for every algorithmic task
 //   make_data text VERSES_FILE OUT_DIR    data/kjv/{train,valid,test}.jsonl from `bible -f` output
 #include <cstdio>

@@ -13,7 +13,7 @@ in two splits or under two labels. The split is 80/10/10 by a hash of the packag
 so it does not depend on the index's order and a package keeps its split as the archive changes.
 
 Input: `apt-cache dumpavail` (after `apt-get update`), or a file saved from it:
-  python3 scripts/make_debian_example.py [DUMPAVAIL_FILE]
+  python3 scripts/data/make_debian_example.py [DUMPAVAIL_FILE]
 The committed files were made from Debian 12 (bookworm) main amd64's index of 2026-12-06.
 """
 import collections

@@ -6,7 +6,7 @@
   data/shift/{train,valid,test}.jsonl      token_classification: every position's label is the
       previous token ("<s>" at the first): shift-by-one, a seq2seq task written as tagging.
 
-Deterministic (random.Random(seed)); run from the repository root: python3 scripts/make_example_data.py
+Deterministic (random.Random(seed)); run from the repository root: python3 scripts/data/make_example_data.py
 Training lengths stop at 16, validation and test go to 24, so the unseen-length group is non-empty.
 """
 import json

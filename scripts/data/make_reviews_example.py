@@ -15,7 +15,7 @@ task.split_punctuation, a review is at most 16 tokens in train.csv; valid.csv an
 24, so the report's unseen-length group is non-empty.
 
 Deterministic (random.Random(seed)); run from the repository root:
-python3 scripts/make_reviews_example.py
+python3 scripts/data/make_reviews_example.py
 """
 import csv
 import io

@@ -3,7 +3,7 @@
 # (local and sync statistics) on 1, 2 and 4 ranks, 3 seeds. Prints one CSV line per run.
 #   OUT  output directory (default: runs/experiment-dp)
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 OUT=${OUT:-runs/experiment-dp}
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1

@@ -3,9 +3,9 @@
 # one sequence per batch with batch statistics, the whole validation set as one batch with batch
 # statistics, and the usual evaluation (BatchNorm on its running averages). LayerNorm and BatchNorm
 # (pre placement), configs/reverse.json with 300 steps, seeds 0-2. Prints a CSV.
-#   bash scripts/experiment-eval-batch.sh [OUT_DIR]   (default runs/eval-batch; needs build/normlab)
+#   bash scripts/experiments/eval_batch.sh [OUT_DIR]   (default runs/eval-batch; needs build/normlab)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${1:-runs/eval-batch}
 bin=build/normlab
 echo "norm,seed,eval,loss,accuracy"

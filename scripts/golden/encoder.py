@@ -3,7 +3,7 @@
 
 Run by hand (CI never needs torch):
 
-    /usr/bin/python3 scripts/golden_encoder.py [--out tests/data/encoder]
+    /usr/bin/python3 scripts/golden/encoder.py [--out tests/data/encoder]
 
 For every case it writes tests/data/encoder/<case>/:
   meta.json                 hyper-parameters, lengths, float32-vs-float64 discrepancies
@@ -250,7 +250,7 @@ def save(path, array):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
-    parser.add_argument("--out", default=os.path.join(here, "..", "tests", "data", "encoder"))
+    parser.add_argument("--out", default=os.path.join(here, "..", "..", "tests", "data", "encoder"))
     args = parser.parse_args()
     out_root = os.path.normpath(args.out)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Golden LayerNorm / RMSNorm data from PyTorch, for tests/test_layernorm_kernels.cpp.
 
-Run by hand from the repository root:  /usr/bin/python3 scripts/golden_layernorm.py
+Run by hand from the repository root:  /usr/bin/python3 scripts/golden/layer_norm.py
 Writes tests/data/layernorm/<case>/{x,gamma,beta,dout,y,dx,dgamma,dbeta}.npy (float32) and
 meta.json. Deterministic: one torch.Generator per case seeded from the case index.
 
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-OUT_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "layernorm"))
+OUT_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "layernorm"))
 
 
 def layer_norm_case(name, seed, input_shape, normalized_shape, eps, affine=True, dtype=torch.float32,

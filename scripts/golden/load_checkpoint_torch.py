@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Load normlab checkpoints into PyTorch modules and check they compute what normlab does.
 
-    /usr/bin/python3 scripts/load_checkpoint_torch.py RUN_DIR... [--normlab build/normlab]
+    /usr/bin/python3 scripts/golden/load_checkpoint_torch.py RUN_DIR... [--normlab build/normlab]
 
 For each run directory:
 1. Reads checkpoint.safetensors with a NumPy-only safetensors reader (no `safetensors` package).
@@ -79,7 +79,7 @@ def normlab_binary(args):
     """--normlab, else build/normlab next to this script, else normlab on PATH."""
     if args.normlab is not None:
         return args.normlab
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     binary = os.path.join(root, "build", "normlab")
     return binary if os.path.exists(binary) else "normlab"
 

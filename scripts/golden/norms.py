@@ -3,7 +3,7 @@
 
 Run by hand (CI never needs torch):
 
-    /usr/bin/python3 scripts/golden_norms.py [--out tests/data/norms]
+    /usr/bin/python3 scripts/golden/norms.py [--out tests/data/norms]
 
 Writes one safetensors file per case (read by tests/test_golden_norms.cpp):
 
@@ -535,7 +535,7 @@ def scalenorm_cases(gen, out_dir):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
-    parser.add_argument("--out", default=os.path.join(here, "..", "tests", "data", "norms"))
+    parser.add_argument("--out", default=os.path.join(here, "..", "..", "tests", "data", "norms"))
     args = parser.parse_args()
     out_dir = os.path.normpath(args.out)
     torch.set_num_threads(1)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Golden optimizer trajectories from torch.optim, for tests/test_optim.cpp.
 
-Run by hand from the repository root:  /usr/bin/python3 scripts/golden_optim.py
+Run by hand from the repository root:  /usr/bin/python3 scripts/golden/optim.py
 Writes tests/data/optim/:
   weight0.npy (3, 5), bias0.npy (5,)       initial parameters
   grad_weight.npy (S, 3, 5), grad_bias.npy (S, 5)   the fixed gradient fed at each step
@@ -19,7 +19,7 @@ import shutil
 import numpy as np
 import torch
 
-OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "optim")
+OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "optim")
 STEPS = 5
 LRS = [0.02, 0.04, 0.06, 0.05, 0.03]
 

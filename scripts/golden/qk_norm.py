@@ -3,7 +3,7 @@
 
 Run by hand (CI never needs torch):
 
-    /usr/bin/python3 scripts/golden_qk_norm.py [--out tests/data/qk_norm]
+    /usr/bin/python3 scripts/golden/qk_norm.py [--out tests/data/qk_norm]
 
 qk-norm: one encoder block of normlab's (src/nn/encoder.cpp) written in PyTorch, whose attention
 normalizes each head's queries and keys over head_dim before the dot product, as timm's Attention
@@ -218,7 +218,7 @@ def write_z_loss(out_dir, gen):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data", "qk_norm"))
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests", "data", "qk_norm"))
     args = parser.parse_args()
     if os.path.isdir(args.out):
         shutil.rmtree(args.out)

@@ -3,8 +3,8 @@
 (https://github.com/huggingface/safetensors) rather than from our C++ code, to show by hand that the
 files normlab writes are readable by another implementation.
 
-    /usr/bin/python3 scripts/check_safetensors.py FILE [FILE ...]   # validate, print a summary
-    /usr/bin/python3 scripts/check_safetensors.py --write-sample OUT # tests/data/safetensors/sample
+    /usr/bin/python3 scripts/golden/safetensors_reader.py FILE [FILE ...]   # validate, print a summary
+    /usr/bin/python3 scripts/golden/safetensors_reader.py --write-sample OUT # tests/data/safetensors/sample
 
 Exit status 0 if every file is valid, 1 otherwise (the reason is printed).
 """
