@@ -19,7 +19,7 @@
 # kill is reported as "FOCUS-SURVIVED" (run it again without --quick to try the whole suite).
 #
 # --check only verifies that every pattern still matches the sources (no build; ctest runs it, so a
-# refactoring cannot leave a mutant behind). The mutants themselves are not part of CI: one rebuild per mutant. The last run's results are in docs/TESTING.md. The
+# refactoring cannot leave a mutant behind). The mutants themselves are not part of CI: one rebuild per mutant (docs/TESTING.md). The
 # load_checkpoint_torch ctest entry (PyTorch) is not run here.
 set -euo pipefail
 
