@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Golden LayerNorm / RMSNorm data from PyTorch, for tests/test_layernorm_kernels.cpp.
+"""Golden LayerNorm / RMSNorm data from PyTorch, for tests/test_layer_norm_kernels.cpp.
 
 Run by hand from the repository root:  /usr/bin/python3 scripts/golden/layer_norm.py
 Writes tests/data/layernorm/<case>/{x,gamma,beta,dout,y,dx,dgamma,dbeta}.npy (float32) and
