@@ -5,6 +5,8 @@
 #   1 run    io/ and provenance < data/ < dist/ < train/ < bench/
 #   2 study  study/ < serve/
 #   3 apps   apps/ (the command line)
+# The benchmarks' C++ lives in bench/ (bench/README.md): bench/src/ and bench/include/normlab/bench/
+# are the run floor's bench/ folder, bench/cmd/ is part of apps/.
 # Within run and study the folders are ordered too (a < b: b may include a, never the reverse), so
 # train/ and dist/, say, cannot include each other both ways. Lists every #include in src/,
 # include/normlab/ and apps/ that reaches a higher floor, or a later folder of its own floor, and,
@@ -38,6 +40,9 @@ rank_of() {
 # A file's path as its floor sees it: src/x/y.cpp and include/normlab/x/y.hpp -> x/y.*
 relative() {
   case $1 in
+    bench/src/*) path=bench/${1#bench/src/} ;;
+    bench/include/normlab/*) path=${1#bench/include/normlab/} ;;
+    bench/cmd/*) path=apps/${1#bench/cmd/} ;;
     src/*) path=${1#src/} ;;
     include/normlab/*) path=${1#include/normlab/} ;;
     *) path=$1 ;;
@@ -71,7 +76,7 @@ while IFS= read -r file; do
       status=1
     fi
   done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$file" || true)
-done < <(find src include/normlab apps -name '*.cpp' -o -name '*.hpp' | sort)
+done < <(find src include/normlab apps bench/src bench/include/normlab bench/cmd -name '*.cpp' -o -name '*.hpp' | sort)
 
 symbols_checked=""
 if [[ -n $build ]]; then
@@ -102,6 +107,6 @@ if [[ -n $build ]]; then
 fi
 
 if ((status == 0)); then
-  echo "layers: no upward includes ($includes includes in src/, include/normlab/, apps/)$symbols_checked"
+  echo "layers: no upward includes ($includes includes in src/, include/normlab/, apps/, bench/)$symbols_checked"
 fi
 exit $status
