@@ -17,7 +17,6 @@
 #include "normlab/kernels/dispatch.hpp"
 #include "normlab/nn/norm_registry.hpp"
 #include "normlab/nn/residual_registry.hpp"
-#include "normlab/parallel.hpp"
 #include "normlab/train/config.hpp"
 
 namespace {
@@ -56,7 +55,7 @@ std::string config_key_hint(int argc, char** argv) {
 }
 
 // `normlab help norms [--json]`: the norm and residual registries (nn/norm_registry.hpp,
-// nn/residual_registry.hpp). The JSON is what scripts/load_checkpoint_torch.py reads to rebuild each norm and
+// nn/residual_registry.hpp). The JSON is what scripts/golden/load_checkpoint_torch.py reads to rebuild each norm and
 // scheme in PyTorch.
 nlohmann::json torch_tensors(const std::vector<normlab::nn::TorchTensor>& tensors) {
   nlohmann::json out = nlohmann::json::array();
@@ -180,13 +179,6 @@ int check_verb(const CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // The commands that compute start over with normlab's OpenMP spin count when the user set none
-  // (normlab/parallel.hpp says why; libgomp read its environment before main).
-  if (argc > 1) {
-    const std::string verb = argv[1];
-    if (verb == "train" || verb == "eval" || verb == "predict" || verb == "bench" || verb == "compare")
-      normlab::restart_with_openmp_spin(argv);
-  }
   // Activations are freed and reallocated every step: keep freed memory in the heap for reuse, not
   // a fresh mmap (page faults and zero-filling) per buffer.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);

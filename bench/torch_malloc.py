@@ -8,16 +8,16 @@ on top: a buffer above glibc's largest mmap threshold (32 MiB), such as the (8, 
 attention probabilities of bench_equal_work.py at L = 1024, would otherwise still be mapped and
 unmapped on every call (7.7 s instead of 0.78 s per step).
 
-The same restart sets GOMP_SPINCOUNT=30000 when neither it nor OMP_WAIT_POLICY is set: the spin
-normlab's commands use (include/normlab/parallel.hpp), so both sides' OpenMP threads (PyTorch's
-libgomp too) wait the same way; libgomp's default spin stalls 2-thread runs on a shared VM
-(docs/PERFORMANCE.md, "Threads"). Like GLIBC_TUNABLES it is read when the process starts.
+The same restart sets GOMP_SPINCOUNT=30000 when neither it nor OMP_WAIT_POLICY is set: PyTorch
+threads on libgomp, whose default spin (300,000) stalls 2-thread runs on a shared VM
+(docs/PERFORMANCE.md, "Threads"); normlab threads on its own pool, which spins about 40 us before
+it sleeps. Like GLIBC_TUNABLES it is read when the process starts.
 """
 import os
 import sys
 
 MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296:glibc.malloc.mmap_max=0"
-OPENMP_SPIN = "30000"  # normlab::kOpenMPSpinCount
+OPENMP_SPIN = "30000"  # spins before an idle libgomp thread sleeps
 
 
 def add_argument(parser):

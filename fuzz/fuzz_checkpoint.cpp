@@ -1,5 +1,5 @@
 // libFuzzer target: see fuzz/fuzz_checkpoint.hpp for the input layout and fuzz/fuzz_inputs.hpp for
-// the contract, scripts/fuzz.sh to build and run it.
+// the contract, scripts/check/fuzz.sh to build and run it.
 #include "fuzz_checkpoint.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

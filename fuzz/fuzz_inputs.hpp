@@ -1,6 +1,6 @@
 #pragma once
 // What each fuzz target does with one input, shared by the libFuzzer entry points (fuzz/fuzz_*.cpp,
-// built by scripts/fuzz.sh) and the regression test (tests/test_fuzz_regressions.cpp), so a saved
+// built by scripts/check/fuzz.sh) and the regression test (tests/test_fuzz_regressions.cpp), so a saved
 // crash input is replayed through exactly the code that found it.
 //
 // The contract under test: every parser either accepts its input or throws normlab::InputError,

@@ -1,4 +1,4 @@
-// libFuzzer target: see fuzz/fuzz_inputs.hpp for the input layout and the contract, scripts/fuzz.sh
+// libFuzzer target: see fuzz/fuzz_inputs.hpp for the input layout and the contract, scripts/check/fuzz.sh
 // to build and run it.
 #include "fuzz_inputs.hpp"
 

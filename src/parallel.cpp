@@ -9,7 +9,6 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -238,21 +237,11 @@ void set_worker_delay_for_tests(int microseconds) { pool().set_worker_delay(micr
 void set_pool_hook_for_tests(PoolHook hook) { pool().set_hook(hook); }
 PartCounts part_counts() { return pool().counts(); }
 
-void restart_with_openmp_spin(char** argv) {
-  if (std::getenv("GOMP_SPINCOUNT") != nullptr || std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  if (::setenv("GOMP_SPINCOUNT", kOpenMPSpinCount, 0) != 0) return;
-  ::execv("/proc/self/exe", argv);
-  ::unsetenv("GOMP_SPINCOUNT");  // execv failed: this process keeps libgomp's default, and says so
-}
-
 std::string openmp_wait_setting() {
   std::string setting;
   for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"}) {
     if (const char* value = std::getenv(name)) setting += (setting.empty() ? "" : ", ") + std::string(name) + "=" + value;
   }
-  if (setting.empty()) return "libgomp's default spin";
-  const char* spin = std::getenv("GOMP_SPINCOUNT");
-  const bool ours = std::getenv("OMP_WAIT_POLICY") == nullptr && spin != nullptr && std::strcmp(spin, kOpenMPSpinCount) == 0;
-  return setting + (ours ? ", normlab's default" : "");
+  return setting.empty() ? "libgomp's default spin" : setting;
 }
 }  // namespace normlab

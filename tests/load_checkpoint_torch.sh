@@ -1,6 +1,6 @@
 #!/bin/sh
 # ctest entry (CMakeLists.txt): trains a tiny run of every registered model.norm x placement (and one
-# data-defined task) and checks each loads into PyTorch with scripts/load_checkpoint_torch.py,
+# data-defined task) and checks each loads into PyTorch with scripts/golden/load_checkpoint_torch.py,
 # which compares PyTorch's predictions with `normlab predict`.
 # Without torch in /usr/bin/python3 it prints why and exits 77, which ctest reports as "Skipped".
 #   tests/load_checkpoint_torch.sh NORMLAB_BINARY SOURCE_DIR
@@ -9,7 +9,7 @@ normlab="$1"
 source_dir="$2"
 python=${NORMLAB_TORCH_PYTHON:-/usr/bin/python3}  # overridable to test the skip
 if [ ! -x "$python" ] || ! "$python" -c "import torch, numpy" 2>/dev/null; then
-  echo "SKIPPED: $python cannot import torch and numpy, so scripts/load_checkpoint_torch.py was not run"
+  echo "SKIPPED: $python cannot import torch and numpy, so scripts/golden/load_checkpoint_torch.py was not run"
   exit 77
 fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/normlab_torch_load.XXXXXX")
@@ -69,4 +69,4 @@ JSON
   }
   runs="$runs $tmp/run-$name"
 done
-"$python" "$source_dir/scripts/load_checkpoint_torch.py" $runs --normlab "$normlab"
+"$python" "$source_dir/scripts/golden/load_checkpoint_torch.py" $runs --normlab "$normlab"

@@ -1,6 +1,6 @@
 // The checkpoint's encoder tensors in PyTorch's layout, checked without torch: their names and
 // shapes against a committed listing of torch.nn.TransformerEncoder's state_dict
-// (tests/data/pytorch/, scripts/pytorch_state_dict_layout.py), and their meaning by running
+// (tests/data/pytorch/, scripts/golden/state_dict_layout.py), and their meaning by running
 // PyTorch's TransformerEncoderLayer arithmetic (y = x W^T + b, in_proj rows q|k|v, pre-LN) in
 // float64 on the tensors read from the file's bytes, against the model that wrote them. A square
 // weight saved transposed keeps its shape; only the second check sees it. (The torch loader test,

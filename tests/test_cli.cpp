@@ -228,7 +228,7 @@ TEST_CASE("cli: bench step --breakdown says which ops and phases the step's time
   CHECK(table.out.find("where the step goes") != std::string::npos);
 }
 
-TEST_CASE("cli: the commands that compute run with normlab's OpenMP spin count unless the user chose one") {
+TEST_CASE("cli: bench headers name the OpenMP wait setting of the environment, which normlab leaves as it is") {
   TempDir dir;
   // (bench step prints the same; bench attention is the quicker command that computes)
   const std::string bench = "bench attention --shape 2,8,8,2 --threads 2 --repeats 1 --json";
@@ -238,9 +238,7 @@ TEST_CASE("cli: the commands that compute run with normlab's OpenMP spin count u
     REQUIRE(r.code == 0);
     return json::parse(r.out)["openmp_wait"].get<std::string>();
   };
-  // libgomp read its environment before main: the process starts over with the variable set
-  CHECK(wait_of("-u GOMP_SPINCOUNT -u OMP_WAIT_POLICY") == std::string("GOMP_SPINCOUNT=") + normlab::kOpenMPSpinCount +
-                                                              ", normlab's default");
+  CHECK(wait_of("-u GOMP_SPINCOUNT -u OMP_WAIT_POLICY") == "libgomp's default spin");
   CHECK(wait_of("-u OMP_WAIT_POLICY GOMP_SPINCOUNT=1234") == "GOMP_SPINCOUNT=1234");
   CHECK(wait_of("-u GOMP_SPINCOUNT OMP_WAIT_POLICY=passive") == "OMP_WAIT_POLICY=passive");
 }

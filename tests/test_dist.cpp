@@ -233,3 +233,11 @@ TEST_CASE("dist: sync BatchNorm over two identical ranks normalizes like one - w
   }
   (void)rng;
 }
+
+TEST_CASE("dist: the parameter hash covers every tensor, not only the first") {
+  Tensor first = Tensor::full({4}, 0.5f), second = Tensor::full({3}, 0.25f);
+  const nn::NamedTensors params = {{"a", first}, {"b", second}};
+  const uint64_t before = dist::parameter_hash(params);
+  second.data()[2] = std::nextafter(0.25f, 1.0f);
+  CHECK(dist::parameter_hash(params) != before);
+}

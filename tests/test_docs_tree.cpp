@@ -1,5 +1,5 @@
 // The source tree as a reader meets it: no tracker issue numbers in code, comments or docs
-// (scripts/check-tracker-refs.sh, checked here on the real tree and on planted lines), and the
+// (scripts/check/tracker_refs.sh, checked here on the real tree and on planted lines), and the
 // LayerNorm benchmark names the copy its reference is.
 #include <doctest/doctest.h>
 
@@ -30,10 +30,10 @@ struct ScriptRun {
   std::string out;
 };
 
-// bash scripts/check-tracker-refs.sh ROOT, with its stdout and stderr kept.
+// bash scripts/check/tracker_refs.sh ROOT, with its stdout and stderr kept.
 ScriptRun check_tracker_refs(const TempDir& scratch, const std::string& root) {
   const std::string out = scratch.sub("check.txt");
-  const std::string command = std::string("bash \"") + NORMLAB_SOURCE_DIR + "/scripts/check-tracker-refs.sh\" \"" +
+  const std::string command = std::string("bash \"") + NORMLAB_SOURCE_DIR + "/scripts/check/tracker_refs.sh\" \"" +
                               root + "\" >\"" + out + "\" 2>&1";
   const int status = std::system(command.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out)};

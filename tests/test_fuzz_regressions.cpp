@@ -4,7 +4,7 @@
 //   reject-*   must be refused (truncated headers, absurd sizes, malformed text, ...)
 //   accept-*   must be accepted
 //   anything else (e.g. crash-<sha1> saved by libFuzzer) only has to be clean.
-// scripts/fuzz.sh explains how a crash found by the fuzzer becomes a file here.
+// scripts/check/fuzz.sh explains how a crash found by the fuzzer becomes a file here.
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // Every norm kind, the position table and the whole EncoderModel against PyTorch (golden files from
-// scripts/golden_norms.py in tests/data/norms).
+// scripts/golden/norms.py in tests/data/norms).
 //
 // The references are PyTorch's float64 results from the same float32 inputs; each file also records
 // how far PyTorch's own float32 run of the same computation lands from them ("noise"). We accept
@@ -133,7 +133,7 @@ TEST_CASE("golden norms: each norm layer from make_norm, forward and backward, a
     if (!entry.spec.make) continue;
     ++layers;
     CHECK_MESSAGE(std::find(names.begin(), names.end(), "norm_" + entry.spec.name) != names.end(),
-                  "no golden norm_", entry.spec.name, " (scripts/golden_norms.py)");
+                  "no golden norm_", entry.spec.name, " (scripts/golden/norms.py)");
   }
   CHECK(names.size() == static_cast<size_t>(layers + 4));
   for (const std::string& name : names) {

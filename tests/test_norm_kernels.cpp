@@ -1,7 +1,7 @@
 // RMSNorm, BatchNorm and PowerNorm kernels: the reference kernels, PyTorch golden data (RMSNorm), finite
 // differences, running statistics, determinism, and the per-token vs per-batch contrast with
 // LayerNorm. Error metric: max|ours - ref| / max(1, max|ref|) per tensor (see
-// test_layernorm_kernels.cpp).
+// test_layer_norm_kernels.cpp).
 #include <doctest/doctest.h>
 
 #include "support.hpp"

@@ -1,5 +1,5 @@
 // Optimizers, gradient clipping and lr schedules: hand-computed steps, parity with torch.optim
-// (tests/data/optim, made by scripts/golden_optim.py), weight-decay name rules, checkpoint state
+// (tests/data/optim, made by scripts/golden/optim.py), weight-decay name rules, checkpoint state
 // round trips and option checks.
 #include <doctest/doctest.h>
 

@@ -1,5 +1,5 @@
 // qk-norm (model.qk_norm) and z-loss (optim.z_loss): parity with PyTorch (golden files from
-// scripts/golden_qk_norm.py), finite-difference gradients, and qk-norm's place in the model.
+// scripts/golden/qk_norm.py), finite-difference gradients, and qk-norm's place in the model.
 #include <doctest/doctest.h>
 
 #include <fmt/format.h>

@@ -1,7 +1,7 @@
 // The reference kernels (kernels/reference/): the fast kernels agree with them, NORMLAB_KERNELS
 // switches every op and the optimizer to them, a short training run ends where the fast kernels'
 // does, and they are compiled so a debugger can step through them. (LayerNorm, RMSNorm and
-// BatchNorm are compared in test_layernorm_kernels.cpp and test_norm_kernels.cpp.)
+// BatchNorm are compared in test_layer_norm_kernels.cpp and test_norm_kernels.cpp.)
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 

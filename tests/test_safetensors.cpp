@@ -187,7 +187,7 @@ TEST_CASE("safetensors round trip keeps names, dtypes, shapes, exact bits and me
   CHECK(slurp(copy) == slurp(path));
 }
 
-TEST_CASE("safetensors reads a file from an independent writer (scripts/check_safetensors.py)") {
+TEST_CASE("safetensors reads a file from an independent writer (scripts/golden/safetensors_reader.py)") {
   // Metadata last, pretty-printed JSON, keys in another order, offsets not in name order, an F32
   // tensor at an unaligned offset (30), a zero-sized tensor and a scalar.
   const std::string path = std::string(NORMLAB_TEST_DATA_DIR) + "/safetensors/sample.safetensors";

@@ -96,27 +96,9 @@ struct PartCounts {
 };
 PartCounts part_counts();
 
-// OpenMP's spin. normlab's kernels no longer open OpenMP regions (the pool above does their
-// threading; OpenMP is left for `omp simd`, the default thread count and callers' own regions), so
-// this setting now reaches only a caller's OpenMP regions; it is kept while the commands still set
-// it. How long an OpenMP thread with nothing to do spins before it sleeps. libgomp's default is
-// 300,000 spins (several milliseconds); normlab's commands that compute set GOMP_SPINCOUNT to this
-// instead, unless the user set GOMP_SPINCOUNT or OMP_WAIT_POLICY. Measured on a shared 2-core VM
-// (docs/PERFORMANCE.md, "Threads"): with the default, 5 of 6 processes ran the 2-thread step
-// at 16-21 ms instead of 7, stalled for whole 4 ms scheduler ticks; every spin count from 3,000 to
-// 200,000 ran all of them at 7. Threads that wait long sleep, and give their core back.
-inline constexpr const char* kOpenMPSpinCount = "30000";
-
-// When neither GOMP_SPINCOUNT nor OMP_WAIT_POLICY is set: sets GOMP_SPINCOUNT=kOpenMPSpinCount
-// and executes the program again, same process, same arguments (execv of /proc/self/exe).
-// libgomp reads its environment once, when it is loaded, before main, so a variable set later has
-// no effect; and an executable's .preinit_array, which runs before libgomp's constructor, runs
-// before glibc has set up the environment too. Call it first thing in main, before any output or
-// file is made. Returns only when nothing was to be done or execv failed (then libgomp's default
-// stays). The cost: one more program start, about 12 ms.
-void restart_with_openmp_spin(char** argv);
-
-// The setting in effect, for benchmarks' headers: "GOMP_SPINCOUNT=30000, normlab's default",
-// "OMP_WAIT_POLICY=active", "libgomp's default spin" (the restart failed).
+// The OpenMP wait setting in the environment (OMP_WAIT_POLICY, GOMP_SPINCOUNT), for benchmarks'
+// headers: "GOMP_SPINCOUNT=30000", "OMP_WAIT_POLICY=active", or "libgomp's default spin". normlab
+// opens no OpenMP region (the pool above threads the kernels), so it matters only to a caller's own
+// regions and to PyTorch's side of bench/, which sets GOMP_SPINCOUNT (bench/torch_malloc.py).
 std::string openmp_wait_setting();
 }  // namespace normlab

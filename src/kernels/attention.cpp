@@ -438,7 +438,7 @@ void softmax_row(float* s, int64_t L, int64_t Lp, float scale, float* stats) {
   }
   // sum_lanes' additions on registers: lanes l + l+8, then sum_halves (the same order, the same
   // bits). Not through a stack array: GCC 12's AddressSanitizer with detect_stack_use_after_return
-  // gives this frame a bad fake-stack address and the store faults (scripts/test-sanitize.sh).
+  // gives this frame a bad fake-stack address and the store faults (scripts/check/sanitize.sh).
   // (maskz extracts: GCC 12 warns about the undefined passthrough of the plain ones and of the cast)
   const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(sum), 0));
   const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(sum), 1));

@@ -1,6 +1,6 @@
 #pragma once
 // The shipped data files (data/<task>/{train,valid,test}.jsonl, data/kjv/...) are made by these
-// functions, so anyone can regenerate them byte for byte (scripts/make_data.sh; data/README.md).
+// functions, so anyone can regenerate them byte for byte (scripts/data/make_data.sh; data/README.md).
 #include <cstdint>
 #include <string>
 #include <vector>

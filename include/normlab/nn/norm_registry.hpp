@@ -5,7 +5,7 @@
 // Everything that lists norms reads this table: config validation (model.norm), the encoder (which
 // layer a block gets), the compare grid's variant names (nn/variants.hpp), the report's
 // descriptions and block formulas, `normlab help norms` and, through `normlab help norms --json`,
-// scripts/load_checkpoint_torch.py. Adding a norm is its own file under src/nn/norms/ (the layer,
+// scripts/golden/load_checkpoint_torch.py. Adding a norm is its own file under src/nn/norms/ (the layer,
 // its plain reference forward, its entry) plus its line in src/nn/norm_registry.cpp; docs/tour.md's
 // "Add your own normalization" walks through it with ScaleNorm.
 #include <cstdint>
@@ -34,7 +34,7 @@ struct TorchTensor {
   bool parameter = true;  // false: a buffer (running statistics)
 };
 
-// How scripts/load_checkpoint_torch.py rebuilds the layer in PyTorch (eval mode): its tensors and
+// How scripts/golden/load_checkpoint_torch.py rebuilds the layer in PyTorch (eval mode): its tensors and
 // its forward as one PyTorch expression of x (..., dim), eps and the tensors by name.
 struct TorchMapping {
   std::vector<TorchTensor> tensors;

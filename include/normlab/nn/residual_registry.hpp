@@ -43,7 +43,7 @@ struct ResidualSpec {
   std::function<std::unique_ptr<ResidualScheme>(int64_t d_model)> make;
 };
 
-// How scripts/load_checkpoint_torch.py rebuilds a scheme: its tensors, named as in the block's
+// How scripts/golden/load_checkpoint_torch.py rebuilds a scheme: its tensors, named as in the block's
 // state_dict, with their initial values (TorchTensor), and each sublayer's sum as a PyTorch
 // expression of x, f and those tensors.
 struct TorchResidual {
