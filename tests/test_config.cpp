@@ -59,7 +59,7 @@ TEST_CASE("config: defaults round-trip through JSON") {
   // A changed config survives the round trip too (every field is read back).
   RunConfig changed;
   changed.model.d_model = 32;
-  changed.model.heads = 2;
+  changed.model.num_heads = 2;
   changed.model.norm = "rmsnorm";
   changed.model.vocab_size = 40;
   changed.optim.lr = 0.0003;

@@ -404,7 +404,7 @@ void fill_missing_axes(const CompareConfig& config, const std::vector<std::vecto
   }
   if (plan.lrs.empty()) plan.lrs.push_back(base.optim.lr);
   if (plan.seeds.empty()) plan.seeds.push_back(uint64_t(base.train.seed));
-  if (plan.layers.empty()) plan.layers.push_back(base.model.layers);
+  if (plan.layers.empty()) plan.layers.push_back(base.model.num_layers);
   if (plan.warmups.empty()) plan.warmups.push_back(base.optim.warmup_steps > 0);
   if (std::find(plan.warmups.begin(), plan.warmups.end(), true) != plan.warmups.end() &&
       base.optim.warmup_steps == 0 && config.grid.contains("warmup"))

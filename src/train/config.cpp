@@ -151,9 +151,9 @@ const std::vector<Field>& fields() {
     std::vector<Field> f;
     // model
     f.push_back(make_field("model", &R::model, "d_model", &ModelConfig::d_model, Kind::integer, closed(1, 4096)));
-    f.push_back(make_field("model", &R::model, "heads", &ModelConfig::heads, Kind::integer, closed(1, 64)));
-    f.push_back(make_field("model", &R::model, "layers", &ModelConfig::layers, Kind::integer, closed(1, 64)));
-    f.push_back(make_field("model", &R::model, "ffn", &ModelConfig::ffn, Kind::integer, closed(1, 16384)));
+    f.push_back(make_field("model", &R::model, "heads", &ModelConfig::num_heads, Kind::integer, closed(1, 64)));
+    f.push_back(make_field("model", &R::model, "layers", &ModelConfig::num_layers, Kind::integer, closed(1, 64)));
+    f.push_back(make_field("model", &R::model, "ffn", &ModelConfig::dim_feedforward, Kind::integer, closed(1, 16384)));
     f.push_back(make_field("model", &R::model, "dropout", &ModelConfig::dropout, Kind::number, closed_open(0, 1)));
     f.push_back(make_field("model", &R::model, "activation", &ModelConfig::activation, Kind::choice, {},
                            {"relu", "gelu"}));
@@ -564,8 +564,8 @@ void check_config(const RunConfig& config, const std::string& where) {
   auto fail = [&](const std::string& key, const std::string& what) {
     throw InputError(fmt::format("{}: {}: {}", where, key, what));
   };
-  if (m.d_model % m.heads != 0) {
-    fail("model.d_model", fmt::format("must be divisible by model.heads (got {} and {})", m.d_model, m.heads));
+  if (m.d_model % m.num_heads != 0) {
+    fail("model.d_model", fmt::format("must be divisible by model.heads (got {} and {})", m.d_model, m.num_heads));
   }
   if (config.train.early_stopping_patience > 0 && config.train.eval_every == 0) {
     fail("train.early_stopping_patience", "counts evaluations: needs train.eval_every > 0");

@@ -192,7 +192,7 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
   // The sums the ranks add up beside the gradients (StepSums' extra): the z-loss, then on
   // diagnostics steps the figures of DiagnosticSums.
   const bool z_loss = config_.optim.z_loss > 0;
-  DiagnosticSums sums_layout(config_.model.layers, config_.model.heads, ranks_->size(), z_loss, diagnostics);
+  DiagnosticSums sums_layout(config_.model.num_layers, config_.model.num_heads, ranks_->size(), z_loss, diagnostics);
   std::vector<double> extra(sums_layout.size(), 0.0);
   if (batch.batch_size() > 0) {  // an empty share still joins the reduction below
     nn::Diagnostics diag;
@@ -233,7 +233,7 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
 }
 
 void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics) {
-  if (diagnostics) record.layer_grad_norms = nn::per_layer_grad_norms(*model_, config_.model.layers);
+  if (diagnostics) record.layer_grad_norms = nn::per_layer_grad_norms(*model_, config_.model.num_layers);
   std::vector<std::vector<float>> before;  // each block's weights before the update, for update_ratio
   if (diagnostics) before = nn::block_parameter_values(*model_);
   record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
@@ -243,7 +243,7 @@ void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics) {
     return;
   }
   optimizer_->step(lr);
-  if (diagnostics) record.update_ratio = nn::per_layer_update_ratios(*model_, config_.model.layers, before);
+  if (diagnostics) record.update_ratio = nn::per_layer_update_ratios(*model_, config_.model.num_layers, before);
   ++step_;
 }
 

@@ -31,11 +31,14 @@
 
 namespace normlab::train {
 
+// Members carry PyTorch's names (nn.TransformerEncoderLayer, nn.MultiheadAttention), the same as
+// nn::EncoderOptions', so a setting keeps one name from here down to the model; the JSON key users
+// type stays short where it differs (in comments: "key").
 struct ModelConfig {
   int64_t d_model = 64;
-  int64_t heads = 4;
-  int64_t layers = 2;
-  int64_t ffn = 256;
+  int64_t num_heads = 4;                  // "heads"
+  int64_t num_layers = 2;                 // "layers"
+  int64_t dim_feedforward = 256;          // "ffn"
   double dropout = 0.0;
   std::string activation = "relu";        // relu | gelu
   nn::NormKind norm = "layernorm";        // a registry entry (nn/norm_registry.hpp): `normlab help norms`
