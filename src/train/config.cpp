@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <set>
+#include <stdexcept>
 #include <type_traits>
 
 #include "normlab/data/task.hpp"
@@ -627,6 +628,13 @@ std::vector<std::string> config_keys() {
   std::vector<std::string> keys;
   for (const Field& field : fields()) keys.push_back(field.path());
   return keys;
+}
+
+json config_value(const RunConfig& config, const std::string& key) {
+  const size_t dot = key.find('.');
+  const Field* field = dot == std::string::npos ? nullptr : find_field(key.substr(0, dot), key.substr(dot + 1));
+  if (!field) throw std::invalid_argument(fmt::format("config_value: {} is not a config key", key));
+  return field->get(config);
 }
 
 const std::vector<std::string>& resume_mutable_keys() {

@@ -168,6 +168,11 @@ nlohmann::json to_json(const RunConfig& config);
 // "section.key" for every key, in documentation order (docs/config.md documents each one).
 std::vector<std::string> config_keys();
 
+// One key's value as to_json writes it, e.g. config_value(c, "train.batch_size") == 32: for code that
+// goes over keys (which keys differ between runs, a grid's config-key axes); code that wants one
+// setting reads the member. `key` is one of config_keys(); another is a bug (std::invalid_argument).
+nlohmann::json config_value(const RunConfig& config, const std::string& key);
+
 // Keys a resumed run may change: how long to train and how often to report. Everything else would
 // make the checkpoint describe a different run.
 const std::vector<std::string>& resume_mutable_keys();
