@@ -60,6 +60,10 @@ std::string variant_of(const std::string& norm, const std::string& placement) {
   return "";
 }
 
+std::string variant_of(const train::ModelConfig& model) {
+  return variant_of(model.norm.name(), nn::to_string(model.placement));
+}
+
 std::string block_formula(const std::string& norm, const std::string& placement, bool final_norm) {
   if (nn::find_norm(norm) == nullptr) return "";
   return nn::block_formula(norm, placement == "post" ? nn::Placement::post : nn::Placement::pre, final_norm);
@@ -473,23 +477,24 @@ RunSpec make_run_spec(const CompareConfig& config, const std::vector<std::vector
   spec.setting = setting.label;
   spec.name = fmt::format("{}_lr{}_L{}_{}{}_s{}", variant_name, format_lr(lr), setting.layers,
                           setting.warmup ? "warmup" : "nowarmup", setting.name_suffix, seed);
-  spec.config = config.base;
+  json& file = spec.config_file;
+  file = config.base;
   if (variant) {
-    set_path(spec.config, "model.norm", variant->norm, path);
-    set_path(spec.config, "model.placement", variant->placement, path);
+    set_path(file, "model.norm", variant->norm, path);
+    set_path(file, "model.placement", variant->placement, path);
   }
-  set_path(spec.config, "optim.lr", lr, path);
-  set_path(spec.config, "model.layers", setting.layers, path);
+  set_path(file, "optim.lr", lr, path);
+  set_path(file, "model.layers", setting.layers, path);
   if (config.grid.contains("warmup"))
-    set_path(spec.config, "optim.warmup_steps", setting.warmup ? config.base_config.optim.warmup_steps : 0, path);
+    set_path(file, "optim.warmup_steps", setting.warmup ? config.base_config.optim.warmup_steps : 0, path);
   for (size_t a = 0; a < setting.key_values.size(); ++a)
-    set_path(spec.config, plan.extra_axes[a].first, key_axis_values[a][setting.key_values[a]], path);
-  set_path(spec.config, "train.seed", seed, path);
-  set_path(spec.config, "train.threads", 1, path);
+    set_path(file, plan.extra_axes[a].first, key_axis_values[a][setting.key_values[a]], path);
+  set_path(file, "train.seed", seed, path);
+  set_path(file, "train.threads", 1, path);
   const std::string where = fmt::format("{}: run {}", path, spec.name);
-  train::RunConfig run = train::config_from_json(spec.config, where, ".");
+  spec.config = train::config_from_json(file, where, ".");
   try {  // refused here, before any run of the grid starts, as the trainer would refuse it
-    (void)train::fits_in_memory(std::move(run));
+    (void)train::fits_in_memory(spec.config);
   } catch (const InputError& e) {
     throw InputError(fmt::format("{}: {}", where, e.what()));
   }
@@ -598,7 +603,7 @@ ComparePlan load_compare_plan(const std::string& path, const std::string& out_di
   const CompareConfig config = parse_compare_config(path);
   ComparePlan plan;
   plan.source = path;
-  plan.base = config.base;
+  plan.base = config.base_config;
   plan.equivalence = config.equivalence;
   read_builtin_axes(config.grid, path, plan);
   if (config.search.enabled()) plan.lrs = initial_rates(config.search);

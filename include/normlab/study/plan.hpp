@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "normlab/train/config.hpp"
+
 namespace normlab::study {
 
 // What each variant name sets in the run config.
@@ -31,6 +33,8 @@ const std::vector<Variant>& known_variants();
 const Variant* find_variant(const std::string& name);
 // The variant a (norm, placement) pair is, e.g. ("layernorm", "pre") -> "pre-ln"; "" if none.
 std::string variant_of(const std::string& norm, const std::string& placement);
+// The variant a model config trains (its model.norm and model.placement).
+std::string variant_of(const train::ModelConfig& model);
 
 // The residual block a variant's norm and placement train (nn::block_formula), e.g. "x = x + f(LN(x))"
 // (pre-ln, final LN noted); "" for a norm the registry does not know.
@@ -45,8 +49,12 @@ struct RunSpec {
   uint64_t seed = 0;
   std::vector<std::pair<std::string, std::string>> extra;  // other grid axes: key, value as in the name
   std::string setting;  // every axis but variant, lr and seed, e.g. "4 layers, no warmup, train.batch_size=4"
-  nlohmann::json config;  // the full run config
-  std::string dir;        // the run directory
+  train::RunConfig config;  // the run's config, parsed and validated once: what study and serve read
+  // A compare plan's run as compare writes it to configs/NAME.json and trains it: the base file's
+  // keys with the axes' values (the trainer fills in the defaults); null in a plan read back from
+  // run directories.
+  nlohmann::json config_file;
+  std::string dir;  // the run directory
 };
 
 // The margins within which a difference counts as none (compare config key "equivalence"): held-out
@@ -86,7 +94,7 @@ struct ComparePlan {
   std::string source;  // the compare config's path (or the run directories), for messages
   std::string title = "normlab compare report";
   EquivalenceMargins equivalence;
-  nlohmann::json base;  // base run config after "set" (for `report`: the first run's config)
+  train::RunConfig base;  // base run config after "set" (for `report`: the first run's config)
   std::vector<std::string> variants;
   std::vector<double> lrs;
   std::vector<uint64_t> seeds;
