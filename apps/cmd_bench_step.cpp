@@ -77,7 +77,8 @@ void run(const BenchStepOptions& options) {
     return;
   }
   fmt::print("training step: {} task, d_model {}, {} heads, {} layers, ffn {}, {} {}, {}; batch {} of lengths {}-{}\n",
-             data::to_string(config.task.name), m.d_model, m.num_heads, m.num_layers, m.dim_feedforward, nn::to_string(m.placement), m.norm.name(),
+             data::to_string(config.task.name), m.d_model, m.num_heads, m.num_layers, m.dim_feedforward,
+             nn::to_string(m.placement), m.norm.name(),
              optim::to_string(config.optim.name),
              r.batch_size, config.task.min_len, config.task.max_len);
   fmt::print("  {} parameters, {} thread{}{}, kernels: {}, median of {} steps after {} warmup\n", r.num_parameters,

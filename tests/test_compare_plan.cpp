@@ -99,7 +99,7 @@ TEST_CASE("plan: an axis the grid leaves out holds the base's value - warmup tru
   CHECK(warm.runs[0].config.optim.warmup_steps == 4);
 }
 
-TEST_CASE("plan: a key the base file leaves out reads as the trainer's default, in the plan as in the run directory") {
+TEST_CASE("plan: a key the base file leaves out reads as the trainer's default, as in the run directory") {
   TempDir tmp("normlab_plan_left_out");
   tmp.write("base.json", R"({"model": {"d_model": 32, "ffn": 64, "max_len": 16},
                              "task": {"name": "reverse", "max_len": 8, "eval_max_len": 12}})");

@@ -35,7 +35,8 @@ std::string label_of(const std::vector<std::string>& labels, int32_t k) {
 }  // namespace
 
 bool judged_by_macro_f1(const RunResult& run) {
-  return data::is_data_task(run.spec.config.task.name) && !run.evals.empty() && std::isfinite(run.final_trained().macro_f1);
+  return data::is_data_task(run.spec.config.task.name) && !run.evals.empty() &&
+         std::isfinite(run.final_trained().macro_f1);
 }
 
 double solved_score(const RunResult& run) {

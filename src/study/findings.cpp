@@ -35,8 +35,9 @@ std::string length_range(const ComparePlan& plan, bool unseen) {
   const bool single = std::any_of(plan.runs.begin(), plan.runs.end(), [](const RunSpec& r) {
     return r.config.task.length_regime == data::LengthRegime::single;
   });
-  const std::string shorter =
-      single && t.max_len > t.min_len ? fmt::format(" (single-length runs: also {}–{})", t.min_len, t.max_len - 1) : "";
+  const std::string shorter = single && t.max_len > t.min_len
+                                  ? fmt::format(" (single-length runs: also {}–{})", t.min_len, t.max_len - 1)
+                                  : "";
   if (!unseen)
     return fmt::format("lengths {}–{}{}", t.min_len, t.max_len,
                        single ? fmt::format(" (single-length runs: {} only)", t.max_len) : "");

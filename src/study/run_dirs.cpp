@@ -118,7 +118,8 @@ std::vector<train::RunConfig> read_run_configs(const std::vector<std::string>& r
     if (configs[i].task.name != configs[0].task.name)
       throw InputError(fmt::format("{} trains task {} but {} trains task {}: a report compares runs of one task; "
                                    "make one report per task",
-                                   run_dirs[0], quoted(configs[0].task.name), run_dirs[i], quoted(configs[i].task.name)));
+                                   run_dirs[0], quoted(configs[0].task.name), run_dirs[i],
+                                   quoted(configs[i].task.name)));
   return configs;
 }
 
@@ -146,7 +147,8 @@ std::string series_of(const std::string& run_dir, const train::RunConfig& config
   if (auto it = runs.label_of.find(canonical(run_dir)); it != runs.label_of.end()) return it->second;
   std::string label;
   for (const std::string& key : differing)
-    label += fmt::format("{}{}={}", label.empty() ? "" : ", ", key, detail::value_text(train::config_value(config, key)));
+    label += fmt::format("{}{}={}", label.empty() ? "" : ", ", key,
+                         detail::value_text(train::config_value(config, key)));
   if (label.empty()) label = variant_of(config.model);
   return label.empty() ? "run" : label;
 }

@@ -154,7 +154,8 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("model", &R::model, "d_model", &ModelConfig::d_model, Kind::integer, closed(1, 4096)));
     f.push_back(make_field("model", &R::model, "heads", &ModelConfig::num_heads, Kind::integer, closed(1, 64)));
     f.push_back(make_field("model", &R::model, "layers", &ModelConfig::num_layers, Kind::integer, closed(1, 64)));
-    f.push_back(make_field("model", &R::model, "ffn", &ModelConfig::dim_feedforward, Kind::integer, closed(1, 16384)));
+    f.push_back(
+        make_field("model", &R::model, "ffn", &ModelConfig::dim_feedforward, Kind::integer, closed(1, 16384)));
     f.push_back(make_field("model", &R::model, "dropout", &ModelConfig::dropout, Kind::number, closed_open(0, 1)));
     f.push_back(make_field("model", &R::model, "activation", &ModelConfig::activation, Kind::choice, {},
                            {"relu", "gelu"}));
