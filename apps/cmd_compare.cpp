@@ -57,6 +57,8 @@ void run(const study::CompareOptions& options) {
     for (const std::string& sentence : result.answer) fmt::print("  {}\n", sentence);
     fmt::print("compare: report written to {}\n", result.report_path);
   }
+  for (const std::string& failure : result.failures) fmt::print(stderr, "compare: run {}\n", failure);
+  if (result.timing.finished_runs > 0) fmt::print(stderr, "{}\n", result.timing.summary_line());
   if (!result.bad_input.empty()) throw InputError(result.bad_input);
   if (result.stop_signal != 0) {
     fmt::print(stderr, "compare: interrupted; run the same command again to resume the unfinished runs\n");

@@ -1,4 +1,4 @@
-// normlab eval --run DIR [--data FILE] [--json]
+// normlab eval --run DIR [--data FILE] [--json] [--no-baseline]
 #include <fmt/core.h>
 
 #include <filesystem>
@@ -11,6 +11,7 @@
 #include "normlab/error.hpp"
 #include "normlab/io/text.hpp"
 #include "normlab/study/run_dirs.hpp"
+#include "normlab/train/baseline.hpp"
 #include "normlab/train/saved_run.hpp"
 #include "normlab/train/setup.hpp"
 
@@ -25,6 +26,7 @@ struct EvalOptions {
   std::optional<int64_t> batch_size;  // default: train.batch_size
   bool batch_stats = false;
   std::string checkpoint;  // "", "best" or "last"
+  bool no_baseline = false;
 };
 
 }  // namespace
@@ -58,6 +60,34 @@ train::CheckpointChoice checkpoint_choice(const std::string& choice) {
 
 namespace {
 
+// The model's and the baseline's held-out accuracy and macro-F1 with 95% intervals, one row each.
+void print_score_rows(const train::HeldOutScore& model, const std::optional<train::BaselineScore>& baseline,
+                      const train::LoadedRun& loaded) {
+  fmt::print("\n{:<34} {:>8}  {:<26} {:<26}\n", "", "examples", "accuracy [95% interval]", "macro-F1 [95% interval]");
+  auto row = [](const std::string& name, int64_t n, double a, double a_lo, double a_hi, double f, double f_lo,
+                double f_hi) {
+    fmt::print("{:<34} {:>8}  {:.4f} [{:.4f}, {:.4f}]   {:.4f} [{:.4f}, {:.4f}]\n", name, n, a, a_lo, a_hi, f, f_lo,
+               f_hi);
+  };
+  row(fmt::format("model ({}, step {})", loaded.is_best ? "best" : "last", loaded.step), model.examples, model.accuracy,
+      model.accuracy_low, model.accuracy_high, model.macro_f1, model.macro_f1_low, model.macro_f1_high);
+  if (baseline)
+    row("baseline (bag of words, bigrams)", baseline->examples, baseline->accuracy, baseline->accuracy_low,
+        baseline->accuracy_high, baseline->macro_f1, baseline->macro_f1_low, baseline->macro_f1_high);
+  fmt::print("(Wilson intervals for accuracy, bootstrap over examples for macro-F1{})\n",
+             baseline ? "; the baseline: normlab baseline, fitted on the run's training file" : "");
+}
+
+// Without length buckets (own data's default): the held-out figures, the per-class table and the
+// confusion matrix, and the baseline row.
+void print_held_out(const train::EvalMetrics& m, const train::HeldOutScore& model_score,
+                    const std::optional<train::BaselineScore>& baseline, const train::LoadedRun& loaded, bool own_data) {
+  fmt::print("{} examples, {}\n", m.sequences, train::describe_groups(m));
+  if (!m.confusion.empty())
+    fmt::print("\nper class:\n{}", io::escape_control_lines(train::describe_class_metrics(m.confusion, m.labels)));
+  if (own_data) print_score_rows(model_score, baseline, loaded);
+}
+
 void run(const EvalOptions& options) {
   refuse_compare_dir(options.run_dir, "eval");
   train::LoadedRun loaded = train::load_run(options.run_dir, checkpoint_choice(options.checkpoint));
@@ -68,6 +98,15 @@ void run(const EvalOptions& options) {
   settings.batch_statistics = options.batch_stats;
   train::RunEvaluation result = train::evaluate_run(loaded, data, settings);
   const train::EvalMetrics& m = result.metrics;
+  // Own-data classification: the bag-of-words baseline on the same examples, the figure to beat.
+  std::optional<train::BaselineScore> baseline;
+  if (!options.no_baseline && loaded.config.task.name == data::TaskKind::sequence_classification) {
+    const data::Dataset scored = data ? train::load_eval_file(*data, loaded.config, loaded.task)
+                                      : train::load_valid_set(loaded.config, loaded.task);
+    baseline = train::run_baseline(loaded.config, loaded.task, scored);
+  }
+  const bool own_data = loaded.task.is_data_defined() && !m.confusion.empty();
+  const train::HeldOutScore model_score = own_data ? train::held_out_score(m.confusion) : train::HeldOutScore{};
 
   if (options.json) {
     nlohmann::json out = train::to_json(m);
@@ -81,6 +120,18 @@ void run(const EvalOptions& options) {
     out["task"] = train::task_title(loaded.config);
     out["batch_size"] = settings.batch_size.value_or(loaded.config.train.batch_size);
     out["batch_statistics"] = settings.batch_statistics;
+    if (own_data) {
+      out["accuracy_ci"] = {model_score.accuracy_low, model_score.accuracy_high};
+      out["macro_f1_ci"] = {model_score.macro_f1_low, model_score.macro_f1_high};
+    }
+    if (baseline)
+      out["baseline"] = {{"name", "bag-of-words logistic regression (unigrams + bigrams)"},
+                         {"examples", baseline->examples},
+                         {"loss", baseline->loss},
+                         {"accuracy", baseline->accuracy},
+                         {"accuracy_ci", {baseline->accuracy_low, baseline->accuracy_high}},
+                         {"macro_f1", baseline->macro_f1},
+                         {"macro_f1_ci", {baseline->macro_f1_low, baseline->macro_f1_high}}};
     fmt::print("{}\n", out.dump());
     return;
   }
@@ -95,6 +146,10 @@ void run(const EvalOptions& options) {
   if (settings.batch_size || settings.batch_statistics)
     fmt::print("batches of {} sequences{}\n", settings.batch_size.value_or(loaded.config.train.batch_size),
                settings.batch_statistics ? ", BatchNorm with each batch's own statistics" : "");
+  if (!train::has_length_buckets(m)) {
+    print_held_out(m, model_score, baseline, loaded, own_data);
+    return;
+  }
   fmt::print("{:>10} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "lengths", "seqs", "targets", "loss", "accuracy", "seq_acc");
   bool any_beyond = false;
   for (const train::BucketMetrics& b : m.buckets) {
@@ -117,13 +172,14 @@ void run(const EvalOptions& options) {
     };
     if (m.unseen) fmt::print("{}; {}\n", group_f1("trained", m.trained), group_f1("unseen", *m.unseen));
   }
+  if (own_data) print_score_rows(model_score, baseline, loaded);
 }
 
 }  // namespace
 
 void add_eval(CLI::App& app) {
   auto options = std::make_shared<EvalOptions>();
-  CLI::App* cmd = app.add_subcommand("eval", "Evaluate a trained run: loss and accuracy per length bucket, per-class metrics and the confusion matrix");
+  CLI::App* cmd = app.add_subcommand("eval", "Evaluate a trained run: loss, accuracy and macro-F1 (per length bucket when asked), per-class metrics, the confusion matrix, and for own data the baseline");
   cmd->add_option("--run", options->run_dir, "Run directory (holds checkpoint.safetensors)")->required();
   cmd->add_option("--data", options->data, "JSONL file to evaluate (default: the run's validation set)");
   cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");
@@ -133,6 +189,8 @@ void add_eval(CLI::App& app) {
   cmd->add_flag("--batch-stats", options->batch_stats,
                 "BatchNorm normalizes with each evaluation batch's own statistics, as in training, instead of its "
                 "running averages (LayerNorm has per-token statistics: nothing changes)");
+  cmd->add_flag("--no-baseline", options->no_baseline,
+                "Own-data classification: leave out the bag-of-words baseline row (fitted on the run's training file)");
   add_checkpoint_option(*cmd, options->checkpoint);
   cmd->callback([options] { run(*options); });
 }

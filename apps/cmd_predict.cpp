@@ -1,9 +1,12 @@
 // normlab predict --run DIR --input "..." [--json]
-// normlab predict --run DIR --data FILE|- [--out FILE] [--format json|csv] [--batch-size N] [--threads N]
+// normlab predict --run DIR --data FILE|- | --lines FILE|- [--out FILE] [--format json|csv] [--batch-size N] [--threads N]
 #include <fmt/core.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
 #include <cmath>
 #include <optional>
 #include <memory>
@@ -17,6 +20,8 @@
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/io/text.hpp"
 #include "normlab/parallel.hpp"
+#include "normlab/data/jsonl.hpp"
+#include "normlab/train/baseline.hpp"
 #include "normlab/train/predict_lines.hpp"
 #include "normlab/train/saved_run.hpp"
 #include "normlab/train/setup.hpp"
@@ -25,15 +30,11 @@ namespace normlab::cli {
 
 namespace {
 
-int64_t unknown_count(const data::Task& task, const std::vector<int32_t>& tokens) {
-  const std::optional<int32_t> unk = task.is_data_defined() ? task.input_vocab.find(data::kUnkToken) : std::nullopt;
-  return unk ? std::count(tokens.begin(), tokens.end(), *unk) : 0;
-}
-
 struct PredictOptions {
   std::string run_dir;
   std::string input;
-  std::string data;  // a file of inputs, one a line; "-": standard input
+  std::string data;   // a file in the task's format (CSV/TSV/JSONL); "-": standard input
+  std::string lines;  // a file of raw inputs, one a line; "-": standard input
   std::string out;   // "": standard output
   std::string format = "json";
   int64_t batch_size = 256;
@@ -42,13 +43,119 @@ struct PredictOptions {
   std::string checkpoint;  // "", "best" or "last"
 };
 
+// Four decimals: what a reader compares, and a line a third as long.
+double rounded(float probability) { return std::round(double(probability) * 1e4) / 1e4; }
+
+std::vector<std::string> class_names(const data::Task& task) {
+  std::vector<std::string> names;
+  for (int32_t k = 0; k < task.num_classes(); ++k) names.push_back(task.output_vocab.token(k));
+  return names;
+}
+
+// The one output shape of predict (--input, --data and --lines; JSON and CSV):
+//   per sequence  "label": L, "probability": p, "probabilities": {class: p, ...}
+//   per token     "tags": [L, ...], "probability": [p, ...], "probabilities": {class: [p per token], ...}
+// after "line", "input", "unknown" and "read_as" (the words the model read, a list). A file's
+// labels come as "expected". CSV: the same columns, lists space-separated, one p_CLASS column per
+// class.
+nlohmann::ordered_json prediction_json(const train::LinePrediction& p, const data::Task& task,
+                                       const std::optional<std::vector<std::string>>& expected) {
+  const bool per_sequence = task.target_kind == data::TargetKind::per_sequence;
+  nlohmann::ordered_json out = {{"line", p.line}, {"input", p.input}};
+  if (!p.error.empty()) {
+    out["error"] = p.error;
+    return out;
+  }
+  out["unknown"] = p.unknown;
+  nlohmann::ordered_json read_as = nlohmann::ordered_json::array();
+  for (int32_t id : p.tokens) read_as.push_back(task.input_vocab.token(id));
+  out["read_as"] = std::move(read_as);
+  const size_t K = size_t(task.num_classes());
+  nlohmann::ordered_json all = nlohmann::ordered_json::object();
+  if (per_sequence) {
+    out["label"] = task.output_vocab.token(p.predicted.front());
+    out["probability"] = rounded(p.probability.front());
+    for (size_t k = 0; k < K; ++k) all[task.output_vocab.token(int32_t(k))] = rounded(p.distribution[k]);
+  } else {
+    nlohmann::ordered_json tags = nlohmann::ordered_json::array(), each = nlohmann::ordered_json::array();
+    for (int32_t id : p.predicted) tags.push_back(task.output_vocab.token(id));
+    for (float q : p.probability) each.push_back(rounded(q));
+    out["tags"] = std::move(tags);
+    out["probability"] = std::move(each);
+    for (size_t k = 0; k < K; ++k) {
+      nlohmann::ordered_json column = nlohmann::ordered_json::array();
+      for (size_t row = 0; row < p.predicted.size(); ++row) column.push_back(rounded(p.distribution[row * K + k]));
+      all[task.output_vocab.token(int32_t(k))] = std::move(column);
+    }
+  }
+  out["probabilities"] = std::move(all);
+  if (expected) out["expected"] = per_sequence ? nlohmann::ordered_json(expected->front()) : nlohmann::ordered_json(*expected);
+  return out;
+}
+
+std::string dumped(const nlohmann::ordered_json& out) {
+  return out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::string joined(const std::vector<std::string>& words) {
+  std::string out;
+  for (size_t i = 0; i < words.size(); ++i) out += (i ? " " : "") + words[i];
+  return out;
+}
+
+std::string csv_header(const data::Task& task, bool with_expected) {
+  const bool per_sequence = task.target_kind == data::TargetKind::per_sequence;
+  std::string header = fmt::format("line,input,unknown,read_as,{},probability", per_sequence ? "label" : "tags");
+  for (const std::string& name : class_names(task)) header += "," + io::csv_field("p_" + name);
+  return header + (with_expected ? ",expected" : "") + ",error\n";
+}
+
+// The same prediction as a CSV row (every text cell through io::csv_field: formula-looking text
+// neutralised, valid UTF-8).
+std::string prediction_csv(const train::LinePrediction& p, const data::Task& task,
+                           const std::optional<std::vector<std::string>>& expected, bool with_expected) {
+  std::vector<std::string> read_as, tags, probabilities;
+  std::vector<std::string> row = {fmt::format("{}", p.line), io::csv_field(p.input)};
+  const size_t K = size_t(task.num_classes());
+  if (p.error.empty()) {
+    for (int32_t id : p.tokens) read_as.push_back(task.input_vocab.token(id));
+    for (int32_t id : p.predicted) tags.push_back(task.output_vocab.token(id));
+    for (float q : p.probability) probabilities.push_back(fmt::format("{:.4f}", q));
+    row.insert(row.end(), {fmt::format("{}", p.unknown), io::csv_field(joined(read_as)), io::csv_field(joined(tags)),
+                           joined(probabilities)});
+    for (size_t k = 0; k < K; ++k) {
+      std::vector<std::string> column;
+      for (size_t r = 0; r < p.predicted.size(); ++r) column.push_back(fmt::format("{:.4f}", p.distribution[r * K + k]));
+      row.push_back(joined(column));
+    }
+  } else {
+    row.insert(row.end(), 4 + K, "");
+  }
+  if (with_expected) row.push_back(expected ? io::csv_field(joined(*expected)) : "");
+  row.push_back(io::csv_field(p.error));
+  std::string line;
+  for (size_t i = 0; i < row.size(); ++i) line += (i ? "," : "") + row[i];
+  return line;
+}
+
 void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
   // Text given to predict is read with U+FFFD for bytes that are not UTF-8 (io/text.hpp), and said so.
   int64_t replaced = 0;
   const std::string input = io::replace_invalid_utf8(options.input, &replaced);
-  train::Prediction p = train::predict(loaded, input);
   const data::Task& task = loaded.task;
+  // Refused inputs are errors here (one line, exit 2), not an "error" field.
+  const std::vector<int32_t> encoded = task.encode(input, "--input");
+  if (int64_t(encoded.size()) > loaded.config.model.max_len)
+    throw InputError(fmt::format("--input: {} tokens is longer than this model's model.max_len {}", encoded.size(),
+                                 loaded.config.model.max_len));
+  const train::LinePrediction p = train::predict_lines(loaded, {input}, 1).front();
+  if (!p.error.empty()) throw InputError(p.error);
   const bool per_sequence = task.target_kind == data::TargetKind::per_sequence;
+  std::optional<std::vector<std::string>> expected;
+  if (task.has_generator()) {
+    expected.emplace();
+    for (int32_t id : data::compute_targets(task, p.tokens)) expected->push_back(task.output_vocab.token(id));
+  }
 
   // Say when the answer is one the model was never trained to give.
   std::vector<std::string> warnings;
@@ -69,35 +176,31 @@ void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
   }
   for (const std::string& w : warnings) fmt::print(stderr, "normlab: warning: {}\n", io::escape_control(w));
 
-  if (options.json) {
-    auto tokens = [&](const std::vector<int32_t>& ids) {
-      nlohmann::json list = nlohmann::json::array();
-      for (int32_t id : ids) list.push_back(task.output_vocab.token(id));
-      return list;
-    };
-    nlohmann::json out = {{"task", train::task_title(loaded.config)},
-                          {"input", input},
-                          {"read_as", task.decode_input(p.tokens)},
-                          {"unknown", unknown_count(task, p.tokens)},
-                          {"predicted", tokens(p.predicted)},
-                          {"input_ids", p.tokens},
-                          {"predicted_ids", p.predicted},
-                          {"probability", p.probability},
-                          {"warnings", warnings}};
-    if (p.expected) out["expected"] = tokens(*p.expected);
-    fmt::print("{}\n", out.dump());
+  if (options.json || options.format == "csv") {
+    if (options.format == "csv") {
+      fmt::print("{}{}\n", csv_header(task, expected.has_value()), prediction_csv(p, task, expected, expected.has_value()));
+      return;
+    }
+    nlohmann::ordered_json out = {{"task", train::task_title(loaded.config)}};
+    out.update(prediction_json(p, task, expected));
+    out["warnings"] = warnings;
+    fmt::print("{}\n", dumped(out));
     return;
   }
 
   fmt::print("input:     {}\n", io::escape_control(input));
   if (task.is_data_defined()) {
-    const int64_t unknown = unknown_count(task, p.tokens);
     fmt::print("read as:   {}{}\n", task.decode_input(p.tokens),
-               unknown ? fmt::format("  ({} word{} not in the training vocabulary)", unknown, unknown == 1 ? "" : "s") : "");
+               p.unknown ? fmt::format("  ({} word{} not in the training vocabulary)", p.unknown, p.unknown == 1 ? "" : "s")
+                         : "");
   }
   if (per_sequence) {
     fmt::print("label:     {}  (p = {:.3f})\n", task.output_vocab.token(p.predicted[0]), p.probability[0]);
-    if (p.expected) fmt::print("expected:  {}\n", task.output_vocab.token((*p.expected)[0]));
+    std::string all;
+    for (int32_t k = 0; k < task.num_classes(); ++k)
+      all += fmt::format("{}{} {:.3f}", k ? ", " : "", task.output_vocab.token(k), p.distribution[size_t(k)]);
+    fmt::print("classes:   {}\n", io::escape_control(all));
+    if (expected) fmt::print("expected:  {}\n", expected->front());
     return;
   }
   if (task.is_masked_lm()) {
@@ -119,10 +222,10 @@ void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
     return;
   }
   fmt::print("predicted: {}\n", task.decode_targets(p.predicted));
-  if (p.expected) {
+  if (expected) {
     int64_t correct = 0;
-    for (size_t i = 0; i < p.predicted.size(); ++i) correct += p.predicted[i] == (*p.expected)[i] ? 1 : 0;
-    fmt::print("expected:  {}  ({}/{} correct)\n", task.decode_targets(*p.expected), correct, p.predicted.size());
+    for (size_t i = 0; i < p.predicted.size(); ++i) correct += task.output_vocab.token(p.predicted[i]) == (*expected)[i];
+    fmt::print("expected:  {}  ({}/{} correct)\n", joined(*expected), correct, p.predicted.size());
   }
 }
 
@@ -154,51 +257,56 @@ std::vector<std::string> next_inputs(std::string_view contents, size_t& pos, siz
   return lines;
 }
 
-std::string joined(const std::vector<std::string>& words) {
-  std::string out;
-  for (size_t i = 0; i < words.size(); ++i) out += (i ? " " : "") + words[i];
-  return out;
+// What a file's predictions add up to: counts for the closing line, and the confusion matrix
+// against the file's labels when it has them.
+struct FileTally {
+  int64_t predicted = 0, failed = 0, unknown = 0, longer = 0, replaced = 0, labelled = 0;
+  train::Confusion confusion;
+};
+
+// Writes the predictions of `inputs` (with their file labels, if any) and counts them.
+void write_predictions(train::LoadedRun& loaded, const PredictOptions& options, const std::vector<std::string>& inputs,
+                       const std::vector<int64_t>& lines,
+                       const std::vector<std::optional<std::vector<std::string>>>& expected,
+                       const std::vector<std::string>& where, bool with_expected, FileTally& tally,
+                       const std::function<void(const std::string&)>& emit) {
+  const data::Task& task = loaded.task;
+  std::vector<train::LinePrediction> predictions = train::predict_lines(loaded, inputs, options.batch_size, 1);
+  std::string text;
+  for (size_t i = 0; i < predictions.size(); ++i) {
+    train::LinePrediction& p = predictions[i];
+    p.line = lines[i];
+    if (p.error.empty() && expected[i]) {
+      // The file's labels against the answers: per sequence one, per token one a word (none: "_" or empty).
+      const std::vector<std::string>& labels = *expected[i];
+      if (labels.size() != p.predicted.size())
+        throw InputError(fmt::format("{}: {} labels for {} words as the run reads the text (one tag per word)", where[i],
+                                     labels.size(), p.predicted.size()));
+      for (size_t t = 0; t < labels.size(); ++t) {
+        if (labels[t].empty()) continue;
+        const std::optional<int32_t> id = task.output_vocab.find(labels[t]);
+        if (!id)
+          throw InputError(fmt::format("{}: label \"{}\" is not one of the run's classes ({})", where[i],
+                                       io::escape_control(labels[t]), joined(class_names(task))));
+        tally.confusion.add(*id, p.predicted[t]);
+      }
+      ++tally.labelled;
+    }
+    text += (options.format == "csv" ? prediction_csv(p, task, expected[i], with_expected)
+                                     : dumped(prediction_json(p, task, expected[i]))) +
+            "\n";
+    tally.failed += !p.error.empty();
+    tally.predicted += p.error.empty();
+    tally.unknown += p.unknown;
+    tally.longer += loaded.train_max_len > 0 && int64_t(p.tokens.size()) > loaded.train_max_len;
+  }
+  emit(text);
 }
 
-// Four decimals: what a reader compares, and a line a third as long.
-double rounded(float probability) { return std::round(double(probability) * 1e4) / 1e4; }
-
-// One output line (JSON object or CSV row) for a prediction.
-std::string format_prediction(const train::LinePrediction& p, const data::Task& task, bool csv) {
-  const bool per_sequence = task.target_kind == data::TargetKind::per_sequence;
-  std::vector<std::string> read_as, tags, probabilities;
-  for (int32_t id : p.tokens) read_as.push_back(task.input_vocab.token(id));
-  for (int32_t id : p.predicted) tags.push_back(task.output_vocab.token(id));
-  for (float q : p.probability) probabilities.push_back(fmt::format("{:.4f}", q));
-  if (csv) {
-    // Every text cell through io::csv_field: formula-looking text neutralised, valid UTF-8.
-    std::vector<std::string> row = {fmt::format("{}", p.line), io::csv_field(p.input), fmt::format("{}", p.unknown),
-                                    io::csv_field(joined(read_as)), io::csv_field(joined(tags)), joined(probabilities),
-                                    io::csv_field(p.error)};
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) line += (i ? "," : "") + row[i];
-    return line;
-  }
-  nlohmann::ordered_json out = {{"line", p.line}, {"input", p.input}};
-  if (!p.error.empty()) {
-    out["error"] = p.error;
-    return out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-  }
-  out["unknown"] = p.unknown;
-  out["read_as"] = read_as;
-  if (per_sequence) {
-    out["label"] = tags.front();
-    out["probability"] = rounded(p.probability.front());
-    nlohmann::ordered_json all = nlohmann::ordered_json::object();
-    for (size_t k = 0; k < p.distribution.size(); ++k) all[task.output_vocab.token(int32_t(k))] = rounded(p.distribution[k]);
-    out["probabilities"] = std::move(all);
-  } else {
-    out["tags"] = tags;
-    nlohmann::ordered_json each = nlohmann::ordered_json::array();
-    for (float q : p.probability) each.push_back(rounded(q));
-    out["probabilities"] = std::move(each);
-  }
-  return out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+// The line number at the end of "PATH:LINE".
+int64_t line_of(const std::string& where) {
+  const size_t colon = where.rfind(':');
+  return colon == std::string::npos ? 0 : std::strtoll(where.c_str() + colon + 1, nullptr, 10);
 }
 
 void run_file(const PredictOptions& options, train::LoadedRun& loaded) {
@@ -206,55 +314,111 @@ void run_file(const PredictOptions& options, train::LoadedRun& loaded) {
     throw InputError(fmt::format("--format: must be json or csv, got \"{}\"", options.format));
   if (options.batch_size < 1 || options.batch_size > 65536)
     throw InputError(fmt::format("--batch-size: must be between 1 and 65536 (got {})", options.batch_size));
-  const std::string contents = read_source(options.data, loaded);
+  const bool by_format = !options.data.empty();
+  const std::string& source = by_format ? options.data : options.lines;
+  const std::string name = source == "-" ? "standard input" : source;
+  const std::string contents = read_source(source, loaded);  // a FIFO or a device is refused first
+  if (by_format && source != "-" && loaded.task.is_data_defined() && loaded.task.file.format == "auto") {
+    const std::string extension = std::filesystem::path(source).extension().string();
+    if (extension != ".csv" && extension != ".tsv" && extension != ".jsonl" && extension != ".json" &&
+        extension != ".conll" && extension != ".conllu")
+      throw InputError(fmt::format("{}: --data reads the task's own format (CSV or TSV with a header, JSONL, CoNLL: "
+                                   "by extension), and \"{}\" is none of them; for one raw input a line use --lines {}",
+                                   source, extension, source));
+  }
   const bool csv = options.format == "csv";
   // Predicted and written a group of batches at a time: memory holds the input and one group's
   // predictions and text, however many lines there are. --out is published whole at the end.
   std::optional<io::AtomicFileWriter> file;
   if (!options.out.empty()) file.emplace(options.out);
-  auto emit = [&](const std::string& text) {
+  const std::function<void(const std::string&)> emit = [&](const std::string& text) {
     if (file) file->write(text);
     else fmt::print("{}", text);
   };
-  if (csv) emit("line,input,unknown,read_as,predicted,probability,error\n");
   const size_t group = size_t(options.batch_size) * size_t(std::max<int64_t>(1, 8192 / options.batch_size));
-  int64_t predicted = 0, failed = 0, unknown = 0, longer = 0, replaced = 0;
-  for (size_t pos = 0; pos < contents.size();) {
-    const std::vector<std::string> inputs = next_inputs(contents, pos, group, replaced);
-    const std::vector<train::LinePrediction> predictions =
-        train::predict_lines(loaded, inputs, options.batch_size, predicted + failed + 1);
-    std::string text;
-    for (const train::LinePrediction& p : predictions) {
-      text += format_prediction(p, loaded.task, csv) + "\n";
-      failed += !p.error.empty();
-      predicted += p.error.empty();
-      unknown += p.unknown;
-      longer += loaded.train_max_len > 0 && int64_t(p.tokens.size()) > loaded.train_max_len;
+  FileTally tally;
+  tally.confusion = train::Confusion(loaded.task.num_classes());
+  std::vector<std::string> inputs, where;
+  std::vector<int64_t> lines;
+  std::vector<std::optional<std::vector<std::string>>> expected;
+  bool header_written = false;
+  auto flush = [&](bool with_expected) {
+    if (csv && !header_written) emit(csv_header(loaded.task, with_expected));
+    header_written = true;
+    if (!inputs.empty()) write_predictions(loaded, options, inputs, lines, expected, where, with_expected, tally, emit);
+    inputs.clear(), lines.clear(), expected.clear(), where.clear();
+  };
+  if (by_format) {
+    // The file in the task's format: the text field only is input; its labels, when present, are
+    // what the answers are scored against. A CSV's expected column is there when its first group has labels.
+    bool with_expected = false, decided = false;
+    data::for_each_input_record(contents, source == "-" ? "standard input" : source, loaded.task, nullptr,
+                                [&](data::InputRecord&& record) {
+                                  inputs.push_back(std::move(record.text));
+                                  lines.push_back(line_of(record.where));
+                                  where.push_back(record.where);
+                                  std::optional<std::vector<std::string>> labels;
+                                  if (record.labels) {
+                                    labels.emplace();
+                                    for (const auto& l : *record.labels) labels->push_back(l.value_or(""));
+                                  }
+                                  expected.push_back(std::move(labels));
+                                  if (inputs.size() == group) {
+                                    if (!decided) {
+                                      for (const auto& e : expected) with_expected = with_expected || e.has_value();
+                                      decided = true;
+                                    }
+                                    flush(with_expected);
+                                  }
+                                });
+    if (!decided)
+      for (const auto& e : expected) with_expected = with_expected || e.has_value();
+    flush(with_expected);
+  } else {
+    int64_t next_line = 1;
+    for (size_t pos = 0; pos < contents.size();) {
+      inputs = next_inputs(contents, pos, group, tally.replaced);
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        lines.push_back(next_line);
+        where.push_back(fmt::format("{}:{}", name, next_line++));
+      }
+      expected.assign(inputs.size(), std::nullopt);
+      flush(false);
     }
-    emit(text);
   }
   if (file) file->commit();
-  if (replaced > 0)
-    fmt::print(stderr, "normlab: warning: {} line{} held invalid UTF-8, read as U+FFFD\n", replaced,
-               replaced == 1 ? "" : "s");
-  fmt::print(stderr, "normlab: {} inputs predicted{}{}{}{}{}\n", predicted,
-             loaded.is_best ? fmt::format(" by the best checkpoint (best.safetensors, step {})", loaded.step) : "",
-             failed ? fmt::format(", {} could not be read (their \"error\")", failed) : "",
-             unknown ? fmt::format(", {} words not in the training vocabulary read as [UNK]", unknown) : "",
-             longer ? fmt::format(", {} inputs longer than any training sequence ({})", longer, loaded.train_max_len) : "",
+  if (tally.replaced > 0)
+    fmt::print(stderr, "normlab: warning: {} line{} held invalid UTF-8, read as U+FFFD\n", tally.replaced,
+               tally.replaced == 1 ? "" : "s");
+  fmt::print(stderr, "normlab: {} inputs predicted{}{}{}{}{}\n", tally.predicted,
+             loaded.is_best ? fmt::format(" by the best checkpoint (best.safetensors, step {})", loaded.step)
+                            : fmt::format(" by the last checkpoint (checkpoint.safetensors, step {})", loaded.step),
+             tally.failed ? fmt::format(", {} could not be read (their \"error\")", tally.failed) : "",
+             tally.unknown ? fmt::format(", {} words not in the training vocabulary read as [UNK]", tally.unknown) : "",
+             tally.longer ? fmt::format(", {} inputs longer than any training sequence ({})", tally.longer, loaded.train_max_len) : "",
              options.out.empty() ? "" : fmt::format("; written to {}", options.out));
+  if (tally.labelled > 0 && !tally.confusion.empty()) {
+    const train::HeldOutScore score = train::held_out_score(tally.confusion);
+    fmt::print(stderr,
+               "normlab: against the labels of {} of them{}: accuracy {:.4f} [{:.4f}, {:.4f}], macro-F1 {:.4f} "
+               "[{:.4f}, {:.4f}] (95% intervals: Wilson, bootstrap)\n",
+               tally.labelled, loaded.task.target_kind == data::TargetKind::per_token ? " (per tag)" : "",
+               score.accuracy, score.accuracy_low, score.accuracy_high, score.macro_f1, score.macro_f1_low,
+               score.macro_f1_high);
+  }
 }
 
 void run(const PredictOptions& options) {
   refuse_compare_dir(options.run_dir, "predict");
-  if (options.input.empty() == options.data.empty())
-    throw InputError("predict: give either --input \"...\" (one sequence) or --data FILE (one input a line; - for "
-                     "standard input)");
+  if (int(!options.input.empty()) + int(!options.data.empty()) + int(!options.lines.empty()) != 1)
+    throw InputError("predict: give one of --input \"...\" (one sequence), --data FILE (a file in the task's own "
+                     "format: CSV/TSV with a header or JSONL, read through task.text_field) or --lines FILE (one raw "
+                     "input a line); - reads standard input");
   if (options.threads < 0 || options.threads > 1024)
     throw InputError(fmt::format("--threads: must be between 0 and 1024 (got {})", options.threads));
   if (options.threads > 0) set_num_threads(options.threads);
   train::LoadedRun loaded = train::load_run(options.run_dir, checkpoint_choice(options.checkpoint));
-  if (!options.data.empty()) return run_file(options, loaded);
+  if (!options.data.empty() || !options.lines.empty()) return run_file(options, loaded);
   run_one(options, loaded);
   // Said after the answer, so that a refused input's error stays the one line on stderr.
   if (loaded.is_best) fmt::print(stderr, "normlab: note: checkpoint {}\n", train::describe_checkpoint(loaded));
@@ -270,10 +434,13 @@ void add_predict(CLI::App& app) {
                   "The sequence: symbols like \"3 1 4\" or \"(()\", text for mlm_text ([MASK] marks a blank), or "
                   "whitespace-separated words for a data-defined task");
   cmd->add_option("--data", options->data,
-                  "A file of inputs, one a line (- reads standard input): one JSON object (or CSV row) per line out");
-  cmd->add_option("--out", options->out, "With --data: write the predictions to this file (default: standard output)");
-  cmd->add_option("--format", options->format, "With --data: json (one object a line, default) or csv");
-  cmd->add_option("--batch-size", options->batch_size, "With --data: sequences per forward pass (default 256)");
+                  "A file in the task's own format (CSV/TSV with a header, JSONL; - reads standard input as JSONL): "
+                  "the text field is the input, labels when present are scored; one JSON object (or CSV row) per "
+                  "record out");
+  cmd->add_option("--lines", options->lines, "A file of raw inputs, one a line (- reads standard input)");
+  cmd->add_option("--out", options->out, "With --data or --lines: write the predictions to this file (default: standard output)");
+  cmd->add_option("--format", options->format, "json (one object a line, default) or csv (a header row, one p_CLASS column per class)");
+  cmd->add_option("--batch-size", options->batch_size, "With --data or --lines: sequences per forward pass (default 256)");
   cmd->add_option("--threads", options->threads, "Threads (default: OMP_NUM_THREADS or all cores)");
   cmd->add_flag("--json", options->json, "With --input: print one JSON object");
   add_checkpoint_option(*cmd, options->checkpoint);

@@ -148,8 +148,9 @@ void print_result(const train::SessionResult& result) {
   fmt::print("trained {} steps in {}", summary.steps, format_duration(summary.wall_time_s));
   if (summary.final_valid) fmt::print(": valid {}", train::describe_groups(*summary.final_valid));
   if (summary.best_valid && summary.final_valid_step && summary.best_valid->step != *summary.final_valid_step)
-    fmt::print("\nbest trained-length valid loss {:.4f} at step {}", train::selection_loss(*summary.best_valid),
-               summary.best_valid->step);
+    fmt::print("\nbest {} valid loss {:.4f} at step {}",
+               summary.final_valid && !train::has_length_buckets(*summary.final_valid) ? "held-out" : "trained-length",
+               train::selection_loss(*summary.best_valid), summary.best_valid->step);
   fmt::print("\nrun directory: {}\n", dir);
 }
 

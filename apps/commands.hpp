@@ -14,6 +14,7 @@ void add_bench_step(CLI::App& bench);       // apps/cmd_bench_step.cpp
 void add_bench_attention(CLI::App& bench);  // apps/cmd_bench_attention.cpp
 void add_bench_sha256(CLI::App& bench);     // apps/cmd_bench_sha256.cpp
 void add_bench_predict(CLI::App& bench);    // apps/cmd_bench_predict.cpp
+void add_bench_compare(CLI::App& bench);    // apps/cmd_bench_compare.cpp
 void add_train(CLI::App& app);              // apps/cmd_train.cpp
 void add_eval(CLI::App& app);               // apps/cmd_eval.cpp
 void add_predict(CLI::App& app);            // apps/cmd_predict.cpp

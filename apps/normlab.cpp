@@ -16,6 +16,7 @@
 #include "normlab/io/text.hpp"
 #include "normlab/kernels/dispatch.hpp"
 #include "normlab/nn/norm_registry.hpp"
+#include "normlab/nn/residual_registry.hpp"
 #include "normlab/parallel.hpp"
 #include "normlab/train/config.hpp"
 
@@ -54,14 +55,31 @@ std::string config_key_hint(int argc, char** argv) {
   return "";
 }
 
-// `normlab help norms [--json]`: the norm registry (nn/norm_registry.hpp). The JSON is what
-// scripts/load_checkpoint_torch.py reads to rebuild each norm in PyTorch.
+// `normlab help norms [--json]`: the norm and residual registries (nn/norm_registry.hpp,
+// nn/residual_registry.hpp). The JSON is what scripts/load_checkpoint_torch.py reads to rebuild each norm and
+// scheme in PyTorch.
+nlohmann::json torch_tensors(const std::vector<normlab::nn::TorchTensor>& tensors) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const normlab::nn::TorchTensor& t : tensors)
+    out.push_back({{"name", t.name}, {"init", t.init}, {"parameter", t.parameter}});
+  return out;
+}
+
 void print_norms(bool as_json) {
-  using normlab::nn::Residual;
+  using normlab::nn::NormEntry;
+  using normlab::nn::ResidualEntry;
   if (!as_json) {
     fmt::print("model.norm values (docs/layernorm.md; a new one: docs/tour.md, \"Add your own normalization\"):\n");
-    for (const normlab::nn::NormSpec& spec : normlab::nn::norm_registry())
-      fmt::print("  {:<10} {}\n  {:<10} {}\n", spec.name, spec.description, "", spec.formula);
+    for (const NormEntry& entry : normlab::nn::norm_registry())
+      fmt::print("  {:<10} {}\n  {:<10} {}\n", entry.spec.name, entry.spec.description, "", entry.spec.formula);
+    fmt::print("\nmodel.residual values (any model.norm and placement; a new one: docs/tour.md, \"Add your own "
+               "residual scheme\"):\n");
+    for (const ResidualEntry& entry : normlab::nn::residual_registry())
+      fmt::print("  {:<10} {}\n  {:<10} {}\n", entry.spec.name, entry.spec.description, "", entry.spec.formula);
+    for (const ResidualEntry& entry : normlab::nn::residual_registry())
+      if (!entry.norm_spelling.empty())
+        fmt::print("model.norm \"{}\" is read as model.norm \"none\" with model.residual \"{}\"\n", entry.norm_spelling,
+                   entry.spec.name);
     fmt::print("\nmodel.qk_norm values (any model.norm and placement; eps is model.norm_eps):\n"
                "  none       queries and keys as the in-projection gives them\n"
                "  layernorm  LayerNorm over each head's head_dim features of q and of k (self_attn.q_norm, k_norm)\n"
@@ -69,26 +87,33 @@ void print_norms(bool as_json) {
                "optim.z_loss: coefficient of the mean log(Z)^2 of the output added to the loss (0: off; PaLM 1e-4)\n");
     return;
   }
-  nlohmann::json norms = nlohmann::json::array();
-  for (const normlab::nn::NormSpec& spec : normlab::nn::norm_registry()) {
-    nlohmann::json tensors = nlohmann::json::array(), variants = nlohmann::json::array();
-    for (const normlab::nn::TorchTensor& t : spec.torch.tensors)
-      tensors.push_back({{"name", t.name}, {"init", t.init}, {"parameter", t.parameter}});
-    for (const normlab::nn::NormVariant& v : spec.variants) variants.push_back({{"name", v.name}, {"placement", v.placement}});
-    const char* block = spec.residual == Residual::normalized ? "normalized"
-                        : spec.residual == Residual::rezero   ? "rezero"
-                                                              : "plain";
-    norms.push_back({{"name", spec.name},
-                     {"description", spec.description},
-                     {"formula", spec.formula},
-                     {"block", block},
-                     {"torch", {{"tensors", tensors}, {"forward", spec.torch.forward}}},
+  nlohmann::json norms = nlohmann::json::array(), residuals = nlohmann::json::array();
+  for (const NormEntry& entry : normlab::nn::norm_registry()) {
+    nlohmann::json variants = nlohmann::json::array();
+    for (const normlab::nn::NormVariant& v : entry.variants)
+      variants.push_back({{"name", v.name}, {"placement", v.placement}});
+    norms.push_back({{"name", entry.spec.name},
+                     {"description", entry.spec.description},
+                     {"formula", entry.spec.formula},
+                     {"layer", entry.spec.make != nullptr},
+                     {"torch", {{"tensors", torch_tensors(entry.torch.tensors)}, {"forward", entry.torch.forward}}},
                      {"variants", variants}});
+  }
+  for (const ResidualEntry& entry : normlab::nn::residual_registry()) {
+    nlohmann::json variants = nlohmann::json::array();
+    for (const normlab::nn::ResidualVariant& v : entry.variants)
+      variants.push_back({{"name", v.name}, {"norm", v.norm}, {"placement", v.placement}});
+    residuals.push_back({{"name", entry.spec.name},
+                         {"description", entry.spec.description},
+                         {"formula", entry.spec.formula},
+                         {"norm_spelling", entry.norm_spelling},
+                         {"torch", {{"tensors", torch_tensors(entry.torch.tensors)}, {"sums", entry.torch.sums}}},
+                         {"variants", variants}});
   }
   nlohmann::json qk_norms = nlohmann::json::array();
   for (const auto& [value, name] : normlab::nn::kQkNormNames) qk_norms.push_back(name);
   // model.qk_norm's values: each but "none" is also the registry entry its q_norm / k_norm layers are.
-  fmt::print("{}\n", nlohmann::json{{"norms", norms}, {"qk_norm", qk_norms}}.dump(2));
+  fmt::print("{}\n", nlohmann::json{{"norms", norms}, {"residuals", residuals}, {"qk_norm", qk_norms}}.dump(2));
 }
 
 // `normlab help` and an unknown verb: the verbs, before CLI11's generic message; a verb other than
@@ -190,6 +215,7 @@ int main(int argc, char** argv) {
   normlab::cli::add_bench_attention(*bench);
   normlab::cli::add_bench_sha256(*bench);
   normlab::cli::add_bench_predict(*bench);
+  normlab::cli::add_bench_compare(*bench);
   normlab::cli::add_train(app);
   normlab::cli::add_eval(app);
   normlab::cli::add_predict(app);

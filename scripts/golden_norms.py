@@ -307,6 +307,9 @@ def model_param_shapes(cfg):
                 shapes[pre + which + "." + k] = s
         if cfg["norm"] == "rezero":
             shapes[pre + "resweight"] = (1,)
+        if cfg.get("residual") == "layerscale":
+            shapes[pre + "gamma_1"] = (d,)
+            shapes[pre + "gamma_2"] = (d,)
     if has_final_norm(cfg):
         for k, s in norm_param_shapes(cfg["norm"], d).items():
             shapes["norm." + k] = s
@@ -329,6 +332,8 @@ def random_model_params(cfg, gen):
         is_norm = ".norm" in name or name.startswith("norm.")
         if leaf == "resweight":
             params[name] = 0.5 + 0.1 * torch.randn(shape, generator=gen)
+        elif leaf.startswith("gamma_"):  # LayerScale's lambda, init 0.1
+            params[name] = 0.1 + 0.05 * torch.randn(shape, generator=gen)
         elif leaf == "alpha":
             params[name] = 0.6 + 0.1 * torch.randn(shape, generator=gen)
         elif is_norm and leaf == "g":  # ScaleNorm's length, init sqrt(d)
@@ -379,18 +384,23 @@ def model_forward(cfg, p, buffers, tokens, lengths):
         def norm(h, which):
             return apply_norm(kind, p, pre + which + ".", h, eps, buffers, True)
 
+        def add(h, f, k):  # the residual scheme: x + f, or LayerScale's x + gamma_k * f
+            if cfg.get("residual") == "layerscale":
+                return h + f * p[pre + "gamma_{}".format(k)]
+            return h + f
+
         if kind == "none":
-            x = x + attn(x)
-            x = x + ffn(x)
+            x = add(x, attn(x), 1)
+            x = add(x, ffn(x), 2)
         elif kind == "rezero":
             x = x + attn(x) * p[pre + "resweight"]
             x = x + ffn(x) * p[pre + "resweight"]
         elif cfg["placement"] == "post":
-            x = norm(x + attn(x), "norm1")
-            x = norm(x + ffn(x), "norm2")
+            x = norm(add(x, attn(x), 1), "norm1")
+            x = norm(add(x, ffn(x), 2), "norm2")
         else:
-            x = x + attn(norm(x, "norm1"))
-            x = x + ffn(norm(x, "norm2"))
+            x = add(x, attn(norm(x, "norm1")), 1)
+            x = add(x, ffn(norm(x, "norm2")), 2)
     if has_final_norm(cfg):
         x = apply_norm(kind, p, "norm.", x, eps, buffers, True)
     if cfg["head"] == "sequence":
@@ -416,7 +426,7 @@ def run_model(cfg, params, tokens, lengths, dout, dtype):
 
 def check_layernorm_against_torch_modules(cfg, params, tokens, lengths):
     """The layernorm models, written out above, against nn.TransformerEncoderLayer itself."""
-    if cfg["norm"] != "layernorm" or cfg["layers"] == 0:
+    if cfg["norm"] != "layernorm" or cfg.get("residual", "plain") != "plain" or cfg["layers"] == 0:
         return
     d = cfg["d_model"]
     layer = torch.nn.TransformerEncoderLayer(d, cfg["heads"], cfg["ffn"], dropout=0.0, activation=cfg["activation"],
@@ -532,6 +542,20 @@ def scalenorm_cases(gen, out_dir):
     return report
 
 
+def layerscale_cases(gen, out_dir):
+    """LayerScale (x + gamma_k * f, gamma_k per feature), added after the others: a whole
+    LayerNorm model per placement, one block (the files stay under the size limit)."""
+    base = dict(d_model=8, heads=2, layers=1, ffn=16, activation="gelu", eps=1e-5, final_norm=True,
+                vocab=11, classes=5, max_len=16, positional="sinusoidal", head="token", norm="layernorm",
+                residual="layerscale")
+    report = []
+    for placement, head in (("post", "sequence"), ("pre", "token")):
+        cfg = dict(base, placement=placement, head=head)
+        name = "model_layerscale_{}".format(placement)
+        report.append((name, model_case(name, cfg, [5, 1, 7], gen, out_dir)))
+    return report
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
@@ -549,6 +573,7 @@ def main():
     report += model_cases(gen, out_dir)
     report += powernorm_cases(gen, out_dir)
     report += scalenorm_cases(gen, out_dir)
+    report += layerscale_cases(gen, out_dir)
     for name, worst in report:
         print("{:40s} max |f32 - f64| {:9.2e}".format(name, worst))
     total = sum(os.path.getsize(os.path.join(out_dir, f)) for f in os.listdir(out_dir))

@@ -12,6 +12,11 @@ For each run directory:
    normlab's norm registry, read with `normlab help norms --json`: each entry names its tensors
    (parameters and running statistics) and gives its eval-mode forward as a PyTorch expression, so
    a norm added to normlab (docs/tour.md, "Add your own normalization") needs no change here.
+   model.residual (x + f, ReZero, LayerScale, ...) comes from the same JSON's residual registry:
+   each scheme's tensors (the block's own, e.g. layers.N.gamma_1) and each sublayer's sum as a
+   PyTorch expression of x and f, so a scheme added to normlab ("Add your own residual scheme")
+   needs no change here either. A checkpoint whose model.norm is a scheme's old spelling ("rezero")
+   is read as model.norm "none" with that scheme, as normlab reads it.
    model.qk_norm = "layernorm" | "rmsnorm" (any model.norm) also uses NormlabEncoderLayer, whose
    self_attn is QkNormAttention below: torch.nn.MultiheadAttention's tensors plus q_norm and k_norm,
    the registry's layernorm / rmsnorm over each head's head_dim features (timm's Attention).
@@ -19,7 +24,7 @@ For each run directory:
    mean-pooled head), and runs a padded batch with src_key_padding_mask: the first validation
    sequences of task.valid_file when it is readable, random ones otherwise. The vocabulary comes
    from the checkpoint's metadata ("vocabulary", "labels") when present.
-4. Runs `normlab predict --json` on each sequence and compares the predicted classes and their
+4. Runs `normlab predict --json` on each sequence and compares the predicted classes (by name) and their
    probabilities with PyTorch's; also checks that batching with padding changes nothing.
 
 Exits 1 if a difference exceeds --tolerance.
@@ -84,11 +89,26 @@ def normlab_binary(args):
     return binary if os.path.exists(binary) else "normlab"
 
 
-def norm_registry(binary):
-    """{model.norm name: entry} from `normlab help norms --json`: normlab's norm registry
-    (include/normlab/nn/norm_registry.hpp), each entry with its PyTorch mapping."""
-    out = subprocess.run([binary, "help", "norms", "--json"], check=True, capture_output=True, text=True).stdout
-    return {entry["name"]: entry for entry in json.loads(out)["norms"]}
+def registries(binary):
+    """({model.norm name: entry}, {model.residual name: entry}) from `normlab help norms --json`:
+    normlab's norm and residual registries (include/normlab/nn/norm_registry.hpp, residual_registry.hpp),
+    each entry with its PyTorch mapping."""
+    out = json.loads(subprocess.run([binary, "help", "norms", "--json"], check=True, capture_output=True,
+                                    text=True).stdout)
+    return {e["name"]: e for e in out["norms"]}, {e["name"]: e for e in out["residuals"]}
+
+
+def block_axes(m, residuals):
+    """(model.norm, model.residual) of a checkpoint's model section; an old model.norm "rezero"
+    (a scheme's spelling from before model.residual) is norm "none" with that scheme."""
+    for name, entry in residuals.items():
+        if entry["norm_spelling"] and m["norm"] == entry["norm_spelling"]:
+            return "none", name
+    return m["norm"], m.get("residual", "plain")
+
+
+def init_value(expression, dim):
+    return eval(expression, {"__builtins__": {}, "torch": torch, "math": math, "dim": dim})
 
 
 class RegistryNorm(torch.nn.Module):
@@ -103,7 +123,7 @@ class RegistryNorm(torch.nn.Module):
         self.tensor_names = [t["name"] for t in entry["torch"]["tensors"]]
         self.expression = compile(entry["torch"]["forward"], entry["name"] + " forward", "eval")
         for t in entry["torch"]["tensors"]:
-            value = eval(t["init"], {"__builtins__": {}, "torch": torch, "math": math, "dim": dim})
+            value = init_value(t["init"], dim)
             if t["parameter"]:
                 self.register_parameter(t["name"], torch.nn.Parameter(value))
             else:
@@ -116,7 +136,7 @@ class RegistryNorm(torch.nn.Module):
 
 
 def make_norm(entry, dim, eps):
-    if entry["block"] != "normalized":
+    if not entry["layer"]:
         raise ValueError(f"norm {entry['name']} has no layer")
     return RegistryNorm(entry, dim, eps)
 
@@ -149,15 +169,21 @@ class QkNormAttention(torch.nn.Module):
 
 class NormlabEncoderLayer(torch.nn.Module):
     """normlab's encoder block (src/nn/encoder.cpp) with torch's parameter names:
-         none    x = x + f(x)                       rezero  x = x + resweight * f(x)
-         post    x = norm(x + f(x))                 pre     x = x + f(norm(x))
-    for f = self-attention, then f = linear2(act(linear1(x)))."""
+         no norm layer  x = add(x, f(x))
+         post           x = norm(add(x, f(x)))        pre  x = add(x, f(norm(x)))
+    for f = self-attention, then f = linear2(act(linear1(x))); add is the residual scheme's sum for
+    that sublayer (x + f, x + resweight * f, x + gamma_1 * f, ...), its tensors the block's own."""
 
-    def __init__(self, m, registry):
+    def __init__(self, m, registry, residuals):
         super().__init__()
         d = m["d_model"]
-        entry = registry[m["norm"]]
-        self.kind, self.post = entry["block"], m["placement"] == "post"
+        norm, residual = block_axes(m, residuals)
+        entry, scheme = registry[norm], residuals[residual]
+        self.has_norm, self.post = entry["layer"], m["placement"] == "post"
+        self.sums = [compile(s, f"{residual} sum", "eval") for s in scheme["torch"]["sums"]]
+        self.scheme_tensors = [t["name"] for t in scheme["torch"]["tensors"]]
+        for t in scheme["torch"]["tensors"]:
+            self.register_parameter(t["name"], torch.nn.Parameter(init_value(t["init"], d)))
         qk_norm = m.get("qk_norm", "none")
         if qk_norm == "none":
             self.self_attn = torch.nn.MultiheadAttention(d, m["heads"], dropout=0.0, batch_first=True)
@@ -168,34 +194,34 @@ class NormlabEncoderLayer(torch.nn.Module):
         self.linear1 = torch.nn.Linear(d, m["ffn"])
         self.linear2 = torch.nn.Linear(m["ffn"], d)
         self.activation = torch.nn.functional.gelu if m["activation"] == "gelu" else torch.relu
-        if self.kind == "normalized":
+        if self.has_norm:
             self.norm1 = make_norm(entry, d, m["norm_eps"])
             self.norm2 = make_norm(entry, d, m["norm_eps"])
-        if self.kind == "rezero":
-            self.resweight = torch.nn.Parameter(torch.zeros(1))
+
+    def add(self, x, f, sublayer):
+        scope = {"__builtins__": {}, "torch": torch, "x": x, "f": f}
+        scope.update({name: getattr(self, name) for name in self.scheme_tensors})
+        return eval(self.sums[sublayer], scope)
 
     def forward(self, x, padding):
         attn = lambda t: self.attend(t, padding)
         ffn = lambda t: self.linear2(self.activation(self.linear1(t)))
-        if self.kind == "plain":
-            h = x + attn(x)
-            return h + ffn(h)
-        if self.kind == "rezero":
-            h = x + self.resweight * attn(x)
-            return h + self.resweight * ffn(h)
+        if not self.has_norm:
+            h = self.add(x, attn(x), 0)
+            return self.add(h, ffn(h), 1)
         if self.post:
-            h = self.norm1(x + attn(x))
-            return self.norm2(h + ffn(h))
-        h = x + attn(self.norm1(x))
-        return h + ffn(self.norm2(h))
+            h = self.norm1(self.add(x, attn(x), 0))
+            return self.norm2(self.add(h, ffn(h), 1))
+        h = self.add(x, attn(self.norm1(x)), 0)
+        return self.add(h, ffn(self.norm2(h)), 1)
 
 
 class NormlabEncoder(torch.nn.Module):
-    def __init__(self, m, registry):
+    def __init__(self, m, registry, residuals):
         super().__init__()
-        entry = registry[m["norm"]]
-        self.layers = torch.nn.ModuleList(NormlabEncoderLayer(m, registry) for _ in range(m["layers"]))
-        pre = m["placement"] == "pre" and m["final_norm"] and entry["block"] == "normalized"
+        entry = registry[block_axes(m, residuals)[0]]
+        self.layers = torch.nn.ModuleList(NormlabEncoderLayer(m, registry, residuals) for _ in range(m["layers"]))
+        pre = m["placement"] == "pre" and m["final_norm"] and entry["layer"]
         self.norm = make_norm(entry, m["d_model"], m["norm_eps"]) if pre else None
 
     def forward(self, x, src_key_padding_mask):
@@ -237,13 +263,13 @@ def check_run(run, args):
     m = config["model"]
     print(f"checkpoint {path}: step {metadata['step']}, {len(tensors)} tensors")
     print(f"  model: d_model {m['d_model']}, heads {m['heads']}, layers {m['layers']}, ffn {m['ffn']}, "
-          f"{m['placement']}-{m['norm']}, {m['activation']}, eps {m['norm_eps']}, {m['positional']} positions, "
-          f"qk_norm {m.get('qk_norm', 'none')}")
+          f"{m['placement']}-{m['norm']}, residual {m.get('residual', 'plain')}, {m['activation']}, eps {m['norm_eps']}, "
+          f"{m['positional']} positions, qk_norm {m.get('qk_norm', 'none')}")
     torch.manual_seed(args.seed)
     norm_first = m["placement"] == "pre"
     outside = ("embedding.", "pos_embedding.", "head.", "optim.")
     state = {name: torch.from_numpy(array.copy()) for name, array in tensors.items()}
-    if m["norm"] == "layernorm" and m.get("qk_norm", "none") == "none":
+    if m["norm"] == "layernorm" and m.get("qk_norm", "none") == "none" and m.get("residual", "plain") == "plain":
         layer = torch.nn.TransformerEncoderLayer(
             d_model=m["d_model"], nhead=m["heads"], dim_feedforward=m["ffn"], dropout=0.0,
             activation=m["activation"], layer_norm_eps=m["norm_eps"], batch_first=True, norm_first=norm_first)
@@ -252,12 +278,14 @@ def check_run(run, args):
                                               enable_nested_tensor=False)
         kind = "torch.nn.TransformerEncoder"
     else:
-        registry = norm_registry(normlab_binary(args))
-        if m["norm"] not in registry:
-            print(f"MISMATCH: model.norm {m['norm']!r} is not in this normlab's registry ({', '.join(registry)})")
+        registry, residuals = registries(normlab_binary(args))
+        norm, residual = block_axes(m, residuals)
+        if norm not in registry or residual not in residuals:
+            print(f"MISMATCH: model.norm {norm!r} / model.residual {residual!r} not in this normlab's registries "
+                  f"({', '.join(registry)}; {', '.join(residuals)})")
             return False
-        encoder = NormlabEncoder(m, registry)
-        kind = f"NormlabEncoder ({m['placement']}-{m['norm']}, qk_norm {m.get('qk_norm', 'none')})"
+        encoder = NormlabEncoder(m, registry, residuals)
+        kind = f"NormlabEncoder ({m['placement']}-{norm}, residual {residual}, qk_norm {m.get('qk_norm', 'none')})"
     encoder.eval()
     encoder_state = {n: t for n, t in state.items() if not n.startswith(outside)}
     # BatchNorm1d also counts batches; normlab does not keep that buffer (momentum is fixed).
@@ -285,7 +313,7 @@ def check_run(run, args):
     per_sequence = task in ("majority", "sequence_classification")
     data_task = task in ("sequence_classification", "token_classification")
 
-    inputs, _, joiner = task_vocabularies(config, metadata)
+    inputs, classes, joiner = task_vocabularies(config, metadata)
     if "vocabulary" in metadata:
         saved = json.loads(metadata["vocabulary"])
         if not data_task and task != "mlm_text" and saved != inputs:
@@ -353,12 +381,17 @@ def check_run(run, args):
             probs = probs.unsqueeze(0)
         torch_classes = probs.argmax(-1).tolist()
         torch_probs = probs.max(-1).values.tolist()
-        if ours["input_ids"] != seq.tolist():
-            sys.exit(f"normlab encoded {text!r} as {ours['input_ids']}, expected {seq.tolist()}")
+        # predict's one output shape: the tokens read (read_as), the label or tags by name, and
+        # the probability of each (one number per sequence, a list per token).
+        input_ids = [inputs.index(token) for token in ours["read_as"]]
+        if input_ids != seq.tolist():
+            sys.exit(f"normlab encoded {text!r} as {input_ids}, expected {seq.tolist()}")
+        predicted = [ours["label"]] if per_sequence else ours["tags"]
+        probabilities = [ours["probability"]] if per_sequence else ours["probability"]
         for k, (c, p) in enumerate(zip(torch_classes, torch_probs)):
             compared += 1
-            disagreements += int(c != ours["predicted_ids"][k])
-            max_prob_diff = max(max_prob_diff, abs(p - ours["probability"][k]))
+            disagreements += int(classes[c] != predicted[k])
+            max_prob_diff = max(max_prob_diff, abs(p - probabilities[k]))
     print(f"  normlab predict vs torch on the same {B} sequences: {compared} predictions, "
           f"{disagreements} different classes, max |probability diff| {max_prob_diff:.3g}")
     ok = padding_diff <= args.tolerance and max_prob_diff <= args.tolerance and disagreements == 0

@@ -61,8 +61,8 @@ mutant "LayerNorm: eps outside the square root" \
   '*f64*,*golden*,*layer_norm*,*layernorm*'
 mutant "make_norm: rmsnorm builds a LayerNorm" \
   src/nn/norms/rms_norm.cpp \
-  '.make = [](int64_t dim, float eps) { return std::make_unique<RMSNorm>(dim, eps); },' \
-  '.make = [](int64_t dim, float eps) { return std::make_unique<LayerNorm>(Shape{dim}, eps); },' \
+  '.make = [](int64_t dim, float eps) { return std::make_unique<RMSNorm>(dim, eps); }},' \
+  '.make = [](int64_t dim, float eps) { return std::make_unique<LayerNorm>(Shape{dim}, eps); }},' \
   '*golden*,*registry*'
 mutant "RMSNorm: square of the mean instead of the mean square" \
   src/kernels/rms_norm.cpp \
@@ -154,10 +154,15 @@ mutant "dropout: survivors not rescaled by 1/(1-p)" \
   'const float scale = 1.0f;' \
   '*f64*,*dropout*'
 mutant "ReZero: the feed-forward branch skips its alpha" \
-  src/nn/encoder.cpp \
-  'return ops::add(h, ops::mul(ffn(h), resweight));' \
-  'return ops::add(h, ffn(h));' \
+  src/nn/residuals/rezero.cpp \
+  'Tensor add(const Tensor& x, const Tensor& f, int) const override { return ops::add(x, ops::mul(f, resweight)); }' \
+  'Tensor add(const Tensor& x, const Tensor& f, int k) const override { return k == 1 ? ops::add(x, f) : ops::add(x, ops::mul(f, resweight)); }' \
   '*golden*,*encoder*'
+mutant "LayerScale: one gain for both sublayers" \
+  src/nn/residuals/layer_scale.cpp \
+  'ops::mul(f, sublayer == 0 ? gamma_1 : gamma_2)' \
+  'ops::mul(f, gamma_1)' \
+  '*residual*,LayerScale*,*golden*'
 mutant "pre-norm stack: the final norm is never applied" \
   src/nn/encoder.cpp \
   '  if (norm) h = norm->forward(h);' \
@@ -385,8 +390,8 @@ mutant "serve: a percent-encoded dot segment inside DIR is served" \
 
 mutant "data-parallel: gradients clipped on each rank's local sum before the reduction" \
   src/train/trainer.cpp \
-  '  const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, extra);' \
-  '  optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm); const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, extra);' \
+  '  const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, figures.fields());' \
+  '  optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm); const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, figures.fields());' \
   '*gradient clipping active*'
 mutant "dropout: every layer keyed as layer 0" \
   src/nn/encoder.cpp \
@@ -409,7 +414,7 @@ mutant "eval groups: accuracy weighted per sequence" \
   '    group.accuracy = [&] { double s = 0.0; for (const BucketMetrics& b : buckets) if (b.bucket.beyond_train_max == beyond) s += b.accuracy * double(b.sequences); return s / double(group.sequences); }();' \
   '*weight each target*'
 mutant "resume: a changed data file is not checked" \
-  src/train/trainer.cpp \
+  src/train/trainer_checkpoint.cpp \
   '  if (changes.empty()) return;' \
   '  if (changes.empty() || !accept_changed_data_ || accept_changed_data_) return;' \
   '*resume: labels swapped*,*validation file edited*'

@@ -227,9 +227,12 @@ TEST_CASE("messages: wrong kind of config, the train banner, CLI errors with hin
   Result json = run_cli(dir, "predict --run " + run + " --input '1 2 3' --json");
   REQUIRE(json.code == 0);
   const nlohmann::json parsed = nlohmann::json::parse(json.out);
-  REQUIRE(parsed["predicted"].is_array());
-  CHECK(parsed["predicted"].size() == 3);
-  CHECK(parsed["predicted"][0].is_string());
+  REQUIRE(parsed["tags"].is_array());
+  CHECK(parsed["tags"].size() == 3);
+  CHECK(parsed["tags"][0].is_string());
+  CHECK(parsed["read_as"] == nlohmann::json::array({"1", "2", "3"}));
+  CHECK(parsed["probabilities"].size() == 10);  // every digit's probability, one per position
+  CHECK(parsed["probabilities"]["0"].size() == 3);
   CHECK(parsed["expected"] == nlohmann::json::array({"3", "2", "1"}));
   CHECK(parsed["warnings"].empty());
   Result longer = run_cli(dir, "predict --run " + run + " --input '1 2 3 4 5 6 7 8 9 1'");

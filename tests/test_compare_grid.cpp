@@ -139,9 +139,15 @@ TEST_CASE("grid: the committed compare configs load and expand as docs/EXPERIMEN
   // rounds' runs are added as outcomes come in (at most 2 x 1 rate per variant and setting).
   CHECK(demo.runs.size() == 160);
   CHECK(demo.search.enabled());
+  // The gate may extend the range half a decade at a time, from 0.0001 up to 0.316 (the
+  // replication inherits it from demo.json).
+  CHECK(demo.search.min == doctest::Approx(0.0001));
+  CHECK(demo.search.max == doctest::Approx(0.316228));
   // The replication grid is the demo with seeds 20-24: the same runs but for train.seed.
   const study::ComparePlan replication = study::load_compare_plan(configs + "demo-replication.json");
   REQUIRE(replication.runs.size() == demo.runs.size());
+  CHECK(replication.search.min == demo.search.min);
+  CHECK(replication.search.max == demo.search.max);
   for (size_t i = 0; i < demo.runs.size(); ++i) {
     train::RunConfig a = demo.runs[i].config, b = replication.runs[i].config;
     CHECK(b.train.seed == a.train.seed + 20);
@@ -152,11 +158,18 @@ TEST_CASE("grid: the committed compare configs load and expand as docs/EXPERIMEN
   const study::ComparePlan bn = study::load_compare_plan(configs + "batchnorm-batch.json");
   CHECK(bn.runs.size() == 48);
   CHECK(bn.settings.size() == 8);
-  // The full study: 9 variants x 3 depths x warmup on/off x 3 length regimes, 5 seeds at 4 rates in round 0.
+  // The full study: 5 variants x 3 depths x warmup on/off, 5 seeds at 4 rates in round 0, the gate
+  // free to extend from 0.0001 to 0.316; the 250-step study before it: 9 variants x 18 settings.
   const study::ComparePlan full = study::load_compare_plan(configs + "full-study.json");
-  CHECK(full.runs.size() == 3240);
-  CHECK(full.settings.size() == 18);
-  for (const char* name : {"demo.json", "demo-replication.json", "study.json", "full-study.json", "batchnorm-batch.json"})
+  CHECK(full.runs.size() == 600);
+  CHECK(full.settings.size() == 6);
+  CHECK(full.search.min == doctest::Approx(0.0001));
+  CHECK(full.search.max == doctest::Approx(0.316228));
+  const study::ComparePlan full_250 = study::load_compare_plan(configs + "full-study-250.json");
+  CHECK(full_250.runs.size() == 3240);
+  CHECK(full_250.settings.size() == 18);
+  for (const char* name : {"demo.json", "demo-replication.json", "study.json", "full-study.json", "full-study-250.json",
+                           "batchnorm-batch.json"})
     CHECK_MESSAGE(study::config_kind(configs + name) == study::ConfigKind::compare, name);
   CHECK(study::config_kind(configs + "reverse.json") == study::ConfigKind::run);
 }

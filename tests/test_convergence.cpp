@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -254,7 +255,7 @@ TEST_CASE("convergence gate: still-improving best runs make the Answer open with
     CHECK(cells[1]["boundary_ratio_to_none"]["ratio"].get<double>() == table.find("pre-ln", "")->strict_ratio.ratio);
     const std::vector<std::string> verdict = report.summary["verdict"];
     INFO(joined(verdict));
-    CHECK(joined(verdict).find(", boundary 1x [0.25x, 4x] none's") != std::string::npos);
+    CHECK(joined(verdict).find(", boundary 1.0x [0.25x, 4.0x] none's") != std::string::npos);
     CHECK(joined(verdict).find("Not converged") == std::string::npos);
   }
 }
@@ -322,6 +323,14 @@ TEST_CASE("boundaries by the strict and the slow-inclusive rule differ where slo
     CHECK(md.find("| " + study::format_rate(pre.fit.lr50) + " [") != std::string::npos);
     CHECK(md.find("(slow-inclusive " + study::format_rate(pre.fit_slow_inclusive.lr50) + " [") != std::string::npos);
     CHECK(md.find("(rules disagree) | 10 of 10: 5 at chance, 5 slow |") != std::string::npos);
+    // One ratio format in the table and the Answer: "1.0x", never "1x".
+    const std::string ratio = study::format_ratio(row->strict_ratio.ratio);
+    CHECK(ratio.size() == 4);  // "0.9x".."1.1x" style: two significant digits, the zero kept
+    CHECK(md.find(ratio + " [") != std::string::npos);
+    CHECK(answer.find(ratio + " [") != std::string::npos);
+    const std::regex bare(R"((^|[^0-9.])[0-9]x)");  // "1x", "2x": a ratio without its decimal
+    CHECK(!std::regex_search(md, bare));
+    CHECK(!std::regex_search(answer, bare));
     CHECK(report.summary["first_screen"][1]["boundary_ratio_to_none"]["ratio"].get<double>() == row->strict_ratio.ratio);
     CHECK(joined(report.summary["verdict"].get<std::vector<std::string>>()).find("none's") == std::string::npos);  // no uncaveated ratio
     // The setup says the plan's size by plan_size_sentence, and names the stabilizers only when on.
@@ -454,6 +463,36 @@ TEST_CASE("direction words: every comparison names the better variant, its lead 
   CHECK(study::direction_text(tests[1][1], "none", "pre-ln").find("pre-ln higher by 0.100 [") == 0);
   // Zero spread: identical in every pair, equivalent.
   CHECK(study::direction_text(tests[0][2], "none", "pre-ln") == "identical in all 5 pairs; equivalent within ±0.02 (Holm p 0)");
+}
+
+TEST_CASE("ratios: one format, two significant digits with the zero kept, whole numbers from 10") {
+  CHECK(study::format_ratio(0.5) == "0.50x");
+  CHECK(study::format_ratio(0.994) == "0.99x");
+  CHECK(study::format_ratio(0.996) == "1.0x");
+  CHECK(study::format_ratio(1.0) == "1.0x");
+  CHECK(study::format_ratio(2.0) == "2.0x");
+  CHECK(study::format_ratio(9.94) == "9.9x");
+  CHECK(study::format_ratio(9.96) == "10x");
+  CHECK(study::format_ratio(14.2) == "14x");
+  CHECK(study::format_ratio(NAN) == "?");
+}
+
+TEST_CASE("direction words: the pairs that would decide are stated up to 1000, beyond it as 'more than 1000'") {
+  // An estimate near zero needs absurdly many pairs (23955 in a real report): the number is capped.
+  study::EndpointTest t;
+  t.endpoint = "accuracy AUC", t.margin = 0.02, t.verdict = study::Verdict::undecided, t.seeds_for_equivalence = false;
+  t.difference = normlab::t_interval({0.1, -0.05, 0.02, 0.06, -0.04});  // mean +0.018
+  const std::string lead = fmt::format("none higher by 0.018 [{:+.3f}, {:+.3f}]; undecided ", t.difference.low, t.difference.high);
+  t.seeds_needed = study::kMaxSeedsStated;  // just inside the cap: the number
+  CHECK(study::direction_text(t, "none", "pre-ln") == lead + "(about 1000 pairs would decide)");
+  t.seeds_needed = study::kMaxSeedsStated + 1;  // just outside: the phrase
+  CHECK(study::direction_text(t, "none", "pre-ln") == lead + "(more than 1000 pairs would decide)");
+  t.seeds_needed = 23955;
+  CHECK(study::direction_text(t, "none", "pre-ln") == lead + "(more than 1000 pairs would decide)");
+  CHECK(study::describe_test(t).find("; more than 1000 pairs would show a difference (80% power") != std::string::npos);
+  t.paired = false, t.seeds_needed = 12;
+  CHECK(study::seeds_needed_words(t.seeds_needed, t.paired) == "about 12 seeds per variant");
+  CHECK(study::seeds_needed_words(1001, false) == "more than 1000 seeds per variant");
 }
 
 TEST_CASE("counting: each run's own chance level in the evidence, and the failures above a boundary add up") {

@@ -47,6 +47,7 @@ Checkpoint read_checkpoint(const std::string& path) {
   Checkpoint checkpoint{json::parse(bytes.substr(8, header_size)), bytes.substr(8 + header_size)};
   json trainer = json::parse(checkpoint.header["__metadata__"]["trainer"].get<std::string>());
   trainer.erase("wall_time_s");
+  trainer.erase("timing");
   trainer["last_record"].erase("tokens_per_s");
   checkpoint.header["__metadata__"]["trainer"] = trainer;
   return checkpoint;

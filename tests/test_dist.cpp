@@ -160,10 +160,13 @@ TEST_CASE("dist: reduce() sums gradients and counts over ranks and divides once 
   CHECK(b.grad_data()[0] == 0.0f);
   CHECK(dp.reduce(params, {0, 0, 1, 1, SIGINT}).stop_request == SIGINT);
   CHECK(dp.reduce(params, {0, 0, 1, 1, 0}).stop_request == 0);
-  // Extra values (the diagnostics' sums) are summed in place, and the counts after them still land.
+  // Extra fields (the diagnostics' sums and their counts) are summed in place, each in its own
+  // field, and the step's sums after them still land.
   std::vector<double> extra = {1.5, -2.0, 7.0};
-  const dist::StepSums with_extra = dp.reduce(params, {1.0, 1, 2, 5, 0}, extra);
+  double count = 4.0;
+  const dist::StepSums with_extra = dp.reduce(params, {1.0, 1, 2, 5, 0}, {extra, {&count, 1}});
   CHECK(extra == std::vector<double>{3.0, -4.0, 14.0});
+  CHECK(count == 8.0);
   CHECK(with_extra.loss_sum == 2.0);
   CHECK(with_extra.targets == 4);
   CHECK(with_extra.tokens == 10);

@@ -200,6 +200,7 @@ std::string checkpoint_identity(const std::string& path) {
   json header = json::parse(bytes.substr(8, header_size));
   json trainer = json::parse(header["__metadata__"]["trainer"].get<std::string>());
   trainer.erase("wall_time_s");
+  trainer.erase("timing");
   trainer["last_record"].erase("tokens_per_s");
   header["__metadata__"]["trainer"] = trainer.dump();
   return header.dump() + bytes.substr(8 + header_size);

@@ -201,7 +201,8 @@ BatchMates batch_mates(int64_t d, Rng& rng) {
 }
 
 // Their encoder: 4 heads, 2 layers, feed-forward 32.
-nn::EncoderOptions batch_mates_options(int64_t d, nn::NormKind norm, nn::Placement placement) {
+nn::EncoderOptions batch_mates_options(int64_t d, nn::NormKind norm, nn::Placement placement,
+                                       nn::ResidualKind residual = "plain") {
   nn::EncoderOptions opts;
   opts.d_model = d;
   opts.num_heads = 4;
@@ -209,7 +210,16 @@ nn::EncoderOptions batch_mates_options(int64_t d, nn::NormKind norm, nn::Placeme
   opts.dim_feedforward = 32;
   opts.norm = norm;
   opts.placement = placement;
+  opts.residual = residual;
   return opts;
+}
+
+// Every norm with the plain sum, and each other residual scheme once: (norm, residual scheme).
+const std::vector<std::pair<nn::NormKind, nn::ResidualKind>>& block_kinds() {
+  static const std::vector<std::pair<nn::NormKind, nn::ResidualKind>> kinds = {
+      {"layernorm", "plain"}, {"rmsnorm", "plain"}, {"dyt", "plain"},     {"none", "rezero"},
+      {"none", "plain"},      {"batchnorm", "plain"}, {"layernorm", "layerscale"}};
+  return kinds;
 }
 }  // namespace
 
@@ -218,13 +228,13 @@ TEST_CASE("encoder: a sequence's result does not depend on its batch-mates, exce
   Rng rng(3);
   const auto [target, batch, weights] = batch_mates(d, rng);
 
-  for (nn::NormKind kind : {nn::NormKind("layernorm"), nn::NormKind("rmsnorm"), nn::NormKind("dyt"), nn::NormKind("rezero"),
-                            nn::NormKind("none"), nn::NormKind("batchnorm")}) {
+  for (const auto& [kind, residual] : block_kinds()) {
     for (nn::Placement placement : {nn::Placement::post, nn::Placement::pre}) {
       CAPTURE(nn::to_string(kind));
+      CAPTURE(residual.name());
       CAPTURE(int(placement));
-      nn::TransformerEncoder encoder(batch_mates_options(d, kind, placement), 11);
-      if (kind == nn::NormKind("rezero"))  // alpha = 0 would make every block the identity
+      nn::TransformerEncoder encoder(batch_mates_options(d, kind, placement, residual), 11);
+      if (residual == nn::ResidualKind("rezero"))  // alpha = 0 would make every block the identity
         for (auto& [name, t] : encoder.named_parameters())
           if (name.ends_with("resweight")) t.data()[0] = 0.5f;
       SeqResult alone = run_in_batch(encoder, {target}, 0, d, weights);
@@ -267,12 +277,12 @@ TEST_CASE("encoder: BatchNorm in eval mode uses running statistics, so batch-mat
   CHECK(normlab::test::relative_max_error(both, alone, 1e-12) < 1e-6);
 }
 
-TEST_CASE("encoder: whole-block gradcheck for every norm kind and placement") {
+TEST_CASE("encoder: whole-block gradcheck for every norm kind, residual scheme and placement") {
   const int64_t d = 8;
-  for (nn::NormKind kind : {nn::NormKind("layernorm"), nn::NormKind("rmsnorm"), nn::NormKind("batchnorm"),
-                            nn::NormKind("dyt"), nn::NormKind("rezero"), nn::NormKind("none")}) {
+  for (const auto& [kind, residual] : block_kinds()) {
     for (nn::Placement placement : {nn::Placement::post, nn::Placement::pre}) {
       CAPTURE(nn::to_string(kind));
+      CAPTURE(residual.name());
       CAPTURE(int(placement));
       nn::EncoderOptions opts;
       opts.d_model = d;
@@ -281,6 +291,7 @@ TEST_CASE("encoder: whole-block gradcheck for every norm kind and placement") {
       opts.dim_feedforward = 12;
       opts.norm = kind;
       opts.placement = placement;
+      opts.residual = residual;
       opts.activation = nn::Activation::gelu;
       opts.norm_eps = 1e-5f;
       auto encoder = std::make_shared<nn::TransformerEncoder>(opts, 21);

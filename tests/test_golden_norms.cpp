@@ -22,6 +22,7 @@
 #include "normlab/nn/layers.hpp"
 #include "normlab/nn/norm.hpp"
 #include "normlab/nn/norm_registry.hpp"
+#include "normlab/nn/residual_registry.hpp"
 #include "normlab/train/config.hpp"
 #include "normlab/train/setup.hpp"
 
@@ -128,11 +129,11 @@ TEST_CASE("golden norms: each norm layer from make_norm, forward and backward, a
   // one per registry entry with a layer (layernorm, rmsnorm, batchnorm, powernorm, dyt, scalenorm),
   // and the four small-variance cases: a norm added to the registry fails here until it has its file
   int64_t layers = 0;
-  for (const nn::NormSpec& spec : nn::norm_registry()) {
-    if (spec.residual != nn::Residual::normalized) continue;
+  for (const nn::NormEntry& entry : nn::norm_registry()) {
+    if (!entry.spec.make) continue;
     ++layers;
-    CHECK_MESSAGE(std::find(names.begin(), names.end(), "norm_" + spec.name) != names.end(),
-                  "no golden norm_", spec.name, " (scripts/golden_norms.py)");
+    CHECK_MESSAGE(std::find(names.begin(), names.end(), "norm_" + entry.spec.name) != names.end(),
+                  "no golden norm_", entry.spec.name, " (scripts/golden_norms.py)");
   }
   CHECK(names.size() == static_cast<size_t>(layers + 4));
   for (const std::string& name : names) {
@@ -191,11 +192,14 @@ TEST_CASE("golden norms: the sinusoidal position table matches PyTorch's formula
   }
 }
 
-TEST_CASE("golden norms: whole EncoderModel per norm kind x placement, embedding + head, pooled head") {
+TEST_CASE("golden norms: whole EncoderModel per norm kind and residual scheme x placement, embedding + head") {
   // PowerNorm's running_phi and grad_ema are compared after the forward and the backward: the model
   // file checks that every PowerNorm layer of both placements updates its own two running averages.
   const std::vector<std::string> names = golden_names("model_");
-  CHECK(names.size() == 2 * nn::norm_registry().size() + 2);  // every kind x 2 placements + 2 without layers
+  // every norm x 2 placements on the plain sum, every other residual scheme x 2 placements (ReZero
+  // without a norm, LayerScale on LayerNorm), and 2 without layers
+  const size_t kinds = nn::norm_registry().size() + nn::residual_registry().size() - 1;
+  CHECK(names.size() == 2 * kinds + 2);
   std::set<std::string> kinds_seen;
   for (const std::string& name : names) {
     CAPTURE(name);
@@ -207,7 +211,11 @@ TEST_CASE("golden norms: whole EncoderModel per norm kind x placement, embedding
     opts.encoder.num_layers = m.at("layers");
     opts.encoder.dim_feedforward = m.at("ffn");
     opts.encoder.activation = m.at("activation") == "gelu" ? nn::Activation::gelu : nn::Activation::relu;
-    opts.encoder.norm = nn::parse_norm_kind(m.at("norm"));
+    // Files written before residual schemes had their own key say norm "rezero": norm none, scheme rezero.
+    const std::string norm = m.at("norm"), residual = m.value("residual", "plain");
+    const nn::ResidualEntry* spelled = nn::residual_spelled_as_norm(norm);
+    opts.encoder.norm = nn::parse_norm_kind(spelled ? "none" : norm);
+    opts.encoder.residual = spelled ? spelled->spec.name : residual;
     opts.encoder.placement = m.at("placement") == "pre" ? nn::Placement::pre : nn::Placement::post;
     opts.encoder.norm_eps = m.at("eps").get<float>();
     opts.encoder.final_norm = m.at("final_norm");
@@ -219,7 +227,7 @@ TEST_CASE("golden norms: whole EncoderModel per norm kind x placement, embedding
     opts.seed = 1;
     nn::EncoderModel model(opts);
     load_parameters(g, model);
-    kinds_seen.insert(fmt::format("{}/{}", m.at("norm").get<std::string>(), m.at("placement").get<std::string>()));
+    kinds_seen.insert(fmt::format("{}/{}/{}", norm, residual, m.at("placement").get<std::string>()));
 
     const std::vector<int64_t> token_ids = g.file.int64s("tokens", g.record("tokens").shape);
     const std::vector<int32_t> tokens(token_ids.begin(), token_ids.end());
@@ -232,8 +240,7 @@ TEST_CASE("golden norms: whole EncoderModel per norm kind x placement, embedding
     for (auto& [bname, t] : model.named_buffers()) g.check("ref.buffer." + bname, t.to_vector());
     g.check_all_compared();
   }
-  CHECK(kinds_seen.size() == 2 * nn::norm_registry().size());  // every kind x placement (the two layer-less files
-                                                               // are none/pre)
+  CHECK(kinds_seen.size() == 2 * kinds);  // every kind x placement (the two layer-less files are none/pre)
 }
 
 TEST_CASE("model.norm_eps from a config reaches every norm layer (and final norm) of the model") {

@@ -125,7 +125,7 @@ TEST_CASE("mlm_text on Greek text: train, then predict --json prints valid UTF-8
   REQUIRE(code == 0);
   const nlohmann::json out = nlohmann::json::parse(read_text(dir.sub("p.json")));
   CHECK(out["input"] == "ο λ[MASK]γος");
-  CHECK(out["input_ids"].size() == 7);
+  CHECK(out["read_as"].size() == 7);
   // The vocabulary (and so the checkpoint's characters) holds whole characters.
   train::LoadedRun loaded = train::load_run(run);
   CHECK(loaded.task.input_vocab.find("λ").has_value());

@@ -44,6 +44,7 @@ void drop_timing(json& j) {
   if (j.is_object()) {
     j.erase("tokens_per_s");
     j.erase("wall_time_s");
+    j.erase("timing");  // summary.json and the checkpoint: where the time went (run_clock.hpp)
     for (auto& [key, value] : j.items()) drop_timing(value);
   } else if (j.is_array()) {
     for (json& value : j) drop_timing(value);

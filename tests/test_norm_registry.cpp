@@ -58,19 +58,20 @@ std::set<std::string> state_names(const nn::Module& layer, bool parameters) {
 
 TEST_CASE("norm registry: names are unique and every entry is complete") {
   std::set<std::string> names, variants;
-  for (const nn::NormSpec& spec : nn::norm_registry()) {
+  for (const nn::NormEntry& entry : nn::norm_registry()) {
+    const nn::NormSpec& spec = entry.spec;
     CAPTURE(spec.name);
     CHECK(names.insert(spec.name).second);
     CHECK(!spec.description.empty());
     CHECK(!spec.formula.empty());
-    CHECK(!spec.variants.empty());
-    for (const nn::NormVariant& v : spec.variants) CHECK(variants.insert(v.name).second);
-    const bool has_layer = spec.residual == nn::Residual::normalized;
+    CHECK(!entry.variants.empty());
+    for (const nn::NormVariant& v : entry.variants) CHECK(variants.insert(v.name).second);
+    const bool has_layer = spec.name != "none";
     CHECK(bool(spec.make) == has_layer);
     CHECK(bool(spec.reference) == has_layer);
-    CHECK(spec.torch.forward.empty() == !has_layer);
+    CHECK(entry.torch.forward.empty() == !has_layer);
     CHECK(spec.symbol.empty() == !has_layer);
-    CHECK(nn::find_norm(spec.name) == &spec);
+    CHECK(nn::find_norm(spec.name) == &entry);
     CHECK(nn::NormKind(spec.name).name() == spec.name);
   }
   CHECK(nn::find_norm("layer_norm") == nullptr);
@@ -78,8 +79,9 @@ TEST_CASE("norm registry: names are unique and every entry is complete") {
 }
 
 TEST_CASE("norm registry: every layer's forward matches its reference forward") {
-  for (const nn::NormSpec& spec : nn::norm_registry()) {
-    if (spec.residual != nn::Residual::normalized) continue;
+  for (const nn::NormEntry& entry : nn::norm_registry()) {
+    const nn::NormSpec& spec = entry.spec;
+    if (!spec.make) continue;
     CAPTURE(spec.name);
     Rng rng(41, 3);
     auto layer = perturbed_layer(spec, rng);
@@ -98,8 +100,9 @@ TEST_CASE("norm registry: every layer's forward matches its reference forward") 
 TEST_CASE("norm registry: every layer's gradients match finite differences") {
   // Eval mode: PowerNorm's training backward is the paper's approximation, not the derivative, and
   // its training forward moves the statistic it divides by (test_ops_gradcheck covers training).
-  for (const nn::NormSpec& spec : nn::norm_registry()) {
-    if (spec.residual != nn::Residual::normalized) continue;
+  for (const nn::NormEntry& entry : nn::norm_registry()) {
+    const nn::NormSpec& spec = entry.spec;
+    if (!spec.make) continue;
     CAPTURE(spec.name);
     Rng rng(43, 5);
     auto layer = perturbed_layer(spec, rng);
@@ -116,16 +119,17 @@ TEST_CASE("norm registry: every layer's gradients match finite differences") {
 }
 
 TEST_CASE("norm registry: the PyTorch mapping names exactly the layer's parameters and buffers") {
-  for (const nn::NormSpec& spec : nn::norm_registry()) {
-    if (spec.residual != nn::Residual::normalized) continue;
+  for (const nn::NormEntry& entry : nn::norm_registry()) {
+    const nn::NormSpec& spec = entry.spec;
+    if (!spec.make) continue;
     CAPTURE(spec.name);
     auto layer = spec.make(kDim, 1e-5f);
     std::set<std::string> parameters, buffers;
-    for (const nn::TorchTensor& t : spec.torch.tensors) {
+    for (const nn::TorchTensor& t : entry.torch.tensors) {
       CHECK(!t.init.empty());
       (t.parameter ? parameters : buffers).insert(t.name);
       // the forward expression uses every parameter (buffers may serve only training's backward)
-      if (t.parameter) CHECK(spec.torch.forward.find(t.name) != std::string::npos);
+      if (t.parameter) CHECK(entry.torch.forward.find(t.name) != std::string::npos);
     }
     CHECK(parameters == state_names(*layer, true));
     CHECK(buffers == state_names(*layer, false));
@@ -147,15 +151,17 @@ TEST_CASE("norm registry: model.norm takes every name and writes it back unchang
 }
 
 TEST_CASE("norm registry: every variant is a compare-grid name that maps back to its norm and placement") {
-  for (const nn::NormSpec& spec : nn::norm_registry()) {
-    for (const nn::NormVariant& v : spec.variants) {
+  for (const nn::NormEntry& entry : nn::norm_registry()) {
+    const nn::NormSpec& spec = entry.spec;
+    for (const nn::NormVariant& v : entry.variants) {
       CAPTURE(v.name);
       const study::Variant* found = study::find_variant(v.name);
       REQUIRE(found != nullptr);
       CHECK(found->norm == spec.name);
+      CHECK(found->residual == "plain");
       CHECK(study::variant_of(spec.name, v.placement) == v.name);
       const std::string block = study::block_formula(spec.name, v.placement, true);
-      if (spec.residual == nn::Residual::normalized) CHECK(block.find(spec.symbol + "(") != std::string::npos);
+      if (spec.make) CHECK(block.find(spec.symbol + "(") != std::string::npos);
     }
   }
 }
@@ -168,26 +174,27 @@ TEST_CASE("norm registry: normlab help norms --json lists every entry with its P
   std::vector<std::string> names;
   for (const nlohmann::json& norm : listed.at("norms")) {
     names.push_back(norm.at("name"));
-    const nn::NormSpec* spec = nn::find_norm(names.back());
-    REQUIRE(spec != nullptr);
-    CHECK(norm.at("torch").at("forward") == spec->torch.forward);
-    CHECK(norm.at("torch").at("tensors").size() == spec->torch.tensors.size());
+    const nn::NormEntry* entry = nn::find_norm(names.back());
+    REQUIRE(entry != nullptr);
+    CHECK(norm.at("torch").at("forward") == entry->torch.forward);
+    CHECK(norm.at("torch").at("tensors").size() == entry->torch.tensors.size());
+    CHECK(norm.at("layer") == bool(entry->spec.make));
   }
   CHECK(names == nn::norm_names());
   CHECK(run_normlab(dir, "help norms --yaml").code == 2);
   const Cli text = run_normlab(dir, "help norms");
   const Cli train_help = run_normlab(dir, "train --help");
-  for (const nn::NormSpec& spec : nn::norm_registry()) {
-    CAPTURE(spec.name);
-    CHECK(text.out.find(spec.formula) != std::string::npos);
-    CHECK(train_help.out.find(spec.name) != std::string::npos);
+  for (const nn::NormEntry& entry : nn::norm_registry()) {
+    CAPTURE(entry.spec.name);
+    CHECK(text.out.find(entry.spec.formula) != std::string::npos);
+    CHECK(train_help.out.find(entry.spec.name) != std::string::npos);
   }
 }
 
 TEST_CASE("ScaleNorm: every token comes out with length g, and y * ||x|| / g gives x back") {
-  const nn::NormSpec* spec = nn::find_norm("scalenorm");
-  REQUIRE(spec != nullptr);
-  auto layer = spec->make(kDim, 1e-12f);
+  const nn::NormEntry* entry = nn::find_norm("scalenorm");
+  REQUIRE(entry != nullptr);
+  auto layer = entry->spec.make(kDim, 1e-12f);
   const auto params = layer->named_parameters();
   REQUIRE(params.size() == 1);  // one learned scalar for the whole layer, no per-feature gain
   Tensor g = params[0].second;

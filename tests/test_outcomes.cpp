@@ -11,6 +11,7 @@
 
 #include "normlab/data/task.hpp"
 #include "normlab/error.hpp"
+#include "normlab/study/instability.hpp"
 #include "normlab/study/plan.hpp"
 #include "normlab/study/render.hpp"
 #include "normlab/study/report.hpp"
@@ -41,7 +42,11 @@ study::RunResult run_with(double accuracy, const std::vector<double>& losses) {
 
 // Diagnostics with block gradient norms {early x3, middle x2, last} and residual RMS 1 -> growth.
 void add_diagnostics(study::RunResult& r, int64_t step, double early, double last, double rms = 1.0) {
-  r.diagnostics.push_back({step, std::vector<double>(6, rms), {early, early, early, 0.01, 0.01, last}});
+  study::Diagnostics d;
+  d.step = step;
+  d.residual_rms.assign(6, rms);
+  d.layer_grad_norms = {early, early, early, 0.01, 0.01, last};
+  r.diagnostics.push_back(d);
 }
 
 }  // namespace
@@ -165,6 +170,97 @@ TEST_CASE("outcomes: a collapse is dated from the last time the gradients vanish
   CHECK(study::describe_failures({&r}) ==
         "collapsed in 1/1 — blocks 0–2 gradient norms 2e-07 by step 300 (block 5: 0.04); 99% of held-out predictions "
         "one label");
+}
+
+namespace {
+
+// A diagnostics record of a 6-block run with attention figures: every layer at entropy `entropy`
+// and max logit `logit` but layer 4 at `entropy4` / `logit4`; the output's |log Z| at `log_z`.
+study::Diagnostics attention_record(int64_t step, double entropy, double logit, double entropy4, double logit4,
+                                    double log_z, double early_grad = 0.1) {
+  study::Diagnostics d;
+  d.step = step;
+  d.residual_rms.assign(6, 1.0);
+  d.layer_grad_norms = {early_grad, early_grad, early_grad, 0.01, 0.01, 0.04};
+  d.attention_entropy_mean.assign(6, entropy);
+  d.attention_max_logit.assign(6, logit);
+  d.attention_entropy_mean[4] = entropy4;
+  d.attention_max_logit[4] = logit4;
+  d.log_z_max_abs = log_z;
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("outcomes: attention entropy collapse and logit divergence in the rules' order, each just inside and outside") {
+  // Step 1 at the initial weights: entropy 2.1 nats, max logit 1.2, |log Z| 2.4 in every layer.
+  auto run = [](double entropy4, double logit4, double log_z, double accuracy = 0.1, double early_grad = 0.1) {
+    study::RunResult r = run_with(accuracy, {2.30, 2.30, 2.30});
+    r.diagnostics.push_back(attention_record(1, 2.1, 1.2, 2.1, 1.2, 2.4));
+    r.diagnostics.push_back(attention_record(150, 2.0, 1.5, entropy4, logit4, log_z, early_grad));
+    r.diagnostics.push_back(attention_record(400, 2.0, 1.5, entropy4, logit4, log_z, early_grad));
+    return r;
+  };
+  // Layer 4's entropy fell from 2.1 to 0.05 nats while its max logit grew 40x: entropy collapse.
+  study::RunResult r = run(0.05, 48.0, 3.0);
+  CHECK(study::classify(r) == study::Outcome::entropy_collapse);
+  CHECK(std::string(study::outcome_name(study::Outcome::entropy_collapse)) == "attention entropy collapse");
+  CHECK(study::outcome_evidence(r) ==
+        "the attention entropy of layer 4 fell from 2.1 to 0.05 nats by step 150 while its max |logit| grew 40.0x (1.2 to 48)");
+  // Just outside on entropy (0.42 = 0.2 x 2.1 is not below) and on growth (just under 5 x 1.2): at chance.
+  CHECK(study::classify(run(study::kEntropyCollapseFraction * 2.1, 48.0, 3.0)) == study::Outcome::at_chance);
+  CHECK(study::classify(run(std::nextafter(study::kEntropyCollapseFraction * 2.1, 0.0), 48.0, 3.0)) == study::Outcome::entropy_collapse);
+  const double grown = study::kLogitGrowthFactor * 1.2;  // 6
+  CHECK(study::classify(run(0.05, std::nextafter(grown, 0.0), 3.0)) == study::Outcome::at_chance);
+  CHECK(study::classify(run(0.05, grown, 3.0)) == study::Outcome::entropy_collapse);
+  // Above chance, short of learned (weak level) it is still named; at the learned level it is not a failure.
+  CHECK(study::classify(run(0.05, 48.0, 3.0, 0.2)) == study::Outcome::entropy_collapse);
+  const double learned_at = 0.1 + study::kLearnedShare * 0.9;
+  CHECK(study::classify(run(0.05, 48.0, 3.0, learned_at)) == study::Outcome::learned);
+  CHECK(study::classify(run(0.05, 48.0, 3.0, std::nextafter(learned_at, 0.0))) == study::Outcome::entropy_collapse);
+  // Before "collapsed" in the order: vanished early gradients with it are still this word; without
+  // it, collapsed.
+  CHECK(study::classify(run(0.05, 48.0, 3.0, 0.1, 1e-7)) == study::Outcome::entropy_collapse);
+  CHECK(study::classify(run(1.9, 1.5, 3.0, 0.1, 1e-7)) == study::Outcome::collapsed);
+  // The output's |log Z| just beyond 30 at the end: logit divergence, before entropy collapse.
+  CHECK(study::classify(run(1.9, 1.5, study::kLogZBound)) == study::Outcome::at_chance);
+  r = run(0.05, 48.0, std::nextafter(study::kLogZBound, 100.0));
+  CHECK(study::classify(r) == study::Outcome::logit_divergence);
+  CHECK(std::string(study::outcome_name(study::Outcome::logit_divergence)) == "logit divergence");
+  r = run(1.9, 1.5, 45.2);
+  CHECK(study::classify(r) == study::Outcome::logit_divergence);
+  CHECK(study::outcome_evidence(r) == "the output's |log Z| reached 45.2 by step 150 (bound 30; 2.4 at step 1)");
+  // Exploded by residual RMS comes first.
+  r.diagnostics.back().residual_rms[2] = 1e3;
+  CHECK(study::classify(r) == study::Outcome::exploded);
+  // A learned run keeps its word whatever its log Z.
+  CHECK(study::classify(run(1.9, 1.5, 45.2, learned_at)) == study::Outcome::learned);
+  // Records from before step-1 diagnostics: no initial value, so no entropy collapse is named.
+  r = run(0.05, 48.0, 3.0);
+  r.diagnostics.erase(r.diagnostics.begin());
+  CHECK(study::classify(r) == study::Outcome::at_chance);
+
+  // Slow comes first in the rules; below the learned level its evidence adds a collapsed attention.
+  r = run(0.05, 48.0, 3.0, 0.2);
+  r.evals = run_with(0.2, {2.0, 1.9, 1.8}).evals;
+  REQUIRE(study::classify(r) == study::Outcome::slow);
+  CHECK(study::outcome_evidence(r) ==
+        "held-out loss still falling at the end: 2 → 1.8 over steps 100–300; the attention entropy of layer 4 "
+        "fell from 2.1 to 0.05 nats by step 150 while its max |logit| grew 40.0x (1.2 to 48)");
+  r = run(1.9, 1.5, 3.0, 0.2);
+  r.evals = run_with(0.2, {2.0, 1.9, 1.8}).evals;
+  CHECK(study::outcome_evidence(r) == "held-out loss still falling at the end: 2 → 1.8 over steps 100–300");
+
+  // A group: one clause per word with the range of the runs' evidence, in the rules' order.
+  std::vector<study::RunResult> runs = {run(0.05, 48.0, 3.0), run(0.2, 15.0, 3.0), run(1.9, 1.5, 45.2),
+                                        run(1.9, 1.5, 3.0, 0.9)};
+  runs[1].diagnostics[1].attention_entropy_mean[4] = 1.0;  // layer 4 collapsed from step 400 in this seed
+  std::vector<const study::RunResult*> group;
+  for (const study::RunResult& one : runs) group.push_back(&one);
+  CHECK(study::describe_failures(group) ==
+        "logit divergence in 1/4 — the output's |log Z| reached 45.2 by step 150 (bound 30; 2.4 at step 1); "
+        "attention entropy collapse in 2/4 — the attention entropy of layer 4 fell from 2.1 to 0.05–0.2 nats by step "
+        "150–400 while its max |logit| grew 12.5–40.0x (to 15–48)");
 }
 
 TEST_CASE("accuracy AUC: trapezoids over evaluations to the budget's end, a diverged run at the uniform guess after") {

@@ -350,7 +350,7 @@ TEST_CASE("own data: the reviews example config reads its CSV with the text opti
   CHECK(use.unknown > 0);  // product names seen once: the [UNK] row is trained
 }
 
-TEST_CASE("predict --data: one JSON line (or CSV row) per input, as typed, with unknown words and errors") {
+TEST_CASE("predict --lines: one JSON line (or CSV row) per input, as typed, with unknown words and errors") {
   TempDir dir;
   dir.write("train.csv", "id,text,label\n1,\"Good, good!\",pos\n2,Bad film,neg\n3,good film,pos\n4,bad bad,neg\n");
   dir.write("config.json", R"({
@@ -361,7 +361,7 @@ TEST_CASE("predict --data: one JSON line (or CSV row) per input, as typed, with 
     "train": {"steps": 3, "batch_size": 2, "eval_every": 0, "threads": 1}})");
   REQUIRE(run_normlab(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run"))).code == 0);
   dir.write("inputs.txt", "GOOD film, zebra!\n\none two three four five six seven eight nine\nbad\n");
-  const Cli out = run_normlab(dir, fmt::format("predict --run {} --data {} --batch-size 2", dir.sub("run"), dir.sub("inputs.txt")));
+  const Cli out = run_normlab(dir, fmt::format("predict --run {} --lines {} --batch-size 2", dir.sub("run"), dir.sub("inputs.txt")));
   REQUIRE(out.code == 0);
   std::vector<json> rows;
   size_t start = 0;
@@ -374,19 +374,83 @@ TEST_CASE("predict --data: one JSON line (or CSV row) per input, as typed, with 
   CHECK(rows[0].at("input") == "GOOD film, zebra!");
   CHECK(rows[0].at("unknown") == 1);
   CHECK(rows[0].at("read_as") == json{"good", "film", ",", "[UNK]", "!"});
-  CHECK(rows[0].at("probabilities").size() == 2);
+  // Every class's probability by name, summing to 1; the label's is "probability".
+  const json& all = rows[0].at("probabilities");
+  REQUIRE(all.size() == 2);
+  CHECK(all.at("neg").get<double>() + all.at("pos").get<double>() == doctest::Approx(1.0).epsilon(1e-3));
+  CHECK(all.at(rows[0].at("label").get<std::string>()) == rows[0].at("probability"));
   CHECK(rows[1].contains("error"));
   CHECK(rows[2].at("error").get<std::string>().find("model.max_len 8") != std::string::npos);
   CHECK(rows[3].at("line") == 4);
-  // The same label as a one-input predict, and CSV from standard input.
+  // The same shape from a one-input predict, and CSV from standard input: a column per class.
   const Cli one = run_normlab(dir, fmt::format("predict --run {} --input \"bad\" --json", dir.sub("run")));
-  CHECK(json::parse(one.out).at("predicted")[0] == rows[3].at("label"));
-  const Cli csv = run_normlab(dir, fmt::format("predict --run {} --data - --format csv < {}", dir.sub("run"), dir.sub("inputs.txt")));
+  const json single = json::parse(one.out);
+  CHECK(single.at("label") == rows[3].at("label"));
+  CHECK(single.at("read_as") == json{"bad"});
+  CHECK(single.at("probabilities") == rows[3].at("probabilities"));
+  const Cli csv = run_normlab(dir, fmt::format("predict --run {} --lines - --format csv < {}", dir.sub("run"), dir.sub("inputs.txt")));
   CHECK(csv.code == 0);
-  CHECK(csv.out.rfind("line,input,unknown,read_as,predicted,probability,error\n1,\"GOOD film, zebra!\",1,", 0) == 0);
+  CHECK(csv.out.rfind("line,input,unknown,read_as,label,probability,p_neg,p_pos,error\n1,\"GOOD film, zebra!\",1,", 0) == 0);
   const Cli neither = run_normlab(dir, fmt::format("predict --run {}", dir.sub("run")));
   CHECK(neither.code == 2);
+  // --data reads the task's format: a text file is refused with a pointer to --lines.
+  const Cli text = run_normlab(dir, fmt::format("predict --run {} --data {}", dir.sub("run"), dir.sub("inputs.txt")));
+  CHECK(text.code == 2);
+  CHECK(text.err.find("for one raw input a line use --lines") != std::string::npos);
   const Cli bench = run_normlab(dir, fmt::format("bench predict --run {} --repeats 1 --json", dir.sub("run")));
   CHECK(bench.code == 0);
   CHECK(json::parse(bench.out).at("inputs") == 4);
+}
+
+TEST_CASE("predict --data reads the task's own CSV and JSONL: only the text field is input, labels are scored") {
+  TempDir dir;
+  dir.write("train.csv", "id,text,label\n1,good film,pos\n2,bad film,neg\n3,good good,pos\n4,bad bad,neg\n");
+  dir.write("config.json", R"({
+    "model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32},
+    "task": {"name": "sequence_classification", "train_file": "train.csv", "valid_file": "train.csv"},
+    "optim": {"lr": 0.01, "warmup_steps": 1},
+    "train": {"steps": 3, "batch_size": 2, "eval_every": 0, "threads": 1}})");
+  REQUIRE(run_normlab(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run"))).code == 0);
+  // The label column is never read as input: "pos" would otherwise be an [UNK] word of the input.
+  dir.write("test.csv", "id,text,label\nk-1,good film,pos\nk-2,bad bad,neg\nk-3,film,\n");
+  const Cli out = run_normlab(dir, fmt::format("predict --run {} --data {}", dir.sub("run"), dir.sub("test.csv")));
+  REQUIRE_MESSAGE(out.code == 0, out.err);
+  std::vector<json> rows;
+  for (size_t start = 0; start < out.out.size();) {
+    const size_t end = out.out.find('\n', start);
+    rows.push_back(json::parse(out.out.substr(start, end - start)));
+    start = end + 1;
+  }
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].at("line") == 2);  // the record's line in the file, after the header
+  CHECK(rows[0].at("input") == "good film");
+  CHECK(rows[0].at("read_as") == json{"good", "film"});
+  CHECK(rows[0].at("expected") == "pos");
+  CHECK_FALSE(rows[2].contains("expected"));  // an empty label cell: predicted, not scored
+  // Scored against the two labels it has: accuracy is 0, 1/2 or 1.
+  const size_t at = out.err.find("against the labels of 2 of them: accuracy ");
+  REQUIRE(at != std::string::npos);
+  const double accuracy = std::stod(out.err.substr(at + 43, 6));
+  CHECK((accuracy == 0.0 || accuracy == 0.5 || accuracy == 1.0));
+  // CSV out: an "expected" column beside one column per class.
+  const Cli csv = run_normlab(dir, fmt::format("predict --run {} --data {} --format csv", dir.sub("run"), dir.sub("test.csv")));
+  CHECK(csv.out.rfind("line,input,unknown,read_as,label,probability,p_neg,p_pos,expected,error\n2,good film,0,good film,", 0) == 0);
+  // A file without the label column, and JSONL without the label key: predicted, nothing scored.
+  dir.write("plain.csv", "text\ngood film\n");
+  const Cli plain = run_normlab(dir, fmt::format("predict --run {} --data {}", dir.sub("run"), dir.sub("plain.csv")));
+  CHECK(plain.code == 0);
+  CHECK(plain.err.find("against the labels") == std::string::npos);
+  dir.write("plain.jsonl", "{\"tokens\": \"bad film\", \"id\": 9}\n");
+  const Cli jsonl = run_normlab(dir, fmt::format("predict --run {} --data {}", dir.sub("run"), dir.sub("plain.jsonl")));
+  CHECK(jsonl.code == 0);
+  CHECK(json::parse(jsonl.out).at("read_as") == json{"bad", "film"});
+  // Bad input: one line naming the file and line, exit 2.
+  dir.write("unknown.csv", "text,label\ngood,pos\nbad,maybe\n");
+  const Cli unknown = run_normlab(dir, fmt::format("predict --run {} --data {}", dir.sub("run"), dir.sub("unknown.csv")));
+  CHECK(unknown.code == 2);
+  CHECK(unknown.err == "normlab: error: " + dir.sub("unknown.csv") + ":3: label \"maybe\" is not one of the run's classes (neg pos)\n");
+  dir.write("nocolumn.csv", "words,label\ngood,pos\n");
+  const Cli column = run_normlab(dir, fmt::format("predict --run {} --data {}", dir.sub("run"), dir.sub("nocolumn.csv")));
+  CHECK(column.code == 2);
+  CHECK(column.err.find(dir.sub("nocolumn.csv") + ":1: no column \"text\"") != std::string::npos);
 }

@@ -326,7 +326,7 @@ TEST_CASE("report numbers: findings and the Answer on a fixture with known answe
   for (const std::string& l : study::answer(plan, groups)) answer += l + "\n";
   INFO(answer);
   CHECK(answer.find("model.norm=layernorm learned at 2 of 2 learning rates (0.001–0.03), solved at 0.03; "
-                    "model.norm=none learned at 1 of 2 learning rates (0.001), solved at none — at 0.03 exploded in "
+                    "model.norm=none learned at 1 of 2 learning rates (0.001), solved at no rate — at 0.03 exploded in "
                     "3/3 — held-out loss 50 (over 2x the uniform guess's).") != std::string::npos);
   // Each variant named against no normalization, never "normalization" as a whole.
   CHECK(answer.find("Highest grid learning rate at which most seeds learned, against model.norm=none (up to 0.001); "

@@ -328,3 +328,118 @@ TEST_CASE("serve in headless Chromium: started before DIR exists it waits, a run
   serve.child.signal(SIGTERM);
   CHECK(serve.child.wait(std::chrono::seconds(10)) == 0);
 }
+
+namespace {
+
+// A finished 2-block run with diagnostics at steps 1, 100 and 200: attention max logit from 2 at
+// step 1 to 2 x `logit_growth` at the end in block 1, its entropy from 1.5 to 0.1, update ratios
+// and the output's log Z.
+void write_diagnostics_run(const fs::path& dir, const std::string& placement, double logit_growth, double log_z, uint64_t seed) {
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << run_config("layernorm", placement, 200, seed);
+  std::ofstream metrics(dir / "metrics.jsonl");
+  for (int step = 1; step <= 200; ++step) {
+    json rec = {{"step", step}, {"loss", 2.3 - 0.005 * step}, {"accuracy", 0.5}, {"grad_norm", 1.0}, {"lr", 0.01},
+                {"tokens", 120}, {"tokens_per_s", 60000}};
+    if (step == 1 || step % 100 == 0) {
+      const double end = step == 1 ? 0.0 : 1.0;  // 0 at step 1, 1 at the last record
+      rec["residual_rms"] = {1.0, 1.2};
+      rec["layer_grad_norms"] = {0.5, 0.4};
+      rec["attention_max_logit"] = {2.0, 2.0 * (1 + end * (logit_growth - 1))};
+      rec["attention_entropy_mean"] = {1.5, 1.5 - end * 1.4};
+      rec["attention_entropy_min"] = {1.4, 1.4 - end * 1.35};
+      rec["update_ratio"] = {0.001, 0.002};
+      rec["log_z_mean"] = 2.3;
+      rec["log_z_max_abs"] = step == 1 ? 2.9 : log_z;
+    }
+    metrics << rec.dump() << "\n";
+  }
+  metrics << json({{"step", 200}, {"split", "valid"}, {"loss", 1.0}, {"accuracy", 0.6},
+                   {"trained", {{"loss", 1.0}, {"accuracy", 0.6}, {"targets", 100}}}})
+                 .dump()
+          << "\n";
+  std::ofstream(dir / "summary.json") << R"({"diverged": false, "wall_time_s": 3.0, "threads": 1})";
+}
+
+}  // namespace
+
+TEST_CASE("serve: the diagnostics per layer - status.json carries step 1's and the last record's, the series reader "
+          "keeps them, and in headless Chromium a per-layer chart on a robust axis names the run past its cap") {
+  TempDir tmp("normlab_serve_layers");
+  write_diagnostics_run(tmp.path / "runs" / "pre-ln_s0", "pre", 5.0, 12.5, 0);
+  write_diagnostics_run(tmp.path / "runs" / "pre-ln_s1", "pre", 8.0, 11.0, 1);
+  write_diagnostics_run(tmp.path / "runs" / "post-ln_s0", "post", 1e20, 4.5e21, 2);  // its logits blew up
+
+  // The incremental reader keeps the first and the last diagnostics record.
+  normlab::serve::MetricsReader reader((tmp.path / "runs" / "post-ln_s0" / "metrics.jsonl").string());
+  reader.update();
+  const auto& summary = reader.summary();
+  CHECK(summary.first_diagnostics.step == 1);
+  CHECK(summary.last_diagnostics.step == 200);
+  CHECK(summary.last_diagnostics.layers.at("attention_max_logit") == std::vector<double>{2.0, 2e20});
+  CHECK(summary.first_diagnostics.layers.at("attention_entropy_mean") == std::vector<double>{1.5, 1.5});
+  CHECK(summary.last_diagnostics.log_z_max_abs == 4.5e21);
+  CHECK(summary.first_diagnostics.log_z_mean == 2.3);
+
+  if (!Chromium::available()) {
+    MESSAGE("chromium is not installed: skipping the page (apt-get install chromium; scripts/test.sh does)");
+    return;
+  }
+  Serve serve(tmp, tmp.path.string(), "serve");
+  REQUIRE(serve.port > 0);
+  Chromium browser(tmp.sub("profile"), tmp.sub("chromium.log"));
+  browser.open(serve.url());
+  // status.json: per run, step 1's and the last record's figures (4 significant digits), |log Z| beside.
+  REQUIRE(browser.wait_until("document.documentElement.getAttribute('data-layers-datasets')==='3'", kPageSeconds));
+  const json status = browser.eval("fetch('_serve/status.json').then(function(r){return r.json();})");
+  bool seen = false;
+  for (const json& run : status["runs"]) {
+    if (run["name"] != "pre-ln_s1") continue;
+    seen = true;
+    CHECK(run["diagnostics"]["first"]["step"] == 1);
+    CHECK(run["diagnostics"]["last"]["step"] == 200);
+    CHECK(run["diagnostics"]["last"]["attention_max_logit"] == json::array({2.0, 16.0}));
+    CHECK(run["diagnostics"]["last"]["attention_entropy_mean"][1].get<double>() == doctest::Approx(0.1));
+    CHECK(run["diagnostics"]["last"]["update_ratio"] == json::array({0.001, 0.002}));
+    CHECK(run["log_z"] == 11.0);
+  }
+  CHECK(seen);
+  CHECK(browser.eval("document.querySelector('#serve-table tr[data-run=post-ln_s0] td:nth-child(10)').textContent") ==
+        "4.50e+21");
+  // Max |attention logit| at the last diagnostics step opens on a log axis, its top at 100x the
+  // median of the runs' largest values (100 x 16): the run whose logits reached 2e20 is named above it.
+  CHECK(browser.eval("Chart.getChart('layers-canvas').options.scales.y.type") == "logarithmic");
+  CHECK(browser.eval("Chart.getChart('layers-canvas').options.scales.y.max") == 1600);
+  CHECK(browser.eval("document.documentElement.getAttribute('data-layers-capped')") == "1");
+  CHECK(browser.eval("document.getElementById('layers-capped').textContent").get<std::string>().find("above it: post-ln_s0") !=
+        std::string::npos);
+  // Growth since step 1 (each layer's value over its step-1 value): 1, 8 for pre-ln_s1.
+  browser.eval("(function(){var v=document.getElementById('layers-view');v.value='growth';v.dispatchEvent(new Event('change'));})()");
+  CHECK(browser.wait_until("Chart.getChart('layers-canvas').data.datasets.some(function(d){return d.run==='pre-ln_s1'&&"
+                           "d.data.map(function(p){return p.y;}).join()==='1,8';})", kPageSeconds));
+  // Entropy: a linear axis, no cap (it is bounded by ln L).
+  browser.eval("(function(){var m=document.getElementById('layers-metric');m.value='attention_entropy_mean';"
+               "m.dispatchEvent(new Event('change'));var v=document.getElementById('layers-view');v.value='last';"
+               "v.dispatchEvent(new Event('change'));})()");
+  CHECK(browser.wait_until("Chart.getChart('layers-canvas').options.scales.y.type==='linear'", kPageSeconds));
+  CHECK(browser.eval("document.documentElement.getAttribute('data-layers-capped')") == "0");
+  // At step 1, the initial weights: the update ratio there is every run's first update.
+  browser.eval("(function(){var m=document.getElementById('layers-metric');m.value='update_ratio';"
+               "m.dispatchEvent(new Event('change'));var v=document.getElementById('layers-view');v.value='first';"
+               "v.dispatchEvent(new Event('change'));})()");
+  CHECK(browser.wait_until("Chart.getChart('layers-canvas').data.datasets.length===3&&"
+                           "/at step 1/.test(Chart.getChart('layers-canvas').options.scales.y.title.text)", kPageSeconds));
+  // Hiding a series hides its runs here too.
+  const auto [bx, by] = centre_of(browser, "button.serve-series[data-variant='post-ln']");
+  browser.click(bx, by);
+  CHECK(browser.wait_until("Chart.getChart('layers-canvas').data.datasets.filter(function(d){return !d.hidden;}).length===2",
+                           kPageSeconds));
+  if (const char* dir = std::getenv(kScreenshots)) {
+    browser.click(bx, by);  // every run shown again, the chart in view
+    centre_of(browser, "#layers-canvas");
+    browser.wait_until("Chart.getChart('layers-canvas').data.datasets.filter(function(d){return !d.hidden;}).length===3", kPageSeconds);
+    browser.screenshot(std::string(dir) + "/serve-layers.png");
+  }
+  serve.child.signal(SIGTERM);
+  CHECK(serve.child.wait(std::chrono::seconds(10)) == 0);
+}

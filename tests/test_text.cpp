@@ -186,11 +186,11 @@ TEST_CASE("text cli: invalid UTF-8 is read as U+FFFD by predict and refused with
   REQUIRE_MESSAGE(one.code == 0, one.err);
   const json answer = json::parse(one.out);
   CHECK(answer.at("input") == "good \xef\xbf\xbd\xef\xbf\xbd");
-  CHECK(answer.at("read_as") == "good [UNK]");
+  CHECK(answer.at("read_as") == json{"good", "[UNK]"});
   CHECK(answer.at("warnings") == json{"--input: 2 invalid UTF-8 sequences read as U+FFFD"});
-  // predict --data: each line's bad bytes replaced, every output line valid JSON.
+  // predict --lines: each line's bad bytes replaced, every output line valid JSON.
   dir.write("inputs.txt", "bad \xff film\ngood film\n");
-  const Cli lines = run_args(dir, {"predict", "--run", run, "--data", dir.sub("inputs.txt")});
+  const Cli lines = run_args(dir, {"predict", "--run", run, "--lines", dir.sub("inputs.txt")});
   REQUIRE_MESSAGE(lines.code == 0, lines.err);
   CHECK(json::parse(lines.out.substr(0, lines.out.find('\n'))).at("read_as") == json{"bad", "[UNK]", "film"});
   CHECK(lines.err.find("normlab: warning: 1 line held invalid UTF-8, read as U+FFFD\n") != std::string::npos);
@@ -211,7 +211,7 @@ TEST_CASE("text cli: predict --format csv neutralises formula cells and writes v
   TempDir dir;
   train_csv_run(dir);
   dir.write("inputs.txt", "=cmd|' /C calc'!A0\n@SUM(1)\n+SUM(1)\n\t=1 good\nbad \xff film\n-0.5\n");
-  const Cli csv = run_args(dir, {"predict", "--run", dir.sub("run"), "--data", dir.sub("inputs.txt"), "--format", "csv"});
+  const Cli csv = run_args(dir, {"predict", "--run", dir.sub("run"), "--lines", dir.sub("inputs.txt"), "--format", "csv"});
   REQUIRE_MESSAGE(csv.code == 0, csv.err);
   CHECK(io::invalid_utf8_at(csv.out) == std::string::npos);
   std::vector<std::string> rows;
@@ -229,19 +229,19 @@ TEST_CASE("text cli: predict --format csv neutralises formula cells and writes v
   CHECK(rows[6].rfind("6,-0.5,1,[UNK],", 0) == 0);
 }
 
-TEST_CASE("text cli: predict --data - is bounded by the run's task.max_file_mb") {
+TEST_CASE("text cli: predict --lines - is bounded by the run's task.max_file_mb") {
   TempDir dir;
   train_csv_run(dir);  // task.max_file_mb 1
   std::string big;
   while (big.size() <= (size_t{1} << 20)) big += "good film\n";
   dir.write("big.txt", big);
-  const Cli refused = run_normlab(dir, fmt::format("predict --run {} --data - < {}", dir.sub("run"), dir.sub("big.txt")));
+  const Cli refused = run_normlab(dir, fmt::format("predict --run {} --lines - < {}", dir.sub("run"), dir.sub("big.txt")));
   CHECK(refused.code == 2);
   CHECK(refused.err == "normlab: error: standard input: more than 1048576 bytes, larger than the limit of 1048576 bytes\n");
   CHECK(refused.out.empty());
   big.resize(1000);
   dir.write("small.txt", big);
-  const Cli small = run_normlab(dir, fmt::format("predict --run {} --data - < {}", dir.sub("run"), dir.sub("small.txt")));
+  const Cli small = run_normlab(dir, fmt::format("predict --run {} --lines - < {}", dir.sub("run"), dir.sub("small.txt")));
   CHECK(small.code == 0);
   CHECK(lines_of(small.out) == 100);
 }
@@ -323,7 +323,7 @@ TEST_CASE("text cli: compare --config and report refuse a FIFO at once") {
   CHECK(report.err.find(dir.sub("runs/a/metrics.jsonl") + ": not a regular file (a FIFO)") != std::string::npos);
 }
 
-TEST_CASE("text cli: predict --data streams a group of batches at a time, line numbers running on, --out whole") {
+TEST_CASE("text cli: predict --lines streams a group of batches at a time, line numbers running on, --out whole") {
   TempDir dir;
   train_csv_run(dir);
   std::string lines;
@@ -331,7 +331,7 @@ TEST_CASE("text cli: predict --data streams a group of batches at a time, line n
   dir.write("many.txt", lines);
   dir.write("out.jsonl", "old\n");
   // --batch-size 1: groups of 8192 lines, so line 10000 is in the second group.
-  const Cli out = run_args(dir, {"predict", "--run", dir.sub("run"), "--data", dir.sub("many.txt"), "--batch-size", "1",
+  const Cli out = run_args(dir, {"predict", "--run", dir.sub("run"), "--lines", dir.sub("many.txt"), "--batch-size", "1",
                                  "--out", dir.sub("out.jsonl")});
   REQUIRE_MESSAGE(out.code == 0, out.err);
   const std::string written = read_text(dir.sub("out.jsonl"));

@@ -86,6 +86,7 @@ json summary_without_time(const std::string& path) {
   std::ifstream in(path);
   json summary = json::parse(in);
   summary.erase("wall_time_s");
+  summary.erase("timing");
   summary["final_train"].erase("tokens_per_s");
   return summary;
 }

@@ -13,9 +13,10 @@ std::string LengthBucket::label() const {
 }
 
 std::vector<LengthBucket> make_length_buckets(int32_t max_len, int32_t width, int32_t train_max_len) {
-  if (max_len < 1 || width < 1) {
-    throw UsageError(fmt::format("make_length_buckets: max_len {} and width {} must be >= 1", max_len, width));
+  if (max_len < 1 || width < 0) {
+    throw UsageError(fmt::format("make_length_buckets: max_len {} must be >= 1 and width {} >= 0", max_len, width));
   }
+  if (width == 0) return {LengthBucket{1, max_len, false}};  // no length split: every length in one group
   std::vector<LengthBucket> buckets;
   for (int32_t start = 1; start <= max_len; start += width) {
     const int32_t end = std::min(max_len, start + width - 1);

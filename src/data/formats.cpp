@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <filesystem>
 #include <utility>
 
@@ -121,7 +123,7 @@ size_t column_index(const std::vector<std::string>& header, const std::string& n
 
 void for_each_delimited_record(std::string_view contents, const std::string& path, char separator, bool quoting,
                                const std::string& text_column, const std::string& label_column, io::StopFlag stop,
-                               const std::function<void(TextRecord&&)>& on_record) {
+                               const std::function<void(TextRecord&&)>& on_record, bool label_optional) {
   if (contents.size() >= 3 && contents.substr(0, 3) == "\xEF\xBB\xBF") contents.remove_prefix(3);  // a UTF-8 BOM
   DelimitedReader reader(contents, path, separator, quoting);
   std::vector<std::string> header, fields;
@@ -131,7 +133,8 @@ void for_each_delimited_record(std::string_view contents, const std::string& pat
   for (std::string& name : header)
     while (!name.empty() && (name.back() == ' ' || name.back() == '\r')) name.pop_back();
   const size_t text_at = column_index(header, text_column, path, "task.text_field");
-  const size_t label_at = column_index(header, label_column, path, "task.label_field");
+  const bool has_label = !label_optional || std::find(header.begin(), header.end(), label_column) != header.end();
+  const size_t label_at = has_label ? column_index(header, label_column, path, "task.label_field") : text_at;
   int64_t records = 0;
   while (reader.next(fields, line)) {
     if (blank(fields)) {
@@ -142,7 +145,8 @@ void for_each_delimited_record(std::string_view contents, const std::string& pat
       throw InputError(fmt::format("{}:{}: {} fields, but the header has {} ({})", path, line, fields.size(),
                                    header.size(), column_list(header)));
     if (++records % 1024 == 0) io::throw_if_stopped(stop);
-    on_record({std::move(fields[text_at]), std::move(fields[label_at]), fmt::format("{}:{}", path, line)});
+    std::string label = has_label ? fields[label_at] : std::string();
+    on_record({std::move(fields[text_at]), std::move(label), fmt::format("{}:{}", path, line), has_label});
   }
   if (records == 0) throw InputError(fmt::format("{}: no records after the header", path));
 }

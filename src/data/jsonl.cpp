@@ -64,8 +64,9 @@ bool is_blank(std::string_view line) {
   return line.find_first_not_of(" \t\r") == std::string_view::npos;
 }
 
-// Parses one line into an object with exactly the task's keys.
-json parse_object(std::string_view line, const Task& task, std::string_view where) {
+// Parses one line into an object with exactly the task's keys (label_optional: a data-defined
+// task's label key may be absent, as in a file to predict).
+json parse_object(std::string_view line, const Task& task, std::string_view where, bool label_optional = false) {
   if (is_blank(line)) throw InputError(fmt::format("{}: blank line (expected one JSON object per line)", where));
   // nlohmann's parser stops at a NUL byte and would accept a line with junk after it.
   if (line.find('\0') != std::string_view::npos) throw InputError(fmt::format("{}: NUL byte in line", where));
@@ -101,6 +102,7 @@ json parse_object(std::string_view line, const Task& task, std::string_view wher
     }
   }
   for (const std::string& key : keys) {
+    if (label_optional && key != keys.front()) break;
     if (!object.contains(key)) {
       throw InputError(fmt::format("{}: missing key \"{}\" (a {} example has keys {}{})", where, key, task.name,
                                    quoted_list(keys),
@@ -367,11 +369,25 @@ void read_record(LoadStats* stats, Read read) {
 
 using OnStringExample = std::function<void(StringExample&&, const std::string& where)>;
 
+void for_each_string_example_in(const std::string& contents, const std::string& path, FileFormat format,
+                                const Task& schema, io::StopFlag stop, LoadStats* stats,
+                                const OnStringExample& on_example);
+
 // Every example of a data-defined task's file, in the file's format (formats.hpp).
 void for_each_string_example(const std::string& path, const Task& schema, int64_t max_file_bytes, io::StopFlag stop,
                              LoadStats* stats, const OnStringExample& on_example) {
   const std::string contents = read_data_file(path, max_file_bytes);
   const FileFormat format = file_format_of(path, schema.file);
+  const OnStringExample measured = [&](StringExample&& example, const std::string& where) {
+    if (stats) stats->longest = std::max<int64_t>(stats->longest, int64_t(example.tokens.size()));
+    on_example(std::move(example), where);
+  };
+  for_each_string_example_in(contents, path, format, schema, stop, stats, measured);
+}
+
+void for_each_string_example_in(const std::string& contents, const std::string& path, FileFormat format,
+                                const Task& schema, io::StopFlag stop, LoadStats* stats,
+                                const OnStringExample& on_example) {
   if (format == FileFormat::jsonl) {
     for_each_line(contents, path, stop, [&](std::string_view line, const std::string& where) {
       read_record(stats, [&] { on_example(parse_string_example(parse_object(line, schema, where), schema, where), where); });
@@ -453,6 +469,93 @@ std::vector<StringExample> load_string_examples(const std::string& path, const T
   for_each_string_example(path, schema, max_file_bytes, stop, stats,
                           [&](StringExample&& example, const std::string&) { examples.push_back(std::move(example)); });
   return examples;
+}
+
+void for_each_input_record(std::string_view contents, const std::string& path, const Task& task, io::StopFlag stop,
+                           const std::function<void(InputRecord&&)>& on_record) {
+  const std::string text(contents);
+  io::require_utf8_lines(text, path);
+  if (!task.is_data_defined()) {
+    // The built-in tasks' own JSONL: symbols (or text) with their targets.
+    for_each_line(text, path, stop, [&](std::string_view line, const std::string& where) {
+      InputRecord record;
+      record.where = where;
+      if (task.is_masked_lm()) {
+        const json object = parse_object(line, task, where);
+        if (!object.at("text").is_string())
+          throw InputError(fmt::format("{}: text: expected a string, got {}", where, type_name(object.at("text"))));
+        record.text = object.at("text").get<std::string>();
+      } else {
+        const Example example = parse_jsonl_line(line, task, where);
+        record.text = task.decode_input(example.tokens);
+        std::vector<std::optional<std::string>> labels;
+        for (int32_t id : example.targets)
+          labels.push_back(id < 0 ? std::nullopt : std::optional<std::string>(task.output_vocab.token(id)));
+        record.labels = std::move(labels);
+      }
+      on_record(std::move(record));
+    });
+    return;
+  }
+  const FileFormat format = file_format_of(path, task.file);
+  const std::string text_key = text_field_of(task, format), label_key = label_field_of(task, format);
+  auto words_as_text = [](const std::vector<std::optional<std::string>>& words) {
+    std::string out;
+    for (const auto& w : words) out += (out.empty() ? "" : " ") + w.value_or("");
+    return out;
+  };
+  if (format == FileFormat::jsonl) {
+    for_each_line(text, path, stop, [&](std::string_view line, const std::string& where) {
+      const json object = parse_object(line, task, where, /*label_optional=*/true);
+      InputRecord record;
+      record.where = where;
+      const json& value = object.at(text_key);
+      // The text as written: a string as it is, an array of words joined by spaces.
+      record.text = value.is_string() ? value.get<std::string>()
+                                      : words_as_text(parse_words(value, where, text_key, false, TextOptions{}));
+      if (object.contains(label_key) && !object.at(label_key).is_null()) {
+        if (task.target_kind == TargetKind::per_sequence)
+          record.labels = std::vector<std::optional<std::string>>{label_string(object.at(label_key), where)};
+        else
+          record.labels = parse_words(object.at(label_key), where, label_key, true, TextOptions{});
+      }
+      on_record(std::move(record));
+    });
+  } else if (format == FileFormat::conll) {
+    for_each_conll_sentence(text, path, stop, [&](StringExample&& example, const std::string& where) {
+      InputRecord record;
+      record.where = where;
+      for (const std::string& token : example.tokens) record.text += (record.text.empty() ? "" : " ") + token;
+      record.labels = std::move(example.labels);
+      on_record(std::move(record));
+    });
+  } else {
+    const bool csv = format == FileFormat::csv;
+    for_each_delimited_record(
+        text, path, csv ? ',' : '\t', csv, text_key, label_key, stop,
+        [&](TextRecord&& row) {
+          InputRecord record;
+          record.where = row.where;
+          record.text = std::move(row.text);
+          if (row.has_label && row.label.find_first_not_of(" \t") != std::string::npos) {  // an empty cell: no label
+            std::vector<std::string> labels;
+            split_words(row.label, {}, labels);
+            if (task.target_kind == TargetKind::per_sequence && labels.size() != 1)
+              throw InputError(fmt::format("{}: {}: expected one word, got {}", row.where, label_key, json_quoted(row.label)));
+            record.labels.emplace();
+            for (std::string& l : labels) record.labels->emplace_back(std::move(l));
+          }
+          on_record(std::move(record));
+        },
+        /*label_optional=*/true);
+  }
+}
+
+LoadStats measure_file(const std::string& path, const Task& schema, io::StopFlag stop) {
+  LoadStats stats;
+  for_each_string_example(path, schema, schema.file.max_file_bytes, stop, &stats,
+                          [](StringExample&&, const std::string&) {});
+  return stats;
 }
 
 VocabularyCounts count_vocabulary(const std::string& path, const Task& schema, io::StopFlag stop, LoadStats* stats) {

@@ -43,13 +43,37 @@ Tensor DataParallel::loss_to_backpropagate(const Tensor& mean_loss, int64_t targ
   return ops::mul_scalar(mean_loss, float(targets));
 }
 
-StepSums DataParallel::reduce(const nn::NamedTensors& params, const StepSums& local, std::span<double> extra) {
-  // One buffer: [every gradient, in parameter order | extra | loss_sum, correct, targets, tokens,
-  // ranks stopped by SIGTERM, ranks stopped by another signal].
-  constexpr size_t kCounts = 6;
-  size_t total = 0;
+namespace {
+
+// StepSums as the reduction's slots (a stop request as two counts: ranks stopped by SIGTERM, by
+// another signal), and back from their sums over the ranks.
+constexpr size_t kStepSumSlots = 6;
+
+void write_slots(const StepSums& local, double* slots) {
+  slots[0] = local.loss_sum;
+  slots[1] = double(local.correct);
+  slots[2] = double(local.targets);
+  slots[3] = double(local.tokens);
+  slots[4] = local.stop_request == SIGTERM ? 1.0 : 0.0;
+  slots[5] = local.stop_request != 0 && local.stop_request != SIGTERM ? 1.0 : 0.0;
+}
+
+StepSums read_slots(const double* slots) {
+  return {.loss_sum = slots[0],
+          .correct = static_cast<int64_t>(slots[1]),
+          .targets = static_cast<int64_t>(slots[2]),
+          .tokens = static_cast<int64_t>(slots[3]),
+          .stop_request = slots[4] > 0 ? SIGTERM : slots[5] > 0 ? SIGINT : 0};
+}
+
+}  // namespace
+
+StepSums DataParallel::reduce(const nn::NamedTensors& params, const StepSums& local, const SumFields& extra) {
+  // One buffer: [every gradient, in parameter order | each extra field, in order | StepSums' slots].
+  size_t total = 0, extra_size = 0;
   for (const auto& [name, tensor] : params) total += size_t(tensor.numel());
-  buffer_.assign(total + extra.size() + kCounts, 0.0);
+  for (const std::span<double>& field : extra) extra_size += field.size();
+  buffer_.assign(total + extra_size + kStepSumSlots, 0.0);
   size_t at = 0;
   for (const auto& [name, tensor] : params) {
     const float* grad = tensor.grad_data();  // null: this rank's share never reached it
@@ -57,24 +81,19 @@ StepSums DataParallel::reduce(const nn::NamedTensors& params, const StepSums& lo
       for (int64_t i = 0; i < tensor.numel(); ++i) buffer_[at + size_t(i)] = double(grad[i]);
     at += size_t(tensor.numel());
   }
-  std::copy(extra.begin(), extra.end(), buffer_.begin() + std::ptrdiff_t(total));
-  double* counts = buffer_.data() + total + extra.size();
-  counts[0] = local.loss_sum;
-  counts[1] = double(local.correct);
-  counts[2] = double(local.targets);
-  counts[3] = double(local.tokens);
-  counts[4] = local.stop_request == SIGTERM ? 1.0 : 0.0;
-  counts[5] = local.stop_request != 0 && local.stop_request != SIGTERM ? 1.0 : 0.0;
+  for (const std::span<double>& field : extra) {
+    std::copy(field.begin(), field.end(), buffer_.begin() + std::ptrdiff_t(at));
+    at += field.size();
+  }
+  write_slots(local, buffer_.data() + at);
 
   comm_.sum(buffer_);
-  std::copy_n(buffer_.begin() + std::ptrdiff_t(total), extra.size(), extra.begin());
-
-  StepSums sums;
-  sums.loss_sum = counts[0];
-  sums.correct = static_cast<int64_t>(counts[1]);
-  sums.targets = static_cast<int64_t>(counts[2]);
-  sums.tokens = static_cast<int64_t>(counts[3]);
-  sums.stop_request = counts[4] > 0 ? SIGTERM : counts[5] > 0 ? SIGINT : 0;
+  at = total;
+  for (const std::span<double>& field : extra) {
+    std::copy_n(buffer_.begin() + std::ptrdiff_t(at), field.size(), field.begin());
+    at += field.size();
+  }
+  const StepSums sums = read_slots(buffer_.data() + at);
   agreed_stop_ = sums.stop_request;
   // Divided once, by the global target count (a batch always has targets; guard anyway).
   const double denominator = sums.targets > 0 ? double(sums.targets) : 1.0;

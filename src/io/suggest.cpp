@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "normlab/nn/norm_registry.hpp"
+#include "normlab/nn/residual_registry.hpp"
 
 namespace normlab::io {
 
@@ -34,8 +35,10 @@ const std::vector<std::pair<std::string, std::string>>& aliases() {
         {"norm_type", "norm"},   {"n_layers", "layers"},  {"num_layers", "layers"}, {"n_heads", "heads"},
         {"num_heads", "heads"},  {"batchsize", "batch_size"}};
     // Each normalization's own spellings ("ln", "rms_norm"), from its registry entry.
-    for (const nn::NormSpec& spec : nn::norm_registry())
-      for (const std::string& alias : spec.aliases) all.emplace_back(alias, spec.name);
+    for (const nn::NormEntry& entry : nn::norm_registry())
+      for (const std::string& alias : entry.spec.aliases) all.emplace_back(alias, entry.spec.name);
+    for (const nn::ResidualEntry& entry : nn::residual_registry())
+      for (const std::string& alias : entry.spec.aliases) all.emplace_back(alias, entry.spec.name);
     return all;
   }();
   return table;

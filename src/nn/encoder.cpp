@@ -59,6 +59,9 @@ EncoderLayer::EncoderLayer(const EncoderOptions& opts, Rng& rng)
       self_attn(opts.d_model, opts.num_heads, rng, opts.qk_norm, opts.norm_eps),
       linear1(opts.d_model, opts.dim_feedforward, true, rng),
       linear2(opts.dim_feedforward, opts.d_model, true, rng) {
+  // The scheme first: its tensors (layers.N.resweight) come before the sublayers' in the state_dict.
+  residual = opts.residual.spec().make(opts.d_model);
+  register_module("", *residual);
   register_module("self_attn", self_attn);
   register_module("linear1", linear1);
   register_module("linear2", linear2);
@@ -68,7 +71,6 @@ EncoderLayer::EncoderLayer(const EncoderOptions& opts, Rng& rng)
     register_module("norm1", *norm1);
     register_module("norm2", *norm2);
   }
-  if (opts.norm.spec().residual == Residual::rezero) resweight = register_parameter("resweight", Tensor::zeros({1}));
 }
 
 Tensor EncoderLayer::feed_forward(const Tensor& x, const std::vector<int64_t>& offsets, uint64_t dropout_key,
@@ -91,21 +93,18 @@ Tensor EncoderLayer::forward(const Tensor& x, const std::vector<int64_t>& offset
   auto attn = [&](const Tensor& t) { return drop(self_attn.forward(t, offsets, attention_qkv), 0); };
   auto ffn = [&](const Tensor& t) { return drop(feed_forward(t, offsets, dropout_key, first_sequence), 2); };
 
-  if (options.norm.spec().residual == Residual::plain) {  // plain residual stream, nothing keeps its scale in check
-    Tensor h = ops::add(x, attn(x));
-    return ops::add(h, ffn(h));
-  }
-  if (options.norm.spec().residual == Residual::rezero) {  // x + alpha * f(x), alpha = 0 at init: each block starts as identity
-    Tensor h = ops::add(x, ops::mul(attn(x), resweight));
-    return ops::add(h, ops::mul(ffn(h), resweight));
+  // The residual scheme adds each sublayer's output f back: x + f, x + alpha * f, ... (nn/residual_registry.hpp).
+  if (!norm1) {  // no norm layer: nothing but the scheme keeps the stream's scale in check
+    Tensor h = residual->add(x, attn(x), 0);
+    return residual->add(h, ffn(h), 1);
   }
   if (options.placement == Placement::post) {  // original Transformer: normalize the sum
-    Tensor h = norm1->forward(ops::add(x, attn(x)));
-    return norm2->forward(ops::add(h, ffn(h)));
+    Tensor h = norm1->forward(residual->add(x, attn(x), 0));
+    return norm2->forward(residual->add(h, ffn(h), 1));
   }
   // pre: normalize the sublayer's input; the residual path itself is never normalized
-  Tensor h = ops::add(x, attn(norm1->forward(x)));
-  return ops::add(h, ffn(norm2->forward(h)));
+  Tensor h = residual->add(x, attn(norm1->forward(x)), 0);
+  return residual->add(h, ffn(norm2->forward(h)), 1);
 }
 
 // ---------------------------------------------------------------- the stack
@@ -217,13 +216,16 @@ std::vector<double> per_layer_grad_norms(const Module& model, int64_t num_layers
 std::string to_string(Placement placement) { return name_in(kPlacementNames, placement); }
 std::string to_string(QkNorm qk_norm) { return name_in(kQkNormNames, qk_norm); }
 
-std::string block_formula(const NormKind& norm, Placement placement, bool final_norm) {
-  const NormSpec& spec = norm.spec();
-  if (spec.residual == Residual::plain) return "x = x + f(x) (no normalization)";
-  if (spec.residual == Residual::rezero) return "x = x + alpha * f(x) (ReZero, alpha = 0 at init; no normalization)";
-  const std::string& n = spec.symbol;
-  if (placement == Placement::post) return fmt::format("x = {}(x + f(x)) (post-norm)", n);
-  return fmt::format("x = x + f({}(x)) (pre-norm{})", n, final_norm ? fmt::format(", final {} after the stack", n) : "");
+std::string block_formula(const NormKind& norm, Placement placement, bool final_norm, const ResidualKind& residual) {
+  const ResidualSpec& scheme = residual.spec();
+  auto sum = [&](const std::string& f) { return fmt::format(fmt::runtime(scheme.sum), f); };
+  const std::string note = scheme.note.empty() ? "" : "; " + scheme.note;
+  if (!has_norm_layer(norm))
+    return fmt::format("x = {} ({}no normalization)", sum("f(x)"), scheme.note.empty() ? "" : scheme.note + "; ");
+  const std::string& n = norm.spec().symbol;
+  if (placement == Placement::post) return fmt::format("x = {}({}) (post-norm{})", n, sum("f(x)"), note);
+  return fmt::format("x = {} (pre-norm{}{})", sum(fmt::format("f({}(x))", n)),
+                     final_norm ? fmt::format(", final {} after the stack", n) : "", note);
 }
 
 }  // namespace normlab::nn

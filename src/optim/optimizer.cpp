@@ -58,6 +58,7 @@ bool no_decay_name(const std::string& name, const Tensor& param) {
   std::vector<std::string> parts = split_dots(name);
   const std::string& last = parts.back();
   if (last == "bias" || ends_with(last, "_bias")) return true;
+  if (last == "gamma_1" || last == "gamma_2") return true;  // LayerScale's gains, like a norm's
   for (const std::string& part : parts) {
     if (part.rfind("norm", 0) == 0) return true;
     if (ends_with(part, "embedding")) return true;

@@ -155,9 +155,28 @@ double mtime_s(const fs::path& path) {
   return double(st.st_mtim.tv_sec) + 1e-9 * double(st.st_mtim.tv_nsec);
 }
 
+// A diagnostics record as the page's per-layer chart reads it.
+LayerDiagnostics layer_diagnostics(const study::Diagnostics& d) {
+  LayerDiagnostics out;
+  out.step = d.step;
+  for (const auto& [name, values] : {std::pair{"attention_max_logit", &d.attention_max_logit},
+                                     std::pair{"attention_entropy_mean", &d.attention_entropy_mean},
+                                     std::pair{"attention_entropy_min", &d.attention_entropy_min},
+                                     std::pair{"update_ratio", &d.update_ratio},
+                                     std::pair{"layer_grad_norms", &d.layer_grad_norms}})
+    if (!values->empty()) out.layers[name] = *values;
+  out.log_z_mean = d.log_z_mean;
+  out.log_z_max_abs = d.log_z_max_abs;
+  return out;
+}
+
 // A run's state and progress from what read_run found and whether its trainer holds the lock.
 RunStatus status_of(const study::RunResult& r, bool running) {
   RunStatus st;
+  if (!r.diagnostics.empty()) {
+    st.first_diagnostics = layer_diagnostics(r.diagnostics.front());
+    st.last_diagnostics = layer_diagnostics(r.diagnostics.back());
+  }
   st.name = r.spec.name;
   st.step = r.steps.empty() ? 0 : int64_t(r.steps.back());
   if (r.diverged && r.diverged_at > st.step) st.step = r.diverged_at;
@@ -545,6 +564,22 @@ std::string rows_html(const std::vector<RunStatus>& runs) {
 
 json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
+// A figure in 4 significant digits (the page draws them; a run's 12 layers x 5 figures x 2 records
+// stay a few hundred bytes), null when not finite.
+json short_number(double v) { return std::isfinite(v) ? json(std::stod(fmt::format("{:.4g}", v))) : json(nullptr); }
+
+// {"step": N, "attention_max_logit": [...], ..., "log_z_mean": x, "log_z_max_abs": y}, or null.
+json diagnostics_json(const LayerDiagnostics& d) {
+  if (d.step == 0) return nullptr;
+  json out = {{"step", d.step}, {"log_z_mean", short_number(d.log_z_mean)}, {"log_z_max_abs", short_number(d.log_z_max_abs)}};
+  for (const auto& [name, values] : d.layers) {
+    json list = json::array();
+    for (double v : values) list.push_back(short_number(v));
+    out[name] = std::move(list);
+  }
+  return out;
+}
+
 // What the page's script polls: the run table, the progress line, the series' colours and the
 // metrics a chart can show.
 std::string status_json(const std::vector<RunStatus>& runs, const std::string& page_etag, const std::string& dir,
@@ -574,7 +609,10 @@ std::string status_json(const std::vector<RunStatus>& runs, const std::string& p
                     {"loss", number_or_null(r.last_loss)}, {"best_accuracy", number_or_null(r.best_accuracy)},
                     {"best_loss", number_or_null(r.best_loss)}, {"lr", number_or_null(r.lr)}, {"layers", r.layers},
                     {"warmup", r.warmup}, {"seed", r.seed}, {"extra", extra}, {"path", r.path},
-                    {"log", !log.empty() && fs::exists(fs::path(dir) / log, ec) ? log : ""}, {"version", r.version}});
+                    {"log", !log.empty() && fs::exists(fs::path(dir) / log, ec) ? log : ""}, {"version", r.version},
+                    {"log_z", short_number(r.last_diagnostics.log_z_max_abs)},
+                    {"diagnostics", {{"first", diagnostics_json(r.first_diagnostics)},
+                                     {"last", diagnostics_json(r.last_diagnostics)}}}});
   }
   return json{{"page", page_etag}, {"progress", progress_line(runs)}, {"colors", colors}, {"extra_keys", extra_keys},
               {"metrics", metrics}, {"runs", rows}}
@@ -802,6 +840,8 @@ RunStatus LiveReport::row_from_reader(const std::string& run_dir, bool running) 
   st.last_loss = summary.last_loss;
   st.best_accuracy = summary.best_accuracy;
   st.best_loss = summary.best_loss;
+  st.first_diagnostics = summary.first_diagnostics;
+  st.last_diagnostics = summary.last_diagnostics;
   st.state = diverged   ? RunState::diverged
              : finished ? RunState::finished
              : running  ? RunState::running

@@ -54,7 +54,7 @@ std::string live_head() {
          "#chart-box{position:relative;height:420px;max-width:1200px}#chart-drag{position:absolute;top:0;bottom:0;"
          "background:rgba(0,114,178,.15);display:none;pointer-events:none}.serve-series{margin:2px;border:2px solid;"
          "background:#fff;cursor:pointer;border-radius:3px}.serve-series.off{opacity:.35;text-decoration:line-through}"
-         "#chart-hover{min-height:1.4em;font-family:monospace}.serve-help{color:#666;font-size:13px}</style>\n";
+         "#layers-box{position:relative;height:320px;max-width:900px}#chart-hover{min-height:1.4em;font-family:monospace}.serve-help{color:#666;font-size:13px}</style>\n";
 }
 
 std::string live_top(const std::string& progress, const std::string& rows_html) {
@@ -74,7 +74,8 @@ std::string live_top(const std::string& progress, const std::string& rows_html) 
          "<p id=\"chart-variants\"></p>\n<div id=\"chart-box\"><canvas id=\"chart-canvas\"></canvas><div id=\"chart-drag\">"
          "</div></div>\n<p id=\"chart-hover\"></p>\n<p id=\"chart-capped\" class=\"serve-help\"></p>\n"
          "<p class=\"serve-help\">One line per run, in its series' colour "
-         "(a diverged run dashed). Y axis auto: a loss, gradient norm or RMS on a log axis ending at 10x the largest "
+         "(a diverged run dashed). Y axis auto: a loss, gradient norm, RMS, max attention logit, update ratio or max "
+         "|log Z| on a log axis ending at 10x the largest "
          "first value, so one diverged run does not flatten the rest (the runs above it are named under the chart); "
          "anything else linear. With held-out loss: each run's held-out loss on trained lengths at its evaluations, "
          "dotted with points, beside the chosen training metric. Hover: the value at the nearest point. Drag across the chart: zoom to that range. "
@@ -82,6 +83,23 @@ std::string live_top(const std::string& progress, const std::string& rows_html) 
          "exponential moving average (debiased, as TensorBoard's). Training time: the sum of each step's tokens / "
          "tokens_per_s (evaluation pauses excluded). Each curve is downsampled by the server to at most 2,000 points "
          "(the lowest and highest point of each of 1,000 buckets, so spikes stay).</p></section>\n"
+         "<section id=\"serve-layers\"><h2>Diagnostics per layer</h2>\n<p>diagnostic <select id=\"layers-metric\">"
+         "<option value=\"attention_max_logit\">max |attention logit|</option>"
+         "<option value=\"attention_entropy_mean\">attention entropy, mean over heads (nats)</option>"
+         "<option value=\"attention_entropy_min\">attention entropy, min over heads (nats)</option>"
+         "<option value=\"update_ratio\">update ratio ‖ΔW‖/‖W‖</option>"
+         "<option value=\"layer_grad_norms\">gradient norm</option></select> "
+         "<select id=\"layers-view\"><option value=\"last\">at the last diagnostics step</option>"
+         "<option value=\"growth\">at the last diagnostics step ÷ at step 1</option>"
+         "<option value=\"first\">at step 1 (the initial weights)</option></select></p>\n"
+         "<div id=\"layers-box\"><canvas id=\"layers-canvas\">"
+         "</canvas></div>\n<p id=\"layers-capped\" class=\"serve-help\"></p>\n"
+         "<p class=\"serve-help\">One line per run (layer on the x axis), in its series' colour, shown and hidden with "
+         "the chart above. Step 1's figures come from the forward and backward at the initial weights. A run's "
+         "output log Z (the largest |log Z| over the batch's real tokens at its last diagnostics step) is the run "
+         "table's |log Z| column. Robust scale: a log axis (entropy: linear), its top at 100x the median of the "
+         "runs' largest values, so one run whose logits grew by 10^20 does not flatten the rest (the runs above "
+         "are named).</p></section>\n"
          "<div id=\"serve-report\">\n";
 }
 
@@ -95,7 +113,7 @@ var ORDER={running:0,stopped:1,diverged:2,error:3,unreadable:4,queued:5,finished
 function fmt(v,d){if(v===null||v===undefined||v==='')return '–';if(typeof v!=='number')return String(v);
   if(v!==0&&(Math.abs(v)>=1e5||Math.abs(v)<1e-3))return v.toExponential(2);return String(+v.toPrecision(d||4));}
 function columns(st){var c=[['show',''],['name','run'],['variant','variant'],['state','state'],['step','step'],['eta','ETA'],
-  ['loss','last loss'],['best_accuracy','best held-out acc.'],['best_loss','best held-out loss'],['lr','lr'],
+  ['loss','last loss'],['best_accuracy','best held-out acc.'],['best_loss','best held-out loss'],['log_z','|log Z|'],['lr','lr'],
   ['layers','layers'],['warmup','warmup'],['seed','seed']];
   st.extra_keys.forEach(function(k){c.push(['extra.'+k,k]);});c.push(['files','files']);return c;}
 function value(r,k){if(k.indexOf('extra.')===0)return r.extra[k.slice(6)];if(k==='state')return ORDER[r.state];
@@ -117,7 +135,7 @@ function row(st,r){var tr=document.createElement('tr');tr.className='serve-'+r.s
   else S.hidden[r.name]=true;drawChart();});cell(tr,'').appendChild(box);cell(tr,r.name);
   var v=cell(tr,r.variant);if(st.colors[r.variant])v.style.borderLeft='6px solid '+st.colors[r.variant];
   cell(tr,r.state+(r.problem?' ('+r.problem+')':''));cell(tr,r.steps>0?r.step+' / '+r.steps:String(r.step));cell(tr,r.eta);
-  cell(tr,fmt(r.loss));cell(tr,fmt(r.best_accuracy,3));cell(tr,fmt(r.best_loss));cell(tr,fmt(r.lr));cell(tr,r.layers||'–');
+  cell(tr,fmt(r.loss));cell(tr,fmt(r.best_accuracy,3));cell(tr,fmt(r.best_loss));cell(tr,fmt(r.log_z,3));cell(tr,fmt(r.lr));cell(tr,r.layers||'–');
   cell(tr,r.warmup<0?'–':r.warmup?'on':'off');cell(tr,r.seed<0?'–':String(r.seed));
   st.extra_keys.forEach(function(k){cell(tr,blank(r.extra[k])?'–':r.extra[k]);});
   var f=cell(tr,'');if(r.state!=='queued'){var p=r.path&&r.path!=='.'?r.path+'/':'';link(f,p+'config.json','config');
@@ -158,7 +176,7 @@ function variants(){var box=$('chart-variants'),st=S.status;box.textContent='Ser
   var b=document.createElement('button');b.className='serve-series'+(S.hiddenVariants[v]?' off':'');b.setAttribute('data-variant',v);
   b.textContent=v;b.style.borderColor=st.colors[v];b.addEventListener('click',function(){
     if(S.hiddenVariants[v])delete S.hiddenVariants[v];else S.hiddenVariants[v]=true;drawChart();});box.appendChild(b);});}
-function lossLike(m){return /loss|grad_norm|rms/.test(m);}
+function lossLike(m){return /loss|grad_norm|rms|max_logit|update_ratio|log_z_max_abs/.test(m);}
 function logScale(){var v=$('chart-scale').value;return v==='logarithmic'||(v==='auto'&&lossLike($('chart-metric').value));}
 function datasets(){var st=S.status,metric=$('chart-metric').value,time=$('chart-x').value==='time',w=+$('chart-smooth').value,
   log=logScale(),held=heldOutMetric(),out=[];st.runs.forEach(function(r){var color=st.colors[r.variant]||'#444',
@@ -194,7 +212,32 @@ function drawChart(){if(!S.status)return;variants();if(typeof Chart==='undefined
   o.y.title.text=$('chart-metric').value+(w?' (smoothed '+w+')':'');o.x.min=S.zoom?S.zoom[0]:undefined;
   o.x.max=S.zoom?S.zoom[1]:undefined;capAxis(ds);S.chart.update('none');var root=document.documentElement;
   root.setAttribute('data-chart-datasets',ds.length);
-  root.setAttribute('data-chart-visible',ds.filter(function(d){return !d.hidden;}).length);}
+  root.setAttribute('data-chart-visible',ds.filter(function(d){return !d.hidden;}).length);drawLayers();}
+// The per-layer chart: each run's figures at one diagnostics record (or their growth since step 1),
+// layer on x. Robust: on a log axis the top is 100x the median of the shown runs' largest values.
+function layerValues(r,metric,view){var d=r.diagnostics||{},last=d.last&&d.last[metric],first=d.first&&d.first[metric];
+  if(view==='first')return d.first&&d.first.step===1?first:null;if(view==='last')return last;
+  if(!last||!first||d.first.step!==1)return null;return last.map(function(v,i){
+    return v===null||first[i]===null||!(first[i]>0)?null:v/first[i];});}
+function drawLayers(){var st=S.status,root=document.documentElement;if(!st||typeof Chart==='undefined')return;
+  var metric=$('layers-metric').value,view=$('layers-view').value,log=view==='growth'||!/entropy/.test(metric),ds=[],tops=[];
+  st.runs.forEach(function(r){var ys=layerValues(r,metric,view);if(!ys||!ys.length)return;var pts=[],top=null;
+    ys.forEach(function(y,i){if(y===null||(log&&!(y>0)))return;pts.push({x:i,y:y});if(top===null||y>top)top=y;});
+    if(!pts.length)return;var color=st.colors[r.variant]||'#444';tops.push(top);
+    ds.push({label:r.name,run:r.name,data:pts,top:top,borderColor:color,backgroundColor:color,borderWidth:1.2,pointRadius:2,
+      borderDash:r.state==='diverged'?[4,3]:[],hidden:!!(S.hidden[r.name]||S.hiddenVariants[r.variant])});});
+  if(S.layers&&S.layersLog!==log){S.layers.destroy();S.layers=null;}
+  if(!S.layers){S.layersLog=log;S.layers=new Chart($('layers-canvas'),{type:'line',data:{datasets:ds},options:{animation:false,
+    parsing:false,normalized:true,responsive:true,maintainAspectRatio:false,plugins:{legend:{display:false},
+    tooltip:{callbacks:{label:function(c){return c.dataset.run+': layer '+c.parsed.x+' = '+fmt(c.parsed.y,4);}}}},
+    scales:{x:{type:'linear',title:{display:true,text:'layer'},ticks:{stepSize:1}},y:{type:log?'logarithmic':'linear',
+    title:{display:true}}}}});}else S.layers.data.datasets=ds;
+  var y=S.layers.options.scales.y,note=$('layers-capped'),shown=tops.slice().sort(function(a,b){return a-b;}),above=[];
+  y.title.text=$('layers-metric').selectedOptions[0].textContent+(view==='growth'?' ÷ step 1':view==='first'?' at step 1':'');
+  y.max=undefined;note.textContent='';if(log&&shown.length){var cap=100*shown[Math.floor((shown.length-1)/2)];
+    ds.forEach(function(d){if(d.top>cap&&!d.hidden)above.push(d.run);});if(above.length){y.max=cap;
+      note.textContent='Axis capped at '+fmt(cap)+' (100x the median of the runs\' largest values); above it: '+above.join(', ')+'.';}}
+  S.layers.update('none');root.setAttribute('data-layers-datasets',ds.length);root.setAttribute('data-layers-capped',above.length);}
 function swapPage(text){var doc=new DOMParser().parseFromString(text,'text/html'),now=doc.getElementById('serve-report'),
   cur=$('serve-report'),top=$('serve-status'),y=window.scrollY;if(!now||!cur)return;cur.replaceChildren.apply(cur,
   Array.prototype.map.call(now.childNodes,function(n){return document.importNode(n,true);}));
@@ -220,6 +263,8 @@ $('chart-reset').addEventListener('click',function(){S.zoom=null;drawChart();});
 $('chart-metric').addEventListener('change',refreshSeries);
 $('chart-x').addEventListener('change',function(){S.zoom=null;drawChart();});
 $('chart-scale').addEventListener('change',drawChart);
+$('layers-metric').addEventListener('change',drawLayers);
+$('layers-view').addEventListener('change',drawLayers);
 $('chart-heldout').addEventListener('change',refreshSeries);
 $('chart-smooth').addEventListener('input',function(){$('chart-smooth-value').textContent=this.value;drawChart();});
 $('serve-filter').addEventListener('input',drawTable);

@@ -128,6 +128,21 @@ double number_at(const json& record, const char* key) {
   return record.contains(key) && record[key].is_number() ? record[key].get<double>() : NAN;
 }
 
+// The per-layer diagnostics of a step record; step 0 when it has none.
+LayerDiagnostics layer_diagnostics(const json& record, int64_t step) {
+  LayerDiagnostics d;
+  for (const char* name : kLayerDiagnostics) {
+    if (!record.contains(name) || !record[name].is_array()) continue;
+    std::vector<double>& values = d.layers[name];
+    for (const json& v : record[name]) values.push_back(v.is_number() ? v.get<double>() : NAN);
+  }
+  if (d.layers.empty()) return d;
+  d.step = step;
+  d.log_z_mean = number_at(record, "log_z_mean");
+  d.log_z_max_abs = number_at(record, "log_z_max_abs");
+  return d;
+}
+
 }  // namespace
 
 MetricsReader::MetricsReader(std::string path, size_t max_points, std::string only)
@@ -198,6 +213,10 @@ void MetricsReader::take_line(const std::string& line) {
   const double tokens = number_at(record, "tokens"), rate = number_at(record, "tokens_per_s");
   if (std::isfinite(tokens) && rate > 0) time_s_ += tokens / rate;
   add_step_record(record, step, time_s_, add);
+  if (LayerDiagnostics d = layer_diagnostics(record, int64_t(step)); d.step > 0) {
+    if (summary_.first_diagnostics.step == 0) summary_.first_diagnostics = d;
+    summary_.last_diagnostics = std::move(d);
+  }
 }
 
 bool MetricsReader::update(size_t max_bytes, int64_t max_lines) {

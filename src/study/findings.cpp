@@ -10,6 +10,7 @@
 
 #include "common.hpp"
 #include "normlab/study/convergence.hpp"
+#include "normlab/study/instability.hpp"
 #include "normlab/study/search.hpp"
 
 namespace normlab::study {
@@ -62,7 +63,7 @@ std::vector<double> tested_lrs(const ComparePlan& plan, const std::vector<GroupS
 
 // "0.001–0.03" for a contiguous run of the rates the variant was run at (`tested`), else the list.
 std::string lr_range(const std::vector<double>& tested, const std::vector<double>& lrs) {
-  if (lrs.empty()) return "none";
+  if (lrs.empty()) return "no rate";
   const std::vector<double>& grid = tested;
   const auto first = std::find(grid.begin(), grid.end(), lrs.front());
   const bool contiguous = size_t(grid.end() - first) >= lrs.size() && std::equal(lrs.begin(), lrs.end(), first);
@@ -113,7 +114,7 @@ std::string variant_outcomes(const ComparePlan& plan, const std::vector<GroupSum
     const std::vector<double> tested = tested_lrs(plan, groups, variant, setting);
     per_variant += fmt::format("{}{} learned at {} of {} learning rates ({}){}{}", per_variant.empty() ? "" : "; ",
                                variant, ok.size(), tested.size(), lr_range(tested, ok),
-                               solved.empty() ? ", solved at none" : ", solved at " + solved,
+                               solved.empty() ? ", solved at no rate" : ", solved at " + solved,
                                failures.empty() ? "" : " — " + failures);
   }
   return per_variant;
@@ -133,10 +134,10 @@ std::string headroom_verdict(const ComparePlan& plan, const std::vector<GroupSum
     const double top = ok.empty() ? 0 : ok.back();
     std::string& list = top > none_top ? higher : top == none_top ? same : lower;
     list += fmt::format("{}{} ({})", list.empty() ? "" : ", ", variant,
-                        ok.empty() ? "learned at none" : "up to " + detail::format_lr(top));
+                        ok.empty() ? "learned at no rate" : "up to " + detail::format_lr(top));
   }
   std::string out = fmt::format("Highest grid learning rate at which most seeds learned, against {} ({})",
-                                none_label, none.empty() ? "learned at none" : "up to " + detail::format_lr(none_top));
+                                none_label, none.empty() ? "learned at no rate" : "up to " + detail::format_lr(none_top));
   for (const auto& [word, list] : {std::pair{"higher", &higher}, std::pair{"the same", &same}, std::pair{"lower", &lower}})
     if (!list->empty()) out += fmt::format("; {}: {}", word, *list);
   return out + ". One grid step locates no boundary: the learning-rate search measures how far each range reaches.";
@@ -286,15 +287,25 @@ std::vector<std::string> findings(const ComparePlan& plan, const std::vector<Gro
     finished += g.finished;
     counts["solved"] += g.solved, counts["learned"] += g.learned, counts["slow"] += g.slow, counts["weak"] += g.weak;
     counts["at chance"] += g.at_chance, counts["collapsed"] += g.collapsed, counts["exploded"] += g.exploded;
-    counts["diverged"] += g.diverged;
+    counts["diverged"] += g.diverged, counts["entropy"] += g.entropy_collapse, counts["log z"] += g.logit_divergence;
   }
   const std::string trained_range = length_range(plan, false);
+  // The words from the attention and output diagnostics are named only when some run has them.
+  std::string diagnostic_words;
+  if (counts["entropy"] > 0) diagnostic_words += fmt::format(", {} attention entropy collapse", counts["entropy"]);
+  if (counts["log z"] > 0) diagnostic_words += fmt::format(", {} logit divergence", counts["log z"]);
   out.push_back(fmt::format("{} of {} runs finished ({} seeds per cell): {} solved, {} learned, {} slow, {} weak, {} at "
-                            "chance, {} collapsed, {} exploded, {} diverged — judged on held-out data of trained {}.",
+                            "chance, {} collapsed{}, {} exploded, {} diverged — judged on held-out data of trained {}.",
                             finished, total, seeds_per_cell(groups), counts["solved"], counts["learned"], counts["slow"],
-                            counts["weak"], counts["at chance"], counts["collapsed"], counts["exploded"],
+                            counts["weak"], counts["at chance"], counts["collapsed"], diagnostic_words, counts["exploded"],
                             counts["diverged"], trained_range.empty() ? "lengths" : trained_range));
   // Where runs did not learn (or learned slowly), by kind, with the evidence.
+  const std::string entropy_words = fmt::format(
+      "Attention entropy collapse (short of learned; a layer's attention entropy below {:g}x its step-1 value, its max "
+      "attention logit grown {:g}x)",
+      kEntropyCollapseFraction, kLogitGrowthFactor);
+  const std::string log_z_words =
+      fmt::format("Logit divergence (short of learned; the output's |log Z| beyond {:g})", kLogZBound);
   for (const auto& [what, outcome] :
        {std::pair{"Slow (above chance, held-out loss still falling at the end; learned for the slow-inclusive rule, for "
                   "the strict rule only at the learned level)",
@@ -302,6 +313,8 @@ std::vector<std::string> findings(const ComparePlan& plan, const std::vector<Gro
         std::pair{"Weak (above chance, short of learned)", Outcome::weak},
         std::pair{"At chance", Outcome::at_chance},
         std::pair{"Collapsed (at chance or constant output, early blocks' gradients vanished)", Outcome::collapsed},
+        std::pair{entropy_words.c_str(), Outcome::entropy_collapse},
+        std::pair{log_z_words.c_str(), Outcome::logit_divergence},
         std::pair{"Exploded (held-out loss above 2x the uniform guess's, or residual RMS grown 100x)", Outcome::exploded},
         std::pair{"Diverged (non-finite loss, stopped)", Outcome::diverged}}) {
     std::string list;

@@ -2,12 +2,14 @@
 // (outcome.hpp; the rules are defined in docs/compare.md).
 #include "normlab/study/outcome.hpp"
 #include "normlab/study/class_metrics.hpp"
+#include "normlab/study/instability.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "normlab/stats.hpp"
 
@@ -102,6 +104,8 @@ Outcome classify(const RunResult& run) {
   if (a >= c + kLearnedShare * (1 - c)) return Outcome::learned;
   // Short of learned: name the mechanism the diagnostics show, else how far from chance it got.
   if (residual_growth(run) > kExplodeRmsFactor) return Outcome::exploded;
+  if (logit_divergence(run.diagnostics)) return Outcome::logit_divergence;
+  if (attention_entropy_collapse(run.diagnostics, false)) return Outcome::entropy_collapse;
   if ((!above_chance || predictions_constant(run)) && gradients_collapsed(run)) return Outcome::collapsed;
   if (above_chance) return Outcome::weak;
   return Outcome::at_chance;
@@ -113,6 +117,8 @@ const char* outcome_name(Outcome outcome) {
     case Outcome::not_evaluated: return "not evaluated";
     case Outcome::diverged: return "diverged";
     case Outcome::exploded: return "exploded";
+    case Outcome::logit_divergence: return "logit divergence";
+    case Outcome::entropy_collapse: return "attention entropy collapse";
     case Outcome::collapsed: return "collapsed";
     case Outcome::at_chance: return "at chance";
     case Outcome::weak: return "weak";
@@ -183,6 +189,45 @@ std::string explosion_evidence(const std::vector<const RunResult*>& runs) {
   return out;
 }
 
+// "the attention entropy of layer 4 fell from 2.1 to 0.05 nats by step 150 while its max |logit| grew
+// 40x (1.2 to 48)" for one run; ranges over the runs for several.
+std::string entropy_collapse_evidence(const std::vector<const RunResult*>& runs) {
+  std::vector<EntropyCollapse> found;
+  for (const RunResult* r : runs)
+    if (const auto c = attention_entropy_collapse(r->diagnostics, false)) found.push_back(*c);
+  if (found.empty()) return "";
+  if (found.size() == 1) return found.front().evidence();
+  Span from, to, onset, growth, top;
+  std::set<int64_t> layers;
+  for (const EntropyCollapse& c : found) {
+    layers.insert(c.layer);
+    from.add(c.initial_entropy), to.add(c.entropy), onset.add(double(c.onset));
+    growth.add(c.max_logit / c.initial_max_logit), top.add(c.max_logit);
+  }
+  std::string names;
+  for (const int64_t l : layers) names += (names.empty() ? "" : ", ") + std::to_string(l);
+  auto step = [](double v) { return fmt::format("{:.0f}", v); };
+  auto growth_text = [](double v) { return v < 100 ? fmt::format("{:.1f}", v) : fmt::format("{:.0f}", v); };
+  return fmt::format("the attention entropy of layer{} {} fell from {} to {} nats by step {} while {} max |logit| grew "
+                     "{}x (to {})",
+                     layers.size() > 1 ? "s" : "", names, value_range(from.lo, from.hi, loss_text),
+                     value_range(to.lo, to.hi), value_range(onset.lo, onset.hi, step), layers.size() > 1 ? "their" : "its",
+                     value_range(growth.lo, growth.hi, growth_text), value_range(top.lo, top.hi, loss_text));
+}
+
+std::string logit_divergence_evidence(const std::vector<const RunResult*>& runs) {
+  std::vector<LogitDivergence> found;
+  for (const RunResult* r : runs)
+    if (const auto d = logit_divergence(r->diagnostics)) found.push_back(*d);
+  if (found.empty()) return "";
+  if (found.size() == 1) return found.front().evidence();
+  Span value, onset, start;
+  for (const LogitDivergence& d : found) value.add(d.log_z_max_abs), onset.add(double(d.onset)), start.add(d.initial_log_z_max_abs);
+  return fmt::format("the output's |log Z| reached {} by step {} (bound {:g}{})", value_range(value.lo, value.hi, loss_text),
+                     value_range(onset.lo, onset.hi, [](double v) { return fmt::format("{:.0f}", v); }), found.front().bound,
+                     start.empty() ? "" : fmt::format("; {} at step 1", value_range(start.lo, start.hi, loss_text)));
+}
+
 std::string slow_evidence(const std::vector<const RunResult*>& runs) {
   std::vector<double> from, to;
   for (const RunResult* r : runs) {
@@ -206,7 +251,17 @@ std::string evidence(Outcome outcome, const std::vector<const RunResult*>& runs)
                                                             }));
     case Outcome::exploded: return explosion_evidence(runs);
     case Outcome::collapsed: return collapse_evidence(runs);
-    case Outcome::slow: return slow_evidence(runs);
+    case Outcome::entropy_collapse: return entropy_collapse_evidence(runs);
+    case Outcome::logit_divergence: return logit_divergence_evidence(runs);
+    case Outcome::slow: {
+      // A slow run short of learned may still creep along with its attention collapsed: say so.
+      std::vector<const RunResult*> collapsed;
+      for (const RunResult* r : runs)
+        if (!at_learned_level(*r) && attention_entropy_collapse(r->diagnostics, false)) collapsed.push_back(r);
+      if (collapsed.empty()) return slow_evidence(runs);
+      return slow_evidence(runs) + (runs.size() == 1 ? "; " : fmt::format("; in {} of them ", collapsed.size())) +
+             entropy_collapse_evidence(collapsed);
+    }
     case Outcome::weak:
     case Outcome::at_chance: {
       // Each run's own chance level (its majority label's share differs by seed): the range over them.
@@ -236,7 +291,8 @@ std::string failure_clauses(const std::vector<const RunResult*>& runs, size_t of
   std::map<Outcome, std::vector<const RunResult*>> by_outcome;
   for (const RunResult* r : runs) by_outcome[classify(*r)].push_back(r);
   std::string out;
-  for (const Outcome o : {Outcome::diverged, Outcome::exploded, Outcome::collapsed, Outcome::slow, Outcome::weak,
+  for (const Outcome o : {Outcome::diverged, Outcome::exploded, Outcome::logit_divergence, Outcome::entropy_collapse,
+                          Outcome::collapsed, Outcome::slow, Outcome::weak,
                           Outcome::at_chance, Outcome::not_evaluated, Outcome::unfinished}) {
     const auto it = by_outcome.find(o);
     if (it == by_outcome.end()) continue;

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 
@@ -20,6 +22,21 @@ namespace normlab::study {
 namespace fs = std::filesystem;
 using namespace report_parts;
 
+namespace {
+
+// "Every figure comes from each run's last evaluation (its last checkpoint, checkpoint.safetensors;
+// step 400)." (sentence = false: the clause alone).
+std::string last_evaluation_text(const std::vector<RunResult>& results, bool sentence = true) {
+  int64_t lo = INT64_MAX, hi = -1;
+  for (const RunResult& r : results)
+    if (!r.evals.empty()) lo = std::min(lo, r.evals.back().step), hi = std::max(hi, r.evals.back().step);
+  const std::string steps = hi < 0 ? "no evaluation yet" : lo == hi ? fmt::format("step {}", lo) : fmt::format("steps {}–{}", lo, hi);
+  const std::string clause = fmt::format("each run's last evaluation (its last checkpoint, checkpoint.safetensors; {})", steps);
+  return sentence ? fmt::format("Every figure comes from {}.", clause) : clause;
+}
+
+}  // namespace
+
 ReportModel build_report(const ComparePlan& plan, const std::vector<RunResult>& results,
                          const std::function<bool()>& stop_requested) {
   const train::RunConfig& base = plan.base;
@@ -27,6 +44,15 @@ ReportModel build_report(const ComparePlan& plan, const std::vector<RunResult>& 
   std::vector<Section> sections;
   const FirstScreenNumbers numbers = first_screen_numbers(c);
   sections.push_back(answer_section(c, numbers));
+  std::string checkpoints = last_evaluation_text(results);
+  if (is_own_data_report(c)) {
+    // Own data: the Answer speaks of accuracy, macro-F1 and the baseline; the loss table stays under it.
+    OwnDataAnswer own = own_data_answer(c, numbers);
+    sections.back().bullets = own.verdict;
+    sections.push_back(std::move(own.section));
+    checkpoints = fmt::format("The Answer's accuracy and macro-F1 come from {}; every other figure from {}.",
+                              own.checkpoints, last_evaluation_text(results, false));
+  }
   sections.push_back(details_section(c));
   sections.push_back(findings_section(c));
   sections.push_back(summary_section(c));
@@ -46,8 +72,8 @@ ReportModel build_report(const ComparePlan& plan, const std::vector<RunResult>& 
   if (bn) sections.push_back(*bn);
   // The setup line, the first screen (the Answer) and its details; the setup follows them.
   const Provenance provenance = provenance_of(results);
-  sections.insert(sections.begin() + 2, setup_section(c, base, provenance, bn.has_value()));
-  ReportModel report{plan.title, {setup_line(c, base)}, std::move(sections), {}};
+  sections.insert(sections.begin() + (is_own_data_report(c) ? 3 : 2), setup_section(c, base, provenance, bn.has_value()));
+  ReportModel report{plan.title, {setup_line(c, base), checkpoints}, std::move(sections), {}};
   report.summary = summary_json(c, provenance, report.sections);
   report.summary["first_screen"] = first_screen_json(numbers);
   report.summary["study"] = study_json(numbers.table);  // the table behind the first screen and the Answer, in full

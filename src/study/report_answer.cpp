@@ -35,7 +35,7 @@ std::string short_setting(const Context& c, const std::string& setting) {
   return out.empty() ? setting : out;
 }
 
-std::string ratio_text(double r) { return fmt::format("{:.2g}x", r); }
+std::string ratio_text(double r) { return format_ratio(r); }
 
 std::string ratio_with_interval(const BoundaryRatio& r) {
   return fmt::format("{} [{}, {}]", ratio_text(r.ratio), r.low_open ? "<" + ratio_text(r.low) : ratio_text(r.low),

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common.hpp"
+#include "normlab/study/instability.hpp"
 #include "report_parts.hpp"
 
 namespace normlab::study::report_parts {
@@ -32,7 +33,9 @@ Section findings_section(const Context& c) {
       "{:.2f}(1 - c) with the held-out loss falling at each of the last {} evaluations and by >= {:.0f}% over them "
       "(counted as learned: still improving when the budget ended); learned = accuracy >= c + {:.2f}(1 - c) (for "
       "c = {}: {:.3f}); exploded = short of learned with a block's residual RMS grown over {:g}x its first logged "
-      "value; collapsed = at chance or one label for >= {:.0f}% of predictions, with the first half of the blocks' "
+      "value; logit divergence = short of learned with the output's |log Z| beyond {:g} at the last diagnostics step; "
+      "attention entropy collapse = short of learned with a layer's attention entropy below {:g}x its step-1 value "
+      "(the initial weights) and its max attention logit at least {:g}x its step-1 value there; collapsed = at chance or one label for >= {:.0f}% of predictions, with the first half of the blocks' "
       "gradient norms below {:g}x the last block's at the last diagnostics step; weak = above c + {:.2f}(1 - c); "
       "at chance = below it. 'Most seeds' = more than half. Comparisons are against {} at the same learning rate "
       "and setting, per seed (paired), on three trained-length endpoints: held-out loss (it does not saturate), the "
@@ -43,7 +46,8 @@ Section findings_section(const Context& c) {
       "diverged seed counts as a uniform guess in accuracy and is left out of loss. docs/compare.md defines every "
       "word.",
       kBlowUpFactor, kSolvedAccuracy, kChanceShare, kSlowEvaluations, 100 * kSlowDrop, kLearnedShare, c_example,
-      c_example + kLearnedShare * (1 - c_example), kExplodeRmsFactor, 100 * kConstantPredictionShare,
+      c_example + kLearnedShare * (1 - c_example), kExplodeRmsFactor, kLogZBound, kEntropyCollapseFraction,
+      kLogitGrowthFactor, 100 * kConstantPredictionShare,
       kCollapseGradRatio, kChanceShare, reference_variant(c.plan));
   sec.bullets = findings(c.plan, c.groups);
   return sec;
@@ -57,6 +61,7 @@ std::string outcome_counts(const GroupSummary& g) {
   for (const auto& [count, word] :
        {std::pair{g.solved, "solved"}, std::pair{g.learned, "learned"}, std::pair{g.slow, "slow"},
         std::pair{g.weak, "weak"}, std::pair{g.at_chance, "at chance"}, std::pair{g.collapsed, "collapsed"},
+        std::pair{g.entropy_collapse, "attention entropy collapse"}, std::pair{g.logit_divergence, "logit divergence"},
         std::pair{g.exploded, "exploded"}, std::pair{g.diverged, "diverged"}})
     if (count > 0) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", count, word);
   return out.empty() ? "–" : out;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -17,6 +18,72 @@ namespace normlab::study::report_parts {
 
 using detail::format_lr;
 
+namespace {
+
+// Per variant of one setting, each seed's per-layer gradient norm at initialization: the step-1
+// diagnostics record (its backward ran at the initial weights, before any update, so every learning
+// rate of a seed gives the same figures: one run per seed is taken, the lowest rate's). Runs whose
+// first diagnostics record is not step 1 have none.
+std::map<std::string, std::vector<std::vector<double>>> init_grad_norms(const Context& c, const std::string& setting) {
+  std::map<std::string, std::vector<std::vector<double>>> out;
+  for (const std::string& variant : c.plan.variants) {
+    std::map<int64_t, std::pair<double, const RunResult*>> by_seed;  // seed -> (lr, run)
+    for (const GroupSummary& g : c.groups) {
+      if (g.variant != variant || g.setting != setting) continue;
+      for (const RunResult* r : g.runs) {
+        if (r->diagnostics.empty() || r->diagnostics.front().step != 1 || r->diagnostics.front().layer_grad_norms.empty())
+          continue;
+        const auto it = by_seed.find(int64_t(r->spec.seed));
+        if (it == by_seed.end() || g.lr < it->second.first) by_seed[int64_t(r->spec.seed)] = {g.lr, r};
+      }
+    }
+    for (const auto& [seed, at] : by_seed) out[variant].push_back(at.second->diagnostics.front().layer_grad_norms);
+  }
+  return out;
+}
+
+// Xiong et al. 2020's picture: the gradient norm of each layer at initialization against depth, one
+// line per variant (median over seeds, each seed a circle). Nothing when no run logged step 1.
+std::optional<std::pair<std::string, std::string>> init_gradient_chart(const Context& c, const std::string& setting,
+                                                                       std::vector<std::vector<std::string>>& rows) {
+  const auto norms = init_grad_norms(c, setting);
+  if (norms.empty()) return std::nullopt;
+  Chart chart;
+  chart.title = "grad norm per layer at initialization" + (c.plan.settings.size() > 1 ? " — " + setting : "");
+  chart.x_label = "layer";
+  chart.integer_x = true;
+  chart.y_label = "grad norm at step 1 (log)";
+  chart.log_y = true;
+  for (const std::string& variant : c.plan.variants) {
+    const auto it = norms.find(variant);
+    if (it == norms.end()) continue;
+    Series s;
+    s.label = variant;
+    s.color = c.colors.at(variant);
+    s.markers = true;
+    size_t layers = 0;
+    for (const std::vector<double>& seed : it->second) layers = std::max(layers, seed.size());
+    for (size_t layer = 0; layer < layers; ++layer) {
+      std::vector<double> values;
+      for (const std::vector<double>& seed : it->second)
+        if (layer < seed.size() && std::isfinite(seed[layer]) && seed[layer] > 0) values.push_back(seed[layer]);
+      if (values.empty()) continue;
+      s.x.push_back(double(layer));
+      s.y.push_back(median(values));
+      for (double v : values) s.point_x.push_back(double(layer)), s.point_y.push_back(v);
+    }
+    if (s.y.empty()) continue;
+    rows.push_back({variant, setting, std::to_string(it->second.size()), fmt_num(s.y.front(), "{:.3g}"),
+                    fmt_num(s.y.back(), "{:.3g}"), fmt_num(s.y.back() / s.y.front(), "{:.2f}")});
+    chart.series.push_back(std::move(s));
+  }
+  if (chart.series.empty()) return std::nullopt;
+  chart.note = "step 1: the forward and backward at the initial weights; median over seeds, circles: each seed";
+  return std::pair{"init-grad-norm" + c.setting_slug(setting), c.draw(chart)};
+}
+
+}  // namespace
+
 Section stack_section(const Context& c) {
   Section sec;
   sec.title = "Inside the stack: per-layer residual RMS and gradient norm";
@@ -24,8 +91,13 @@ Section stack_section(const Context& c) {
              "bounds the residual stream, so at a high learning rate its RMS can grow by orders of magnitude from "
              "block to block; post-LN re-normalizes it after every block, pre-LN lets it grow but normalizes what "
              "each sublayer reads. Drawn at every learning rate of the grid, or, for a large grid, at the one where "
-             "the variants' held-out accuracies differ most.";
-  for (const std::string& setting : c.plan.settings)
+             "the variants' held-out accuracies differ most. First in each setting, the gradient norm of each layer "
+             "at initialization (the step-1 diagnostics, before any update, so the same at every learning rate): "
+             "Xiong et al. (2020) show post-LN's growing toward the output layer, which is why it needs warmup, and "
+             "pre-LN's flat; the table gives the first and last layer's median and their ratio.";
+  std::vector<std::vector<std::string>> init_rows;
+  for (const std::string& setting : c.plan.settings) {
+    if (auto chart = init_gradient_chart(c, setting, init_rows)) sec.charts.push_back(std::move(*chart));
     for (double lr : c.detail_lrs(setting))
       for (const auto& [init_field, end_field, what, slug] :
            {std::tuple{&RunResult::init_residual_rms, &RunResult::end_residual_rms, "residual RMS after block", "residual-rms"},
@@ -65,6 +137,13 @@ Section stack_section(const Context& c) {
         chart.note = "median; dashed: first diagnostics step; solid: last, circles: its seeds";
         sec.charts.push_back({fmt::format("{}-lr{}{}", slug, format_lr(lr), c.setting_slug(setting)), c.draw(chart)});
       }
+  }
+  if (!init_rows.empty()) {
+    const std::vector<std::string> header{"variant", "setting", "seeds", "grad norm at init, first layer",
+                                          "last layer", "last / first"};
+    sec.table_html = html_table(header, init_rows);
+    sec.table_md = md_table(header, init_rows);
+  }
   return sec;
 }
 

@@ -84,6 +84,17 @@ nlohmann::json first_screen_json(const FirstScreenNumbers& numbers);
 // The first screen (report_answer.cpp): the verdict, the headline figure, the compact table.
 Section answer_section(const Context& c, const FirstScreenNumbers& numbers);
 std::vector<std::string> verdict(const Context& c, const FirstScreenNumbers& numbers);
+// report_owndata.cpp: an own-data compare (a data-defined task) answers in a classifier's words:
+// held-out macro-F1 and accuracy per variant at its kept checkpoint, against the bag-of-words
+// baseline and against the best variant (docs/compare.md, "Own data").
+bool is_own_data_report(const Context& c);
+struct OwnDataAnswer {
+  std::vector<std::string> verdict;  // the Answer's (at most three) sentences
+  Section section;                   // "Against the baseline": the table behind them
+  std::string checkpoints;           // which checkpoint the figures come from, in words
+  bool baseline = false;             // the baseline could be fitted
+};
+OwnDataAnswer own_data_answer(const Context& c, const FirstScreenNumbers& numbers);
 // report_findings.cpp: the Answer's sentences in full (summary.json's "answer").
 inline constexpr const char* kDetailsTitle = "The Answer in full: boundaries and comparisons";
 Section details_section(const Context& c);

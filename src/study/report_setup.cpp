@@ -59,7 +59,7 @@ Section setup_section(const Context& c, const train::RunConfig& base, const Prov
   for (const std::string& name : c.plan.variants) {
     const Variant* v = find_variant(name);
     const std::string description =
-        v ? v->description + "; block " + block_formula(v->norm, v->placement, base.model.final_norm) : "";
+        v ? v->description + "; block " + block_formula(v->norm, v->placement, base.model.final_norm, v->residual) : "";
     about.bullets.push_back(fmt::format("{}{}", name, description.empty() ? "" : ": " + description));
   }
   const std::string details =

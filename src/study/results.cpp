@@ -185,7 +185,9 @@ void read_step_record(const json& rec, const FieldReader& f, RunResult& r, bool&
       r.init_layer_grad_norms = grads;
       have_init_diag = true;
     }
-    r.diagnostics.push_back({step, rms, grads});
+    r.diagnostics.push_back({step, rms, grads, f.numbers(rec, "attention_max_logit"), f.numbers(rec, "attention_entropy_mean"),
+                             f.numbers(rec, "attention_entropy_min"), f.numbers(rec, "update_ratio"),
+                             f.number(rec, "log_z_mean"), f.number(rec, "log_z_max_abs")});
     r.end_residual_rms = std::move(rms);
     r.end_layer_grad_norms = std::move(grads);
   }

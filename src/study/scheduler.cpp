@@ -6,10 +6,18 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstring>
@@ -167,12 +175,13 @@ void remove_changed(const fs::path& out, const std::vector<ChangedRun>& changed,
 // What each run this process trains needs: a finished run is counted as skipped, any other gets
 // its config file and a place in the queue (by index).
 std::deque<size_t> queue_runs(const ComparePlan& plan, const fs::path& out, const CompareOptions& options,
-                              const Shard& shard, int& already_done) {
+                              const Shard& shard, const std::set<std::string>& failed, int& already_done) {
   std::error_code ec;
   std::deque<size_t> queue;
   for (size_t i = 0; i < plan.runs.size() && !options.report_only; ++i) {
     if (shard && !in_shard(plan, i, shard->first, shard->second)) continue;
     const RunSpec& run = plan.runs[i];
+    if (failed.count(run.name)) continue;  // crashed or failed in an earlier pass: retried by a rerun
     const fs::path dir = out / "runs" / run.name;
     if (fs::exists(dir / "summary.json")) {
       ++already_done;
@@ -184,6 +193,13 @@ std::deque<size_t> queue_runs(const ComparePlan& plan, const fs::path& out, cons
   }
   return queue;
 }
+
+// One child process of a compare, once it has exited: how and what it cost.
+struct ChildRecord {
+  size_t index = 0;  // in plan.runs
+  int code = 0;      // exit code, or 128 + signal
+  double wall_s = 0.0, cpu_s = 0.0;  // fork to exit; user + system CPU of the process (wait4)
+};
 
 // The queued runs as child processes, `jobs` at a time, watched until every one has exited and
 // none is left to launch (a signal or a run's bad input stops the launching); progress on stderr.
@@ -205,20 +221,26 @@ class RunWatcher {
       }
       if (stopped() && !forwarded_) stop_running();
       int status = 0;
-      const pid_t pid = waitpid(-1, &status, WNOHANG);
+      rusage usage{};
+      const pid_t pid = wait4(-1, &status, WNOHANG, &usage);
       if (pid > 0 && running_.count(pid)) {
-        reap(pid, status);
+        reap(pid, status, usage);
         print_progress(false);
         continue;
       }
-      if (pid < 0 && errno == ECHILD) running_.clear();
+      if (pid < 0 && errno == ECHILD) {
+        for (const auto& entry : running_)
+          if (entry.second.pidfd >= 0) ::close(entry.second.pidfd);
+        running_.clear();
+      }
       const auto now = std::chrono::steady_clock::now();
       if (now - last_print > std::chrono::seconds(tty_ ? 1 : 30)) {
         print_progress(false);
         last_print = now;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      wait_for_a_run();
     }
+    busy_wall_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
 
   void print_progress(bool final_line) {
@@ -236,6 +258,9 @@ class RunWatcher {
   }
 
   int failed() const { return failed_; }
+  const std::vector<ChildRecord>& children() const { return children_; }
+  const std::vector<std::string>& failures() const { return failures_; }
+  double busy_wall_s() const { return busy_wall_s_; }  // from the first launch to the last exit
   // Why launching stopped: "run NAME rejected its input; see LOG" when a run exited 2, or "run
   // NAME: DIR: the run directory is in use by another normlab process (pid N)..." for a run that
   // another process holds.
@@ -243,6 +268,20 @@ class RunWatcher {
 
  private:
   bool stopped() const { return io::stop_signal(stop_) != 0; }
+
+  // Until a run exits, a signal arrives or 100 ms pass (the stop flag and the progress line are
+  // looked at in between): each run's pidfd is polled, so the next run starts as soon as a slot
+  // frees, not at the next tick of a sleep. Without pidfds (kernels before 5.3): 5 ms naps.
+  void wait_for_a_run() {
+    std::vector<pollfd> fds;
+    for (const auto& entry : running_)
+      if (entry.second.pidfd >= 0) fds.push_back({entry.second.pidfd, POLLIN, 0});
+    if (!fds.empty() && fds.size() == running_.size()) {
+      ::poll(fds.data(), fds.size(), 100);  // EINTR on a signal: the loop looks at the stop flag
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(running_.empty() ? 0 : 5));
+    }
+  }
 
   void launch_run(size_t i, const std::string& exe) {
     const RunSpec& run = plan_.runs[i];
@@ -261,8 +300,9 @@ class RunWatcher {
     std::vector<std::string> args{"train",     "--config", (out_ / "configs" / (run.name + ".json")).string(),
                                   "--out",     dir.string(), "--threads", "1"};
     if (fs::exists(dir / "checkpoint.safetensors")) args.push_back("--resume");
+    const auto started = std::chrono::steady_clock::now();
     const pid_t pid = launch(exe, args, (out_ / "logs" / (run.name + ".log")).string());
-    running_[pid] = {i, std::chrono::steady_clock::now()};
+    running_[pid] = {i, started, int(::syscall(SYS_pidfd_open, pid, 0))};
   }
 
   // Each run finishes its step, writes a checkpoint and exits 130/143; rerunning resumes it.
@@ -273,24 +313,53 @@ class RunWatcher {
       logger_.note(fmt::format("\ncompare: stopping: {} running run(s) write a checkpoint and exit", running_.size()));
   }
 
-  // A run has exited with `status` (waitpid's): counted by its exit code.
-  void reap(pid_t pid, int status) {
-    const auto [i, started] = running_[pid];
+  // A run has exited with `status` (wait4's, with its CPU time in `usage`): counted by its exit code.
+  // One that crashed or failed is said in its log and in failures(); the others go on.
+  void reap(pid_t pid, int status, const rusage& usage) {
+    const Running run = running_[pid];
     running_.erase(pid);
-    busy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (run.pidfd >= 0) ::close(run.pidfd);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.started).count();
+    busy_seconds_ += wall;
+    const auto seconds = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    children_.push_back({run.index, code, wall, seconds(usage.ru_utime) + seconds(usage.ru_stime)});
+    const std::string& name = plan_.runs[run.index].name;
+    const std::string log = (out_ / "logs" / (name + ".log")).string();
     if (code == kExitOk) {
       ++done_;
     } else if (code == kExitDiverged) {
       ++diverged_;
     } else if ((code == kExitInterrupted || code == kExitTerminated) && stopped()) {
       ++interrupted_;  // stopped on our request, checkpointed: not a failure
+    } else if (code == kExitBadInput) {
+      ++failed_;
+      if (bad_input_.empty()) bad_input_ = fmt::format("run {} rejected its input; see {}", name, log);
     } else {
       ++failed_;
-      if (code == kExitBadInput && bad_input_.empty())
-        bad_input_ = fmt::format("run {} rejected its input; see {}", plan_.runs[i].name,
-                                (out_ / "logs" / (plan_.runs[i].name + ".log")).string());
+      const std::string how =
+          WIFSIGNALED(status) ? fmt::format("crashed (killed by {})", signal_name(WTERMSIG(status)))
+                              : fmt::format("failed (exit code {})", code);
+      failures_.push_back(fmt::format("{} {} after {:.2f} s; see {}", name, how, wall, log));
+      append_line(log, fmt::format("compare: this run {} after {:.2f} s; the compare went on without it, and a "
+                                   "rerun of the compare trains it again",
+                                   how, wall));
+      logger_.note(fmt::format("compare: run {} {}; the other runs go on (see {})", name, how, log));
     }
+  }
+
+  static std::string signal_name(int signal_number) {
+    const char* abbrev = sigabbrev_np(signal_number);
+    return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", signal_number);
+  }
+
+  // A line at the end of a run's log (O_NOFOLLOW: never through a link).
+  static void append_line(const std::string& path, const std::string& line) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK, 0644);
+    if (fd < 0) return;
+    const std::string text = line + "\n";
+    [[maybe_unused]] const ssize_t written = ::write(fd, text.data(), text.size());
+    ::close(fd);
   }
 
   const ComparePlan& plan_;
@@ -300,7 +369,15 @@ class RunWatcher {
   CompareLogger& logger_;
   const io::StopFlag stop_;
   const bool tty_ = logger_.redraws();
-  std::map<pid_t, std::pair<size_t, std::chrono::steady_clock::time_point>> running_;  // run index, start
+  struct Running {
+    size_t index = 0;  // in plan.runs
+    std::chrono::steady_clock::time_point started;  // before the fork
+    int pidfd = -1;  // readable when the run has exited; -1 without pidfd_open
+  };
+  std::map<pid_t, Running> running_;
+  std::vector<ChildRecord> children_;
+  std::vector<std::string> failures_;
+  double busy_wall_s_ = 0.0;
   int done_ = 0, diverged_ = 0, failed_ = 0, interrupted_ = 0;
   std::string bad_input_;
   bool forwarded_ = false;  // the stop signal has been passed on to the running runs
@@ -362,6 +439,10 @@ bool wait_for_other_shards(const ComparePlan& plan, const fs::path& out, const C
 struct PassTotals {
   int failed = 0;
   std::string bad_input;
+  std::set<std::string> failed_runs;  // crashed or failed: not launched again by a later pass
+  std::vector<std::string> failures;
+  std::vector<ChildRecord> children;
+  double busy_slot_s = 0.0;  // jobs x the passes' wall time
 };
 
 // Trains what the plan still needs in passes: a grid in one; a search pass by pass, the plan read
@@ -377,7 +458,7 @@ ComparePlan train_passes(ComparePlan plan, const CompareOptions& options, const 
   for (int pass = 0;; ++pass) {
     lock_runs(plan, out, shard, run_locks, locked);
     int already_done = 0;
-    std::deque<size_t> queue = queue_runs(plan, out, options, shard, already_done);
+    std::deque<size_t> queue = queue_runs(plan, out, options, shard, totals.failed_runs, already_done);
     if (queue.empty() && pass > 0) {
       if (!shard || !wait_for_other_shards(plan, out, options, locked, idle_polls, logger, stop)) break;
       plan = load_compare_plan(options.config, options.out);
@@ -390,17 +471,118 @@ ComparePlan train_passes(ComparePlan plan, const CompareOptions& options, const 
     if (!options.report_only) watcher.print_progress(true);
     totals.failed += watcher.failed();
     if (totals.bad_input.empty()) totals.bad_input = watcher.bad_input();
-    if (!plan.search.enabled() || options.report_only || io::stop_signal(stop) != 0 || totals.failed > 0 ||
-        !totals.bad_input.empty())
+    totals.failures.insert(totals.failures.end(), watcher.failures().begin(), watcher.failures().end());
+    for (const ChildRecord& child : watcher.children()) {
+      totals.children.push_back(child);
+      if (child.code != kExitOk && child.code != kExitDiverged) totals.failed_runs.insert(plan.runs[child.index].name);
+    }
+    totals.busy_slot_s += double(jobs) * watcher.busy_wall_s();
+    // A crashed run does not stop the search: the rounds that wait on it wait, the others go on.
+    if (!plan.search.enabled() || options.report_only || io::stop_signal(stop) != 0 || !totals.bad_input.empty())
       break;
     plan = load_compare_plan(options.config, options.out);
   }
   return plan;
 }
 
+double self_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const auto seconds = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// The record a finished run wrote (summary.json "timing": its last session's parts), or nothing
+// (no summary, a summary without timing, or one that does not parse).
+std::optional<train::PartTimes> run_timing(const fs::path& dir) {
+  std::ifstream in(dir / "summary.json");
+  if (!in) return std::nullopt;
+  const nlohmann::json summary = nlohmann::json::parse(in, nullptr, false);
+  if (summary.is_discarded() || !summary.is_object() || !summary.contains("timing")) return std::nullopt;
+  const nlohmann::json& timing = summary.at("timing");
+  try {
+    return train::part_times_from_json(timing.contains("last_session") ? timing.at("last_session") : timing, "");
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+}
+
+// The runs' records and what the compare saw of their processes, summed.
+void add_runs(CompareTiming& timing, const ComparePlan& plan, const fs::path& out, const PassTotals& totals) {
+  double child_wall = 0.0;
+  for (const ChildRecord& child : totals.children) {
+    child_wall += child.wall_s;
+    std::optional<train::PartTimes> parts;
+    if (child.code == kExitOk || child.code == kExitDiverged) parts = run_timing(out / "runs" / plan.runs[child.index].name);
+    if (!parts) {
+      ++timing.other_runs;
+      timing.other_wall_s += child.wall_s, timing.other_cpu_s += child.cpu_s;
+      continue;
+    }
+    ++timing.finished_runs;
+    timing.parts += *parts;
+    timing.process_wall_s += std::max(0.0, child.wall_s - parts->wall_total());
+    timing.process_cpu_s += std::max(0.0, child.cpu_s - parts->cpu_total());
+  }
+  timing.idle_s = std::max(0.0, totals.busy_slot_s - child_wall);
+}
+
 }  // namespace
 
+double CompareTiming::cpu_seconds() const {
+  double sum = parts.cpu_total() + process_cpu_s + other_cpu_s + compare_cpu_s;
+  return sum;
+}
+
+double CompareTiming::steps_wall_share() const {
+  return slot_seconds() > 0 ? parts.wall_s[size_t(train::RunPart::steps)] / slot_seconds() : 0.0;
+}
+
+double CompareTiming::steps_cpu_share() const {
+  return cpu_seconds() > 0 ? parts.cpu_s[size_t(train::RunPart::steps)] / cpu_seconds() : 0.0;
+}
+
+std::vector<CompareTiming::Row> CompareTiming::rows() const {
+  using train::RunPart;
+  const auto part = [&](RunPart p, const char* name) {
+    return Row{name, parts.wall_s[size_t(p)], parts.cpu_s[size_t(p)]};
+  };
+  std::vector<Row> out = {part(RunPart::steps, "training steps"),
+                          part(RunPart::evaluation, "held-out evaluation"),
+                          part(RunPart::diagnostics, "diagnostics"),
+                          part(RunPart::checkpoints, "checkpoints"),
+                          part(RunPart::logs, "logs (metrics.jsonl, run log)"),
+                          part(RunPart::setup, "run setup (config, data, model, run directory)"),
+                          part(RunPart::finish, "run finish"),
+                          {"process start and exit (exec, libraries, exit)", process_wall_s, process_cpu_s}};
+  if (other_runs > 0)
+    out.push_back({fmt::format("runs that crashed, failed or were stopped ({})", other_runs), other_wall_s, other_cpu_s});
+  out.push_back({"idle run slots (launching and reaping runs)", idle_s, 0.0});
+  double listed = 0.0;
+  for (const Row& r : out) listed += r.wall_s;
+  out.push_back({"the compare itself (plan, locks, report)", std::max(0.0, slot_seconds() - listed), compare_cpu_s});
+  std::stable_sort(out.begin() + 1, out.end(), [](const Row& a, const Row& b) { return a.wall_s > b.wall_s; });
+  return out;
+}
+
+std::string CompareTiming::summary_line() const {
+  std::string rest;
+  for (const Row& r : rows()) {
+    if (r.name == "training steps" || slot_seconds() <= 0) continue;
+    const double share = r.wall_s / slot_seconds();
+    if (share < 0.001) continue;
+    const std::string name = r.name.substr(0, r.name.find(" ("));
+    rest += fmt::format("{}{} {:.1f}%", rest.empty() ? "" : ", ", name, 100.0 * share);
+  }
+  return fmt::format("compare: {:.1f}% of the wall time of {} run slot(s) went to training steps ({:.1f}% of the CPU "
+                     "time; {} run(s) trained, {:.1f} s){}{}",
+                     100.0 * steps_wall_share(), jobs, 100.0 * steps_cpu_share(), finished_runs, wall_s,
+                     rest.empty() ? "" : "; the rest: ", rest);
+}
+
 CompareResult run_compare(const CompareOptions& options, CompareLogger& logger, io::StopFlag stop) {
+  const auto started = std::chrono::steady_clock::now();
+  const double cpu_before = self_cpu_seconds();
   const Shard shard = check_options(options);
   ComparePlan plan = load_compare_plan(options.config, options.out);
   const fs::path out(options.out);
@@ -419,10 +601,19 @@ CompareResult run_compare(const CompareOptions& options, CompareLogger& logger, 
   PassTotals totals;
   plan = train_passes(std::move(plan), options, shard, totals, logger, stop);
   CompareResult result;
+  const auto report_start = std::chrono::steady_clock::now();
   if (!shard) draw_report(plan, out, result);
   result.stop_signal = io::stop_signal(stop);
   result.failed = totals.failed;
   result.bad_input = totals.bad_input;
+  result.failures = totals.failures;
+  CompareTiming& timing = result.timing;
+  const auto now = std::chrono::steady_clock::now();
+  timing.wall_s = std::chrono::duration<double>(now - started).count();
+  timing.report_s = std::chrono::duration<double>(now - report_start).count();
+  timing.jobs = options.jobs > 0 ? options.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  timing.compare_cpu_s = self_cpu_seconds() - cpu_before;
+  add_runs(timing, plan, out, totals);
   return result;
 }
 

@@ -348,6 +348,12 @@ std::vector<VariantBoundary> lr_boundaries(const ComparePlan& plan, const std::v
   return out;
 }
 
+std::string format_ratio(double r) {
+  if (!std::isfinite(r)) return "?";
+  if (r >= 9.95) return fmt::format("{:.0f}x", r);  // 9.95 would print as "10.0x" below
+  return r >= 0.995 ? fmt::format("{:.1f}x", r) : fmt::format("{:#.2g}x", r);  // 0.996 -> "1.0x", not "1.00x"
+}
+
 namespace {
 
 // "0.0213 [95% CI 0.0150, > 0.3]"
@@ -356,12 +362,7 @@ std::string boundary_interval(const BoundaryFit& f) {
                      f.high_open ? "> " : "", format_rate(f.high));
 }
 
-std::string ratio_text(double r) {
-  if (!std::isfinite(r)) return "?";
-  // Two significant digits ("0.81x", "1.0x", "3.1x"), whole numbers from 10 ("14x").
-  if (r >= 10) return fmt::format("{:.0f}x", r);
-  return r >= 1 ? fmt::format("{:.1f}x", r) : fmt::format("{:#.2g}x", r);
-}
+std::string ratio_text(double r) { return format_ratio(r); }
 
 // What the slow-inclusive rule says where it differs from the strict one ("" where they agree).
 std::string slow_inclusive_note(const VariantBoundary& vb) {

@@ -36,6 +36,8 @@ std::vector<GroupSummary> summarize(const std::vector<RunResult>& results) {
       switch (classify(*r)) {
         case Outcome::diverged: ++g.diverged; break;
         case Outcome::exploded: ++g.exploded; break;
+        case Outcome::logit_divergence: ++g.logit_divergence; break;
+        case Outcome::entropy_collapse: ++g.entropy_collapse; break;
         case Outcome::collapsed: ++g.collapsed; break;
         case Outcome::at_chance: ++g.at_chance; break;
         case Outcome::weak: ++g.weak; break;
@@ -261,6 +263,12 @@ std::vector<std::vector<EndpointTest>> test_comparisons(const std::vector<Compar
   return out;
 }
 
+std::string seeds_needed_words(size_t seeds_needed, bool paired) {
+  const char* what = paired ? "pairs" : "seeds per variant";
+  if (seeds_needed > kMaxSeedsStated) return fmt::format("more than {} {}", kMaxSeedsStated, what);
+  return fmt::format("about {} {}", seeds_needed, what);
+}
+
 std::string describe_test(const EndpointTest& t) {
   const std::string difference = describe_difference(t.difference, t.paired);
   const std::string margin = fmt::format("±{:g}", t.margin);
@@ -276,9 +284,9 @@ std::string describe_test(const EndpointTest& t) {
       return fmt::format("undecided: {}; {}", difference,
                          t.seeds_needed == 0
                              ? std::string("more seeds would not show equivalence within ") + margin
-                             : fmt::format("about {} {} would show {} (80% power at the observed spread, Holm's "
+                             : fmt::format("{} would show {} (80% power at the observed spread, Holm's "
                                            "strictest level)",
-                                           t.seeds_needed, t.paired ? "pairs" : "seeds per variant",
+                                           seeds_needed_words(t.seeds_needed, t.paired),
                                            t.seeds_for_equivalence ? "equivalence within " + margin : "a difference"));
   }
   return difference;
@@ -308,8 +316,8 @@ std::string direction_text(const EndpointTest& t, const std::string& variant, co
     case Verdict::equivalent:
       return fmt::format("{}; equivalent within ±{:g} (Holm p {:.2g})", estimate, t.margin, t.holm_equivalence);
     case Verdict::undecided:
-      return t.seeds_needed > 0 ? fmt::format("{}; undecided (about {} {} would decide)", estimate, t.seeds_needed,
-                                              t.paired ? "pairs" : "seeds per variant")
+      return t.seeds_needed > 0 ? fmt::format("{}; undecided ({} would decide)", estimate,
+                                              seeds_needed_words(t.seeds_needed, t.paired))
                                 : fmt::format("{}; undecided (more {} would not show equivalence within ±{:g})", estimate,
                                               t.paired ? "pairs" : "seeds", t.margin);
     case Verdict::no_data: break;

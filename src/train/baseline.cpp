@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "normlab/error.hpp"
 #include "normlab/rng.hpp"
+#include "normlab/train/setup.hpp"
 
 namespace normlab::train {
 
@@ -127,31 +129,25 @@ std::pair<double, double> wilson_interval(int64_t correct, int64_t total) {
   return {std::max(0.0, centre - half), std::min(1.0, centre + half)};
 }
 
-BaselineScore score_baseline(const BaselineModel& model, const data::Dataset& examples) {
-  BaselineScore score;
-  score.confusion = Confusion(model.classes);
-  std::vector<std::pair<int32_t, int32_t>> pairs;  // (target, predicted) per example
+HeldOutScore held_out_score(const Confusion& confusion) {
+  HeldOutScore score;
+  // The (target, predicted) pairs the matrix counts, in cell order: a resample of examples is a
+  // resample of these.
+  std::vector<std::pair<int32_t, int32_t>> pairs;
   int64_t correct = 0;
-  for (const data::Example& example : examples.examples()) {
-    const std::vector<double> p = model.probabilities(example.tokens);
-    const int32_t target = example.targets.at(0);
-    const int32_t predicted = int32_t(std::max_element(p.begin(), p.end()) - p.begin());
-    score.loss -= std::log(std::max(p[size_t(target)], 1e-300));
-    score.confusion.add(target, predicted);
-    pairs.emplace_back(target, predicted);
-    correct += target == predicted;
-  }
+  for (const auto& [cell, count] : confusion.cells)
+    for (int64_t i = 0; i < count; ++i) pairs.push_back(cell);
+  for (const auto& [target, predicted] : pairs) correct += target == predicted;
   score.examples = int64_t(pairs.size());
   if (pairs.empty()) return score;
-  score.loss /= double(pairs.size());
   score.accuracy = double(correct) / double(pairs.size());
   std::tie(score.accuracy_low, score.accuracy_high) = wilson_interval(correct, score.examples);
-  score.macro_f1 = train::macro_f1(score.confusion);
+  score.macro_f1 = train::macro_f1(confusion);
   // Percentile bootstrap over examples: 1000 resamples from Rng(0), the 2.5th and 97.5th values.
   Rng rng(0, 11);
   std::vector<double> resampled;
   for (int b = 0; b < 1000; ++b) {
-    Confusion c(model.classes);
+    Confusion c(confusion.labels);
     for (size_t i = 0; i < pairs.size(); ++i) {
       const auto& [target, predicted] = pairs[rng.below(uint32_t(pairs.size()))];
       c.add(target, predicted);
@@ -162,6 +158,50 @@ BaselineScore score_baseline(const BaselineModel& model, const data::Dataset& ex
   score.macro_f1_low = resampled[24];
   score.macro_f1_high = resampled[974];
   return score;
+}
+
+BaselineScore score_baseline(const BaselineModel& model, const data::Dataset& examples) {
+  BaselineScore score;
+  score.confusion = Confusion(model.classes);
+  for (const data::Example& example : examples.examples()) {
+    const std::vector<double> p = model.probabilities(example.tokens);
+    const int32_t target = example.targets.at(0);
+    const int32_t predicted = int32_t(std::max_element(p.begin(), p.end()) - p.begin());
+    score.loss -= std::log(std::max(p[size_t(target)], 1e-300));
+    score.confusion.add(target, predicted);
+  }
+  const HeldOutScore held_out = held_out_score(score.confusion);
+  score.examples = held_out.examples;
+  if (score.examples == 0) return score;
+  score.loss /= double(score.examples);
+  score.accuracy = held_out.accuracy;
+  score.accuracy_low = held_out.accuracy_low;
+  score.accuracy_high = held_out.accuracy_high;
+  score.macro_f1 = held_out.macro_f1;
+  score.macro_f1_low = held_out.macro_f1_low;
+  score.macro_f1_high = held_out.macro_f1_high;
+  return score;
+}
+
+std::optional<BaselineScore> run_baseline(const RunConfig& config, const data::Task& task, const data::Dataset& scored,
+                                          io::StopFlag stop) {
+  if (config.task.name != data::TaskKind::sequence_classification || !config.task.train_file) return std::nullopt;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(*config.task.train_file, ec)) return std::nullopt;
+  const std::optional<data::Dataset> training = load_train_set(config, task, stop);
+  const BaselineModel model = fit_baseline(*training, task.input_vocab_size(), task.num_classes());
+  return score_baseline(model, scored);
+}
+
+std::optional<BaselineScore> config_baseline(const RunConfig& config, io::StopFlag stop) {
+  if (config.task.name != data::TaskKind::sequence_classification || !config.task.train_file || !config.task.valid_file)
+    return std::nullopt;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(*config.task.train_file, ec) ||
+      !std::filesystem::is_regular_file(*config.task.valid_file, ec))
+    return std::nullopt;
+  const data::Task task = build_task(config, stop);
+  return run_baseline(config, task, load_valid_set(config, task, stop), stop);
 }
 
 }  // namespace normlab::train

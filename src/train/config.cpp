@@ -14,6 +14,7 @@
 #include "normlab/data/task.hpp"
 #include "normlab/error.hpp"
 #include "normlab/names.hpp"
+#include "normlab/train/data_defaults.hpp"
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/io/json_depth.hpp"
 #include "normlab/io/json_strict.hpp"
@@ -126,9 +127,64 @@ Field make_enum_field(const char* section, S RunConfig::*part, const char* key, 
   return make_parsed_field<S, E>(section, part, key, member, std::move(choices), parse, name);
 }
 
+// model.norm: a norm registry entry, or a residual scheme's old spelling as a norm ("rezero"), which
+// sets model.norm "none" and that scheme as model.residual. The choices list keeps the order users
+// knew: the norms with a layer, the schemes' spellings, then "none".
+Field model_norm_field() {
+  std::vector<std::string> choices, without_layer;
+  for (const nn::NormEntry& entry : nn::norm_registry())
+    (entry.spec.make ? choices : without_layer).push_back(entry.spec.name);
+  for (const nn::ResidualEntry& entry : nn::residual_registry())
+    if (!entry.norm_spelling.empty()) choices.push_back(entry.norm_spelling);
+  choices.insert(choices.end(), without_layer.begin(), without_layer.end());
+  Field field = make_parsed_field<ModelConfig, nn::NormKind>(
+      "model", &RunConfig::model, "norm", &ModelConfig::norm, choices,
+      [](const std::string& name) { return nn::NormKind(name); }, [](const nn::NormKind& kind) { return kind.name(); });
+  field.set = [](RunConfig& config, const json& value) {
+    const std::string name = value.get<std::string>();
+    if (const nn::ResidualEntry* scheme = nn::residual_spelled_as_norm(name)) {
+      config.model.norm = "none";
+      config.model.residual = scheme->spec.name;
+    } else {
+      config.model.norm = name;
+    }
+  };
+  return field;
+}
+
 Range closed(double lo, double hi) { return {lo, hi, false, false}; }
 Range open_closed(double lo, double hi) { return {lo, hi, true, false}; }
 Range closed_open(double lo, double hi) { return {lo, hi, false, true}; }
+
+// The model section's keys, in documentation order.
+void add_model_fields(std::vector<Field>& f) {
+  using R = RunConfig;
+  f.push_back(make_field("model", &R::model, "d_model", &ModelConfig::d_model, Kind::integer, closed(1, 4096)));
+  f.push_back(make_field("model", &R::model, "heads", &ModelConfig::num_heads, Kind::integer, closed(1, 64)));
+  f.push_back(make_field("model", &R::model, "layers", &ModelConfig::num_layers, Kind::integer, closed(1, 64)));
+  f.push_back(
+      make_field("model", &R::model, "ffn", &ModelConfig::dim_feedforward, Kind::integer, closed(1, 16384)));
+  f.push_back(make_field("model", &R::model, "dropout", &ModelConfig::dropout, Kind::number, closed_open(0, 1)));
+  f.push_back(make_field("model", &R::model, "activation", &ModelConfig::activation, Kind::choice, {},
+                         {"relu", "gelu"}));
+  f.push_back(model_norm_field());
+  // data-parallel: BatchNorm statistics per rank or over all ranks (docs/scaling.md)
+  f.push_back(make_field("model", &R::model, "batchnorm_stats", &ModelConfig::batchnorm_stats, Kind::choice, {},
+                         {"local", "sync"}));
+  f.push_back(make_enum_field("model", &R::model, "placement", &ModelConfig::placement, nn::kPlacementNames));
+  f.push_back(make_parsed_field<ModelConfig, nn::ResidualKind>(
+      "model", &R::model, "residual", &ModelConfig::residual, nn::residual_names(),
+      [](const std::string& name) { return nn::ResidualKind(name); },
+      [](const nn::ResidualKind& kind) { return kind.name(); }));
+  f.push_back(make_field("model", &R::model, "final_norm", &ModelConfig::final_norm, Kind::boolean));
+  f.push_back(make_field("model", &R::model, "norm_eps", &ModelConfig::norm_eps, Kind::number, open_closed(0, 1)));
+  f.push_back(make_enum_field("model", &R::model, "qk_norm", &ModelConfig::qk_norm, nn::kQkNormNames));
+  f.push_back(make_field("model", &R::model, "positional", &ModelConfig::positional, Kind::choice, {},
+                         {"sinusoidal", "learned"}));
+  f.push_back(make_field("model", &R::model, "max_len", &ModelConfig::max_len, Kind::integer, closed(1, 4096)));
+  f.push_back(make_field("model", &R::model, "vocab_size", &ModelConfig::vocab_size, Kind::integer, closed(1, 65536)));
+  f.push_back(make_field("model", &R::model, "num_classes", &ModelConfig::num_classes, Kind::integer, closed(1, 65536)));
+}
 
 // The own-data keys of the task section (data/formats.hpp, data/task.hpp), after random_prob.
 void add_own_data_fields(std::vector<Field>& f) {
@@ -150,30 +206,7 @@ const std::vector<Field>& fields() {
   static const std::vector<Field> table = [] {
     using R = RunConfig;
     std::vector<Field> f;
-    // model
-    f.push_back(make_field("model", &R::model, "d_model", &ModelConfig::d_model, Kind::integer, closed(1, 4096)));
-    f.push_back(make_field("model", &R::model, "heads", &ModelConfig::num_heads, Kind::integer, closed(1, 64)));
-    f.push_back(make_field("model", &R::model, "layers", &ModelConfig::num_layers, Kind::integer, closed(1, 64)));
-    f.push_back(
-        make_field("model", &R::model, "ffn", &ModelConfig::dim_feedforward, Kind::integer, closed(1, 16384)));
-    f.push_back(make_field("model", &R::model, "dropout", &ModelConfig::dropout, Kind::number, closed_open(0, 1)));
-    f.push_back(make_field("model", &R::model, "activation", &ModelConfig::activation, Kind::choice, {},
-                           {"relu", "gelu"}));
-    f.push_back(make_parsed_field<ModelConfig, nn::NormKind>(
-        "model", &R::model, "norm", &ModelConfig::norm, nn::norm_names(),
-        [](const std::string& name) { return nn::NormKind(name); }, [](const nn::NormKind& kind) { return kind.name(); }));
-    // data-parallel: BatchNorm statistics per rank or over all ranks (docs/scaling.md)
-    f.push_back(make_field("model", &R::model, "batchnorm_stats", &ModelConfig::batchnorm_stats, Kind::choice, {},
-                           {"local", "sync"}));
-    f.push_back(make_enum_field("model", &R::model, "placement", &ModelConfig::placement, nn::kPlacementNames));
-    f.push_back(make_field("model", &R::model, "final_norm", &ModelConfig::final_norm, Kind::boolean));
-    f.push_back(make_field("model", &R::model, "norm_eps", &ModelConfig::norm_eps, Kind::number, open_closed(0, 1)));
-    f.push_back(make_enum_field("model", &R::model, "qk_norm", &ModelConfig::qk_norm, nn::kQkNormNames));
-    f.push_back(make_field("model", &R::model, "positional", &ModelConfig::positional, Kind::choice, {},
-                           {"sinusoidal", "learned"}));
-    f.push_back(make_field("model", &R::model, "max_len", &ModelConfig::max_len, Kind::integer, closed(1, 4096)));
-    f.push_back(make_field("model", &R::model, "vocab_size", &ModelConfig::vocab_size, Kind::integer, closed(1, 65536)));
-    f.push_back(make_field("model", &R::model, "num_classes", &ModelConfig::num_classes, Kind::integer, closed(1, 65536)));
+    add_model_fields(f);
     // task
     f.push_back(make_enum_field("task", &R::task, "name", &TaskConfig::name, data::kTaskNames));
     f.push_back(make_field("task", &R::task, "label", &TaskConfig::label, Kind::text));
@@ -184,7 +217,7 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("task", &R::task, "eval_max_len", &TaskConfig::eval_max_len, Kind::integer, closed(1, 4096)));
     f.push_back(make_field("task", &R::task, "eval_examples", &TaskConfig::eval_examples, Kind::integer,
                            closed(1, 1'000'000)));
-    f.push_back(make_field("task", &R::task, "bucket_width", &TaskConfig::bucket_width, Kind::integer, closed(1, 4096)));
+    f.push_back(make_field("task", &R::task, "bucket_width", &TaskConfig::bucket_width, Kind::integer, closed(0, 4096)));
     f.push_back(
         make_enum_field("task", &R::task, "length_regime", &TaskConfig::length_regime, data::kLengthRegimeNames));
     f.push_back(make_field("task", &R::task, "select_prob", &TaskConfig::select_prob, Kind::number, open_closed(0, 1)));
@@ -454,6 +487,11 @@ void check_own_data_options(const TaskConfig& t, const std::string& where) {
 
 }  // namespace
 
+RunConfig parse_config_keys(const json& config_json, const std::string& where, const std::string& base_dir,
+                            bool require_files) {
+  return parse_sections(config_json, where, base_dir, require_files);
+}
+
 RunConfig config_from_json(const json& config_json, const std::string& where, const std::string& base_dir,
                            bool require_files) {
   RunConfig config = parse_sections(config_json, where, base_dir, require_files);
@@ -538,9 +576,13 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   const json parsed = load_config_json(path, 0);
   fs::path base = fs::path(path).parent_path();
   if (base.empty()) base = ".";
-  const RunConfig from_file = parse_sections(parsed, path, base.string());
+  RunConfig from_file = parse_sections(parsed, path, base.string());
   RunConfig config = from_file;
   for (const std::string& assignment : overrides) apply_override(config, assignment);
+  // Own data: the keys neither the file nor --set gives come from the data (train/data_defaults.hpp).
+  const DataShape shape = measure_data(config);
+  apply_data_defaults(from_file, given_keys(parsed), shape);
+  apply_data_defaults(config, given_keys(parsed, overrides), shape);
   check_overridden_config(from_file, config, path, overrides);
   return config;
 }
@@ -587,6 +629,9 @@ void check_config(const RunConfig& config, const std::string& where) {
   if (t.mask_prob + t.random_prob > 1.0 || static_cast<float>(t.mask_prob) + static_cast<float>(t.random_prob) > 1.0f) {
     fail("task.random_prob", fmt::format("task.mask_prob + task.random_prob must be <= 1 (got {} + {})", t.mask_prob,
                                          t.random_prob));
+  }
+  if (t.length_regime == data::LengthRegime::bucketed && t.bucket_width == 0) {
+    fail("task.bucket_width", "the bucketed length regime draws each batch from one bucket: needs task.bucket_width > 0");
   }
   if (t.length_regime != data::LengthRegime::mixed && t.train_file) {
     fail("task.length_regime", fmt::format("\"{}\" applies to generated training batches; a task.train_file is read in "

@@ -178,7 +178,25 @@ nlohmann::json number_or_null(bool present, double value) {
 
 }  // namespace
 
+bool has_length_buckets(const EvalMetrics& metrics) {
+  return !(metrics.buckets.size() == 1 && metrics.buckets[0].bucket.min_len == 1 &&
+           !metrics.buckets[0].bucket.beyond_train_max);
+}
+
 std::string describe_groups(const EvalMetrics& metrics) {
+  if (!has_length_buckets(metrics)) {
+    // No length split asked for: one held-out figure set. Sequence accuracy is only said where it
+    // differs from accuracy (a target per token).
+    const GroupMetrics& g = metrics.trained;
+    if (g.targets == 0) return "held-out: no targets";
+    std::string out = fmt::format("held-out: loss {:.4f}, accuracy {:.4f}", g.loss, g.accuracy);
+    if (!g.confusion.empty()) out += fmt::format(", macro-F1 {:.4f}", macro_f1(g.confusion));
+    if (g.targets != g.sequences) out += fmt::format(", sequence accuracy {:.4f}", g.sequence_accuracy);
+    if (g.majority_accuracy) out += fmt::format(" (majority-label baseline {:.4f})", *g.majority_accuracy);
+    if (metrics.uniform_accuracy > 0)
+      out += fmt::format("; chance: loss {:.4f}, accuracy {:.4f}", metrics.uniform_loss, metrics.uniform_accuracy);
+    return out;
+  }
   auto describe = [&](const char* name, const GroupMetrics& g, bool beyond) {
     int32_t lo = 0, hi = 0;
     for (const BucketMetrics& b : metrics.buckets) {

@@ -34,12 +34,12 @@ void encode_input(const LoadedRun& run, LinePrediction& p) {
 // Softmax of one row of logits over the task's K classes (a model with extra head outputs never
 // predicts a class the task cannot name), its argmax and the argmax's probability.
 int32_t predict_row(const float* z, int64_t V, int64_t K, float& probability, std::vector<float>* distribution) {
+  // distribution: (K) appended, every class's probability
   const int64_t best = argmax_row(z, std::min(V, K));
   double sum = 0.0;
   for (int64_t v = 0; v < V; ++v) sum += std::exp(double(z[v]) - double(z[best]));
   probability = static_cast<float>(1.0 / sum);
-  if (distribution)
-    for (int64_t k = 0; k < K; ++k) distribution->push_back(static_cast<float>(std::exp(double(z[k]) - double(z[best])) / sum));
+  for (int64_t k = 0; k < K; ++k) distribution->push_back(static_cast<float>(std::exp(double(z[k]) - double(z[best])) / sum));
   return static_cast<int32_t>(best);
 }
 
@@ -64,7 +64,7 @@ void predict_batch(LoadedRun& run, std::vector<LinePrediction>& out, size_t begi
     const int64_t first = per_sequence ? int64_t(b) : offsets[b], last = per_sequence ? int64_t(b) + 1 : offsets[b + 1];
     for (int64_t row = first; row < last; ++row) {
       float probability = 0;
-      p.predicted.push_back(predict_row(values + row * V, V, K, probability, per_sequence ? &p.distribution : nullptr));
+      p.predicted.push_back(predict_row(values + row * V, V, K, probability, &p.distribution));
       p.probability.push_back(probability);
     }
   }

@@ -24,7 +24,8 @@ double number_or_nan(const json& object, const char* key) {
 }  // namespace
 
 ValidPoint valid_point(int64_t step, const EvalMetrics& metrics) {
-  return ValidPoint{step, metrics.loss, metrics.accuracy, metrics.sequence_accuracy, metrics.trained, metrics.unseen};
+  return ValidPoint{step,           metrics.loss,   metrics.accuracy, metrics.sequence_accuracy,
+                    metrics.trained, metrics.unseen, metrics.labels};
 }
 
 double selection_loss(const ValidPoint& point) {
@@ -41,9 +42,10 @@ json to_json(const ValidPoint& point) {
               {"accuracy", point.accuracy},
               {"sequence_accuracy", point.sequence_accuracy}};
   if (point.trained) {
-    out["trained"] = to_json(*point.trained);
-    out["unseen"] = point.unseen ? to_json(*point.unseen) : json(nullptr);
+    out["trained"] = to_json(*point.trained, point.labels);
+    out["unseen"] = point.unseen ? to_json(*point.unseen, point.labels) : json(nullptr);
   }
+  if (!point.labels.empty()) out["labels"] = point.labels;
   return out;
 }
 
@@ -62,6 +64,9 @@ std::optional<ValidPoint> valid_point_from_json(const json& value, const std::st
     if (value.contains("unseen") && !value.at("unseen").is_null())
       point.unseen = group_metrics_from_json(value.at("unseen"), where + ": unseen");
   }
+  if (value.contains("labels") && value.at("labels").is_array())
+    for (const json& label : value.at("labels"))
+      if (label.is_string()) point.labels.push_back(label.get<std::string>());
   return point;
 }
 

@@ -173,7 +173,7 @@ void announce(const SessionOptions& options, const Setup& setup, int ranks) {
   const ModelConfig& m = setup.config.model;
   const bool placement_moot = !nn::has_norm_layer(m.norm);
   setup.logger->info(
-      fmt::format("block: {}{}", nn::block_formula(m.norm, m.placement, m.final_norm),
+      fmt::format("block: {}{}", nn::block_formula(m.norm, m.placement, m.final_norm, m.residual),
                   placement_moot && m.placement == nn::Placement::post
                       ? fmt::format(" (model.placement=post has no effect with model.norm={})", m.norm.name())
                       : ""));

@@ -90,6 +90,7 @@ nn::ModelOptions build_model_options(const RunConfig& config, const data::Task& 
   options.encoder.activation = parse_activation(m.activation);
   options.encoder.norm = m.norm;
   options.encoder.placement = m.placement;
+  options.encoder.residual = m.residual;
   options.encoder.norm_eps = static_cast<float>(m.norm_eps);
   options.encoder.final_norm = m.final_norm;
   options.encoder.qk_norm = m.qk_norm;

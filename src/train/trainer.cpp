@@ -32,70 +32,74 @@ using nlohmann::json;
 
 double max_keep_nan(double a, double b) { return a != a || b <= a ? a : b; }
 
-// The figures a step's ranks add up beside the gradients (StepReduction::reduce's extra), where
-// each lives in that buffer. In order: the z-loss sum (optim.z_loss > 0), then on diagnostics steps
-//   residual sum of squares (layers), its count | attention entropy sums (layers x heads), query
-//   count | log Z sum, rows | per rank r: max |logit| (layers) and max |log Z|, in slots only rank r
-//   fills, so that a sum over ranks (zeros elsewhere) carries every rank's maximum.
-// One process is one rank; the same buffer then holds its own figures.
-class DiagnosticSums {
- public:
-  DiagnosticSums(int64_t layers, int64_t heads, int ranks, bool z_loss, bool diagnostics)
-      : layers_(size_t(layers)), heads_(size_t(heads)), ranks_(size_t(ranks)), first_(z_loss ? 1 : 0),
-        diagnostics_(diagnostics) {}
-  size_t size() const { return first_ + (diagnostics_ ? maxima() + ranks_ * (layers_ + 1) : 0); }
-  size_t z_loss() const { return 0; }
-
-  void fill(std::vector<double>& extra, const nn::Diagnostics& diag, const Tensor& logits,
-            const std::vector<int64_t>& offsets, int rank) const {
-    std::copy(diag.residual_sum_sq.begin(), diag.residual_sum_sq.end(), extra.begin() + long(residual()));
-    extra[residual() + layers_] = double(diag.residual_values);
-    double* slots = extra.data() + maxima() + size_t(rank) * (layers_ + 1);
-    for (size_t l = 0; l < layers_; ++l) {
-      const nn::AttentionStatistics a = nn::attention_statistics(diag.attention_qkv[l], offsets, int64_t(heads_));
-      std::copy(a.entropy_sum.begin(), a.entropy_sum.end(), extra.begin() + long(entropy() + l * heads_));
-      extra[entropy() + layers_ * heads_] = double(a.queries);
-      slots[l] = a.max_abs_logit;
-    }
-    const nn::LogZStatistics log_z = nn::log_z_statistics(logits);
-    extra[log_z_sums()] = log_z.sum;
-    extra[log_z_sums() + 1] = double(log_z.rows);
-    slots[layers_] = log_z.max_abs;
+// The figures a step's ranks add up beside the gradients (StepReduction::reduce's extra), each a
+// named field: the z-loss sum (optim.z_loss > 0), and on diagnostics steps the sums behind the
+// residual RMS, the attention entropies and log Z, each beside the count it is divided by. A maximum
+// cannot be summed, so rank r writes its maxima into row r of its own (zeros elsewhere) and the sum
+// over ranks carries every rank's maximum. One process is one rank; the fields then hold its own.
+struct StepFigures {
+  StepFigures(int64_t layers, int64_t heads, int ranks, bool diagnostics)
+      : layers(size_t(layers)), heads(size_t(heads)), ranks(size_t(ranks)) {
+    if (!diagnostics) return;
+    residual_sum_sq.assign(this->layers, 0.0);
+    entropy_sum.assign(this->layers * this->heads, 0.0);
+    max_abs_logit.assign(this->ranks * this->layers, 0.0);
+    max_abs_log_z.assign(this->ranks, 0.0);
   }
 
-  // The global batch's figures, from the summed buffer.
-  void read(const std::vector<double>& extra, StepRecord& record) const {
-    const double values = extra[residual() + layers_];
-    const double queries = extra[entropy() + layers_ * heads_];
-    for (size_t l = 0; l < layers_; ++l) {
-      record.residual_rms.push_back(values > 0 ? std::sqrt(extra[residual() + l] / values) : 0.0);
+  double z_loss_sum = 0.0;              // sum over targets of log(Z)^2
+  std::vector<double> residual_sum_sq;  // (layers): after each block, the sum of x^2
+  double residual_values = 0.0;         // tokens x d_model behind each of them
+  std::vector<double> entropy_sum;      // (layers, heads): attention entropies summed over queries
+  double queries = 0.0;                 // the queries behind each of them
+  double log_z_sum = 0.0, log_z_rows = 0.0;
+  std::vector<double> max_abs_logit;  // (ranks, layers): rank r's largest |attention logit| in row r
+  std::vector<double> max_abs_log_z;  // (ranks): rank r's largest |log Z|
+
+  // Every field, in one order on every rank, for the reduction.
+  dist::SumFields fields() {
+    return {{&z_loss_sum, 1}, residual_sum_sq, {&residual_values, 1}, entropy_sum, {&queries, 1}, {&log_z_sum, 1},
+            {&log_z_rows, 1}, max_abs_logit, max_abs_log_z};
+  }
+
+  void fill(const nn::Diagnostics& diag, const Tensor& logits, const std::vector<int64_t>& offsets, int rank) {
+    residual_sum_sq = diag.residual_sum_sq;
+    residual_values = double(diag.residual_values);
+    for (size_t l = 0; l < layers; ++l) {
+      const nn::AttentionStatistics a = nn::attention_statistics(diag.attention_qkv[l], offsets, int64_t(heads));
+      std::copy(a.entropy_sum.begin(), a.entropy_sum.end(), entropy_sum.begin() + long(l * heads));
+      queries = double(a.queries);
+      max_abs_logit[size_t(rank) * layers + l] = a.max_abs_logit;
+    }
+    const nn::LogZStatistics log_z = nn::log_z_statistics(logits);
+    log_z_sum = log_z.sum;
+    log_z_rows = double(log_z.rows);
+    max_abs_log_z[size_t(rank)] = log_z.max_abs;
+  }
+
+  // The global batch's diagnostics, from the fields summed over the ranks.
+  void read(StepRecord& record) const {
+    for (size_t l = 0; l < layers; ++l) {
+      record.residual_rms.push_back(residual_values > 0 ? std::sqrt(residual_sum_sq[l] / residual_values) : 0.0);
       double sum = 0.0, least = std::numeric_limits<double>::infinity();
-      for (size_t h = 0; h < heads_; ++h) {
-        const double mean = queries > 0 ? extra[entropy() + l * heads_ + h] / queries : 0.0;
+      for (size_t h = 0; h < heads; ++h) {
+        const double mean = queries > 0 ? entropy_sum[l * heads + h] / queries : 0.0;
         sum += mean;
         least = h == 0 ? mean : std::min(least, mean);
       }
-      record.attention_entropy_mean.push_back(sum / double(heads_));
+      record.attention_entropy_mean.push_back(sum / double(heads));
       record.attention_entropy_min.push_back(least);
       double largest = 0.0;
-      for (size_t r = 0; r < ranks_; ++r) largest = max_keep_nan(largest, extra[maxima() + r * (layers_ + 1) + l]);
+      for (size_t r = 0; r < ranks; ++r) largest = max_keep_nan(largest, max_abs_logit[r * layers + l]);
       record.attention_max_logit.push_back(largest);
     }
-    const double rows = extra[log_z_sums() + 1];
-    record.log_z_mean = rows > 0 ? extra[log_z_sums()] / rows : 0.0;
+    record.log_z_mean = log_z_rows > 0 ? log_z_sum / log_z_rows : 0.0;
     double largest = 0.0;
-    for (size_t r = 0; r < ranks_; ++r) largest = max_keep_nan(largest, extra[maxima() + r * (layers_ + 1) + layers_]);
+    for (size_t r = 0; r < ranks; ++r) largest = max_keep_nan(largest, max_abs_log_z[r]);
     record.log_z_max_abs = largest;
   }
 
- private:
-  size_t residual() const { return first_; }
-  size_t entropy() const { return residual() + layers_ + 1; }
-  size_t log_z_sums() const { return entropy() + layers_ * heads_ + 1; }
-  size_t maxima() const { return log_z_sums() + 2; }
-
-  size_t layers_, heads_, ranks_, first_;
-  bool diagnostics_;
+  size_t layers, heads, ranks;
 };
 
 }  // namespace
@@ -189,11 +193,9 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
   optimizer_->zero_grad();
   dist::StepSums local{.targets = batch.num_targets, .tokens = batch.num_real_tokens,
                        .stop_request = io::stop_signal(stop_flag_)};
-  // The sums the ranks add up beside the gradients (StepSums' extra): the z-loss, then on
-  // diagnostics steps the figures of DiagnosticSums.
+  // The figures the ranks add up beside the gradients: the z-loss, and the diagnostics' sums.
   const bool z_loss = config_.optim.z_loss > 0;
-  DiagnosticSums sums_layout(config_.model.num_layers, config_.model.num_heads, ranks_->size(), z_loss, diagnostics);
-  std::vector<double> extra(sums_layout.size(), 0.0);
+  StepFigures figures(config_.model.num_layers, config_.model.num_heads, ranks_->size(), diagnostics);
   if (batch.batch_size() > 0) {  // an empty share still joins the reduction below
     nn::Diagnostics diag;
     // The masks one process draws for these sequences of the global batch.
@@ -205,13 +207,17 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
     Tensor objective = mean_loss;
     if (z_loss) {  // mean log(Z)^2 over the same rows as the cross-entropy, so ranks weigh it alike
       Tensor z = ops::z_loss(logits, batch.targets);
-      extra[sums_layout.z_loss()] = double(z.item()) * double(batch.num_targets);
+      figures.z_loss_sum = double(z.item()) * double(batch.num_targets);
       objective = ops::add(mean_loss, ops::mul_scalar(z, float(config_.optim.z_loss)));
     }
     ranks_->loss_to_backpropagate(objective, batch.num_targets).backward();
-    if (diagnostics) sums_layout.fill(extra, diag, logits, batch.offsets, ranks_->rank());
+    if (diagnostics) {
+      clock_.charge(RunPart::steps);
+      figures.fill(diag, logits, batch.offsets, ranks_->rank());
+      clock_.charge(RunPart::diagnostics);
+    }
   }
-  const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, extra);
+  const dist::StepSums sums = ranks_->reduce(optimizer_->params(), local, figures.fields());
 
   // The global batch's figures. The loss is the mean's float exactly: loss_sum = mean * targets is
   // exact in double, and so is the division back.
@@ -219,8 +225,8 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
   const float loss_value = sums.targets > 0 ? float(sums.loss_sum / double(sums.targets)) : 0.0f;
   record.loss = shortest(loss_value);
   record.accuracy = sums.targets ? double(sums.correct) / double(sums.targets) : 0.0;
-  if (z_loss) record.z_loss = sums.targets > 0 ? extra[sums_layout.z_loss()] / double(sums.targets) : 0.0;
-  if (diagnostics) sums_layout.read(extra, record);
+  if (z_loss) record.z_loss = sums.targets > 0 ? figures.z_loss_sum / double(sums.targets) : 0.0;
+  if (diagnostics) figures.read(record);
   if (!std::isfinite(loss_value)) {
     record.diverged = true;
     record.grad_norm = std::numeric_limits<double>::quiet_NaN();
@@ -233,9 +239,13 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
 }
 
 void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics) {
-  if (diagnostics) record.layer_grad_norms = nn::per_layer_grad_norms(*model_, config_.model.num_layers);
   std::vector<std::vector<float>> before;  // each block's weights before the update, for update_ratio
-  if (diagnostics) before = nn::block_parameter_values(*model_);
+  if (diagnostics) {
+    clock_.charge(RunPart::steps);
+    record.layer_grad_norms = nn::per_layer_grad_norms(*model_, config_.model.num_layers);
+    before = nn::block_parameter_values(*model_);
+    clock_.charge(RunPart::diagnostics);
+  }
   record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
   if (!std::isfinite(record.grad_norm)) {
     record.diverged = true;
@@ -243,7 +253,11 @@ void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics) {
     return;
   }
   optimizer_->step(lr);
-  if (diagnostics) record.update_ratio = nn::per_layer_update_ratios(*model_, config_.model.num_layers, before);
+  if (diagnostics) {
+    clock_.charge(RunPart::steps);
+    record.update_ratio = nn::per_layer_update_ratios(*model_, config_.model.num_layers, before);
+    clock_.charge(RunPart::diagnostics);
+  }
   ++step_;
 }
 
@@ -293,12 +307,14 @@ void Trainer::resume(const std::string& dir, bool accept_changed_data) {
 bool Trainer::record_eval() {
   if (!output_->evaluates()) return true;
   std::optional<EvalMetrics> metrics = evaluate_valid();
+  clock_.charge(RunPart::evaluation);
   if (!metrics) return false;
   json record = to_json(*metrics);
   record["step"] = step_;
   record["split"] = "valid";
   output_->append_metrics(record);
   logger_->eval(step_, *metrics);
+  clock_.charge(RunPart::logs);
   last_eval_step_ = step_;
   last_eval_ = metrics;
   // Chosen on trained lengths: the loss on unseen lengths can grow while the task is being learned.
@@ -335,7 +351,10 @@ void Trainer::update_monitor(const ValidPoint& point, const EvalMetrics& metrics
                                                                      : value > monitor_best_->value + delta);
   if (!improved) return;
   monitor_best_ = MonitorBest{step_, value};
-  if (kept != KeepBest::none) output_->save_best(step_, [&](const std::string& path) { save_checkpoint(path); });
+  if (kept == KeepBest::none) return;
+  clock_.charge(RunPart::evaluation);
+  output_->save_best(step_, [&](const std::string& path) { save_checkpoint(path); });
+  clock_.charge(RunPart::checkpoints);
 }
 
 bool Trainer::patience_ran_out() const {
@@ -355,9 +374,12 @@ TrainSummary Trainer::fit() {
                                  "set it to 0 or train in one process",
                                  ranks_->size()));
   logger_->info(describe_run());
+  clock_.charge(RunPart::setup);
   auto checkpoint = [&] {
+    clock_.charge(RunPart::steps);
     last_checkpoint_step_ = step_;
     output_->checkpoint(step_, [&](const std::string& path) { save_checkpoint(path); });
+    clock_.charge(RunPart::checkpoints);
   };
   std::optional<int64_t> diverged_at;
   // Polled between steps (a step is never cut in half, so the checkpoint holds exactly the state
@@ -375,9 +397,11 @@ TrainSummary Trainer::fit() {
     StepRecord record = train_step(batch, diagnostics);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     record.tokens_per_s = seconds > 0 ? double(record.tokens) / seconds : 0.0;
+    clock_.charge(RunPart::steps);
     output_->append_metrics(to_json(record));
     last_record_ = record;
     logger_->step(record, t.steps);
+    clock_.charge(RunPart::logs);
     if (record.diverged) {
       diverged_at = record.step;
       break;
@@ -406,7 +430,10 @@ TrainSummary Trainer::fit() {
   // A stop that came after the last step and its evaluation changes nothing: the run is finished.
   if (summary.interrupted() && step_ == t.steps && last_eval_step_ == step_) summary.stop_request = 0;
   if (summary.interrupted()) return summary;  // not finished: no summary.json, so resume continues it
-  output_->write_summary(to_json(summary));
+  clock_.charge(RunPart::finish);
+  json summary_json = to_json(summary);
+  summary_json["timing"] = clock_.summary_json();
+  output_->write_summary(summary_json);
   return summary;
 }
 
@@ -453,185 +480,6 @@ TrainSummary Trainer::make_summary() const {
   }
   summary.early_stopped_at_step = early_stopped_at_;
   return summary;
-}
-
-// ---------------------------------------------------------------- the checkpoint
-// What the trainer writes into checkpoint.safetensors beside the model and the optimizer state
-// (train/checkpoint.hpp writes and reads the file itself), and how a resume checks and restores
-// it. The layout is in docs/run-directory.md.
-
-namespace {
-
-uint64_t json_u64(const json& object, const char* key, const std::string& where) {
-  if (!object.is_object() || !object.contains(key) || !object.at(key).is_number_unsigned()) {
-    if (object.is_object() && object.contains(key) && object.at(key).is_number_integer() &&
-        object.at(key).get<int64_t>() >= 0) {
-      return static_cast<uint64_t>(object.at(key).get<int64_t>());
-    }
-    throw InputError(fmt::format("{}: \"{}\" must be a non-negative integer", where, key));
-  }
-  return object.at(key).get<uint64_t>();
-}
-
-}  // namespace
-
-json Trainer::trainer_state() const {
-  const double session = std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
-  return {{"wall_time_s", previous_wall_time_s_ + session},
-          {"last_record", last_record_ ? to_json(*last_record_) : json(nullptr)},
-          {"last_eval_step", last_eval_step_ ? json(*last_eval_step_) : json(nullptr)},
-          {"last_eval", last_eval_ ? to_json(*last_eval_) : json(nullptr)},
-          {"best_valid", best_loss_ ? to_json(*best_loss_) : json(nullptr)},
-          {"best_valid_accuracy", best_accuracy_ ? to_json(*best_accuracy_) : json(nullptr)},
-          {"monitor_best", monitor_best_ ? json{{"step", monitor_best_->step}, {"value", monitor_best_->value}}
-                                         : json(nullptr)}};
-}
-
-void Trainer::restore_trainer_state(const json& state, const std::string& where) {
-  if (!state.is_object()) throw InputError(fmt::format("{}: metadata 'trainer' must be a JSON object", where));
-  auto get = [&](const char* key) -> const json& {
-    if (!state.contains(key)) throw InputError(fmt::format("{}: metadata 'trainer': missing \"{}\"", where, key));
-    return state.at(key);
-  };
-  const json& wall = get("wall_time_s");
-  previous_wall_time_s_ = wall.is_number() ? wall.get<double>() : 0.0;
-  const json& record = get("last_record");
-  last_record_.reset();
-  if (!record.is_null()) last_record_ = step_record_from_json(record, where + ": metadata 'trainer'");
-  const json& eval_step = get("last_eval_step");
-  last_eval_step_.reset();
-  last_eval_.reset();
-  if (!eval_step.is_null()) {
-    if (!eval_step.is_number_integer()) throw InputError(fmt::format("{}: metadata 'trainer': bad last_eval_step", where));
-    last_eval_step_ = eval_step.get<int64_t>();
-    last_eval_ = eval_metrics_from_json(get("last_eval"), where + ": metadata 'trainer': last_eval");
-  }
-  best_loss_ = valid_point_from_json(get("best_valid"), where);
-  best_accuracy_ = valid_point_from_json(get("best_valid_accuracy"), where);
-  // Checkpoints written before train.keep_best have no monitor_best: the next evaluation starts it.
-  monitor_best_.reset();
-  if (const auto it = state.find("monitor_best"); it != state.end() && !it->is_null()) {
-    if (!it->is_object() || !it->contains("step") || !it->at("step").is_number_integer() || !it->contains("value") ||
-        !it->at("value").is_number())
-      throw InputError(fmt::format("{}: metadata 'trainer': monitor_best must be {{\"step\": N, \"value\": X}}", where));
-    monitor_best_ = MonitorBest{it->at("step").get<int64_t>(), it->at("value").get<double>()};
-  }
-}
-
-void Trainer::save_checkpoint(const std::string& path) const {
-  std::map<std::string, std::string> metadata;
-  metadata["normlab_version"] = NORMLAB_VERSION;
-  metadata["config"] = to_json(config_).dump();
-  metadata["step"] = std::to_string(step_);
-  metadata["optimizer_step_count"] = std::to_string(optimizer_->step_count());
-  metadata["train_max_len"] = std::to_string(train_max_len_);
-  if (batch_sampler_) {
-    metadata["sampler"] = json{{"kind", "dataset"}, {"state", data::sampler_state_to_json(batch_sampler_->state())}}.dump();
-  } else {
-    metadata["sampler"] = json{{"kind", "generator"}, {"state", data::generator_state_to_json(generator_->state())}}.dump();
-  }
-  // The vocabulary and labels, so the checkpoint alone maps strings to ids (every task).
-  metadata["vocabulary"] = json(task_.input_vocab.tokens()).dump();
-  metadata["labels"] = json(task_.output_vocab.tokens()).dump();
-  if (baselines_.majority_label >= 0) metadata["majority_label"] = task_.output_vocab.token(baselines_.majority_label);
-  if (schedule_.restart_step >= 0) {
-    metadata["schedule"] = json{{"restart_step", schedule_.restart_step}, {"restart_factor", schedule_.restart_factor}}.dump();
-  }
-  metadata["data"] = to_json(data_files_).dump();
-  if (task_.is_masked_lm()) metadata["task_characters"] = json(text_task_characters(task_)).dump();
-  metadata["trainer"] = trainer_state().dump();
-  write_checkpoint(path, *model_, optimizer_.get(), std::move(metadata));
-}
-
-void Trainer::check_data_unchanged(const io::SafetensorsFile& file, const std::string& path) {
-  // A checkpoint of a build before data fingerprints records none: nothing to compare.
-  if (file.metadata.count("data") == 0) return;
-  const std::vector<DataChange> changes =
-      changed_data(fingerprint_from_json(metadata_json(file, "data"), path + ": metadata 'data'"), data_files_);
-  if (changes.empty()) return;
-  if (!accept_changed_data_) {
-    throw InputError(fmt::format("{} since the checkpoint {} was written; nothing was changed. Restore the file, or "
-                                 "resume with --accept-changed-data to continue on the new content (recorded in "
-                                 "data.json)",
-                                 changes.front().describe(), path));
-  }
-  accepted_changes_ = changes;
-}
-
-void Trainer::load_checkpoint(const std::string& path) {
-  io::SafetensorsFile file = read_checkpoint(path);
-  // The checkpoint's own config must describe this run (up to how long / how often).
-  RunConfig saved = config_from_json(metadata_json(file, "config"), path + ": metadata 'config'", ".", false);
-  check_resume_compatible(saved, config_, path);
-  check_data_unchanged(file, path);
-  if (task_.is_masked_lm()) {
-    json characters = metadata_json(file, "task_characters");
-    if (characters != json(text_task_characters(task_))) {
-      throw InputError(fmt::format("{}: the characters of {} changed since this checkpoint was written", path,
-                                   config_.task.train_file.value_or("the training file")));
-    }
-  }
-  if (task_.is_data_defined()) {
-    if (metadata_json(file, "vocabulary") != json(task_.input_vocab.tokens()) ||
-        metadata_json(file, "labels") != json(task_.output_vocab.tokens())) {
-      throw InputError(fmt::format("{}: the tokens or labels of {} changed since this checkpoint was written", path,
-                                   config_.task.train_file.value_or("the training file")));
-    }
-  }
-  const int64_t step = metadata_int(file, "step");
-  if (step > config_.train.steps) {
-    throw InputError(fmt::format("{}: checkpoint is at step {}, beyond train.steps = {}", path, step,
-                                 config_.train.steps));
-  }
-  // Parse and check every piece before changing anything.
-  std::map<std::string, std::vector<float>> optimizer_state = optimizer_tensors(file, *optimizer_);
-  const int64_t optimizer_steps = metadata_int(file, "optimizer_step_count");
-  // dropout_rng: a PCG32 state that checkpoints of early development builds carry. Dropout masks are keyed
-  // on (seed, step) (kernels/dropout.hpp), so the field is validated and not used
-  // (docs/run-directory.md).
-  if (file.metadata.count("dropout_rng") != 0) {
-    const json rng = metadata_json(file, "dropout_rng");
-    json_u64(rng, "state", path + ": metadata 'dropout_rng'");
-    json_u64(rng, "inc", path + ": metadata 'dropout_rng'");
-  }
-  const json sampler = metadata_json(file, "sampler");
-  const std::string where = path + ": metadata 'sampler'";
-  const std::string kind =
-      sampler.is_object() && sampler.contains("kind") && sampler.at("kind").is_string() ? sampler.at("kind").get<std::string>() : "";
-  if (kind != (batch_sampler_ ? "dataset" : "generator") || !sampler.contains("state")) {
-    throw InputError(fmt::format("{}: expected a {} sampler state", where, batch_sampler_ ? "dataset" : "generator"));
-  }
-  const json saved_state = metadata_json(file, "trainer");
-  // The schedule the checkpoint trained under (its train.steps and any earlier restart), continued
-  // under this run's train.steps (optim/schedule.hpp: no jump in the lr).
-  optim::ScheduleOptions saved_schedule = schedule_;
-  saved_schedule.total_steps = saved.train.steps;
-  saved_schedule.restart_step = -1;
-  if (file.metadata.count("schedule") != 0) {
-    const json restart = metadata_json(file, "schedule");
-    const std::string at = path + ": metadata 'schedule'";
-    const uint64_t restart_step = json_u64(restart, "restart_step", at);
-    if (!restart.contains("restart_factor") || !restart.at("restart_factor").is_number() ||
-        !(restart.at("restart_factor").get<double>() >= 0.0 && restart.at("restart_factor").get<double>() <= 1.0) ||
-        restart_step > uint64_t(step)) {
-      throw InputError(fmt::format("{}: expected restart_step <= step and restart_factor in [0, 1]", at));
-    }
-    saved_schedule.restart_step = static_cast<int64_t>(restart_step);
-    saved_schedule.restart_factor = restart.at("restart_factor").get<float>();
-  }
-  const optim::ScheduleOptions continued = optim::extend_schedule(saved_schedule, step, config_.train.steps);
-
-  load_model_state(file, *model_);
-  optimizer_->load_state(optimizer_state, optimizer_steps, path);
-  if (batch_sampler_) {
-    batch_sampler_->restore(data::sampler_state_from_json(sampler.at("state"), where), where);
-  } else {
-    generator_->restore(data::generator_state_from_json(sampler.at("state"), where));
-  }
-  step_ = step;
-  schedule_ = continued;
-  restore_trainer_state(saved_state, path);
-  last_checkpoint_step_ = step_;
 }
 
 }  // namespace normlab::train

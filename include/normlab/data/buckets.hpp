@@ -22,8 +22,9 @@ struct LengthBucket {
 };
 
 // Buckets of `width` lengths covering 1..max_len, with an extra boundary after train_max_len
-// (train_max_len <= 0: no training maximum known, nothing is marked beyond). UsageError if
-// max_len < 1 or width < 1.
+// (train_max_len <= 0: no training maximum known, nothing is marked beyond). width 0: no length
+// buckets, one bucket 1..max_len that counts as trained (task.bucket_width 0, the default for your
+// own data, whose lengths are not the question). UsageError if max_len < 1 or width < 0.
 std::vector<LengthBucket> make_length_buckets(int32_t max_len, int32_t width, int32_t train_max_len);
 
 // The buckets with the one holding `length` cut just before it, so that `length` starts a bucket

@@ -41,12 +41,14 @@ struct TextRecord {
   std::string text;
   std::string label;
   std::string where;  // "PATH:LINE"
+  bool has_label = true;  // false: label_optional and the header has no label column
 };
 
-// Every record of a CSV or TSV file's contents, in order.
+// Every record of a CSV or TSV file's contents, in order. label_optional: a header without the
+// label column is read too (a file to predict), its records without a label.
 void for_each_delimited_record(std::string_view contents, const std::string& path, char separator, bool quoting,
                                const std::string& text_column, const std::string& label_column, io::StopFlag stop,
-                               const std::function<void(TextRecord&&)>& on_record);
+                               const std::function<void(TextRecord&&)>& on_record, bool label_optional = false);
 
 // Every sentence of a CoNLL file's contents: tokens and tags, one each per line.
 void for_each_conll_sentence(std::string_view contents, const std::string& path, io::StopFlag stop,

@@ -20,6 +20,8 @@
 // an InputError otherwise. A file larger than max_file_bytes is refused before it is read.
 // Data-defined tasks also read CSV, TSV and CoNLL files (formats.hpp).
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +48,7 @@ struct LoadStats {
   int64_t tokens = 0;    // data-defined tasks: input tokens of the examples read
   int64_t unknown = 0;   //   of them read as [UNK]: absent from the vocabulary (or rarer than task.min_count)
   int64_t reserved = 0;  //   of them written as "[PAD]" or "[UNK]" in the file, read as [UNK]
+  int64_t longest = 0;   //   the most tokens of an example read (over-long ones excluded)
 };
 
 // Masked-LM lines load as raw examples (targets empty); see mlm.hpp. Data-defined tasks read the
@@ -67,6 +70,23 @@ std::vector<StringExample> load_string_examples(const std::string& path, const T
 // the size limit is schema.file.max_file_bytes.
 VocabularyCounts count_vocabulary(const std::string& path, const Task& schema, io::StopFlag stop = nullptr,
                                   LoadStats* stats = nullptr);
+
+// A data-defined task's file read for its shape alone: lines, over-long lines, the longest example.
+LoadStats measure_file(const std::string& path, const Task& schema, io::StopFlag stop = nullptr);
+
+// One record of a file to predict (`normlab predict --data`): its text as written and, when the
+// file gives them, its label (per sequence: one) or tags (per token; nullopt: no tag there).
+struct InputRecord {
+  std::string text;
+  std::optional<std::vector<std::optional<std::string>>> labels;  // nullopt: the file has none
+  std::string where;  // "PATH:LINE"
+};
+// Every record of `contents` (the file at `path`), read in the task's own format: a data-defined
+// task's CSV / TSV (header) / JSONL / CoNLL through task.text_field and task.label_field, the label
+// key or column optional; a built-in task's JSONL as its data files have it. InputError
+// "PATH:LINE: ..." as the loaders say it, invalid UTF-8 included.
+void for_each_input_record(std::string_view contents, const std::string& path, const Task& task, io::StopFlag stop,
+                           const std::function<void(InputRecord&&)>& on_record);
 
 // One line of a file; `where` ("PATH:LINE") starts every error message.
 Example parse_jsonl_line(std::string_view line, const Task& task, std::string_view where);

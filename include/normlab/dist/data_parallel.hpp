@@ -37,6 +37,11 @@ struct Share {
   int64_t first_sequence = 0;
 };
 
+// More figures a step sums over the ranks beside its gradients, each a named field of the caller's
+// (train/trainer.cpp: StepFigures), given as a list of spans over those fields; a scalar is a span
+// of one. reduce() sums every element in place, in the same order on every rank.
+using SumFields = std::vector<std::span<double>>;
+
 // One step's totals: this process's before reduce(), over all ranks after it.
 struct StepSums {
   double loss_sum = 0.0;  // sum of the token (or sequence) cross-entropies
@@ -60,9 +65,9 @@ class StepReduction {
   virtual Share shard(const data::Batch& global) const = 0;
   // The loss whose gradient this process computes, from its share's mean loss over `targets`.
   virtual Tensor loss_to_backpropagate(const Tensor& mean_loss, int64_t targets) const = 0;
-  // `local` and `extra` (the same length on every rank) summed over the ranks, `extra` in place;
-  // every parameter's gradient made the gradient of the global batch's mean loss.
-  virtual StepSums reduce(const nn::NamedTensors& params, const StepSums& local, std::span<double> extra = {}) = 0;
+  // `local` and `extra` (the same fields and lengths on every rank) summed over the ranks, `extra` in
+  // place; every parameter's gradient made the gradient of the global batch's mean loss.
+  virtual StepSums reduce(const nn::NamedTensors& params, const StepSums& local, const SumFields& extra = {}) = 0;
   // After update `step`: do the ranks still hold the same model? (std::runtime_error if not)
   virtual void check_parameters(const nn::Module& model, int64_t step) = 0;
   // The stop request agreed in the last reduce(): the same on every rank, so all stop together.
@@ -80,7 +85,7 @@ class LocalStep final : public StepReduction {
   int size() const override { return 1; }
   Share shard(const data::Batch& global) const override { return {global, 0}; }
   Tensor loss_to_backpropagate(const Tensor& mean_loss, int64_t) const override { return mean_loss; }
-  StepSums reduce(const nn::NamedTensors&, const StepSums& local, std::span<double>) override { return local; }
+  StepSums reduce(const nn::NamedTensors&, const StepSums& local, const SumFields&) override { return local; }
   void check_parameters(const nn::Module&, int64_t) override {}
   int agreed_stop() const override { return 0; }
   kernels::RankSum* batch_norm_ranks() override { return nullptr; }
@@ -105,7 +110,7 @@ class DataParallel final : public StepReduction, private kernels::RankSum {
   // seed by the share's target count, so seeding it with that count gives the sum exactly.
   Tensor loss_to_backpropagate(const Tensor& mean_loss, int64_t targets) const override;
   // One buffer summed over the ranks (communicator.hpp); each gradient becomes sum / global targets.
-  StepSums reduce(const nn::NamedTensors& params, const StepSums& local, std::span<double> extra = {}) override;
+  StepSums reduce(const nn::NamedTensors& params, const StepSums& local, const SumFields& extra = {}) override;
   // Every kParameterCheckEvery steps (and at step 1) compares a hash of the parameters (and, with
   // sync BatchNorm, the running averages) across ranks; the error names the rank and the step.
   void check_parameters(const nn::Module& model, int64_t step) override;

@@ -14,7 +14,8 @@
 //   layers.N.self_attn.q_norm.weight/.bias, .k_norm.weight/.bias (head_dim): qk-norm, as in timm's
 //   Attention (model.qk_norm; RMSNorm has no bias)
 // plus, for the full model: embedding.weight, pos_embedding.weight (learned positions), head.weight/.bias,
-// and layers.N.resweight for ReZero, layers.N.normK.alpha for DyT.
+// and the residual scheme's (nn/residual_registry.hpp): layers.N.resweight for ReZero, layers.N.gamma_1 /
+// gamma_2 for LayerScale; layers.N.normK.alpha for DyT.
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@
 
 #include "normlab/nn/layers.hpp"
 #include "normlab/nn/norm.hpp"
+#include "normlab/nn/residual_registry.hpp"
 #include "normlab/rng.hpp"
 
 namespace normlab::nn {
@@ -30,9 +32,11 @@ enum class Placement { post, pre };  // post: x = norm(x + f(x)); pre: x = x + f
 // model.placement's spellings, in config order.
 inline constexpr std::pair<Placement, const char*> kPlacementNames[] = {{Placement::pre, "pre"}, {Placement::post, "post"}};
 std::string to_string(Placement placement);
-// The residual block an encoder of this norm and placement runs, as a formula for logs and reports:
-// "x = x + f(LN(x)) (pre-norm, final LN after the stack)", "x = LN(x + f(x)) (post-norm)".
-std::string block_formula(const NormKind& norm, Placement placement, bool final_norm);
+// The residual block an encoder of this norm, placement and residual scheme runs, as a formula for
+// logs and reports: "x = x + f(LN(x)) (pre-norm, final LN after the stack)", "x = LN(x + f(x))
+// (post-norm)", "x = x + alpha * f(x) (ReZero, alpha = 0 at init; no normalization)".
+std::string block_formula(const NormKind& norm, Placement placement, bool final_norm,
+                          const ResidualKind& residual = "plain");
 // model.qk_norm: a norm on each head's queries and keys before their dot product (Dehghani et al.
 // 2023; Wortsman et al. 2023), over the head's head_dim features, with its own gamma (and beta) of
 // shape (head_dim) for q and for k in every layer. Independent of model.norm and the placement.
@@ -53,6 +57,7 @@ struct EncoderOptions {
   Activation activation = Activation::relu;
   NormKind norm = "layernorm";
   Placement placement = Placement::pre;
+  ResidualKind residual = "plain";  // how each sublayer's output is added back (nn/residual_registry.hpp)
   float norm_eps = 1e-12f;
   bool final_norm = true;  // pre placement: a norm after the last block (as in GPT-2 / pre-LN papers)
   QkNorm qk_norm = QkNorm::none;  // its eps is norm_eps
@@ -111,8 +116,8 @@ class EncoderLayer : public Module {
   EncoderOptions options;
   MultiheadAttention self_attn;
   Linear linear1, linear2;
-  std::unique_ptr<NormLayer> norm1, norm2;  // null for rezero / none
-  Tensor resweight;                         // ReZero's alpha, init 0; undefined otherwise
+  std::unique_ptr<ResidualScheme> residual;  // x + f(x), ReZero, LayerScale, ...
+  std::unique_ptr<NormLayer> norm1, norm2;   // null for norm "none"
 
  private:
   Tensor feed_forward(const Tensor& x, const std::vector<int64_t>& offsets, uint64_t dropout_key,

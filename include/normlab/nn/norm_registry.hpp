@@ -1,10 +1,13 @@
 #pragma once
-// The normalizations normlab knows, one registry entry each. Everything that lists norms reads this
-// table: config validation (model.norm), the encoder (which layer a block gets), the compare grid's
-// variant names, the report's descriptions and block formulas, `normlab help norms` and, through
-// `normlab help norms --json`, scripts/load_checkpoint_torch.py. Adding a norm is its own file under
-// src/nn/norms/ (the layer, its plain reference forward, its spec) plus its line in
-// src/nn/norm_registry.cpp; docs/tour.md's last stop walks through it with ScaleNorm.
+// The normalizations normlab knows, one registry entry each: one axis of a block. The other axis,
+// how a sublayer's output is added back to the stream (x + f(x), ReZero, LayerScale), is the
+// residual registry (nn/residual_registry.hpp); placement (pre / post) is a third, separate choice.
+// Everything that lists norms reads this table: config validation (model.norm), the encoder (which
+// layer a block gets), the compare grid's variant names (nn/variants.hpp), the report's
+// descriptions and block formulas, `normlab help norms` and, through `normlab help norms --json`,
+// scripts/load_checkpoint_torch.py. Adding a norm is its own file under src/nn/norms/ (the layer,
+// its plain reference forward, its entry) plus its line in src/nn/norm_registry.cpp; docs/tour.md's
+// "Add your own normalization" walks through it with ScaleNorm.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -14,13 +17,6 @@
 namespace normlab::nn {
 
 class NormLayer;
-
-// What a block does with its norm: run the layer (pre or post placement), or no layer at all.
-enum class Residual {
-  normalized,  // pre: x = x + f(norm(x));  post: x = norm(x + f(x))
-  rezero,      // x = x + alpha * f(x), alpha a learned scalar, 0 at init
-  plain,       // x = x + f(x)
-};
 
 // One name in the compare grid's "variants" (study/plan.hpp): this norm at one placement.
 struct NormVariant {
@@ -51,25 +47,31 @@ struct TorchMapping {
 using ReferenceForward = std::function<std::vector<float>(const NormLayer& layer, const float* x, int64_t rows,
                                                           int64_t dim)>;
 
-// Fields in the order a norm's file writes them (designated initializers, src/nn/norms/*.cpp).
+// The math of a normalization: what the layer computes and how it is built. Fields in the order a
+// norm's file writes them (designated initializers, src/nn/norms/*.cpp).
 struct NormSpec {
   std::string name;                  // model.norm value, e.g. "rmsnorm"
   std::string symbol;                // in block formulas: "x = x + f(RMSNorm(x))"
   std::vector<std::string> aliases;  // what users type for it ("rms", "rms_norm"): "did you mean"
   std::string description;           // one line, in `normlab help norms`
   std::string formula;               // the layer, e.g. "y = gamma * x / sqrt(mean(x^2) + eps) per token"
-  Residual residual = Residual::normalized;
-  ReferenceForward reference;  // null unless residual == normalized
-  // The layer over (tokens, dim) with model.norm_eps; null unless residual == normalized.
+  ReferenceForward reference;        // null for "none" (no layer)
+  // The layer over (tokens, dim) with model.norm_eps; null for "none": the block has no norm layer.
   std::function<std::unique_ptr<NormLayer>(int64_t dim, float eps)> make;
-  TorchMapping torch;  // empty unless residual == normalized
-  std::vector<NormVariant> variants;
+};
+
+// One registry entry: the math, and beside it what other parts need of it: the PyTorch loader's
+// mapping and the compare grid's names and chart colours.
+struct NormEntry {
+  NormSpec spec;
+  TorchMapping torch;                 // empty for "none"
+  std::vector<NormVariant> variants;  // its names in the compare grid (nn/variants.hpp)
 };
 
 // Every entry, in documentation order (the order of config's "must be one of" list).
-const std::vector<NormSpec>& norm_registry();
+const std::vector<NormEntry>& norm_registry();
 // The entry named `name`, or nullptr.
-const NormSpec* find_norm(const std::string& name);
+const NormEntry* find_norm(const std::string& name);
 // "layernorm", "rmsnorm", ... in registry order.
 std::vector<std::string> norm_names();
 
@@ -81,12 +83,13 @@ class NormKind {
  public:
   NormKind(const char* name);         // NOLINT: implicit on purpose
   NormKind(const std::string& name);  // NOLINT
-  const NormSpec& spec() const { return *spec_; }
+  const NormSpec& spec() const { return entry_->spec; }
+  const NormEntry& entry() const { return *entry_; }
   const std::string& name() const;
-  bool operator==(const NormKind& other) const { return spec_ == other.spec_; }
+  bool operator==(const NormKind& other) const { return entry_ == other.entry_; }
 
  private:
-  const NormSpec* spec_;
+  const NormEntry* entry_;
 };
 
 }  // namespace normlab::nn

@@ -45,6 +45,8 @@ struct RunStatus {
   std::vector<std::pair<std::string, std::string>> extra;  // other grid axes: key, value
   double best_accuracy = NAN, best_loss = NAN;  // best held-out evaluation on trained lengths
   double wall_time_s = NAN;           // summary.json's, when finished
+  // The per-layer diagnostics at the first and the last diagnostics record (step 0: none logged).
+  LayerDiagnostics first_diagnostics, last_diagnostics;
   std::string version;                // changes whenever its metrics.jsonl does
 };
 

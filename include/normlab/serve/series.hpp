@@ -17,6 +17,16 @@ namespace normlab::serve {
 
 inline constexpr size_t kMaxPointsPerSeries = 2000;  // what a chart draws in well under a second
 
+// One diagnostics step record's per-layer figures (train/records.hpp), what the live page's "per
+// layer" chart draws: the step-1 record (the forward and backward at the initial weights) and the last.
+inline constexpr const char* kLayerDiagnostics[] = {"attention_max_logit", "attention_entropy_mean",
+                                                    "attention_entropy_min", "update_ratio", "layer_grad_norms"};
+struct LayerDiagnostics {
+  int64_t step = 0;
+  std::map<std::string, std::vector<double>> layers;  // a kLayerDiagnostics name -> (layers); NaN: null
+  double log_z_mean = NAN, log_z_max_abs = NAN;       // the output's, over the batch's real tokens
+};
+
 struct MetricSeries {
   std::string name;              // "train/loss", "train/residual_rms[2]", "valid/trained/accuracy"
   std::vector<double> step;      // (points)
@@ -65,6 +75,8 @@ class MetricsReader {
     double best_accuracy = NAN, best_loss = NAN;  // best evaluation on trained lengths (all lengths if not split)
     bool diverged = false;
     int64_t step_records = 0, eval_records = 0;
+    // The first and the last diagnostics record (a step record with per-layer figures); step 0: none yet.
+    LayerDiagnostics first_diagnostics, last_diagnostics;
   };
   const Summary& summary() const { return summary_; }
   const std::string& problem() const { return problem_; }  // the first line the report would refuse

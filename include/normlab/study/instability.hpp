@@ -1,24 +1,24 @@
 #pragma once
 // Two failure words named from a run's own diagnostics (train.diagnostics_every; the step records'
 // attention_entropy_mean, attention_max_logit and log_z_max_abs, docs/run-directory.md), after
-// Wortsman et al. 2023 and Zhai et al. 2023. Pure functions of the records: the outcome rules
-// (study/outcome.hpp) decide where in their order the words come.
+// Wortsman et al. 2023 and Zhai et al. 2023. Pure functions of the records, judged at the last
+// diagnostics record (how the run ended, as the other failure words are): the outcome rules
+// (study/outcome.hpp) decide where in their order the words come. docs/compare.md gives the
+// measurements the thresholds were chosen from.
 //
-//   attention entropy collapse  some layer's attention entropy (the mean over its heads) fell below
+//   attention entropy collapse  some layer's attention entropy (the mean over its heads) is below
 //                               kEntropyCollapseFraction of its value at step 1 (the initial
-//                               weights), while its max |attention logit| grew to at least
+//                               weights), while its max |attention logit| is at least
 //                               kLogitGrowthFactor times its step-1 value, and the run did not learn
 //                               (held-out accuracy short of "learned": the caller's judgement)
-//   logit divergence            the output's largest |log Z| went beyond kLogZBound (a finite value:
+//   logit divergence            the output's largest |log Z| is beyond kLogZBound (a finite value:
 //                               a NaN is "diverged", not this)
-//
-// Each reports the first diagnostics record where it holds, with its evidence.
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "normlab/train/records.hpp"
+#include "normlab/study/results.hpp"
 
 namespace normlab::study {
 
@@ -33,26 +33,31 @@ struct InstabilityThresholds {
 };
 
 struct EntropyCollapse {
-  int64_t step = 0;   // the first diagnostics record where it holds
-  int64_t layer = 0;  // the lowest such layer, 0-based (layers.N)
-  double entropy = 0, initial_entropy = 0;      // the layer's attention_entropy_mean then and at step 1
-  double max_logit = 0, initial_max_logit = 0;  // its attention_max_logit then and at step 1
-  std::string evidence() const;  // "layer 2's attention entropy 0.12 nats at step 400, 6% of 1.98 at step 1; max |logit| 41.3, 8.1x ..."
+  int64_t step = 0;   // the last diagnostics record, where it is judged
+  int64_t onset = 0;  // the first diagnostics step from which it held (for this layer) to the end
+  int64_t layer = 0;  // 0-based (layers.N): of the layers where it holds, the lowest entropy / step-1 entropy
+  double entropy = 0, initial_entropy = 0;      // the layer's attention_entropy_mean at the end and at step 1
+  double max_logit = 0, initial_max_logit = 0;  // its attention_max_logit at the end and at step 1
+  // "the attention entropy of layer 2 fell from 1.98 to 0.12 nats by step 150 while its max |logit|
+  // grew 8.1x (5.1 to 41.3)"
+  std::string evidence() const;
 };
 
 struct LogitDivergence {
-  int64_t step = 0;
-  double log_z_max_abs = 0;
-  double bound = kLogZBound;     // the bound it went beyond
-  std::string evidence() const;  // "|log Z| reached 45.2 at step 300 (bound 30)"
+  int64_t step = 0;   // the last diagnostics record
+  int64_t onset = 0;  // the first diagnostics step from which it held to the end
+  double log_z_max_abs = 0, initial_log_z_max_abs = NAN;  // at the end and at step 1 (NaN: no step-1 record)
+  double bound = kLogZBound;     // the bound it is beyond
+  std::string evidence() const;  // "the output's |log Z| reached 45.2 by step 300 (bound 30; 2.41 at step 1)"
 };
 
-// `records`: the run's step records in step order (those without diagnostics are skipped). None
-// when the first diagnostics record is not step 1 (no initial value to compare with: a run from
-// before step-1 diagnostics), when the run learned, or when no record meets both conditions.
-std::optional<EntropyCollapse> attention_entropy_collapse(const std::vector<train::StepRecord>& records, bool learned,
+// `records`: the run's diagnostics records in step order. None when the first record is not step 1
+// (no initial value to compare with: a run from before step-1 diagnostics), when the run learned,
+// or when the last record does not meet both conditions in any layer.
+std::optional<EntropyCollapse> attention_entropy_collapse(const std::vector<Diagnostics>& records, bool learned,
                                                           const InstabilityThresholds& thresholds = {});
-std::optional<LogitDivergence> logit_divergence(const std::vector<train::StepRecord>& records,
+// None when the last record's |log Z| is within the bound, not finite, or not logged.
+std::optional<LogitDivergence> logit_divergence(const std::vector<Diagnostics>& records,
                                                 const InstabilityThresholds& thresholds = {});
 
 }  // namespace normlab::study

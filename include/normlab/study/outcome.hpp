@@ -1,6 +1,7 @@
 #pragma once
-// How a run ended (solved / learned / slow / weak / at chance / collapsed / exploded / diverged),
-// judged on held-out data of trained lengths and the run's own diagnostics, with the evidence.
+// How a run ended (solved / learned / slow / weak / at chance / collapsed / attention entropy
+// collapse / logit divergence / exploded / diverged), judged on held-out data of trained lengths and
+// the run's own diagnostics, with the evidence.
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -13,9 +14,23 @@ namespace normlab::study {
 // lengths (eval mode) and the run's own diagnostics. docs/compare.md defines each word and the
 // order of precedence (the order classify tests them in):
 //   unfinished, diverged, not evaluated, exploded (by loss), solved, slow, learned, exploded (by
-//   residual RMS), collapsed, weak, at chance.
+//   residual RMS), logit divergence, attention entropy collapse, collapsed, weak, at chance.
+// The last two words from the attention and output diagnostics are study/instability.hpp's.
 // c = Baseline::chance_accuracy(), a = trained accuracy at the last evaluation.
-enum class Outcome { unfinished, not_evaluated, diverged, exploded, collapsed, at_chance, weak, slow, learned, solved };
+enum class Outcome {
+  unfinished,
+  not_evaluated,
+  diverged,
+  exploded,
+  logit_divergence,
+  entropy_collapse,
+  collapsed,
+  at_chance,
+  weak,
+  slow,
+  learned,
+  solved
+};
 inline constexpr double kSolvedAccuracy = 0.95;  // solved: a >= 0.95
 inline constexpr double kLearnedShare = 0.25;    // learned: a >= c + 0.25 (1 - c)
 inline constexpr double kChanceShare = 0.05;     // at chance: a < c + 0.05 (1 - c); weak: between

@@ -17,28 +17,19 @@
 #include <utility>
 #include <vector>
 
+#include "normlab/nn/variants.hpp"
 #include "normlab/train/config.hpp"
 
 namespace normlab::study {
 
-// What each variant name sets in the run config.
-struct Variant {
-  std::string name;       // "pre-ln"
-  std::string norm;       // model.norm
-  std::string placement;  // model.placement
-  std::string description;
-  std::string color;      // the variant's colour in every report
-};
-const std::vector<Variant>& known_variants();
-const Variant* find_variant(const std::string& name);
-// The variant a (norm, placement) pair is, e.g. ("layernorm", "pre") -> "pre-ln"; "" if none.
-std::string variant_of(const std::string& norm, const std::string& placement);
-// The variant a model config trains (its model.norm and model.placement).
+// What each variant name sets in the run config: the table beside the registries (nn/variants.hpp).
+using nn::block_formula;
+using nn::find_variant;
+using nn::known_variants;
+using nn::Variant;
+using nn::variant_of;
+// The variant a model config trains (its model.norm, model.placement and model.residual).
 std::string variant_of(const train::ModelConfig& model);
-
-// The residual block a variant's norm and placement train (nn::block_formula), e.g. "x = x + f(LN(x))"
-// (pre-ln, final LN noted); "" for a norm the registry does not know.
-std::string block_formula(const std::string& norm, const std::string& placement, bool final_norm);
 
 struct RunSpec {
   std::string name;     // directory name, e.g. "pre-ln_lr0.001_L4_warmup_s0"

@@ -42,10 +42,13 @@ struct EvalPoint {
   std::vector<std::string> labels{};     // class names by id (empty: not logged)
 };
 // One diagnostics step record: per block, the residual stream's RMS after it and its parameters'
-// gradient norm.
+// gradient norm; the attention and update figures and the output's log Z (train/records.hpp; empty /
+// NaN in records written before they were logged).
 struct Diagnostics {
   int64_t step = 0;
   std::vector<double> residual_rms, layer_grad_norms;  // (layers)
+  std::vector<double> attention_max_logit, attention_entropy_mean, attention_entropy_min, update_ratio;  // (layers)
+  double log_z_mean = NAN, log_z_max_abs = NAN;
 };
 // What guessing achieves on the task's held-out data.
 struct Baseline {

@@ -125,5 +125,9 @@ nlohmann::json boundaries_json(const ComparePlan& plan, const std::vector<GroupS
 
 // "0.0213" / "> 0.3": a boundary or interval end.
 std::string format_rate(double lr);
+// A ratio of two rates, the one format of every report sentence and table: two significant digits
+// with the trailing zero kept ("0.53x", "0.50x", "1.0x", "3.1x"), whole numbers from 10 ("14x");
+// "?" when it is not finite.
+std::string format_ratio(double r);
 
 }  // namespace normlab::study

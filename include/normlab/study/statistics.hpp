@@ -22,8 +22,8 @@ struct GroupSummary {
   std::string variant, setting;
   double lr = 0;
   std::vector<const RunResult*> runs;
-  int finished = 0, diverged = 0, exploded = 0, collapsed = 0, at_chance = 0, weak = 0, slow = 0, learned = 0,
-      solved = 0;
+  int finished = 0, diverged = 0, exploded = 0, logit_divergence = 0, entropy_collapse = 0, collapsed = 0, at_chance = 0,
+      weak = 0, slow = 0, learned = 0, solved = 0;
   int learned_or_solved() const { return learned + solved + slow; }  // has_learned()
   // "Most seeds learned": strictly more than half of the cell's seeds (half is not most).
   bool mostly_learned() const { return 2 * learned_or_solved() > int(runs.size()); }
@@ -88,6 +88,12 @@ struct EndpointTest {
 // accuracy, one family Holm-adjusted at alpha 0.05; [i][k] belongs to comparisons[i], endpoint k.
 std::vector<std::vector<EndpointTest>> test_comparisons(const std::vector<Comparison>& comparisons,
                                                         const EquivalenceMargins& margins);
+// The largest number of pairs (or seeds) a sentence states as "about N": beyond it the estimate is
+// so close to zero (or, for equivalence, to the margin) that the normal approximation's N says only
+// that no practical rerun would decide, and the words are "more than 1000 pairs would decide".
+inline constexpr size_t kMaxSeedsStated = 1000;
+// "about 23 pairs" up to kMaxSeedsStated, "more than 1000 pairs" beyond ("seeds per variant" unpaired).
+std::string seeds_needed_words(size_t seeds_needed, bool paired);
 // "equivalent within ±0.05 (−0.012, 90% CI −0.030 to +0.006, Holm p 0.004)" and the like.
 std::string describe_test(const EndpointTest& test);
 // The same naming the better of the two (docs/compare.md, "How sure"): for a loss the lower is
@@ -95,6 +101,7 @@ std::string describe_test(const EndpointTest& test);
 // minus the other, so its sign matches the words:
 //   "pre-ln lower by 0.486 nats [-0.520, -0.452]; differs (Holm p 0.003)"
 //   "none lower by 0.180 nats [-0.490, +0.050]; undecided (about 23 pairs would decide)"
+//   "pre-ln higher by 0.018 [-0.056, +0.093]; undecided (more than 1000 pairs would decide)"
 //   "pre-ln higher by 0.010 [-0.004, +0.024]; equivalent within ±0.02 (Holm p 0.01)"
 //   "identical in all 5 pairs; equivalent within ±0.05 (Holm p 0)"
 // `variant` and `reference` are the comparison's (difference = variant - reference).

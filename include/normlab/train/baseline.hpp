@@ -14,13 +14,16 @@
 // Everything is double and in a fixed order, so a fit is the same on every machine.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "normlab/data/dataset.hpp"
 #include "normlab/stats.hpp"
+#include "normlab/io/stop.hpp"
 #include "normlab/train/class_metrics.hpp"
+#include "normlab/train/config.hpp"
 
 namespace normlab::train {
 
@@ -73,5 +76,23 @@ BaselineScore score_baseline(const BaselineModel& model, const data::Dataset& ex
 
 // The Wilson score interval (95%) of `correct` out of `total`.
 std::pair<double, double> wilson_interval(int64_t correct, int64_t total);
+
+// Held-out accuracy and macro-F1 with their 95% intervals, from the confusion matrix of one
+// classifier's answers (the baseline's, or a model's): Wilson for accuracy, a percentile bootstrap
+// over examples for macro-F1 (1000 resamples of the matrix's (target, predicted) pairs, Rng(0)).
+struct HeldOutScore {
+  int64_t examples = 0;
+  double accuracy = 0, accuracy_low = 0, accuracy_high = 0;
+  double macro_f1 = 0, macro_f1_low = 0, macro_f1_high = 0;
+};
+HeldOutScore held_out_score(const Confusion& confusion);
+
+// The baseline fitted on a run's training file (as the run read it: `task` is the run's) and scored
+// on `scored`; nullopt when the task is not sequence_classification or the training file is gone.
+// The baseline of a config (its training file, its validation set): nullopt as run_baseline's.
+std::optional<BaselineScore> config_baseline(const RunConfig& config, io::StopFlag stop = nullptr);
+
+std::optional<BaselineScore> run_baseline(const RunConfig& config, const data::Task& task, const data::Dataset& scored,
+                                          io::StopFlag stop = nullptr);
 
 }  // namespace normlab::train

@@ -26,6 +26,7 @@
 #include "normlab/data/task.hpp"
 #include "normlab/nn/encoder.hpp"
 #include "normlab/nn/norm_registry.hpp"
+#include "normlab/nn/residual_registry.hpp"
 #include "normlab/optim/optimizer.hpp"
 #include "normlab/optim/schedule.hpp"
 
@@ -41,9 +42,11 @@ struct ModelConfig {
   int64_t dim_feedforward = 256;          // "ffn"
   double dropout = 0.0;
   std::string activation = "relu";        // relu | gelu
-  nn::NormKind norm = "layernorm";        // a registry entry (nn/norm_registry.hpp): `normlab help norms`
+  nn::NormKind norm = "layernorm";        // a registry entry (nn/norm_registry.hpp): `normlab help norms`;
+                                          // "rezero" reads as "none" with residual "rezero"
   std::string batchnorm_stats = "local";  // data-parallel BatchNorm: local (per rank) | sync (global)
   nn::Placement placement = nn::Placement::pre;  // pre | post
+  nn::ResidualKind residual = "plain";    // a residual scheme (nn/residual_registry.hpp): plain | rezero | layerscale
   bool final_norm = true;                 // pre placement: a norm after the last block
   double norm_eps = 1e-12;
   nn::QkNorm qk_norm = nn::QkNorm::none;  // none | layernorm | rmsnorm: each head's queries and keys
@@ -65,7 +68,8 @@ struct TaskConfig {
   int64_t max_len = 32;
   int64_t eval_max_len = 64;              // validation lengths go up to here
   int64_t eval_examples = 512;            // validation set size (a file: its first N usable lines)
-  int64_t bucket_width = 8;               // lengths per bucket in the evaluation report (and bucketed batches)
+  int64_t bucket_width = 8;               // lengths per bucket in the evaluation report (and bucketed batches);
+                                          // 0: no length buckets (one group of every length, no "unseen")
   data::LengthRegime length_regime = data::LengthRegime::mixed;  // generated training batches: mixed | single |
                                                                  // bucketed (data/regime.hpp)
   double select_prob = 0.15;              // mlm_text: fraction of positions with a target
@@ -142,7 +146,9 @@ struct RunConfig {
 nlohmann::json load_config_json(const std::string& path, int depth = 0);
 
 // Reads and validates a config file (its "base" chain first), then applies "--set section.key=value" overrides (the value is
-// parsed as JSON when it is valid JSON, else taken as a string) and checks the result as a whole.
+// parsed as JSON when it is valid JSON, else taken as a string), fills in an own-data task's
+// defaults from its files for the keys neither gives (train/data_defaults.hpp) and checks the result
+// as a whole.
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // The same validation on an already-parsed object; `where` prefixes errors, relative paths are
@@ -150,6 +156,11 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
 // evaluate a saved run whose training data has moved).
 RunConfig config_from_json(const nlohmann::json& json, const std::string& where, const std::string& base_dir = ".",
                            bool require_files = true);
+
+// Every key of `json` checked on its own, without the cross-field rules: a config whose data
+// defaults (train/data_defaults.hpp) are still to be filled in.
+RunConfig parse_config_keys(const nlohmann::json& json, const std::string& where, const std::string& base_dir = ".",
+                            bool require_files = true);
 
 // One "--set section.key=value" applied to `config` (validated like a file value). Call
 // check_config afterwards for the cross-field rules.

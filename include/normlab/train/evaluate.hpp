@@ -97,7 +97,11 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
 //  evaluation and each group also carry class_metrics_json: "macro_f1", "balanced_accuracy",
 //  "confusion", "classes".
 nlohmann::json to_json(const EvalMetrics& metrics);
-// One line for logs: "trained lengths 1-16: loss 0.0100, accuracy 1.0000, sequence accuracy 1.0000
+// False when the evaluation has one bucket of every length, counted as trained (task.bucket_width
+// 0, own data's default): no length split was asked for.
+bool has_length_buckets(const EvalMetrics& metrics);
+// One line for logs; without length buckets "held-out: loss 0.61, accuracy 0.80, macro-F1 0.78
+// (majority-label baseline 0.21); chance: ...", otherwise "trained lengths 1-16: loss 0.0100, accuracy 1.0000, sequence accuracy 1.0000
 // (majority 0.1000); unseen lengths 17-64: loss ..., accuracy ...; chance: loss 2.3026, accuracy 0.1000".
 std::string describe_groups(const EvalMetrics& metrics);
 

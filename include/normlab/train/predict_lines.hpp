@@ -19,7 +19,7 @@ struct LinePrediction {
   int64_t unknown = 0;              // words read as [UNK] (not in the training vocabulary)
   std::vector<int32_t> predicted;   // per token: one class per position; per sequence: one class
   std::vector<float> probability;   // softmax probability of each predicted class
-  std::vector<float> distribution;  // per sequence: every class's probability (K); empty per token
+  std::vector<float> distribution;  // every class's probability, (rows, K): one row per sequence, or per token
   std::string error;                // not empty: the input could not be read (empty, unknown symbol, too long)
 };
 

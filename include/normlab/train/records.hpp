@@ -54,6 +54,7 @@ struct ValidPoint {
   double sequence_accuracy = 0.0;
   std::optional<GroupMetrics> trained;  // absent only in records written before the groups existed
   std::optional<GroupMetrics> unseen;
+  std::vector<std::string> labels;  // class names by id, for the per-class metrics (empty: ids)
 };
 
 ValidPoint valid_point(int64_t step, const EvalMetrics& metrics);

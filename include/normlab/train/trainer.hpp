@@ -32,6 +32,7 @@
 #include "normlab/train/data_fingerprint.hpp"
 #include "normlab/train/evaluate.hpp"
 #include "normlab/train/records.hpp"
+#include "normlab/train/run_clock.hpp"
 #include "normlab/train/run_dir.hpp"
 #include "normlab/train/setup.hpp"
 
@@ -156,6 +157,7 @@ class Trainer {
   std::optional<int64_t> early_stopped_at_;
   int64_t last_checkpoint_step_ = -1;
   std::chrono::steady_clock::time_point session_start_ = std::chrono::steady_clock::now();
+  RunClock clock_;  // where the run's time goes: summary.json's "timing"
   std::unique_ptr<dist::StepReduction> ranks_;  // the processes of this run: one, or N under mpirun
 };
 

@@ -19,8 +19,8 @@ Tensor BatchNorm::forward(const Tensor& x) {
 
 // The reference runs training mode on copies of the running statistics; the PyTorch mapping is eval
 // mode (the running statistics), (B, L, C) broadcasting over the features.
-NormSpec batch_norm_spec() {
-  return {.name = "batchnorm", .symbol = "BN", .aliases = {"bn", "batch_norm"},
+NormEntry batch_norm_entry() {
+  return {.spec = {.name = "batchnorm", .symbol = "BN", .aliases = {"bn", "batch_norm"},
           .description = "BatchNorm: each feature normalized over the batch's real tokens (running averages in eval)",
           .formula = "y = gamma * (x - mean_c) / sqrt(var_c + eps) + beta, "
                      "statistics per feature over the batch's tokens",
@@ -32,7 +32,7 @@ NormSpec batch_norm_spec() {
                                                          running_var.data(), r.x, bn.weight.data(), bn.bias.data(),
                                                          r.rows, r.dim, bn.eps, bn.momentum, nullptr);
           }),
-          .make = [](int64_t dim, float eps) { return std::make_unique<BatchNorm>(dim, eps); },
+          .make = [](int64_t dim, float eps) { return std::make_unique<BatchNorm>(dim, eps); }},
           .torch = {{{"weight", "torch.ones(dim)"}, {"bias", "torch.zeros(dim)"},
                      {"running_mean", "torch.zeros(dim)", false}, {"running_var", "torch.ones(dim)", false}},
                     "weight * (x - running_mean) * torch.rsqrt(running_var + eps) + bias"},

@@ -19,8 +19,8 @@ Tensor PowerNorm::forward(const Tensor& x) {
 
 // The reference runs training mode on a copy of running_phi; grad_ema only matters to training's
 // backward, and is loaded into PyTorch so that the state dict matches.
-NormSpec power_norm_spec() {
-  return {.name = "powernorm", .symbol = "PowerNorm", .aliases = {"pn", "power_norm"},
+NormEntry power_norm_entry() {
+  return {.spec = {.name = "powernorm", .symbol = "PowerNorm", .aliases = {"pn", "power_norm"},
           .description = "PowerNorm: each feature scaled by a running quadratic mean over past batches",
           .formula = "y = gamma * x / sqrt(phi_c + eps) + beta, phi_c the running mean of x^2 per feature",
           .reference = reference_forward<PowerNorm>([](const PowerNorm& pn, ReferenceRows r) {
@@ -28,7 +28,7 @@ NormSpec power_norm_spec() {
             kernels::reference::power_norm_forward(r.y, rstd.data(), running_phi.data(), r.x, pn.weight.data(),
                                                    pn.bias.data(), r.rows, r.dim, pn.eps, pn.momentum);
           }),
-          .make = [](int64_t dim, float eps) { return std::make_unique<PowerNorm>(dim, eps); },
+          .make = [](int64_t dim, float eps) { return std::make_unique<PowerNorm>(dim, eps); }},
           .torch = {{{"weight", "torch.ones(dim)"}, {"bias", "torch.zeros(dim)"},
                      {"running_phi", "torch.ones(dim)", false}, {"grad_ema", "torch.zeros(dim)", false}},
                     "weight * x * torch.rsqrt(running_phi + eps) + bias"},

@@ -1,0 +1,364 @@
+// Own-data compares (a data-defined task): the Answer in a classifier's words. Each variant's held-out
+// accuracy and macro-F1 at the checkpoint eval and predict use, the bag-of-words baseline on the
+// same files, and where each variant stands against the baseline and against the best variant
+// (docs/compare.md, "Own data"). The loss-based first screen of the built-in tasks stays below it.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "normlab/error.hpp"
+#include "normlab/io/atomic_file.hpp"
+#include "normlab/train/baseline.hpp"
+#include "report_parts.hpp"
+
+namespace normlab::study::report_parts {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// One run's figures at the checkpoint `normlab eval` and `predict` load: best.safetensors'
+// evaluation (summary.json's best_checkpoint) when the run kept one, else its last evaluation.
+struct Kept {
+  int64_t step = -1;
+  bool best = false;
+  std::string metric;  // the kept metric ("loss", "macro_f1", ...); empty for the last evaluation
+  double accuracy = NAN, macro_f1 = NAN;
+  train::Confusion confusion;
+};
+
+Kept kept_figures(const RunResult& r) {
+  Kept k;
+  if (r.evals.empty()) return k;
+  const EvalPoint* point = &r.evals.back();
+  std::error_code ec;
+  const fs::path summary = fs::path(r.spec.dir) / "summary.json";
+  if (!r.spec.dir.empty() && fs::is_regular_file(summary, ec)) {
+    // read_run has read this file strictly already; here only its best_checkpoint is wanted.
+    const json s = json::parse(io::read_file(summary.string(), size_t{1} << 24), nullptr, /*allow_exceptions=*/false);
+    if (s.is_object() && s.contains("best_checkpoint") && s.at("best_checkpoint").is_object()) {
+      const json& best = s.at("best_checkpoint");
+      if (best.contains("step") && best.at("step").is_number_integer())
+        for (const EvalPoint& e : r.evals)
+          if (e.step == best.at("step").get<int64_t>()) {
+            point = &e;
+            k.best = true;
+            k.metric = best.contains("metric") && best.at("metric").is_string() ? best.at("metric").get<std::string>() : "";
+          }
+    }
+  }
+  k.step = point->step;
+  k.accuracy = point->trained.accuracy;
+  k.macro_f1 = point->trained.macro_f1;
+  k.confusion = point->trained_confusion;
+  return k;
+}
+
+// A figure over a cell's seeds: mean and 95% t interval from two seeds on; from one seed, the
+// run's own interval over its held-out examples (Wilson, bootstrap).
+struct Figure {
+  double mean = NAN, low = NAN, high = NAN;
+  size_t seeds = 0;
+  std::string text() const {
+    if (!std::isfinite(mean)) return "–";
+    if (!std::isfinite(low)) return fmt_num(mean);
+    return fmt::format("{} [{}, {}]", fmt_num(mean), fmt_num(std::max(0.0, low)), fmt_num(std::min(1.0, high)));
+  }
+};
+
+Figure figure(const std::vector<double>& values, const std::vector<train::Confusion>& confusions, bool f1) {
+  Figure f;
+  f.seeds = values.size();
+  if (values.size() >= 2) {
+    const Interval i = t_interval(values);
+    f.mean = i.mean, f.low = i.low, f.high = i.high;
+  } else if (values.size() == 1) {
+    f.mean = values.front();
+    if (!confusions.front().empty()) {
+      const train::HeldOutScore s = train::held_out_score(confusions.front());
+      f.low = f1 ? s.macro_f1_low : s.accuracy_low;
+      f.high = f1 ? s.macro_f1_high : s.accuracy_high;
+    }
+  }
+  return f;
+}
+
+// One variant at its best rate (the first screen's row): its runs' kept figures, by seed.
+struct Cell {
+  const StudyRow* row = nullptr;
+  double lr = 0;
+  std::map<uint64_t, Kept> by_seed;
+  Figure accuracy, macro_f1;
+  std::vector<double> values(double Kept::*field) const {
+    std::vector<double> out;
+    for (const auto& [seed, k] : by_seed) out.push_back(k.*field);
+    return out;
+  }
+};
+
+std::vector<Cell> cells_of(const Context& c, const FirstScreenNumbers& numbers) {
+  std::vector<Cell> cells;
+  for (const StudyRow& row : numbers.table.rows) {
+    if (row.curve.empty()) continue;
+    Cell cell;
+    cell.row = &row;
+    cell.lr = row.curve.best_lr();
+    if (const GroupSummary* g = c.group(row.variant, cell.lr, row.setting))
+      for (const RunResult* r : g->runs) {
+        const Kept k = kept_figures(*r);
+        if (std::isfinite(k.accuracy)) cell.by_seed[r->spec.seed] = k;
+      }
+    if (cell.by_seed.empty()) continue;
+    std::vector<train::Confusion> confusions;
+    for (const auto& [seed, k] : cell.by_seed) confusions.push_back(k.confusion);
+    cell.accuracy = figure(cell.values(&Kept::accuracy), confusions, false);
+    cell.macro_f1 = figure(cell.values(&Kept::macro_f1), confusions, true);
+    cells.push_back(std::move(cell));
+  }
+  return cells;
+}
+
+// The baseline of the compare's base config, fitted once per process and data (a live report is
+// redrawn many times).
+std::optional<train::BaselineScore> cached_baseline(const train::RunConfig& base) {
+  static std::mutex mutex;
+  static std::map<std::string, std::optional<train::BaselineScore>> cache;
+  std::string key = train::to_json(base).dump();
+  for (const auto& file : {base.task.train_file, base.task.valid_file}) {
+    std::error_code ec;
+    if (file) key += fmt::format("|{}", fs::file_size(*file, ec)), key += fmt::format("|{}", ec ? 0 : fs::last_write_time(*file, ec).time_since_epoch().count());
+  }
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  std::optional<train::BaselineScore> score;
+  try {
+    score = train::config_baseline(base);
+  } catch (const InputError&) {
+    score = std::nullopt;  // the data no longer reads as it did: the report says the baseline is missing
+  }
+  return cache.emplace(key, score).first->second;
+}
+
+// Each run's macro-F1 with its interval over the held-out examples (bootstrap), by seed.
+std::vector<Figure> run_figures(const Cell& cell) {
+  std::vector<Figure> out;
+  for (const auto& [seed, k] : cell.by_seed) {
+    Figure f;
+    f.mean = k.macro_f1;
+    if (!k.confusion.empty()) {
+      const train::HeldOutScore s = train::held_out_score(k.confusion);
+      f.low = s.macro_f1_low, f.high = s.macro_f1_high;
+    }
+    out.push_back(f);
+  }
+  return out;
+}
+
+// "beats the baseline" / "below the baseline" / "level with the baseline" (docs/compare.md): every
+// seed's run scored on the same held-out examples as the baseline, its macro-F1 interval (bootstrap
+// over the examples) wholly above the baseline's, wholly below it, or neither in some seed.
+std::string against_baseline(const Cell& cell, const train::BaselineScore& b) {
+  int above = 0, below = 0, n = 0;
+  for (const Figure& f : run_figures(cell)) {
+    ++n;
+    above += std::isfinite(f.low) && f.low > b.macro_f1_high;
+    below += std::isfinite(f.high) && f.high < b.macro_f1_low;
+  }
+  if (n > 0 && above == n) return "beats the baseline";
+  if (n > 0 && below == n) return "below the baseline";
+  if (above == 0 && below == 0) return "level with the baseline";
+  return fmt::format("level with the baseline (above it in {}, below in {} of {} seeds)", above, below, n);
+}
+
+// A difference with its direction: "lower by 0.039 (95% CI -0.219 to +0.141, 2 pairs)".
+std::string signed_difference(const Interval& d) {
+  return fmt::format("{} by {:.3f} (95% CI {:+.3f} to {:+.3f}, {} pairs)", d.mean < 0 ? "lower" : "higher",
+                     std::abs(d.mean), d.low, d.high, d.n);
+}
+
+// A variant's name where a sentence could read it as a word: "none" is the variant without
+// normalization, never "no variant".
+std::string named(const Context& c, const std::string& variant) {
+  return variant == "none" && variant_kind(c.plan, variant) == "none" ? "none (no normalization)" : variant;
+}
+
+std::string label_of(const Context& c, const Cell& cell) {
+  return c.plan.settings.size() > 1 ? fmt::format("{} ({})", named(c, cell.row->variant), cell.row->setting)
+                                    : named(c, cell.row->variant);
+}
+
+// "best" / "level with the best: lower by ..." / "behind the best: lower by ...": macro-F1 against
+// the setting's best variant, paired by seed (two seeds on), else by the runs' own intervals.
+std::string against_best(const Cell& cell, const Cell& best) {
+  if (&cell == &best) return "best";
+  std::vector<double> a, b;
+  for (const auto& [seed, k] : cell.by_seed)
+    if (const auto it = best.by_seed.find(seed); it != best.by_seed.end()) a.push_back(k.macro_f1), b.push_back(it->second.macro_f1);
+  if (a.size() >= 2) {
+    const Interval d = paired_difference(a, b);
+    return fmt::format("{} the best: {}", d.contains_zero() ? "level with" : "behind", signed_difference(d));
+  }
+  const double gap = cell.macro_f1.mean - best.macro_f1.mean;
+  const bool apart = std::isfinite(cell.macro_f1.high) && std::isfinite(best.macro_f1.low) && cell.macro_f1.high < best.macro_f1.low;
+  return fmt::format("{} the best: {} by {} (one seed: the runs' own intervals {})", apart ? "behind" : "level with",
+                     gap < 0 ? "lower" : "higher", fmt_num(std::abs(gap)), apart ? "do not overlap" : "overlap");
+}
+
+// "the best checkpoint (held-out macro_f1; steps 3380–4420)" or "the last evaluation (step 400)".
+std::string checkpoint_text(const std::vector<Cell>& cells) {
+  int64_t lo = INT64_MAX, hi = -1, best = 0, last = 0;
+  std::string metric;
+  for (const Cell& cell : cells)
+    for (const auto& [seed, k] : cell.by_seed) {
+      lo = std::min(lo, k.step), hi = std::max(hi, k.step);
+      (k.best ? best : last) += 1;
+      if (k.best && metric.empty()) metric = k.metric;
+    }
+  if (hi < 0) return "no evaluation";
+  const std::string steps = lo == hi ? fmt::format("step {}", lo) : fmt::format("steps {}–{}", lo, hi);
+  if (last == 0) return fmt::format("each run's best checkpoint (best.safetensors, kept on held-out {}; {})", metric, steps);
+  if (best == 0) return fmt::format("each run's last evaluation (checkpoint.safetensors; {})", steps);
+  return fmt::format("each run's best checkpoint where it kept one ({} runs), else its last evaluation ({} runs); {}",
+                     best, last, steps);
+}
+
+}  // namespace
+
+bool is_own_data_report(const Context& c) {
+  const data::TaskKind task = c.plan.base.task.name;
+  return task == data::TaskKind::sequence_classification || task == data::TaskKind::token_classification;
+}
+
+OwnDataAnswer own_data_answer(const Context& c, const FirstScreenNumbers& numbers) {
+  OwnDataAnswer out;
+  const std::vector<Cell> cells = cells_of(c, numbers);
+  if (cells.empty()) {
+    out.verdict = {"No run has a held-out evaluation yet: nothing to judge."};
+    return out;
+  }
+  const train::RunConfig& base = c.plan.base;
+  const std::optional<train::BaselineScore> baseline = cached_baseline(base);
+  const size_t seeds = c.fewest_seeds;
+  out.checkpoints = checkpoint_text(cells);
+
+  // 1: the figures.
+  std::vector<std::string> figures;
+  for (const Cell& cell : cells)
+    figures.push_back(fmt::format("{} {} and {}", label_of(c, cell), cell.macro_f1.text(), cell.accuracy.text()));
+  if (baseline)
+    figures.push_back(fmt::format("the bag-of-words baseline {} and {}",
+                                  Figure{baseline->macro_f1, baseline->macro_f1_low, baseline->macro_f1_high, 1}.text(),
+                                  Figure{baseline->accuracy, baseline->accuracy_low, baseline->accuracy_high, 1}.text()));
+  out.verdict.push_back(fmt::format("Held-out macro-F1 and accuracy at each variant's best rate ({}, {}): {}.",
+                                    seeds >= 2 ? fmt::format("mean over {} seeds [95% CI]", seeds)
+                                               : "one seed [95% CI over the held-out examples]",
+                                    out.checkpoints, fmt::join(figures, "; ")));
+
+  // 2: against the baseline.
+  if (baseline) {
+    // Grouped by outcome, in the order the words are defined in (docs/compare.md).
+    std::vector<std::pair<std::string, std::vector<std::string>>> by_word;
+    for (const Cell& cell : cells) {
+      const std::string word = against_baseline(cell, *baseline);
+      auto it = std::find_if(by_word.begin(), by_word.end(), [&](const auto& w) { return w.first == word; });
+      if (it == by_word.end()) it = by_word.insert(by_word.end(), {word, {}});
+      it->second.push_back(label_of(c, cell));
+    }
+    std::vector<std::string> parts;
+    bool any_beats = false;
+    for (const auto& [word, names] : by_word) {
+      const bool commas = std::any_of(names.begin(), names.end(), [](const std::string& n) { return n.find(',') != n.npos; });
+      parts.push_back(fmt::format("{} {}", fmt::join(names, commas ? " / " : ", "), word));
+      any_beats = any_beats || word == "beats the baseline";
+    }
+    out.verdict.push_back(fmt::format("Against the baseline (macro-F1 of every seed's run on the same examples): {}{}.",
+                                      fmt::join(parts, "; "),
+                                      any_beats ? "" : " — no variant beats it"));
+  } else {
+    out.verdict.push_back(base.task.name == data::TaskKind::sequence_classification
+                              ? "No baseline: the base config's training or validation file cannot be read here."
+                              : "No baseline: the bag-of-words baseline classifies whole sequences, and this task tags tokens.");
+  }
+
+  // 3: against the best variant, per setting.
+  std::vector<std::string> ranks;
+  for (const std::string& setting : c.plan.settings) {
+    const Cell* best = nullptr;
+    for (const Cell& cell : cells)
+      if (cell.row->setting == setting && (!best || cell.macro_f1.mean > best->macro_f1.mean)) best = &cell;
+    if (!best) continue;
+    std::vector<std::string> others;
+    for (const Cell& cell : cells)
+      if (cell.row->setting == setting && &cell != best)
+        others.push_back(fmt::format("{} {}", named(c, cell.row->variant), against_best(cell, *best)));
+    ranks.push_back(fmt::format("the best is {}{}{}", named(c, best->row->variant),
+                                c.plan.settings.size() > 1 ? " (" + setting + ")" : "",
+                                others.empty() ? "" : fmt::format("; {}", fmt::join(others, "; "))));
+  }
+  std::string third = fmt::format("Macro-F1 against the best variant, paired by seed: {}.", fmt::join(ranks, ". "));
+  if (const std::vector<const StudyRow*> unconverged = numbers.table.not_converged(); !unconverged.empty()) {
+    std::vector<std::string> names;
+    for (const StudyRow* r : unconverged) names.push_back(named(c, r->variant));
+    third += fmt::format(" The convergence gate flags {} (details below).", fmt::join(names, ", "));
+  }
+  out.verdict.push_back(third);
+
+  // The table: one row per variant and setting, then the baseline.
+  Section& sec = out.section;
+  sec.title = "Against the baseline";
+  sec.text = fmt::format("Held-out macro-F1 and accuracy of each variant at its best learning rate, from {}, beside the "
+                         "bag-of-words logistic regression (unigrams and bigrams: normlab baseline) fitted on the same "
+                         "training file and scored on the same validation set. Words: docs/compare.md, \"Own data\".",
+                         out.checkpoints);
+  std::vector<std::vector<std::string>> rows;
+  for (const std::string& setting : c.plan.settings) {
+    const Cell* best = nullptr;
+    for (const Cell& cell : cells)
+      if (cell.row->setting == setting && (!best || cell.macro_f1.mean > best->macro_f1.mean)) best = &cell;
+    for (const Cell& cell : cells) {
+      if (cell.row->setting != setting) continue;
+      std::vector<std::string> row{cell.row->variant};
+      if (c.plan.settings.size() > 1) row.push_back(setting);
+      int64_t lo = INT64_MAX, hi = -1;
+      bool all_best = true;
+      for (const auto& [seed, k] : cell.by_seed) lo = std::min(lo, k.step), hi = std::max(hi, k.step), all_best &= k.best;
+      row.push_back(format_rate(cell.lr));
+      row.push_back(fmt::format("{}", cell.by_seed.size()));
+      row.push_back(fmt::format("{} ({})", all_best ? "best" : "last", lo == hi ? fmt::format("step {}", lo)
+                                                                                : fmt::format("steps {}–{}", lo, hi)));
+      row.push_back(cell.macro_f1.text());
+      row.push_back(cell.accuracy.text());
+      row.push_back(baseline ? against_baseline(cell, *baseline) : "–");
+      row.push_back(against_best(cell, *best));
+      rows.push_back(row);
+    }
+  }
+  if (baseline) {
+    std::vector<std::string> row{"baseline (bag of words)"};
+    if (c.plan.settings.size() > 1) row.push_back("–");
+    for (const std::string& v :
+         {std::string("–"), std::string("–"), std::string("–"),
+          Figure{baseline->macro_f1, baseline->macro_f1_low, baseline->macro_f1_high, 1}.text(),
+          Figure{baseline->accuracy, baseline->accuracy_low, baseline->accuracy_high, 1}.text(), std::string("–"),
+          std::string("–")})
+      row.push_back(v);
+    rows.push_back(row);
+  }
+  std::vector<std::string> header{"variant"};
+  if (c.plan.settings.size() > 1) header.push_back("setting");
+  for (const char* h : {"best lr", "seeds", "checkpoint", "macro-F1 [95% CI]", "accuracy [95% CI]", "against the baseline",
+                        "against the best (macro-F1)"})
+    header.push_back(h);
+  sec.table_html = html_table(header, rows);
+  sec.table_md = md_table(header, rows);
+  out.baseline = baseline.has_value();
+  return out;
+}
+
+}  // namespace normlab::study::report_parts
