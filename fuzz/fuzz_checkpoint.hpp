@@ -26,9 +26,9 @@ namespace normlab::fuzz {
 inline train::RunConfig checkpoint_run_config() {
   train::RunConfig config;
   config.model.d_model = 8;
-  config.model.heads = 2;
-  config.model.layers = 1;
-  config.model.ffn = 16;
+  config.model.num_heads = 2;
+  config.model.num_layers = 1;
+  config.model.dim_feedforward = 16;
   config.model.dropout = 0.1;
   config.model.max_len = 16;
   config.task.name = normlab::data::TaskKind::reverse;

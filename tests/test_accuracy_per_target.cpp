@@ -30,9 +30,9 @@ train::RunConfig mlm_config(const TempDir& dir) {
   }
   train::RunConfig c;
   c.model.d_model = 16;
-  c.model.heads = 2;
-  c.model.layers = 1;
-  c.model.ffn = 32;
+  c.model.num_heads = 2;
+  c.model.num_layers = 1;
+  c.model.dim_feedforward = 32;
   c.model.max_len = 16;
   c.task.name = data::TaskKind::mlm_text;
   c.task.train_file = dir.write("train.jsonl", text);

@@ -44,9 +44,10 @@ TEST_CASE("grid: any config key is an axis - runs get unique names and the facet
   CHECK(names.count("pre-ln_lr0.001_L2_warmup_model.norm_eps=1e-05_task.max_len=8_train.batch_size=4_s1"));
   CHECK(plan.settings.size() == 8);
   const study::RunSpec& r = plan.runs.back();
-  CHECK(r.config["train"]["batch_size"] == 32);
-  CHECK(r.config["task"]["max_len"] == 8);
-  CHECK(r.config["model"]["norm_eps"] == 1e-5);
+  CHECK(r.config.train.batch_size == 32);
+  CHECK(r.config.task.max_len == 8);
+  CHECK(r.config.model.norm_eps == 1e-5);
+  CHECK(r.config_file["train"]["batch_size"] == 32);  // what compare writes to configs/NAME.json
   CHECK(r.setting == "2 layers, warmup, model.norm_eps=1e-05, task.max_len=8, train.batch_size=32");
   REQUIRE(plan.extra_axes.size() == 3);
   CHECK(plan.extra_axes[0].first == "model.norm_eps");  // extra axes in key order, whatever the file's order
@@ -105,7 +106,7 @@ TEST_CASE("reuse: a started run whose resolved config differs is reported with i
   for (const study::RunSpec& r : plan.runs) {
     const fs::path dir = fs::path(out) / "runs" / r.name;
     fs::create_directories(dir);
-    nlohmann::json resolved = train::to_json(train::config_from_json(r.config, "x", ".", false));
+    nlohmann::json resolved = train::to_json(r.config);
     resolved["train"]["log_every"] = 7;  // may differ: changes only what is printed
     std::ofstream(dir / "config.json") << resolved.dump();
     std::ofstream(dir / "summary.json") << "{}";
@@ -148,9 +149,9 @@ TEST_CASE("grid: the committed compare configs load and expand as docs/EXPERIMEN
   CHECK(replication.search.min == demo.search.min);
   CHECK(replication.search.max == demo.search.max);
   for (size_t i = 0; i < demo.runs.size(); ++i) {
-    nlohmann::json a = demo.runs[i].config, b = replication.runs[i].config;
-    CHECK(b["train"]["seed"].get<uint64_t>() == a["train"]["seed"].get<uint64_t>() + 20);
-    a["train"].erase("seed"), b["train"].erase("seed");
+    train::RunConfig a = demo.runs[i].config, b = replication.runs[i].config;
+    CHECK(b.train.seed == a.train.seed + 20);
+    a.train.seed = b.train.seed;
     CHECK(a == b);
   }
   CHECK(study::load_compare_plan(configs + "study.json").runs.size() == 420);

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "normlab/error.hpp"
 #include "normlab/study/plan.hpp"
 #include "normlab/study/render.hpp"
+#include "normlab/study/results.hpp"
 #include "normlab/study/report.hpp"
 #include "normlab/study/reuse.hpp"
 #include "normlab/study/run_dirs.hpp"
@@ -47,12 +49,16 @@ TEST_CASE("plan: runs in grid order - layers, warmup, then lr, variant and seed 
   CHECK(plan.runs[16].name == "none_lr0.001_L2_warmup_s0");
   CHECK(plan.runs.back().name == "pre-ln_lr0.003_L2_nowarmup_s1");
   for (const study::RunSpec& r : plan.runs) {
-    CHECK(r.config["optim"]["warmup_steps"] == (r.warmup ? 5 : 0));
-    CHECK(r.config["model"]["layers"] == r.layers);
-    CHECK(r.config["optim"]["lr"] == r.lr);
-    CHECK(r.config["train"]["seed"] == r.seed);
-    CHECK(r.config["train"]["threads"] == 1);
-    CHECK(r.config["model"]["norm"] == (r.variant == "none" ? "none" : "layernorm"));
+    CHECK(r.config.optim.warmup_steps == (r.warmup ? 5 : 0));
+    CHECK(r.config.model.num_layers == r.layers);
+    CHECK(r.config.optim.lr == r.lr);
+    CHECK(r.config.train.seed == int64_t(r.seed));
+    CHECK(r.config.train.threads == 1);
+    CHECK(r.config.model.norm.name() == (r.variant == "none" ? "none" : "layernorm"));
+    // The file compare writes holds the same values under the JSON keys.
+    CHECK(r.config_file["model"]["layers"] == r.layers);
+    CHECK(r.config_file["optim"]["lr"] == r.lr);
+    CHECK(train::config_from_json(r.config_file, "configs/" + r.name + ".json") == r.config);
     CHECK(r.setting == plan.settings[size_t(r.layers - 1) * 2 + (r.warmup ? 0 : 1)]);
   }
 
@@ -61,7 +67,8 @@ TEST_CASE("plan: runs in grid order - layers, warmup, then lr, variant and seed 
   const study::ComparePlan plain =
       study::load_compare_plan(tmp.write("compare2.json", R"({"base": "plain.json", "grid": {"seeds": [4]}})"));
   REQUIRE(plain.runs.size() == 1);
-  CHECK_FALSE(plain.runs[0].config.at("optim").contains("warmup_steps"));
+  CHECK_FALSE(plain.runs[0].config_file.at("optim").contains("warmup_steps"));
+  CHECK(plain.runs[0].config.optim.warmup_steps == train::OptimConfig{}.warmup_steps);  // the trainer's default
 }
 
 TEST_CASE("plan: an axis the grid leaves out holds the base's value - warmup true needs a base warmup") {
@@ -78,8 +85,8 @@ TEST_CASE("plan: an axis the grid leaves out holds the base's value - warmup tru
   CHECK(plan.warmups == std::vector<bool>{false});
   REQUIRE(plan.runs.size() == 1);
   CHECK(plan.runs[0].name == "post-rmsnorm_lr0.002_L3_nowarmup_s7");
-  CHECK(plan.runs[0].config["model"]["norm"] == "rmsnorm");
-  CHECK(plan.runs[0].config["model"]["placement"] == "post");
+  CHECK(plan.runs[0].config.model.norm.name() == "rmsnorm");
+  CHECK(plan.runs[0].config.model.placement == nn::Placement::post);
 
   CHECK_THROWS_WITH_AS(
       study::load_compare_plan(tmp.write("warm.json", R"({"base": "base.json", "grid": {"warmup": [true, false]}})")),
@@ -89,7 +96,31 @@ TEST_CASE("plan: an axis the grid leaves out holds the base's value - warmup tru
   const study::ComparePlan warm = study::load_compare_plan(tmp.write(
       "warm2.json", R"({"base": "base.json", "set": {"optim.warmup_steps": 4}, "grid": {"warmup": [true, false]}})"));
   CHECK(warm.runs.size() == 2);
-  CHECK(warm.runs[0].config["optim"]["warmup_steps"] == 4);
+  CHECK(warm.runs[0].config.optim.warmup_steps == 4);
+}
+
+TEST_CASE("plan: a key the base file leaves out reads as the trainer's default, as in the run directory") {
+  TempDir tmp("normlab_plan_left_out");
+  tmp.write("base.json", R"({"model": {"d_model": 32, "ffn": 64, "max_len": 16},
+                             "task": {"name": "reverse", "max_len": 8, "eval_max_len": 12}})");
+  const study::ComparePlan plan = study::load_compare_plan(
+      tmp.write("compare.json", R"({"base": "base.json", "grid": {"variants": ["pre-ln"], "layers": [1]}})"));
+  REQUIRE(plan.runs.size() == 1);
+  const study::RunSpec& run = plan.runs[0];
+  // compare writes the file as the user wrote it (configs/NAME.json); the trainer fills in the rest.
+  CHECK(run.config_file["train"].count("steps") == 0);
+  CHECK_FALSE(run.config_file["task"].contains("min_len"));
+  // Study reads what the trainer trains: the defaults, not "unknown".
+  CHECK(run.config.train.steps == train::TrainConfig{}.steps);
+  CHECK(plan.base.task.min_len == train::TaskConfig{}.min_len);
+  CHECK(study::chance_loss(plan.base) == std::log(10.0));  // reverse: 10 digits
+  const study::RunResult unread = study::read_run(run, tmp.sub("not-started"));
+  CHECK(unread.planned_steps == train::TrainConfig{}.steps);
+  // The same run read back from its run directory's resolved config.json has the same config.
+  const fs::path dir = fs::path(tmp.sub("runs")) / run.name;
+  fs::create_directories(dir);
+  tmp.write("runs/" + run.name + "/config.json", train::to_json(run.config).dump());
+  CHECK(study::plan_from_run_dirs({dir.string()}, {}).runs[0].config == run.config);
 }
 
 TEST_CASE("plan: data paths are relative to the file that names them - an inline base's mistake says base") {
@@ -102,11 +133,12 @@ TEST_CASE("plan: data paths are relative to the file that names them - an inline
       "train_file": "data.jsonl", "valid_file": "data.jsonl"}, "train": {"steps": 7}})");
   const study::ComparePlan plan = study::load_compare_plan(tmp.write("compare.json", R"({"base": "sub/base.json",
       "set": {"task.valid_file": "top.jsonl"}, "grid": {"task.train_file": ["top.jsonl", "sub/data.jsonl"]}})"));
-  CHECK(plan.base["task"]["train_file"] == absolute(tmp.sub("sub/data.jsonl")));  // the base's directory
-  CHECK(plan.base["task"]["valid_file"] == absolute(tmp.sub("top.jsonl")));       // "set": the compare config's
+  CHECK(plan.base.task.train_file == absolute(tmp.sub("sub/data.jsonl")));  // the base's directory
+  CHECK(plan.base.task.valid_file == absolute(tmp.sub("top.jsonl")));       // "set": the compare config's
   REQUIRE(plan.runs.size() == 2);
-  CHECK(plan.runs[0].config["task"]["train_file"] == absolute(tmp.sub("top.jsonl")));  // the grid: the same
-  CHECK(plan.runs[1].config["task"]["train_file"] == absolute(tmp.sub("sub/data.jsonl")));
+  CHECK(plan.runs[0].config.task.train_file == absolute(tmp.sub("top.jsonl")));  // the grid: the same
+  CHECK(plan.runs[1].config.task.train_file == absolute(tmp.sub("sub/data.jsonl")));
+  CHECK(plan.runs[1].config_file["task"]["train_file"] == absolute(tmp.sub("sub/data.jsonl")));
   REQUIRE(plan.extra_axes.size() == 1);
   CHECK(plan.extra_axes[0].first == "task.train_file");
 

@@ -59,7 +59,7 @@ TEST_CASE("config: defaults round-trip through JSON") {
   // A changed config survives the round trip too (every field is read back).
   RunConfig changed;
   changed.model.d_model = 32;
-  changed.model.heads = 2;
+  changed.model.num_heads = 2;
   changed.model.norm = "rmsnorm";
   changed.model.vocab_size = 40;
   changed.optim.lr = 0.0003;
@@ -69,6 +69,31 @@ TEST_CASE("config: defaults round-trip through JSON") {
   RunConfig back = config_from_json(to_json(changed), "changed");
   CHECK(back == changed);
   CHECK(back.model.vocab_size == 40);
+}
+
+TEST_CASE("config: a key's JSON name reads the member of PyTorch's name") {
+  RunConfig c;
+  c.model.num_heads = 2;
+  c.model.num_layers = 3;
+  c.model.dim_feedforward = 48;
+  c.optim.lr = 0.02;
+  c.task.length_regime = data::LengthRegime::single;
+  CHECK(config_value(c, "model.heads") == 2);
+  CHECK(config_value(c, "model.layers") == 3);
+  CHECK(config_value(c, "model.ffn") == 48);
+  CHECK(config_value(c, "optim.lr") == 0.02);
+  CHECK(config_value(c, "task.length_regime") == "single");
+  CHECK(config_value(c, "task.train_file").is_null());
+  // Every key answers, with the value to_json writes.
+  const nlohmann::json all = to_json(c);
+  for (const std::string& key : config_keys()) {
+    INFO(key);
+    CHECK(config_value(c, key) == all[key.substr(0, key.find('.'))][key.substr(key.find('.') + 1)]);
+  }
+  CHECK_THROWS_AS(config_value(c, "model.num_heads"), std::invalid_argument);
+  CHECK_THROWS_AS(config_value(c, "lr"), std::invalid_argument);
+  // The JSON key a user types sets the member: {"model": {"heads": 8}} is num_heads 8.
+  CHECK(config_from_json(nlohmann::json{{"model", {{"heads", 8}, {"d_model", 64}}}}, "x").model.num_heads == 8);
 }
 
 TEST_CASE("config: unknown keys are errors naming the closest valid key") {

@@ -42,7 +42,9 @@ study::RunResult run_at(const std::string& variant, double lr, uint64_t seed, do
   r.spec.lr = lr;
   r.spec.seed = seed;
   r.spec.name = fmt::format("{}_lr{:g}_s{}", variant, lr, seed);
-  r.spec.config = {{"task", {{"name", "reverse"}}}, {"train", {{"seed", seed}, {"batch_size", 16}}}};
+  r.spec.config.task.name = data::TaskKind::reverse;
+  r.spec.config.train.seed = int64_t(seed);
+  r.spec.config.train.batch_size = 16;
   r.finished = true;
   r.loss = {2.3, 2.0};
   r.baseline.uniform_loss = kLnK;
@@ -72,7 +74,7 @@ study::ComparePlan search_plan(const std::vector<std::string>& variants, const s
 
 // The plan a report needs beside the study's: a base config to describe.
 study::ComparePlan report_plan(study::ComparePlan plan) {
-  plan.base = {{"task", {{"name", "reverse"}}}};
+  plan.base.task.name = data::TaskKind::reverse;
   plan.title = "normlab compare report";
   return plan;
 }
@@ -337,8 +339,8 @@ TEST_CASE("boundaries by the strict and the slow-inclusive rule differ where slo
     CHECK(report.sections[2].text.find("qk_norm") == std::string::npos);
     CHECK(report.sections[2].text.find("z_loss") == std::string::npos);
     study::ComparePlan stabilized = report_plan(plan);
-    stabilized.base["model"] = {{"qk_norm", "rmsnorm"}};
-    stabilized.base["optim"] = {{"z_loss", 1e-4}};
+    stabilized.base.model.qk_norm = nn::QkNorm::rmsnorm;
+    stabilized.base.optim.z_loss = 1e-4;
     const std::string setup = study::build_report(stabilized, report_runs(runs)).sections[2].text;
     CHECK(setup.find("Query-key normalization (model.qk_norm): rmsnorm.") != std::string::npos);
     CHECK(setup.find("z-loss (optim.z_loss): 0.0001 log(Z)^2 added to the loss.") != std::string::npos);

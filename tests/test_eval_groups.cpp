@@ -75,9 +75,9 @@ RunConfig majority_file_config(const TempDir& dir) {
   }
   RunConfig c;
   c.model.d_model = 16;
-  c.model.heads = 2;
-  c.model.layers = 1;
-  c.model.ffn = 32;
+  c.model.num_heads = 2;
+  c.model.num_layers = 1;
+  c.model.dim_feedforward = 32;
   c.model.max_len = 16;
   c.task.name = data::TaskKind::majority;
   c.task.train_file = dir.write("train.jsonl", train);
@@ -160,9 +160,9 @@ TEST_CASE("eval groups: generated tasks have a majority baseline, and normlab ev
   TempDir dir;
   RunConfig c;
   c.model.d_model = 16;
-  c.model.heads = 2;
-  c.model.layers = 1;
-  c.model.ffn = 32;
+  c.model.num_heads = 2;
+  c.model.num_layers = 1;
+  c.model.dim_feedforward = 32;
   c.model.max_len = 16;
   c.task.name = data::TaskKind::brackets;
   c.task.max_len = 6;

@@ -241,8 +241,8 @@ TEST_CASE("compare config on a compare config: grid keys replace the base's, set
   CHECK(rerun.lrs == std::vector<double>{0.01, 0.03});
   CHECK(rerun.seeds == std::vector<uint64_t>{20, 21, 22});
   CHECK(rerun.runs.size() == 2 * 2 * 3);
-  CHECK(rerun.base["train"]["steps"] == 5);       // this file's set wins
-  CHECK(rerun.base["train"]["batch_size"] == 8);  // the base study's set is kept
+  CHECK(rerun.base.train.steps == 5);       // this file's set wins
+  CHECK(rerun.base.train.batch_size == 8);  // the base study's set is kept
   // A search over the base study's grid drops its grid.lr; a chain of two works too.
   const std::string searched = tmp.write("searched.json",
       R"({"base": "rerun.json", "search": {"lr": {"from": 0.001, "to": 0.1, "points": 3}}})");
@@ -261,9 +261,9 @@ TEST_CASE("compare config on a compare config: grid keys replace the base's, set
       tmp.write("replication.json", R"({"base": ")" + demo_path + R"(", "grid": {"seeds": [20, 21, 22, 23, 24]}})"));
   REQUIRE(replication.runs.size() == demo.runs.size());
   for (size_t i = 0; i < demo.runs.size(); ++i) {
-    nlohmann::json a = demo.runs[i].config, b = replication.runs[i].config;
-    CHECK(b["train"]["seed"].get<uint64_t>() == a["train"]["seed"].get<uint64_t>() + 20);
-    a["train"].erase("seed"), b["train"].erase("seed");
+    train::RunConfig a = demo.runs[i].config, b = replication.runs[i].config;
+    CHECK(b.train.seed == a.train.seed + 20);
+    a.train.seed = b.train.seed;
     CHECK(a == b);
   }
   // A mistake in the overriding file is reported against it.

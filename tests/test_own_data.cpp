@@ -55,9 +55,9 @@ std::string shift_lines(int count, int max_len, unsigned seed) {
 RunConfig shift_config(const TempDir& dir) {
   RunConfig c;
   c.model.d_model = 16;
-  c.model.heads = 2;
-  c.model.layers = 1;
-  c.model.ffn = 32;
+  c.model.num_heads = 2;
+  c.model.num_layers = 1;
+  c.model.dim_feedforward = 32;
   c.model.max_len = 16;
   c.task.name = data::TaskKind::token_classification;
   c.task.train_file = dir.write("train.jsonl", shift_lines(64, 6, 1));

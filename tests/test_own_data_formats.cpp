@@ -70,7 +70,7 @@ std::vector<std::vector<TaggedToken>> negation_sentences(int count) {
 // A finished run of `task_name` whose last evaluation has these trained-length numbers.
 study::RunResult finished_run(const std::string& task_name, double accuracy, double macro_f1) {
   study::RunResult r;
-  r.spec.config = {{"task", {{"name", task_name}}}};
+  r.spec.config.task.name = data::find_task_kind(task_name).value();
   r.finished = true;
   r.loss = {1.1, 0.1};
   r.baseline.uniform_loss = std::log(3.0);
@@ -186,7 +186,8 @@ TEST_CASE("class metrics: a context-blind tagger on 'not'-flipped data is not so
   dir.write("summary.json", R"({"steps": 100})");
   study::RunSpec spec;
   spec.variant = "pre-ln";
-  spec.config = {{"task", {{"name", "token_classification"}}}, {"train", {{"steps", 100}}}};
+  spec.config.task.name = data::TaskKind::token_classification;
+  spec.config.train.steps = 100;
   const study::RunResult read = study::read_run(spec, dir.path.string());
   CHECK(read.final_trained().macro_f1 == doctest::Approx(f1));
   CHECK(read.evals.back().trained_confusion == blind);

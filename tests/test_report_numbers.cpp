@@ -348,7 +348,7 @@ TEST_CASE("report numbers: findings and the Answer on a fixture with known answe
     spec.variant = spec.variant == "model.norm=none" ? "model.norm=layernorm" : "model.norm=none";
   for (study::RunSpec& spec : swapped.runs) {
     const bool was_none = spec.variant == "model.norm=layernorm";
-    spec.config["model"]["norm"] = was_none ? "layernorm" : "none";
+    spec.config.model.norm = was_none ? "layernorm" : "none";
   }
   std::vector<study::RunResult> swapped_results;
   for (const study::RunSpec& spec : swapped.runs) swapped_results.push_back(study::read_run(spec, spec.dir));

@@ -44,10 +44,10 @@ study::RunResult read_fixture(const TempDir& dir, const std::string& regime, int
   dir.write("summary.json", R"({"steps":4,"diverged":false,"wall_time_s":1.0,"threads":1})");
   study::RunSpec spec;
   spec.name = "run";
-  spec.config = nlohmann::json::parse(fmt::format(
+  spec.config = train::config_from_json(nlohmann::json::parse(fmt::format(
       R"({{"task":{{"name":"reverse","min_len":1,"max_len":16,"eval_max_len":32,"length_regime":"{}"}},)"
       R"("train":{{"steps":4,"batch_size":32}}}})",
-      regime));
+      regime)), "fixture");
   return study::read_run(spec, dir.path.string());
 }
 
@@ -100,7 +100,7 @@ TEST_CASE("length buckets: cut before a length so that it starts a bucket of its
 TEST_CASE("single-length regime: the Findings name the lengths such runs trained on apart") {
   TempDir dir("normlab_single_findings");
   study::RunResult fixture = read_fixture(dir, "single", 16, 16, 17);
-  dir.write("config.json", fixture.spec.config.dump());
+  dir.write("config.json", train::to_json(fixture.spec.config).dump());
   const study::ComparePlan plan = study::plan_from_run_dirs({dir.path.string()}, {});
   std::vector<study::RunResult> results;
   for (const study::RunSpec& spec : plan.runs) results.push_back(study::read_run(spec, spec.dir));
@@ -128,7 +128,7 @@ TEST_CASE("single-length regime: a trained run's evaluation gives its length a b
   }
   study::RunSpec spec;
   spec.name = "run";
-  spec.config = train::to_json(train::load_config(config_path, {}));
+  spec.config = train::load_config(config_path, {});
   const study::RunResult result = study::read_run(spec, run_dir);
   CHECK(result.shortest_trained == 8);
   CHECK(result.longest_trained == 8);

@@ -47,9 +47,9 @@ struct ThreadCountGuard {
 RunConfig small_config(int threads) {
   RunConfig c;
   c.model.d_model = 32;
-  c.model.heads = 2;
-  c.model.layers = 2;
-  c.model.ffn = 64;
+  c.model.num_heads = 2;
+  c.model.num_layers = 2;
+  c.model.dim_feedforward = 64;
   c.model.max_len = 16;
   c.model.dropout = 0.1;
   c.task.name = data::TaskKind::reverse;

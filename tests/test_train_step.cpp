@@ -17,9 +17,9 @@ namespace {
 RunConfig sgd_config(double clip) {
   RunConfig c;
   c.model.d_model = 16;
-  c.model.heads = 2;
-  c.model.layers = 1;
-  c.model.ffn = 32;
+  c.model.num_heads = 2;
+  c.model.num_layers = 1;
+  c.model.dim_feedforward = 32;
   c.model.max_len = 16;
   c.task.name = data::TaskKind::reverse;
   c.task.max_len = 8;

@@ -41,9 +41,9 @@ namespace {
 RunConfig tiny_config() {
   RunConfig c;
   c.model.d_model = 16;
-  c.model.heads = 2;
-  c.model.layers = 2;
-  c.model.ffn = 32;
+  c.model.num_heads = 2;
+  c.model.num_layers = 2;
+  c.model.dim_feedforward = 32;
   c.model.max_len = 16;
   c.task.name = data::TaskKind::reverse;
   c.task.min_len = 1;
@@ -149,7 +149,7 @@ TEST_CASE("trainer: loss decreases on reverse") {
   TempDir dir;
   RunConfig config = tiny_config();
   config.model.d_model = 32;
-  config.model.ffn = 64;
+  config.model.dim_feedforward = 64;
   config.train.steps = 100;
   config.train.checkpoint_every = 0;
   config.train.eval_every = 0;

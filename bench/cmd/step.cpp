@@ -41,9 +41,9 @@ void run(const BenchStepOptions& options) {
                           {"config", options.config},
                           {"task", data::to_string(config.task.name)},
                           {"d_model", m.d_model},
-                          {"heads", m.heads},
-                          {"layers", m.layers},
-                          {"ffn", m.ffn},
+                          {"heads", m.num_heads},
+                          {"layers", m.num_layers},
+                          {"ffn", m.dim_feedforward},
                           {"norm", m.norm.name()},
                           {"placement", nn::to_string(m.placement)},
                           {"optimizer", optim::to_string(config.optim.name)},
@@ -77,7 +77,8 @@ void run(const BenchStepOptions& options) {
     return;
   }
   fmt::print("training step: {} task, d_model {}, {} heads, {} layers, ffn {}, {} {}, {}; batch {} of lengths {}-{}\n",
-             data::to_string(config.task.name), m.d_model, m.heads, m.layers, m.ffn, nn::to_string(m.placement), m.norm.name(),
+             data::to_string(config.task.name), m.d_model, m.num_heads, m.num_layers, m.dim_feedforward,
+             nn::to_string(m.placement), m.norm.name(),
              optim::to_string(config.optim.name),
              r.batch_size, config.task.min_len, config.task.max_len);
   fmt::print("  {} parameters, {} thread{}{}, kernels: {}, median of {} steps after {} warmup\n", r.num_parameters,

@@ -180,7 +180,7 @@ RunStatus status_of(const study::RunResult& r, bool running) {
   st.name = r.spec.name;
   st.step = r.steps.empty() ? 0 : int64_t(r.steps.back());
   if (r.diverged && r.diverged_at > st.step) st.step = r.diverged_at;
-  if (r.spec.config.contains("train")) st.total_steps = r.spec.config["train"].value("steps", int64_t(0));
+  st.total_steps = r.planned_steps;
   for (size_t i = r.loss.size(); i-- > 0;)
     if (std::isfinite(r.loss[i])) {
       st.last_loss = r.loss[i];
@@ -257,7 +257,7 @@ RunStatus queued_run(const std::string& name, const study::RunSpec* spec) {
   st.name = name;
   if (spec == nullptr) return st;
   fill_from_spec(st, *spec);
-  if (spec->config.contains("train")) st.total_steps = spec->config["train"].value("steps", int64_t(0));
+  st.total_steps = spec->config.train.steps;
   return st;
 }
 
@@ -309,7 +309,7 @@ Planned plan_and_read(const std::string& dir, bool compare, std::vector<std::str
         }
         study::RunResult r = study::read_run(spec, spec.dir);
         // An unfinished run has no summary.json to say its thread count yet: its config does.
-        if (r.threads == 0 && spec.config.contains("train")) r.threads = spec.config["train"].value("threads", int64_t(0));
+        if (r.threads == 0) r.threads = spec.config.train.threads;
         out.results[spec.dir] = std::move(r);
       }
       return out;
@@ -484,7 +484,7 @@ Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, F
       st = row_from_reader(d, lock_held(d, held));
       if (spec_of.count(name)) {
         fill_from_spec(st, *spec_of[name]);
-        if (spec_of[name]->config.contains("train")) st.total_steps = spec_of[name]->config["train"].value("steps", int64_t(0));
+        st.total_steps = spec_of[name]->config.train.steps;
       }
       if (st.problem.empty()) st.problem = left_out[d];
     } else {

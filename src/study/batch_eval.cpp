@@ -34,9 +34,8 @@ HeldOut group_of(const train::EvalMetrics& metrics, bool unseen, const RunResult
 // The sequences of a training batch: what its step records logged when the length regime chose
 // them (a single-length batch holds as many as match the mixed batch's tokens), else train.batch_size.
 int64_t training_batch_sequences(const RunResult& run) {
-  const int64_t configured = run.spec.config["train"].value("batch_size", int64_t(32));
-  const bool regime_chose = run.spec.config.contains("task") && run.spec.config["task"].is_object() &&
-                            run.spec.config["task"].value("length_regime", std::string("mixed")) != "mixed";
+  const int64_t configured = run.spec.config.train.batch_size;
+  const bool regime_chose = run.spec.config.task.length_regime != data::LengthRegime::mixed;
   return regime_chose && run.typical_batch_sequences() > 0 ? run.typical_batch_sequences() : configured;
 }
 
@@ -83,7 +82,7 @@ std::vector<BatchEvalCell> batch_dependence(const ComparePlan& plan, const std::
     for (const std::string& variant : {reference, bn_label}) {
       const std::vector<BatchEvalMode> modes = [&] {
         for (const RunResult& r : results)
-          if (r.spec.variant == variant && r.spec.setting == setting && r.spec.lr == lr && r.spec.config.contains("train"))
+          if (r.spec.variant == variant && r.spec.setting == setting && r.spec.lr == lr)
             return batch_eval_modes(training_batch_sequences(r));
         return batch_eval_modes(32);
       }();

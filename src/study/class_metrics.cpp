@@ -12,14 +12,6 @@ namespace normlab::study {
 
 namespace {
 
-bool data_defined(const nlohmann::json& config) {
-  if (!config.contains("task") || !config["task"].is_object() || !config["task"].contains("name") ||
-      !config["task"]["name"].is_string())
-    return false;
-  const std::optional<data::TaskKind> kind = data::find_task_kind(config["task"]["name"].get<std::string>());
-  return kind && data::is_data_task(*kind);
-}
-
 // The trained-length macro-F1 of each finished seed of a cell (NaN: not recorded).
 std::vector<double> seed_macro_f1(const GroupSummary& g) {
   std::vector<double> out;
@@ -43,7 +35,8 @@ std::string label_of(const std::vector<std::string>& labels, int32_t k) {
 }  // namespace
 
 bool judged_by_macro_f1(const RunResult& run) {
-  return data_defined(run.spec.config) && !run.evals.empty() && std::isfinite(run.final_trained().macro_f1);
+  return data::is_data_task(run.spec.config.task.name) && !run.evals.empty() &&
+         std::isfinite(run.final_trained().macro_f1);
 }
 
 double solved_score(const RunResult& run) {

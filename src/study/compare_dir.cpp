@@ -34,13 +34,6 @@ bool own_axis(const std::string& key) {
   return axes.count(key) || std::find(ignored.begin(), ignored.end(), key) != ignored.end();
 }
 
-const json* config_value(const json& config, const std::string& key) {
-  const auto dot = key.find('.');
-  const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
-  if (!config.contains(section) || !config[section].is_object() || !config[section].contains(name)) return nullptr;
-  return &config[section][name];
-}
-
 // A small JSON file of the output directory, or discarded when it is missing, unreadable, not a
 // regular file (a FIFO there must not hang the report) or not JSON.
 json parsed_or_discarded(const std::string& path) {
@@ -54,18 +47,17 @@ json parsed_or_discarded(const std::string& path) {
   return json::parse(text, nullptr, false);
 }
 
-// Every planned run's resolved config by name: configs/NAME.json, a started run's own config.json
-// over it. A planned config the trainer would refuse is left out (its run's row says why).
-std::map<std::string, json> planned_configs(const std::string& dir, const ComparePlan& started) {
-  std::map<std::string, json> configs;
+// Every planned run's config by name: configs/NAME.json, a started run's own config.json over it.
+// A planned config the trainer would refuse is left out (its run's row says why).
+std::map<std::string, train::RunConfig> planned_configs(const std::string& dir, const ComparePlan& started) {
+  std::map<std::string, train::RunConfig> configs;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(fs::path(dir) / "configs", ec)) {
     if (entry.path().extension() != ".json") continue;
     const json parsed = parsed_or_discarded(entry.path().string());
     if (!parsed.is_object()) continue;
     try {
-      configs[entry.path().stem().string()] =
-          train::to_json(train::config_from_json(parsed, entry.path().string(), dir, false));
+      configs[entry.path().stem().string()] = train::config_from_json(parsed, entry.path().string(), dir, false);
     } catch (const InputError&) {
     }
   }
@@ -74,15 +66,14 @@ std::map<std::string, json> planned_configs(const std::string& dir, const Compar
 }
 
 // The config keys (not an axis of their own) whose value differs between the runs.
-std::vector<std::string> extra_axis_keys(const std::map<std::string, json>& configs) {
+std::vector<std::string> extra_axis_keys(const std::map<std::string, train::RunConfig>& configs) {
   std::vector<std::string> keys;
   if (configs.empty()) return keys;
-  const json& first = configs.begin()->second;
+  const train::RunConfig& first = configs.begin()->second;
   for (const std::string& key : train::config_keys()) {
     if (own_axis(key)) continue;
     for (const auto& [name, c] : configs) {
-      const json *a = config_value(c, key), *b = config_value(first, key);
-      if ((a == nullptr) != (b == nullptr) || (a && *a != *b)) {
+      if (train::config_value(c, key) != train::config_value(first, key)) {
         keys.push_back(key);
         break;
       }
@@ -93,19 +84,19 @@ std::vector<std::string> extra_axis_keys(const std::map<std::string, json>& conf
 
 // One run as compare's plan has it: variant name, setting label and the values of the extra axes.
 void name_as_compare(RunSpec& spec, const std::vector<std::string>& extra_keys) {
-  const json& model = spec.config["model"];
-  spec.variant = variant_of(model.value("norm", ""), model.value("placement", ""), model.value("residual", "plain"));
+  const train::RunConfig& c = spec.config;
+  spec.variant = variant_of(c.model);
   if (spec.variant.empty())
-    spec.variant = fmt::format("model.norm={}, model.placement={}", model.value("norm", ""), model.value("placement", ""));
-  spec.layers = model.value("layers", int64_t(0));
-  spec.warmup = spec.config["optim"].value("warmup_steps", int64_t(0)) > 0;
-  spec.lr = spec.config["optim"].value("lr", 0.0);
-  spec.seed = spec.config["train"].value("seed", uint64_t(0));
+    spec.variant =
+        fmt::format("model.norm={}, model.placement={}", c.model.norm.name(), nn::to_string(c.model.placement));
+  spec.layers = c.model.num_layers;
+  spec.warmup = c.optim.warmup_steps > 0;
+  spec.lr = c.optim.lr;
+  spec.seed = uint64_t(c.train.seed);
   spec.setting = fmt::format("{} layers, {}", spec.layers, spec.warmup ? "warmup" : "no warmup");
   spec.extra.clear();
   for (const std::string& key : extra_keys) {
-    const json* value = config_value(spec.config, key);
-    const std::string text = value ? detail::value_text(*value) : "";
+    const std::string text = detail::value_text(train::config_value(c, key));
     spec.setting += fmt::format(", {}={}", key, text);
     spec.extra.emplace_back(key, text);
   }
@@ -177,7 +168,7 @@ void record_compare_source(const std::string& dir, const std::string& config_pat
 ComparePlan plan_from_compare_dir(const std::string& dir, const std::vector<std::string>& started) {
   if (std::optional<ComparePlan> plan = recorded_plan(dir, started)) return *plan;
   ComparePlan read = plan_from_run_dirs(started, {});
-  const std::map<std::string, json> configs = planned_configs(dir, read);
+  const std::map<std::string, train::RunConfig> configs = planned_configs(dir, read);
   const std::vector<std::string> extra_keys = extra_axis_keys(configs);
   ComparePlan plan;
   plan.title = "normlab compare report";

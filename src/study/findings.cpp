@@ -15,8 +15,6 @@
 
 namespace normlab::study {
 
-using nlohmann::json;
-
 namespace {
 
 std::string where(double lr, const std::string& setting, const ComparePlan& plan) {
@@ -34,25 +32,18 @@ std::string lr_list(const std::vector<double>& lrs) {
 // "lengths 1–16" / "lengths 17–32" of the runs' task, when the config says; runs of a single-length
 // regime (trained on max_len alone) are named apart: "lengths 1–16 (single-length runs: 16 only)".
 std::string length_range(const ComparePlan& plan, bool unseen) {
-  if (!plan.base.contains("task") || !plan.base["task"].is_object()) return "";
-  const json& t = plan.base["task"];
-  if (!t.contains("min_len") || !t.contains("max_len")) return "";
+  const train::TaskConfig& t = plan.base.task;
   const bool single = std::any_of(plan.runs.begin(), plan.runs.end(), [](const RunSpec& r) {
-    return r.config.contains("task") && r.config["task"].is_object() &&
-           r.config["task"].value("length_regime", json("mixed")) == json("single");
+    return r.config.task.length_regime == data::LengthRegime::single;
   });
-  const bool integers = t["min_len"].is_number_integer() && t["max_len"].is_number_integer();
-  const int64_t max_len = integers ? t["max_len"].get<int64_t>() : 0;
-  const std::string shorter = integers && single && max_len > t["min_len"].get<int64_t>()
-                                  ? fmt::format(" (single-length runs: also {}–{})", t["min_len"].get<int64_t>(), max_len - 1)
+  const std::string shorter = single && t.max_len > t.min_len
+                                  ? fmt::format(" (single-length runs: also {}–{})", t.min_len, t.max_len - 1)
                                   : "";
   if (!unseen)
-    return fmt::format("lengths {}–{}{}", t["min_len"].dump(), t["max_len"].dump(),
-                       integers && single ? fmt::format(" (single-length runs: {} only)", max_len) : "");
-  if (!t.contains("eval_max_len") || !t["max_len"].is_number_integer() || !t["eval_max_len"].is_number_integer() ||
-      t["eval_max_len"].get<int64_t>() <= t["max_len"].get<int64_t>())
-    return "";
-  return fmt::format("lengths {}–{}{}", max_len + 1, t["eval_max_len"].get<int64_t>(), shorter);
+    return fmt::format("lengths {}–{}{}", t.min_len, t.max_len,
+                       single ? fmt::format(" (single-length runs: {} only)", t.max_len) : "");
+  if (t.eval_max_len <= t.max_len) return "";
+  return fmt::format("lengths {}–{}{}", t.max_len + 1, t.eval_max_len, shorter);
 }
 
 }  // namespace

@@ -38,6 +38,11 @@ using detail::parse_compare_config;
 using detail::format_lr;
 using detail::set_path;
 
+// The variant a model config trains: nn::variant_of on its norm, placement and residual scheme.
+std::string variant_of(const train::ModelConfig& model) {
+  return nn::variant_of(model.norm.name(), nn::to_string(model.placement), model.residual.name());
+}
+
 ConfigKind config_kind(const std::string& path) {
   std::string text;
   try {
@@ -181,7 +186,7 @@ void fill_missing_axes(const CompareConfig& config, const std::vector<std::vecto
   }
   if (plan.lrs.empty()) plan.lrs.push_back(base.optim.lr);
   if (plan.seeds.empty()) plan.seeds.push_back(uint64_t(base.train.seed));
-  if (plan.layers.empty()) plan.layers.push_back(base.model.layers);
+  if (plan.layers.empty()) plan.layers.push_back(base.model.num_layers);
   if (plan.warmups.empty()) plan.warmups.push_back(base.optim.warmup_steps > 0);
   if (std::find(plan.warmups.begin(), plan.warmups.end(), true) != plan.warmups.end() &&
       base.optim.warmup_steps == 0 && config.grid.contains("warmup"))
@@ -250,26 +255,27 @@ RunSpec make_run_spec(const CompareConfig& config, const std::vector<std::vector
   spec.setting = setting.label;
   spec.name = fmt::format("{}_lr{}_L{}_{}{}_s{}", variant_name, format_lr(lr), setting.layers,
                           setting.warmup ? "warmup" : "nowarmup", setting.name_suffix, seed);
-  spec.config = config.base;
+  json& file = spec.config_file;
+  file = config.base;
   if (variant) {
-    set_path(spec.config, "model.norm", variant->norm, path);
-    set_path(spec.config, "model.placement", variant->placement, path);
+    set_path(file, "model.norm", variant->norm, path);
+    set_path(file, "model.placement", variant->placement, path);
     // Only where it matters, so that a grid of plain-sum variants writes the configs it always wrote.
     if (variant->residual != "plain" || config.base_config.model.residual.name() != "plain")
-      set_path(spec.config, "model.residual", variant->residual, path);
+      set_path(file, "model.residual", variant->residual, path);
   }
-  set_path(spec.config, "optim.lr", lr, path);
-  set_path(spec.config, "model.layers", setting.layers, path);
+  set_path(file, "optim.lr", lr, path);
+  set_path(file, "model.layers", setting.layers, path);
   if (config.grid.contains("warmup"))
-    set_path(spec.config, "optim.warmup_steps", setting.warmup ? config.base_config.optim.warmup_steps : 0, path);
+    set_path(file, "optim.warmup_steps", setting.warmup ? config.base_config.optim.warmup_steps : 0, path);
   for (size_t a = 0; a < setting.key_values.size(); ++a)
-    set_path(spec.config, plan.extra_axes[a].first, key_axis_values[a][setting.key_values[a]], path);
-  set_path(spec.config, "train.seed", seed, path);
-  set_path(spec.config, "train.threads", 1, path);
+    set_path(file, plan.extra_axes[a].first, key_axis_values[a][setting.key_values[a]], path);
+  set_path(file, "train.seed", seed, path);
+  set_path(file, "train.threads", 1, path);
   const std::string where = fmt::format("{}: run {}", path, spec.name);
-  train::RunConfig run = train::config_from_json(spec.config, where, ".");
+  spec.config = train::config_from_json(file, where, ".");
   try {  // refused here, before any run of the grid starts, as the trainer would refuse it
-    (void)train::fits_in_memory(std::move(run));
+    (void)train::fits_in_memory(spec.config);
   } catch (const InputError& e) {
     throw InputError(fmt::format("{}: {}", where, e.what()));
   }
@@ -378,7 +384,7 @@ ComparePlan load_compare_plan(const std::string& path, const std::string& out_di
   const CompareConfig config = parse_compare_config(path);
   ComparePlan plan;
   plan.source = path;
-  plan.base = config.base;
+  plan.base = config.base_config;
   plan.equivalence = config.equivalence;
   read_builtin_axes(config.grid, path, plan);
   if (config.search.enabled()) plan.lrs = initial_rates(config.search);

@@ -39,7 +39,7 @@ std::string last_evaluation_text(const std::vector<RunResult>& results, bool sen
 
 ReportModel build_report(const ComparePlan& plan, const std::vector<RunResult>& results,
                          const std::function<bool()>& stop_requested) {
-  const train::RunConfig base = train::config_from_json(plan.base, plan.source, ".", false);
+  const train::RunConfig& base = plan.base;
   const Context c = make_context(plan, results, base, stop_requested);
   std::vector<Section> sections;
   const FirstScreenNumbers numbers = first_screen_numbers(c);

@@ -61,9 +61,7 @@ std::map<std::string, std::string> series_colors(const ComparePlan& plan) {
     if (kind.empty()) {
       std::set<std::string> kinds;
       for (const RunSpec& r : plan.runs)
-        if (r.variant == label && r.config.contains("model"))
-          kinds.insert(variant_of(r.config["model"].value("norm", ""), r.config["model"].value("placement", ""),
-                                    r.config["model"].value("residual", "plain")));
+        if (r.variant == label) kinds.insert(variant_of(r.config.model));
       if (kinds.size() == 1) kind = *kinds.begin();
     }
     const Variant* v = kind.empty() ? nullptr : find_variant(kind);
@@ -93,7 +91,7 @@ Context make_context(const ComparePlan& plan, const std::vector<RunResult>& resu
     c.chance_accuracy = std::max(c.chance_accuracy, r.baseline.chance_accuracy());
   }
   c.has_batchnorm = std::any_of(results.begin(), results.end(), [](const RunResult& r) {
-    return r.spec.config.contains("model") && r.spec.config["model"].value("norm", "") == "batchnorm";
+    return r.spec.config.model.norm.name() == "batchnorm";
   });
   for (size_t i = 0; i < c.groups.size(); ++i)
     c.fewest_seeds = i == 0 ? c.groups[i].runs.size() : std::min(c.fewest_seeds, c.groups[i].runs.size());

@@ -29,13 +29,14 @@ std::string runs_csv(const ComparePlan& plan, const std::vector<RunResult>& resu
                     "accuracy_auc,outcome_evidence,wall_time_s\n";
   auto num = [](double v, const char* spec) { return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : ""; };
   for (const RunResult& r : results) {
-    const json m = r.spec.config.contains("model") ? r.spec.config["model"] : json::object();
     std::string extra;
     for (const auto& [key, value] : r.spec.extra) extra.append(",").append(csv_field(value));
     const int64_t solve = r.steps_to_solve();
     csv += fmt::format("{},{},{},{},{},{},{},{}{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                       csv_field(r.spec.name), csv_field(r.spec.variant), csv_field(nn::norm_as_spelled(m.value("norm", ""), m.value("residual", "plain"))),
-                       csv_field(m.value("placement", "")), format_lr(r.spec.lr),
+                       csv_field(r.spec.name), csv_field(r.spec.variant),
+                       csv_field(nn::norm_as_spelled(r.spec.config.model.norm.name(),
+                                                     r.spec.config.model.residual.name())),
+                       csv_field(nn::to_string(r.spec.config.model.placement)), format_lr(r.spec.lr),
                        r.spec.layers, r.spec.warmup ? 1 : 0, r.spec.seed, extra, r.finished ? 1 : 0, r.diverged ? 1 : 0,
                        r.diverged_at >= 0 ? std::to_string(r.diverged_at) : "", csv_field(outcome_name(classify(r))), r.steps.size(),
                        num(r.first_train_loss(), "{:.6g}"), num(r.final_train_loss, "{:.6g}"),

@@ -231,11 +231,8 @@ std::string checkpoint_text(const std::vector<Cell>& cells) {
 }  // namespace
 
 bool is_own_data_report(const Context& c) {
-  const json& base = c.plan.base;
-  if (!base.is_object() || !base.contains("task") || !base.at("task").is_object()) return false;
-  const json& name = base.at("task").contains("name") ? base.at("task").at("name") : json();
-  return name.is_string() && (name.get<std::string>() == "sequence_classification" ||
-                              name.get<std::string>() == "token_classification");
+  const data::TaskKind task = c.plan.base.task.name;
+  return task == data::TaskKind::sequence_classification || task == data::TaskKind::token_classification;
 }
 
 OwnDataAnswer own_data_answer(const Context& c, const FirstScreenNumbers& numbers) {
@@ -245,7 +242,7 @@ OwnDataAnswer own_data_answer(const Context& c, const FirstScreenNumbers& number
     out.verdict = {"No run has a held-out evaluation yet: nothing to judge."};
     return out;
   }
-  const train::RunConfig base = train::config_from_json(c.plan.base, c.plan.source, ".", false);
+  const train::RunConfig& base = c.plan.base;
   const std::optional<train::BaselineScore> baseline = cached_baseline(base);
   const size_t seeds = c.fewest_seeds;
   out.checkpoints = checkpoint_text(cells);

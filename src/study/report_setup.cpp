@@ -66,7 +66,7 @@ Section setup_section(const Context& c, const train::RunConfig& base, const Prov
       fmt::format(
       "Model: d_model {}, {} heads, ffn {}, norm eps {:g}; uniform-guess loss {}; warmup {} steps where on; gradient "
       "clipping {}; weight decay {:g}.",
-      base.model.d_model, base.model.heads, base.model.ffn, base.model.norm_eps,
+      base.model.d_model, base.model.num_heads, base.model.dim_feedforward, base.model.norm_eps,
       std::isfinite(c.chance) ? fmt::format("{:.3f}", c.chance) : "unknown", base.optim.warmup_steps,
       base.optim.clip_grad_norm > 0 ? fmt::format("at {:g}", base.optim.clip_grad_norm) : "off", base.optim.weight_decay) +
       // The stabilizers, said only when on (off is the default and the plain recipe).

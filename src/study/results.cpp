@@ -255,12 +255,9 @@ RunResult read_run(const RunSpec& spec, const std::string& run_dir) {
   r.spec = spec;
   if (r.spec.dir.empty()) r.spec.dir = run_dir;
   r.baseline.uniform_loss = chance_loss(spec.config);
-  if (spec.config.contains("train") && spec.config["train"].is_object() && spec.config["train"].contains("steps") &&
-      spec.config["train"]["steps"].is_number_integer())
-    r.planned_steps = spec.config["train"]["steps"].get<int64_t>();
+  r.planned_steps = spec.config.train.steps;
   if (std::isfinite(r.baseline.uniform_loss)) r.baseline.uniform_accuracy = std::exp(-r.baseline.uniform_loss);
-  if (spec.config.contains("task") && spec.config["task"].is_object())
-    r.single_length = spec.config["task"].value("length_regime", json("mixed")) == json("single");
+  r.single_length = spec.config.task.length_regime == data::LengthRegime::single;
   const fs::path dir(run_dir);
   read_metrics((dir / "metrics.jsonl").string(), r);
   read_summary((dir / "summary.json").string(), r);
@@ -345,15 +342,11 @@ double RunResult::accuracy_auc() const {
   return area / span;
 }
 
-double chance_loss(const json& run_config) {
-  if (!run_config.contains("task") || !run_config["task"].is_object()) return NAN;
-  const std::string name = run_config["task"].value("name", std::string("reverse"));
-  if (name == "mlm_text") return NAN;
-  try {
-    return std::log(double(data::make_task(name).num_classes()));
-  } catch (const InputError&) {
-    return NAN;
-  }
+double chance_loss(const train::RunConfig& config) {
+  // mlm_text's and your own data's classes come from the files, not the config.
+  const data::TaskKind kind = config.task.name;
+  if (kind == data::TaskKind::mlm_text || data::is_data_task(kind)) return NAN;
+  return std::log(double(data::make_task(kind).num_classes()));
 }
 
 }  // namespace normlab::study

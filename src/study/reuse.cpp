@@ -31,27 +31,24 @@ std::string shown(const json& v) { return v.is_string() ? v.get<std::string>() :
 
 // The differences between the run's stored config.json and the requested config, or one line
 // saying why the stored one cannot be read.
-std::vector<std::string> differences(const fs::path& run_dir, const json& requested_json) {
+std::vector<std::string> differences(const fs::path& run_dir, const train::RunConfig& requested_config) {
   const fs::path stored_path = run_dir / "config.json";
   if (!fs::exists(stored_path)) return {"config.json is missing"};
-  json stored_resolved;
+  train::RunConfig stored;
   try {
     const std::string text = io::read_file(stored_path.string(), 1 << 20);
     if (io::json_nesting_depth(text) > io::kMaxJsonDepth) return {"config.json is not a config"};
-    const json stored = json::parse(text, nullptr, false);
-    if (stored.is_discarded()) return {"config.json is not valid JSON"};
-    stored_resolved = train::to_json(train::config_from_json(stored, stored_path.string(), ".", false));
+    const json parsed = json::parse(text, nullptr, false);
+    if (parsed.is_discarded()) return {"config.json is not valid JSON"};
+    stored = train::config_from_json(parsed, stored_path.string(), ".", false);
   } catch (const InputError& e) {
     return {fmt::format("config.json is not a valid config ({})", e.what())};
   }
-  const json requested = train::to_json(train::config_from_json(requested_json, "requested", ".", false));
   std::vector<std::string> changes;
   for (const std::string& key : train::config_keys()) {
     if (std::find(reuse_ignored_keys().begin(), reuse_ignored_keys().end(), key) != reuse_ignored_keys().end())
       continue;
-    const auto dot = key.find('.');
-    const json& a = stored_resolved[key.substr(0, dot)][key.substr(dot + 1)];
-    const json& b = requested[key.substr(0, dot)][key.substr(dot + 1)];
+    const json a = train::config_value(stored, key), b = train::config_value(requested_config, key);
     if (a != b) changes.push_back(fmt::format("{}: {} -> {}", key, shown(a), shown(b)));
   }
   return changes;
@@ -59,9 +56,8 @@ std::vector<std::string> differences(const fs::path& run_dir, const json& reques
 
 // The data files whose content is not the one the run recorded in its data.json, or one line saying
 // why the record cannot be read. `digests` caches each file's hash (the runs of a grid share files).
-std::vector<std::string> data_differences(const fs::path& run_dir, const json& requested_json,
+std::vector<std::string> data_differences(const fs::path& run_dir, const train::RunConfig& requested,
                                           std::map<std::string, train::DataFile>& digests) {
-  const train::RunConfig requested = train::config_from_json(requested_json, "requested", ".", false);
   train::DataFingerprint current;
   for (const auto& [key, path] : train::data_file_paths(requested)) {
     if (digests.count(path) == 0) digests[path] = train::fingerprint_data_file(key, path);

@@ -66,8 +66,8 @@ std::vector<std::string> runs_of(const std::string& dir) {
   return {dir};
 }
 
-// The run's resolved config, as the trainer wrote it.
-json read_run_config(const std::string& dir) {
+// The run's config, as the trainer wrote it, parsed and validated (its data files may have moved).
+train::RunConfig read_run_config(const std::string& dir) {
   const fs::path path = fs::path(dir) / "config.json";
   if (!fs::is_directory(dir)) throw InputError(fmt::format("{}: not a directory", dir));
   if (!fs::exists(path))
@@ -77,12 +77,7 @@ json read_run_config(const std::string& dir) {
   io::require_json_depth(text, path.string());
   const json parsed = json::parse(text, nullptr, false);
   if (parsed.is_discarded() || !parsed.is_object()) throw InputError(fmt::format("{}: not a JSON object", path.string()));
-  return train::to_json(train::config_from_json(parsed, path.string(), ".", false));
-}
-
-const json& at_key(const json& config, const std::string& key) {
-  const auto dot = key.find('.');
-  return config.at(key.substr(0, dot)).at(key.substr(dot + 1));
+  return train::config_from_json(parsed, path.string(), ".", false);
 }
 
 std::string canonical(const std::string& dir) { return fs::weakly_canonical(fs::absolute(dir)).string(); }
@@ -115,28 +110,29 @@ LabelledRuns expand_run_dirs(const std::vector<std::string>& dirs,
 }
 
 // Each run's resolved config; InputError naming two runs of different tasks.
-std::vector<json> read_run_configs(const std::vector<std::string>& run_dirs) {
-  std::vector<json> configs;
+std::vector<train::RunConfig> read_run_configs(const std::vector<std::string>& run_dirs) {
+  std::vector<train::RunConfig> configs;
   for (const std::string& dir : run_dirs) configs.push_back(read_run_config(dir));
+  auto quoted = [](data::TaskKind kind) { return json(data::to_string(kind)).dump(); };
   for (size_t i = 1; i < configs.size(); ++i)
-    if (configs[i]["task"]["name"] != configs[0]["task"]["name"])
+    if (configs[i].task.name != configs[0].task.name)
       throw InputError(fmt::format("{} trains task {} but {} trains task {}: a report compares runs of one task; "
                                    "make one report per task",
-                                   run_dirs[0], configs[0]["task"]["name"].dump(), run_dirs[i],
-                                   configs[i]["task"]["name"].dump()));
+                                   run_dirs[0], quoted(configs[0].task.name), run_dirs[i],
+                                   quoted(configs[i].task.name)));
   return configs;
 }
 
 // The config keys whose value differs between the runs, in config key order; seed and learning
 // rate have their own axes, and keys that never change the numbers are left out.
-std::vector<std::string> differing_keys(const std::vector<json>& configs) {
+std::vector<std::string> differing_keys(const std::vector<train::RunConfig>& configs) {
   std::vector<std::string> differing;
   for (const std::string& key : train::config_keys()) {
     if (key == "train.seed" || key == "optim.lr" || key == "train.threads") continue;
     if (std::find(reuse_ignored_keys().begin(), reuse_ignored_keys().end(), key) != reuse_ignored_keys().end())
       continue;
-    for (const json& c : configs)
-      if (at_key(c, key) != at_key(configs[0], key)) {
+    for (const train::RunConfig& c : configs)
+      if (train::config_value(c, key) != train::config_value(configs[0], key)) {
         differing.push_back(key);
         break;
       }
@@ -146,14 +142,14 @@ std::vector<std::string> differing_keys(const std::vector<json>& configs) {
 
 // The series a run belongs to: its --label, else its values of the differing keys
 // ("model.norm=rmsnorm, train.batch_size=4"), else its variant name, else "run".
-std::string series_of(const std::string& run_dir, const json& config, const LabelledRuns& runs,
+std::string series_of(const std::string& run_dir, const train::RunConfig& config, const LabelledRuns& runs,
                       const std::vector<std::string>& differing) {
   if (auto it = runs.label_of.find(canonical(run_dir)); it != runs.label_of.end()) return it->second;
   std::string label;
   for (const std::string& key : differing)
-    label += fmt::format("{}{}={}", label.empty() ? "" : ", ", key, detail::value_text(at_key(config, key)));
-  if (label.empty())
-    label = variant_of(config["model"]["norm"], config["model"]["placement"], config["model"].value("residual", "plain"));
+    label += fmt::format("{}{}={}", label.empty() ? "" : ", ", key,
+                         detail::value_text(train::config_value(config, key)));
+  if (label.empty()) label = variant_of(config.model);
   return label.empty() ? "run" : label;
 }
 
@@ -178,7 +174,7 @@ ComparePlan plan_from_run_dirs(const std::vector<std::string>& dirs,
                                const std::vector<std::pair<std::string, std::string>>& labels) {
   if (dirs.empty()) throw InputError("report: give at least one run directory");
   const LabelledRuns runs = expand_run_dirs(dirs, labels);
-  const std::vector<json> configs = read_run_configs(runs.dirs);
+  const std::vector<train::RunConfig> configs = read_run_configs(runs.dirs);
   const std::vector<std::string> differing = differing_keys(configs);
 
   ComparePlan plan;
@@ -188,14 +184,14 @@ ComparePlan plan_from_run_dirs(const std::vector<std::string>& dirs,
   plan.settings = {""};
   std::set<std::string> names;
   for (size_t i = 0; i < runs.dirs.size(); ++i) {
-    const json& c = configs[i];
+    const train::RunConfig& c = configs[i];
     RunSpec spec;
     spec.dir = runs.dirs[i];
     spec.config = c;
-    spec.lr = c["optim"]["lr"].get<double>();
-    spec.seed = c["train"]["seed"].get<uint64_t>();
-    spec.layers = c["model"]["layers"].get<int64_t>();
-    spec.warmup = c["optim"]["warmup_steps"].get<int64_t>() > 0;
+    spec.lr = c.optim.lr;
+    spec.seed = uint64_t(c.train.seed);
+    spec.layers = c.model.num_layers;
+    spec.warmup = c.optim.warmup_steps > 0;
     spec.name = unique_name(runs.dirs[i], names);
     spec.variant = series_of(runs.dirs[i], c, runs, differing);
     add_unique(plan.variants, spec.variant);

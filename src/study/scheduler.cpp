@@ -188,7 +188,7 @@ std::deque<size_t> queue_runs(const ComparePlan& plan, const fs::path& out, cons
       continue;
     }
     if (fs::exists(dir) && !fs::exists(dir / "checkpoint.safetensors")) fs::remove_all(dir, ec);  // nothing to resume
-    io::write_file_atomic((out / "configs" / (run.name + ".json")).string(), run.config.dump(2) + "\n");
+    io::write_file_atomic((out / "configs" / (run.name + ".json")).string(), run.config_file.dump(2) + "\n");
     queue.push_back(i);
   }
   return queue;

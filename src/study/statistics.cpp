@@ -13,8 +13,6 @@
 
 namespace normlab::study {
 
-using nlohmann::json;
-
 std::vector<GroupSummary> summarize(const std::vector<RunResult>& results) {
   std::vector<GroupSummary> groups;
   for (const RunResult& r : results) {
@@ -95,15 +93,9 @@ std::map<uint64_t, const RunResult*> by_seed(const GroupSummary& g) {
 
 // Two runs saw the same data order and validation set: same task, seed and batch size.
 bool same_data(const RunResult& a, const RunResult& b) {
-  auto part = [](const json& config, const char* section, const char* key) {
-    return config.contains(section) && config[section].is_object() && config[section].contains(key)
-               ? config[section][key]
-               : json(nullptr);
-  };
-  const json& ca = a.spec.config;
-  const json& cb = b.spec.config;
-  return ca.value("task", json()) == cb.value("task", json()) && part(ca, "train", "seed") == part(cb, "train", "seed") &&
-         part(ca, "train", "batch_size") == part(cb, "train", "batch_size");
+  const train::RunConfig& ca = a.spec.config;
+  const train::RunConfig& cb = b.spec.config;
+  return ca.task == cb.task && ca.train.seed == cb.train.seed && ca.train.batch_size == cb.train.batch_size;
 }
 
 }  // namespace
@@ -112,9 +104,7 @@ std::string variant_kind(const ComparePlan& plan, const std::string& label) {
   if (find_variant(label)) return label;
   std::set<std::string> kinds;
   for (const RunSpec& r : plan.runs)
-    if (r.variant == label && r.config.contains("model") && r.config["model"].is_object())
-      kinds.insert(variant_of(r.config["model"].value("norm", ""), r.config["model"].value("placement", ""),
-                                  r.config["model"].value("residual", "plain")));
+    if (r.variant == label) kinds.insert(variant_of(r.config.model));
   return kinds.size() == 1 ? *kinds.begin() : "";
 }
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <set>
+#include <stdexcept>
 #include <type_traits>
 
 #include "normlab/data/task.hpp"
@@ -159,9 +160,10 @@ Range closed_open(double lo, double hi) { return {lo, hi, false, true}; }
 void add_model_fields(std::vector<Field>& f) {
   using R = RunConfig;
   f.push_back(make_field("model", &R::model, "d_model", &ModelConfig::d_model, Kind::integer, closed(1, 4096)));
-  f.push_back(make_field("model", &R::model, "heads", &ModelConfig::heads, Kind::integer, closed(1, 64)));
-  f.push_back(make_field("model", &R::model, "layers", &ModelConfig::layers, Kind::integer, closed(1, 64)));
-  f.push_back(make_field("model", &R::model, "ffn", &ModelConfig::ffn, Kind::integer, closed(1, 16384)));
+  f.push_back(make_field("model", &R::model, "heads", &ModelConfig::num_heads, Kind::integer, closed(1, 64)));
+  f.push_back(make_field("model", &R::model, "layers", &ModelConfig::num_layers, Kind::integer, closed(1, 64)));
+  f.push_back(
+      make_field("model", &R::model, "ffn", &ModelConfig::dim_feedforward, Kind::integer, closed(1, 16384)));
   f.push_back(make_field("model", &R::model, "dropout", &ModelConfig::dropout, Kind::number, closed_open(0, 1)));
   f.push_back(make_field("model", &R::model, "activation", &ModelConfig::activation, Kind::choice, {},
                          {"relu", "gelu"}));
@@ -606,8 +608,8 @@ void check_config(const RunConfig& config, const std::string& where) {
   auto fail = [&](const std::string& key, const std::string& what) {
     throw InputError(fmt::format("{}: {}: {}", where, key, what));
   };
-  if (m.d_model % m.heads != 0) {
-    fail("model.d_model", fmt::format("must be divisible by model.heads (got {} and {})", m.d_model, m.heads));
+  if (m.d_model % m.num_heads != 0) {
+    fail("model.d_model", fmt::format("must be divisible by model.heads (got {} and {})", m.d_model, m.num_heads));
   }
   if (config.train.early_stopping_patience > 0 && config.train.eval_every == 0) {
     fail("train.early_stopping_patience", "counts evaluations: needs train.eval_every > 0");
@@ -672,6 +674,13 @@ std::vector<std::string> config_keys() {
   std::vector<std::string> keys;
   for (const Field& field : fields()) keys.push_back(field.path());
   return keys;
+}
+
+json config_value(const RunConfig& config, const std::string& key) {
+  const size_t dot = key.find('.');
+  const Field* field = dot == std::string::npos ? nullptr : find_field(key.substr(0, dot), key.substr(dot + 1));
+  if (!field) throw std::invalid_argument(fmt::format("config_value: {} is not a config key", key));
+  return field->get(config);
 }
 
 const std::vector<std::string>& resume_mutable_keys() {

@@ -113,7 +113,8 @@ std::string MemoryEstimate::describe() const {
 MemoryEstimate estimate_memory(const RunConfig& config) {
   const ModelConfig& m = config.model;
   const TaskConfig& t = config.task;
-  const double d = double(m.d_model), ffn = double(m.ffn), layers = double(m.layers), heads = double(m.heads);
+  const double d = double(m.d_model), ffn = double(m.dim_feedforward), layers = double(m.num_layers),
+               heads = double(m.num_heads);
   const double batch = double(config.train.batch_size);
 
   // Vocabulary and classes: the task's own counts where the config does not set them (mlm_text:

@@ -83,9 +83,9 @@ nn::ModelOptions build_model_options(const RunConfig& config, const data::Task& 
   const ModelConfig& m = config.model;
   nn::ModelOptions options;
   options.encoder.d_model = m.d_model;
-  options.encoder.num_heads = m.heads;
-  options.encoder.num_layers = m.layers;
-  options.encoder.dim_feedforward = m.ffn;
+  options.encoder.num_heads = m.num_heads;
+  options.encoder.num_layers = m.num_layers;
+  options.encoder.dim_feedforward = m.dim_feedforward;
   options.encoder.dropout = static_cast<float>(m.dropout);
   options.encoder.activation = parse_activation(m.activation);
   options.encoder.norm = m.norm;

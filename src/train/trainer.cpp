@@ -195,7 +195,7 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
                        .stop_request = io::stop_signal(stop_flag_)};
   // The figures the ranks add up beside the gradients: the z-loss, and the diagnostics' sums.
   const bool z_loss = config_.optim.z_loss > 0;
-  StepFigures figures(config_.model.layers, config_.model.heads, ranks_->size(), diagnostics);
+  StepFigures figures(config_.model.num_layers, config_.model.num_heads, ranks_->size(), diagnostics);
   if (batch.batch_size() > 0) {  // an empty share still joins the reduction below
     nn::Diagnostics diag;
     // The masks one process draws for these sequences of the global batch.
@@ -242,7 +242,7 @@ void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics) {
   std::vector<std::vector<float>> before;  // each block's weights before the update, for update_ratio
   if (diagnostics) {
     clock_.charge(RunPart::steps);
-    record.layer_grad_norms = nn::per_layer_grad_norms(*model_, config_.model.layers);
+    record.layer_grad_norms = nn::per_layer_grad_norms(*model_, config_.model.num_layers);
     before = nn::block_parameter_values(*model_);
     clock_.charge(RunPart::diagnostics);
   }
@@ -255,7 +255,7 @@ void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics) {
   optimizer_->step(lr);
   if (diagnostics) {
     clock_.charge(RunPart::steps);
-    record.update_ratio = nn::per_layer_update_ratios(*model_, config_.model.layers, before);
+    record.update_ratio = nn::per_layer_update_ratios(*model_, config_.model.num_layers, before);
     clock_.charge(RunPart::diagnostics);
   }
   ++step_;

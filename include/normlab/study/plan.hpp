@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "normlab/nn/variants.hpp"
+#include "normlab/train/config.hpp"
 
 namespace normlab::study {
 
@@ -27,6 +28,8 @@ using nn::find_variant;
 using nn::known_variants;
 using nn::Variant;
 using nn::variant_of;
+// The variant a model config trains (its model.norm, model.placement and model.residual).
+std::string variant_of(const train::ModelConfig& model);
 
 struct RunSpec {
   std::string name;     // directory name, e.g. "pre-ln_lr0.001_L4_warmup_s0"
@@ -37,8 +40,12 @@ struct RunSpec {
   uint64_t seed = 0;
   std::vector<std::pair<std::string, std::string>> extra;  // other grid axes: key, value as in the name
   std::string setting;  // every axis but variant, lr and seed, e.g. "4 layers, no warmup, train.batch_size=4"
-  nlohmann::json config;  // the full run config
-  std::string dir;        // the run directory
+  train::RunConfig config;  // the run's config, parsed and validated once: what study and serve read
+  // A compare plan's run as compare writes it to configs/NAME.json and trains it: the base file's
+  // keys with the axes' values (the trainer fills in the defaults); null in a plan read back from
+  // run directories.
+  nlohmann::json config_file;
+  std::string dir;  // the run directory
 };
 
 // The margins within which a difference counts as none (compare config key "equivalence"): held-out
@@ -78,7 +85,7 @@ struct ComparePlan {
   std::string source;  // the compare config's path (or the run directories), for messages
   std::string title = "normlab compare report";
   EquivalenceMargins equivalence;
-  nlohmann::json base;  // base run config after "set" (for `report`: the first run's config)
+  train::RunConfig base;  // base run config after "set" (for `report`: the first run's config)
   std::vector<std::string> variants;
   std::vector<double> lrs;
   std::vector<uint64_t> seeds;

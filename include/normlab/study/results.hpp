@@ -113,6 +113,6 @@ RunResult read_run(const RunSpec& spec, const std::string& run_dir);
 
 // The loss of guessing uniformly: ln(number of classes) of the config's built-in task; NaN when
 // unknown (data-defined classes; the evaluation records carry them then).
-double chance_loss(const nlohmann::json& run_config);
+double chance_loss(const train::RunConfig& config);
 
 }  // namespace normlab::study

@@ -32,11 +32,14 @@
 
 namespace normlab::train {
 
+// Members carry PyTorch's names (nn.TransformerEncoderLayer, nn.MultiheadAttention), the same as
+// nn::EncoderOptions', so a setting keeps one name from here down to the model; the JSON key users
+// type stays short where it differs (in comments: "key").
 struct ModelConfig {
   int64_t d_model = 64;
-  int64_t heads = 4;
-  int64_t layers = 2;
-  int64_t ffn = 256;
+  int64_t num_heads = 4;                  // "heads"
+  int64_t num_layers = 2;                 // "layers"
+  int64_t dim_feedforward = 256;          // "ffn"
   double dropout = 0.0;
   std::string activation = "relu";        // relu | gelu
   nn::NormKind norm = "layernorm";        // a registry entry (nn/norm_registry.hpp): `normlab help norms`;
@@ -175,6 +178,11 @@ nlohmann::json to_json(const RunConfig& config);
 
 // "section.key" for every key, in documentation order (docs/config.md documents each one).
 std::vector<std::string> config_keys();
+
+// One key's value as to_json writes it, e.g. config_value(c, "train.batch_size") == 32: for code that
+// goes over keys (which keys differ between runs, a grid's config-key axes); code that wants one
+// setting reads the member. `key` is one of config_keys(); another is a bug (std::invalid_argument).
+nlohmann::json config_value(const RunConfig& config, const std::string& key);
 
 // Keys a resumed run may change: how long to train and how often to report. Everything else would
 // make the checkpoint describe a different run.
