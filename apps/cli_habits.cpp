@@ -161,16 +161,20 @@ std::string man_page(const CLI::App& app, const std::string& version) {
     for (const CLI::App* nested : subcommands(*sub))
       describe(*nested, "normlab " + sub->get_name() + " " + nested->get_name());
   }
-  page += ".SS normlab help [norms [\\-\\-json] | man]\nThe commands; the normalizations model.norm accepts; this page.\n"
-          ".SS normlab version, normlab \\-V, normlab \\-\\-version\nThe version and the kernel path this CPU runs.\n";
-  page += ".SH EXIT STATUS\n.TP\n0\nsuccess\n.TP\n2\nbad input: one line on standard error names the file and key, "
-          "line or tensor\n.TP\n3\ntraining diverged (a result, recorded in the run directory)\n.TP\n130, 143\nstopped by "
-          "SIGINT / SIGTERM after finishing the step and writing a checkpoint; \\-\\-resume continues\n";
-  page += ".SH ENVIRONMENT\n.TP\nNORMLAB_ISA\nreference, generic, avx2 or avx512: the kernel path (the fast paths give "
-          "the same bits)\n.TP\nOMP_NUM_THREADS\nthreads when \\-\\-threads is not given\n";
-  page += ".SH FILES\nA run directory holds config.json, metrics.jsonl, checkpoint.safetensors, summary.json, "
-          "vocab.json and data.json (/usr/share/doc/normlab/run\\-directory.md).\n.SH SEE ALSO\n"
-          "/usr/share/doc/normlab/README.md, /usr/share/doc/normlab/config.md, /usr/share/doc/normlab/compare.md\n";
+  page +=
+      ".SS normlab help [norms [\\-\\-json] | man]\nThe commands; the normalizations model.norm accepts; this page.\n"
+      ".SS normlab version, normlab \\-V, normlab \\-\\-version\nThe version and the kernel path this CPU runs.\n";
+  page +=
+      ".SH EXIT STATUS\n.TP\n0\nsuccess\n.TP\n2\nbad input: one line on standard error names the file and key, "
+      "line or tensor\n.TP\n3\ntraining diverged (a result, recorded in the run directory)\n.TP\n130, 143\nstopped by "
+      "SIGINT / SIGTERM after finishing the step and writing a checkpoint; \\-\\-resume continues\n";
+  page +=
+      ".SH ENVIRONMENT\n.TP\nNORMLAB_ISA\nreference, generic, avx2 or avx512: the kernel path (the fast paths give "
+      "the same bits)\n.TP\nOMP_NUM_THREADS\nthreads when \\-\\-threads is not given\n";
+  page +=
+      ".SH FILES\nA run directory holds config.json, metrics.jsonl, checkpoint.safetensors, summary.json, "
+      "vocab.json and data.json (/usr/share/doc/normlab/run\\-directory.md).\n.SH SEE ALSO\n"
+      "/usr/share/doc/normlab/README.md, /usr/share/doc/normlab/config.md, /usr/share/doc/normlab/compare.md\n";
   return page;
 }
 

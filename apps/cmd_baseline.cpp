@@ -33,16 +33,18 @@ void run(const BaselineCliOptions& options) {
     throw InputError(fmt::format("--l2: must be between 0 and 1000 (got {})", options.fit.l2));
   const train::RunConfig config = train::load_config(options.config, options.overrides);
   if (config.task.name != data::TaskKind::sequence_classification)
-    throw InputError(fmt::format("{}: task.name: the baseline is a bag-of-words sequence classifier, for "
-                                 "task.name sequence_classification (this config's task is {})",
-                                 options.config, data::to_string(config.task.name)));
+    throw InputError(
+        fmt::format("{}: task.name: the baseline is a bag-of-words sequence classifier, for "
+                    "task.name sequence_classification (this config's task is {})",
+                    options.config, data::to_string(config.task.name)));
   const data::Task task = train::build_task(config);
   train::FileUse train_use, valid_use;
   const data::Dataset training = *train::load_train_set(config, task, nullptr, &train_use);
   const data::Dataset valid = options.data.empty() ? train::load_valid_set(config, task, nullptr, &valid_use)
                                                    : train::load_eval_file(options.data, config, task, &valid_use);
   const std::string scored = options.data.empty() ? "held-out" : options.data;
-  const train::BaselineModel model = train::fit_baseline(training, task.input_vocab_size(), task.num_classes(), options.fit);
+  const train::BaselineModel model =
+      train::fit_baseline(training, task.input_vocab_size(), task.num_classes(), options.fit);
   const train::BaselineScore score = train::score_baseline(model, valid);
   std::vector<std::string> labels;
   for (int32_t k = 0; k < task.num_classes(); ++k) labels.push_back(task.output_vocab.token(k));
@@ -71,10 +73,11 @@ void run(const BaselineCliOptions& options) {
              options.fit.l2, options.fit.iterations, train::task_title(config));
   fmt::print("training: {} examples ({}), {} unigrams + {} bigrams\n", training.size(), train_use.describe(),
              task.input_vocab_size(), model.bag.num_bigrams());
-  fmt::print("{}: {} examples ({}): accuracy {:.4f} [{:.4f}, {:.4f}], macro-F1 {:.4f} [{:.4f}, {:.4f}], "
-             "loss {:.4f}\n",
-             scored, score.examples, valid_use.describe(), score.accuracy, score.accuracy_low, score.accuracy_high,
-             score.macro_f1, score.macro_f1_low, score.macro_f1_high, score.loss);
+  fmt::print(
+      "{}: {} examples ({}): accuracy {:.4f} [{:.4f}, {:.4f}], macro-F1 {:.4f} [{:.4f}, {:.4f}], "
+      "loss {:.4f}\n",
+      scored, score.examples, valid_use.describe(), score.accuracy, score.accuracy_low, score.accuracy_high,
+      score.macro_f1, score.macro_f1_low, score.macro_f1_high, score.loss);
   fmt::print("(95% intervals: Wilson for accuracy, bootstrap over examples for macro-F1)\n\nper class:\n{}",
              train::describe_class_metrics(score.confusion, labels));
 }

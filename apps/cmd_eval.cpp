@@ -39,10 +39,11 @@ void refuse_compare_dir(const std::string& dir, const char* verb) {
   for (size_t i = 0; i < runs.size() && i < 8; ++i)
     names += (i ? ", " : "") + std::filesystem::path(runs[i]).filename().string();
   if (runs.size() > 8) names += fmt::format(", ... ({} in all)", runs.size());
-  throw InputError(fmt::format("{}: is a compare output directory, not a run; its runs are in {}/runs/: {}. Give one, "
-                               "e.g. normlab {} --run {}/runs/{} (or draw them all: normlab report {} --out DIR)",
-                               dir, dir, names.empty() ? "(none yet)" : names, verb, dir,
-                               runs.empty() ? "NAME" : std::filesystem::path(runs[0]).filename().string(), dir));
+  throw InputError(
+      fmt::format("{}: is a compare output directory, not a run; its runs are in {}/runs/: {}. Give one, "
+                  "e.g. normlab {} --run {}/runs/{} (or draw them all: normlab report {} --out DIR)",
+                  dir, dir, names.empty() ? "(none yet)" : names, verb, dir,
+                  runs.empty() ? "NAME" : std::filesystem::path(runs[0]).filename().string(), dir));
 }
 
 void add_checkpoint_option(CLI::App& cmd, std::string& choice) {
@@ -81,7 +82,8 @@ void print_score_rows(const train::HeldOutScore& model, const std::optional<trai
 // Without length buckets (own data's default): the held-out figures, the per-class table and the
 // confusion matrix, and the baseline row.
 void print_held_out(const train::EvalMetrics& m, const train::HeldOutScore& model_score,
-                    const std::optional<train::BaselineScore>& baseline, const train::LoadedRun& loaded, bool own_data) {
+                    const std::optional<train::BaselineScore>& baseline, const train::LoadedRun& loaded,
+                    bool own_data) {
   fmt::print("{} examples, {}\n", m.sequences, train::describe_groups(m));
   if (!m.confusion.empty())
     fmt::print("\nper class:\n{}", io::escape_control_lines(train::describe_class_metrics(m.confusion, m.labels)));
@@ -165,7 +167,8 @@ void run(const EvalOptions& options) {
   fmt::print("{}\n", train::describe_groups(m));
   // Accuracy alone hides errors gathered in a few classes (a tagger that ignores context).
   if (!m.confusion.empty()) {
-    fmt::print("\nper class, all lengths:\n{}", io::escape_control_lines(train::describe_class_metrics(m.confusion, m.labels)));
+    fmt::print("\nper class, all lengths:\n{}",
+               io::escape_control_lines(train::describe_class_metrics(m.confusion, m.labels)));
     auto group_f1 = [](const char* name, const train::GroupMetrics& g) {
       return g.confusion.empty() ? std::string()
                                  : fmt::format("{} lengths macro-F1 {:.4f}", name, train::macro_f1(g.confusion));
@@ -179,7 +182,9 @@ void run(const EvalOptions& options) {
 
 void add_eval(CLI::App& app) {
   auto options = std::make_shared<EvalOptions>();
-  CLI::App* cmd = app.add_subcommand("eval", "Evaluate a trained run: loss, accuracy and macro-F1 (per length bucket when asked), per-class metrics, the confusion matrix, and for own data the baseline");
+  CLI::App* cmd = app.add_subcommand("eval",
+                                     "Evaluate a trained run: loss, accuracy and macro-F1 (per length bucket when "
+                                     "asked), per-class metrics, the confusion matrix, and for own data the baseline");
   cmd->add_option("--run", options->run_dir, "Run directory (holds checkpoint.safetensors)")->required();
   cmd->add_option("--data", options->data, "JSONL file to evaluate (default: the run's validation set)");
   cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");

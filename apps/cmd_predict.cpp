@@ -1,5 +1,6 @@
 // normlab predict --run DIR --input "..." [--json]
-// normlab predict --run DIR --data FILE|- | --lines FILE|- [--out FILE] [--format json|csv] [--batch-size N] [--threads N]
+// normlab predict --run DIR --data FILE|- | --lines FILE|- [--out FILE] [--format json|csv] [--batch-size N] [--threads
+// N]
 #include <fmt/core.h>
 #include <unistd.h>
 
@@ -35,10 +36,10 @@ struct PredictOptions {
   std::string input;
   std::string data;   // a file in the task's format (CSV/TSV/JSONL); "-": standard input
   std::string lines;  // a file of raw inputs, one a line; "-": standard input
-  std::string out;   // "": standard output
+  std::string out;    // "": standard output
   std::string format = "json";
   int64_t batch_size = 256;
-  int threads = 0;   // 0: as OMP_NUM_THREADS / all cores
+  int threads = 0;  // 0: as OMP_NUM_THREADS / all cores
   bool json = false;
   std::string checkpoint;  // "", "best" or "last"
 };
@@ -89,7 +90,8 @@ nlohmann::ordered_json prediction_json(const train::LinePrediction& p, const dat
     }
   }
   out["probabilities"] = std::move(all);
-  if (expected) out["expected"] = per_sequence ? nlohmann::ordered_json(expected->front()) : nlohmann::ordered_json(*expected);
+  if (expected)
+    out["expected"] = per_sequence ? nlohmann::ordered_json(expected->front()) : nlohmann::ordered_json(*expected);
   return out;
 }
 
@@ -125,7 +127,8 @@ std::string prediction_csv(const train::LinePrediction& p, const data::Task& tas
                            joined(probabilities)});
     for (size_t k = 0; k < K; ++k) {
       std::vector<std::string> column;
-      for (size_t r = 0; r < p.predicted.size(); ++r) column.push_back(fmt::format("{:.4f}", p.distribution[r * K + k]));
+      for (size_t r = 0; r < p.predicted.size(); ++r)
+        column.push_back(fmt::format("{:.4f}", p.distribution[r * K + k]));
       row.push_back(joined(column));
     }
   } else {
@@ -160,25 +163,28 @@ void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
   // Say when the answer is one the model was never trained to give.
   std::vector<std::string> warnings;
   if (replaced > 0)
-    warnings.push_back(fmt::format("--input: {} invalid UTF-8 sequence{} read as U+FFFD", replaced,
-                                   replaced == 1 ? "" : "s"));
+    warnings.push_back(
+        fmt::format("--input: {} invalid UTF-8 sequence{} read as U+FFFD", replaced, replaced == 1 ? "" : "s"));
   if (loaded.train_max_len > 0 && int64_t(p.tokens.size()) > int64_t(loaded.train_max_len))
-    warnings.push_back(fmt::format("the input has {} tokens, longer than any training sequence ({}): the model has "
-                                   "never seen this length",
-                                   p.tokens.size(), loaded.train_max_len));
+    warnings.push_back(
+        fmt::format("the input has {} tokens, longer than any training sequence ({}): the model has "
+                    "never seen this length",
+                    p.tokens.size(), loaded.train_max_len));
   int64_t masks = 0;
   if (task.is_masked_lm()) {
     const int32_t mask = task.input_vocab.id("[MASK]");
     for (int32_t t : p.tokens) masks += t == mask;
     if (masks == 0)
-      warnings.push_back("the input has no [MASK]: nothing to fill in (mark each blank with [MASK], e.g. \"In the "
-                         "beginning God cr[MASK]ated\")");
+      warnings.push_back(
+          "the input has no [MASK]: nothing to fill in (mark each blank with [MASK], e.g. \"In the "
+          "beginning God cr[MASK]ated\")");
   }
   for (const std::string& w : warnings) fmt::print(stderr, "normlab: warning: {}\n", io::escape_control(w));
 
   if (options.json || options.format == "csv") {
     if (options.format == "csv") {
-      fmt::print("{}{}\n", csv_header(task, expected.has_value()), prediction_csv(p, task, expected, expected.has_value()));
+      fmt::print("{}{}\n", csv_header(task, expected.has_value()),
+                 prediction_csv(p, task, expected, expected.has_value()));
       return;
     }
     nlohmann::ordered_json out = {{"task", train::task_title(loaded.config)}};
@@ -191,8 +197,9 @@ void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
   fmt::print("input:     {}\n", io::escape_control(input));
   if (task.is_data_defined()) {
     fmt::print("read as:   {}{}\n", task.decode_input(p.tokens),
-               p.unknown ? fmt::format("  ({} word{} not in the training vocabulary)", p.unknown, p.unknown == 1 ? "" : "s")
-                         : "");
+               p.unknown
+                   ? fmt::format("  ({} word{} not in the training vocabulary)", p.unknown, p.unknown == 1 ? "" : "s")
+                   : "");
   }
   if (per_sequence) {
     fmt::print("label:     {}  (p = {:.3f})\n", task.output_vocab.token(p.predicted[0]), p.probability[0]);
@@ -224,18 +231,19 @@ void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
   fmt::print("predicted: {}\n", task.decode_targets(p.predicted));
   if (expected) {
     int64_t correct = 0;
-    for (size_t i = 0; i < p.predicted.size(); ++i) correct += task.output_vocab.token(p.predicted[i]) == (*expected)[i];
+    for (size_t i = 0; i < p.predicted.size(); ++i)
+      correct += task.output_vocab.token(p.predicted[i]) == (*expected)[i];
     fmt::print("expected:  {}  ({}/{} correct)\n", joined(*expected), correct, p.predicted.size());
   }
 }
-
 
 // The text of --data: a file, or standard input (-). Standard input is bounded by the same limit as
 // a file, the run's task.max_file_mb: it is read in chunks and refused once it passes the limit,
 // before anything is predicted.
 std::string read_source(const std::string& source, const train::LoadedRun& loaded) {
   const size_t limit = size_t(loaded.task.file.max_file_bytes);
-  std::string contents = source == "-" ? io::read_stream(STDIN_FILENO, limit, "standard input") : io::read_file(source, limit);
+  std::string contents =
+      source == "-" ? io::read_stream(STDIN_FILENO, limit, "standard input") : io::read_file(source, limit);
   if (contents.empty()) throw InputError(fmt::format("{}: no input lines", source == "-" ? "standard input" : source));
   return contents;
 }
@@ -280,8 +288,8 @@ void write_predictions(train::LoadedRun& loaded, const PredictOptions& options, 
       // The file's labels against the answers: per sequence one, per token one a word (none: "_" or empty).
       const std::vector<std::string>& labels = *expected[i];
       if (labels.size() != p.predicted.size())
-        throw InputError(fmt::format("{}: {} labels for {} words as the run reads the text (one tag per word)", where[i],
-                                     labels.size(), p.predicted.size()));
+        throw InputError(fmt::format("{}: {} labels for {} words as the run reads the text (one tag per word)",
+                                     where[i], labels.size(), p.predicted.size()));
       for (size_t t = 0; t < labels.size(); ++t) {
         if (labels[t].empty()) continue;
         const std::optional<int32_t> id = task.output_vocab.find(labels[t]);
@@ -322,9 +330,10 @@ void run_file(const PredictOptions& options, train::LoadedRun& loaded) {
     const std::string extension = std::filesystem::path(source).extension().string();
     if (extension != ".csv" && extension != ".tsv" && extension != ".jsonl" && extension != ".json" &&
         extension != ".conll" && extension != ".conllu")
-      throw InputError(fmt::format("{}: --data reads the task's own format (CSV or TSV with a header, JSONL, CoNLL: "
-                                   "by extension), and \"{}\" is none of them; for one raw input a line use --lines {}",
-                                   source, extension, source));
+      throw InputError(
+          fmt::format("{}: --data reads the task's own format (CSV or TSV with a header, JSONL, CoNLL: "
+                      "by extension), and \"{}\" is none of them; for one raw input a line use --lines {}",
+                      source, extension, source));
   }
   const bool csv = options.format == "csv";
   // Predicted and written a group of batches at a time: memory holds the input and one group's
@@ -395,7 +404,9 @@ void run_file(const PredictOptions& options, train::LoadedRun& loaded) {
                             : fmt::format(" by the last checkpoint (checkpoint.safetensors, step {})", loaded.step),
              tally.failed ? fmt::format(", {} could not be read (their \"error\")", tally.failed) : "",
              tally.unknown ? fmt::format(", {} words not in the training vocabulary read as [UNK]", tally.unknown) : "",
-             tally.longer ? fmt::format(", {} inputs longer than any training sequence ({})", tally.longer, loaded.train_max_len) : "",
+             tally.longer
+                 ? fmt::format(", {} inputs longer than any training sequence ({})", tally.longer, loaded.train_max_len)
+                 : "",
              options.out.empty() ? "" : fmt::format("; written to {}", options.out));
   if (tally.labelled > 0 && !tally.confusion.empty()) {
     const train::HeldOutScore score = train::held_out_score(tally.confusion);
@@ -411,9 +422,10 @@ void run_file(const PredictOptions& options, train::LoadedRun& loaded) {
 void run(const PredictOptions& options) {
   refuse_compare_dir(options.run_dir, "predict");
   if (int(!options.input.empty()) + int(!options.data.empty()) + int(!options.lines.empty()) != 1)
-    throw InputError("predict: give one of --input \"...\" (one sequence), --data FILE (a file in the task's own "
-                     "format: CSV/TSV with a header or JSONL, read through task.text_field) or --lines FILE (one raw "
-                     "input a line); - reads standard input");
+    throw InputError(
+        "predict: give one of --input \"...\" (one sequence), --data FILE (a file in the task's own "
+        "format: CSV/TSV with a header or JSONL, read through task.text_field) or --lines FILE (one raw "
+        "input a line); - reads standard input");
   if (options.threads < 0 || options.threads > 1024)
     throw InputError(fmt::format("--threads: must be between 0 and 1024 (got {})", options.threads));
   if (options.threads > 0) set_num_threads(options.threads);
@@ -438,9 +450,12 @@ void add_predict(CLI::App& app) {
                   "the text field is the input, labels when present are scored; one JSON object (or CSV row) per "
                   "record out");
   cmd->add_option("--lines", options->lines, "A file of raw inputs, one a line (- reads standard input)");
-  cmd->add_option("--out", options->out, "With --data or --lines: write the predictions to this file (default: standard output)");
-  cmd->add_option("--format", options->format, "json (one object a line, default) or csv (a header row, one p_CLASS column per class)");
-  cmd->add_option("--batch-size", options->batch_size, "With --data or --lines: sequences per forward pass (default 256)");
+  cmd->add_option("--out", options->out,
+                  "With --data or --lines: write the predictions to this file (default: standard output)");
+  cmd->add_option("--format", options->format,
+                  "json (one object a line, default) or csv (a header row, one p_CLASS column per class)");
+  cmd->add_option("--batch-size", options->batch_size,
+                  "With --data or --lines: sequences per forward pass (default 256)");
   cmd->add_option("--threads", options->threads, "Threads (default: OMP_NUM_THREADS or all cores)");
   cmd->add_flag("--json", options->json, "With --input: print one JSON object");
   add_checkpoint_option(*cmd, options->checkpoint);

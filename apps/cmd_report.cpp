@@ -54,7 +54,8 @@ void run(const ReportOptions& options) {
 void add_report(CLI::App& app) {
   auto options = std::make_shared<ReportOptions>();
   CLI::App* cmd = app.add_subcommand("report", "Write the comparison report for any run directories");
-  cmd->add_option("run_dirs", options->run_dirs, "Run directories, folders of run directories, or compare output directories (their runs/)")
+  cmd->add_option("run_dirs", options->run_dirs,
+                  "Run directories, folders of run directories, or compare output directories (their runs/)")
       ->required();
   cmd->add_option("--out", options->out, "Output directory: report.html, report.md, runs.csv, summary.json")
       ->required();

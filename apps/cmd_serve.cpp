@@ -39,9 +39,10 @@ void run(const ServeOptions& options) {
   const std::string host = options.bind.find(':') != std::string::npos ? "[" + options.bind + "]" : options.bind;
   fmt::print("serve: http://{}:{}/ shows {} (read-only; Ctrl-C stops)\n", host, port, options.dir);
   if (live.waiting())
-    fmt::print("serve: {} does not exist yet: waiting for it (start the study with `normlab compare --config FILE "
-               "--out {}`)\n",
-               options.dir, options.dir);
+    fmt::print(
+        "serve: {} does not exist yet: waiting for it (start the study with `normlab compare --config FILE "
+        "--out {}`)\n",
+        options.dir, options.dir);
   if (!is_loopback(options.bind))
     fmt::print(stderr, "serve: note: listening on {}: anyone who can reach this address can read the runs\n",
                options.bind);

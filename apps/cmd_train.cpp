@@ -68,7 +68,8 @@ class ConsoleLogger : public train::SessionLogger {
     const double elapsed = std::chrono::duration<double>(now - session_start_).count();
     const int64_t done = record.step - *first_step_ + 1;
     const double eta = elapsed / double(done) * double(total_steps - record.step);
-    const std::string loss = record.diverged && !std::isfinite(record.loss) ? "nan" : fmt::format("{:.4f}", record.loss);
+    const std::string loss =
+        record.diverged && !std::isfinite(record.loss) ? "nan" : fmt::format("{:.4f}", record.loss);
     if (terminal_) {
       const bool last = record.step == total_steps || record.diverged;
       if (!last && now - last_draw_ < std::chrono::milliseconds(100)) return;
@@ -132,9 +133,8 @@ void print_result(const train::SessionResult& result) {
       return;
     case SessionOutcome::interrupted:
       fmt::print(stderr, "normlab: {} after step {} of {}; checkpoint written to {}; continue with: {}\n",
-                 summary.stop_request == SIGTERM
-                     ? fmt::format("terminated ({})", train::stop_signal_name(SIGTERM))
-                     : "interrupted (SIGINT)",
+                 summary.stop_request == SIGTERM ? fmt::format("terminated ({})", train::stop_signal_name(SIGTERM))
+                                                 : "interrupted (SIGINT)",
                  summary.steps, summary.planned_steps, train::RunPaths(dir).checkpoint,
                  train::resume_command(dir, result.ranks));
       return;
@@ -142,8 +142,7 @@ void print_result(const train::SessionResult& result) {
       fmt::print(stderr, "normlab: training diverged at step {} (non-finite loss or gradient norm); see {}\n",
                  summary.diverged_at_step.value_or(0), train::RunPaths(dir).metrics);
       return;
-    case SessionOutcome::finished:
-      break;
+    case SessionOutcome::finished: break;
   }
   fmt::print("trained {} steps in {}", summary.steps, format_duration(summary.wall_time_s));
   if (summary.final_valid) fmt::print(": valid {}", train::describe_groups(*summary.final_valid));
@@ -156,7 +155,7 @@ void print_result(const train::SessionResult& result) {
 
 void run(const TrainOptions& options) {
   io::install_stop_signals({.sigusr1 = true, .second_stops_at_once = true, .announcement = kStopAnnouncement});
-  dist::Communicator& comm = dist::world();  // data-parallel: the ranks of this launch (1 otherwise)
+  dist::Communicator& comm = dist::world();                  // data-parallel: the ranks of this launch (1 otherwise)
   if (comm.rank() != 0) io::set_stop_announcement(nullptr);  // data-parallel: rank 0 speaks
 
   train::SessionOptions session;
@@ -193,9 +192,9 @@ void add_train(CLI::App& app) {
   cmd->add_option("--set", options->overrides, "Override a config key: --set optim.lr=0.0003 (repeatable)");
   cmd->add_option("--threads", options->threads, "Threads (overrides train.threads; 0: all cores)")
       ->check(CLI::Range(0, 1024));
-  CLI::Option* resume = cmd->add_option("--resume", options->resume_dir,
-                                        "Continue the run in DIR (or in --out) from its checkpoint")
-                            ->expected(0, 1);
+  CLI::Option* resume =
+      cmd->add_option("--resume", options->resume_dir, "Continue the run in DIR (or in --out) from its checkpoint")
+          ->expected(0, 1);
   cmd->add_flag("--accept-changed-data", options->accept_changed_data,
                 "With --resume: continue although a data file's content changed since the checkpoint (refused "
                 "otherwise); the change is recorded in the run's data.json");

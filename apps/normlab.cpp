@@ -71,19 +71,21 @@ void print_norms(bool as_json) {
     fmt::print("model.norm values (docs/layernorm.md; a new one: docs/tour.md, \"Add your own normalization\"):\n");
     for (const NormEntry& entry : normlab::nn::norm_registry())
       fmt::print("  {:<10} {}\n  {:<10} {}\n", entry.spec.name, entry.spec.description, "", entry.spec.formula);
-    fmt::print("\nmodel.residual values (any model.norm and placement; a new one: docs/tour.md, \"Add your own "
-               "residual scheme\"):\n");
+    fmt::print(
+        "\nmodel.residual values (any model.norm and placement; a new one: docs/tour.md, \"Add your own "
+        "residual scheme\"):\n");
     for (const ResidualEntry& entry : normlab::nn::residual_registry())
       fmt::print("  {:<10} {}\n  {:<10} {}\n", entry.spec.name, entry.spec.description, "", entry.spec.formula);
     for (const ResidualEntry& entry : normlab::nn::residual_registry())
       if (!entry.norm_spelling.empty())
         fmt::print("model.norm \"{}\" is read as model.norm \"none\" with model.residual \"{}\"\n", entry.norm_spelling,
                    entry.spec.name);
-    fmt::print("\nmodel.qk_norm values (any model.norm and placement; eps is model.norm_eps):\n"
-               "  none       queries and keys as the in-projection gives them\n"
-               "  layernorm  LayerNorm over each head's head_dim features of q and of k (self_attn.q_norm, k_norm)\n"
-               "  rmsnorm    RMSNorm likewise (a weight each, no bias)\n"
-               "optim.z_loss: coefficient of the mean log(Z)^2 of the output added to the loss (0: off; PaLM 1e-4)\n");
+    fmt::print(
+        "\nmodel.qk_norm values (any model.norm and placement; eps is model.norm_eps):\n"
+        "  none       queries and keys as the in-projection gives them\n"
+        "  layernorm  LayerNorm over each head's head_dim features of q and of k (self_attn.q_norm, k_norm)\n"
+        "  rmsnorm    RMSNorm likewise (a weight each, no bias)\n"
+        "optim.z_loss: coefficient of the mean log(Z)^2 of the output added to the loss (0: off; PaLM 1e-4)\n");
     return;
   }
   nlohmann::json norms = nlohmann::json::array(), residuals = nlohmann::json::array();
@@ -129,21 +131,22 @@ int check_verb(const CLI::App& app, int argc, char** argv) {
     if (topic == "norms") {
       const std::string flag = argc > 3 ? argv[3] : "";
       if (argc > 4 || (!flag.empty() && flag != "--json")) {
-        print_error(fmt::format("help norms: unknown argument '{}' (normlab help norms [--json])",
-                                argc > 4 ? argv[4] : flag));
+        print_error(
+            fmt::format("help norms: unknown argument '{}' (normlab help norms [--json])", argc > 4 ? argv[4] : flag));
         return 2;
       }
       print_norms(flag == "--json");
       return 0;
     }
     if (!topic.empty()) {
-      print_error(fmt::format("help: unknown topic '{}' (normlab help, normlab help norms [--json], normlab help man)",
-                              topic));
+      print_error(
+          fmt::format("help: unknown topic '{}' (normlab help, normlab help norms [--json], normlab help man)", topic));
       return 2;
     }
-    fmt::print("{}\nnormlab help norms [--json]: the normalizations model.norm (and model.qk_norm) accepts\n"
-               "normlab help man: the manual page (roff)\n",
-               app.help());
+    fmt::print(
+        "{}\nnormlab help norms [--json]: the normalizations model.norm (and model.qk_norm) accepts\n"
+        "normlab help man: the manual page (roff)\n",
+        app.help());
     return 0;
   }
   bool known = false;
@@ -165,8 +168,9 @@ int check_verb(const CLI::App& app, int argc, char** argv) {
   for (int i = 2; i < argc; ++i) help = help || std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h";
   if (verb != "train" && processes > 1 && !help) {
     if (normlab::dist::launcher_rank() == 0)
-      fmt::print(stderr, "normlab: error: {} is not data-parallel, but it was launched as one of {} processes "
-                         "(mpirun -np {}); run it once, without mpirun{}\n",
+      fmt::print(stderr,
+                 "normlab: error: {} is not data-parallel, but it was launched as one of {} processes "
+                 "(mpirun -np {}); run it once, without mpirun{}\n",
                  verb, processes, processes,
                  verb == "compare" ? "; to spread a comparison over processes or machines, run one compare per "
                                      "--shard I/K (docs/scaling.md)"

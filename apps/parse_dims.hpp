@@ -14,8 +14,8 @@ namespace normlab::cli {
 
 // `expected` describes the dimensions for the message, e.g. "three positive integers B,T,C like
 // 64,128,768". Every value must be in [1, max_value].
-inline std::vector<int64_t> parse_dims(const std::string& text, const char* option, size_t count,
-                                       const char* expected, int64_t max_value) {
+inline std::vector<int64_t> parse_dims(const std::string& text, const char* option, size_t count, const char* expected,
+                                       int64_t max_value) {
   auto bad = [&](const std::string& why) {
     return InputError(fmt::format("{}: {} (got \"{}\", expected {})", option, why, text, expected));
   };

@@ -125,8 +125,8 @@ int main(int argc, char** argv) {
   // 4. Evaluation: LayerNorm normalizes each token by its own statistics, so nothing changes
   // between training and inference (no running averages, unlike BatchNorm).
   const Score trained = evaluate(model, valid_trained), unseen = evaluate(model, valid_unseen);
-  std::printf("held-out, trained lengths %lld-%lld: loss %.4f accuracy %.4f\n", (long long)min_len,
-              (long long)max_len, trained.loss, trained.accuracy);
+  std::printf("held-out, trained lengths %lld-%lld: loss %.4f accuracy %.4f\n", (long long)min_len, (long long)max_len,
+              trained.loss, trained.accuracy);
   std::printf("held-out, unseen lengths %lld-%lld: loss %.4f accuracy %.4f\n", (long long)max_len + 1,
               (long long)unseen_max_len, unseen.loss, unseen.accuracy);
   return 0;

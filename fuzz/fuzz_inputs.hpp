@@ -8,7 +8,8 @@
 // happened. Anything else escapes and is a finding: UsageError (the CLI calls that an internal
 // error, exit 1, so user input must never cause it), a foreign exception type
 // (nlohmann::json::exception, std::bad_alloc, ...) or a PropertyViolation when an accepted input
-// breaks a round trip (parse -> write -> parse must give the same value back). Crashes, sanitizer reports and hangs are caught by the tools around it.
+// breaks a round trip (parse -> write -> parse must give the same value back). Crashes, sanitizer reports and hangs are
+// caught by the tools around it.
 //
 // Input layouts (what a file under fuzz/corpus/<target>/ holds):
 //   npy          the bytes of a .npy file
@@ -147,7 +148,8 @@ inline Outcome run_safetensors(std::string_view bytes, const Scratch& scratch) {
   }
   // The writer refuses only inconsistent records (UsageError); everything the reader returns is
   // consistent, so here any exception is a bug.
-  const std::string copy_path = scratch.write("copy.safetensors", io::serialize_safetensors(file.metadata, file.tensors));
+  const std::string copy_path =
+      scratch.write("copy.safetensors", io::serialize_safetensors(file.metadata, file.tensors));
   io::SafetensorsFile copy = io::read_safetensors(copy_path);
   require(copy.metadata == file.metadata, "safetensors round trip changed the metadata");
   require(copy.tensors.size() == file.tensors.size(), "safetensors round trip changed the tensor count");

@@ -26,9 +26,10 @@ std::vector<std::shared_ptr<TensorImpl>> topological_order(const std::shared_ptr
     auto& [impl, next] = stack.back();
     Node* node = impl->grad_fn.get();
     if (node && node->released)
-      throw UsageError(fmt::format(
-          "backward through a released graph (op '{}'): the graph is freed after backward; "
-          "run the forward pass again", node->name));
+      throw UsageError(
+          fmt::format("backward through a released graph (op '{}'): the graph is freed after backward; "
+                      "run the forward pass again",
+                      node->name));
     if (node && next < node->inputs.size()) {
       std::shared_ptr<TensorImpl> child = node->inputs[next++].impl_ptr();
       if (child && child->requires_grad && visited.insert(child.get()).second) stack.emplace_back(std::move(child), 0);
@@ -75,10 +76,11 @@ void record(Tensor& out, std::string name, std::vector<Tensor> inputs,
 void run_backward(const Tensor& root, const float* seed) {
   if (!root.defined()) throw UsageError("backward on an undefined tensor");
   if (!root.requires_grad())
-    throw UsageError("backward on a tensor that does not require grad (no parameter or input in its graph requires grad)");
+    throw UsageError(
+        "backward on a tensor that does not require grad (no parameter or input in its graph requires grad)");
   if (!seed && root.numel() != 1)
-    throw UsageError(fmt::format("backward() without a gradient needs a one-element tensor, shape is {}",
-                                 shape_str(root.shape())));
+    throw UsageError(
+        fmt::format("backward() without a gradient needs a one-element tensor, shape is {}", shape_str(root.shape())));
 
   OpTimes* const times = t_op_times;
   if (times) times->charge(times->other_s, "loss, accuracy (before backward)");

@@ -53,8 +53,8 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
       if (error > result.max_abs_error) result.max_abs_error = error;
       if (error > options.atol + options.rtol * std::abs(numeric) && result.ok) {
         result.ok = false;
-        result.worst = fmt::format("input {} element {}: analytic {:.6g} numeric {:.6g}", k, i, analytic[size_t(i)],
-                                   numeric);
+        result.worst =
+            fmt::format("input {} element {}: analytic {:.6g} numeric {:.6g}", k, i, analytic[size_t(i)], numeric);
       }
     }
   }

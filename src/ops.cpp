@@ -258,10 +258,9 @@ void check_param(const Tensor& p, const Shape& shape, const char* op, const char
 }
 
 void check_offsets(const std::vector<int64_t>& offsets, int64_t num_tokens, const char* op) {
-  require(offsets.size() >= 2 && offsets.front() == 0 && offsets.back() == num_tokens,
-          [&] {
-            return fmt::format("{}: offsets must start at 0 and end at the number of tokens ({})", op, num_tokens);
-          });
+  require(offsets.size() >= 2 && offsets.front() == 0 && offsets.back() == num_tokens, [&] {
+    return fmt::format("{}: offsets must start at 0 and end at the number of tokens ({})", op, num_tokens);
+  });
   for (size_t i = 1; i < offsets.size(); ++i)
     require(offsets[i] >= offsets[i - 1], [&] { return fmt::format("{}: offsets must be non-decreasing", op); });
 }
@@ -287,34 +286,39 @@ Tensor mul(const Tensor& a, const Tensor& b) { return binary<Mul>(a, b, "mul"); 
 Tensor div(const Tensor& a, const Tensor& b) { return binary<Div>(a, b, "div"); }
 
 Tensor add_scalar(const Tensor& a, float s) {
-  return unary(a, "add_scalar", [s](float x) { return x + s; }, [](float, float) { return 1.0f; });
+  return unary(
+      a, "add_scalar", [s](float x) { return x + s; }, [](float, float) { return 1.0f; });
 }
 Tensor mul_scalar(const Tensor& a, float s) {
-  return unary(a, "mul_scalar", [s](float x) { return x * s; }, [s](float, float) { return s; });
+  return unary(
+      a, "mul_scalar", [s](float x) { return x * s; }, [s](float, float) { return s; });
 }
 Tensor neg(const Tensor& a) {
-  return unary(a, "neg", [](float x) { return -x; }, [](float, float) { return -1.0f; });
+  return unary(
+      a, "neg", [](float x) { return -x; }, [](float, float) { return -1.0f; });
 }
 Tensor exp(const Tensor& a) {
-  return unary(a, "exp", [](float x) { return std::exp(x); }, [](float, float y) { return y; });
+  return unary(
+      a, "exp", [](float x) { return std::exp(x); }, [](float, float y) { return y; });
 }
 Tensor log(const Tensor& a) {
-  return unary(a, "log", [](float x) { return std::log(x); }, [](float x, float) { return 1.0f / x; });
+  return unary(
+      a, "log", [](float x) { return std::log(x); }, [](float x, float) { return 1.0f / x; });
 }
 Tensor tanh(const Tensor& a) {
-  return unary(a, "tanh", [](float x) { return std::tanh(x); }, [](float, float y) { return 1.0f - y * y; });
+  return unary(
+      a, "tanh", [](float x) { return std::tanh(x); }, [](float, float y) { return 1.0f - y * y; });
 }
 Tensor square(const Tensor& a) {
-  return unary(a, "square", [](float x) { return x * x; }, [](float x, float) { return 2.0f * x; });
+  return unary(
+      a, "square", [](float x) { return x * x; }, [](float x, float) { return 2.0f * x; });
 }
 
 Tensor relu(const Tensor& a) {
   Tensor out = Tensor::empty(a.shape());
   kernels::relu_forward(out.data(), a.data(), a.numel());
   if (!needs_grad({&a})) return out;
-  record(out, "relu", {a}, [a](const float* g) {
-    kernels::relu_backward(grad_ptr(a), g, a.data(), a.numel());
-  });
+  record(out, "relu", {a}, [a](const float* g) { kernels::relu_backward(grad_ptr(a), g, a.data(), a.numel()); });
   return out;
 }
 
@@ -322,9 +326,7 @@ Tensor gelu(const Tensor& a) {
   Tensor out = Tensor::empty(a.shape());
   kernels::gelu_forward(out.data(), a.data(), a.numel());
   if (!needs_grad({&a})) return out;
-  record(out, "gelu", {a}, [a](const float* g) {
-    kernels::gelu_backward(grad_ptr(a), g, a.data(), a.numel());
-  });
+  record(out, "gelu", {a}, [a](const float* g) { kernels::gelu_backward(grad_ptr(a), g, a.data(), a.numel()); });
   return out;
 }
 
@@ -351,10 +353,9 @@ Tensor mean(const Tensor& a) {
 }
 
 Tensor sum_trailing(const Tensor& a, int64_t ndims, bool keepdim) {
-  require(ndims >= 1 && ndims <= a.dim(),
-          [&] {
-            return fmt::format("sum_trailing: cannot reduce {} trailing dims of {}", ndims, shape_str(a.shape()));
-          });
+  require(ndims >= 1 && ndims <= a.dim(), [&] {
+    return fmt::format("sum_trailing: cannot reduce {} trailing dims of {}", ndims, shape_str(a.shape()));
+  });
   Shape out_shape(a.shape().begin(), a.shape().end() - ndims);
   Shape inner_shape(a.shape().end() - ndims, a.shape().end());
   if (keepdim) out_shape.insert(out_shape.end(), static_cast<size_t>(ndims), 1);
@@ -415,9 +416,8 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
   const int64_t n = a.numel();
   record(out, "reshape", {a}, [a, n](const float* g) {
     const auto [da] = grad_outs<1>({&a});
-    parallel_for(n, n > kParallelGrain, [&](int64_t begin, int64_t end) {
-      store_each(da, begin, end, [&](int64_t i) { return g[i]; });
-    });
+    parallel_for(n, n > kParallelGrain,
+                 [&](int64_t begin, int64_t end) { store_each(da, begin, end, [&](int64_t i) { return g[i]; }); });
   });
   return out;
 }
@@ -446,7 +446,8 @@ Tensor cat_columns(const std::vector<Tensor>& parts) {
   int64_t cols = 0;
   for (const Tensor& part : parts) {
     require(part.dim() == 2 && part.size(0) == rows, [&] {
-      return fmt::format("cat_columns: {} does not have the {} rows of the first matrix", shape_str(part.shape()), rows);
+      return fmt::format("cat_columns: {} does not have the {} rows of the first matrix", shape_str(part.shape()),
+                         rows);
     });
     cols += part.size(1);
   }
@@ -459,9 +460,8 @@ Tensor cat_columns(const std::vector<Tensor>& parts) {
     for (int64_t r = 0; r < rows; ++r) std::copy_n(x + r * width, width, y + r * cols + start);
     start += width;
   }
-  const bool grad = grad_enabled() && std::any_of(parts.begin(), parts.end(), [](const Tensor& part) {
-                      return part.requires_grad();
-                    });
+  const bool grad = grad_enabled() &&
+                    std::any_of(parts.begin(), parts.end(), [](const Tensor& part) { return part.requires_grad(); });
   if (!grad) return out;
   record(out, "cat_columns", parts, [parts, rows, cols](const float* g) {
     int64_t first = 0;
@@ -503,11 +503,10 @@ struct LinearSizes {
   std::vector<Tensor> inputs;  // x, weight and bias if defined: the node's inputs
 };
 LinearSizes linear_sizes(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* op) {
-  require(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
-          [&] {
-            return fmt::format("{}: input {} does not match weight {} (expected [out, {}])", op, shape_str(x.shape()),
-                               shape_str(weight.shape()), x.dim() >= 1 ? x.size(-1) : 0);
-          });
+  require(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), [&] {
+    return fmt::format("{}: input {} does not match weight {} (expected [out, {}])", op, shape_str(x.shape()),
+                       shape_str(weight.shape()), x.dim() >= 1 ? x.size(-1) : 0);
+  });
   const int64_t C = weight.size(1), OC = weight.size(0), N = C == 0 ? 0 : x.numel() / C;
   check_param(bias, {OC}, op, "bias");
   Shape out_shape = x.shape();
@@ -541,8 +540,7 @@ Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return out;
 }
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& gamma, const Tensor& beta,
-                  float eps) {
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& gamma, const Tensor& beta, float eps) {
   const int64_t cols = trailing_cols(x, normalized_shape, "layer_norm");
   check_param(gamma, normalized_shape, "layer_norm", "weight (gamma)");
   check_param(beta, normalized_shape, "layer_norm", "bias (beta)");
@@ -585,8 +583,8 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& ga
   return out;
 }
 
-Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor running_mean,
-                  Tensor running_var, bool training, float momentum, float eps, kernels::RankSum* ranks) {
+Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor running_mean, Tensor running_var,
+                  bool training, float momentum, float eps, kernels::RankSum* ranks) {
   require(x.dim() == 2,
           [&] { return fmt::format("batch_norm: expects (tokens, features), got {}", shape_str(x.shape())); });
   const int64_t N = x.size(0), C = x.size(1);
@@ -678,16 +676,15 @@ Tensor dyt(const Tensor& x, const Tensor& alpha, const Tensor& gamma, const Tens
   kernels::dyt_forward(out.data(), x.data(), alpha.data(), gamma.data(), beta.data(), N, C);
   if (!needs_grad({&x, &alpha, &gamma, &beta})) return out;
   record(out, "dyt", {x, alpha, gamma, beta}, [x, alpha, gamma, beta, N, C](const float* g) {
-    kernels::dyt_backward(grad_ptr(x), grad_ptr(alpha), grad_ptr(gamma), grad_ptr(beta), g, x.data(),
-                          alpha.data(), gamma.data(), N, C);
+    kernels::dyt_backward(grad_ptr(x), grad_ptr(alpha), grad_ptr(gamma), grad_ptr(beta), g, x.data(), alpha.data(),
+                          gamma.data(), N, C);
   });
   return out;
 }
 
 Tensor embedding(const std::vector<int32_t>& ids, const Tensor& weight) {
-  require(weight.dim() == 2, [&] {
-    return fmt::format("embedding: weight must be (vocab, dim), got {}", shape_str(weight.shape()));
-  });
+  require(weight.dim() == 2,
+          [&] { return fmt::format("embedding: weight must be (vocab, dim), got {}", shape_str(weight.shape())); });
   const int64_t N = static_cast<int64_t>(ids.size()), V = weight.size(0), C = weight.size(1);
   Tensor out = Tensor::empty({N, C});
   auto saved_ids = std::make_shared<std::vector<int32_t>>(ids);
@@ -711,8 +708,7 @@ Tensor attention(const Tensor& qkv, const std::vector<int64_t>& offsets, int64_t
   auto saved_offsets = std::make_shared<std::vector<int64_t>>(offsets);
   // The forward writes every float of its cache: not zero-filled first (Storage), so each thread's
   // first touch of its part is its own write, not a line the main thread just zeroed.
-  auto att = std::make_shared<Storage>(
-      grad ? kernels::attention_cache_size(saved_offsets->data(), B, num_heads) : 0);
+  auto att = std::make_shared<Storage>(grad ? kernels::attention_cache_size(saved_offsets->data(), B, num_heads) : 0);
   kernels::attention_forward(out.data(), grad ? att->data() : nullptr, qkv.data(), saved_offsets->data(), B, C,
                              num_heads);
   if (!grad) return out;
@@ -730,9 +726,8 @@ Tensor softmax(const Tensor& x) {
   kernels::softmax_forward(out.data(), x.data(), rows, cols);
   if (!needs_grad({&x})) return out;
   Tensor y = out.detach();
-  record(out, "softmax", {x}, [x, y, rows, cols](const float* g) {
-    kernels::softmax_backward(grad_ptr(x), g, y.data(), rows, cols);
-  });
+  record(out, "softmax", {x},
+         [x, y, rows, cols](const float* g) { kernels::softmax_backward(grad_ptr(x), g, y.data(), rows, cols); });
   return out;
 }
 
@@ -772,11 +767,10 @@ Tensor mean_pool(const Tensor& x, const std::vector<int64_t>& offsets) {
 }
 
 Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets) {
-  require(logits.dim() == 2 && logits.size(0) == static_cast<int64_t>(targets.size()),
-          [&] {
-            return fmt::format("cross_entropy: logits {} and {} targets do not match", shape_str(logits.shape()),
-                               targets.size());
-          });
+  require(logits.dim() == 2 && logits.size(0) == static_cast<int64_t>(targets.size()), [&] {
+    return fmt::format("cross_entropy: logits {} and {} targets do not match", shape_str(logits.shape()),
+                       targets.size());
+  });
   const int64_t N = logits.size(0), V = logits.size(1);
   for (int32_t t : targets)
     require(t == -1 || (t >= 0 && t < V),
@@ -849,9 +843,8 @@ Tensor dropout(const Tensor& x, const std::vector<int64_t>& offsets, float p, ui
   auto mask = std::make_shared<std::vector<float>>(static_cast<size_t>(n));
   kernels::dropout_forward(out.data(), mask->data(), x.data(), offsets.data(), B, x.size(1), p, key, first_sequence);
   if (!needs_grad({&x})) return out;
-  record(out, "dropout", {x}, [x, mask, n](const float* g) {
-    kernels::dropout_backward(grad_ptr(x), g, mask->data(), n);
-  });
+  record(out, "dropout", {x},
+         [x, mask, n](const float* g) { kernels::dropout_backward(grad_ptr(x), g, mask->data(), n); });
   return out;
 }
 

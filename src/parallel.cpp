@@ -46,7 +46,7 @@ int default_threads() {
   static const int threads = omp_get_max_threads();
   return threads;
 }
-thread_local int t_threads = 0;      // 0: the default
+thread_local int t_threads = 0;       // 0: the default
 thread_local bool t_in_part = false;  // running a part: a nested region runs serially
 thread_local bool t_is_worker = false;
 
@@ -112,8 +112,7 @@ int64_t Pool::take_parts() {
     const auto region = static_cast<uint32_t>(state >> 32);
     if (hook) hook({PoolMoment::claiming, t_is_worker, region, next, parts});
     // Succeeds only while the region read above is still open, so parts, task and context are its.
-    if (!state_.compare_exchange_weak(state, state + 1, std::memory_order_acq_rel, std::memory_order_acquire))
-      continue;
+    if (!state_.compare_exchange_weak(state, state + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
     if (hook) hook({PoolMoment::claimed, t_is_worker, region, next, parts});
     if (t_is_worker) {
       // The test hook: a worker that stops between claiming a part and running it.
@@ -207,7 +206,10 @@ bool Pool::run(int64_t parts, int threads, PartTask task, void* context) {
 
 }  // namespace
 
-void set_num_threads(int n) { t_threads = n < 1 ? 1 : n; omp_set_num_threads(t_threads); }
+void set_num_threads(int n) {
+  t_threads = n < 1 ? 1 : n;
+  omp_set_num_threads(t_threads);
+}
 int num_threads() { return t_threads > 0 ? t_threads : default_threads(); }
 
 int parallel_parts(bool wanted) {
@@ -240,7 +242,8 @@ PartCounts part_counts() { return pool().counts(); }
 std::string openmp_wait_setting() {
   std::string setting;
   for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"}) {
-    if (const char* value = std::getenv(name)) setting += (setting.empty() ? "" : ", ") + std::string(name) + "=" + value;
+    if (const char* value = std::getenv(name))
+      setting += (setting.empty() ? "" : ", ") + std::string(name) + "=" + value;
   }
   return setting.empty() ? "libgomp's default spin" : setting;
 }

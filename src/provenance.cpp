@@ -20,8 +20,6 @@ std::string cpu_model() {
   return "unknown CPU";
 }
 
-std::string kernels_in_use() {
-  return kernels::active_isa_name();
-}
+std::string kernels_in_use() { return kernels::active_isa_name(); }
 
 }  // namespace normlab

@@ -17,9 +17,9 @@ double median(std::vector<double> values) {
 
 double t_quantile_975(size_t df) {
   // t_{0.975, df} for df = 1..30 (any statistics table).
-  static constexpr std::array<double, 30> table{
-      12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-      2.120,  2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
+  static constexpr std::array<double, 30> table{12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                                                2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+                                                2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
   if (df == 0) return NAN;
   if (df <= table.size()) return table[df - 1];
   // Above 30 the quantile is close to linear in 1/df between t_30 and the normal quantile.
@@ -83,8 +83,7 @@ Interval welch_difference(const std::vector<double>& a, const std::vector<double
     out.df = double(ia.n + ib.n - 2);
     return out;
   }
-  const double df = (va + vb) * (va + vb) /
-                    (va * va / double(ia.n - 1) + vb * vb / double(ib.n - 1));
+  const double df = (va + vb) * (va + vb) / (va * va / double(ia.n - 1) + vb * vb / double(ib.n - 1));
   out.df = std::max(1.0, std::floor(df));
   const double t = t_quantile_975(size_t(out.df));
   out.low = out.mean - t * se;
@@ -104,8 +103,8 @@ double beta_continued_fraction(double a, double b, double x) {
   double h = d;
   for (int m = 1; m <= 300; ++m) {
     const double m2 = 2.0 * m;
-    for (const double coefficient : {m * (b - m) * x / ((a + m2 - 1) * (a + m2)),
-                                     -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1))}) {
+    for (const double coefficient :
+         {m * (b - m) * x / ((a + m2 - 1) * (a + m2)), -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1))}) {
       d = 1 + coefficient * d;
       if (std::abs(d) < tiny) d = tiny;
       c = 1 + coefficient / c;
@@ -122,8 +121,8 @@ double beta_continued_fraction(double a, double b, double x) {
 double incomplete_beta(double a, double b, double x, double one_minus_x) {
   if (x <= 0) return 0;
   if (one_minus_x <= 0) return 1;
-  const double front = std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) +
-                                b * std::log(one_minus_x));
+  const double front =
+      std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log(one_minus_x));
   if (x < (a + 1) / (a + b + 2)) return front * beta_continued_fraction(a, b, x) / a;
   return 1 - front * beta_continued_fraction(b, a, one_minus_x) / b;
 }

@@ -52,8 +52,7 @@ int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0) throw UsageError(fmt::format("negative dimension in shape {}", shape_str(shape)));
-    if (d != 0 && n > kMaxElements / d)
-      throw UsageError(fmt::format("shape {} is too large", shape_str(shape)));
+    if (d != 0 && n > kMaxElements / d) throw UsageError(fmt::format("shape {} is too large", shape_str(shape)));
     n *= d;
   }
   return n;

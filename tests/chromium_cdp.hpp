@@ -42,7 +42,8 @@ class Chromium {
       const std::string profile = "--user-data-dir=" + profile_dir;
       const std::string size = "--window-size=" + std::to_string(width) + "," + std::to_string(height);
       // Debian's /usr/bin/chromium is a shell wrapper; the browser itself keeps fds 3 and 4 for sure.
-      const char* binary = ::access("/usr/lib/chromium/chromium", X_OK) == 0 ? "/usr/lib/chromium/chromium" : "chromium";
+      const char* binary =
+          ::access("/usr/lib/chromium/chromium", X_OK) == 0 ? "/usr/lib/chromium/chromium" : "chromium";
       ::execlp(binary, "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                "--disable-background-networking", "--disable-component-update", "--disable-sync",
                "--remote-debugging-pipe", profile.c_str(), size.c_str(), "about:blank", (char*)nullptr);
@@ -91,7 +92,8 @@ class Chromium {
         if (answer.contains("error")) throw std::runtime_error(method + ": " + answer["error"].dump());
         return answer.value("result", nlohmann::json::object());
       }
-      const int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count());
+      const int left = int(
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count());
       pollfd p{from_, POLLIN, 0};
       if (left <= 0 || ::poll(&p, 1, left) <= 0) throw std::runtime_error(method + ": no answer from chromium");
       char chunk[65536];
@@ -160,8 +162,12 @@ class Chromium {
     uint32_t group = 0;
     int bits = 0;
     for (char c : text) {
-      int v = c >= 'A' && c <= 'Z' ? c - 'A' : c >= 'a' && c <= 'z' ? c - 'a' + 26 : c >= '0' && c <= '9' ? c - '0' + 52
-              : c == '+' ? 62 : c == '/' ? 63 : -1;
+      int v = c >= 'A' && c <= 'Z'   ? c - 'A'
+              : c >= 'a' && c <= 'z' ? c - 'a' + 26
+              : c >= '0' && c <= '9' ? c - '0' + 52
+              : c == '+'             ? 62
+              : c == '/'             ? 63
+                                     : -1;
       if (v < 0) continue;
       group = group << 6 | uint32_t(v);
       if ((bits += 6) >= 8) out += char(group >> (bits -= 8) & 0xff);

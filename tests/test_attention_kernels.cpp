@@ -35,8 +35,8 @@ std::vector<float> random_vector(size_t n, uint64_t seed, float stddev = 1.0f) {
 // (padding rows too, as PyTorch does) against all Lmax keys with the padding keys masked to -inf,
 // and gather the real rows back. Double throughout. Returns out (T, C); if stats is given, the
 // kernel's cache layout: per head h and token t, {largest raw score q.k, 1 / sum_j exp(scaled - max)}.
-std::vector<double> reference_attention(const std::vector<double>& qkv, const std::vector<int64_t>& offsets,
-                                        int64_t C, int64_t NH, std::vector<double>* stats = nullptr) {
+std::vector<double> reference_attention(const std::vector<double>& qkv, const std::vector<int64_t>& offsets, int64_t C,
+                                        int64_t NH, std::vector<double>* stats = nullptr) {
   const int64_t B = int64_t(offsets.size()) - 1;
   const int64_t T = offsets[B];
   const int64_t hd = C / NH;
@@ -104,7 +104,8 @@ std::vector<double> reference_attention(const std::vector<double>& qkv, const st
       for (int64_t i = 0; i < offsets[b + 1] - offsets[b]; i++) {
         for (int64_t h = 0; h < NH; h++) {
           for (int64_t e = 0; e < 2; e++) {
-            (*stats)[size_t((h * T + offsets[b] + i) * 2 + e)] = padded_stats[size_t(((b * NH + h) * Lmax + i) * 2 + e)];
+            (*stats)[size_t((h * T + offsets[b] + i) * 2 + e)] =
+                padded_stats[size_t(((b * NH + h) * Lmax + i) * 2 + e)];
           }
         }
       }
@@ -130,7 +131,7 @@ TEST_CASE("attention cache: two floats per token and head, and the exponentials 
   const std::vector<int64_t> at_limit = offsets_of({128}), past_limit = offsets_of({129});
   CHECK(nk::attention_cache_size(at_limit.data(), 1, 4) == 2 * 4 * 128 + 4 * 128 * 128);
   CHECK(nk::attention_cache_size(past_limit.data(), 1, 4) == 2 * 4 * 129);
-  const std::vector<int64_t> mixed = offsets_of({100, 129});  // one keeps (Lp = 112), one does not
+  const std::vector<int64_t> mixed = offsets_of({100, 129});                   // one keeps (Lp = 112), one does not
   CHECK(nk::attention_cache_size(mixed.data(), 2, 2) == 928 + 2 * 100 * 112);  // 2 * 229 * 2 = 916 -> 928
 }
 
@@ -158,7 +159,8 @@ TEST_CASE("attention forward matches a padded, key-masked double reference") {
     REQUIRE(att.size() >= ref_stats.size());
     double max_stat_err = 0.0;
     for (size_t n = 0; n < ref_stats.size(); n++)
-      max_stat_err = std::max(max_stat_err, std::abs(double(att[n]) - ref_stats[n]) / std::max(1.0, std::abs(ref_stats[n])));
+      max_stat_err =
+          std::max(max_stat_err, std::abs(double(att[n]) - ref_stats[n]) / std::max(1.0, std::abs(ref_stats[n])));
     CHECK(max_stat_err < 1e-6);
     // Then, for the sequences of at most 64 tokens, each head's exponentials (L, Lp):
     // exp((s_ij - max_i) / sqrt(hd)), zero in the padding columns.
@@ -387,9 +389,9 @@ TEST_CASE("attention is stable for large scores and rejects bad shapes") {
   std::vector<float> qkv(static_cast<size_t>(3 * 3 * C), 0.0f);
   for (int64_t t = 0; t < 3; t++) {
     for (int64_t c = 0; c < C; c++) {
-      qkv[size_t(t * 3 * C + c)] = 100.0f * float(t + 1);          // q
-      qkv[size_t(t * 3 * C + C + c)] = 100.0f * float(t + 1);      // k: scores up to 3.6e4
-      qkv[size_t(t * 3 * C + 2 * C + c)] = float(t);               // v
+      qkv[size_t(t * 3 * C + c)] = 100.0f * float(t + 1);      // q
+      qkv[size_t(t * 3 * C + C + c)] = 100.0f * float(t + 1);  // k: scores up to 3.6e4
+      qkv[size_t(t * 3 * C + 2 * C + c)] = float(t);           // v
     }
   }
   std::vector<float> out(static_cast<size_t>(3 * C));

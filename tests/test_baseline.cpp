@@ -40,7 +40,8 @@ TEST_CASE("baseline: the first gradient step and the objective match a hand comp
   // with l2 = 0 the step is 1, so W0 = (x1 - x2) / 4 and W1 = -W0. Then each example's logit margin
   // is 2 * (2 / 3) / 4 = 1/3 for its own class: objective ln(1 + e^(-1/3)).
   std::vector<double> objective;
-  const train::BaselineModel model = train::fit_baseline(two_examples(), 5, 2, {.iterations = 1, .l2 = 0.0}, &objective);
+  const train::BaselineModel model =
+      train::fit_baseline(two_examples(), 5, 2, {.iterations = 1, .l2 = 0.0}, &objective);
   REQUIRE(objective.size() == 2);
   CHECK(objective[0] == doctest::Approx(std::log(2.0)).epsilon(1e-15));
   CHECK(objective[1] == doctest::Approx(std::log1p(std::exp(-1.0 / 3))).epsilon(1e-14));
@@ -70,21 +71,26 @@ TEST_CASE("baseline: Wilson intervals of known proportions") {
 
 TEST_CASE("baseline: the command fits the sentiment example and refuses a task it cannot fit") {
   test::TempDir dir;
-  test::Cli fit = test::run_normlab(dir, std::string("baseline --config ") + NORMLAB_SOURCE_DIR "/configs/sentiment.json");
+  test::Cli fit =
+      test::run_normlab(dir, std::string("baseline --config ") + NORMLAB_SOURCE_DIR "/configs/sentiment.json");
   REQUIRE(fit.code == 0);
-  CHECK(fit.out.find("training: 2000 examples (used all 2000 lines), 30 unigrams + 780 bigrams\n") != std::string::npos);
+  CHECK(fit.out.find("training: 2000 examples (used all 2000 lines), 30 unigrams + 780 bigrams\n") !=
+        std::string::npos);
   CHECK(fit.out.find("held-out: 500 examples (used all 500 lines): accuracy 0.9720 [0.9536, 0.9832]") !=
         std::string::npos);
-  test::Cli json = test::run_normlab(dir, std::string("baseline --json --config ") + NORMLAB_SOURCE_DIR "/configs/sentiment.json");
+  test::Cli json =
+      test::run_normlab(dir, std::string("baseline --json --config ") + NORMLAB_SOURCE_DIR "/configs/sentiment.json");
   REQUIRE(json.code == 0);
   const nlohmann::json parsed = nlohmann::json::parse(json.out);
   CHECK(parsed["valid_examples"] == 500);
   CHECK(parsed["accuracy"].get<double>() == doctest::Approx(0.972).epsilon(1e-12));
   CHECK(parsed["classes"].size() == 3);
-  test::Cli reverse = test::run_normlab(dir, std::string("baseline --config ") + NORMLAB_SOURCE_DIR "/configs/reverse.json");
+  test::Cli reverse =
+      test::run_normlab(dir, std::string("baseline --config ") + NORMLAB_SOURCE_DIR "/configs/reverse.json");
   CHECK(reverse.code == 2);
   CHECK(reverse.err.find("task.name: the baseline is a bag-of-words sequence classifier") != std::string::npos);
-  test::Cli bad = test::run_normlab(dir, std::string("baseline --iterations 0 --config ") + NORMLAB_SOURCE_DIR "/configs/sentiment.json");
+  test::Cli bad = test::run_normlab(dir, std::string("baseline --iterations 0 --config ") + NORMLAB_SOURCE_DIR
+                                             "/configs/sentiment.json");
   CHECK(bad.code == 2);
   CHECK(bad.err == "normlab: error: --iterations: must be between 1 and 100000 (got 0)\n");
 }

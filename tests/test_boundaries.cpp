@@ -11,7 +11,8 @@
 
 using namespace normlab::data;
 
-TEST_CASE("boundaries: every length lands in one bucket, marked unseen exactly when longer than the longest trained length") {
+TEST_CASE(
+    "boundaries: every length lands in one bucket, marked unseen exactly when longer than the longest trained length") {
   for (int32_t max_len = 1; max_len <= 14; ++max_len)
     for (int32_t width = 1; width <= 6; ++width)
       for (int32_t train_max = 0; train_max <= max_len + 1; ++train_max) {
@@ -43,7 +44,9 @@ TEST_CASE("boundaries: every length lands in one bucket, marked unseen exactly w
   CHECK(cut[2].beyond_train_max);
 }
 
-TEST_CASE("boundaries: majority labels every 0/1 sequence up to length 10 by the more frequent bit, a tie by the first token") {
+TEST_CASE(
+    "boundaries: majority labels every 0/1 sequence up to length 10 by the more frequent bit, a tie by the first "
+    "token") {
   const Task task = make_task("majority");
   const int32_t one = task.input_vocab.id("1"), zero = task.input_vocab.id("0");
   int ties = 0;

@@ -110,7 +110,8 @@ struct TorchMath {
         double max = -INFINITY, sum = 0.0;
         for (int64_t j = 0; j < T; ++j) {
           double dot = 0.0;
-          for (int64_t d = 0; d < hd; ++d) dot += qkv[size_t(i * 3 * D + h * hd + d)] * qkv[size_t(j * 3 * D + D + h * hd + d)];
+          for (int64_t d = 0; d < hd; ++d)
+            dot += qkv[size_t(i * 3 * D + h * hd + d)] * qkv[size_t(j * 3 * D + D + h * hd + d)];
           p[size_t(j)] = dot / std::sqrt(double(hd));
           max = std::max(max, p[size_t(j)]);
         }
@@ -135,10 +136,13 @@ struct TorchMath {
 
 }  // namespace
 
-TEST_CASE("checkpoint layout: the encoder's names and shapes are torch.nn.TransformerEncoder's state_dict (committed fixture)") {
+TEST_CASE(
+    "checkpoint layout: the encoder's names and shapes are torch.nn.TransformerEncoder's state_dict (committed "
+    "fixture)") {
   // The fixture's model: d_model 8, 2 heads, ffn 12, 2 layers, pre-LN with the final norm.
   std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
-  std::istringstream fixture(read_text(std::string(NORMLAB_TEST_DATA_DIR) + "/pytorch/transformer_encoder_state_dict.txt"));
+  std::istringstream fixture(
+      read_text(std::string(NORMLAB_TEST_DATA_DIR) + "/pytorch/transformer_encoder_state_dict.txt"));
   for (std::string line; std::getline(fixture, line);) {
     if (line.empty() || line[0] == '#') continue;
     std::istringstream fields(line);

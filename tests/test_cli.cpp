@@ -16,16 +16,13 @@
 #include "normlab/parallel.hpp"
 #include "support.hpp"
 
-using normlab::test::TempDir;
 using normlab::test::read_text;
-
+using normlab::test::TempDir;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-
 
 struct Result {
   int code = -1;
@@ -137,9 +134,10 @@ TEST_CASE("cli: train, eval and predict on a tiny config") {
   Result eval_data = run_cli(dir, "eval --run " + run + " --data " + data + " --json");
   CHECK(eval_data.code == 0);
   CHECK(json::parse(eval_data.out)["sequences"] == 1);
-  const std::string too_long = dir.write(
-      "long.jsonl", "{\"tokens\":[\"1\"],\"targets\":[\"1\"]}\n{\"tokens\":" + json(std::vector<std::string>(20, "1")).dump() +
-                        ",\"targets\":" + json(std::vector<std::string>(20, "1")).dump() + "}\n");
+  const std::string too_long =
+      dir.write("long.jsonl", "{\"tokens\":[\"1\"],\"targets\":[\"1\"]}\n{\"tokens\":" +
+                                  json(std::vector<std::string>(20, "1")).dump() +
+                                  ",\"targets\":" + json(std::vector<std::string>(20, "1")).dump() + "}\n");
   // Longer than model.max_len: skipped and counted, as training and validation do.
   Result eval_long = run_cli(dir, "eval --run " + run + " --data " + too_long);
   CHECK(eval_long.code == 0);
@@ -176,9 +174,10 @@ TEST_CASE("cli: train, eval and predict on a tiny config") {
 TEST_CASE("cli: a diverging run exits 3") {
   TempDir dir;
   const std::string config = dir.write("tiny.json", kTinyConfig);
-  Result r = run_cli(dir, "train --config " + config + " --out " + dir.sub("run") +
-                              " --set model.norm=none --set optim.name=sgd --set optim.lr=10 --set optim.schedule=constant"
-                              " --set optim.clip_grad_norm=0 --set train.steps=300 --set model.layers=2");
+  Result r =
+      run_cli(dir, "train --config " + config + " --out " + dir.sub("run") +
+                       " --set model.norm=none --set optim.name=sgd --set optim.lr=10 --set optim.schedule=constant"
+                       " --set optim.clip_grad_norm=0 --set train.steps=300 --set model.layers=2");
   CHECK(r.code == 3);
   CHECK(r.err.find("diverged at step") != std::string::npos);
   CHECK(json::parse(read_text(dir.sub("run") + "/summary.json"))["diverged"] == true);

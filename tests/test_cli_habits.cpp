@@ -12,8 +12,9 @@ TEST_CASE("cli: a misspelled option is named with the nearest one of its command
   TempDir dir;
   Cli config = run_normlab(dir, "train --confg x.json");
   CHECK(config.code == 2);
-  CHECK(config.err == "normlab: error: train: unknown option '--confg'; did you mean '--config'? "
-                      "(see normlab train --help)\n");
+  CHECK(config.err ==
+        "normlab: error: train: unknown option '--confg'; did you mean '--config'? "
+        "(see normlab train --help)\n");
   // The typo is reported before a required option is missed ("--run is required" said nothing).
   Cli run = run_normlab(dir, "eval --rnu r1");
   CHECK(run.code == 2);
@@ -59,8 +60,9 @@ TEST_CASE("cli: the bash completion completes commands, a command's options and 
   const std::string path = dir.write("normlab.bash", script.out);
   // Complete as bash would: COMP_WORDS/COMP_CWORD set, the function called, COMPREPLY printed.
   auto complete = [&](const std::string& words, int cword) {
-    const std::string probe = dir.write("probe.sh", "source '" + path + "'\nCOMP_WORDS=(" + words + ")\nCOMP_CWORD=" +
-                                                        std::to_string(cword) + "\n_normlab\necho \"${COMPREPLY[*]}\"\n");
+    const std::string probe =
+        dir.write("probe.sh", "source '" + path + "'\nCOMP_WORDS=(" + words + ")\nCOMP_CWORD=" + std::to_string(cword) +
+                                  "\n_normlab\necho \"${COMPREPLY[*]}\"\n");
     const std::string out = dir.sub("completed.txt");
     REQUIRE(std::system(("bash '" + probe + "' >'" + out + "' 2>&1").c_str()) == 0);
     return read_text(out);
@@ -82,7 +84,8 @@ TEST_CASE("cli: the man page has every command and option of the command table, 
   Cli page = run_normlab(dir, "help man");
   REQUIRE(page.code == 0);
   CHECK(page.out.rfind(".TH NORMLAB 1 ", 0) == 0);
-  for (const char* section : {".SH NAME\n", ".SH SYNOPSIS\n", ".SH COMMANDS\n", ".SH EXIT STATUS\n", ".SH ENVIRONMENT\n"})
+  for (const char* section :
+       {".SH NAME\n", ".SH SYNOPSIS\n", ".SH COMMANDS\n", ".SH EXIT STATUS\n", ".SH ENVIRONMENT\n"})
     CHECK_MESSAGE(page.out.find(section) != std::string::npos, section);
   for (const char* command : {".SS normlab train\n", ".SS normlab compare\n", ".SS normlab bench step\n",
                               ".SS normlab predict\n", ".SS normlab serve\n", ".SS normlab completion\n"})

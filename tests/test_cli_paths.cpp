@@ -10,10 +10,10 @@
 #include "support.hpp"
 
 namespace fs = std::filesystem;
+using nlohmann::json;
 using normlab::test::read_text;
 using normlab::test::run_normlab;
 using normlab::test::TempDir;
-using nlohmann::json;
 
 namespace {
 
@@ -91,8 +91,8 @@ TEST_CASE("cli: bench gemm --variant nn, nt, tn report their variant and shape -
   TempDir dir;
   for (const char* variant : {"nn", "nt", "tn"}) {
     CAPTURE(variant);
-    const CliResult r = normlab_cli(
-        dir, {"bench", "gemm", "--shape", "9,17,5", "--variant", variant, "--repeats", "2", "--threads", "1", "--json"});
+    const CliResult r = normlab_cli(dir, {"bench", "gemm", "--shape", "9,17,5", "--variant", variant, "--repeats", "2",
+                                          "--threads", "1", "--json"});
     INFO(r.err);
     REQUIRE(r.code == 0);
     const json out = json::parse(r.out);

@@ -29,7 +29,6 @@ Result train_in(const TempDir& dir, const std::string& cwd, const std::string& a
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out), read_text(err)};
 }
 
-
 }  // namespace
 
 TEST_CASE("cli: train --resume and --out must name one directory - --resume alone needs one") {

@@ -55,7 +55,8 @@ TEST_CASE("compare: kill -9 ends its runs with a checkpoint - a rerun that meets
     CAPTURE(name);
     CHECK(fs::exists(out + "/runs/" + name + "/checkpoint.safetensors"));
     CHECK(!fs::exists(out + "/runs/" + name + "/summary.json"));
-    CHECK(read_text(out + "/logs/" + name + ".log").find("terminated (SIGTERM) after step 1 of 6") != std::string::npos);
+    CHECK(read_text(out + "/logs/" + name + ".log").find("terminated (SIGTERM) after step 1 of 6") !=
+          std::string::npos);
   }
 
   // A `normlab train --resume` of one run holds it (at step 2) while compare runs again: compare
@@ -65,7 +66,8 @@ TEST_CASE("compare: kill -9 ends its runs with a checkpoint - a rerun that meets
     Child holder({"train", "--resume", out + "/runs/" + names[0]}, dir.sub("holder.out"), dir.sub("holder.err"), {},
                  {pause.env()});
     REQUIRE(pause.wait(1).size() == 1);
-    const normlab::test::Cli again = run_normlab(dir, "compare --config \"" + config + "\" --out \"" + out + "\" --jobs 1");
+    const normlab::test::Cli again =
+        run_normlab(dir, "compare --config \"" + config + "\" --out \"" + out + "\" --jobs 1");
     INFO(again.err);
     CHECK(again.code == 2);
     CHECK(again.err.find("normlab: error: run " + names[0] + ": ") != std::string::npos);
@@ -76,7 +78,8 @@ TEST_CASE("compare: kill -9 ends its runs with a checkpoint - a rerun that meets
     CHECK(holder.wait() == 128 + SIGTERM);
   }
   // Nobody holds them now: the rerun resumes both to the end.
-  const normlab::test::Cli last = run_normlab(dir, "compare --config \"" + config + "\" --out \"" + out + "\" --jobs 2");
+  const normlab::test::Cli last =
+      run_normlab(dir, "compare --config \"" + config + "\" --out \"" + out + "\" --jobs 2");
   INFO(last.err);
   CHECK(last.code == 0);
   for (const std::string& name : names) CHECK(fs::exists(out + "/runs/" + name + "/summary.json"));

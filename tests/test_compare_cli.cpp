@@ -57,12 +57,15 @@ int64_t mtime_ns(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("compare: an edited config is never reported over old runs - --retrain-changed retrains exactly the changed") {
+TEST_CASE(
+    "compare: an edited config is never reported over old runs - --retrain-changed retrains exactly the changed") {
   TempDir dir("normlab_stale");
   dir.write("base.json", kBase);
-  const std::string config = dir.write("compare.json", compare_config(R"({"train.steps": 12, "optim.clip_grad_norm": 0})"));
+  const std::string config =
+      dir.write("compare.json", compare_config(R"({"train.steps": 12, "optim.clip_grad_norm": 0})"));
   const std::string out = dir.sub("out");
-  const std::string none_run = out + "/runs/none_lr0.01_L1_warmup_s0", pre_run = out + "/runs/pre-ln_lr0.01_L1_warmup_s0";
+  const std::string none_run = out + "/runs/none_lr0.01_L1_warmup_s0",
+                    pre_run = out + "/runs/pre-ln_lr0.01_L1_warmup_s0";
   Result first = run_cli(dir, "compare --config " + config + " --out " + out + " --jobs 2");
   INFO(first.err);
   REQUIRE(first.code == 0);
@@ -93,7 +96,8 @@ TEST_CASE("compare: an edited config is never reported over old runs - --retrain
   Result retrain = run_cli(dir, "compare --config " + config + " --out " + out + " --jobs 2 --retrain-changed");
   INFO(retrain.err);
   CHECK(retrain.code == 0);
-  CHECK(retrain.err.find("retraining 1 run(s) whose config changed (first: none_lr0.01_L1_warmup_s0)") != std::string::npos);
+  CHECK(retrain.err.find("retraining 1 run(s) whose config changed (first: none_lr0.01_L1_warmup_s0)") !=
+        std::string::npos);
   CHECK(retrain.err.find("1/1 runs done (0 diverged, 0 failed, 1 skipped as finished)") != std::string::npos);
   CHECK(mtime_ns(pre_run + "/summary.json") == pre_time);  // the unchanged run was kept
   CHECK(nlohmann::json::parse(read_text(none_run + "/config.json"))["optim"]["weight_decay"] == 0.01);
@@ -143,8 +147,9 @@ TEST_CASE("compare: an edited config is never reported over old runs - --retrain
 TEST_CASE("compare: --shard I/K trains its share - --report-only over the merged output draws the whole report") {
   TempDir dir("normlab_shard");
   dir.write("base.json", kBase);
-  const std::string config = dir.write(
-      "compare.json", R"({"base": "base.json", "grid": {"variants": ["none", "pre-ln", "rmsnorm"], "lr": [0.01]}})");
+  const std::string config =
+      dir.write("compare.json",
+                R"({"base": "base.json", "grid": {"variants": ["none", "pre-ln", "rmsnorm"], "lr": [0.01]}})");
   const std::string out = dir.sub("out");
   Result zero = run_cli(dir, "compare --config " + config + " --out " + out + " --shard 0/2 --jobs 2");
   INFO(zero.err);
@@ -190,7 +195,8 @@ TEST_CASE("messages: wrong kind of config, the train banner, CLI errors with hin
   Result train_compare = run_cli(dir, "train --config " + compare);
   CHECK(train_compare.code == 2);
   CHECK(train_compare.err.find("is a compare config (base, set, grid), not a run config; run it with: normlab compare "
-                               "--config " + compare + " --out runs/demo") != std::string::npos);
+                               "--config " +
+                               compare + " --out runs/demo") != std::string::npos);
   Result compare_run = run_cli(dir, "compare --config " + base + " --out " + dir.sub("x"));
   CHECK(compare_run.code == 2);
   CHECK(compare_run.err.find("is a run config") != std::string::npos);
@@ -217,7 +223,8 @@ TEST_CASE("messages: wrong kind of config, the train banner, CLI errors with hin
   CHECK(nothing.err.rfind("normlab: error: ", 0) == 0);
 
   const std::string run = dir.sub("run");
-  Result none_post = run_cli(dir, "train --config " + base + " --set model.norm=none --set model.placement=post --out " + run);
+  Result none_post =
+      run_cli(dir, "train --config " + base + " --set model.norm=none --set model.placement=post --out " + run);
   CHECK(none_post.code == 0);
   CHECK(none_post.err.find("block: x = x + f(x) (no normalization) (model.placement=post has no effect with "
                            "model.norm=none)") != std::string::npos);

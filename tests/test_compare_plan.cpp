@@ -40,10 +40,10 @@ TEST_CASE("plan: runs in grid order - layers, warmup, then lr, variant and seed 
   REQUIRE(plan.runs.size() == 32);
   CHECK(plan.settings ==
         std::vector<std::string>{"1 layers, warmup", "1 layers, no warmup", "2 layers, warmup", "2 layers, no warmup"});
-  const std::vector<std::string> first_setting{
-      "none_lr0.001_L1_warmup_s0",   "none_lr0.001_L1_warmup_s1",   "pre-ln_lr0.001_L1_warmup_s0",
-      "pre-ln_lr0.001_L1_warmup_s1", "none_lr0.003_L1_warmup_s0",   "none_lr0.003_L1_warmup_s1",
-      "pre-ln_lr0.003_L1_warmup_s0", "pre-ln_lr0.003_L1_warmup_s1"};
+  const std::vector<std::string> first_setting{"none_lr0.001_L1_warmup_s0",   "none_lr0.001_L1_warmup_s1",
+                                               "pre-ln_lr0.001_L1_warmup_s0", "pre-ln_lr0.001_L1_warmup_s1",
+                                               "none_lr0.003_L1_warmup_s0",   "none_lr0.003_L1_warmup_s1",
+                                               "pre-ln_lr0.003_L1_warmup_s0", "pre-ln_lr0.003_L1_warmup_s1"};
   for (size_t i = 0; i < first_setting.size(); ++i) CHECK(plan.runs[i].name == first_setting[i]);
   CHECK(plan.runs[8].name == "none_lr0.001_L1_nowarmup_s0");
   CHECK(plan.runs[16].name == "none_lr0.001_L2_warmup_s0");
@@ -93,8 +93,9 @@ TEST_CASE("plan: an axis the grid leaves out holds the base's value - warmup tru
       (tmp.sub("warm.json") + ": grid.warmup: contains true but the base config has optim.warmup_steps = 0").c_str(),
       InputError);
   // "set" comes before the grid: with a warmup set there, the same grid is accepted.
-  const study::ComparePlan warm = study::load_compare_plan(tmp.write(
-      "warm2.json", R"({"base": "base.json", "set": {"optim.warmup_steps": 4}, "grid": {"warmup": [true, false]}})"));
+  const study::ComparePlan warm = study::load_compare_plan(
+      tmp.write("warm2.json",
+                R"({"base": "base.json", "set": {"optim.warmup_steps": 4}, "grid": {"warmup": [true, false]}})"));
   CHECK(warm.runs.size() == 2);
   CHECK(warm.runs[0].config.optim.warmup_steps == 4);
 }

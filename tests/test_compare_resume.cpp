@@ -54,7 +54,9 @@ int count_with(const std::string& runs_dir, const std::string& file) {
 
 }  // namespace
 
-TEST_CASE("compare: SIGINT midway stops every run with a checkpoint (exit 130) - rerunning skips and resumes to the same table") {
+TEST_CASE(
+    "compare: SIGINT midway stops every run with a checkpoint (exit 130) - rerunning skips and resumes to the same "
+    "table") {
   TempDir dir("normlab_test_compare");
   dir.write("base.json", kBase);
   const std::string config = dir.write("compare.json", kCompare);

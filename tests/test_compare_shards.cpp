@@ -79,7 +79,9 @@ TEST_CASE("compare shards: two shards at once into one --out, then --report-only
   CHECK(without_timing(sharded_csv) == without_timing(single_csv));
 }
 
-TEST_CASE("compare shards: the same shard twice at once is refused by its runs' locks - --report-only waits for no one but refuses while a shard trains") {
+TEST_CASE(
+    "compare shards: the same shard twice at once is refused by its runs' locks - --report-only waits for no one but "
+    "refuses while a shard trains") {
   TempDir dir("normlab_shards");
   dir.write("base.json", kBase);
   const std::string plan = dir.write("plan.json", R"({"base": "base.json", "grid": {"seeds": [0, 1]}})");
@@ -90,12 +92,12 @@ TEST_CASE("compare shards: the same shard twice at once is refused by its runs' 
   Child first({"compare", "--config", plan, "--out", out, "--shard", "0/2", "--jobs", "1"}, dir.sub("s0.out"),
               dir.sub("s0.err"), {}, {pause.env()});
   REQUIRE(pause.wait(1).size() == 1);
-  const int twin = run_normlab({"compare", "--config", plan, "--out", out, "--shard", "0/2"}, dir.sub("t.out"),
-                               dir.sub("t.err"));
+  const int twin =
+      run_normlab({"compare", "--config", plan, "--out", out, "--shard", "0/2"}, dir.sub("t.out"), dir.sub("t.err"));
   CHECK(twin == 2);
   CHECK(read_text(dir.sub("t.err")).find("the compare run is in use by another normlab process") != std::string::npos);
-  const int report = run_normlab({"compare", "--config", plan, "--out", out, "--report-only"}, dir.sub("r.out"),
-                                 dir.sub("r.err"));
+  const int report =
+      run_normlab({"compare", "--config", plan, "--out", out, "--report-only"}, dir.sub("r.out"), dir.sub("r.err"));
   CHECK(report == 2);
   CHECK(read_text(dir.sub("r.err")).find("the compare run is in use by another normlab process") != std::string::npos);
   first.signal(SIGTERM);

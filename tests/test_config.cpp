@@ -16,16 +16,14 @@
 
 #include "support.hpp"
 
-using normlab::test::TempDir;
 using normlab::test::read_text;
-
+using normlab::test::TempDir;
 
 namespace fs = std::filesystem;
 using namespace normlab;
 using namespace normlab::train;
 
 namespace {
-
 
 // The InputError message of load_config(path, overrides), or "" if it succeeds.
 std::string load_error(const std::string& path, const std::vector<std::string>& overrides = {}) {
@@ -41,7 +39,6 @@ std::string config_error(const std::string& text, const std::vector<std::string>
   TempDir dir;
   return load_error(dir.write("x.json", text), overrides);
 }
-
 
 }  // namespace
 
@@ -97,10 +94,10 @@ TEST_CASE("config: a key's JSON name reads the member of PyTorch's name") {
 }
 
 TEST_CASE("config: unknown keys are errors naming the closest valid key") {
-  CHECK(config_error(R"({"model": {"d_modle": 64}})").find("x.json: model.d_modle: unknown key (did you mean 'model.d_model'?)") !=
-        std::string::npos);
-  CHECK(config_error(R"({"optim": {"warmup": 10}})").find("optim.warmup: unknown key (did you mean 'optim.warmup_steps'?)") !=
-        std::string::npos);
+  CHECK(config_error(R"({"model": {"d_modle": 64}})")
+            .find("x.json: model.d_modle: unknown key (did you mean 'model.d_model'?)") != std::string::npos);
+  CHECK(config_error(R"({"optim": {"warmup": 10}})")
+            .find("optim.warmup: unknown key (did you mean 'optim.warmup_steps'?)") != std::string::npos);
   // A key that lives in another section is suggested with its section.
   CHECK(config_error(R"({"model": {"lr": 0.1}})").find("model.lr: unknown key (did you mean 'optim.lr'?)") !=
         std::string::npos);
@@ -110,15 +107,17 @@ TEST_CASE("config: unknown keys are errors naming the closest valid key") {
 }
 
 TEST_CASE("config: wrong types name the path and the expected type") {
-  CHECK(config_error(R"({"optim": {"lr": "fast"}})").find("x.json: optim.lr: must be a number in (0, 10], got \"fast\"") !=
-        std::string::npos);
-  CHECK(config_error(R"({"model": {"d_model": 64.5}})").find("model.d_model: must be an integer in [1, 4096], got 64.5") !=
-        std::string::npos);
+  CHECK(config_error(R"({"optim": {"lr": "fast"}})")
+            .find("x.json: optim.lr: must be a number in (0, 10], got \"fast\"") != std::string::npos);
+  CHECK(config_error(R"({"model": {"d_model": 64.5}})")
+            .find("model.d_model: must be an integer in [1, 4096], got 64.5") != std::string::npos);
   CHECK(config_error(R"({"model": {"final_norm": 1}})").find("model.final_norm: must be true or false, got 1") !=
         std::string::npos);
   CHECK(config_error(R"({"model": {"norm": "layernrom"}})").find("did you mean 'layernorm'?") != std::string::npos);
-  CHECK(config_error(R"({"model": {"norm": 3}})").find("model.norm: must be one of \"layernorm\"") != std::string::npos);
-  CHECK(config_error(R"({"task": {"train_file": 3}})").find("task.train_file: must be a file path") != std::string::npos);
+  CHECK(config_error(R"({"model": {"norm": 3}})").find("model.norm: must be one of \"layernorm\"") !=
+        std::string::npos);
+  CHECK(config_error(R"({"task": {"train_file": 3}})").find("task.train_file: must be a file path") !=
+        std::string::npos);
   CHECK(config_error(R"({"model": {"d_model": null}})").find("model.d_model: must be an integer") != std::string::npos);
 }
 
@@ -126,16 +125,16 @@ TEST_CASE("config: out-of-range values give the allowed range") {
   TempDir dir;
   const std::string path = dir.write("x.json", R"({"optim": {"lr": -1}})");
   CHECK(load_error(path) == path + ": optim.lr: must be a number in (0, 10], got -1");
-  CHECK(config_error(R"({"model": {"d_model": 5000}})").find("model.d_model: must be an integer in [1, 4096], got 5000") !=
-        std::string::npos);
+  CHECK(config_error(R"({"model": {"d_model": 5000}})")
+            .find("model.d_model: must be an integer in [1, 4096], got 5000") != std::string::npos);
   CHECK(config_error(R"({"model": {"dropout": 1.0}})").find("model.dropout: must be a number in [0, 1), got 1.0") !=
         std::string::npos);
   CHECK(config_error(R"({"train": {"steps": 0}})").find("train.steps: must be an integer in [1, 100000000], got 0") !=
         std::string::npos);
   CHECK(config_error(R"({"train": {"batch_size": 100000}})").find("train.batch_size") != std::string::npos);
   CHECK(config_error(R"({"train": {"seed": -1}})").find("train.seed: must be an integer in [0, ") != std::string::npos);
-  CHECK(config_error(R"({"model": {"vocab_size": 0}})").find("model.vocab_size: must be an integer in [1, 65536] or null") !=
-        std::string::npos);
+  CHECK(config_error(R"({"model": {"vocab_size": 0}})")
+            .find("model.vocab_size: must be an integer in [1, 65536] or null") != std::string::npos);
   // Boundaries: closed ends are accepted, open ends refused.
   CHECK(config_error(R"({"optim": {"lr": 10}})").empty());
   CHECK(config_error(R"({"optim": {"beta2": 0}})").empty());
@@ -153,13 +152,16 @@ TEST_CASE("config: cross-field rules") {
             .find("task.max_len: must be <= model.max_len (got 64 and 32)") != std::string::npos);
   CHECK(config_error(R"({"task": {"name": "mlm_text"}})").find("task.train_file: the mlm_text task has no generator") !=
         std::string::npos);
-  CHECK(config_error(R"({"task": {"mask_prob": 0.8, "random_prob": 0.3}})").find("task.random_prob") != std::string::npos);
+  CHECK(config_error(R"({"task": {"mask_prob": 0.8, "random_prob": 0.3}})").find("task.random_prob") !=
+        std::string::npos);
   CHECK(config_error(R"({"model": {"vocab_size": 5}})")
-            .find("model.vocab_size: must be at least the reverse task's 10 input symbols (got 5)") != std::string::npos);
+            .find("model.vocab_size: must be at least the reverse task's 10 input symbols (got 5)") !=
+        std::string::npos);
   // Every size within its own range, but together far too large to allocate: a valid config, whose
   // run is refused before it allocates anything (train/memory.hpp; with the file's name on the
   // command line: test_memory.cpp).
-  const std::string huge_text = R"({"model": {"d_model": 4096, "heads": 64, "layers": 64, "ffn": 16384, "max_len": 4096},
+  const std::string huge_text =
+      R"({"model": {"d_model": 4096, "heads": 64, "layers": 64, "ffn": 16384, "max_len": 4096},
                                     "task": {"max_len": 4096, "eval_max_len": 4096}, "train": {"batch_size": 4096}})";
   CHECK(config_error(huge_text).empty());
   const RunConfig huge = config_from_json(nlohmann::json::parse(huge_text), "x.json", ".");
@@ -185,7 +187,8 @@ TEST_CASE("config: --set overrides are parsed as JSON or strings and validated")
   CHECK(load_error(path, {"optim.lr"}).find("--set optim.lr: expected section.key=value") != std::string::npos);
   CHECK(load_error(path, {"lr=0.1"}).find("--set lr=0.1: lr: expected section.key (did you mean 'optim.lr'?)") !=
         std::string::npos);
-  CHECK(load_error(path, {"model.d_modle=3"}).find("--set model.d_modle=3: model.d_modle: unknown key (did you mean 'model.d_model'?)") !=
+  CHECK(load_error(path, {"model.d_modle=3"})
+            .find("--set model.d_modle=3: model.d_modle: unknown key (did you mean 'model.d_model'?)") !=
         std::string::npos);
   CHECK(load_error(path, {"train.data_file=x"}).find("unknown key") != std::string::npos);
   // Cross-field rules apply to the result: a --set can repair or break the file's combination.
@@ -263,7 +266,8 @@ TEST_CASE("config: docs/config.md documents every key") {
 }
 
 TEST_CASE("config: the shipped configs load") {
-  for (const char* name : {"reverse", "sort", "brackets", "majority", "kjv-mlm", "bench-step", "bench-demo", "bench-b32-short"}) {
+  for (const char* name :
+       {"reverse", "sort", "brackets", "majority", "kjv-mlm", "bench-step", "bench-demo", "bench-b32-short"}) {
     INFO(name);
     const std::string path = std::string(NORMLAB_SOURCE_DIR) + "/configs/" + name + ".json";
     RunConfig config;

@@ -175,7 +175,7 @@ TEST_CASE("convergence gate: plateaued and still improving at the 1% boundary ov
   CHECK(!study::plateaued(run_at("x", 0.01, 0, 0.5, {1.0, 0.995, 0.99})));
   CHECK(study::plateaued(run_at("x", 0.01, 0, 0.5, {1.0, 0.995, 0.9901})));  // by less
   CHECK(study::plateaued(run_at("x", 0.01, 0, 0.5, {5.0, 1.0, 1.2, 1.1})));  // rose over the last 3
-  CHECK(!study::plateaued(run_at("x", 0.01, 0, 0.5, {1.0, 1.0})));  // two evaluations: cannot tell
+  CHECK(!study::plateaued(run_at("x", 0.01, 0, 0.5, {1.0, 1.0})));           // two evaluations: cannot tell
   CHECK(!study::still_improving(run_at("x", 0.01, 0, 0.5, {2.0, 1.0})));
 }
 
@@ -210,9 +210,10 @@ TEST_CASE("convergence gate: still-improving best runs make the Answer open with
     const std::vector<std::string> answer = study::answer(plan, groups);
     INFO(joined(answer));
     REQUIRE(!answer.empty());
-    CHECK(answer.front() ==
-          "not converged: pre-ln's best runs at 0.01 are still improving at step 300 (5 of 5 seeds; 0 of 5 seeds solved "
-          "or plateaued) — the boundaries below describe an unfinished race, not stability.");
+    CHECK(
+        answer.front() ==
+        "not converged: pre-ln's best runs at 0.01 are still improving at step 300 (5 of 5 seeds; 0 of 5 seeds solved "
+        "or plateaued) — the boundaries below describe an unfinished race, not stability.");
     CHECK(joined(answer).find("trains at") == std::string::npos);
     CHECK(joined(answer).find("No ratio to none: pre-ln did not converge.") != std::string::npos);
     // The report's first screen says the same from the same table: the verdict opens on pre-ln's
@@ -220,8 +221,9 @@ TEST_CASE("convergence gate: still-improving best runs make the Answer open with
     const study::ReportModel report = study::build_report(report_plan(plan), report_runs(runs));
     const std::vector<std::string> verdict = report.summary["verdict"];
     INFO(joined(verdict));
-    CHECK(verdict[0] == "Not converged: pre-ln's best runs (lr 0.01) are still improving at step 300 — the boundaries "
-                        "and ratios below describe an unfinished race, not stability.");
+    CHECK(verdict[0] ==
+          "Not converged: pre-ln's best runs (lr 0.01) are still improving at step 300 — the boundaries "
+          "and ratios below describe an unfinished race, not stability.");
     CHECK(verdict[1].find("1 of 2 variant–setting cells did not converge") == 0);
     CHECK(report.sections[0].table_md.find("| no: 5/5 still improving |") != std::string::npos);
     const nlohmann::json& cells = report.summary["first_screen"];
@@ -269,8 +271,7 @@ TEST_CASE("boundaries by the strict and the slow-inclusive rule differ where slo
       runs.push_back(run_at(variant, 0.01, seed, 0.7, plateau(0.6 + 0.01 * double(seed))));
       if (std::string(variant) == "pre-ln")  // above chance, still falling, short of the learned level 0.325: slow
         runs.push_back(run_at(variant, 0.1, seed, 0.25, falling(1.6)));
-      else
-        runs.push_back(run_at(variant, 0.1, seed, 0.1, plateau(2.3)));
+      else runs.push_back(run_at(variant, 0.1, seed, 0.1, plateau(2.3)));
       runs.push_back(run_at(variant, 1.0, seed, 0.1, plateau(2.3)));
     }
   CHECK(study::classify(runs[22]) == study::Outcome::slow);
@@ -331,8 +332,10 @@ TEST_CASE("boundaries by the strict and the slow-inclusive rule differ where slo
     const std::regex bare(R"((^|[^0-9.])[0-9]x)");  // "1x", "2x": a ratio without its decimal
     CHECK(!std::regex_search(md, bare));
     CHECK(!std::regex_search(answer, bare));
-    CHECK(report.summary["first_screen"][1]["boundary_ratio_to_none"]["ratio"].get<double>() == row->strict_ratio.ratio);
-    CHECK(joined(report.summary["verdict"].get<std::vector<std::string>>()).find("none's") == std::string::npos);  // no uncaveated ratio
+    CHECK(report.summary["first_screen"][1]["boundary_ratio_to_none"]["ratio"].get<double>() ==
+          row->strict_ratio.ratio);
+    CHECK(joined(report.summary["verdict"].get<std::vector<std::string>>()).find("none's") ==
+          std::string::npos);  // no uncaveated ratio
     // The setup says the plan's size by plan_size_sentence, and names the stabilizers only when on.
     CHECK(report.intro[0].find(study::plan_size_sentence(plan)) != std::string::npos);
     CHECK(report.sections[2].title == "Setup");
@@ -360,7 +363,7 @@ TEST_CASE("convergence gate: a best rate at the edge of the range extends the se
   CHECK(study::extension_rates(tested, 0.01, spec).empty());  // interior: bracketed
   spec.min = 0.0003;
   CHECK(study::extension_rates(tested, 0.001, spec) == std::vector<double>{0.0003});  // clamped at min
-  CHECK(study::extension_rates({0.0003, 0.001, 0.01, 0.1}, 0.0003, spec).empty());   // at the limit
+  CHECK(study::extension_rates({0.0003, 0.001, 0.01, 0.1}, 0.0003, spec).empty());    // at the limit
 
   // End to end through the plan: runs on disk with the lowest loss at the lowest rate.
   TempDir tmp;
@@ -377,10 +380,17 @@ TEST_CASE("convergence gate: a best rate at the edge of the range extends the se
     fs::create_directories(dir);
     std::ofstream metrics(dir / "metrics.jsonl");
     for (int step : {10, 20, 30})
-      metrics << nlohmann::json({{"step", step}, {"split", "valid"}, {"loss", final_loss}, {"accuracy", accuracy},
+      metrics << nlohmann::json({{"step", step},
+                                 {"split", "valid"},
+                                 {"loss", final_loss},
+                                 {"accuracy", accuracy},
                                  {"buckets",
-                                  {{{"min_len", 1}, {"max_len", 3}, {"beyond_train", false}, {"loss", final_loss},
-                                    {"accuracy", accuracy}, {"count", 10}}}}})
+                                  {{{"min_len", 1},
+                                    {"max_len", 3},
+                                    {"beyond_train", false},
+                                    {"loss", final_loss},
+                                    {"accuracy", accuracy},
+                                    {"count", 10}}}}})
                      .dump()
               << "\n";
     std::ofstream(dir / "summary.json") << R"({"diverged": false, "wall_time_s": 1, "threads": 1})";
@@ -409,7 +419,8 @@ TEST_CASE("convergence gate: a best rate at the edge of the range extends the se
   CHECK(plan.runs.size() == 4);
   CHECK(plan.search.blocks.front().settled);
   std::vector<study::RunResult> results;
-  for (const study::RunSpec& spec : plan.runs) results.push_back(study::read_run(spec, (fs::path(out) / "runs" / spec.name).string()));
+  for (const study::RunSpec& spec : plan.runs)
+    results.push_back(study::read_run(spec, (fs::path(out) / "runs" / spec.name).string()));
   const auto groups = study::summarize(results);
   const study::StudyTable table = study::study_table(plan, groups);
   REQUIRE(table.rows.size() == 1);
@@ -433,7 +444,8 @@ TEST_CASE("convergence gate: a best rate at the edge of the range extends the se
   // min above from, max below to: refused, naming the key.
   const std::string bad = tmp.write("bad.json", R"({"base": "search.json",
     "search": {"lr": {"from": 0.001, "to": 0.1, "min": 0.01}}})");
-  CHECK_THROWS_WITH_AS(study::load_compare_plan(bad), doctest::Contains("search.lr.min: must be at most from"), InputError);
+  CHECK_THROWS_WITH_AS(study::load_compare_plan(bad), doctest::Contains("search.lr.min: must be at most from"),
+                       InputError);
 }
 
 TEST_CASE("direction words: every comparison names the better variant, its lead and the interval of that lead") {
@@ -447,22 +459,25 @@ TEST_CASE("direction words: every comparison names the better variant, its lead 
   };
   const std::vector<double> wide{-0.5, 0.1, -0.3, 0.05, -0.25};  // none - pre-ln: mean -0.18, wide
   const std::vector<study::Comparison> comparisons{comparison(wide, {0.1, 0.11, 0.09, 0.1, 0.12}),
-                                                   comparison({0.30, 0.31, 0.29, 0.30, 0.32}, {-0.1, -0.11, -0.1, -0.09, -0.1})};
+                                                   comparison({0.30, 0.31, 0.29, 0.30, 0.32},
+                                                              {-0.1, -0.11, -0.1, -0.09, -0.1})};
   const auto tests = study::test_comparisons(comparisons, study::EquivalenceMargins{});
   const normlab::Interval w = normlab::t_interval(wide);
   // none has the lower loss: it is named, with the interval of none - pre-ln.
   CHECK(study::direction_text(tests[0][0], "none", "pre-ln") ==
-        fmt::format("none lower by 0.180 nats [{:+.3f}, {:+.3f}]; undecided (about {} pairs would decide)", w.low, w.high,
-                    tests[0][0].seeds_needed));
+        fmt::format("none lower by 0.180 nats [{:+.3f}, {:+.3f}]; undecided (about {} pairs would decide)", w.low,
+                    w.high, tests[0][0].seeds_needed));
   // pre-ln has the lower loss: it is named, with the interval of pre-ln - none (signs flipped).
   const normlab::Interval p = normlab::t_interval({0.30, 0.31, 0.29, 0.30, 0.32});
-  CHECK(study::direction_text(tests[1][0], "none", "pre-ln").find(
-            fmt::format("pre-ln lower by 0.304 nats [{:+.3f}, {:+.3f}]; differs (Holm p ", -p.high, -p.low)) == 0);
+  CHECK(study::direction_text(tests[1][0], "none", "pre-ln")
+            .find(fmt::format("pre-ln lower by 0.304 nats [{:+.3f}, {:+.3f}]; differs (Holm p ", -p.high, -p.low)) ==
+        0);
   // Accuracy AUC: the higher is better.
   CHECK(study::direction_text(tests[0][1], "none", "pre-ln").find("none higher by 0.104 [") == 0);
   CHECK(study::direction_text(tests[1][1], "none", "pre-ln").find("pre-ln higher by 0.100 [") == 0);
   // Zero spread: identical in every pair, equivalent.
-  CHECK(study::direction_text(tests[0][2], "none", "pre-ln") == "identical in all 5 pairs; equivalent within ±0.02 (Holm p 0)");
+  CHECK(study::direction_text(tests[0][2], "none", "pre-ln") ==
+        "identical in all 5 pairs; equivalent within ±0.02 (Holm p 0)");
 }
 
 TEST_CASE("ratios: one format, two significant digits with the zero kept, whole numbers from 10") {
@@ -482,7 +497,8 @@ TEST_CASE("direction words: the pairs that would decide are stated up to 1000, b
   study::EndpointTest t;
   t.endpoint = "accuracy AUC", t.margin = 0.02, t.verdict = study::Verdict::undecided, t.seeds_for_equivalence = false;
   t.difference = normlab::t_interval({0.1, -0.05, 0.02, 0.06, -0.04});  // mean +0.018
-  const std::string lead = fmt::format("none higher by 0.018 [{:+.3f}, {:+.3f}]; undecided ", t.difference.low, t.difference.high);
+  const std::string lead =
+      fmt::format("none higher by 0.018 [{:+.3f}, {:+.3f}]; undecided ", t.difference.low, t.difference.high);
   t.seeds_needed = study::kMaxSeedsStated;  // just inside the cap: the number
   CHECK(study::direction_text(t, "none", "pre-ln") == lead + "(about 1000 pairs would decide)");
   t.seeds_needed = study::kMaxSeedsStated + 1;  // just outside: the phrase
@@ -496,16 +512,20 @@ TEST_CASE("direction words: the pairs that would decide are stated up to 1000, b
 }
 
 TEST_CASE("counting: each run's own chance level in the evidence, and the failures above a boundary add up") {
-  std::vector<study::RunResult> runs{run_at("none", 0.1, 0, 0.148, plateau(2.3)), run_at("none", 0.1, 1, 0.09, plateau(2.3))};
+  std::vector<study::RunResult> runs{run_at("none", 0.1, 0, 0.148, plateau(2.3)),
+                                     run_at("none", 0.1, 1, 0.09, plateau(2.3))};
   runs[0].baseline.majority_accuracy = 0.109;  // this seed's held-out set: the majority label at 0.109
   std::vector<const study::RunResult*> one{&runs[0]}, both{&runs[0], &runs[1]};
   // 0.148 is below c + 0.05 (1 - c) = 0.154 of its own chance 0.109: at chance, against 0.109.
   CHECK(study::classify(runs[0]) == study::Outcome::at_chance);
-  CHECK(study::describe_failures(one) == "at chance in 1/1 — held-out accuracy 0.148 (chance 0.109); no diagnostics to name a mechanism");
-  CHECK(study::describe_failures(both) == "at chance in 2/2 — held-out accuracy 0.090–0.148 (chance 0.100–0.109); no diagnostics to name a "
+  CHECK(study::describe_failures(one) ==
+        "at chance in 1/1 — held-out accuracy 0.148 (chance 0.109); no diagnostics to name a mechanism");
+  CHECK(study::describe_failures(both) ==
+        "at chance in 2/2 — held-out accuracy 0.090–0.148 (chance 0.100–0.109); no diagnostics to name a "
         "mechanism");
   // Out of a larger group: the clause counts against it.
-  CHECK(study::describe_failures(one, 20) == "at chance in 1/20 — held-out accuracy 0.148 (chance 0.109); no diagnostics to name a mechanism");
+  CHECK(study::describe_failures(one, 20) ==
+        "at chance in 1/20 — held-out accuracy 0.148 (chance 0.109); no diagnostics to name a mechanism");
 }
 
 TEST_CASE("counting: the runs above a boundary add up by outcome, a slow run at the learned level is not a failure") {
@@ -517,15 +537,15 @@ TEST_CASE("counting: the runs above a boundary add up by outcome, a slow run at 
     runs.push_back(run_at("none", 0.001, seed, 0.6, plateau(1.0)));
     runs.push_back(run_at("none", 0.01, seed, 0.7, plateau(0.6)));
   }
-  runs.push_back(run_at("none", 0.1, 0, 0.5, falling(1.2)));   // slow at the learned level 0.325
-  runs.push_back(run_at("none", 0.1, 1, 0.2, falling(1.8)));   // slow below it
-  runs.push_back(run_at("none", 0.1, 2, 0.1, plateau(2.3)));   // at chance
-  runs.push_back(run_at("none", 0.1, 3, 0.1, plateau(2.3)));   // at chance
-  runs.push_back(run_at("none", 0.1, 4, 0.1, plateau(2.3)));   // at chance
+  runs.push_back(run_at("none", 0.1, 0, 0.5, falling(1.2)));  // slow at the learned level 0.325
+  runs.push_back(run_at("none", 0.1, 1, 0.2, falling(1.8)));  // slow below it
+  runs.push_back(run_at("none", 0.1, 2, 0.1, plateau(2.3)));  // at chance
+  runs.push_back(run_at("none", 0.1, 3, 0.1, plateau(2.3)));  // at chance
+  runs.push_back(run_at("none", 0.1, 4, 0.1, plateau(2.3)));  // at chance
   for (uint64_t seed = 0; seed < 5; ++seed) {
     runs.push_back(run_at("none", 1.0, seed, 0.1, plateau(2.3)));
     if (seed < 2) runs.back().diverged = true, runs.back().diverged_at = 150;  // diverged
-    runs.push_back(run_at("none", 10.0, seed, 0.0, plateau(50.0)));  // exploded (loss above 2 ln K)
+    runs.push_back(run_at("none", 10.0, seed, 0.0, plateau(50.0)));            // exploded (loss above 2 ln K)
   }
   CHECK(study::classify(runs[10]) == study::Outcome::slow);
   CHECK(study::learned_by(runs[10], study::LearnedRule::strict));
@@ -539,14 +559,16 @@ TEST_CASE("counting: the runs above a boundary add up by outcome, a slow run at 
   CHECK(row.strict.lr50 < 0.1);
   CHECK(row.runs_above == 15);
   CHECK(row.failing_above == 14);  // all but the slow run at the learned level
-  CHECK(row.failures_above == std::map<std::string, int>{{"at chance", 6}, {"diverged", 2}, {"exploded", 5}, {"slow", 1}});
+  CHECK(row.failures_above ==
+        std::map<std::string, int>{{"at chance", 6}, {"diverged", 2}, {"exploded", 5}, {"slow", 1}});
   int summed = 0;
   for (const auto& [word, n] : row.failures_above) summed += n;
   CHECK(summed == row.failing_above);
   // The table cell and the sentence say the same numbers, each out of the runs above.
   CHECK(row.failures_short == "14 of 15: 6 at chance, 5 exploded, 2 diverged, 1 slow");
   CHECK(row.failures_text ==
-        "diverged in 2/15 — non-finite at step 150; exploded in 5/15 — held-out loss 50 (over 2x the uniform guess's); slow "
+        "diverged in 2/15 — non-finite at step 150; exploded in 5/15 — held-out loss 50 (over 2x the uniform guess's); "
+        "slow "
         "below the learned level in 1/15 — held-out loss still falling at the end: 2.81 → 1.8 over steps 100–300; at "
         "chance in 6/15 — held-out accuracy 0.100 (chance 0.100); no diagnostics to name a mechanism");
 

@@ -27,7 +27,6 @@
 
 using normlab::test::TempDir;
 
-
 namespace fs = std::filesystem;
 using namespace normlab;
 using namespace normlab::data;
@@ -106,8 +105,8 @@ std::vector<std::string> sample_lines() {
 }
 
 bool same_batch(const Batch& a, const Batch& b) {
-  return a.tokens == b.tokens && a.offsets == b.offsets && a.targets == b.targets &&
-         a.num_targets == b.num_targets && a.target_kind == b.target_kind;
+  return a.tokens == b.tokens && a.offsets == b.offsets && a.targets == b.targets && a.num_targets == b.num_targets &&
+         a.target_kind == b.target_kind;
 }
 
 }  // namespace
@@ -329,8 +328,8 @@ TEST_CASE("data jsonl: every malformed file is an InputError naming file and lin
     const char* what;
     const Task* task;
     std::string contents;
-    std::string line;     // expected "PATH:LINE" prefix's line
-    std::string detail;   // expected fragment of the message
+    std::string line;    // expected "PATH:LINE" prefix's line
+    std::string detail;  // expected fragment of the message
   };
   const std::string long_tokens = [] {
     std::string tokens = "[";
@@ -338,28 +337,85 @@ TEST_CASE("data jsonl: every malformed file is an InputError naming file and lin
     return tokens + "]";
   }();
   const std::vector<Case> cases = {
-      {"malformed JSON", &reverse, good + R"({"tokens":["3"],"targets":["3"])" "\n", "2", "malformed JSON"},
+      {"malformed JSON", &reverse,
+       good + R"({"tokens":["3"],"targets":["3"])"
+              "\n",
+       "2", "malformed JSON"},
       {"blank line", &reverse, good + "\n" + good, "2", "blank line"},
       {"not an object", &reverse, good + good + "[1,2]\n", "3", "expected a JSON object"},
-      {"missing key", &reverse, good + R"({"tokens":["3"]})" "\n", "2", "missing key \"targets\""},
-      {"extra key", &reverse, R"({"tokens":["3"],"targets":["3"],"id":4})" "\n", "1", "unexpected key \"id\""},
-      {"repeated key", &reverse, R"({"tokens":["3"],"targets":["3"],"tokens":["4"]})" "\n", "1", "appears twice"},
-      {"tokens not an array", &reverse, good + R"({"tokens":"31","targets":["1","3"]})" "\n", "2", "tokens: expected an array"},
-      {"token not a string", &reverse, good + R"({"tokens":[3,1],"targets":["1","3"]})" "\n", "2", "tokens[0]: expected a string, got a number"},
-      {"unknown symbol", &reverse, good + R"({"tokens":["3","a"],"targets":["1","3"]})" "\n", "2", "tokens[1]: unknown symbol \"a\""},
-      {"empty sequence", &reverse, good + R"({"tokens":[],"targets":[]})" "\n", "2", "empty sequence"},
-      {"too long", &reverse, good + R"({"tokens":)" + long_tokens + R"(,"targets":)" + long_tokens + "}\n", "2", "more than the limit of 256"},
-      {"targets length", &reverse, good + R"({"tokens":["3","1"],"targets":["1"]})" "\n", "2", "1 entries but tokens has 2"},
-      {"targets not an array", &reverse, good + R"({"tokens":["3"],"targets":"3"})" "\n", "2", "targets: expected an array"},
-      {"unknown class", &reverse, good + R"({"tokens":["3","1"],"targets":["1","x"]})" "\n", "2", "targets[1]: unknown class \"x\""},
-      {"target wrong type", &reverse, good + R"({"tokens":["3","1"],"targets":["1",true]})" "\n", "2", "targets[1]: expected a string, got a boolean"},
-      {"label missing", &majority, good_majority + R"({"tokens":["1"],"targets":["1"]})" "\n", "2", "unexpected key \"targets\""},
-      {"label wrong type", &majority, good_majority + R"({"tokens":["1"],"label":1})" "\n", "2", "label: expected a string, got a number"},
-      {"label unknown", &majority, good_majority + good_majority + R"({"tokens":["1"],"label":"2"})" "\n", "3", "label: unknown class \"2\""},
-      {"text wrong type", &text, good_text + R"({"text":["I","n"]})" "\n", "2", "text: expected a string, got an array"},
-      {"text empty", &text, good_text + R"({"text":""})" "\n", "2", "text: empty string"},
-      {"text too long", &text, good_text + R"({"text":")" + std::string(513, 'a') + "\"}\n", "2", "more than the limit of 512"},
-      {"text extra key", &text, R"({"text":"a","label":"1"})" "\n", "1", "unexpected key \"label\""},
+      {"missing key", &reverse,
+       good + R"({"tokens":["3"]})"
+              "\n",
+       "2", "missing key \"targets\""},
+      {"extra key", &reverse,
+       R"({"tokens":["3"],"targets":["3"],"id":4})"
+       "\n",
+       "1", "unexpected key \"id\""},
+      {"repeated key", &reverse,
+       R"({"tokens":["3"],"targets":["3"],"tokens":["4"]})"
+       "\n",
+       "1", "appears twice"},
+      {"tokens not an array", &reverse,
+       good + R"({"tokens":"31","targets":["1","3"]})"
+              "\n",
+       "2", "tokens: expected an array"},
+      {"token not a string", &reverse,
+       good + R"({"tokens":[3,1],"targets":["1","3"]})"
+              "\n",
+       "2", "tokens[0]: expected a string, got a number"},
+      {"unknown symbol", &reverse,
+       good + R"({"tokens":["3","a"],"targets":["1","3"]})"
+              "\n",
+       "2", "tokens[1]: unknown symbol \"a\""},
+      {"empty sequence", &reverse,
+       good + R"({"tokens":[],"targets":[]})"
+              "\n",
+       "2", "empty sequence"},
+      {"too long", &reverse, good + R"({"tokens":)" + long_tokens + R"(,"targets":)" + long_tokens + "}\n", "2",
+       "more than the limit of 256"},
+      {"targets length", &reverse,
+       good + R"({"tokens":["3","1"],"targets":["1"]})"
+              "\n",
+       "2", "1 entries but tokens has 2"},
+      {"targets not an array", &reverse,
+       good + R"({"tokens":["3"],"targets":"3"})"
+              "\n",
+       "2", "targets: expected an array"},
+      {"unknown class", &reverse,
+       good + R"({"tokens":["3","1"],"targets":["1","x"]})"
+              "\n",
+       "2", "targets[1]: unknown class \"x\""},
+      {"target wrong type", &reverse,
+       good + R"({"tokens":["3","1"],"targets":["1",true]})"
+              "\n",
+       "2", "targets[1]: expected a string, got a boolean"},
+      {"label missing", &majority,
+       good_majority + R"({"tokens":["1"],"targets":["1"]})"
+                       "\n",
+       "2", "unexpected key \"targets\""},
+      {"label wrong type", &majority,
+       good_majority + R"({"tokens":["1"],"label":1})"
+                       "\n",
+       "2", "label: expected a string, got a number"},
+      {"label unknown", &majority,
+       good_majority + good_majority +
+           R"({"tokens":["1"],"label":"2"})"
+           "\n",
+       "3", "label: unknown class \"2\""},
+      {"text wrong type", &text,
+       good_text + R"({"text":["I","n"]})"
+                   "\n",
+       "2", "text: expected a string, got an array"},
+      {"text empty", &text,
+       good_text + R"({"text":""})"
+                   "\n",
+       "2", "text: empty string"},
+      {"text too long", &text, good_text + R"({"text":")" + std::string(513, 'a') + "\"}\n", "2",
+       "more than the limit of 512"},
+      {"text extra key", &text,
+       R"({"text":"a","label":"1"})"
+       "\n",
+       "1", "unexpected key \"label\""},
       {"text invalid UTF-8", &text, good_text + "{\"text\":\"\xff\"}\n", "2", "invalid UTF-8 (byte 0xff at column 10"},
   };
   for (const Case& c : cases) {
@@ -380,7 +436,11 @@ TEST_CASE("data jsonl: every malformed file is an InputError naming file and lin
                        doctest::Contains(dir.sub("missing.jsonl").c_str()), InputError);
   // A file without a final newline and a CRLF file are fine.
   CHECK(load_error(dir, good + good.substr(0, good.size() - 1), reverse).empty());
-  CHECK(load_error(dir, R"({"tokens":["3"],"targets":["3"]})" "\r\n", reverse).empty());
+  CHECK(load_error(dir,
+                   R"({"tokens":["3"],"targets":["3"]})"
+                   "\r\n",
+                   reverse)
+            .empty());
 }
 
 TEST_CASE("data mlm: BERT masking fractions and targets only at selected positions") {
@@ -395,7 +455,8 @@ TEST_CASE("data mlm: BERT masking fractions and targets only at selected positio
   for (int line = 0; line < 1000; ++line) {
     std::vector<int32_t> tokens(100);
     for (size_t i = 0; i < tokens.size(); ++i) {
-      tokens[i] = i % 10 == 9 ? unk_id : 2 + static_cast<int32_t>(data_rng.below(static_cast<uint32_t>(vocab.size() - 2)));
+      tokens[i] =
+          i % 10 == 9 ? unk_id : 2 + static_cast<int32_t>(data_rng.below(static_cast<uint32_t>(vocab.size() - 2)));
     }
     Example example = mask_tokens(tokens, vocab, MaskConfig{}, mask_rng);
     REQUIRE(example.tokens.size() == tokens.size());
@@ -484,7 +545,8 @@ TEST_CASE("data sampler: epochs cover every example once, reshuffled, and resume
       Batch batch = sampler.next();
       CHECK(batch.batch_size() == (b < 10 ? 10 : 3));
       for (int64_t s = 0; s < batch.batch_size(); ++s) {
-        std::vector<int32_t> tokens(batch.tokens.begin() + batch.offsets[s], batch.tokens.begin() + batch.offsets[s + 1]);
+        std::vector<int32_t> tokens(batch.tokens.begin() + batch.offsets[s],
+                                    batch.tokens.begin() + batch.offsets[s + 1]);
         epoch_orders[static_cast<size_t>(epoch)].push_back(reverse.input_vocab.decode(tokens, ""));
       }
     }
@@ -525,8 +587,8 @@ TEST_CASE("data sampler: epochs cover every example once, reshuffled, and resume
   // Resume: save after 7 batches (mid-epoch), continue 30 batches across epoch boundaries.
   BatchSampler original(dataset, options);
   for (int b = 0; b < 7; ++b) original.next();
-  SamplerState saved = sampler_state_from_json(nlohmann::json::parse(sampler_state_to_json(original.state()).dump()),
-                                               "state");
+  SamplerState saved =
+      sampler_state_from_json(nlohmann::json::parse(sampler_state_to_json(original.state()).dump()), "state");
   CHECK(saved == original.state());
   std::vector<Batch> expected;
   for (int b = 0; b < 30; ++b) expected.push_back(original.next());
@@ -611,8 +673,8 @@ TEST_CASE("data buckets: fixed width, cut at the training maximum") {
   std::vector<LengthBucket> buckets = make_length_buckets(64, 8, 20);
   std::vector<std::string> labels;
   for (const LengthBucket& bucket : buckets) labels.push_back(bucket.label() + (bucket.beyond_train_max ? "*" : ""));
-  CHECK(labels == std::vector<std::string>{"1-8", "9-16", "17-20", "21-24*", "25-32*", "33-40*", "41-48*", "49-56*",
-                                           "57-64*"});
+  CHECK(labels ==
+        std::vector<std::string>{"1-8", "9-16", "17-20", "21-24*", "25-32*", "33-40*", "41-48*", "49-56*", "57-64*"});
   for (int32_t length = 1; length <= 64; ++length) {
     int64_t index = find_bucket(buckets, length);
     REQUIRE(index >= 0);

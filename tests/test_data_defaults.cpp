@@ -32,11 +32,13 @@ void write_files(const TempDir& dir) {
   }
   dir.write("train.csv", train);
   std::string valid = "id,text,label\n";
-  for (int i = 0; i < 9; ++i) valid += fmt::format("{},{},neg\n", i, i == 4 ? "bad bad bad bad bad bad bad bad bad bad bad" : "bad");
+  for (int i = 0; i < 9; ++i)
+    valid += fmt::format("{},{},neg\n", i, i == 4 ? "bad bad bad bad bad bad bad bad bad bad bad" : "bad");
   dir.write("valid.csv", valid);
 }
 
-const char* kOwnConfig = R"({"task": {"name": "sequence_classification", "train_file": "train.csv", "valid_file": "valid.csv",
+const char* kOwnConfig =
+    R"({"task": {"name": "sequence_classification", "train_file": "train.csv", "valid_file": "valid.csv",
                                       "split_punctuation": true},
                              "train": {"batch_size": 8}})";
 
@@ -46,19 +48,20 @@ TEST_CASE("data defaults: an own-data config without the keys takes them from it
   TempDir dir;
   write_files(dir);
   const train::RunConfig c = train::load_config(dir.write("own.json", kOwnConfig));
-  CHECK(c.task.max_len == 10);        // "bad bad bad bad bad bad bad , ok !" with punctuation split
-  CHECK(c.task.eval_max_len == 11);   // the validation file's longest line
-  CHECK(c.model.max_len == 128);      // long enough already
-  CHECK(c.task.eval_examples == 9);   // every validation line
-  CHECK(c.task.bucket_width == 0);    // no length buckets
-  CHECK(c.train.steps == 10 * 9);     // 10 epochs of ceil(70 / 8) = 9 batches
-  CHECK(c.train.eval_every == 10);    // half an epoch (4.5 -> 4), rounded up to a multiple of 10
+  CHECK(c.task.max_len == 10);       // "bad bad bad bad bad bad bad , ok !" with punctuation split
+  CHECK(c.task.eval_max_len == 11);  // the validation file's longest line
+  CHECK(c.model.max_len == 128);     // long enough already
+  CHECK(c.task.eval_examples == 9);  // every validation line
+  CHECK(c.task.bucket_width == 0);   // no length buckets
+  CHECK(c.train.steps == 10 * 9);    // 10 epochs of ceil(70 / 8) = 9 batches
+  CHECK(c.train.eval_every == 10);   // half an epoch (4.5 -> 4), rounded up to a multiple of 10
   // A key the file or --set gives is kept; the data's longest line then drops the longer ones.
   const train::RunConfig set = train::load_config(dir.sub("own.json"), {"task.max_len=4", "train.steps=7"});
   CHECK(set.task.max_len == 4);
   CHECK(set.train.steps == 7);
   CHECK(set.task.eval_max_len == 11);
-  dir.write("child.json", R"({"base": "own.json", "task": {"eval_examples": 3, "bucket_width": 2}, "model": {"max_len": 10}})");
+  dir.write("child.json",
+            R"({"base": "own.json", "task": {"eval_examples": 3, "bucket_width": 2}, "model": {"max_len": 10}})");
   const train::RunConfig child = train::load_config(dir.sub("child.json"));
   CHECK(child.task.eval_examples == 3);
   CHECK(child.task.bucket_width == 2);
@@ -96,7 +99,8 @@ TEST_CASE("data defaults: bucket_width 0 is one bucket of every length, counted 
   CHECK_THROWS_AS(data::make_length_buckets(26, -1, 20), UsageError);
   // The bucketed regime needs a width.
   TempDir dir;
-  CHECK_THROWS_WITH_AS(train::load_config(dir.write("b.json", R"({"task": {"length_regime": "bucketed", "bucket_width": 0}})")),
+  CHECK_THROWS_WITH_AS(train::load_config(
+                           dir.write("b.json", R"({"task": {"length_regime": "bucketed", "bucket_width": 0}})")),
                        doctest::Contains("task.bucket_width: the bucketed length regime"), InputError);
 }
 
@@ -162,8 +166,8 @@ TEST_CASE("data defaults: a file to predict is read in the task's format, labels
   REQUIRE(records.size() == 1);
   CHECK_FALSE(records[0].labels.has_value());
   records.clear();
-  data::for_each_input_record("{\"tokens\": [\"good\", \"bad\"]}\n{\"tokens\": \"bad\", \"label\": \"neg\"}\n", "c.jsonl",
-                              task, nullptr, collect);
+  data::for_each_input_record("{\"tokens\": [\"good\", \"bad\"]}\n{\"tokens\": \"bad\", \"label\": \"neg\"}\n",
+                              "c.jsonl", task, nullptr, collect);
   REQUIRE(records.size() == 2);
   CHECK(records[0].text == "good bad");
   CHECK(records[1].labels == std::vector<std::optional<std::string>>{"neg"});
@@ -181,8 +185,8 @@ TEST_CASE("data defaults: an own-data compare answers with macro-F1, accuracy an
     "optim": {"lr": 0.01, "warmup_steps": 1}, "train": {"batch_size": 8, "threads": 1}})");
   dir.write("compare.json", R"({"base": "own.json", "set": {"train.steps": 4, "train.eval_every": 2},
     "grid": {"variants": ["none", "pre-ln"], "seeds": [0, 1]}})");
-  const normlab::test::Cli out =
-      normlab::test::run_normlab(dir, fmt::format("compare --config {} --out {}", dir.sub("compare.json"), dir.sub("out")));
+  const normlab::test::Cli out = normlab::test::run_normlab(dir, fmt::format("compare --config {} --out {}",
+                                                                             dir.sub("compare.json"), dir.sub("out")));
   REQUIRE_MESSAGE(out.code == 0, out.err);
   const nlohmann::json summary = nlohmann::json::parse(normlab::test::read_text(dir.sub("out/summary.json")));
   const std::vector<std::string> verdict = summary.at("verdict").get<std::vector<std::string>>();
@@ -202,7 +206,8 @@ TEST_CASE("data defaults: an own-data compare answers with macro-F1, accuracy an
   CHECK(report.find("| baseline (bag of words) |") != std::string::npos);
   CHECK(report.find("at none") == std::string::npos);
   // The runs were resolved from the data: every validation line, no length buckets.
-  const nlohmann::json config = nlohmann::json::parse(normlab::test::read_text(dir.sub("out/runs/none_lr0.01_L1_warmup_s0/config.json")));
+  const nlohmann::json config =
+      nlohmann::json::parse(normlab::test::read_text(dir.sub("out/runs/none_lr0.01_L1_warmup_s0/config.json")));
   CHECK(config["task"]["eval_examples"] == 9);
   CHECK(config["task"]["bucket_width"] == 0);
   CHECK(config["train"]["steps"] == 4);

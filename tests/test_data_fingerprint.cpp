@@ -22,8 +22,8 @@
 
 using namespace normlab;
 using nlohmann::json;
-using normlab::test::read_text;
 using normlab::test::Cli;
+using normlab::test::read_text;
 using normlab::test::run_normlab;
 using normlab::test::TempDir;
 namespace fs = std::filesystem;
@@ -138,8 +138,9 @@ TEST_CASE("data fingerprint: a record round-trips - malformed ones and changed f
   now[1].sha256 = std::string(64, 'c');
   const std::vector<train::DataChange> changes = train::changed_data(then, now);
   REQUIRE(changes.size() == 1);
-  CHECK(changes[0].describe() == "/d/valid.jsonl (task.valid_file): its content changed (sha256 bbbbbbbbbbbb... "
-                                 "recorded, cccccccccccc... now)");
+  CHECK(changes[0].describe() ==
+        "/d/valid.jsonl (task.valid_file): its content changed (sha256 bbbbbbbbbbbb... "
+        "recorded, cccccccccccc... now)");
   CHECK(train::changed_data({}, now).empty());  // a checkpoint from before fingerprints: nothing to compare
   json bad = train::to_json(then);
   bad["task.train_file"]["sha256"] = "ABC";
@@ -215,8 +216,8 @@ TEST_CASE("resume: --accept-changed-data continues on the new content and data.j
   CHECK(run_normlab(dir, fmt::format("train --resume {} --set train.steps=8", dir.sub("run"))).code == 0);
   CHECK(json::parse(read_text(dir.sub("run/data.json"))).at("accepted_changes").size() == 1);
   // The flag means nothing for a new run.
-  const Cli fresh = run_normlab(dir, fmt::format("train --config {} --out {} --accept-changed-data", dir.sub("config.json"),
-                                             dir.sub("run2")));
+  const Cli fresh = run_normlab(dir, fmt::format("train --config {} --out {} --accept-changed-data",
+                                                 dir.sub("config.json"), dir.sub("run2")));
   CHECK(fresh.code == 2);
   CHECK(fresh.err.find("--accept-changed-data: only with --resume") != std::string::npos);
   CHECK(!fs::exists(dir.sub("run2")));
@@ -239,7 +240,8 @@ TEST_CASE("eval: prints the sha256 of what it evaluated and notes a validation f
   CHECK(changed.out.find("valid.jsonl (task.valid_file): its content changed") != std::string::npos);
 }
 
-TEST_CASE("compare: a run whose training file changed is not reused - named with the file - --retrain-changed retrains it") {
+TEST_CASE(
+    "compare: a run whose training file changed is not reused - named with the file - --retrain-changed retrains it") {
   TempDir dir;
   dir.write("train.jsonl", sentiment_lines(40, 0, false));
   dir.write("valid.jsonl", sentiment_lines(20, 100, false));

@@ -42,7 +42,7 @@ TEST_CASE("attention statistics: known logits give known entropy and max |logit|
   CHECK(h0 == doctest::Approx(2 * ln2 - 0.75 * std::log(3.0)).epsilon(1e-7));
   CHECK(s.entropy_sum[0] == doctest::Approx(h0 + ln2).epsilon(1e-6));  // exp in float (3 ulp)
   CHECK(s.entropy_sum[1] == doctest::Approx(2 * ln2).epsilon(1e-14));  // uniform rows: exp(0) = 1 exactly
-  CHECK(s.max_abs_logit == double(a));  // |-a| beats B's 1; a leaked logit would be 4
+  CHECK(s.max_abs_logit == double(a));                                 // |-a| beats B's 1; a leaked logit would be 4
   // One sequence of all three tokens: the statistics see the other tokens now.
   const nn::AttentionStatistics joined = nn::attention_statistics(Tensor::from_data({3, 24}, qkv), {0, 3}, 2);
   CHECK(joined.max_abs_logit == 4.0);
@@ -110,8 +110,10 @@ TEST_CASE("diagnostics in a run: at step 1 (the initial weights) and every diagn
   "train": {"steps": 5, "batch_size": 4, "eval_every": 0, "threads": 1}
 })");
   auto train = [&](const std::string& out, int every) {
-    const auto cli = normlab::test::run_normlab(
-        dir, fmt::format("train --config \"{}\" --out \"{}\" --set train.diagnostics_every={}", config, dir.sub(out), every));
+    const auto cli =
+        normlab::test::run_normlab(dir,
+                                   fmt::format("train --config \"{}\" --out \"{}\" --set train.diagnostics_every={}",
+                                               config, dir.sub(out), every));
     REQUIRE_MESSAGE(cli.code == 0, cli.err);
     return dir.sub(out) + "/metrics.jsonl";
   };

@@ -11,8 +11,8 @@
 #include "support.hpp"
 
 using normlab::InputError;
-using normlab::test::TempDir;
 using normlab::test::read_text;
+using normlab::test::TempDir;
 namespace kernels = normlab::kernels;
 
 namespace {
@@ -25,8 +25,7 @@ struct Run {
 // `env normlab args` through the shell, stdout and stderr captured.
 Run run_with_env(const TempDir& dir, const std::string& env, const std::string& args) {
   const std::string out = dir.sub("out.txt"), err = dir.sub("err.txt");
-  const std::string command =
-      env + " \"" + NORMLAB_BINARY + "\" " + args + " >\"" + out + "\" 2>\"" + err + "\"";
+  const std::string command = env + " \"" + NORMLAB_BINARY + "\" " + args + " >\"" + out + "\" 2>\"" + err + "\"";
   const int status = std::system(command.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out), read_text(err)};
 }
@@ -52,8 +51,8 @@ TEST_CASE("dispatch: names and the best path and parsing NORMLAB_ISA values") {
     CHECK(kernels::parse_isa(kernels::isa_name(isa), "NORMLAB_ISA") == isa);
   for (const char* bad : {"", "AVX2", "sse", "avx-512", "native"}) {
     INFO("value '" << bad << "'");
-    CHECK_THROWS_WITH_AS(kernels::parse_isa(bad, "NORMLAB_ISA"),
-                         doctest::Contains("NORMLAB_ISA: unknown kernel path"), InputError);
+    CHECK_THROWS_WITH_AS(kernels::parse_isa(bad, "NORMLAB_ISA"), doctest::Contains("NORMLAB_ISA: unknown kernel path"),
+                         InputError);
   }
   for (kernels::Isa isa : {kernels::Isa::avx2, kernels::Isa::avx512}) {
     if (kernels::cpu_supports(isa)) continue;  // only a CPU without the path can show the refusal
@@ -75,8 +74,7 @@ TEST_CASE("cli: --version names the kernel path and NORMLAB_ISA forces one and a
   TempDir dir;
   Run plain = run_with_env(dir, "env -u NORMLAB_ISA", "--version");
   CHECK(plain.code == 0);
-  CHECK(plain.out.find("kernels: " + std::string(kernels::isa_name(kernels::best_isa())) + "\n") !=
-        std::string::npos);
+  CHECK(plain.out.find("kernels: " + std::string(kernels::isa_name(kernels::best_isa())) + "\n") != std::string::npos);
 
   for (kernels::Isa isa : normlab::test::available_isas()) {
     const std::string name = kernels::isa_name(isa);
@@ -94,7 +92,8 @@ TEST_CASE("cli: --version names the kernel path and NORMLAB_ISA forces one and a
     Run empty = run_with_env(dir, variable, "--version");
     INFO(variable << ": " << empty.err);
     CHECK(empty.code == 0);
-    CHECK(empty.out.find("kernels: " + std::string(kernels::isa_name(kernels::best_isa())) + "\n") != std::string::npos);
+    CHECK(empty.out.find("kernels: " + std::string(kernels::isa_name(kernels::best_isa())) + "\n") !=
+          std::string::npos);
   }
   for (const char* bad : {"avx3", "GENERIC"}) {
     Run refused = run_with_env(dir, std::string("NORMLAB_ISA=") + bad, "--version");

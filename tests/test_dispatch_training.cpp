@@ -15,8 +15,8 @@
 #include "support.hpp"
 
 using nlohmann::json;
-using normlab::test::TempDir;
 using normlab::test::read_text;
+using normlab::test::TempDir;
 
 namespace {
 
@@ -67,8 +67,8 @@ TEST_CASE("train: the same run on every kernel path writes identical losses and 
   // GELU (erfc, exp), dropout, post-LN LayerNorm, attention (softmax), cross-entropy; then DyT
   // (tanh) pre-norm with a final norm; then qk-norm and z-loss. Two threads, so the parallel
   // reductions run too.
-  const std::vector<std::string> configs = {
-      dir.write("layernorm.json", R"({
+  const std::vector<std::string> configs =
+      {dir.write("layernorm.json", R"({
   "model": {"d_model": 16, "heads": 2, "layers": 2, "ffn": 48, "max_len": 16, "activation": "gelu",
             "dropout": 0.1, "norm": "layernorm", "placement": "post"},
   "task": {"name": "reverse", "min_len": 1, "max_len": 10, "eval_max_len": 12, "eval_examples": 16, "bucket_width": 4},
@@ -76,16 +76,16 @@ TEST_CASE("train: the same run on every kernel path writes identical losses and 
   "train": {"steps": 6, "batch_size": 8, "eval_every": 3, "log_every": 1, "diagnostics_every": 3,
             "checkpoint_every": 6, "seed": 7}
 })"),
-      dir.write("dyt.json", R"({
+       dir.write("dyt.json", R"({
   "model": {"d_model": 16, "heads": 4, "layers": 1, "ffn": 32, "max_len": 16, "activation": "gelu",
             "norm": "dyt", "placement": "pre", "final_norm": true},
   "task": {"name": "reverse", "min_len": 1, "max_len": 10, "eval_max_len": 12, "eval_examples": 16, "bucket_width": 4},
   "optim": {"lr": 0.01, "warmup_steps": 2},
   "train": {"steps": 4, "batch_size": 8, "eval_every": 4, "log_every": 1, "checkpoint_every": 4, "seed": 3}
 })"),
-      // qk-norm (LayerNorm over each head's 4 features) with no other normalization, z-loss, and
-      // the diagnostics (attention statistics, log Z, update ratios) at every step.
-      dir.write("qk_norm.json", R"({
+       // qk-norm (LayerNorm over each head's 4 features) with no other normalization, z-loss, and
+       // the diagnostics (attention statistics, log Z, update ratios) at every step.
+       dir.write("qk_norm.json", R"({
   "model": {"d_model": 16, "heads": 4, "layers": 2, "ffn": 32, "max_len": 16, "norm": "none", "qk_norm": "layernorm",
             "norm_eps": 1e-6},
   "task": {"name": "reverse", "min_len": 1, "max_len": 10, "eval_max_len": 12, "eval_examples": 16, "bucket_width": 4},

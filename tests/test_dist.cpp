@@ -72,7 +72,8 @@ TEST_CASE("dist: balanced_split cuts contiguous parts with about the same number
       CHECK(b[size_t(p)] <= b[size_t(p) + 1]);
       // Every part non-empty when there are enough sequences; else within a sequence of the target.
       if (int64_t(lengths.size()) >= parts) CHECK(b[size_t(p)] < b[size_t(p) + 1]);
-      if (int64_t(lengths.size()) >= 2 * parts * 30) CHECK(std::abs(double(part_tokens(off, b, p)) - target) <= 2.0 * double(longest));
+      if (int64_t(lengths.size()) >= 2 * parts * 30)
+        CHECK(std::abs(double(part_tokens(off, b, p)) - target) <= 2.0 * double(longest));
     }
   }
 }

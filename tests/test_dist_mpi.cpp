@@ -170,13 +170,30 @@ bool alive(pid_t pid) {
 std::string tiny_config(const std::string& norm, const std::string& stats, int steps, int checkpoint_every = 0,
                         double dropout = 0.0) {
   return json{{"model",
-               {{"d_model", 16}, {"heads", 2}, {"layers", 1}, {"ffn", 32}, {"max_len", 16}, {"norm", norm},
-                {"batchnorm_stats", stats}, {"dropout", dropout}}},
-              {"task", {{"name", "reverse"}, {"min_len", 1}, {"max_len", 12}, {"eval_max_len", 12},
-                        {"eval_examples", 16}, {"bucket_width", 4}}},
+               {{"d_model", 16},
+                {"heads", 2},
+                {"layers", 1},
+                {"ffn", 32},
+                {"max_len", 16},
+                {"norm", norm},
+                {"batchnorm_stats", stats},
+                {"dropout", dropout}}},
+              {"task",
+               {{"name", "reverse"},
+                {"min_len", 1},
+                {"max_len", 12},
+                {"eval_max_len", 12},
+                {"eval_examples", 16},
+                {"bucket_width", 4}}},
               {"optim", {{"lr", 0.003}, {"warmup_steps", 5}, {"schedule", "warmup"}, {"clip_grad_norm", 0.0}}},
-              {"train", {{"steps", steps}, {"batch_size", 8}, {"eval_every", 0}, {"log_every", 10},
-                         {"diagnostics_every", 0}, {"checkpoint_every", checkpoint_every}, {"threads", 1}}}}
+              {"train",
+               {{"steps", steps},
+                {"batch_size", 8},
+                {"eval_every", 0},
+                {"log_every", 10},
+                {"diagnostics_every", 0},
+                {"checkpoint_every", checkpoint_every},
+                {"threads", 1}}}}
       .dump();
 }
 
@@ -208,7 +225,9 @@ std::string checkpoint_identity(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("dist mpi: 2 and 3 ranks match one process, with dropout too - local BatchNorm equals per-share normalization - not sync") {
+TEST_CASE(
+    "dist mpi: 2 and 3 ranks match one process, with dropout too - local BatchNorm equals per-share normalization - "
+    "not sync") {
   TempDir dir("normlab_dist");
   // ln_tiny: 2 sequences per batch, so on 3 ranks one rank's share is empty every step.
   // ln_drop: dropout 0.1, whose masks are keyed on each sequence's index in the global batch.
@@ -234,7 +253,8 @@ TEST_CASE("dist mpi: 2 and 3 ranks match one process, with dropout too - local B
     return mpirun(ranks, NORMLAB_DIST_PROBE, args, log);
   };
   REQUIRE(run_probe(0, one_args, dir.sub("one.log")) == 0);
-  REQUIRE(run_probe(0, {dir.sub("emulated.json"), "1", runs.back(), "--emulate-local", "2"}, dir.sub("emulated.log")) == 0);
+  REQUIRE(run_probe(0, {dir.sub("emulated.json"), "1", runs.back(), "--emulate-local", "2"}, dir.sub("emulated.log")) ==
+          0);
   std::vector<std::string> two_args{dir.sub("two.json"), "30"};
   two_args.insert(two_args.end(), runs.begin(), runs.end());
   INFO("two.log: ", read_text(dir.sub("two.log")));
@@ -255,7 +275,8 @@ TEST_CASE("dist mpi: 2 and 3 ranks match one process, with dropout too - local B
       // tensor (its largest entry below 1e-6 of the model's largest gradient) is held to the
       // model's largest gradient instead of its own.
       double model_scale = 0.0;
-      for (const auto& [param, grad] : one[name]["grads"].items()) model_scale = std::max(model_scale, max_abs_diff(grad, grad).second);
+      for (const auto& [param, grad] : one[name]["grads"].items())
+        model_scale = std::max(model_scale, max_abs_diff(grad, grad).second);
       for (const auto& [param, grad] : one[name]["grads"].items()) {
         INFO(param);
         auto [diff, scale] = max_abs_diff(grad, many[name]["grads"][param]);
@@ -267,8 +288,8 @@ TEST_CASE("dist mpi: 2 and 3 ranks match one process, with dropout too - local B
       CHECK(rms_diff <= 1e-5 * rms_scale);
       // The other diagnostics too: sums over every rank's tokens, maxima over every rank's. The
       // update ratio follows Adam's first step, lr * g / (|g| + eps), which moves where |g| ~ eps.
-      for (const char* key : {"attention_max_logit", "attention_entropy_mean", "attention_entropy_min", "log_z",
-                              "update_ratio"}) {
+      for (const char* key :
+           {"attention_max_logit", "attention_entropy_mean", "attention_entropy_min", "log_z", "update_ratio"}) {
         INFO(key);
         auto [diff, scale] = max_abs_diff(one[name][key], many[name][key]);
         CHECK(scale > 0.0);
@@ -300,7 +321,9 @@ TEST_CASE("dist mpi: with gradient clipping active, 2 ranks match one process (t
   config["optim"]["clip_grad_norm"] = 0.05;
   const std::string run = "clip=" + dir.write("clip.json", config.dump());
   const std::string probe = std::string("'") + NORMLAB_DIST_PROBE + "' ";
-  REQUIRE(std::system((probe + "'" + dir.sub("one.json") + "' 12 '" + run + "' >" + dir.sub("one.log") + " 2>&1").c_str()) == 0);
+  REQUIRE(std::system(
+              (probe + "'" + dir.sub("one.json") + "' 12 '" + run + "' >" + dir.sub("one.log") + " 2>&1").c_str()) ==
+          0);
   INFO(read_text(dir.sub("two.log")));
   REQUIRE(mpirun(2, NORMLAB_DIST_PROBE, {dir.sub("two.json"), "12", run}, dir.sub("two.log")) == 0);
   const json one = json::parse(read_text(dir.sub("one.json")))["clip"];
@@ -326,11 +349,17 @@ TEST_CASE("dist mpi: with gradient clipping active, 2 ranks match one process (t
 // against the config's folder).
 std::string file_config(int steps) {
   return json{{"model", {{"d_model", 16}, {"heads", 2}, {"layers", 1}, {"ffn", 32}, {"max_len", 16}}},
-              {"task", {{"name", "token_classification"}, {"train_file", "train.jsonl"}, {"valid_file", "valid.jsonl"},
-                        {"max_len", 8}, {"eval_max_len", 8}, {"eval_examples", 8}, {"bucket_width", 4}}},
+              {"task",
+               {{"name", "token_classification"},
+                {"train_file", "train.jsonl"},
+                {"valid_file", "valid.jsonl"},
+                {"max_len", 8},
+                {"eval_max_len", 8},
+                {"eval_examples", 8},
+                {"bucket_width", 4}}},
               {"optim", {{"lr", 0.01}, {"warmup_steps", 2}}},
-              {"train", {{"steps", steps}, {"batch_size", 4}, {"eval_every", 0}, {"checkpoint_every", 2},
-                         {"threads", 1}}}}
+              {"train",
+               {{"steps", steps}, {"batch_size", 4}, {"eval_every", 0}, {"checkpoint_every", 2}, {"threads", 1}}}}
       .dump();
 }
 
@@ -358,8 +387,8 @@ TEST_CASE("dist mpi: a resume under np=2 on a changed training file is refused i
   dir.write("train.jsonl", tagged_lines(true));
   const std::string checkpoint = read_text(dir.sub("run/checkpoint.safetensors"));
   const std::string metrics = read_text(dir.sub("run/metrics.jsonl"));
-  const int code = mpirun(2, NORMLAB_BINARY, {"train", "--resume", dir.sub("run"), "--set", "train.steps=6"},
-                          dir.sub("resume.log"));
+  const int code =
+      mpirun(2, NORMLAB_BINARY, {"train", "--resume", dir.sub("run"), "--set", "train.steps=6"}, dir.sub("resume.log"));
   const std::string log = read_text(dir.sub("resume.log"));
   INFO(log);
   CHECK(code == 2);
@@ -388,7 +417,7 @@ TEST_CASE("dist mpi: a rank that reads other content than rank 0 stops every ran
   INFO(log);
   CHECK(code == 2);
   CHECK(count_of(log, "data-parallel rank 1's task.train_file has other content than rank 0's " + dir.sub("a") +
-                      "/train.jsonl") == 1);
+                          "/train.jsonl") == 1);
   CHECK(!fs::exists(dir.sub("run")));
 }
 
@@ -397,9 +426,11 @@ TEST_CASE("dist mpi: two np=2 runs write identical checkpoints - world_size is r
   const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 12, 0, /*dropout=*/0.1));
   for (const char* run : {"a", "b"}) {
     INFO(read_text(dir.sub(std::string(run) + ".log")));
-    REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub(run)}, dir.sub(std::string(run) + ".log")) == 0);
+    REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub(run)},
+                   dir.sub(std::string(run) + ".log")) == 0);
   }
-  CHECK(checkpoint_identity(dir.sub("a/checkpoint.safetensors")) == checkpoint_identity(dir.sub("b/checkpoint.safetensors")));
+  CHECK(checkpoint_identity(dir.sub("a/checkpoint.safetensors")) ==
+        checkpoint_identity(dir.sub("b/checkpoint.safetensors")));
   const json config_json = json::parse(read_text(dir.sub("a/config.json")));
   CHECK(config_json["train"]["world_size"] == 2);
   const json summary = json::parse(read_text(dir.sub("a/summary.json")));
@@ -415,7 +446,9 @@ TEST_CASE("dist mpi: two np=2 runs write identical checkpoints - world_size is r
   CHECK(read_text(dir.sub("r.err")).find("train.world_size") != std::string::npos);
 }
 
-TEST_CASE("dist mpi: SIGTERM to the ranks checkpoints and exits 143 - --resume under np=2 ends where an uninterrupted run ends") {
+TEST_CASE(
+    "dist mpi: SIGTERM to the ranks checkpoints and exits 143 - --resume under np=2 ends where an uninterrupted run "
+    "ends") {
   TempDir dir("normlab_dist");
   const std::string config = dir.write("c.json", tiny_config("batchnorm", "sync", 120, 0));
   REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("full")}, dir.sub("full.log")) == 0);
@@ -439,7 +472,8 @@ TEST_CASE("dist mpi: SIGTERM to the ranks checkpoints and exits 143 - --resume u
   CHECK(!fs::exists(dir.sub("cut/summary.json")));
   CHECK(read_text(dir.sub("cut.log")).find("terminated (SIGTERM)") != std::string::npos);
   // With --config as well: the file says nothing of world_size, the checkpoint says 2, the launch 2.
-  REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--config", config, "--resume", dir.sub("cut")}, dir.sub("resume.log")) == 0);
+  REQUIRE(mpirun(2, NORMLAB_BINARY, {"train", "--config", config, "--resume", dir.sub("cut")}, dir.sub("resume.log")) ==
+          0);
   CHECK(checkpoint_identity(dir.sub("cut/checkpoint.safetensors")) ==
         checkpoint_identity(dir.sub("full/checkpoint.safetensors")));
 }
@@ -539,15 +573,15 @@ TEST_CASE("dist mpi: an error on rank 0 during training ends every rank within s
   CHECK(count_of(log, "normlab: error: data-parallel rank 0: " + checkpoint) == 1);
   // Rank 1 is gone within the same seconds; mpirun may return while it still exits (MPI_Abort's
   // SIGTERM reaches it a moment later on a loaded machine).
-  while (alive(rank1) && seconds_since(failed) < 10.0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (alive(rank1) && seconds_since(failed) < 10.0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK(!alive(rank1));
 }
 
 // mpirun --mca odls_base_sigkill_timeout 30 stops forwarding SIGTERM to the ranks (OpenMPI 4.1),
 // so the grace period is SIGUSR1 to mpirun: forwarded to every rank, with no SIGKILL after it.
 // Rank 1 is held stopped for 3 s: a rank slower than mpirun's 1 s SIGTERM grace still checkpoints.
-TEST_CASE("dist mpi: SIGUSR1 to mpirun stops every rank with a checkpoint, however long - the stop line names mpirun -np 2") {
+TEST_CASE(
+    "dist mpi: SIGUSR1 to mpirun stops every rank with a checkpoint, however long - the stop line names mpirun -np 2") {
   TempDir dir("normlab_dist");
   const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 1000000, 0));
   MpiJob job(2, NORMLAB_BINARY, {"train", "--config", config, "--out", dir.sub("run")}, dir.sub("run.log"));
@@ -573,17 +607,17 @@ TEST_CASE("dist mpi: SIGUSR1 to mpirun stops every rank with a checkpoint, howev
 }
 
 // Only train is data-parallel: the other verbs refuse a multi-process launch in one line.
-TEST_CASE("dist mpi: mpirun -np 2 around eval, compare, report or bench is refused in one line (compare: use --shard)") {
+TEST_CASE(
+    "dist mpi: mpirun -np 2 around eval, compare, report or bench is refused in one line (compare: use --shard)") {
   TempDir dir("normlab_dist");
   const std::string config = dir.write("c.json", tiny_config("layernorm", "local", 2, 0));
   REQUIRE(normlab::test::run_normlab({"train", "--config", config, "--out", dir.sub("run")}, dir.sub("t.out"),
                                      dir.sub("t.err")) == 0);
-  const std::vector<std::vector<std::string>> commands = {
-      {"eval", "--run", dir.sub("run")},
-      {"predict", "--run", dir.sub("run"), "--input", "1 2 3"},
-      {"compare", "--config", config, "--out", dir.sub("cmp")},
-      {"report", dir.sub("run"), "--out", dir.sub("rep")},
-      {"bench", "layernorm", "--shape", "2,4,8"}};
+  const std::vector<std::vector<std::string>> commands = {{"eval", "--run", dir.sub("run")},
+                                                          {"predict", "--run", dir.sub("run"), "--input", "1 2 3"},
+                                                          {"compare", "--config", config, "--out", dir.sub("cmp")},
+                                                          {"report", dir.sub("run"), "--out", dir.sub("rep")},
+                                                          {"bench", "layernorm", "--shape", "2,4,8"}};
   for (const std::vector<std::string>& args : commands) {
     INFO(args[0]);
     const std::string log = dir.sub(args[0] + ".log");
@@ -592,8 +626,9 @@ TEST_CASE("dist mpi: mpirun -np 2 around eval, compare, report or bench is refus
     CHECK(seconds_since(start) < 30.0);
     const std::string text = read_text(log);
     INFO(text);
-    CHECK(count_of(text, "normlab: error: " + args[0] + " is not data-parallel, but it was launched as one of 2 "
-                         "processes (mpirun -np 2)") == 1);
+    CHECK(count_of(text, "normlab: error: " + args[0] +
+                             " is not data-parallel, but it was launched as one of 2 "
+                             "processes (mpirun -np 2)") == 1);
     CHECK(count_of(text, "normlab: error:") == 1);
     CHECK((args[0] == "compare") == (text.find("--shard I/K") != std::string::npos));
   }

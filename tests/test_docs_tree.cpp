@@ -71,12 +71,9 @@ TEST_CASE("docs tree: the tracker check finds a planted reference and passes leg
     CHECK(clean.code == 0);
   }
   // Each planted line alone makes the check fail and is named with its file and line.
-  const std::string planted[] = {std::string("// fixed in iss") + "ue 26\n",
-                                 std::string("## Iss") + "ue 25: a title\n",
-                                 std::string("the iss") + "ue-15 branch\n",
-                                 std::string("fixes (#") + "35)\n",
-                                 std::string("see #") + "7 for why\n",
-                                 std::string("as PR #") + "12 did\n"};
+  const std::string planted[] = {std::string("// fixed in iss") + "ue 26\n", std::string("## Iss") + "ue 25: a title\n",
+                                 std::string("the iss") + "ue-15 branch\n",  std::string("fixes (#") + "35)\n",
+                                 std::string("see #") + "7 for why\n",       std::string("as PR #") + "12 did\n"};
   for (const std::string& line : planted) {
     tree.write("src/planted.cpp", legitimate + line);
     const ScriptRun run = check_tracker_refs(scratch, tree.path.string());
@@ -112,7 +109,8 @@ std::set<std::string> help_flags(const TempDir& dir, const std::string& verb) {
 
 std::vector<std::filesystem::path> user_docs() {
   const std::filesystem::path root(NORMLAB_SOURCE_DIR);
-  std::vector<std::filesystem::path> files{root / "README.md", root / "bench" / "README.md", root / "data" / "README.md"};
+  std::vector<std::filesystem::path> files{root / "README.md", root / "bench" / "README.md",
+                                           root / "data" / "README.md"};
   for (const auto& entry : std::filesystem::directory_iterator(root / "docs"))
     if (entry.path().extension() == ".md") files.push_back(entry.path());
   return files;
@@ -155,9 +153,10 @@ TEST_CASE("docs tree: a number of tour stops stated in README.md or docs/tour.md
   const auto stops =
       std::distance(std::sregex_iterator(tour.begin(), tour.end(), stop_heading), std::sregex_iterator());
   CHECK(stops >= 9);
-  static const std::map<std::string, long> numbers = {
-      {"five", 5},   {"six", 6},       {"seven", 7},     {"eight", 8},     {"nine", 9},     {"ten", 10},
-      {"eleven", 11}, {"twelve", 12}, {"thirteen", 13}, {"fourteen", 14}, {"fifteen", 15}};
+  static const std::map<std::string, long> numbers = {{"five", 5},      {"six", 6},     {"seven", 7},
+                                                      {"eight", 8},     {"nine", 9},    {"ten", 10},
+                                                      {"eleven", 11},   {"twelve", 12}, {"thirteen", 13},
+                                                      {"fourteen", 14}, {"fifteen", 15}};
   static const std::regex stated(R"(\b([A-Za-z]+|[0-9]+) stops\b)");
   for (const std::string name : {"README.md", "docs/tour.md"}) {
     const std::string text = read_text(std::string(NORMLAB_SOURCE_DIR) + "/" + name);

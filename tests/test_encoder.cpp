@@ -22,7 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
 // Rows of a padded (B, Tmax, d) array that belong to real tokens, packed into (T, d).
 std::vector<float> pack(const io::NpyArray& padded, const std::vector<int64_t>& lengths) {
   const int64_t tmax = padded.shape[1], d = padded.shape[2];
@@ -216,9 +215,9 @@ nn::EncoderOptions batch_mates_options(int64_t d, nn::NormKind norm, nn::Placeme
 
 // Every norm with the plain sum, and each other residual scheme once: (norm, residual scheme).
 const std::vector<std::pair<nn::NormKind, nn::ResidualKind>>& block_kinds() {
-  static const std::vector<std::pair<nn::NormKind, nn::ResidualKind>> kinds = {
-      {"layernorm", "plain"}, {"rmsnorm", "plain"}, {"dyt", "plain"},     {"none", "rezero"},
-      {"none", "plain"},      {"batchnorm", "plain"}, {"layernorm", "layerscale"}};
+  static const std::vector<std::pair<nn::NormKind, nn::ResidualKind>> kinds =
+      {{"layernorm", "plain"}, {"rmsnorm", "plain"},   {"dyt", "plain"},           {"none", "rezero"},
+       {"none", "plain"},      {"batchnorm", "plain"}, {"layernorm", "layerscale"}};
   return kinds;
 }
 }  // namespace
@@ -310,9 +309,9 @@ TEST_CASE("encoder: whole-block gradcheck for every norm kind, residual scheme a
       options.step = 5e-3;
       options.atol = 2e-3;
       options.rtol = 2e-2;
-      GradcheckResult r = gradcheck(
-          [encoder, offsets](const std::vector<Tensor>& in) { return encoder->forward(in[0], offsets); }, inputs,
-          options);
+      GradcheckResult r =
+          gradcheck([encoder, offsets](const std::vector<Tensor>& in) { return encoder->forward(in[0], offsets); },
+                    inputs, options);
       INFO(r.worst);
       CHECK(r.ok);
     }
@@ -352,7 +351,9 @@ TEST_CASE("encoder: parameter names follow PyTorch's state_dict - diagnostics ha
   for (double n : norms) CHECK(n > 0.0);
 }
 
-TEST_CASE("encoder with dropout: in a training forward a sequence's output does not depend on its batch-mates - eval is the identity") {
+TEST_CASE(
+    "encoder with dropout: in a training forward a sequence's output does not depend on its batch-mates - eval is the "
+    "identity") {
   const int64_t d = 16;
   Rng rng(5);
   const auto [target, batch, weights] = batch_mates(d, rng);
@@ -374,8 +375,10 @@ TEST_CASE("encoder with dropout: in a training forward a sequence's output does 
     CHECK(normlab::test::relative_max_error(mates.out, alone.out, 1e-12) < 1e-5);
     CHECK(normlab::test::relative_max_error(mates.grad, alone.grad, 1e-12) < 1e-5);
     // Another global index or another step: other masks, another output.
-    CHECK(normlab::test::relative_max_error(run_in_batch(encoder, {target}, 0, d, weights, {7, 0}).out, alone.out, 1e-12) > 1e-2);
-    CHECK(normlab::test::relative_max_error(run_in_batch(encoder, {target}, 0, d, weights, {8, 1}).out, alone.out, 1e-12) > 1e-2);
+    CHECK(normlab::test::relative_max_error(run_in_batch(encoder, {target}, 0, d, weights, {7, 0}).out, alone.out,
+                                            1e-12) > 1e-2);
+    CHECK(normlab::test::relative_max_error(run_in_batch(encoder, {target}, 0, d, weights, {8, 1}).out, alone.out,
+                                            1e-12) > 1e-2);
 
     // Eval mode: no dropout, the same output as the same weights with dropout = 0.
     opts.dropout = 0.0f;

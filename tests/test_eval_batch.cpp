@@ -40,8 +40,9 @@ train::EvalMetrics evaluate(const std::string& run, int64_t batch_size, bool bat
 
 }  // namespace
 
-TEST_CASE("eval batching: LayerNorm gives the same loss one sequence at a time and in a full batch - BatchNorm "
-          "with batch statistics does not") {
+TEST_CASE(
+    "eval batching: LayerNorm gives the same loss one sequence at a time and in a full batch - BatchNorm "
+    "with batch statistics does not") {
   TempDir dir("normlab_test_eval_batch");
   const std::string layernorm = train_tiny(dir, "layernorm");
   const std::string batchnorm = train_tiny(dir, "batchnorm");

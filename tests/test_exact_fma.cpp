@@ -74,7 +74,7 @@ Triple midpoint_case(Rng& rng) {
   float c = random_float(rng, -60, 60);
   if (r & 1) c = std::nextafter(c, 2 * c);  // odd and even last bits both
   const int ec = std::ilogb(c);
-  const int i = 1 + int((r >> 8) % 64);     // (1 + i 2^-23)(1 - i 2^-23) = 1 - i^2 2^-46
+  const int i = 1 + int((r >> 8) % 64);  // (1 + i 2^-23)(1 - i 2^-23) = 1 - i^2 2^-46
   const float m1 = 1.0f + float(i) * 0x1p-23f;
   const float m2 = 1.0f - float(i) * 0x1p-23f;
   const int odd = 1 + 2 * int((r >> 16) % 3);  // 1, 3 or 5 half-ulps
@@ -119,7 +119,7 @@ void check(const Triple& t, int& mismatches_fast, int& mismatches_exact) {
   if (!same_bits(fast, want)) {
     if (mismatches_fast++ < 5)
       FAIL_CHECK("kernel fma(" << hex(t.a) << ", " << hex(t.b) << ", " << hex(t.c) << ") = " << hex(fast)
-                              << ", std::fma " << hex(want));
+                               << ", std::fma " << hex(want));
   }
 }
 
@@ -131,8 +131,7 @@ TEST_CASE("exact fma: random values of every magnitude equal std::fma bit for bi
   for (int n = 0; n < 400000; n++) {
     // all bit patterns (NaN, inf, subnormals included), then magnitudes a training run has
     check({random_bits_float(rng), random_bits_float(rng), random_bits_float(rng)}, bad_fast, bad_exact);
-    check({random_float(rng, -20, 20), random_float(rng, -20, 20), random_float(rng, -40, 40)}, bad_fast,
-          bad_exact);
+    check({random_float(rng, -20, 20), random_float(rng, -20, 20), random_float(rng, -40, 40)}, bad_fast, bad_exact);
   }
   CHECK(bad_fast == 0);
   CHECK(bad_exact == 0);
@@ -171,8 +170,7 @@ TEST_CASE("exact fma: subnormals and tiny products and overflow and cancellation
     check({random_float(rng, -149, -126), random_float(rng, -10, 10), random_float(rng, -149, -120)}, bad_fast,
           bad_exact);
     // near overflow: products past FLT_MAX, sums that bring them back
-    check({random_float(rng, 60, 127), random_float(rng, 60, 70), random_float(rng, 120, 127)}, bad_fast,
-          bad_exact);
+    check({random_float(rng, 60, 127), random_float(rng, 60, 70), random_float(rng, 120, 127)}, bad_fast, bad_exact);
     // cancellation: c = -(a * b rounded), so the result is the product's rounding error
     const float a = random_float(rng, -30, 30), b = random_float(rng, -30, 30);
     check({a, b, -(a * b)}, bad_fast, bad_exact);
@@ -188,9 +186,29 @@ TEST_CASE("exact fma: signed zeros and NaN and inf and the extremes") {
   const float big = std::numeric_limits<float>::max();
   const float tiny = std::numeric_limits<float>::denorm_min();
   const float mn = std::numeric_limits<float>::min();
-  const std::vector<float> values = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, 3.0f, inf, -inf, nan, big, -big,
-                                     tiny, -tiny, mn, -mn, 0x1p-50f, 0x1.fffffep-51f, 0x1p-75f, 0x1p64f,
-                                     0x1p-64f, 1.0f + 0x1p-23f, 1.0f - 0x1p-24f, 0x1.8p-149f};
+  const std::vector<float> values = {0.0f,
+                                     -0.0f,
+                                     1.0f,
+                                     -1.0f,
+                                     0.5f,
+                                     3.0f,
+                                     inf,
+                                     -inf,
+                                     nan,
+                                     big,
+                                     -big,
+                                     tiny,
+                                     -tiny,
+                                     mn,
+                                     -mn,
+                                     0x1p-50f,
+                                     0x1.fffffep-51f,
+                                     0x1p-75f,
+                                     0x1p64f,
+                                     0x1p-64f,
+                                     1.0f + 0x1p-23f,
+                                     1.0f - 0x1p-24f,
+                                     0x1.8p-149f};
   int bad_fast = 0, bad_exact = 0;
   for (float a : values)
     for (float b : values)
@@ -207,16 +225,22 @@ TEST_CASE("exact fma: signed zeros and NaN and inf and the extremes") {
 }
 
 TEST_CASE("exact fma: has_tiny finds values below 2^-50 and only those") {
-  const std::vector<float> clean = {0.0f, -0.0f, 0x1p-50f, -0x1p-50f, 1.0f, std::numeric_limits<float>::infinity(),
-                                    std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max()};
+  const std::vector<float> clean = {0.0f,
+                                    -0.0f,
+                                    0x1p-50f,
+                                    -0x1p-50f,
+                                    1.0f,
+                                    std::numeric_limits<float>::infinity(),
+                                    std::numeric_limits<float>::quiet_NaN(),
+                                    std::numeric_limits<float>::max()};
   CHECK_FALSE(math::has_tiny(clean.data(), int64_t(clean.size())));
-  for (float t : {0x1.fffffep-51f, -0x1p-60f, std::numeric_limits<float>::denorm_min(),
-                  -std::numeric_limits<float>::min()}) {
+  for (float t :
+       {0x1.fffffep-51f, -0x1p-60f, std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::min()}) {
     std::vector<float> v = clean;
     v[3] = t;
     INFO(t);
     CHECK(math::has_tiny(v.data(), int64_t(v.size())));
-    CHECK(math::has_tiny(v.data(), 2, 4, 4));   // rows of 4: the tiny value is in row 0
+    CHECK(math::has_tiny(v.data(), 2, 4, 4));        // rows of 4: the tiny value is in row 0
     CHECK_FALSE(math::has_tiny(v.data(), 2, 3, 4));  // rows of 3 skip index 3
   }
 }

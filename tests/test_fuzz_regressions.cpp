@@ -96,6 +96,5 @@ TEST_CASE("fuzz regression: the replay catches what it must") {
   CHECK(expect_clean({"f.npy"}, [] {}) == Outcome::accepted);
   CHECK_THROWS_AS(expect_clean({"f.npy"}, [] { throw std::out_of_range("json"); }), std::out_of_range);
   CHECK_THROWS_AS(expect_clean({"f.npy"}, [] { throw normlab::UsageError("f.npy: misuse"); }), normlab::UsageError);
-  CHECK_THROWS_AS(expect_clean({"f.npy"}, [] { throw normlab::InputError("bad"); }),
-                  normlab::fuzz::PropertyViolation);
+  CHECK_THROWS_AS(expect_clean({"f.npy"}, [] { throw normlab::InputError("bad"); }), normlab::fuzz::PropertyViolation);
 }

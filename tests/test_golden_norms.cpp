@@ -132,8 +132,8 @@ TEST_CASE("golden norms: each norm layer from make_norm, forward and backward, a
   for (const nn::NormEntry& entry : nn::norm_registry()) {
     if (!entry.spec.make) continue;
     ++layers;
-    CHECK_MESSAGE(std::find(names.begin(), names.end(), "norm_" + entry.spec.name) != names.end(),
-                  "no golden norm_", entry.spec.name, " (scripts/golden/norms.py)");
+    CHECK_MESSAGE(std::find(names.begin(), names.end(), "norm_" + entry.spec.name) != names.end(), "no golden norm_",
+                  entry.spec.name, " (scripts/golden/norms.py)");
   }
   CHECK(names.size() == static_cast<size_t>(layers + 4));
   for (const std::string& name : names) {
@@ -154,7 +154,8 @@ TEST_CASE("golden norms: each norm layer from make_norm, forward and backward, a
       out.backward(g.tensor(fmt::format("dout.{}", i)));
       g.check(fmt::format("ref.out.{}", i), out.to_vector());
       g.check(fmt::format("ref.grad.x.{}", i), x.grad().to_vector());
-      for (auto& [pname, t] : layer->named_parameters()) g.check(fmt::format("ref.grad.{}.{}", pname, i), t.grad().to_vector());
+      for (auto& [pname, t] : layer->named_parameters())
+        g.check(fmt::format("ref.grad.{}.{}", pname, i), t.grad().to_vector());
       for (auto& [bname, t] : layer->named_buffers()) g.check(fmt::format("ref.buffer.{}.{}", bname, i), t.to_vector());
     }
     g.check_all_compared();
@@ -251,9 +252,10 @@ TEST_CASE("model.norm_eps from a config reaches every norm layer (and final norm
         CAPTURE(kind);
         CAPTURE(placement);
         CAPTURE(eps);
-        const train::RunConfig config = train::load_config(
-            config_path, {std::string("model.norm=") + kind, std::string("model.placement=") + placement,
-                          std::string("model.norm_eps=") + eps, "model.layers=3"});
+        const train::RunConfig config =
+            train::load_config(config_path,
+                               {std::string("model.norm=") + kind, std::string("model.placement=") + placement,
+                                std::string("model.norm_eps=") + eps, "model.layers=3"});
         const data::Task task = train::build_task(config);
         nn::EncoderModel model(train::build_model_options(config, task));
         std::vector<nn::NormLayer*> norms;
@@ -279,7 +281,8 @@ TEST_CASE("model.norm_eps from a config reaches every norm layer (and final norm
           CHECK(got == expected);  // -2: the wrong layer type for the kind; -1: no norm layer at all
         }
         // And the eps is used: a small-variance token normalizes differently under 1e-3 and 1e-7.
-        Tensor x = Tensor::from_data({2, config.model.d_model}, std::vector<float>(size_t(2 * config.model.d_model), 0.5f));
+        Tensor x =
+            Tensor::from_data({2, config.model.d_model}, std::vector<float>(size_t(2 * config.model.d_model), 0.5f));
         for (int64_t c = 0; c < 2 * config.model.d_model; ++c) x.data()[c] += 1e-3f * float(c % 5);
         const std::vector<float> y = norms.back()->forward(x).to_vector();
         double max_abs = 0.0;

@@ -105,8 +105,8 @@ TEST_CASE("grad out: Linear and Linear+ReLU backward overwrite with the bits of 
       });
       check_overwrite_matches_add("linear_relu_backward " + shape + " " + path, sizes,
                                   [&](GradOut a, GradOut b, GradOut c) {
-                                    kernels::linear_relu_backward(a, b, c, dy.data(), y.data(), x.data(), w.data(),
-                                                                  s.N, s.C, s.OC);
+                                    kernels::linear_relu_backward(a, b, c, dy.data(), y.data(), x.data(), w.data(), s.N,
+                                                                  s.C, s.OC);
                                   });
     });
     check_overwrite_matches_add("reference linear_backward " + shape, sizes, [&](GradOut a, GradOut b, GradOut c) {
@@ -127,9 +127,11 @@ TEST_CASE("grad out: attention backward overwrites every row, with the bits of a
     on_every_path([&](const std::string& path) {
       std::vector<float> out(size_t(T * C)), att(size_t(kernels::attention_cache_size(offsets.data(), B, NH)));
       kernels::attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), B, C, NH);
-      check_overwrite_matches_add("attention_backward " + shape + " " + path, {T * 3 * C}, [&](GradOut d, GradOut, GradOut) {
-        kernels::attention_backward(d, dout.data(), qkv.data(), att.data(), offsets.data(), B, C, NH);
-      });
+      check_overwrite_matches_add("attention_backward " + shape + " " + path, {T * 3 * C},
+                                  [&](GradOut d, GradOut, GradOut) {
+                                    kernels::attention_backward(d, dout.data(), qkv.data(), att.data(), offsets.data(),
+                                                                B, C, NH);
+                                  });
     });
     std::vector<float> out(size_t(T * C)), att(size_t(kernels::reference::attention_cache_size(offsets.data(), B, NH)));
     kernels::reference::attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), B, C, NH);

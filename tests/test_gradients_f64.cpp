@@ -102,9 +102,10 @@ F64Result compare_with_f64(const std::function<Tensor(const Inputs&)>& f, const 
     const double error = worst_diff / max_numeric;
     if (error >= result.grad_error) {
       result.grad_error = error;
-      result.worst = fmt::format("input {} element {}: normlab {:.9g}, float64 finite difference off by {:.3g} "
-                                 "(largest gradient {:.3g})",
-                                 k, worst_at, analytic[size_t(worst_at)], worst_diff, max_numeric);
+      result.worst = fmt::format(
+          "input {} element {}: normlab {:.9g}, float64 finite difference off by {:.3g} "
+          "(largest gradient {:.3g})",
+          k, worst_at, analytic[size_t(worst_at)], worst_diff, max_numeric);
     }
   }
   return result;
@@ -258,50 +259,65 @@ TEST_CASE("f64 gradients: elementwise ops with broadcasting") {
   auto fsub = [](double x, double y) { return x - y; };
   auto fmul = [](double x, double y) { return x * y; };
   auto fdiv = [](double x, double y) { return x / y; };
-  check_f64("add", [](const Inputs& in) { return ops::add(in[0], in[1]); }, binary_ref(sa, sb, out, fadd), {a, b},
-            1e-7, 1e-6);
-  check_f64("sub", [](const Inputs& in) { return ops::sub(in[0], in[1]); }, binary_ref(sa, sb, out, fsub), {a, b},
-            1e-7, 1e-6);
-  check_f64("mul", [](const Inputs& in) { return ops::mul(in[0], in[1]); }, binary_ref(sa, sb, out, fmul), {a, b},
-            1e-7, 1e-6);
-  check_f64("div", [](const Inputs& in) { return ops::div(in[0], in[1]); }, binary_ref(sa, sc, out, fdiv), {a, c},
-            1e-7, 1e-6);
+  check_f64(
+      "add", [](const Inputs& in) { return ops::add(in[0], in[1]); }, binary_ref(sa, sb, out, fadd), {a, b}, 1e-7,
+      1e-6);
+  check_f64(
+      "sub", [](const Inputs& in) { return ops::sub(in[0], in[1]); }, binary_ref(sa, sb, out, fsub), {a, b}, 1e-7,
+      1e-6);
+  check_f64(
+      "mul", [](const Inputs& in) { return ops::mul(in[0], in[1]); }, binary_ref(sa, sb, out, fmul), {a, b}, 1e-7,
+      1e-6);
+  check_f64(
+      "div", [](const Inputs& in) { return ops::div(in[0], in[1]); }, binary_ref(sa, sc, out, fdiv), {a, c}, 1e-7,
+      1e-6);
   // The flat (same-shape, possibly threaded) path.
   Tensor big_a = param({70, 300}, 4), big_b = param({70, 300}, 5, 0.3f, 2.0f);
-  check_f64("mul flat", [](const Inputs& in) { return ops::mul(in[0], in[1]); },
-            binary_ref({70, 300}, {70, 300}, {70, 300}, fmul), {big_a, big_b}, 1e-7, 1e-6, 100);
-  check_f64("div flat", [](const Inputs& in) { return ops::div(in[0], in[1]); },
-            binary_ref({70, 300}, {70, 300}, {70, 300}, fdiv), {big_a, big_b}, 1e-7, 1e-6, 100);
+  check_f64(
+      "mul flat", [](const Inputs& in) { return ops::mul(in[0], in[1]); },
+      binary_ref({70, 300}, {70, 300}, {70, 300}, fmul), {big_a, big_b}, 1e-7, 1e-6, 100);
+  check_f64(
+      "div flat", [](const Inputs& in) { return ops::div(in[0], in[1]); },
+      binary_ref({70, 300}, {70, 300}, {70, 300}, fdiv), {big_a, big_b}, 1e-7, 1e-6, 100);
 }
 
 TEST_CASE("f64 gradients: unary ops, GELU exact to float32 rounding") {
   Tensor a = param({4, 9}, 5, 1.5f);
   Tensor positive = param({3, 5}, 6, 0.3f, 2.0f);
-  check_f64("add_scalar", [](const Inputs& in) { return ops::add_scalar(in[0], 0.5f); },
-            unary_ref([](double x) { return x + 0.5; }), {a}, 1e-7, 1e-6);
-  check_f64("mul_scalar", [](const Inputs& in) { return ops::mul_scalar(in[0], -1.5f); },
-            unary_ref([](double x) { return -1.5 * x; }), {a}, 1e-7, 1e-6);
-  check_f64("neg", [](const Inputs& in) { return ops::neg(in[0]); }, unary_ref([](double x) { return -x; }), {a},
-            1e-7, 1e-6);
-  check_f64("exp", [](const Inputs& in) { return ops::exp(in[0]); }, unary_ref([](double x) { return std::exp(x); }),
-            {a}, 1e-6, 1e-6);
-  check_f64("log", [](const Inputs& in) { return ops::log(in[0]); }, unary_ref([](double x) { return std::log(x); }),
-            {positive}, 1e-6, 1e-6);
-  check_f64("tanh", [](const Inputs& in) { return ops::tanh(in[0]); },
-            unary_ref([](double x) { return std::tanh(x); }), {a}, 1e-6, 1e-6);
-  check_f64("square", [](const Inputs& in) { return ops::square(in[0]); }, unary_ref([](double x) { return x * x; }),
-            {a}, 1e-7, 1e-6);
+  check_f64(
+      "add_scalar", [](const Inputs& in) { return ops::add_scalar(in[0], 0.5f); },
+      unary_ref([](double x) { return x + 0.5; }), {a}, 1e-7, 1e-6);
+  check_f64(
+      "mul_scalar", [](const Inputs& in) { return ops::mul_scalar(in[0], -1.5f); },
+      unary_ref([](double x) { return -1.5 * x; }), {a}, 1e-7, 1e-6);
+  check_f64(
+      "neg", [](const Inputs& in) { return ops::neg(in[0]); }, unary_ref([](double x) { return -x; }), {a}, 1e-7, 1e-6);
+  check_f64(
+      "exp", [](const Inputs& in) { return ops::exp(in[0]); }, unary_ref([](double x) { return std::exp(x); }), {a},
+      1e-6, 1e-6);
+  check_f64(
+      "log", [](const Inputs& in) { return ops::log(in[0]); }, unary_ref([](double x) { return std::log(x); }),
+      {positive}, 1e-6, 1e-6);
+  check_f64(
+      "tanh", [](const Inputs& in) { return ops::tanh(in[0]); }, unary_ref([](double x) { return std::tanh(x); }), {a},
+      1e-6, 1e-6);
+  check_f64(
+      "square", [](const Inputs& in) { return ops::square(in[0]); }, unary_ref([](double x) { return x * x; }), {a},
+      1e-7, 1e-6);
   // Inputs spread over [-6, 6]: the tanh-approximation derivative is off by up to ~1e-3 there.
   std::vector<float> spread;
   for (int i = 0; i < 97; ++i) spread.push_back(-6.0f + 12.0f * float(i) / 96.0f + 0.01f);
   Tensor g = constant({97}, spread);
   g.set_requires_grad();
-  check_f64("gelu", [](const Inputs& in) { return ops::gelu(in[0]); }, unary_ref(gelu64), {g}, 1e-6, 2e-6);
-  check_f64("gelu random", [](const Inputs& in) { return ops::gelu(in[0]); }, unary_ref(gelu64), {a}, 1e-6, 2e-6);
+  check_f64(
+      "gelu", [](const Inputs& in) { return ops::gelu(in[0]); }, unary_ref(gelu64), {g}, 1e-6, 2e-6);
+  check_f64(
+      "gelu random", [](const Inputs& in) { return ops::gelu(in[0]); }, unary_ref(gelu64), {a}, 1e-6, 2e-6);
   Tensor away = constant({6}, {-2, -1, -0.5f, 0.5f, 1, 2});
   away.set_requires_grad();
-  check_f64("relu", [](const Inputs& in) { return ops::relu(in[0]); },
-            unary_ref([](double x) { return x > 0 ? x : 0.0; }), {away}, 1e-7, 1e-6);
+  check_f64(
+      "relu", [](const Inputs& in) { return ops::relu(in[0]); }, unary_ref([](double x) { return x > 0 ? x : 0.0; }),
+      {away}, 1e-7, 1e-6);
 }
 
 TEST_CASE("f64 gradients: reductions and reshape") {
@@ -311,41 +327,53 @@ TEST_CASE("f64 gradients: reductions and reshape") {
     for (double v : x[0]) s += v;
     return s;
   };
-  check_f64("sum", [](const Inputs& in) { return ops::sum(in[0]); }, [=](const auto& x) { return Vec{total(x)}; },
-            {a}, 1e-6, 1e-6);
-  check_f64("mean", [](const Inputs& in) { return ops::mean(in[0]); },
-            [=](const auto& x) { return Vec{total(x) / 24.0}; }, {a}, 1e-6, 1e-6);
-  check_f64("sum_trailing", [](const Inputs& in) { return ops::sum_trailing(in[0], 1); },
-            [](const std::vector<Vec>& x) {
-              Vec y(6, 0.0);
-              for (size_t i = 0; i < 24; ++i) y[i / 4] += x[0][i];
-              return y;
-            },
-            {a}, 1e-6, 1e-6);
-  check_f64("mean_trailing", [](const Inputs& in) { return ops::mean_trailing(in[0], 2, true); },
-            [](const std::vector<Vec>& x) {
-              Vec y(2, 0.0);
-              for (size_t i = 0; i < 24; ++i) y[i / 12] += x[0][i] / 12.0;
-              return y;
-            },
-            {a}, 1e-6, 1e-6);
-  check_f64("reshape", [](const Inputs& in) { return ops::square(ops::reshape(in[0], {6, -1})); },
-            unary_ref([](double x) { return x * x; }), {a}, 1e-7, 1e-6);
+  check_f64(
+      "sum", [](const Inputs& in) { return ops::sum(in[0]); }, [=](const auto& x) { return Vec{total(x)}; }, {a}, 1e-6,
+      1e-6);
+  check_f64(
+      "mean", [](const Inputs& in) { return ops::mean(in[0]); }, [=](const auto& x) { return Vec{total(x) / 24.0}; },
+      {a}, 1e-6, 1e-6);
+  check_f64(
+      "sum_trailing", [](const Inputs& in) { return ops::sum_trailing(in[0], 1); },
+      [](const std::vector<Vec>& x) {
+        Vec y(6, 0.0);
+        for (size_t i = 0; i < 24; ++i) y[i / 4] += x[0][i];
+        return y;
+      },
+      {a}, 1e-6, 1e-6);
+  check_f64(
+      "mean_trailing", [](const Inputs& in) { return ops::mean_trailing(in[0], 2, true); },
+      [](const std::vector<Vec>& x) {
+        Vec y(2, 0.0);
+        for (size_t i = 0; i < 24; ++i) y[i / 12] += x[0][i] / 12.0;
+        return y;
+      },
+      {a}, 1e-6, 1e-6);
+  check_f64(
+      "reshape",
+      [](const Inputs& in) {
+        return ops::square(ops::reshape(in[0], {6, -1}));
+      },
+      unary_ref([](double x) { return x * x; }), {a}, 1e-7, 1e-6);
 }
 
 TEST_CASE("f64 gradients: matmul and linear, small and large enough to take the threaded tiles") {
-  check_f64("matmul", [](const Inputs& in) { return ops::matmul(in[0], in[1]); },
-            [](const std::vector<Vec>& x) { return matmul64(x[0], x[1], 6, 5, 4); },
-            {param({2, 3, 5}, 8), param({5, 4}, 9)}, 1e-6, 1e-6);
-  check_f64("matmul 72x80x70", [](const Inputs& in) { return ops::matmul(in[0], in[1]); },
-            [](const std::vector<Vec>& x) { return matmul64(x[0], x[1], 72, 80, 70); },
-            {param({72, 80}, 10), param({80, 70}, 11)}, 1e-6, 2e-6, 40);
-  check_f64("linear", [](const Inputs& in) { return ops::linear(in[0], in[1], in[2]); },
-            [](const std::vector<Vec>& x) { return linear64(x[0], x[1], &x[2], 6, 5, 4); },
-            {param({2, 3, 5}, 12), param({4, 5}, 13), param({4}, 14)}, 1e-6, 1e-6);
-  check_f64("linear no bias", [](const Inputs& in) { return ops::linear(in[0], in[1], Tensor()); },
-            [](const std::vector<Vec>& x) { return linear64(x[0], x[1], nullptr, 7, 5, 6); },
-            {param({7, 5}, 15), param({6, 5}, 16)}, 1e-6, 1e-6);
+  check_f64(
+      "matmul", [](const Inputs& in) { return ops::matmul(in[0], in[1]); },
+      [](const std::vector<Vec>& x) { return matmul64(x[0], x[1], 6, 5, 4); }, {param({2, 3, 5}, 8), param({5, 4}, 9)},
+      1e-6, 1e-6);
+  check_f64(
+      "matmul 72x80x70", [](const Inputs& in) { return ops::matmul(in[0], in[1]); },
+      [](const std::vector<Vec>& x) { return matmul64(x[0], x[1], 72, 80, 70); },
+      {param({72, 80}, 10), param({80, 70}, 11)}, 1e-6, 2e-6, 40);
+  check_f64(
+      "linear", [](const Inputs& in) { return ops::linear(in[0], in[1], in[2]); },
+      [](const std::vector<Vec>& x) { return linear64(x[0], x[1], &x[2], 6, 5, 4); },
+      {param({2, 3, 5}, 12), param({4, 5}, 13), param({4}, 14)}, 1e-6, 1e-6);
+  check_f64(
+      "linear no bias", [](const Inputs& in) { return ops::linear(in[0], in[1], Tensor()); },
+      [](const std::vector<Vec>& x) { return linear64(x[0], x[1], nullptr, 7, 5, 6); },
+      {param({7, 5}, 15), param({6, 5}, 16)}, 1e-6, 1e-6);
 }
 
 TEST_CASE("f64 gradients: layer_norm (affine or not, one or two trailing dims, wide rows, both eps)") {
@@ -353,30 +381,37 @@ TEST_CASE("f64 gradients: layer_norm (affine or not, one or two trailing dims, w
     CAPTURE(eps);
     Tensor x = param({2, 3, 8}, 20, 2.0f, 1.0f);
     Tensor gamma = param({8}, 21, 0.2f, 1.0f), beta = param({8}, 22, 0.2f);
-    check_f64("layer_norm", [eps](const Inputs& in) { return ops::layer_norm(in[0], {8}, in[1], in[2], eps); },
-              [eps](const std::vector<Vec>& v) { return layer_norm64(v[0], &v[1], &v[2], 8, eps); },
-              {x, gamma, beta}, 1e-6, 2e-6);
-    check_f64("layer_norm no affine", [eps](const Inputs& in) { return ops::layer_norm(in[0], {8}, {}, {}, eps); },
-              [eps](const std::vector<Vec>& v) { return layer_norm64(v[0], nullptr, nullptr, 8, eps); }, {x}, 1e-6,
-              2e-6);
+    check_f64(
+        "layer_norm", [eps](const Inputs& in) { return ops::layer_norm(in[0], {8}, in[1], in[2], eps); },
+        [eps](const std::vector<Vec>& v) { return layer_norm64(v[0], &v[1], &v[2], 8, eps); }, {x, gamma, beta}, 1e-6,
+        2e-6);
+    check_f64(
+        "layer_norm no affine", [eps](const Inputs& in) { return ops::layer_norm(in[0], {8}, {}, {}, eps); },
+        [eps](const std::vector<Vec>& v) { return layer_norm64(v[0], nullptr, nullptr, 8, eps); }, {x}, 1e-6, 2e-6);
     Tensor x2 = param({2, 3, 4}, 23), g2 = param({3, 4}, 24, 0.2f, 1.0f), b2 = param({3, 4}, 25, 0.2f);
-    check_f64("layer_norm two dims", [eps](const Inputs& in) { return ops::layer_norm(in[0], {3, 4}, in[1], in[2], eps); },
-              [eps](const std::vector<Vec>& v) { return layer_norm64(v[0], &v[1], &v[2], 12, eps); }, {x2, g2, b2},
-              1e-6, 2e-6);
+    check_f64(
+        "layer_norm two dims",
+        [eps](const Inputs& in) {
+          return ops::layer_norm(in[0], {3, 4}, in[1], in[2], eps);
+        },
+        [eps](const std::vector<Vec>& v) { return layer_norm64(v[0], &v[1], &v[2], 12, eps); }, {x2, g2, b2}, 1e-6,
+        2e-6);
     // Wide rows take the vector paths of the fast kernel (67: a ragged tail after the vectors).
     Tensor xw = param({9, 67}, 26, 1.0f, 3.0f), gw = param({67}, 27, 0.2f, 1.0f), bw = param({67}, 28, 0.2f);
-    check_f64("layer_norm 9x67", [eps](const Inputs& in) { return ops::layer_norm(in[0], {67}, in[1], in[2], eps); },
-              [eps](const std::vector<Vec>& v) { return layer_norm64(v[0], &v[1], &v[2], 67, eps); }, {xw, gw, bw},
-              1e-6, 2e-6, 150);
+    check_f64(
+        "layer_norm 9x67", [eps](const Inputs& in) { return ops::layer_norm(in[0], {67}, in[1], in[2], eps); },
+        [eps](const std::vector<Vec>& v) { return layer_norm64(v[0], &v[1], &v[2], 67, eps); }, {xw, gw, bw}, 1e-6,
+        2e-6, 150);
   }
   // Small variance (std 1e-3): eps = 1e-5 dominates var = 1e-6, so the eps in use is visible.
   Tensor xs = param({4, 16}, 29, 1e-3f, 0.5f), gs = param({16}, 30, 0.2f, 1.0f), bs = param({16}, 31, 0.2f);
   for (float eps : {1e-5f, 1e-12f}) {
     CAPTURE(eps);
-    check_f64("layer_norm small variance",
-              [eps](const Inputs& in) { return ops::layer_norm(in[0], {16}, in[1], in[2], eps); },
-              [eps](const std::vector<Vec>& v) { return layer_norm64(v[0], &v[1], &v[2], 16, eps); }, {xs, gs, bs},
-              1e-6, 2e-6);
+    check_f64(
+        "layer_norm small variance",
+        [eps](const Inputs& in) { return ops::layer_norm(in[0], {16}, in[1], in[2], eps); },
+        [eps](const std::vector<Vec>& v) { return layer_norm64(v[0], &v[1], &v[2], 16, eps); }, {xs, gs, bs}, 1e-6,
+        2e-6);
   }
 }
 
@@ -385,26 +420,32 @@ TEST_CASE("f64 gradients: rms_norm, batch_norm (training and eval), dyt") {
   Tensor gamma = param({5}, 31, 0.2f, 1.0f), beta = param({5}, 32, 0.2f);
   for (float eps : {1e-6f, 1e-12f}) {
     CAPTURE(eps);
-    check_f64("rms_norm", [eps](const Inputs& in) { return ops::rms_norm(in[0], {5}, in[1], eps); },
-              [eps](const std::vector<Vec>& v) { return rms_norm64(v[0], v[1], 5, eps); }, {x, gamma}, 1e-6, 2e-6);
+    check_f64(
+        "rms_norm", [eps](const Inputs& in) { return ops::rms_norm(in[0], {5}, in[1], eps); },
+        [eps](const std::vector<Vec>& v) { return rms_norm64(v[0], v[1], 5, eps); }, {x, gamma}, 1e-6, 2e-6);
   }
   Tensor xw = param({7, 67}, 33, 1.0f, 0.5f), gw = param({67}, 34, 0.2f, 1.0f);
-  check_f64("rms_norm 7x67", [](const Inputs& in) { return ops::rms_norm(in[0], {67}, in[1], 1e-6f); },
-            [](const std::vector<Vec>& v) { return rms_norm64(v[0], v[1], 67, 1e-6); }, {xw, gw}, 1e-6, 2e-6, 150);
-  check_f64("batch_norm train",
-            [](const Inputs& in) { return ops::batch_norm(in[0], in[1], in[2], {}, {}, true, 0.1f, 1e-5f); },
-            [](const std::vector<Vec>& v) { return batch_norm_train64(v[0], v[1], v[2], 6, 5, 1e-5); },
-            {x, gamma, beta}, 1e-6, 2e-6);
+  check_f64(
+      "rms_norm 7x67", [](const Inputs& in) { return ops::rms_norm(in[0], {67}, in[1], 1e-6f); },
+      [](const std::vector<Vec>& v) { return rms_norm64(v[0], v[1], 67, 1e-6); }, {xw, gw}, 1e-6, 2e-6, 150);
+  check_f64(
+      "batch_norm train",
+      [](const Inputs& in) { return ops::batch_norm(in[0], in[1], in[2], {}, {}, true, 0.1f, 1e-5f); },
+      [](const std::vector<Vec>& v) { return batch_norm_train64(v[0], v[1], v[2], 6, 5, 1e-5); }, {x, gamma, beta},
+      1e-6, 2e-6);
   Tensor xb = param({40, 13}, 35, 2.0f, -1.0f), gb = param({13}, 36, 0.2f, 1.0f), bb = param({13}, 37, 0.2f);
-  check_f64("batch_norm train 40x13",
-            [](const Inputs& in) { return ops::batch_norm(in[0], in[1], in[2], {}, {}, true, 0.1f, 1e-5f); },
-            [](const std::vector<Vec>& v) { return batch_norm_train64(v[0], v[1], v[2], 40, 13, 1e-5); },
-            {xb, gb, bb}, 1e-6, 2e-6, 150);
+  check_f64(
+      "batch_norm train 40x13",
+      [](const Inputs& in) { return ops::batch_norm(in[0], in[1], in[2], {}, {}, true, 0.1f, 1e-5f); },
+      [](const std::vector<Vec>& v) { return batch_norm_train64(v[0], v[1], v[2], 40, 13, 1e-5); }, {xb, gb, bb}, 1e-6,
+      2e-6, 150);
   const std::vector<float> rm{0.1f, -0.2f, 0.3f, 0.0f, 0.5f}, rv{1.0f, 2.0f, 0.5f, 1.5f, 0.8f};
   Tensor running_mean = constant({5}, rm), running_var = constant({5}, rv);
   check_f64(
       "batch_norm eval",
-      [=](const Inputs& in) { return ops::batch_norm(in[0], in[1], in[2], running_mean, running_var, false, 0.1f, 1e-5f); },
+      [=](const Inputs& in) {
+        return ops::batch_norm(in[0], in[1], in[2], running_mean, running_var, false, 0.1f, 1e-5f);
+      },
       [=](const std::vector<Vec>& v) {
         Vec y(30);
         for (size_t n = 0; n < 6; ++n)
@@ -415,14 +456,15 @@ TEST_CASE("f64 gradients: rms_norm, batch_norm (training and eval), dyt") {
       {x, gamma, beta}, 1e-6, 2e-6);
   Tensor alpha = constant({1}, {0.7f});
   alpha.set_requires_grad();
-  check_f64("dyt", [](const Inputs& in) { return ops::dyt(in[0], in[1], in[2], in[3]); },
-            [](const std::vector<Vec>& v) {
-              Vec y(30);
-              for (size_t n = 0; n < 6; ++n)
-                for (size_t c = 0; c < 5; ++c) y[n * 5 + c] = v[2][c] * std::tanh(v[1][0] * v[0][n * 5 + c]) + v[3][c];
-              return y;
-            },
-            {x, alpha, gamma, beta}, 1e-6, 2e-6);
+  check_f64(
+      "dyt", [](const Inputs& in) { return ops::dyt(in[0], in[1], in[2], in[3]); },
+      [](const std::vector<Vec>& v) {
+        Vec y(30);
+        for (size_t n = 0; n < 6; ++n)
+          for (size_t c = 0; c < 5; ++c) y[n * 5 + c] = v[2][c] * std::tanh(v[1][0] * v[0][n * 5 + c]) + v[3][c];
+        return y;
+      },
+      {x, alpha, gamma, beta}, 1e-6, 2e-6);
 }
 
 // PowerNorm normalizes with its running statistic (a constant of the step), so its forward is an
@@ -444,20 +486,21 @@ TEST_CASE("f64 gradients: power_norm (training with grad_ema 0 and not, eval), a
     CAPTURE(training);
     // grad_ema 0 in training; in eval a non-zero one, which eval must ignore
     const std::vector<float> ema = training ? std::vector<float>(size_t(C), 0.0f) : nu;
-    check_f64("power_norm",
-              [&](const Inputs& in) {
-                return ops::power_norm(in[0], in[1], in[2], constant({C}, phi), constant({C}, ema), training, 0.1f,
-                                       1e-5f);
-              },
-              power_norm64, {x, gamma, beta}, 1e-6, 2e-6);
+    check_f64(
+        "power_norm",
+        [&](const Inputs& in) {
+          return ops::power_norm(in[0], in[1], in[2], constant({C}, phi), constant({C}, ema), training, 0.1f, 1e-5f);
+        },
+        power_norm64, {x, gamma, beta}, 1e-6, 2e-6);
   }
   // grad_ema != 0: gamma's and beta's gradients stay exact (x is held constant here) ...
   Tensor x_fixed = constant({N, C}, x.to_vector());
-  check_f64("power_norm train, grad_ema != 0, parameters",
-            [&](const Inputs& in) {
-              return ops::power_norm(in[0], in[1], in[2], constant({C}, phi), constant({C}, nu), true, 0.1f, 1e-5f);
-            },
-            power_norm64, {x_fixed, gamma, beta}, 1e-6, 2e-6);
+  check_f64(
+      "power_norm train, grad_ema != 0, parameters",
+      [&](const Inputs& in) {
+        return ops::power_norm(in[0], in[1], in[2], constant({C}, phi), constant({C}, nu), true, 0.1f, 1e-5f);
+      },
+      power_norm64, {x_fixed, gamma, beta}, 1e-6, 2e-6);
   // ... the input gradient is the approximation, and both running averages move as Algorithm 1 says.
   Tensor xi = param({N, C}, 40, 1.5f, 0.5f), running_phi = constant({C}, phi), grad_ema = constant({C}, nu);
   Tensor out = ops::power_norm(xi, gamma, beta, running_phi, grad_ema, true, 0.1f, 1e-5f);
@@ -485,77 +528,83 @@ TEST_CASE("f64 gradients: power_norm (training with grad_ema 0 and not, eval), a
 
 TEST_CASE("f64 gradients: embedding, attention, softmax, mean_pool, cross_entropy, dropout") {
   const std::vector<int32_t> ids{3, 0, 3, 2, 1};
-  check_f64("embedding", [ids](const Inputs& in) { return ops::embedding(ids, in[0]); },
-            [ids](const std::vector<Vec>& v) {
-              Vec y;
-              for (int32_t id : ids) y.insert(y.end(), v[0].begin() + id * 3, v[0].begin() + id * 3 + 3);
-              return y;
-            },
-            {param({4, 3}, 40)}, 1e-7, 1e-6);
+  check_f64(
+      "embedding", [ids](const Inputs& in) { return ops::embedding(ids, in[0]); },
+      [ids](const std::vector<Vec>& v) {
+        Vec y;
+        for (int32_t id : ids) y.insert(y.end(), v[0].begin() + id * 3, v[0].begin() + id * 3 + 3);
+        return y;
+      },
+      {param({4, 3}, 40)}, 1e-7, 1e-6);
 
   const std::vector<int64_t> offsets{0, 3, 4, 9};  // lengths 3, 1, 5
   for (int64_t heads : {1, 2, 4}) {
     CAPTURE(heads);
-    check_f64("attention", [=](const Inputs& in) { return ops::attention(in[0], offsets, heads); },
-              [=](const std::vector<Vec>& v) { return attention64(v[0], offsets, 8, size_t(heads)); },
-              {param({9, 3 * 8}, 41)}, 1e-6, 2e-6);
+    check_f64(
+        "attention", [=](const Inputs& in) { return ops::attention(in[0], offsets, heads); },
+        [=](const std::vector<Vec>& v) { return attention64(v[0], offsets, 8, size_t(heads)); },
+        {param({9, 3 * 8}, 41)}, 1e-6, 2e-6);
   }
-  check_f64("softmax", [](const Inputs& in) { return ops::softmax(in[0]); },
-            [](const std::vector<Vec>& v) {
-              Vec y(18);
-              for (size_t r = 0; r < 3; ++r) {
-                double total = 0.0;
-                for (size_t c = 0; c < 6; ++c) total += std::exp(v[0][r * 6 + c]);
-                for (size_t c = 0; c < 6; ++c) y[r * 6 + c] = std::exp(v[0][r * 6 + c]) / total;
-              }
-              return y;
-            },
-            {param({3, 6}, 42)}, 1e-6, 2e-6);
-  check_f64("mean_pool", [offsets](const Inputs& in) { return ops::mean_pool(in[0], offsets); },
-            [offsets](const std::vector<Vec>& v) {
-              Vec y(12, 0.0);
-              for (size_t b = 0; b < 3; ++b)
-                for (int64_t t = offsets[b]; t < offsets[b + 1]; ++t)
-                  for (size_t c = 0; c < 4; ++c)
-                    y[b * 4 + c] += v[0][size_t(t) * 4 + c] / double(offsets[b + 1] - offsets[b]);
-              return y;
-            },
-            {param({9, 4}, 43)}, 1e-6, 1e-6);
+  check_f64(
+      "softmax", [](const Inputs& in) { return ops::softmax(in[0]); },
+      [](const std::vector<Vec>& v) {
+        Vec y(18);
+        for (size_t r = 0; r < 3; ++r) {
+          double total = 0.0;
+          for (size_t c = 0; c < 6; ++c) total += std::exp(v[0][r * 6 + c]);
+          for (size_t c = 0; c < 6; ++c) y[r * 6 + c] = std::exp(v[0][r * 6 + c]) / total;
+        }
+        return y;
+      },
+      {param({3, 6}, 42)}, 1e-6, 2e-6);
+  check_f64(
+      "mean_pool", [offsets](const Inputs& in) { return ops::mean_pool(in[0], offsets); },
+      [offsets](const std::vector<Vec>& v) {
+        Vec y(12, 0.0);
+        for (size_t b = 0; b < 3; ++b)
+          for (int64_t t = offsets[b]; t < offsets[b + 1]; ++t)
+            for (size_t c = 0; c < 4; ++c)
+              y[b * 4 + c] += v[0][size_t(t) * 4 + c] / double(offsets[b + 1] - offsets[b]);
+        return y;
+      },
+      {param({9, 4}, 43)}, 1e-6, 1e-6);
 
   const std::vector<int32_t> targets{1, -1, 0, 3, -1};
-  check_f64("cross_entropy", [targets](const Inputs& in) { return ops::cross_entropy(in[0], targets); },
-            [targets](const std::vector<Vec>& v) {
-              double total = 0.0;
-              int count = 0;
-              for (size_t n = 0; n < targets.size(); ++n) {
-                if (targets[n] < 0) continue;
-                double lse = 0.0;
-                for (size_t c = 0; c < 4; ++c) lse += std::exp(v[0][n * 4 + c]);
-                total += std::log(lse) - v[0][n * 4 + size_t(targets[n])];
-                ++count;
-              }
-              return Vec{total / count};
-            },
-            {param({5, 4}, 44)}, 1e-6, 2e-6);
+  check_f64(
+      "cross_entropy", [targets](const Inputs& in) { return ops::cross_entropy(in[0], targets); },
+      [targets](const std::vector<Vec>& v) {
+        double total = 0.0;
+        int count = 0;
+        for (size_t n = 0; n < targets.size(); ++n) {
+          if (targets[n] < 0) continue;
+          double lse = 0.0;
+          for (size_t c = 0; c < 4; ++c) lse += std::exp(v[0][n * 4 + c]);
+          total += std::log(lse) - v[0][n * 4 + size_t(targets[n])];
+          ++count;
+        }
+        return Vec{total / count};
+      },
+      {param({5, 4}, 44)}, 1e-6, 2e-6);
 
   // The mask is redrawn here the way kernels/dropout.hpp specifies it: element (t, c) of sequence
   // b (global index 2 + b) is kept when its dropout_uniform is >= p, survivors scaled by 1 / (1 - p).
   const std::vector<int64_t> drop_offsets{0, 1, 4};  // lengths 1, 3
   const uint64_t key = kernels::dropout_key(77, 3, 1);
-  check_f64("dropout",
-            [drop_offsets, key](const Inputs& in) { return ops::dropout(in[0], drop_offsets, 0.3f, key, 2, true); },
-            [drop_offsets, key](const std::vector<Vec>& v) {
-              Vec y(v[0].size());
-              for (int64_t b = 0; b < 2; ++b) {
-                const uint64_t seed = kernels::dropout_sequence_seed(key, 2 + b);
-                for (int64_t i = drop_offsets[size_t(b)] * 6; i < drop_offsets[size_t(b) + 1] * 6; ++i) {
-                  const bool keep = kernels::dropout_uniform(seed, i - drop_offsets[size_t(b)] * 6) >= 0.3f;
-                  y[size_t(i)] = keep ? v[0][size_t(i)] / (1.0 - 0.3) : 0.0;
-                }
-              }
-              return y;
-            },
-            {param({4, 6}, 45)}, 1e-6, 1e-6);
+  check_f64(
+      "dropout",
+      [drop_offsets, key](const Inputs& in) { return ops::dropout(in[0], drop_offsets, 0.3f, key, 2, true); },
+      [drop_offsets, key](const std::vector<Vec>& v) {
+        Vec y(v[0].size());
+        for (int64_t b = 0; b < 2; ++b) {
+          const uint64_t seed = kernels::dropout_sequence_seed(key, 2 + b);
+          for (int64_t i = drop_offsets[size_t(b)] * 6; i < drop_offsets[size_t(b) + 1] * 6; ++i) {
+            const bool keep = kernels::dropout_uniform(seed, i - drop_offsets[size_t(b)] * 6) >= 0.3f;
+            y[size_t(i)] = keep ? v[0][size_t(i)] / (1.0 - 0.3) : 0.0;
+          }
+        }
+        return y;
+      },
+      {param({4, 6}, 45)}, 1e-6, 1e-6);
 }
 
 TEST_CASE("f64 gradients: the comparison itself sees a derivative that is wrong by 1e-4") {
@@ -601,7 +650,7 @@ TEST_CASE("f64 gradients: the tanh-approximation GELU derivative under the exact
       compare_with_f64([](const Inputs& in) { return gelu_with_tanh_derivative(in[0]); }, unary_ref(gelu64), {a});
   CAPTURE(right.grad_error);
   CAPTURE(wrong.grad_error);
-  CHECK(right.grad_error < 2e-6);  // the tolerance "f64 gradients: unary ops" uses
-  CHECK(wrong.grad_error > 1e-4);  // 50x beyond it
+  CHECK(right.grad_error < 2e-6);     // the tolerance "f64 gradients: unary ops" uses
+  CHECK(wrong.grad_error > 1e-4);     // 50x beyond it
   CHECK(wrong.forward_error < 1e-6);  // the forward is the same: only the derivative is wrong
 }

@@ -24,13 +24,12 @@
 
 namespace fs = std::filesystem;
 using namespace normlab;
+using normlab::test::error_of;
 using normlab::test::read_text;
 using normlab::test::run_normlab;
-using normlab::test::error_of;
 using normlab::test::TempDir;
 
 namespace {
-
 
 std::string config_error(const std::string& text, const std::vector<std::string>& overrides = {}) {
   TempDir dir;
@@ -44,11 +43,12 @@ TEST_CASE("config: numbers are checked at float32, the precision normlab compute
   CHECK(config_error("{}", {"optim.lr=1e-46"}) ==
         "--set optim.lr=1e-46: optim.lr: must be a number in (0, 10], got 1e-46, which is 0 in float32, the precision "
         "normlab computes in");
-  CHECK(config_error("{}", {"optim.eps=1e-300"}).find("optim.eps: must be a number in (0, 1], got 1e-300, which is 0 "
-                                                      "in float32") != std::string::npos);
+  CHECK(config_error("{}", {"optim.eps=1e-300"})
+            .find("optim.eps: must be a number in (0, 1], got 1e-300, which is 0 "
+                  "in float32") != std::string::npos);
   CHECK(config_error("{}", {"optim.beta1=0.99999999999"}).find("which is 1 in float32") != std::string::npos);
-  CHECK(config_error(R"({"model": {"dropout": 0.99999999999}})").find("x.json: model.dropout: must be a number in [0, 1)") !=
-        std::string::npos);
+  CHECK(config_error(R"({"model": {"dropout": 0.99999999999}})")
+            .find("x.json: model.dropout: must be a number in [0, 1)") != std::string::npos);
   // Subnormal floats lose precision and underflow under a schedule factor: refused as well.
   CHECK(config_error("{}", {"optim.lr=1e-40"}).find("optim.lr: must be a number in (0, 10]") != std::string::npos);
   CHECK(config_error("{}", {"optim.lr=1e-30", "optim.beta2=0.9999999", "model.dropout=0.9999"}).empty());
@@ -58,19 +58,21 @@ TEST_CASE("config: a NUL byte in a file path is refused, from a file and from --
   TempDir dir;
   dir.write("train.jsonl", "{\"tokens\": [\"1\"], \"targets\": [\"1\"]}\n");
   const std::string path = dir.write("x.json", R"({"task": {"train_file": "train.jsonl\u0000x"}})");
-  CHECK(error_of([&] { train::load_config(path); }).find(path + ": task.train_file: a file path cannot contain a NUL byte") ==
-        0);
+  CHECK(error_of([&] {
+          train::load_config(path);
+        }).find(path + ": task.train_file: a file path cannot contain a NUL byte") == 0);
   const std::string empty = dir.write("empty.json", "{}");
   const std::string set = "task.train_file=\"" + dir.sub("train.jsonl") + "\\u0000x\"";
-  CHECK(error_of([&] { train::load_config(empty, {set}); }).find("--set " + set + ": task.train_file: a file path cannot") ==
-        0);
+  CHECK(error_of([&] {
+          train::load_config(empty, {set});
+        }).find("--set " + set + ": task.train_file: a file path cannot") == 0);
 }
 
 TEST_CASE("config: a cross-field error caused by --set names --set, one in the file names the file") {
   CHECK(config_error("{}", {"model.d_model=65"}) ==
         "--set model.d_model=65: model.d_model: must be divisible by model.heads (got 65 and 4)");
-  CHECK(config_error(R"({"model": {"d_model": 65}})", {"train.steps=3"}).find("x.json: model.d_model: must be divisible") !=
-        std::string::npos);
+  CHECK(config_error(R"({"model": {"d_model": 65}})", {"train.steps=3"})
+            .find("x.json: model.d_model: must be divisible") != std::string::npos);
 }
 
 TEST_CASE("jsonl: a symbol with a NUL byte is shown escaped, so the message is whole") {
@@ -119,8 +121,8 @@ TEST_CASE("mlm_text on Greek text: train, then predict --json prints valid UTF-8
   })");
   const std::string run = dir.sub("run");
   REQUIRE(run_normlab({"train", "--config", config, "--out", run}, dir.sub("o"), dir.sub("e")) == 0);
-  const int code = run_normlab({"predict", "--run", run, "--input", "ο λ[MASK]γος", "--json"}, dir.sub("p.json"),
-                               dir.sub("pe"));
+  const int code =
+      run_normlab({"predict", "--run", run, "--input", "ο λ[MASK]γος", "--json"}, dir.sub("p.json"), dir.sub("pe"));
   INFO(read_text(dir.sub("pe")));
   REQUIRE(code == 0);
   const nlohmann::json out = nlohmann::json::parse(read_text(dir.sub("p.json")));
@@ -142,7 +144,8 @@ TEST_CASE("mlm_text on Greek text: train, then predict --json prints valid UTF-8
     return error_of([&] { train::load_run(run); });
   };
   CHECK(with_metadata("task_characters", "[]") == checkpoint + ": metadata 'task_characters' is empty");
-  CHECK(with_metadata("task_characters", "[206]").find(checkpoint + ": metadata 'task_characters': invalid UTF-8") == 0);
+  CHECK(with_metadata("task_characters", "[206]").find(checkpoint + ": metadata 'task_characters': invalid UTF-8") ==
+        0);
   CHECK(with_metadata("train_max_len", "99999999999").find(checkpoint + ": metadata 'train_max_len' must be at most") ==
         0);
 }
@@ -177,21 +180,24 @@ TEST_CASE("messages name their file: a training file that shrank before a resume
   // The data fingerprint names the file first; accepted, the sampler's state cannot go on either.
   {
     train::Trainer trainer(longer);
-    CHECK(error_of([&] { trainer.resume(dir.sub("run")); }).find(data + " (task.train_file): its content changed") == 0);
+    CHECK(error_of([&] { trainer.resume(dir.sub("run")); }).find(data + " (task.train_file): its content changed") ==
+          0);
   }
   train::Trainer trainer(longer);
-  CHECK(error_of([&] { trainer.resume(dir.sub("run"), /*accept_changed_data=*/true); })
-            .find(dir.sub("run") + "/checkpoint.safetensors: metadata 'sampler': saved for 40 examples") == 0);
+  CHECK(error_of([&] {
+          trainer.resume(dir.sub("run"), /*accept_changed_data=*/true);
+        }).find(dir.sub("run") + "/checkpoint.safetensors: metadata 'sampler': saved for 40 examples") == 0);
 }
 
 TEST_CASE("train: an output path through a file names the file (not 'Success')") {
   TempDir dir;
   dir.write("runs", "not a directory");
   const std::string config = dir.write("c.json", R"({"train": {"steps": 1}})");
-  const int code = run_normlab({"train", "--config", config, "--out", dir.sub("runs") + "/x"}, dir.sub("o"), dir.sub("e"));
+  const int code =
+      run_normlab({"train", "--config", config, "--out", dir.sub("runs") + "/x"}, dir.sub("o"), dir.sub("e"));
   CHECK(code == 2);
   CHECK(read_text(dir.sub("e")) == "normlab: error: " + dir.sub("runs") + "/x: cannot create the run directory: " +
-                                      dir.sub("runs") + " is a file, not a directory\n");
+                                       dir.sub("runs") + " is a file, not a directory\n");
 }
 
 TEST_CASE("bench gemm: a shape that would run for hours is refused with the estimate and a hint") {

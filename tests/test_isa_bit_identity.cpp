@@ -155,8 +155,8 @@ TEST_CASE("bit identity across paths: BatchNorm train and eval and backward") {
     auto dx = randn(N * C, 22), dgamma = randn(C, 23), dbeta = randn(C, 24);
     batch_norm_forward_train(y.data(), mean.data(), rstd.data(), running_mean.data(), running_var.data(), x.data(),
                              gamma.data(), beta.data(), N, C, 1e-5f, 0.1f);
-    batch_norm_forward_eval(ye.data(), x.data(), running_mean.data(), running_var.data(), gamma.data(), beta.data(),
-                            N, C, 1e-5f);
+    batch_norm_forward_eval(ye.data(), x.data(), running_mean.data(), running_var.data(), gamma.data(), beta.data(), N,
+                            C, 1e-5f);
     batch_norm_backward(dx.data(), dgamma.data(), dbeta.data(), dy.data(), x.data(), gamma.data(), mean.data(),
                         rstd.data(), N, C);
     return Buffers{y, mean, rstd, running_mean, running_var, ye, dx, dgamma, dbeta};
@@ -236,17 +236,17 @@ TEST_CASE("bit identity across paths: attention forward and backward over a pack
   // the 8-float row loops with a scalar tail, or with none taken): lengths 1..100 give whole and
   // partial register tiles, a second query block (48 rows) and rows padded to 16 floats.
   for (const auto& [C, NH] : {std::pair<int64_t, int64_t>{48, 3}, {40, 2}, {36, 3}, {12, 4}}) {
-  CAPTURE(C);
-  const std::vector<int64_t> offsets{0, 1, 9, 30, 30, 43, 143};
-  const int64_t B = int64_t(offsets.size()) - 1, T = offsets.back();
-  check_every_path("attention", [&] {
-    const auto qkv = randn(T * 3 * C, 38), dout = randn(T * C, 39);
-    std::vector<float> out(T * C), att(attention_cache_size(offsets.data(), B, NH));
-    auto dqkv = randn(T * 3 * C, 40);
-    attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), B, C, NH);
-    attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), offsets.data(), B, C, NH);
-    return Buffers{out, att, dqkv};
-  });
+    CAPTURE(C);
+    const std::vector<int64_t> offsets{0, 1, 9, 30, 30, 43, 143};
+    const int64_t B = int64_t(offsets.size()) - 1, T = offsets.back();
+    check_every_path("attention", [&] {
+      const auto qkv = randn(T * 3 * C, 38), dout = randn(T * C, 39);
+      std::vector<float> out(T * C), att(attention_cache_size(offsets.data(), B, NH));
+      auto dqkv = randn(T * 3 * C, 40);
+      attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), B, C, NH);
+      attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), offsets.data(), B, C, NH);
+      return Buffers{out, att, dqkv};
+    });
   }
 }
 
@@ -349,9 +349,9 @@ TEST_CASE("bit identity across paths: attention with NaN, infinite and huge scor
   auto compute = [&] {
     auto qkv = randn(T * 3 * C, 41);
     const auto dout = randn(T * C, 42);
-    qkv[size_t(8 * 3 * C + 2)] = std::numeric_limits<float>::quiet_NaN();   // a query of sequence 1
+    qkv[size_t(8 * 3 * C + 2)] = std::numeric_limits<float>::quiet_NaN();      // a query of sequence 1
     qkv[size_t(50 * 3 * C + C + 1)] = std::numeric_limits<float>::infinity();  // a key of sequence 2
-    for (int64_t c = 0; c < C; c++) qkv[size_t(70 * 3 * C + C + c)] *= 1e4f;  // a huge key in sequence 2
+    for (int64_t c = 0; c < C; c++) qkv[size_t(70 * 3 * C + C + c)] *= 1e4f;   // a huge key in sequence 2
     std::vector<float> out(T * C), att(attention_cache_size(offsets.data(), B, NH));
     auto dqkv = randn(T * 3 * C, 43);
     attention_forward(out.data(), att.data(), qkv.data(), offsets.data(), B, C, NH);

@@ -18,9 +18,10 @@ namespace {
 const std::string kSentiment = std::string(NORMLAB_SOURCE_DIR) + "/configs/sentiment.json";
 // 60 steps on the sentiment example, an evaluation every 5, a constant rate (so a resumed run's
 // schedule is the uninterrupted run's), small enough to take a second.
-const std::string kShort = " --set train.steps=60 --set train.eval_every=5 --set train.checkpoint_every=20"
-                           " --set optim.schedule=constant --set task.eval_examples=100 --set model.d_model=32"
-                           " --set model.ffn=64";
+const std::string kShort =
+    " --set train.steps=60 --set train.eval_every=5 --set train.checkpoint_every=20"
+    " --set optim.schedule=constant --set task.eval_examples=100 --set model.d_model=32"
+    " --set model.ffn=64";
 
 json read_json(const std::string& path) { return json::parse(read_text(path)); }
 
@@ -90,7 +91,8 @@ TEST_CASE("keep_best: a generated task keeps none by default, and asking for bes
   const std::string kept = dir.sub("kept");
   REQUIRE(run_normlab(dir, std::string("train --config ") + NORMLAB_SOURCE_DIR +
                                "/configs/reverse.json --set train.steps=4 --set train.eval_every=2"
-                               " --set train.keep_best=accuracy --out " + kept)
+                               " --set train.keep_best=accuracy --out " +
+                               kept)
               .code == 0);
   CHECK(read_json(kept + "/summary.json")["best_checkpoint"]["metric"] == "accuracy");
   CHECK(std::filesystem::is_regular_file(kept + "/best.safetensors"));
@@ -103,7 +105,8 @@ TEST_CASE("early stopping: patience counts evaluations since the last improvemen
   const std::string run = dir.sub("run");
   Cli train = run_normlab(dir, "train --config " + kSentiment + kShort +
                                    " --set train.early_stopping_patience=2 --set train.early_stopping_min_delta=1000"
-                                   " --out " + run);
+                                   " --out " +
+                                   run);
   REQUIRE(train.code == 0);
   CHECK(train.err.find("early stopping at step 15: held-out loss has not improved by more than 1000 for 2 "
                        "evaluations (best at step 5)") != std::string::npos);
@@ -112,9 +115,9 @@ TEST_CASE("early stopping: patience counts evaluations since the last improvemen
   CHECK(summary["steps"] == 15);
   CHECK(summary["best_checkpoint"]["step"] == 5);
   // Without min_delta the run keeps improving often enough to go on longer than that.
-  Cli refused = run_normlab(dir, "train --config " + kSentiment + kShort +
-                                     " --set train.early_stopping_patience=2 --set train.eval_every=0 --out " +
-                                     dir.sub("never"));
+  Cli refused =
+      run_normlab(dir, "train --config " + kSentiment + kShort +
+                           " --set train.early_stopping_patience=2 --set train.eval_every=0 --out " + dir.sub("never"));
   CHECK(refused.code == 2);
   CHECK(refused.err.find("train.early_stopping_patience: counts evaluations: needs train.eval_every > 0") !=
         std::string::npos);
@@ -124,7 +127,8 @@ TEST_CASE("keep_best: a run resumed from its checkpoint keeps the same best as t
   TempDir dir;
   const std::string whole = dir.sub("whole"), halves = dir.sub("halves");
   REQUIRE(run_normlab(dir, "train --config " + kSentiment + kShort + " --out " + whole).code == 0);
-  REQUIRE(run_normlab(dir, "train --config " + kSentiment + kShort + " --set train.steps=40 --out " + halves).code == 0);
+  REQUIRE(run_normlab(dir, "train --config " + kSentiment + kShort + " --set train.steps=40 --out " + halves).code ==
+          0);
   REQUIRE(run_normlab(dir, "train --resume " + halves + " --set train.steps=60").code == 0);
   const json a = read_json(whole + "/summary.json"), b = read_json(halves + "/summary.json");
   CHECK(a["best_checkpoint"] == b["best_checkpoint"]);

@@ -86,7 +86,8 @@ const std::string& reference_run() {
   static const std::string dir = [] {
     const std::string config = owner.write("config.json", kConfig);
     const std::string run = owner.sub("run");
-    const int code = run_normlab({"train", "--config", config, "--out", run}, owner.sub("out.txt"), owner.sub("err.txt"));
+    const int code =
+        run_normlab({"train", "--config", config, "--out", run}, owner.sub("out.txt"), owner.sub("err.txt"));
     REQUIRE_MESSAGE(code == 0, read_text(owner.sub("err.txt")));
     return run;
   }();
@@ -129,8 +130,8 @@ TEST_CASE("kill -9 at a random step, then --resume: metrics and summary equal an
       child.signal(SIGKILL);
       const int code = child.wait();
       const int64_t lines_at_kill = count_lines(run + "/metrics.jsonl");
-      INFO("trial " << trial << ": SIGKILL after " << lines_at_kill << " metrics lines (aimed at "
-                    << kill_after_lines << "), exit " << code);
+      INFO("trial " << trial << ": SIGKILL after " << lines_at_kill << " metrics lines (aimed at " << kill_after_lines
+                    << "), exit " << code);
       if (code == 0) {
         MESSAGE("the run finished before the kill landed; nothing to resume in this trial");
         continue;
@@ -151,7 +152,8 @@ TEST_CASE("kill -9 at a random step, then --resume: metrics and summary equal an
   }
 }
 
-TEST_CASE("SIGTERM and SIGINT: the step in flight finishes, a checkpoint is written, exit 143 / 130, --resume continues") {
+TEST_CASE(
+    "SIGTERM and SIGINT: the step in flight finishes, a checkpoint is written, exit 143 / 130, --resume continues") {
   TempDir dir("normlab_test_term");
   const std::string reference = reference_run();
   const std::string config = dir.write("config.json", kConfig);
@@ -184,7 +186,8 @@ TEST_CASE("SIGTERM and SIGINT: the step in flight finishes, a checkpoint is writ
   }
 }
 
-TEST_CASE("a full disk (file size limit) mid-run: exit 2, one line naming the checkpoint, the previous checkpoint intact") {
+TEST_CASE(
+    "a full disk (file size limit) mid-run: exit 2, one line naming the checkpoint, the previous checkpoint intact") {
   TempDir dir("normlab_test_full");
   const std::string reference = reference_run();
   const std::string config = dir.write("config.json", kConfig);
@@ -220,8 +223,8 @@ TEST_CASE("a full disk (file size limit) mid-run: exit 2, one line naming the ch
   }
 
   // With room again, the resume from that checkpoint ends where the uninterrupted run ends.
-  REQUIRE(run_normlab({"train", "--resume", run, "--set", "train.steps=120"}, dir.sub("out.txt"),
-                      dir.sub("err.txt")) == 0);
+  REQUIRE(run_normlab({"train", "--resume", run, "--set", "train.steps=120"}, dir.sub("out.txt"), dir.sub("err.txt")) ==
+          0);
   check_same_as_reference(run, reference);
 }
 

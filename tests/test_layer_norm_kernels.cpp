@@ -158,8 +158,8 @@ TEST_CASE("layernorm [4,100,512] example keeps its shape, gamma and beta are [51
   // rows = batch * seq_len tokens, one mean/rstd each ([4, 100, 1] in PyTorch's keepdim view).
   const int64_t rows = 4 * 100, cols = 512;
   std::vector<float> y(x.data.size()), mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
-  layer_norm_forward(y.data(), mean.data(), rstd.data(), x.data.data(), gamma.data.data(), beta.data.data(), rows,
-                     cols, 1e-12f);
+  layer_norm_forward(y.data(), mean.data(), rstd.data(), x.data.data(), gamma.data.data(), beta.data.data(), rows, cols,
+                     1e-12f);
   CHECK(y.size() == size_t(4 * 100 * 512));
   CHECK(relative_max_error(y, y_ref.data) <= 1e-5);
 }

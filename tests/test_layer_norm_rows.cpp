@@ -37,12 +37,15 @@ struct Batch {
 Batch run_batch(const std::vector<float>& x, const std::vector<float>& dy, const std::vector<float>& gamma,
                 const std::vector<float>& beta, const std::vector<float>& dx0, const std::vector<float>& dgamma0,
                 const std::vector<float>& dbeta0, int64_t rows, int64_t cols) {
-  Batch b{std::vector<float>(x.size()), std::vector<float>(size_t(rows)), std::vector<float>(size_t(rows)),
-          dx0, dgamma0, dbeta0};
-  layer_norm_forward(b.y.data(), b.mean.data(), b.rstd.data(), x.data(), gamma.data(), beta.data(), rows, cols,
-                     1e-5f);
-  layer_norm_backward(b.dx.data(), b.dgamma.data(), b.dbeta.data(), dy.data(), x.data(), gamma.data(),
-                      b.mean.data(), b.rstd.data(), rows, cols);
+  Batch b{std::vector<float>(x.size()),
+          std::vector<float>(size_t(rows)),
+          std::vector<float>(size_t(rows)),
+          dx0,
+          dgamma0,
+          dbeta0};
+  layer_norm_forward(b.y.data(), b.mean.data(), b.rstd.data(), x.data(), gamma.data(), beta.data(), rows, cols, 1e-5f);
+  layer_norm_backward(b.dx.data(), b.dgamma.data(), b.dbeta.data(), dy.data(), x.data(), gamma.data(), b.mean.data(),
+                      b.rstd.data(), rows, cols);
   return b;
 }
 

@@ -79,10 +79,11 @@ TEST_CASE("linear parsers: the strict JSON parser builds the value and finds dup
   CHECK(value["e"].is_null());
   CHECK(duplicate == std::vector<std::string>{"a", "c", "d"});
   CHECK(nlohmann::json::parse(value.dump()) == value);
-  CHECK_THROWS_WITH_AS(io::parse_strict(R"({"model": {"lr": 1, "lr": 2}})", "f.json"), "f.json: model.lr: duplicate key",
-                       InputError);
+  CHECK_THROWS_WITH_AS(io::parse_strict(R"({"model": {"lr": 1, "lr": 2}})", "f.json"),
+                       "f.json: model.lr: duplicate key", InputError);
   CHECK_THROWS_WITH_AS(io::parse_strict("{\"a\": 1,}", "f.json"),
-                       doctest::Contains("f.json: invalid JSON: parse error at line 1, column 9: syntax error"), InputError);
+                       doctest::Contains("f.json: invalid JSON: parse error at line 1, column 9: syntax error"),
+                       InputError);
   CHECK_THROWS_WITH_AS(io::parse_strict("1e999", "f.json"), doctest::Contains("f.json: invalid JSON"), InputError);
   const double seconds = seconds_for([] { io::parse_strict(array_of_objects(kOneMegabyte), "big"); });
   CHECK(seconds < kLimitSeconds);
@@ -142,8 +143,8 @@ TEST_CASE("compare configs get the duplicate-key check, in the compare file and 
   TempDir dir;
   dir.write("base.json", R"({"optim": {"lr": 0.001, "lr": 0.1}})");
   const std::string with_base = dir.write("a.json", R"({"base": "base.json"})");
-  CHECK_THROWS_WITH_AS(study::load_compare_plan(with_base), (dir.sub("base.json") + ": optim.lr: duplicate key").c_str(),
-                       InputError);
+  CHECK_THROWS_WITH_AS(study::load_compare_plan(with_base),
+                       (dir.sub("base.json") + ": optim.lr: duplicate key").c_str(), InputError);
   const std::string repeated = dir.write("b.json", R"({"base": {}, "base": {}})");
   CHECK_THROWS_WITH_AS(study::load_compare_plan(repeated), (repeated + ": base: duplicate key").c_str(), InputError);
 }

@@ -32,7 +32,8 @@ using normlab::test::TempDir;
 namespace {
 
 // Outcomes drawn from P(learned) = 1 / (1 + (lr / lr50)^slope) at each rate, `seeds` per rate.
-std::vector<study::RateOutcome> simulate(const std::vector<double>& rates, double lr50, double slope, int seeds, Rng& rng) {
+std::vector<study::RateOutcome> simulate(const std::vector<double>& rates, double lr50, double slope, int seeds,
+                                         Rng& rng) {
   std::vector<study::RateOutcome> out;
   for (double lr : rates) {
     study::RateOutcome r{lr, 0, seeds};
@@ -175,8 +176,11 @@ TEST_CASE("lr search: rounds are a function of the outcomes - midpoints where th
   spec.to = 1;
   spec.points = 5;
   CHECK(study::initial_rates(spec) == std::vector<double>{0.001, 0.00562, 0.0316, 0.178, 1});
-  const std::vector<study::RateOutcome> tested{
-      {0.001, 1, 5}, {0.00562, 5, 5}, {0.0316, 2, 5}, {0.178, 0, 5}, {1, 0, 5}};
+  const std::vector<study::RateOutcome> tested{{0.001, 1, 5},
+                                               {0.00562, 5, 5},
+                                               {0.0316, 2, 5},
+                                               {0.178, 0, 5},
+                                               {1, 0, 5}};
   // Below the peak (0.001 -> 0.00562 changes too) is not refined: that is the slow side.
   CHECK(study::refine_rates(tested, 5) == std::vector<double>{0.0133, 0.075});
   CHECK(study::refine_rates(tested, 1) == std::vector<double>{0.0133});  // the larger change first
@@ -191,7 +195,8 @@ TEST_CASE("lr search: rounds are a function of the outcomes - midpoints where th
 
 TEST_CASE("lr search: the config's search section is checked, each error naming the file and key") {
   TempDir tmp;
-  tmp.write("base.json", R"({"task": {"name": "reverse", "min_len": 1, "max_len": 8, "eval_max_len": 12}, "model": {"d_model": 16,
+  tmp.write("base.json",
+            R"({"task": {"name": "reverse", "min_len": 1, "max_len": 8, "eval_max_len": 12}, "model": {"d_model": 16,
     "heads": 2, "layers": 1, "ffn": 32, "max_len": 16}, "train": {"steps": 4, "batch_size": 4}})");
   const auto error_of = [&](const std::string& search) {
     const std::string path = tmp.write("c.json", R"({"base": "base.json", "search": )" + search + "}");
@@ -206,15 +211,16 @@ TEST_CASE("lr search: the config's search section is checked, each error naming 
   CHECK(error_of(R"({"lr": {"from": 0.001}})") == c + ": search.lr.to: missing (a learning rate in (0, 10])");
   CHECK(error_of(R"({"lr": {"from": 0.1, "to": 0.01}})").find(c + ": search.lr.to: must be above from") == 0);
   CHECK(error_of(R"({"lr": {"from": 0, "to": 0.01}})").find(c + ": search.lr.from: must be a number in (0, 10]") == 0);
-  CHECK(error_of(R"({"lr": {"from": 0.001, "to": 0.1, "points": 1}})").find(c + ": search.lr.points: must be an integer in [2, 16]") == 0);
+  CHECK(error_of(R"({"lr": {"from": 0.001, "to": 0.1, "points": 1}})")
+            .find(c + ": search.lr.points: must be an integer in [2, 16]") == 0);
   CHECK(error_of(R"({"lr": {"from": 0.001, "to": 0.1, "rounds": 1.5}})").find(c + ": search.lr.rounds:") == 0);
   CHECK(error_of(R"({"lr": {"from": 0.001, "to": 0.1, "step": 2}})").find(c + ": search.lr.step: unknown key") == 0);
   CHECK(error_of(R"({"depth": {}})").find(c + ": search.depth: unknown key") == 0);
   CHECK(error_of(R"([1])").find(c + ": search: must be an object") == 0);
   const std::string both = tmp.write("both.json", R"({"base": "base.json", "grid": {"lr": [0.01]},
     "search": {"lr": {"from": 0.001, "to": 0.1}}})");
-  CHECK_THROWS_WITH_AS(study::load_compare_plan(both), (both + ": grid.lr: search.lr sets the learning rates: use one of the two").c_str(),
-                       InputError);
+  CHECK_THROWS_WITH_AS(study::load_compare_plan(both),
+                       (both + ": grid.lr: search.lr sets the learning rates: use one of the two").c_str(), InputError);
   // Without finished runs only round 0 is known, in grid order.
   const std::string ok = tmp.write("ok.json", R"({"base": "base.json", "grid": {"variants": ["none", "pre-ln"],
     "seeds": [1, 2]}, "search": {"lr": {"from": 0.001, "to": 0.1, "points": 3, "rounds": 2}}})");
@@ -231,12 +237,14 @@ TEST_CASE("lr search: the config's search section is checked, each error naming 
 TEST_CASE("compare config on a compare config: grid keys replace the base's, set merges key by key") {
   TempDir tmp;
   fs::create_directories(tmp.path / "sub");
-  tmp.write("sub/base.json", R"({"task": {"name": "reverse", "min_len": 1, "max_len": 8, "eval_max_len": 12}, "model": {"d_model": 16,
+  tmp.write("sub/base.json",
+            R"({"task": {"name": "reverse", "min_len": 1, "max_len": 8, "eval_max_len": 12}, "model": {"d_model": 16,
     "heads": 2, "layers": 1, "ffn": 32, "max_len": 16}, "train": {"steps": 4, "batch_size": 4}})");
   tmp.write("sub/study.json", R"({"base": "base.json", "set": {"train.steps": 6, "train.batch_size": 8},
     "grid": {"variants": ["none", "pre-ln"], "lr": [0.01, 0.03], "seeds": [0, 1]}})");
-  const study::ComparePlan rerun = study::load_compare_plan(tmp.write("rerun.json",
-      R"({"base": "sub/study.json", "set": {"train.steps": 5}, "grid": {"seeds": [20, 21, 22]}})"));
+  const study::ComparePlan rerun = study::load_compare_plan(
+      tmp.write("rerun.json",
+                R"({"base": "sub/study.json", "set": {"train.steps": 5}, "grid": {"seeds": [20, 21, 22]}})"));
   CHECK(rerun.variants == std::vector<std::string>{"none", "pre-ln"});
   CHECK(rerun.lrs == std::vector<double>{0.01, 0.03});
   CHECK(rerun.seeds == std::vector<uint64_t>{20, 21, 22});
@@ -244,8 +252,9 @@ TEST_CASE("compare config on a compare config: grid keys replace the base's, set
   CHECK(rerun.base.train.steps == 5);       // this file's set wins
   CHECK(rerun.base.train.batch_size == 8);  // the base study's set is kept
   // A search over the base study's grid drops its grid.lr; a chain of two works too.
-  const std::string searched = tmp.write("searched.json",
-      R"({"base": "rerun.json", "search": {"lr": {"from": 0.001, "to": 0.1, "points": 3}}})");
+  const std::string searched =
+      tmp.write("searched.json",
+                R"({"base": "rerun.json", "search": {"lr": {"from": 0.001, "to": 0.1, "points": 3}}})");
   const study::ComparePlan search = study::load_compare_plan(searched);
   CHECK(search.search.enabled());
   CHECK(search.lrs == std::vector<double>{0.001, 0.01, 0.1});
@@ -309,7 +318,8 @@ TEST_CASE("compare search end to end: rounds run, reused on rerun, the report an
     CHECK(b["lr50"].get<double>() <= b["high"].get<double>());
     CHECK(answer.find(study::format_rate(b["lr50"].get<double>())) != std::string::npos);
   }
-  CHECK(read_text(out + "/report.md").find("Learning-rate boundary: where each variant stops learning") != std::string::npos);
+  CHECK(read_text(out + "/report.md").find("Learning-rate boundary: where each variant stops learning") !=
+        std::string::npos);
   CHECK(fs::exists(out + "/charts/search.svg"));
   CHECK(read_text(tmp.sub("stdout")).find("Learning-rate boundary") != std::string::npos);
   // Rerun: everything is reused, nothing trained.

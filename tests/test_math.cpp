@@ -21,9 +21,7 @@ int64_t ordered(float f) {
   const int32_t bits = std::bit_cast<int32_t>(f);
   return bits < 0 ? -int64_t(bits & 0x7fffffff) : int64_t(bits);
 }
-float from_ordered(int64_t k) {
-  return std::bit_cast<float>(k < 0 ? uint32_t(-k) | 0x80000000u : uint32_t(k));
-}
+float from_ordered(int64_t k) { return std::bit_cast<float>(k < 0 ? uint32_t(-k) | 0x80000000u : uint32_t(k)); }
 
 struct Worst {
   int64_t ulps = 0;
@@ -59,8 +57,8 @@ TEST_CASE("math: exp expm1 tanh erf and erfc are within 3 ulp of glibc over wide
   const Worst erf = sweep([](float x) { return math::erf(x); }, [](double x) { return std::erf(x); }, -15.0f, 15.0f);
   // erfc down to the smallest normal float (x ~ 9.2); below it the result is subnormal and the
   // relative accuracy of any float is gone anyway.
-  const Worst erfc = sweep([](float x) { return math::erfc(x); }, [](double x) { return std::erfc(x); }, -15.0f,
-                           15.0f, std::numeric_limits<float>::min());
+  const Worst erfc = sweep([](float x) { return math::erfc(x); }, [](double x) { return std::erfc(x); }, -15.0f, 15.0f,
+                           std::numeric_limits<float>::min());
   for (auto [name, worst] : {std::pair{"exp", exp}, std::pair{"expm1", expm1}, std::pair{"tanh", tanh},
                              std::pair{"erf", erf}, std::pair{"erfc", erfc}}) {
     INFO(name << ": worst " << worst.ulps << " ulp at x = " << worst.at);
@@ -78,8 +76,8 @@ TEST_CASE("math: special values and overflow and underflow and subnormals") {
   CHECK(math::exp(0.0f) == 1.0f);
   CHECK(math::exp(inf) == inf);
   CHECK(math::exp(-inf) == 0.0f);
-  CHECK(math::exp(89.0f) == inf);     // above log(FLT_MAX) ~ 88.72
-  CHECK(math::exp(-104.0f) == 0.0f);  // below half the smallest subnormal
+  CHECK(math::exp(89.0f) == inf);                        // above log(FLT_MAX) ~ 88.72
+  CHECK(math::exp(-104.0f) == 0.0f);                     // below half the smallest subnormal
   CHECK(math::exp(-103.0f) == float(std::exp(-103.0)));  // subnormal result, rounded once
   CHECK(std::isnan(math::exp(nan)));
   CHECK(math::expm1(tiny) == tiny);

@@ -37,7 +37,10 @@ struct Shape {
 };
 
 std::string describe(char variant, Shape s) {
-  return std::string("matmul_") + (variant == 'n' ? "nn" : variant == 't' ? "nt" : "tn") +
+  return std::string("matmul_") +
+         (variant == 'n'   ? "nn"
+          : variant == 't' ? "nt"
+                           : "tn") +
          " M=" + std::to_string(s.M) + " K=" + std::to_string(s.K) + " N=" + std::to_string(s.N);
 }
 
@@ -50,8 +53,8 @@ float b_at(char variant, const std::vector<float>& B, Shape s, int64_t k, int64_
   return variant == 't' ? B[j * s.K + k] : B[k * s.N + j];
 }
 
-void run(char variant, float* C, const std::vector<float>& A, const std::vector<float>& B,
-         Shape s, bool accumulate, bool parallel = true) {
+void run(char variant, float* C, const std::vector<float>& A, const std::vector<float>& B, Shape s, bool accumulate,
+         bool parallel = true) {
   if (variant == 'n') matmul_nn(C, A.data(), B.data(), s.M, s.K, s.N, accumulate, parallel);
   if (variant == 't') matmul_nt(C, A.data(), B.data(), s.M, s.K, s.N, accumulate, parallel);
   if (variant == 'T') matmul_tn(C, A.data(), B.data(), s.M, s.K, s.N, accumulate, parallel);
@@ -116,8 +119,7 @@ TEST_CASE("matmul: sizes at the edges of the 8x32 micro-tile, the 256 K block, t
   const int64_t edges[] = {1, 7, 8, 9, 31, 33, 63, 64, 65, 127, 129};
   for (int64_t m : edges)
     for (int64_t n : edges) check_all_variants(Shape{m, 5, n}, rng);
-  for (int64_t k : {1, 2, 63, 64, 65, 127, 129, 255, 256, 257, 513})
-    check_all_variants(Shape{17, k, 33}, rng);
+  for (int64_t k : {1, 2, 63, 64, 65, 127, 129, 255, 256, 257, 513}) check_all_variants(Shape{17, k, 33}, rng);
   // Tiles are split over the threads: more rows than one tile, more columns than one tile.
   check_all_variants(Shape{200, 9, 300}, rng);
   // tn packs A's row panels when M > 256 (else reads A in place): both sides, ragged M, 2 K blocks.
@@ -162,16 +164,15 @@ TEST_CASE("matmul: bit-identical across runs, thread counts 1, 2, 3, and the ser
   Rng rng(11);
   // {64, 1040, 256}, {300, 1040, 100} and {70, 800, 33} as tn at 2 threads take the split over K
   // (a small C, K cut into two even runs of blocks; M > 256 packs A; 70 and 33 leave ragged tiles).
-  const Shape shapes[] = {{1040, 64, 192}, {64, 1040, 256}, {130, 513, 70}, {300, 257, 100},
-                          {300, 1040, 100}, {70, 800, 33}};
+  const Shape shapes[] = {{1040, 64, 192}, {64, 1040, 256},  {130, 513, 70},
+                          {300, 257, 100}, {300, 1040, 100}, {70, 800, 33}};
   for (Shape s : shapes) {
     const auto A = random_vector(s.M * s.K, rng);
     const auto B = random_vector(s.K * s.N, rng);
     for (char variant : {'n', 't', 'T'}) {
       CAPTURE(describe(variant, s));
       const size_t bytes = static_cast<size_t>(s.M * s.N) * sizeof(float);
-      std::vector<float> first(s.M * s.N), again(s.M * s.N), two(s.M * s.N), three(s.M * s.N),
-          serial(s.M * s.N);
+      std::vector<float> first(s.M * s.N), again(s.M * s.N), two(s.M * s.N), three(s.M * s.N), serial(s.M * s.N);
       set_num_threads(1);
       run(variant, first.data(), A, B, s, false);
       run(variant, again.data(), A, B, s, false);
@@ -206,11 +207,10 @@ TEST_CASE("matmul: the serial path runs from inside the caller's OpenMP loop") {
   std::vector<float> inside(heads * T * T), outside(heads * T * T);
 #pragma omp parallel for schedule(static)
   for (int64_t h = 0; h < heads; h++)
-    matmul_nt(inside.data() + h * T * T, q.data() + h * T * D, k.data() + h * T * D, T, D, T,
-              false, /*parallel=*/false);
+    matmul_nt(inside.data() + h * T * T, q.data() + h * T * D, k.data() + h * T * D, T, D, T, false,
+              /*parallel=*/false);
   for (int64_t h = 0; h < heads; h++)
-    matmul_nt(outside.data() + h * T * T, q.data() + h * T * D, k.data() + h * T * D, T, D, T,
-              false);
+    matmul_nt(outside.data() + h * T * T, q.data() + h * T * D, k.data() + h * T * D, T, D, T, false);
   CHECK(std::memcmp(inside.data(), outside.data(), inside.size() * sizeof(float)) == 0);
 }
 
@@ -240,8 +240,8 @@ TEST_CASE("matmul: a parallel call from inside the caller's OpenMP region gives 
 namespace {
 
 // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias, in double.
-std::vector<double> linear_reference(const std::vector<float>& inp, const std::vector<float>& weight,
-                                     const float* bias, int64_t N, int64_t C, int64_t OC) {
+std::vector<double> linear_reference(const std::vector<float>& inp, const std::vector<float>& weight, const float* bias,
+                                     int64_t N, int64_t C, int64_t OC) {
   std::vector<double> out(N * OC);
   for (int64_t n = 0; n < N; n++)
     for (int64_t o = 0; o < OC; o++) {
@@ -282,8 +282,7 @@ TEST_CASE("linear: backward accumulates dinp, dweight, dbias like float64 loops"
   const auto dweight0 = random_vector(OC * C, rng);
   const auto dbias0 = random_vector(OC, rng);
   auto dinp = dinp0, dweight = dweight0, dbias = dbias0;
-  linear_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
-                  weight.data(), N, C, OC);
+  linear_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(), N, C, OC);
   double err_dinp = 0, err_dweight = 0, err_dbias = 0;
   for (int64_t n = 0; n < N; n++)
     for (int64_t c = 0; c < C; c++) {
@@ -307,8 +306,7 @@ TEST_CASE("linear: backward accumulates dinp, dweight, dbias like float64 loops"
 
   // Any output may be skipped: the others are unchanged by that.
   auto dweight_only = dweight0;
-  linear_backward(nullptr, dweight_only.data(), nullptr, dout.data(), inp.data(), weight.data(), N,
-                  C, OC);
+  linear_backward(nullptr, dweight_only.data(), nullptr, dout.data(), inp.data(), weight.data(), N, C, OC);
   CHECK(std::memcmp(dweight_only.data(), dweight.data(), dweight.size() * sizeof(float)) == 0);
   auto dbias_only = dbias0;
   linear_backward(nullptr, nullptr, dbias_only.data(), dout.data(), nullptr, nullptr, N, C, OC);
@@ -332,8 +330,7 @@ TEST_CASE("linear: backward agrees with central finite differences of the forwar
     return sum;
   };
   std::vector<float> dinp(N * C, 0.0f), dweight(OC * C, 0.0f), dbias(OC, 0.0f);
-  linear_backward(dinp.data(), dweight.data(), dbias.data(), G.data(), inp.data(), weight.data(),
-                  N, C, OC);
+  linear_backward(dinp.data(), dweight.data(), dbias.data(), G.data(), inp.data(), weight.data(), N, C, OC);
   const float h = 1e-2f;
   auto check_param = [&](std::vector<float>& param, const std::vector<float>& grad, const char* name) {
     for (size_t i = 0; i < param.size(); i++) {
@@ -368,11 +365,10 @@ TEST_CASE("linear: forward and backward are bit-identical for thread counts 1 an
   };
   auto compute = [&](int threads) {
     set_num_threads(threads);
-    Result r{std::vector<float>(N * OC), std::vector<float>(N * C, 0.5f),
-             std::vector<float>(OC * C, 0.5f), std::vector<float>(OC, 0.5f)};
+    Result r{std::vector<float>(N * OC), std::vector<float>(N * C, 0.5f), std::vector<float>(OC * C, 0.5f),
+             std::vector<float>(OC, 0.5f)};
     linear_forward(r.out.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
-    linear_backward(r.dinp.data(), r.dweight.data(), r.dbias.data(), dout.data(), inp.data(),
-                    weight.data(), N, C, OC);
+    linear_backward(r.dinp.data(), r.dweight.data(), r.dbias.data(), dout.data(), inp.data(), weight.data(), N, C, OC);
     return r;
   };
   const Result one = compute(1), two = compute(2), again = compute(2);
@@ -422,8 +418,8 @@ TEST_CASE("linear_relu: the fused kernels give the bits of linear, relu and thei
         relu_backward(dpre.data(), dout.data(), pre.data(), N * OC);
         std::vector<float> dinp_want(N * C, 0.25f), dw_want(OC * C, 0.25f), db_want(OC, 0.25f);
         auto dinp_got = dinp_want, dw_got = dw_want, db_got = db_want;
-        linear_backward(dinp_want.data(), dw_want.data(), db_want.data(), dpre.data(), inp.data(), weight.data(), N,
-                        C, OC);
+        linear_backward(dinp_want.data(), dw_want.data(), db_want.data(), dpre.data(), inp.data(), weight.data(), N, C,
+                        OC);
         linear_relu_backward(dinp_got.data(), dw_got.data(), db_got.data(), dout.data(), got.data(), inp.data(),
                              weight.data(), N, C, OC);
         CHECK(std::memcmp(dinp_want.data(), dinp_got.data(), dinp_want.size() * sizeof(float)) == 0);

@@ -82,7 +82,8 @@ TEST_CASE("memory: the estimate is within 1.5x of the measured peak RSS (logits,
     const std::string config = dir.write(std::string(c.name) + ".json", c.config);
     const double estimate = train::estimate_memory(train::load_config(config)).total();
     const double measured =
-        peak_rss_bytes({"train", "--config", config, "--out", dir.sub(std::string("run_") + c.name)}, dir.sub("log.txt"));
+        peak_rss_bytes({"train", "--config", config, "--out", dir.sub(std::string("run_") + c.name)},
+                       dir.sub("log.txt"));
     INFO(read_text(dir.sub("log.txt")));
     REQUIRE(measured > 0);
     INFO("estimate " << estimate / 1e6 << " MB, measured peak RSS " << measured / 1e6 << " MB");
@@ -150,7 +151,8 @@ TEST_CASE("memory: --resume with a config.json edited to a bigger model is refus
   const std::string config = dir.write("c.json", R"({"model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 16},
     "task": {"max_len": 8, "eval_max_len": 8, "eval_examples": 8}, "train": {"steps": 4, "batch_size": 4}})");
   const std::string run = dir.sub("run");
-  REQUIRE(run_normlab({"train", "--config", config, "--out", run, "--set", "train.steps=2"}, dir.sub("o"), dir.sub("e")) == 0);
+  REQUIRE(run_normlab({"train", "--config", config, "--out", run, "--set", "train.steps=2"}, dir.sub("o"),
+                      dir.sub("e")) == 0);
   std::string text = read_text(run + "/config.json");
   text.replace(text.find("\"d_model\": 16"), 13, "\"d_model\": 4096");
   text.replace(text.find("\"ffn\": 16"), 9, "\"ffn\": 16384");
@@ -158,5 +160,6 @@ TEST_CASE("memory: --resume with a config.json edited to a bigger model is refus
   const double rss = peak_rss_bytes({"train", "--resume", run, "--set", "train.steps=4"}, dir.sub("log.txt"));
   CHECK(rss < 0);  // refused
   const std::string message = read_text(dir.sub("log.txt"));
-  CHECK(message.find("normlab: error: " + run + "/checkpoint.safetensors: model.d_model: cannot change on resume") == 0);
+  CHECK(message.find("normlab: error: " + run + "/checkpoint.safetensors: model.d_model: cannot change on resume") ==
+        0);
 }

@@ -18,8 +18,8 @@
 #include "support.hpp"
 
 using namespace normlab;
-using normlab::test::read_text;
 using normlab::test::Cli;
+using normlab::test::read_text;
 using normlab::test::run_normlab;
 using normlab::test::TempDir;
 
@@ -94,7 +94,8 @@ TEST_CASE("messages: a compare grid suggests what it accepts, and a set error sa
 TEST_CASE("messages: errors found while the data loads still name the config file") {
   TempDir dir;
   dir.write("train.jsonl", "{\"tokens\": \"a b c\", \"label\": \"x\"}\n{\"tokens\": \"b\", \"label\": \"y\"}\n");
-  dir.write("config.json", R"({"model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32, "max_len": 16, "vocab_size": 3},
+  dir.write("config.json",
+            R"({"model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32, "max_len": 16, "vocab_size": 3},
     "task": {"name": "sequence_classification", "train_file": "train.jsonl", "valid_file": "train.jsonl",
              "max_len": 8, "eval_max_len": 8},
     "train": {"steps": 2, "batch_size": 2, "threads": 1}})");
@@ -108,9 +109,10 @@ TEST_CASE("messages: report --label may stand before the run directories") {
   dir.write("tiny.json", kTiny);
   REQUIRE(run_normlab(dir, fmt::format("train --config {} --out {}", dir.sub("tiny.json"), dir.sub("a"))).code == 0);
   REQUIRE(run_normlab(dir, fmt::format("train --config {} --out {} --set model.norm=none", dir.sub("tiny.json"),
-                                   dir.sub("b"))).code == 0);
+                                       dir.sub("b")))
+              .code == 0);
   const Cli cli = run_normlab(dir, fmt::format("report --label LN={} --label none={} {} {} --out {}", dir.sub("a"),
-                                           dir.sub("b"), dir.sub("a"), dir.sub("b"), dir.sub("report")));
+                                               dir.sub("b"), dir.sub("a"), dir.sub("b"), dir.sub("report")));
   INFO(cli.err);
   CHECK(cli.code == 0);
   CHECK(read_text(dir.sub("report/report.md")).find("LN") != std::string::npos);

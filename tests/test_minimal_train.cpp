@@ -12,8 +12,8 @@ using namespace normlab::test;
 namespace {
 std::string run_minimal_train(const TempDir& dir, const std::string& env) {
   const std::string out = dir.sub("out.txt");
-  const std::string command = "env -u NORMLAB_ISA -u NORMLAB_KERNELS " + env + " \"" NORMLAB_BINARY_DIR
-                              "/minimal_train\" 400 0 >\"" + out + "\" 2>&1";
+  const std::string command = "env -u NORMLAB_ISA -u NORMLAB_KERNELS " + env +
+                              " \"" NORMLAB_BINARY_DIR "/minimal_train\" 400 0 >\"" + out + "\" 2>&1";
   REQUIRE(std::system(command.c_str()) == 0);
   return read_text(out);
 }

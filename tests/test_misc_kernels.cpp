@@ -30,8 +30,8 @@ std::vector<float> random_vector(size_t n, uint64_t seed, float stddev = 1.0f) {
 
 // Central differences of a scalar loss (evaluated in float kernels, accumulated in double) with
 // respect to every entry of x; compared with the analytic gradient relative to its largest entry.
-void check_gradient(std::vector<float>& x, const std::vector<double>& analytic,
-                    const std::function<double()>& loss, float eps = 1e-2f, double tolerance = 2e-3) {
+void check_gradient(std::vector<float>& x, const std::vector<double>& analytic, const std::function<double()>& loss,
+                    float eps = 1e-2f, double tolerance = 2e-3) {
   REQUIRE(x.size() == analytic.size());
   // Many tiny forwards: one thread, so the time goes to the math and not to waking threads.
   const int saved_threads = normlab::num_threads();
@@ -109,7 +109,7 @@ TEST_CASE("kernels relu and exact gelu") {
   // Known values of x * Phi(x) (the tanh approximation misses these in the 4th-5th digit).
   const std::vector<float> known_x = {-3.0f, -1.0f, -0.5f, 0.0f, 0.5f, 2.0f};
   const std::vector<double> known_y = {-0.00404969409489031, -0.15865525393145707, -0.15426876936299344, 0.0,
-                                       0.34573123063700656, 1.9544997361036416};
+                                       0.34573123063700656,  1.9544997361036416};
   std::vector<float> known_out(known_x.size());
   nk::gelu_forward(known_out.data(), known_x.data(), int64_t(known_x.size()));
   for (size_t n = 0; n < known_x.size(); n++) {

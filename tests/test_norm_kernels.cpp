@@ -86,8 +86,8 @@ RmsResult run_rms_norm(const std::vector<float>& x, const std::vector<float>* ga
   out.dgamma.assign(size_t(cols), 0.0f);
   const float* g = gamma ? gamma->data() : nullptr;
   k::rms_norm_forward(out.y.data(), out.rstd.data(), x.data(), g, rows, cols, eps);
-  k::rms_norm_backward(out.dx.data(), g ? out.dgamma.data() : nullptr, dout.data(), x.data(), g, out.rstd.data(),
-                       rows, cols);
+  k::rms_norm_backward(out.dx.data(), g ? out.dgamma.data() : nullptr, dout.data(), x.data(), g, out.rstd.data(), rows,
+                       cols);
   return out;
 }
 
@@ -104,8 +104,8 @@ BatchNormReference batch_norm_reference(const std::vector<float>& x, const std::
   // momentum 1 from a zero running_var leaves the unbiased batch variance there
   std::vector<float> running_mean(size_t(C), 0.0f), unbiased_var(size_t(C), 0.0f);
   normlab::kernels::reference::batch_norm_forward_train(y.data(), mean.data(), rstd.data(), running_mean.data(),
-                                                        unbiased_var.data(), x.data(), gamma.data(), beta.data(), N,
-                                                        C, float(eps), 1.0f, nullptr);
+                                                        unbiased_var.data(), x.data(), gamma.data(), beta.data(), N, C,
+                                                        float(eps), 1.0f, nullptr);
   normlab::kernels::reference::batch_norm_backward(dx.data(), dgamma.data(), dbeta.data(), dout.data(), x.data(),
                                                    gamma.data(), mean.data(), rstd.data(), N, C, nullptr);
   auto wide = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
@@ -256,8 +256,8 @@ TEST_CASE("batchnorm running statistics follow PyTorch (unbiased var) and drive 
   for (int64_t n = 0; n < N; n++)
     for (int64_t c = 0; c < C; c++) {
       const size_t i = size_t(n * C + c), k = size_t(c);
-      y_eval_ref[i] = (x[i] - double(running_mean[k])) / std::sqrt(double(running_var[k]) + double(eps)) * gamma[k] +
-                      beta[k];
+      y_eval_ref[i] =
+          (x[i] - double(running_mean[k])) / std::sqrt(double(running_var[k]) + double(eps)) * gamma[k] + beta[k];
     }
   CHECK(relative_max_error(y_eval, y_eval_ref) <= 1e-5);
 
@@ -345,7 +345,8 @@ struct PowerNormStep {
 template <class Forward, class Backward>
 PowerNormStep power_norm_step(Forward forward, Backward backward, const std::vector<float>& x,
                               const std::vector<float>& gamma, const std::vector<float>& beta,
-                              const std::vector<float>& dout, const std::vector<float>& grad_ema, int64_t N, int64_t C) {
+                              const std::vector<float>& dout, const std::vector<float>& grad_ema, int64_t N,
+                              int64_t C) {
   PowerNormStep s;
   s.y.resize(x.size());
   s.rstd.resize(size_t(C));
@@ -374,10 +375,10 @@ TEST_CASE("powernorm matches the reference kernels and is bit-identical run to r
   for (int threads : {1, 2, 3}) {
     INFO("threads " << threads);
     normlab::set_num_threads(threads);
-    const PowerNormStep a = power_norm_step(k::power_norm_forward, k::power_norm_backward, x, gamma, beta, dout,
-                                            grad_ema, N, C);
-    const PowerNormStep b = power_norm_step(k::power_norm_forward, k::power_norm_backward, x, gamma, beta, dout,
-                                            grad_ema, N, C);
+    const PowerNormStep a =
+        power_norm_step(k::power_norm_forward, k::power_norm_backward, x, gamma, beta, dout, grad_ema, N, C);
+    const PowerNormStep b =
+        power_norm_step(k::power_norm_forward, k::power_norm_backward, x, gamma, beta, dout, grad_ema, N, C);
     CHECK(relative_max_error(a.y, ref.y) <= 1e-6);
     CHECK(relative_max_error(a.running_phi, ref.running_phi) <= 1e-6);
     CHECK(relative_max_error(a.dx, ref.dx) <= 1e-5);
@@ -404,6 +405,6 @@ TEST_CASE("powernorm output of a token does not depend on its batch-mates, its r
   k::power_norm_forward(y_b.data(), rstd.data(), phi_b.data(), batch_b.data(), gamma.data(), beta.data(), 16, C, 1e-5f,
                         0.1f);
   CHECK(same_bits(y_a, std::vector<float>(y_b.begin(), y_b.begin() + 10 * C)));  // the statistic of past steps
-  CHECK(!same_bits(phi_a, phi_b));                                                 // this batch moves it
+  CHECK(!same_bits(phi_a, phi_b));                                               // this batch moves it
   for (int64_t c = 0; c < C; c++) CHECK(y_a[size_t(c)] == doctest::Approx(batch_a[size_t(c)] / std::sqrt(2.0 + 1e-5)));
 }

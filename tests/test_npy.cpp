@@ -17,7 +17,6 @@
 
 using normlab::test::TempDir;
 
-
 namespace fs = std::filesystem;
 using normlab::io::read_npy;
 using normlab::io::read_npy_int;
@@ -101,22 +100,22 @@ TEST_CASE("npy reads numpy-written golden files, float64 and integer payloads") 
 
   TempDir dir("dtypes");
   std::vector<double> doubles = {0.5, -2.25, 1e-3};
-  write_bytes(dir.sub("f8.npy"), npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }",
-                                            payload_of(doubles)));
+  write_bytes(dir.sub("f8.npy"),
+              npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", payload_of(doubles)));
   auto f8 = read_npy(dir.sub("f8.npy"));
   CHECK(f8.shape == std::vector<int64_t>{3});
   CHECK(f8.data == std::vector<float>{0.5f, -2.25f, float(1e-3)});
 
   std::vector<int64_t> i8 = {3, -1, 1LL << 40, 0};
-  write_bytes(dir.sub("i8.npy"), npy_bytes("{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), }",
-                                            payload_of(i8)));
+  write_bytes(dir.sub("i8.npy"),
+              npy_bytes("{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), }", payload_of(i8)));
   std::vector<int64_t> shape;
   CHECK(read_npy_int(dir.sub("i8.npy"), &shape) == i8);
   CHECK(shape == std::vector<int64_t>{2, 2});
 
   std::vector<int32_t> i4 = {7, -8, 9};
-  write_bytes(dir.sub("i4.npy"), npy_bytes("{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }",
-                                            payload_of(i4)));
+  write_bytes(dir.sub("i4.npy"),
+              npy_bytes("{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }", payload_of(i4)));
   CHECK(read_npy_int(dir.sub("i4.npy")) == std::vector<int64_t>{7, -8, 9});
 
   std::vector<float> float_ints = {1.0f, 2.0f, -3.0f};
@@ -171,11 +170,13 @@ TEST_CASE("npy refuses malformed files with InputError naming the file") {
   check_refused(dir.sub("short.npy"), "truncated");
 
   // A corrupt shape asking for ~10^18 floats is refused before anything is allocated.
-  write_bytes(dir.sub("absurd.npy"), npy_bytes(
-      "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000, 1000000000), }", payload_of(six)));
+  write_bytes(dir.sub("absurd.npy"),
+              npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000, 1000000000), }",
+                        payload_of(six)));
   check_refused(dir.sub("absurd.npy"), "truncated");
-  write_bytes(dir.sub("overflow.npy"), npy_bytes(
-      "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999, 99999999999, 9999), }", payload_of(six)));
+  write_bytes(dir.sub("overflow.npy"),
+              npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999, 99999999999, 9999), }",
+                        payload_of(six)));
   check_refused(dir.sub("overflow.npy"), "absurdly large");
 
   write_bytes(dir.sub("nodict.npy"), npy_bytes("['descr', '<f4']", payload_of(six)));

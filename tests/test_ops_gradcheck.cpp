@@ -84,7 +84,8 @@ TEST_CASE("gradcheck: matmul and linear") {
   check_grad([](const Inputs& in) { return ops::matmul(in[0], in[1]); }, {param({2, 3, 5}, 8), param({5, 4}, 9)});
   check_grad([](const Inputs& in) { return ops::linear(in[0], in[1], in[2]); },
              {param({2, 3, 5}, 10), param({4, 5}, 11), param({4}, 12)});
-  check_grad([](const Inputs& in) { return ops::linear(in[0], in[1], Tensor()); }, {param({7, 5}, 13), param({6, 5}, 14)});
+  check_grad([](const Inputs& in) { return ops::linear(in[0], in[1], Tensor()); },
+             {param({7, 5}, 13), param({6, 5}, 14)});
   // linear_relu: biases of +-2 over products of about 0.2 keep every unit away from the kink, some on
   // and some off.
   Tensor bias = Tensor::from_data({4}, {2.0f, -2.0f, 2.0f, -2.0f});
@@ -107,9 +108,7 @@ TEST_CASE("gradcheck: rms_norm, batch_norm (training and eval), dyt") {
   Tensor gamma = param({5}, 31, 0.2f, 1.0f), beta = param({5}, 32, 0.2f);
   check_grad([](const Inputs& in) { return ops::rms_norm(in[0], {5}, in[1], 1e-6f); }, {x, gamma});
   check_grad(
-      [](const Inputs& in) {
-        return ops::batch_norm(in[0], in[1], in[2], Tensor(), Tensor(), true, 0.1f, 1e-5f);
-      },
+      [](const Inputs& in) { return ops::batch_norm(in[0], in[1], in[2], Tensor(), Tensor(), true, 0.1f, 1e-5f); },
       {x, gamma, beta});
   Tensor running_mean = Tensor::from_data({5}, {0.1f, -0.2f, 0.3f, 0.0f, 0.5f});
   Tensor running_var = Tensor::from_data({5}, {1.0f, 2.0f, 0.5f, 1.5f, 0.8f});
@@ -153,8 +152,8 @@ TEST_CASE("ops: a failed check still names what failed (messages are built only 
   CHECK_NOTHROW(ops::cross_entropy(logits, {-1, 2}));  // -1: no target at that row
   CHECK_THROWS_WITH_AS(ops::matmul(Tensor::zeros({2, 3}), Tensor::zeros({4, 5})),
                        "matmul: cannot multiply [2, 3] by [4, 5]", UsageError);
-  CHECK_THROWS_WITH_AS(ops::mean_pool(Tensor::zeros({4, 2}), {0, 3, 2, 4}),
-                       "mean_pool: offsets must be non-decreasing", UsageError);
+  CHECK_THROWS_WITH_AS(ops::mean_pool(Tensor::zeros({4, 2}), {0, 3, 2, 4}), "mean_pool: offsets must be non-decreasing",
+                       UsageError);
   CHECK_THROWS_WITH_AS(ops::mean_pool(Tensor::zeros({4, 2}), {0, 3}),
                        "mean_pool: offsets must start at 0 and end at the number of tokens (4)", UsageError);
 }

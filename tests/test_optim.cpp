@@ -336,7 +336,7 @@ TEST_CASE("optim schedules at boundary steps") {
   ScheduleOptions cosine{normlab::optim::ScheduleKind::warmup_cosine, 10, 110, 0.1f};
   CHECK(lr_factor(cosine, 0) == doctest::Approx(0.1));
   CHECK(lr_factor(cosine, 9) == 1.0f);
-  CHECK(lr_factor(cosine, 10) == 1.0f);  // progress 0
+  CHECK(lr_factor(cosine, 10) == 1.0f);                                            // progress 0
   CHECK(lr_factor(cosine, 60) == doctest::Approx(0.1 + 0.9 * 0.5).epsilon(1e-6));  // progress 1/2
   const double quarter = 0.1 + 0.9 * 0.5 * (1.0 + std::cos(std::numbers::pi * 0.25));
   CHECK(lr_factor(cosine, 35) == doctest::Approx(quarter).epsilon(1e-6));
@@ -354,9 +354,12 @@ TEST_CASE("optim schedules at boundary steps") {
   CHECK(lr_factor(degenerate, 4) == 1.0f);
   CHECK(lr_factor(degenerate, 5) == doctest::Approx(0.2).epsilon(1e-6));
 
-  CHECK_THROWS_AS(lr_factor(ScheduleOptions{normlab::optim::ScheduleKind::warmup, -1, 1, 0.0f}, 0), normlab::UsageError);
-  CHECK_THROWS_AS(lr_factor(ScheduleOptions{normlab::optim::ScheduleKind::warmup_cosine, 0, 0, 0.0f}, 0), normlab::UsageError);
-  CHECK_THROWS_AS(lr_factor(ScheduleOptions{normlab::optim::ScheduleKind::warmup_cosine, 0, 10, 1.5f}, 0), normlab::UsageError);
+  CHECK_THROWS_AS(lr_factor(ScheduleOptions{normlab::optim::ScheduleKind::warmup, -1, 1, 0.0f}, 0),
+                  normlab::UsageError);
+  CHECK_THROWS_AS(lr_factor(ScheduleOptions{normlab::optim::ScheduleKind::warmup_cosine, 0, 0, 0.0f}, 0),
+                  normlab::UsageError);
+  CHECK_THROWS_AS(lr_factor(ScheduleOptions{normlab::optim::ScheduleKind::warmup_cosine, 0, 10, 1.5f}, 0),
+                  normlab::UsageError);
   CHECK_THROWS_AS(lr_factor(constant, -1), normlab::UsageError);
 }
 

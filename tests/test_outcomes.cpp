@@ -150,9 +150,10 @@ TEST_CASE("outcomes: a group's failures described with the evidence of its diagn
   runs[2].diverged = true;
   runs[2].diverged_at = 130;
   const std::string mixed = study::describe_failures(group);
-  CHECK(mixed == "diverged in 1/5 — non-finite at step 130; collapsed in 2/5 — blocks 0–2 gradient norms 2e-07 by "
-                 "step 100 (block 5: 0.04); 99% of held-out predictions one label; slow in 1/5 — held-out loss still "
-                 "falling at the end: 1.5 → 1.2 over steps 100–300");
+  CHECK(mixed ==
+        "diverged in 1/5 — non-finite at step 130; collapsed in 2/5 — blocks 0–2 gradient norms 2e-07 by "
+        "step 100 (block 5: 0.04); 99% of held-out predictions one label; slow in 1/5 — held-out loss still "
+        "falling at the end: 1.5 → 1.2 over steps 100–300");
   runs = {run_with(0.9, {0.5, 0.5, 0.5})};
   group = {&runs[0]};
   CHECK(study::describe_failures(group).empty());
@@ -192,7 +193,8 @@ study::Diagnostics attention_record(int64_t step, double entropy, double logit, 
 
 }  // namespace
 
-TEST_CASE("outcomes: attention entropy collapse and logit divergence in the rules' order, each just inside and outside") {
+TEST_CASE(
+    "outcomes: attention entropy collapse and logit divergence in the rules' order, each just inside and outside") {
   // Step 1 at the initial weights: entropy 2.1 nats, max logit 1.2, |log Z| 2.4 in every layer.
   auto run = [](double entropy4, double logit4, double log_z, double accuracy = 0.1, double early_grad = 0.1) {
     study::RunResult r = run_with(accuracy, {2.30, 2.30, 2.30});
@@ -206,10 +208,12 @@ TEST_CASE("outcomes: attention entropy collapse and logit divergence in the rule
   CHECK(study::classify(r) == study::Outcome::entropy_collapse);
   CHECK(std::string(study::outcome_name(study::Outcome::entropy_collapse)) == "attention entropy collapse");
   CHECK(study::outcome_evidence(r) ==
-        "the attention entropy of layer 4 fell from 2.1 to 0.05 nats by step 150 while its max |logit| grew 40.0x (1.2 to 48)");
+        "the attention entropy of layer 4 fell from 2.1 to 0.05 nats by step 150 while its max |logit| grew 40.0x (1.2 "
+        "to 48)");
   // Just outside on entropy (0.42 = 0.2 x 2.1 is not below) and on growth (just under 5 x 1.2): at chance.
   CHECK(study::classify(run(study::kEntropyCollapseFraction * 2.1, 48.0, 3.0)) == study::Outcome::at_chance);
-  CHECK(study::classify(run(std::nextafter(study::kEntropyCollapseFraction * 2.1, 0.0), 48.0, 3.0)) == study::Outcome::entropy_collapse);
+  CHECK(study::classify(run(std::nextafter(study::kEntropyCollapseFraction * 2.1, 0.0), 48.0, 3.0)) ==
+        study::Outcome::entropy_collapse);
   const double grown = study::kLogitGrowthFactor * 1.2;  // 6
   CHECK(study::classify(run(0.05, std::nextafter(grown, 0.0), 3.0)) == study::Outcome::at_chance);
   CHECK(study::classify(run(0.05, grown, 3.0)) == study::Outcome::entropy_collapse);
@@ -292,10 +296,10 @@ TEST_CASE("verdicts: differs / equivalent within the margin / undecided with the
     c.trained_accuracy = normlab::t_interval({0, 0, 0, 0, 0});  // every pair identical (zero spread)
     return c;
   };
-  const std::vector<study::Comparison> comparisons{
-      comparison({0.30, 0.31, 0.29, 0.30, 0.32}),     // far from 0: differs
-      comparison({0.001, -0.002, 0.0, 0.002, 0.0}),   // tight around 0: equivalent within 0.05
-      comparison({0.1, -0.2, 0.05, 0.15, -0.1})};     // wide: undecided
+  const std::vector<study::Comparison> comparisons{comparison({0.30, 0.31, 0.29, 0.30, 0.32}),  // far from 0: differs
+                                                   comparison({0.001, -0.002, 0.0, 0.002,
+                                                               0.0}),  // tight around 0: equivalent within 0.05
+                                                   comparison({0.1, -0.2, 0.05, 0.15, -0.1})};  // wide: undecided
   study::EquivalenceMargins margins;
   const auto tests = study::test_comparisons(comparisons, margins);
   REQUIRE(tests.size() == 3);
@@ -360,7 +364,8 @@ TEST_CASE("charts: per-seed points drawn as circles beside the mean") {
   chart.series.push_back(s);
   const std::string svg = study::render_svg(chart);
   size_t seeds = 0;
-  for (size_t at = svg.find("class=\"seed\""); at != std::string::npos; at = svg.find("class=\"seed\"", at + 1)) ++seeds;
+  for (size_t at = svg.find("class=\"seed\""); at != std::string::npos; at = svg.find("class=\"seed\"", at + 1))
+    ++seeds;
   CHECK(seeds == 3);
 }
 
@@ -380,7 +385,8 @@ TEST_CASE("compare config: equivalence margins read, defaults stated, bad values
   for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
            {R"({"base": "base.json", "equivalence": 0.05})", "equivalence: must be an object"},
            {R"({"base": "base.json", "equivalence": {"loss": 0}})", "equivalence.loss: must be a number in (0, 10]"},
-           {R"({"base": "base.json", "equivalence": {"accuracy": 1.5}})", "equivalence.accuracy: must be a number in (0, 1]"},
+           {R"({"base": "base.json", "equivalence": {"accuracy": 1.5}})",
+            "equivalence.accuracy: must be a number in (0, 1]"},
            {R"({"base": "base.json", "equivalence": {"acc": 0.1}})", "equivalence.acc: unknown key"}}) {
     CHECK_THROWS_WITH_AS(study::load_compare_plan(tmp.write("bad.json", text)), doctest::Contains(message.c_str()),
                          InputError);

@@ -25,8 +25,8 @@
 using namespace normlab;
 using namespace normlab::train;
 using nlohmann::json;
-using normlab::test::read_text;
 using normlab::test::Cli;
+using normlab::test::read_text;
 using normlab::test::run_normlab;
 using normlab::test::TempDir;
 namespace fs = std::filesystem;
@@ -162,8 +162,8 @@ TEST_CASE("own data: a sequence_classification run from the CLI logs its files a
       good += g;
       words += std::string(t ? " " : "") + (g ? "good" : "bad");
     }
-    (i < 30 ? train : valid) += fmt::format("{{\"tokens\": \"{}\", \"label\": \"{}\"}}\n", words,
-                                            2 * good > length ? "pos" : "neg");
+    (i < 30 ? train : valid) +=
+        fmt::format("{{\"tokens\": \"{}\", \"label\": \"{}\"}}\n", words, 2 * good > length ? "pos" : "neg");
   }
   // A trailing blank line is accepted.
   dir.write("train.jsonl", train + "\n");
@@ -174,10 +174,11 @@ TEST_CASE("own data: a sequence_classification run from the CLI logs its files a
              "max_len": 6, "eval_max_len": 8, "eval_examples": 10, "bucket_width": 4},
     "optim": {"lr": 0.01, "warmup_steps": 2},
     "train": {"steps": 4, "batch_size": 8, "eval_every": 0, "threads": 1}})");
-  const Cli train_cli = run_normlab(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run")));
+  const Cli train_cli =
+      run_normlab(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run")));
   REQUIRE(train_cli.code == 0);
-  CHECK(train_cli.err.find("task " + fs::path(dir.path).filename().string() + "/train.jsonl (sequence_classification") !=
-        std::string::npos);
+  CHECK(train_cli.err.find("task " + fs::path(dir.path).filename().string() +
+                           "/train.jsonl (sequence_classification") != std::string::npos);
   // Of the 30 training lines, lengths 7 and 8 (i = 6, 7, 14, 15, 22, 23) are longer than 6.
   CHECK(train_cli.err.find("used 24 of 30 lines: 6 longer than task.max_len 6") != std::string::npos);
   CHECK(train_cli.out.find("trained lengths") != std::string::npos);
@@ -218,7 +219,8 @@ TEST_CASE("resume: a cosine schedule continued under a new train.steps has no ju
   const optim::ScheduleOptions longer = optim::extend_schedule(s, 50, 300);
   CHECK(optim::lr_factor(longer, 50) == optim::lr_factor(s, 50));
   CHECK(optim::lr_factor(longer, 300) == doctest::Approx(0.1f));
-  for (int64_t step = 50; step < 300; ++step) CHECK(optim::lr_factor(longer, step + 1) <= optim::lr_factor(longer, step));
+  for (int64_t step = 50; step < 300; ++step)
+    CHECK(optim::lr_factor(longer, step + 1) <= optim::lr_factor(longer, step));
   // Finished: the extension stays at the floor.
   const optim::ScheduleOptions finished = optim::extend_schedule(s, 100, 200);
   CHECK(optim::lr_factor(finished, 150) == doctest::Approx(0.1f));

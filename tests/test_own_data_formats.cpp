@@ -43,7 +43,10 @@ std::vector<std::vector<TaggedToken>> negation_sentences(int count) {
   const char* bad[] = {"bad", "awful", "dull"};
   std::vector<std::vector<TaggedToken>> out;
   uint32_t state = 12345;
-  auto next = [&](uint32_t n) { state = state * 1664525u + 1013904223u; return (state >> 8) % n; };
+  auto next = [&](uint32_t n) {
+    state = state * 1664525u + 1013904223u;
+    return (state >> 8) % n;
+  };
   for (int s = 0; s < count; ++s) {
     std::vector<TaggedToken> sentence;
     const int length = 8 + int(next(12));
@@ -150,7 +153,7 @@ TEST_CASE("class metrics: a context-blind tagger on 'not'-flipped data is not so
   }
   const double accuracy = double(correct) / double(total);
   REQUIRE(flipped > 20);
-  CHECK(flipped_right == 0);  // the positions that need the previous word: all wrong
+  CHECK(flipped_right == 0);                  // the positions that need the previous word: all wrong
   CHECK(accuracy >= study::kSolvedAccuracy);  // accuracy alone would call it solved
   const double f1 = train::macro_f1(blind);
   CHECK(f1 < study::kSolvedAccuracy);  // macro-F1 sees the opinion classes' errors
@@ -182,7 +185,8 @@ TEST_CASE("class metrics: a context-blind tagger on 'not'-flipped data is not so
   record["split"] = "valid";
   CHECK(record.at("trained").at("macro_f1").get<double>() == doctest::Approx(f1));
   CHECK(record.at("trained").at("classes").size() == 3);
-  dir.write("metrics.jsonl", json{{"step", 100}, {"loss", 0.1}, {"accuracy", 0.98}}.dump() + "\n" + record.dump() + "\n");
+  dir.write("metrics.jsonl",
+            json{{"step", 100}, {"loss", 0.1}, {"accuracy", 0.98}}.dump() + "\n" + record.dump() + "\n");
   dir.write("summary.json", R"({"steps": 100})");
   study::RunSpec spec;
   spec.variant = "pre-ln";
@@ -198,7 +202,9 @@ TEST_CASE("class metrics: a context-blind tagger on 'not'-flipped data is not so
 TEST_CASE("formats: CSV with a header, quoted commas and newlines, extra columns - TSV - CoNLL") {
   TempDir dir;
   data::Task schema = data::make_data_task(data::TaskKind::sequence_classification, {"w"}, {"l"});
-  dir.write("a.csv", "id,review,stars,sentiment\n1,\"Great, really\",5,pos\n2,\"two\nlines \"\"quoted\"\"\",1,neg\r\n3,plain,3,pos\n\n");
+  dir.write("a.csv",
+            "id,review,stars,sentiment\n1,\"Great, really\",5,pos\n2,\"two\nlines "
+            "\"\"quoted\"\"\",1,neg\r\n3,plain,3,pos\n\n");
   schema.file.text_field = "review";
   schema.file.label_field = "sentiment";
   std::vector<data::StringExample> rows = data::load_string_examples(dir.sub("a.csv"), schema);
@@ -211,8 +217,8 @@ TEST_CASE("formats: CSV with a header, quoted commas and newlines, extra columns
   CHECK(rows[0].tokens == std::vector<std::string>{"great", ",", "really"});
   // Errors name the file and the record's line.
   dir.write("b.csv", "id,review,sentiment\n1,ok,pos\n2,\"never closed,neg\n");
-  CHECK_THROWS_WITH_AS(data::load_string_examples(dir.sub("b.csv"), schema), doctest::Contains("b.csv:3: a quoted field"),
-                       InputError);
+  CHECK_THROWS_WITH_AS(data::load_string_examples(dir.sub("b.csv"), schema),
+                       doctest::Contains("b.csv:3: a quoted field"), InputError);
   dir.write("c.csv", "id,review,sentiment\n1,ok,pos\n2,too,many,fields\n");
   CHECK_THROWS_WITH_AS(data::load_string_examples(dir.sub("c.csv"), schema), doctest::Contains("c.csv:3: 4 fields"),
                        InputError);
@@ -224,7 +230,8 @@ TEST_CASE("formats: CSV with a header, quoted commas and newlines, extra columns
   rows = data::load_string_examples(dir.sub("e.tsv"), schema);
   CHECK(rows[0].tokens == std::vector<std::string>{"\"", "so", "\"", "good"});
   // JSONL: extra keys are ignored, the named ones read.
-  dir.write("f.jsonl", R"({"id": 7, "review": "Fine film", "sentiment": "pos", "source": "web"})" "\n");
+  dir.write("f.jsonl", R"({"id": 7, "review": "Fine film", "sentiment": "pos", "source": "web"})"
+                       "\n");
   rows = data::load_string_examples(dir.sub("f.jsonl"), schema);
   CHECK(rows[0].tokens == std::vector<std::string>{"fine", "film"});
   // CoNLL for tagging: token first, tag last, blank lines between sentences, comments skipped.
@@ -241,8 +248,8 @@ TEST_CASE("formats: CSV with a header, quoted commas and newlines, extra columns
   CHECK_THROWS_WITH_AS(data::load_string_examples(dir.sub("g.conll"), schema), doctest::Contains("CoNLL"), InputError);
   // CSV tags for tagging: one per word.
   dir.write("i.csv", "text,tags\nred blue,A B\nred,A B\n");
-  CHECK_THROWS_WITH_AS(data::load_string_examples(dir.sub("i.csv"), tagging), doctest::Contains("i.csv:3: tags: 2 tags"),
-                       InputError);
+  CHECK_THROWS_WITH_AS(data::load_string_examples(dir.sub("i.csv"), tagging),
+                       doctest::Contains("i.csv:3: tags: 2 tags"), InputError);
 }
 
 TEST_CASE("text: lowercase and punctuation splitting apply to files and to predict's input alike") {
@@ -258,8 +265,9 @@ TEST_CASE("text: lowercase and punctuation splitting apply to files and to predi
 
 TEST_CASE("own data: task.min_count reads rare training tokens as [UNK] - reserved tokens are counted, never padding") {
   TempDir dir;
-  dir.write("train.jsonl", "{\"tokens\": \"good good rare\", \"label\": \"pos\"}\n"
-                           "{\"tokens\": \"bad bad [PAD] good\", \"label\": \"neg\"}\n");
+  dir.write("train.jsonl",
+            "{\"tokens\": \"good good rare\", \"label\": \"pos\"}\n"
+            "{\"tokens\": \"bad bad [PAD] good\", \"label\": \"neg\"}\n");
   data::Task schema = data::make_data_task(data::TaskKind::sequence_classification, {"w"}, {"l"});
   const data::VocabularyCounts counts = data::count_vocabulary(dir.sub("train.jsonl"), schema);
   CHECK(counts.tokens.at("good") == 3);
@@ -267,13 +275,14 @@ TEST_CASE("own data: task.min_count reads rare training tokens as [UNK] - reserv
   const data::Task task = data::make_data_task(data::TaskKind::sequence_classification, counts, 2);
   CHECK_FALSE(task.input_vocab.find("rare").has_value());
   data::LoadStats stats;
-  const std::vector<data::Example> examples = data::load_jsonl(dir.sub("train.jsonl"), task, data::kMaxJsonlBytes, nullptr, &stats);
+  const std::vector<data::Example> examples =
+      data::load_jsonl(dir.sub("train.jsonl"), task, data::kMaxJsonlBytes, nullptr, &stats);
   CHECK(examples[0].tokens[2] == 1);  // "rare": trained as [UNK]
   CHECK(examples[1].tokens[2] == 1);  // "[PAD]" in the data: [UNK], not 0
   CHECK(stats.reserved == 1);
   CHECK(stats.unknown == 1);
-  CHECK_THROWS_WITH_AS(data::make_data_task(data::TaskKind::sequence_classification, counts, 9), doctest::Contains("task.min_count 9"),
-                       InputError);
+  CHECK_THROWS_WITH_AS(data::make_data_task(data::TaskKind::sequence_classification, counts, 9),
+                       doctest::Contains("task.min_count 9"), InputError);
   train::FileUse use;
   use.lines = use.used = 2;
   use.reserved = 1;
@@ -285,7 +294,8 @@ TEST_CASE("own data: one rule for over-long lines (skip and count), the size lim
   std::string long_line = "{\"tokens\": \"";
   for (int i = 0; i < 5000; ++i) long_line += i ? " good" : "good";
   long_line += "\", \"label\": \"pos\"}\n";
-  const std::string lines = "{\"tokens\": \"good\", \"label\": \"pos\"}\n{\"tokens\": \"bad bad bad\", \"label\": \"neg\"}\n";
+  const std::string lines =
+      "{\"tokens\": \"good\", \"label\": \"pos\"}\n{\"tokens\": \"bad bad bad\", \"label\": \"neg\"}\n";
   dir.write("train.jsonl", lines + long_line);
   dir.write("valid.jsonl", long_line + lines);
   dir.write("config.json", R"({
@@ -298,30 +308,32 @@ TEST_CASE("own data: one rule for over-long lines (skip and count), the size lim
   REQUIRE(train.code == 0);
   CHECK(train.err.find("used 1 of 3 lines: 2 longer than task.max_len 2") != std::string::npos);
   CHECK(train.err.find("used 2 of 3 lines: 1 longer than task.eval_max_len 8") != std::string::npos);
-  dir.write("eval.jsonl", lines + "{\"tokens\": \"good good good good good good good good good\", \"label\": \"pos\"}\n" + long_line);
+  dir.write("eval.jsonl",
+            lines + "{\"tokens\": \"good good good good good good good good good\", \"label\": \"pos\"}\n" + long_line);
   const Cli eval = run_normlab(dir, fmt::format("eval --run {} --data {}", dir.sub("run"), dir.sub("eval.jsonl")));
   CHECK(eval.code == 0);
   CHECK(eval.out.find("used 2 of 4 lines: 2 longer than model.max_len 8") != std::string::npos);
   // The size limit names the key that raises it.
-  const Cli small = run_normlab(dir, fmt::format("train --config {} --out {} --set task.max_file_mb=1", dir.sub("config.json"),
-                                                 dir.sub("run2")));
+  const Cli small = run_normlab(dir, fmt::format("train --config {} --out {} --set task.max_file_mb=1",
+                                                 dir.sub("config.json"), dir.sub("run2")));
   CHECK(small.code == 0);
   std::string big;
   while (big.size() < (size_t(1) << 20) + 10) big += lines;
   dir.write("big.jsonl", big);
-  const Cli refused = run_normlab(dir, fmt::format("train --config {} --out {} --set task.max_file_mb=1 --set task.train_file={}",
-                                                   dir.sub("config.json"), dir.sub("run3"), dir.sub("big.jsonl")));
+  const Cli refused =
+      run_normlab(dir, fmt::format("train --config {} --out {} --set task.max_file_mb=1 --set task.train_file={}",
+                                   dir.sub("config.json"), dir.sub("run3"), dir.sub("big.jsonl")));
   CHECK(refused.code == 2);
   CHECK(refused.err.find("task.max_file_mb 1") != std::string::npos);
   // A directory or a FIFO as a data path: not "no such file".
   std::filesystem::create_directory(dir.path / "folder");
-  const Cli folder = run_normlab(dir, fmt::format("train --config {} --out {} --set task.train_file={}", dir.sub("config.json"),
-                                                  dir.sub("run4"), dir.sub("folder")));
+  const Cli folder = run_normlab(dir, fmt::format("train --config {} --out {} --set task.train_file={}",
+                                                  dir.sub("config.json"), dir.sub("run4"), dir.sub("folder")));
   CHECK(folder.code == 2);
   CHECK(folder.err.find("task.train_file: not a regular file (a directory)") != std::string::npos);
   REQUIRE(::mkfifo(dir.sub("fifo").c_str(), 0600) == 0);
-  const Cli fifo = run_normlab(dir, fmt::format("train --config {} --out {} --set task.valid_file={}", dir.sub("config.json"),
-                                                dir.sub("run5"), dir.sub("fifo")));
+  const Cli fifo = run_normlab(dir, fmt::format("train --config {} --out {} --set task.valid_file={}",
+                                                dir.sub("config.json"), dir.sub("run5"), dir.sub("fifo")));
   CHECK(fifo.code == 2);
   CHECK(fifo.err.find("not a regular file (a FIFO)") != std::string::npos);
   // A base that cannot be read is named as the base.
@@ -330,9 +342,10 @@ TEST_CASE("own data: one rule for over-long lines (skip and count), the size lim
   CHECK(base.code == 2);
   CHECK(base.err.find("child.json: base \"missing.json\": ") != std::string::npos);
   // Own-data keys on a built-in task, punctuation splitting for tagging: refused with the key.
-  const Cli builtin = run_normlab(dir, fmt::format("train --config {} --out {} --set task.name=reverse --set task.train_file=null "
-                                                   "--set task.valid_file=null --set task.lowercase=true",
-                                                   dir.sub("config.json"), dir.sub("run7")));
+  const Cli builtin =
+      run_normlab(dir, fmt::format("train --config {} --out {} --set task.name=reverse --set task.train_file=null "
+                                   "--set task.valid_file=null --set task.lowercase=true",
+                                   dir.sub("config.json"), dir.sub("run7")));
   CHECK(builtin.code == 2);
   CHECK(builtin.err.find("task.lowercase: applies to your own data") != std::string::npos);
 }
@@ -359,9 +372,11 @@ TEST_CASE("predict --lines: one JSON line (or CSV row) per input, as typed, with
              "lowercase": true, "split_punctuation": true, "max_len": 8, "eval_max_len": 8, "bucket_width": 4},
     "optim": {"lr": 0.01, "warmup_steps": 1},
     "train": {"steps": 3, "batch_size": 2, "eval_every": 0, "threads": 1}})");
-  REQUIRE(run_normlab(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run"))).code == 0);
+  REQUIRE(run_normlab(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run"))).code ==
+          0);
   dir.write("inputs.txt", "GOOD film, zebra!\n\none two three four five six seven eight nine\nbad\n");
-  const Cli out = run_normlab(dir, fmt::format("predict --run {} --lines {} --batch-size 2", dir.sub("run"), dir.sub("inputs.txt")));
+  const Cli out = run_normlab(dir, fmt::format("predict --run {} --lines {} --batch-size 2", dir.sub("run"),
+                                               dir.sub("inputs.txt")));
   REQUIRE(out.code == 0);
   std::vector<json> rows;
   size_t start = 0;
@@ -388,9 +403,11 @@ TEST_CASE("predict --lines: one JSON line (or CSV row) per input, as typed, with
   CHECK(single.at("label") == rows[3].at("label"));
   CHECK(single.at("read_as") == json{"bad"});
   CHECK(single.at("probabilities") == rows[3].at("probabilities"));
-  const Cli csv = run_normlab(dir, fmt::format("predict --run {} --lines - --format csv < {}", dir.sub("run"), dir.sub("inputs.txt")));
+  const Cli csv = run_normlab(dir, fmt::format("predict --run {} --lines - --format csv < {}", dir.sub("run"),
+                                               dir.sub("inputs.txt")));
   CHECK(csv.code == 0);
-  CHECK(csv.out.rfind("line,input,unknown,read_as,label,probability,p_neg,p_pos,error\n1,\"GOOD film, zebra!\",1,", 0) == 0);
+  CHECK(csv.out.rfind("line,input,unknown,read_as,label,probability,p_neg,p_pos,error\n1,\"GOOD film, zebra!\",1,",
+                      0) == 0);
   const Cli neither = run_normlab(dir, fmt::format("predict --run {}", dir.sub("run")));
   CHECK(neither.code == 2);
   // --data reads the task's format: a text file is refused with a pointer to --lines.
@@ -410,7 +427,8 @@ TEST_CASE("predict --data reads the task's own CSV and JSONL: only the text fiel
     "task": {"name": "sequence_classification", "train_file": "train.csv", "valid_file": "train.csv"},
     "optim": {"lr": 0.01, "warmup_steps": 1},
     "train": {"steps": 3, "batch_size": 2, "eval_every": 0, "threads": 1}})");
-  REQUIRE(run_normlab(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run"))).code == 0);
+  REQUIRE(run_normlab(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run"))).code ==
+          0);
   // The label column is never read as input: "pos" would otherwise be an [UNK] word of the input.
   dir.write("test.csv", "id,text,label\nk-1,good film,pos\nk-2,bad bad,neg\nk-3,film,\n");
   const Cli out = run_normlab(dir, fmt::format("predict --run {} --data {}", dir.sub("run"), dir.sub("test.csv")));
@@ -433,8 +451,11 @@ TEST_CASE("predict --data reads the task's own CSV and JSONL: only the text fiel
   const double accuracy = std::stod(out.err.substr(at + 43, 6));
   CHECK((accuracy == 0.0 || accuracy == 0.5 || accuracy == 1.0));
   // CSV out: an "expected" column beside one column per class.
-  const Cli csv = run_normlab(dir, fmt::format("predict --run {} --data {} --format csv", dir.sub("run"), dir.sub("test.csv")));
-  CHECK(csv.out.rfind("line,input,unknown,read_as,label,probability,p_neg,p_pos,expected,error\n2,good film,0,good film,", 0) == 0);
+  const Cli csv =
+      run_normlab(dir, fmt::format("predict --run {} --data {} --format csv", dir.sub("run"), dir.sub("test.csv")));
+  CHECK(
+      csv.out.rfind("line,input,unknown,read_as,label,probability,p_neg,p_pos,expected,error\n2,good film,0,good film,",
+                    0) == 0);
   // A file without the label column, and JSONL without the label key: predicted, nothing scored.
   dir.write("plain.csv", "text\ngood film\n");
   const Cli plain = run_normlab(dir, fmt::format("predict --run {} --data {}", dir.sub("run"), dir.sub("plain.csv")));
@@ -446,11 +467,14 @@ TEST_CASE("predict --data reads the task's own CSV and JSONL: only the text fiel
   CHECK(json::parse(jsonl.out).at("read_as") == json{"bad", "film"});
   // Bad input: one line naming the file and line, exit 2.
   dir.write("unknown.csv", "text,label\ngood,pos\nbad,maybe\n");
-  const Cli unknown = run_normlab(dir, fmt::format("predict --run {} --data {}", dir.sub("run"), dir.sub("unknown.csv")));
+  const Cli unknown =
+      run_normlab(dir, fmt::format("predict --run {} --data {}", dir.sub("run"), dir.sub("unknown.csv")));
   CHECK(unknown.code == 2);
-  CHECK(unknown.err == "normlab: error: " + dir.sub("unknown.csv") + ":3: label \"maybe\" is not one of the run's classes (neg pos)\n");
+  CHECK(unknown.err == "normlab: error: " + dir.sub("unknown.csv") +
+                           ":3: label \"maybe\" is not one of the run's classes (neg pos)\n");
   dir.write("nocolumn.csv", "words,label\ngood,pos\n");
-  const Cli column = run_normlab(dir, fmt::format("predict --run {} --data {}", dir.sub("run"), dir.sub("nocolumn.csv")));
+  const Cli column =
+      run_normlab(dir, fmt::format("predict --run {} --data {}", dir.sub("run"), dir.sub("nocolumn.csv")));
   CHECK(column.code == 2);
   CHECK(column.err.find(dir.sub("nocolumn.csv") + ":1: no column \"text\"") != std::string::npos);
 }

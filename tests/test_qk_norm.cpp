@@ -26,8 +26,8 @@ namespace {
 // float32 values (plus one float32 rounding of the largest value), as in test_encoder.cpp.
 constexpr double kGoldenNoiseMultiple = 8.0;
 
-std::pair<double, double> golden_error(const nlohmann::json& meta, const std::string& key, const std::vector<float>& got,
-                                       const std::vector<float>& expected) {
+std::pair<double, double> golden_error(const nlohmann::json& meta, const std::string& key,
+                                       const std::vector<float>& got, const std::vector<float>& expected) {
   REQUIRE(got.size() == expected.size());
   double max_diff = 0.0;
   for (size_t i = 0; i < got.size(); ++i) max_diff = std::max(max_diff, double(std::abs(got[i] - expected[i])));
@@ -113,11 +113,11 @@ TEST_CASE("z-loss: value and gradient match PyTorch's logsumexp(logits)^2 over r
   logits.set_requires_grad();
   Tensor z = ops::z_loss(logits, targets);
   const double expected = meta["z_loss"].get<double>();
-  CHECK(std::abs(double(z.item()) - expected) <= 8.0 * meta["max_abs_diff_f32_vs_f64"]["z_loss"].get<double>() +
-                                                     0x1p-23 * std::abs(expected));
+  CHECK(std::abs(double(z.item()) - expected) <=
+        8.0 * meta["max_abs_diff_f32_vs_f64"]["z_loss"].get<double>() + 0x1p-23 * std::abs(expected));
   z.backward();
-  const auto [error, tolerance] =
-      golden_error(meta, "grad.logits", logits.grad().to_vector(), io::read_npy((dir / "grad.logits.npy").string()).data);
+  const auto [error, tolerance] = golden_error(meta, "grad.logits", logits.grad().to_vector(),
+                                               io::read_npy((dir / "grad.logits.npy").string()).data);
   CHECK(error <= tolerance);
   // Ignored rows get no gradient at all.
   for (int64_t v = 0; v < logits.size(1); ++v) CHECK(logits.grad().to_vector()[size_t(2 * logits.size(1) + v)] == 0.0f);
@@ -144,10 +144,12 @@ TEST_CASE("gradcheck: narrow_columns, cat_columns and z_loss") {
   check([](const Inputs& in) { return ops::cat_columns({in[0], in[1], in[0]}); }, {param({3, 2}, 2), param({3, 5}, 3)});
   check([](const Inputs& in) { return ops::z_loss(in[0], {1, -1, 0, 4, 2}); }, {param({5, 6}, 4, 2.0f, 1.0f)});
   // Through the whole qkv split: narrow three thirds and put them back.
-  check([](const Inputs& in) {
-    return ops::cat_columns({ops::narrow_columns(in[0], 0, 3), ops::narrow_columns(in[0], 3, 3),
-                             ops::narrow_columns(in[0], 6, 3)});
-  }, {a});
+  check(
+      [](const Inputs& in) {
+        return ops::cat_columns(
+            {ops::narrow_columns(in[0], 0, 3), ops::narrow_columns(in[0], 3, 3), ops::narrow_columns(in[0], 6, 3)});
+      },
+      {a});
   CHECK_THROWS_AS(ops::narrow_columns(a, 7, 3), UsageError);
   CHECK_THROWS_AS(ops::cat_columns({a, param({3, 2}, 5)}), UsageError);
 }
@@ -184,9 +186,9 @@ TEST_CASE("qk-norm: whole-block gradcheck for each qk_norm, each placement and w
         options.step = 5e-3;
         options.atol = 2e-3;
         options.rtol = 2e-2;
-        GradcheckResult r = gradcheck(
-            [encoder, offsets](const std::vector<Tensor>& in) { return encoder->forward(in[0], offsets); }, inputs,
-            options);
+        GradcheckResult r =
+            gradcheck([encoder, offsets](const std::vector<Tensor>& in) { return encoder->forward(in[0], offsets); },
+                      inputs, options);
         INFO(r.worst);
         CHECK(r.ok);
       }

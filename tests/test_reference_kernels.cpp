@@ -57,23 +57,18 @@ std::vector<float> normals(uint64_t seed, size_t n, float stddev = 1.0f) {
   return v;
 }
 
-
 // Sets an environment variable for one scope and restores what was there.
 struct ScopedEnv {
   const char* name;
   std::optional<std::string> saved;
   ScopedEnv(const char* variable, const char* value) : name(variable) {
     if (const char* old = std::getenv(name)) saved = old;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
   }
   ~ScopedEnv() {
-    if (saved)
-      ::setenv(name, saved->c_str(), 1);
-    else
-      ::unsetenv(name);
+    if (saved) ::setenv(name, saved->c_str(), 1);
+    else ::unsetenv(name);
   }
 };
 
@@ -113,8 +108,7 @@ TEST_CASE("reference kernels: one entry of the dispatch, chosen by NORMLAB_ISA o
   }
   {
     ScopedEnv isa("NORMLAB_ISA", "generic"), kernels("NORMLAB_KERNELS", "reference");
-    CHECK_THROWS_WITH_AS(isa_from_environment(), doctest::Contains("two different kernel paths"),
-                         normlab::InputError);
+    CHECK_THROWS_WITH_AS(isa_from_environment(), doctest::Contains("two different kernel paths"), normlab::InputError);
   }
   {
     ScopedEnv isa("NORMLAB_ISA", nullptr), kernels("NORMLAB_KERNELS", "refrence");
@@ -173,8 +167,8 @@ TEST_CASE("reference kernels: fast softmax, gelu, relu and cross-entropy agree w
     targets[2] = -1;
     std::vector<float> losses_fast(static_cast<size_t>(rows)), losses_ref(static_cast<size_t>(rows));
     std::vector<float> probs_fast(n), probs_ref(n);
-    const float loss_fast = nk::cross_entropy_forward(losses_fast.data(), probs_fast.data(), x.data(), targets.data(),
-                                                      rows, cols);
+    const float loss_fast =
+        nk::cross_entropy_forward(losses_fast.data(), probs_fast.data(), x.data(), targets.data(), rows, cols);
     const float loss_ref =
         ref::cross_entropy_forward(losses_ref.data(), probs_ref.data(), x.data(), targets.data(), rows, cols);
     CHECK(loss_fast == doctest::Approx(loss_ref).epsilon(1e-6));
@@ -286,8 +280,8 @@ TEST_CASE("reference kernels: the fast GEMM layouts and Linear agree with them")
   std::vector<float> db_fast(bias.size(), 2.0f), db_ref(bias.size(), 2.0f);
   nk::linear_backward(dinp_fast.data(), dw_fast.data(), db_fast.data(), dout.data(), inp.data(), weight.data(), tokens,
                       C, OC);
-  ref::linear_backward(dinp_ref.data(), dw_ref.data(), db_ref.data(), dout.data(), inp.data(), weight.data(), tokens,
-                       C, OC);
+  ref::linear_backward(dinp_ref.data(), dw_ref.data(), db_ref.data(), dout.data(), inp.data(), weight.data(), tokens, C,
+                       OC);
   CHECK(relative_max_error(dinp_fast, dinp_ref) <= 1e-5);
   CHECK(relative_max_error(dw_fast, dw_ref) <= 1e-5);
   CHECK(relative_max_error(db_fast, db_ref) <= 1e-5);
@@ -316,7 +310,8 @@ TEST_CASE("reference kernels: fast packed attention agrees with them") {
 }
 
 TEST_CASE("reference kernels: Adam and AdamW steps on the reference path give the fast loop's bits") {
-  for (normlab::optim::OptimizerKind name : {normlab::optim::OptimizerKind::adam, normlab::optim::OptimizerKind::adamw}) {
+  for (normlab::optim::OptimizerKind name :
+       {normlab::optim::OptimizerKind::adam, normlab::optim::OptimizerKind::adamw}) {
     INFO(normlab::optim::to_string(name));
     normlab::optim::OptimizerOptions options;
     options.name = name;
@@ -352,7 +347,7 @@ TEST_CASE("reference kernels: Adam and AdamW steps on the reference path give th
       }
       return all;
     }();
-    CHECK(fast == reference);  // one dispatched loop, the same float operations on every path
+    CHECK(fast == reference);                       // one dispatched loop, the same float operations on every path
     CHECK(relative_max_error(fast, start) > 1e-3);  // the steps did move the parameters
   }
 }
@@ -367,8 +362,7 @@ TEST_CASE("reference kernels: a short training run ends within 1e-3 of the fast 
 })");
   auto run = [&](const std::string& env, const std::string& args) {
     const std::string out = dir.sub("stdout.txt"), err = dir.sub("stderr.txt");
-    const std::string command =
-        env + " \"" + NORMLAB_BINARY + "\" " + args + " >\"" + out + "\" 2>\"" + err + "\"";
+    const std::string command = env + " \"" + NORMLAB_BINARY + "\" " + args + " >\"" + out + "\" 2>\"" + err + "\"";
     const int status = std::system(command.c_str());
     return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1,
                           normlab::test::read_text(out) + normlab::test::read_text(err));
@@ -421,8 +415,7 @@ TEST_CASE("reference kernels: the reference path routes the ops to them, bit for
   auto run_ops = [&](const char* kernels) {
     KernelsEnv env(kernels);
     return std::vector<std::vector<float>>{normlab::ops::layer_norm(x, {12}, gamma, beta, 1e-5f).to_vector(),
-                                           normlab::ops::softmax(x).to_vector(),
-                                           normlab::ops::matmul(x, w).to_vector(),
+                                           normlab::ops::softmax(x).to_vector(), normlab::ops::matmul(x, w).to_vector(),
                                            normlab::ops::gelu(x).to_vector()};
   };
   auto direct = [&](bool reference) {

@@ -92,7 +92,8 @@ Vec rms_norm_truth(const Vec& x, const Vec& gamma, int64_t N, int64_t C, double 
   for (int64_t n = 0; n < N; ++n) {
     double ms = 0.0;
     for (int64_t c = 0; c < C; ++c) ms += x[size_t(n * C + c)] * x[size_t(n * C + c)] / double(C);
-    for (int64_t c = 0; c < C; ++c) y[size_t(n * C + c)] = x[size_t(n * C + c)] / std::sqrt(ms + eps) * gamma[size_t(c)];
+    for (int64_t c = 0; c < C; ++c)
+      y[size_t(n * C + c)] = x[size_t(n * C + c)] / std::sqrt(ms + eps) * gamma[size_t(c)];
   }
   return y;
 }
@@ -131,7 +132,8 @@ Vec attention_truth(const Vec& qkv, const std::vector<int64_t>& offsets, int64_t
         Vec scores;
         for (int64_t j = offsets[b]; j < offsets[b + 1]; ++j) {
           double dot = 0.0;
-          for (int64_t d = 0; d < hd; ++d) dot += qkv[size_t(i * 3 * C + h * hd + d)] * qkv[size_t(j * 3 * C + C + h * hd + d)];
+          for (int64_t d = 0; d < hd; ++d)
+            dot += qkv[size_t(i * 3 * C + h * hd + d)] * qkv[size_t(j * 3 * C + C + h * hd + d)];
           scores.push_back(dot / std::sqrt(double(hd)));
         }
         const Vec p = softmax_truth(scores, 1, int64_t(scores.size()));
@@ -161,15 +163,22 @@ TEST_CASE("reference truth: LayerNorm forward (biased variance, mean, rstd) and 
   // No affine (gamma, beta nullptr): gamma 1, beta 0.
   std::vector<float> y_plain(size_t(N * C));
   ref::layer_norm_forward(y_plain.data(), nullptr, nullptr, x.data(), nullptr, nullptr, N, C, float(eps));
-  CHECK(relative_max_error(y_plain, layer_norm_truth(widen(x), Vec(size_t(C), 1.0), Vec(size_t(C), 0.0), N, C, eps)) < kTol);
+  CHECK(relative_max_error(y_plain, layer_norm_truth(widen(x), Vec(size_t(C), 1.0), Vec(size_t(C), 0.0), N, C, eps)) <
+        kTol);
 
   std::vector<float> dx(size_t(N * C), kStart), dgamma(size_t(C), kStart), dbeta(size_t(C), kStart);
   ref::layer_norm_backward(dx.data(), dgamma.data(), dbeta.data(), dout.data(), x.data(), gamma.data(), mean.data(),
                            rstd.data(), N, C);
   const Vec g = widen(gamma), b = widen(beta), xv = widen(x);
-  CHECK(relative_max_error(minus_start(dx), numeric_grad([&](const Vec& v) { return layer_norm_truth(v, g, b, N, C, eps); }, xv, widen(dout))) < kTol);
-  CHECK(relative_max_error(minus_start(dgamma), numeric_grad([&](const Vec& v) { return layer_norm_truth(xv, v, b, N, C, eps); }, g, widen(dout))) < kTol);
-  CHECK(relative_max_error(minus_start(dbeta), numeric_grad([&](const Vec& v) { return layer_norm_truth(xv, g, v, N, C, eps); }, b, widen(dout))) < kTol);
+  CHECK(relative_max_error(minus_start(dx),
+                           numeric_grad([&](const Vec& v) { return layer_norm_truth(v, g, b, N, C, eps); }, xv,
+                                        widen(dout))) < kTol);
+  CHECK(relative_max_error(minus_start(dgamma),
+                           numeric_grad([&](const Vec& v) { return layer_norm_truth(xv, v, b, N, C, eps); }, g,
+                                        widen(dout))) < kTol);
+  CHECK(relative_max_error(minus_start(dbeta),
+                           numeric_grad([&](const Vec& v) { return layer_norm_truth(xv, g, v, N, C, eps); }, b,
+                                        widen(dout))) < kTol);
 }
 
 TEST_CASE("reference truth: RMSNorm forward and backward against float64") {
@@ -183,11 +192,16 @@ TEST_CASE("reference truth: RMSNorm forward and backward against float64") {
   CHECK(relative_max_error(y, rms_norm_truth(xv, g, N, C, eps)) < kTol);
   std::vector<float> dx(size_t(N * C), kStart), dgamma(size_t(C), kStart);
   ref::rms_norm_backward(dx.data(), dgamma.data(), dout.data(), x.data(), gamma.data(), rstd.data(), N, C);
-  CHECK(relative_max_error(minus_start(dx), numeric_grad([&](const Vec& v) { return rms_norm_truth(v, g, N, C, eps); }, xv, widen(dout))) < kTol);
-  CHECK(relative_max_error(minus_start(dgamma), numeric_grad([&](const Vec& v) { return rms_norm_truth(xv, v, N, C, eps); }, g, widen(dout))) < kTol);
+  CHECK(relative_max_error(minus_start(dx), numeric_grad([&](const Vec& v) { return rms_norm_truth(v, g, N, C, eps); },
+                                                         xv, widen(dout))) < kTol);
+  CHECK(relative_max_error(minus_start(dgamma),
+                           numeric_grad([&](const Vec& v) { return rms_norm_truth(xv, v, N, C, eps); }, g,
+                                        widen(dout))) < kTol);
 }
 
-TEST_CASE("reference truth: BatchNorm train (batch statistics, running averages with the unbiased variance), eval (running statistics) and backward") {
+TEST_CASE(
+    "reference truth: BatchNorm train (batch statistics, running averages with the unbiased variance), eval (running "
+    "statistics) and backward") {
   const int64_t N = 7, C = 5;
   const double eps = 1e-5, momentum = 0.1;
   const std::vector<float> x = normals(8, size_t(N * C), -2.0f, 1.5f), gamma = normals(9, size_t(C), 1.0f, 0.3f),
@@ -201,7 +215,8 @@ TEST_CASE("reference truth: BatchNorm train (batch statistics, running averages 
                                 gamma.data(), beta.data(), N, C, float(eps), float(momentum), nullptr);
   CHECK(relative_max_error(y, batch_norm_train_truth(xv, g, b, N, C, eps)) < kTol);
   // torch: running = (1 - momentum) running + momentum batch, the variance unbiased (N - 1).
-  Vec mean_truth(static_cast<size_t>(C)), rstd_truth(static_cast<size_t>(C)), rm_truth(static_cast<size_t>(C)), rv_truth(static_cast<size_t>(C));
+  Vec mean_truth(static_cast<size_t>(C)), rstd_truth(static_cast<size_t>(C)), rm_truth(static_cast<size_t>(C)),
+      rv_truth(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) {
     double m = 0.0, ss = 0.0;
     for (int64_t n = 0; n < N; ++n) m += xv[size_t(n * C + c)] / double(N);
@@ -231,9 +246,15 @@ TEST_CASE("reference truth: BatchNorm train (batch statistics, running averages 
   std::vector<float> dx(size_t(N * C), kStart), dgamma(size_t(C), kStart), dbeta(size_t(C), kStart);
   ref::batch_norm_backward(dx.data(), dgamma.data(), dbeta.data(), dout.data(), x.data(), gamma.data(), mean.data(),
                            rstd.data(), N, C, nullptr);
-  CHECK(relative_max_error(minus_start(dx), numeric_grad([&](const Vec& v) { return batch_norm_train_truth(v, g, b, N, C, eps); }, xv, widen(dout))) < kTol);
-  CHECK(relative_max_error(minus_start(dgamma), numeric_grad([&](const Vec& v) { return batch_norm_train_truth(xv, v, b, N, C, eps); }, g, widen(dout))) < kTol);
-  CHECK(relative_max_error(minus_start(dbeta), numeric_grad([&](const Vec& v) { return batch_norm_train_truth(xv, g, v, N, C, eps); }, b, widen(dout))) < kTol);
+  CHECK(relative_max_error(minus_start(dx),
+                           numeric_grad([&](const Vec& v) { return batch_norm_train_truth(v, g, b, N, C, eps); }, xv,
+                                        widen(dout))) < kTol);
+  CHECK(relative_max_error(minus_start(dgamma),
+                           numeric_grad([&](const Vec& v) { return batch_norm_train_truth(xv, v, b, N, C, eps); }, g,
+                                        widen(dout))) < kTol);
+  CHECK(relative_max_error(minus_start(dbeta),
+                           numeric_grad([&](const Vec& v) { return batch_norm_train_truth(xv, g, v, N, C, eps); }, b,
+                                        widen(dout))) < kTol);
 }
 
 TEST_CASE("reference truth: GELU (erf form) and ReLU, forward and backward") {
@@ -267,7 +288,8 @@ TEST_CASE("reference truth: softmax and cross-entropy (mean over the targets, -1
   ref::softmax_forward(y.data(), x.data(), R, C);
   CHECK(relative_max_error(y, softmax_truth(widen(x), R, C)) < kTol);
   ref::softmax_backward(dx.data(), dout.data(), y.data(), R, C);
-  CHECK(relative_max_error(minus_start(dx), numeric_grad([&](const Vec& v) { return softmax_truth(v, R, C); }, widen(x), widen(dout))) < kTol);
+  CHECK(relative_max_error(minus_start(dx), numeric_grad([&](const Vec& v) { return softmax_truth(v, R, C); }, widen(x),
+                                                         widen(dout))) < kTol);
 
   const std::vector<int32_t> targets{3, -1, 0, 8};
   auto loss = [&](const Vec& z) {
@@ -294,7 +316,8 @@ TEST_CASE("reference truth: softmax and cross-entropy (mean over the targets, -1
 
 TEST_CASE("reference truth: matmul (nn, nt, tn, accumulate) and Linear forward and backward") {
   const int64_t M = 3, K = 5, N = 4;
-  const std::vector<float> a = normals(17, size_t(M * K)), b = normals(18, size_t(K * N)), start = normals(19, size_t(M * N));
+  const std::vector<float> a = normals(17, size_t(M * K)), b = normals(18, size_t(K * N)),
+                           start = normals(19, size_t(M * N));
   // truth[i][j] = sum_k A[i][k] B[k][j] (+ start)
   auto product = [&](bool add) {
     Vec c(size_t(M * N));
@@ -324,8 +347,8 @@ TEST_CASE("reference truth: matmul (nn, nt, tn, accumulate) and Linear forward a
 
   // Linear, PyTorch's layout: y = x W^T + b, W (OC, C).
   const int64_t T = 4, C = 6, OC = 3;
-  const std::vector<float> x = normals(20, size_t(T * C)), w = normals(21, size_t(OC * C)), bias = normals(22, size_t(OC)),
-                           dout = normals(23, size_t(T * OC));
+  const std::vector<float> x = normals(20, size_t(T * C)), w = normals(21, size_t(OC * C)),
+                           bias = normals(22, size_t(OC)), dout = normals(23, size_t(T * OC));
   auto linear = [&](const Vec& xv, const Vec& wv, const Vec& bv) {
     Vec y(size_t(T * OC));
     for (int64_t t = 0; t < T; ++t)
@@ -342,9 +365,12 @@ TEST_CASE("reference truth: matmul (nn, nt, tn, accumulate) and Linear forward a
   CHECK(relative_max_error(y, linear(xv, wv, bv)) < kTol);
   std::vector<float> dx(size_t(T * C), kStart), dw(size_t(OC * C), kStart), db(size_t(OC), kStart);
   ref::linear_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), T, C, OC);
-  CHECK(relative_max_error(minus_start(dx), numeric_grad([&](const Vec& v) { return linear(v, wv, bv); }, xv, widen(dout))) < kTol);
-  CHECK(relative_max_error(minus_start(dw), numeric_grad([&](const Vec& v) { return linear(xv, v, bv); }, wv, widen(dout))) < kTol);
-  CHECK(relative_max_error(minus_start(db), numeric_grad([&](const Vec& v) { return linear(xv, wv, v); }, bv, widen(dout))) < kTol);
+  CHECK(relative_max_error(minus_start(dx),
+                           numeric_grad([&](const Vec& v) { return linear(v, wv, bv); }, xv, widen(dout))) < kTol);
+  CHECK(relative_max_error(minus_start(dw),
+                           numeric_grad([&](const Vec& v) { return linear(xv, v, bv); }, wv, widen(dout))) < kTol);
+  CHECK(relative_max_error(minus_start(db),
+                           numeric_grad([&](const Vec& v) { return linear(xv, wv, v); }, bv, widen(dout))) < kTol);
 }
 
 TEST_CASE("reference truth: packed multi-head attention forward and backward against float64") {
@@ -357,7 +383,9 @@ TEST_CASE("reference truth: packed multi-head attention forward and backward aga
   CHECK(relative_max_error(out, attention_truth(widen(qkv), offsets, C, NH)) < kTol);
   std::vector<float> dqkv(size_t(T * 3 * C), kStart);
   ref::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), offsets.data(), B, C, NH);
-  CHECK(relative_max_error(minus_start(dqkv), numeric_grad([&](const Vec& v) { return attention_truth(v, offsets, C, NH); }, widen(qkv), widen(dout))) < kTol);
+  CHECK(relative_max_error(minus_start(dqkv),
+                           numeric_grad([&](const Vec& v) { return attention_truth(v, offsets, C, NH); }, widen(qkv),
+                                        widen(dout))) < kTol);
 }
 
 TEST_CASE("reference truth: Adam and AdamW steps against torch.optim's update rule") {

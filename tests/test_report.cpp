@@ -53,7 +53,8 @@ std::string xml_problem(const std::string& xml) {
     if (tag.empty()) return "empty tag";
     if (tag[0] == '/') {
       std::string name = tag.substr(1);
-      if (stack.empty() || stack.back() != name) return fmt::format("</{}> does not close <{}>", name, stack.empty() ? "" : stack.back());
+      if (stack.empty() || stack.back() != name)
+        return fmt::format("</{}> does not close <{}>", name, stack.empty() ? "" : stack.back());
       stack.pop_back();
     } else if (tag.back() != '/' && tag[0] != '?' && tag[0] != '!') {
       stack.push_back(tag.substr(0, tag.find_first_of(" \n\t")));
@@ -111,7 +112,8 @@ void write_fake_study(const fs::path& dir, study::ComparePlan& plan, std::vector
     r.baseline = {std::log(10.0), 0.1, NAN};
     if (!r.diverged)
       for (int64_t step : {25, 50})
-        r.evals.push_back({step, {0.2 + 0.01 * double(spec.seed), step == 50 ? 0.8 : 0.5, 20}, {1.0, 0.3, 10}, {0.5, 0.6, 30}});
+        r.evals.push_back(
+            {step, {0.2 + 0.01 * double(spec.seed), step == 50 ? 0.8 : 0.5, 20}, {1.0, 0.3, 10}, {0.5, 0.6, 30}});
     results.push_back(r);
   }
 }
@@ -132,11 +134,12 @@ TEST_CASE("report: every chart is well-formed SVG, labels are escaped, the secti
   chart.y_label = "loss";
   chart.log_y = true;
   chart.series.push_back({"a<b", "#000", {1, 2, 3}, {1, 0.5, NAN}, {}, {}, false, true, {false, false, true}, {}, {}});
-  chart.series.push_back({"band", "#f00", {1, 2, 3}, {2, 1, 0.5}, {1.5, 0.8, 0.4}, {2.5, 1.2, 0.6}, true, false, {}, {}, {}});
+  chart.series.push_back(
+      {"band", "#f00", {1, 2, 3}, {2, 1, 0.5}, {1.5, 0.8, 0.4}, {2.5, 1.2, 0.6}, true, false, {}, {}, {}});
   const std::string svg = study::render_svg(chart);
   CHECK(xml_problem(svg).empty());
   CHECK(svg.find("loss &lt;&amp;&gt; &quot;quotes&quot;") != std::string::npos);
-  CHECK(svg.find("<polygon") != std::string::npos);  // the band
+  CHECK(svg.find("<polygon") != std::string::npos);    // the band
   CHECK(svg.find("textLength") == std::string::npos);  // a short title as it is
 
   // A title longer than the chart is squeezed into it (textLength = width - left - 8), not cut.
@@ -160,7 +163,7 @@ TEST_CASE("report: every chart is well-formed SVG, labels are escaped, the secti
   for (const char* section : {"Answer", "Setup", "Summary", "Stability", "Validation curves", "Training loss curves",
                               "Gradient norm curves", "per-layer residual RMS", "Accuracy per sequence length"})
     CHECK_MESSAGE(html.find(section) != std::string::npos, section);
-  CHECK(html.find("<script") == std::string::npos);  // self-contained, nothing to run
+  CHECK(html.find("<script") == std::string::npos);                        // self-contained, nothing to run
   CHECK(html.find("http://") == html.find("http://www.w3.org/2000/svg"));  // no network resource
   const std::vector<std::string> svgs = extract_svgs(html);
   CHECK(svgs.size() >= 8);
@@ -177,8 +180,9 @@ TEST_CASE("report: every chart is well-formed SVG, labels are escaped, the secti
   CHECK(html.find(">0.1</text>", stability) != std::string::npos);
   size_t chance_lines = 0;
   for (size_t pos = 0; (pos = html.find(">chance 2.303</text>", pos)) != std::string::npos; ++pos) ++chance_lines;
-  CHECK(chance_lines == 2 + 2 + 1);  // the held-out and the train loss curves at both learning rates, the loss stability chart
-  CHECK(html.find("class=\"seed\"", stability) != std::string::npos);  // per-seed points beside the means
+  CHECK(chance_lines ==
+        2 + 2 + 1);  // the held-out and the train loss curves at both learning rates, the loss stability chart
+  CHECK(html.find("class=\"seed\"", stability) != std::string::npos);        // per-seed points beside the means
   CHECK(html.find(">chance 0.100</text>", stability) != std::string::npos);  // chance accuracy on the stability chart
   CHECK(html.find("## Findings") == std::string::npos);
   // One line of setup, then the Answer; Findings before the table.

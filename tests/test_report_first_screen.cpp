@@ -40,7 +40,8 @@ double final_loss(const std::string& variant, double lr, bool warmup) {
   return std::vector<double>{0.7, 0.2, NAN}[at];
 }
 
-void make_study(const fs::path& dir, bool still_falling, study::ComparePlan& plan, std::vector<study::RunResult>& results) {
+void make_study(const fs::path& dir, bool still_falling, study::ComparePlan& plan,
+                std::vector<study::RunResult>& results) {
   fs::create_directories(dir);
   std::ofstream(dir / "base.json") << R"({"train": {"steps": 100}, "task": {"name": "reverse"}})";
   std::ofstream(dir / "compare.json") << R"({"base": "base.json", "grid": {"variants": ["none", "post-ln", "pre-ln"],
@@ -63,8 +64,8 @@ void make_study(const fs::path& dir, bool still_falling, study::ComparePlan& pla
     if (!r.diverged) {
       const double final = loss + 0.01 * double(spec.seed);
       const double accuracy = still_falling ? 0.7 : final < 0.5 ? 0.97 : final < 1.0 ? 0.8 : 0.1;
-      const std::vector<double> factor = still_falling ? std::vector<double>{1.6, 1.3, 1.1, 1.0}
-                                                       : std::vector<double>{1.0, 1.0, 1.0, 1.0};
+      const std::vector<double> factor =
+          still_falling ? std::vector<double>{1.6, 1.3, 1.1, 1.0} : std::vector<double>{1.0, 1.0, 1.0, 1.0};
       for (int i = 0; i < 4; ++i)
         r.evals.push_back({25 * (i + 1), {final * factor[size_t(i)], accuracy, 20}, {1.0, 0.3, 10}, {1.0, 0.5, 30}});
     }
@@ -97,12 +98,15 @@ TEST_CASE("first screen: the verdict names the better placement, what it bought 
   CHECK(said[0] == verdict[0]);
   CHECK(words(verdict) <= 200);
   // Placement by LR sensitivity (paired by seed); the best loss against none only where it differs.
-  CHECK(verdict[0] == "pre-ln tolerates a wider range of learning rates than post-ln in every setting: LR sensitivity "
-                      "(pre-ln vs post-ln, nats) 0.225 vs 0.623 (warmup), 0.225 vs 0.598 (no warmup).");
-  CHECK(verdict[1] == "Against no normalization (pre-ln vs none): LR sensitivity 0.225 vs 0.648, best loss 0.15 lower "
-                      "(warmup); LR sensitivity 0.225 vs 0.648, best loss 0.15 lower (no warmup).");
-  CHECK(verdict[2] == "How sure: 3 seeds per cell; outside the 95% interval: pre-ln vs post-ln (warmup), pre-ln vs "
-                      "post-ln (no warmup), pre-ln vs none (warmup), pre-ln vs none (no warmup).");
+  CHECK(verdict[0] ==
+        "pre-ln tolerates a wider range of learning rates than post-ln in every setting: LR sensitivity "
+        "(pre-ln vs post-ln, nats) 0.225 vs 0.623 (warmup), 0.225 vs 0.598 (no warmup).");
+  CHECK(verdict[1] ==
+        "Against no normalization (pre-ln vs none): LR sensitivity 0.225 vs 0.648, best loss 0.15 lower "
+        "(warmup); LR sensitivity 0.225 vs 0.648, best loss 0.15 lower (no warmup).");
+  CHECK(verdict[2] ==
+        "How sure: 3 seeds per cell; outside the 95% interval: pre-ln vs post-ln (warmup), pre-ln vs "
+        "post-ln (no warmup), pre-ln vs none (warmup), pre-ln vs none (no warmup).");
 
   CHECK(!summary["answer"].empty());  // the Answer's sentences in full stay in summary.json
   const nlohmann::json& cells = summary["first_screen"];
@@ -150,8 +154,9 @@ TEST_CASE("first screen: the verdict names the better placement, what it bought 
   CHECK(figure < table);
   CHECK(table < contents);
   CHECK(contents < md.find("## Setup"));
-  CHECK(md.find("[Summary: held-out metrics per cell, mean \\[95% interval\\] over seeds](#summary-held-out-metrics-per-"
-                "cell-mean-95-interval-over-seeds)") != std::string::npos);
+  CHECK(
+      md.find("[Summary: held-out metrics per cell, mean \\[95% interval\\] over seeds](#summary-held-out-metrics-per-"
+              "cell-mean-95-interval-over-seeds)") != std::string::npos);
   // A diverged run does not flatten the headline figure: a triangle on its top edge instead.
   const std::string headline = slurp(tmp.path / "charts" / "headline-2-layers-warmup.svg");
   CHECK(headline.find("class=\"above\"") != std::string::npos);
@@ -170,8 +175,9 @@ TEST_CASE("first screen: runs still improving at their best rate make the verdic
   INFO(fmt::format("{}", fmt::join(verdict, "\n")));
   REQUIRE(!verdict.empty());
   CHECK(verdict.size() <= 3);
-  CHECK(verdict[0] == "Not converged: post-ln's best runs (warmup, lr 0.01) are still improving at step 100 — the "
-                      "boundaries and ratios below describe an unfinished race, not stability.");
+  CHECK(verdict[0] ==
+        "Not converged: post-ln's best runs (warmup, lr 0.01) are still improving at step 100 — the "
+        "boundaries and ratios below describe an unfinished race, not stability.");
   CHECK(verdict[1].find("6 of 6 variant–setting cells did not converge") == 0);
   for (const std::string& s : verdict) {
     CHECK(s.find("beats") == std::string::npos);
@@ -214,12 +220,14 @@ TEST_CASE("first screen in headless Chromium at 1400x900: the verdict and the he
   CHECK(verdict[0].get<double>() >= 0);
   CHECK(verdict[1].get<double>() <= 900);
   CHECK(first[1].get<double>() <= 900);
-  CHECK(first[3].get<double>() >= 500);  // drawn large enough to read
+  CHECK(first[3].get<double>() >= 500);                      // drawn large enough to read
   CHECK(second[0].get<double>() == first[0].get<double>());  // warmup and no warmup side by side
   CHECK(second[2].get<double>() > first[2].get<double>());
   CHECK(second[1].get<double>() <= 900);
   CHECK(table[0].get<double>() < 900);  // the table starts on the first screen
-  CHECK(browser.eval("document.querySelector('.answer').textContent").get<std::string>().find("pre-ln tolerates a wider range of learning rates than post-ln") !=
-        std::string::npos);
-  if (const char* dir = std::getenv("NORMLAB_REPORT_SCREENSHOTS")) browser.screenshot(std::string(dir) + "/first-screen.png");
+  CHECK(browser.eval("document.querySelector('.answer').textContent")
+            .get<std::string>()
+            .find("pre-ln tolerates a wider range of learning rates than post-ln") != std::string::npos);
+  if (const char* dir = std::getenv("NORMLAB_REPORT_SCREENSHOTS"))
+    browser.screenshot(std::string(dir) + "/first-screen.png");
 }

@@ -49,7 +49,10 @@ std::string write_run(const TempDir& tmp, const std::string& name, const std::st
     }
     metrics << rec.dump() << "\n";
   }
-  metrics << nlohmann::json({{"step", 20}, {"split", "valid"}, {"loss", 1.0}, {"accuracy", 0.9},
+  metrics << nlohmann::json({{"step", 20},
+                             {"split", "valid"},
+                             {"loss", 1.0},
+                             {"accuracy", 0.9},
                              {"trained", {{"loss", 1.0}, {"accuracy", 0.9}, {"targets", 100}}}})
                  .dump()
           << "\n";

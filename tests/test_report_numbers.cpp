@@ -50,25 +50,35 @@ std::string make_run(const TempDir& tmp, const std::string& name, const nlohmann
     }
     metrics << rec.dump() << "\n";
   }
-  if (diverged) metrics << R"({"step":)" << losses.size() + 1 << R"(,"loss":null,"grad_norm":null,"diverged":true})" << "\n";
+  if (diverged)
+    metrics << R"({"step":)" << losses.size() + 1 << R"(,"loss":null,"grad_norm":null,"diverged":true})"
+            << "\n";
   metrics << nlohmann::json({{"step", losses.size()},
                              {"split", "valid"},
                              {"loss", losses.back() + 1},
                              {"accuracy", 0.5 * (bucket1_acc + bucket2_acc)},
                              {"buckets",
-                              {{{"min_len", 1}, {"max_len", 8}, {"beyond_train", false}, {"loss", bucket1_loss},
-                                {"accuracy", bucket1_acc}, {"count", 10}},
-                               {{"min_len", 9}, {"max_len", 16}, {"beyond_train", true}, {"loss", 2.0},
-                                {"accuracy", bucket2_acc}, {"count", 10}}}}})
+                              {{{"min_len", 1},
+                                {"max_len", 8},
+                                {"beyond_train", false},
+                                {"loss", bucket1_loss},
+                                {"accuracy", bucket1_acc},
+                                {"count", 10}},
+                               {{"min_len", 9},
+                                {"max_len", 16},
+                                {"beyond_train", true},
+                                {"loss", 2.0},
+                                {"accuracy", bucket2_acc},
+                                {"count", 10}}}}})
                  .dump()
           << "\n";
   metrics << R"({"step": 99, "loss": 1.)";  // a torn last line, as a killed run leaves it
-  std::ofstream(dir / "summary.json") << nlohmann::json({{"diverged", diverged},
-                                                         {"diverged_at_step", diverged ? nlohmann::json(losses.size() + 1)
-                                                                                       : nlohmann::json(nullptr)},
-                                                         {"wall_time_s", 1.5},
-                                                         {"threads", 1}})
-                                             .dump();
+  std::ofstream(dir / "summary.json")
+      << nlohmann::json({{"diverged", diverged},
+                         {"diverged_at_step", diverged ? nlohmann::json(losses.size() + 1) : nlohmann::json(nullptr)},
+                         {"wall_time_s", 1.5},
+                         {"threads", 1}})
+             .dump();
   return dir.string();
 }
 
@@ -96,7 +106,7 @@ TEST_CASE("report numbers: medians over seeds, diverged seeds left out, bucket m
   std::vector<study::RunResult> results;
   for (const study::RunSpec& spec : plan.runs) results.push_back(study::read_run(spec, spec.dir));
   CHECK(results[0].final_train_loss == doctest::Approx(0.5));
-  CHECK(results[0].steps.size() == 20);          // the torn line is skipped
+  CHECK(results[0].steps.size() == 20);  // the torn line is skipped
   CHECK(results[0].init_residual_rms == std::vector<double>{1.0, 2.0});
   CHECK(results[0].end_residual_rms == std::vector<double>{20.0, 21.0});
   CHECK(results[3].diverged);
@@ -144,7 +154,7 @@ TEST_CASE("report numbers: medians over seeds, diverged seeds left out, bucket m
   CHECK(md.find("## Answer") != std::string::npos);
   CHECK(md.find("## Answer") < md.find("## Findings"));
   CHECK(md.find("uniform-guess loss 2.303") != std::string::npos);
-  CHECK(md.find("BatchNorm") == std::string::npos);  // no BatchNorm run: no BatchNorm paragraph
+  CHECK(md.find("BatchNorm") == std::string::npos);     // no BatchNorm run: no BatchNorm paragraph
   CHECK(md.find("fewer than 5") != std::string::npos);  // 4 seeds: the warning
   CHECK(read_text(out + "/runs.csv").find(",diverged,") != std::string::npos);
   // Every chart as a file, every curve in curves.csv.
@@ -264,12 +274,14 @@ TEST_CASE("report numbers: findings and the Answer on a fixture with known answe
   // pre-ln learns at both rates; none learns as well at 0.001 (identical accuracies: no difference)
   // and blows up at 0.03 (held-out loss 50, far above 2 ln 10).
   for (int seed = 0; seed < 3; ++seed) {
-    dirs.push_back(make_run(tmp, fmt::format("pre_a{}", seed),
-                            {{"train", {{"seed", seed}}}, {"optim", {{"lr", 0.001}}}, {"model", {{"norm", "layernorm"}}}},
-                            flat(2.3, 1.0 + 0.01 * seed), 0.9, 0.1));
-    dirs.push_back(make_run(tmp, fmt::format("pre_b{}", seed),
-                            {{"train", {{"seed", seed}}}, {"optim", {{"lr", 0.03}}}, {"model", {{"norm", "layernorm"}}}},
-                            flat(2.3, 1.2 + 0.01 * seed), 0.96 + 0.01 * seed, 0.1));
+    dirs.push_back(
+        make_run(tmp, fmt::format("pre_a{}", seed),
+                 {{"train", {{"seed", seed}}}, {"optim", {{"lr", 0.001}}}, {"model", {{"norm", "layernorm"}}}},
+                 flat(2.3, 1.0 + 0.01 * seed), 0.9, 0.1));
+    dirs.push_back(
+        make_run(tmp, fmt::format("pre_b{}", seed),
+                 {{"train", {{"seed", seed}}}, {"optim", {{"lr", 0.03}}}, {"model", {{"norm", "layernorm"}}}},
+                 flat(2.3, 1.2 + 0.01 * seed), 0.96 + 0.01 * seed, 0.1));
     dirs.push_back(make_run(tmp, fmt::format("none_a{}", seed),
                             {{"train", {{"seed", seed}}}, {"optim", {{"lr", 0.001}}}, {"model", {{"norm", "none"}}}},
                             flat(2.3, 1.005 + 0.01 * seed), 0.9, 0.1));
@@ -336,9 +348,10 @@ TEST_CASE("report numbers: findings and the Answer on a fixture with known answe
                     "(Holm p 0); accuracy AUC: identical in all 3 pairs; equivalent within ±0.02 (Holm p 0))") !=
         std::string::npos);
   // Each cell against chance and the 'learned' level, not a fixed "no variant extrapolates".
-  CHECK(answer.find("On unseen lengths 33–64, against chance 0.100 and the 'learned' level 0.325, cells by mean "
-                    "accuracy: 0 of 4 at or above the learned level, 0 above chance only, 4 at chance; the best 0.100")
-        != std::string::npos);
+  CHECK(
+      answer.find("On unseen lengths 33–64, against chance 0.100 and the 'learned' level 0.325, cells by mean "
+                  "accuracy: 0 of 4 at or above the learned level, 0 above chance only, 4 at chance; the best 0.100") !=
+      std::string::npos);
   CHECK(answer.find("Caution: as few as 3 seeds per cell") != std::string::npos);
 
   // The same fixture read the other way round: when the unnormalized model is the one that
@@ -456,9 +469,9 @@ TEST_CASE("report numbers: runs that did not see the same data are compared unpa
   const std::vector<study::Comparison> comparisons = study::compare_variants(plan, study::summarize(results));
   REQUIRE(comparisons.size() == 1);
   CHECK_FALSE(comparisons[0].paired);
-  const normlab::Interval expected =
-      normlab::welch_difference({0.5, 0.52, 0.54}, {0.9, 0.89, 0.88});
+  const normlab::Interval expected = normlab::welch_difference({0.5, 0.52, 0.54}, {0.9, 0.89, 0.88});
   CHECK(comparisons[0].trained_accuracy.mean == doctest::Approx(expected.mean));
   CHECK(comparisons[0].trained_accuracy.low == doctest::Approx(expected.low));
-  CHECK(study::describe_difference(comparisons[0].trained_accuracy, false).find("seeds (unpaired)") != std::string::npos);
+  CHECK(study::describe_difference(comparisons[0].trained_accuracy, false).find("seeds (unpaired)") !=
+        std::string::npos);
 }

@@ -111,8 +111,8 @@ TEST_CASE("residual registry: every scheme's gradients match finite differences"
       f.set_requires_grad();
       std::vector<Tensor> inputs{x, f};
       for (auto& [name, p] : scheme->named_parameters()) inputs.push_back(p);  // shares the scheme's storage
-      const GradcheckResult result = gradcheck(
-          [&](const std::vector<Tensor>& in) { return scheme->add(in[0], in[1], sublayer); }, inputs);
+      const GradcheckResult result =
+          gradcheck([&](const std::vector<Tensor>& in) { return scheme->add(in[0], in[1], sublayer); }, inputs);
       CHECK_MESSAGE(result.ok, result.worst);
       CHECK(result.checked >= 2 * kTokens * kDim);
     }

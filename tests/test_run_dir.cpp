@@ -27,13 +27,12 @@
 namespace fs = std::filesystem;
 using namespace normlab;
 using normlab::test::Child;
+using normlab::test::error_of;
 using normlab::test::read_text;
 using normlab::test::run_normlab;
-using normlab::test::error_of;
 using normlab::test::TempDir;
 
 namespace {
-
 
 // A run the test holds at a step (NORMLAB_TEST_PAUSE_AT) while a second process tries its directory.
 const char* kSlowConfig = R"({
@@ -78,15 +77,15 @@ TEST_CASE("dir lock: the lock file is never followed through a symbolic link") {
   CHECK(read_text(victim) == "precious");
 }
 
-TEST_CASE("two train processes on one --out: the second exits 2 naming the directory and the holder - a killed run "
-          "resumes") {
+TEST_CASE(
+    "two train processes on one --out: the second exits 2 naming the directory and the holder - a killed run "
+    "resumes") {
   TempDir dir("normlab_test_lock");
   const std::string config = dir.write("config.json", kSlowConfig);
   const std::string run = dir.sub("run");
   // The first holds after step 25 (past the first checkpoint) for as long as the test needs.
   normlab::test::PausePoint pause(dir, "step 25");
-  Child first({"train", "--config", config, "--out", run}, dir.sub("out1.txt"), dir.sub("err1.txt"), {},
-              {pause.env()});
+  Child first({"train", "--config", config, "--out", run}, dir.sub("out1.txt"), dir.sub("err1.txt"), {}, {pause.env()});
   REQUIRE(first.started());
   REQUIRE(pause.wait(1).size() == 1);
   REQUIRE(fs::exists(run + "/checkpoint.safetensors"));
@@ -169,8 +168,9 @@ TEST_CASE("resume: only a torn final line and the records after the checkpoint a
   // A corrupt line after the checkpoint's records is not provably stale either.
   dir.write("bad.jsonl", "{\"step\":1}\n{\"step\":2}\nnot json\n{\"step\":4}\n");
   CHECK(error_of([&] { train::truncate_metrics(dir.sub("bad.jsonl"), 2); }) ==
-        dir.sub("bad.jsonl") + ":3: not a metrics record (only a torn last line is dropped on resume); the run "
-                               "directory was not changed: repair or remove that line");
+        dir.sub("bad.jsonl") +
+            ":3: not a metrics record (only a torn last line is dropped on resume); the run "
+            "directory was not changed: repair or remove that line");
   CHECK(read_text(dir.sub("bad.jsonl")) == "{\"step\":1}\n{\"step\":2}\nnot json\n{\"step\":4}\n");
 }
 
@@ -185,8 +185,9 @@ TEST_CASE("run directory: run files that are symbolic links are refused and thei
     const std::string message = error_of([&] { train::RunDirectory(run.string(), false); });
     CHECK(message.find((run / name).string() + ": is a symbolic link") == 0);
   }
-  CHECK(error_of([&] { train::truncate_metrics((dir.path / "run_metrics.jsonl" / "metrics.jsonl").string(), 1); })
-            .find("is a symbolic link") != std::string::npos);
+  CHECK(error_of([&] {
+          train::truncate_metrics((dir.path / "run_metrics.jsonl" / "metrics.jsonl").string(), 1);
+        }).find("is a symbolic link") != std::string::npos);
   CHECK(read_text(victim) == "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n");
 }
 
@@ -194,8 +195,8 @@ TEST_CASE("run directory: a file where a directory should be is named (not 'Succ
   TempDir dir;
   dir.write("runs", "a file");
   const std::string message = error_of([&] { io::make_directories(dir.sub("runs") + "/x/y", "run directory"); });
-  CHECK(message == dir.sub("runs") + "/x/y: cannot create the run directory: " + dir.sub("runs") +
-                       " is a file, not a directory");
+  CHECK(message ==
+        dir.sub("runs") + "/x/y: cannot create the run directory: " + dir.sub("runs") + " is a file, not a directory");
 }
 
 TEST_CASE("resume of a finished run says there is nothing to do and how to extend it") {

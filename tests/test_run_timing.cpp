@@ -27,7 +27,8 @@ const char* kBase = R"({
   "train": {"steps": 6, "batch_size": 4, "eval_every": 3, "diagnostics_every": 3, "checkpoint_every": 0, "threads": 1}
 })";
 
-const std::vector<std::string> kParts = {"setup", "steps", "diagnostics", "evaluation", "checkpoints", "logs", "finish"};
+const std::vector<std::string> kParts = {"setup",       "steps", "diagnostics", "evaluation",
+                                         "checkpoints", "logs",  "finish"};
 
 nlohmann::json summary_timing(const std::string& run_dir) {
   return nlohmann::json::parse(read_text(run_dir + "/summary.json")).at("timing");
@@ -39,7 +40,8 @@ TEST_CASE("run timing: summary.json names every part in wall and CPU seconds - a
   TempDir dir("normlab_test_run_timing");
   const std::string config = dir.write("base.json", kBase);
   const std::string run = dir.sub("run");
-  const normlab::test::Cli first = run_normlab(dir, "train --config \"" + config + "\" --out \"" + run + "\" --set train.steps=3");
+  const normlab::test::Cli first =
+      run_normlab(dir, "train --config \"" + config + "\" --out \"" + run + "\" --set train.steps=3");
   INFO(first.err);
   REQUIRE(first.code == 0);
   const nlohmann::json one = summary_timing(run);

@@ -23,7 +23,6 @@
 
 using normlab::test::TempDir;
 
-
 namespace fs = std::filesystem;
 using namespace normlab;
 using namespace normlab::io;
@@ -69,9 +68,7 @@ std::string read_error(const std::string& path) {
   return "NO ERROR";
 }
 
-bool contains(const std::string& text, const std::string& fragment) {
-  return text.find(fragment) != std::string::npos;
-}
+bool contains(const std::string& text, const std::string& fragment) { return text.find(fragment) != std::string::npos; }
 
 // The message must start with the file name, say what is wrong, and be one line.
 void check_rejected(const std::string& path, const std::string& fragment) {
@@ -99,14 +96,12 @@ TEST_CASE("safetensors writer output matches a hand-built byte layout") {
 
   // 133 bytes of JSON padded with 3 spaces to 136 = 0x88, then 8 bytes of b (8-byte elements
   // first, for alignment), then 8 bytes of a.
-  const std::string header =
-      R"({"__metadata__":{"k":"v"},"b":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
-      R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}}   )";
+  const std::string header = R"({"__metadata__":{"k":"v"},"b":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
+                             R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}}   )";
   const unsigned char length[8] = {0x88, 0, 0, 0, 0, 0, 0, 0};
-  const unsigned char data[16] = {0xfe, 0xff, 0xff, 0xff,   // -2 as little-endian int64
-                                  0xff, 0xff, 0xff, 0xff,
-                                  0x00, 0x00, 0x80, 0x3f,   // 1.0f
-                                  0x00, 0x00, 0x20, 0xc0};  // -2.5f
+  const unsigned char data[16] = {0xfe, 0xff, 0xff, 0xff,                          // -2 as little-endian int64
+                                  0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x80, 0x3f,  // 1.0f
+                                  0x00, 0x00, 0x20, 0xc0};                         // -2.5f
   std::string expected(reinterpret_cast<const char*>(length), 8);
   expected += header;
   expected.append(reinterpret_cast<const char*>(data), 16);
@@ -133,8 +128,7 @@ TEST_CASE("safetensors round trip keeps names, dtypes, shapes, exact bits and me
   weight[1] = -0.0f;
   weight[2] = std::numeric_limits<float>::infinity();
   weight[3] = std::numeric_limits<float>::denorm_min();
-  const std::vector<int64_t> steps = {0, -1, std::numeric_limits<int64_t>::max(),
-                                      std::numeric_limits<int64_t>::min()};
+  const std::vector<int64_t> steps = {0, -1, std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()};
   const std::vector<uint8_t> flags = {0, 1, 255, 7, 8, 9};
   const float scale = 0.125f;
 
@@ -145,8 +139,9 @@ TEST_CASE("safetensors round trip keeps names, dtypes, shapes, exact bits and me
       make_f32("scale", {}, &scale),
       make_f32("empty", {0, 3}, nullptr),
   };
-  const std::map<std::string, std::string> metadata = {
-      {"format", "pt"}, {"config", R"({"d_model": 8, "quote": "a\"b\\c"})"}, {"ünïcode", "✓\n"}};
+  const std::map<std::string, std::string> metadata = {{"format", "pt"},
+                                                       {"config", R"({"d_model": 8, "quote": "a\"b\\c"})"},
+                                                       {"ünïcode", "✓\n"}};
   const std::string path = dir.sub("model.safetensors");
   write_safetensors(path, metadata, tensors);
 
@@ -156,8 +151,7 @@ TEST_CASE("safetensors round trip keeps names, dtypes, shapes, exact bits and me
   REQUIRE(file.tensors.size() == 5);
   // File order is offset order: the writer puts larger elements first, then sorts by name, so
   // every tensor starts at a multiple of its element size.
-  const char* names_in_order[] = {"optimizer.step", "empty", "encoder.layers.0.norm1.weight",
-                                  "scale", "mask"};
+  const char* names_in_order[] = {"optimizer.step", "empty", "encoder.layers.0.norm1.weight", "scale", "mask"};
   size_t offset = 0;
   for (size_t i = 0; i < 5; ++i) {
     CHECK(file.tensors[i].name == names_in_order[i]);
@@ -220,11 +214,10 @@ TEST_CASE("safetensors accepts valid edge cases") {
     CHECK(file.metadata.empty());
   }
   SUBCASE("zero-sized tensors share offsets with their neighbours; space padding") {
-    const std::string header =
-        R"({"z1":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
-        R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-        R"("z0":{"dtype":"I64","shape":[3,0],"data_offsets":[0,0]},)"
-        R"("b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}}       )";
+    const std::string header = R"({"z1":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
+                               R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                               R"("z0":{"dtype":"I64","shape":[3,0],"data_offsets":[0,0]},)"
+                               R"("b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}}       )";
     write_bytes(dir.sub("z.st"), st_bytes(header, zeros(6)));
     SafetensorsFile file = read_safetensors(dir.sub("z.st"));
     REQUIRE(file.tensors.size() == 4);
@@ -257,8 +250,7 @@ TEST_CASE("safetensors rejects malformed files with one line naming the file and
       {"trailing garbage", st_bytes("{} x", ""), "header is not valid JSON"},
       {"invalid UTF-8", st_bytes("{\"\xff\xfe\":{}}", ""), "header is not valid JSON"},
       {"NUL padding", st_bytes(std::string("{}\0\0", 4), ""), "header is not valid JSON"},
-      {"metadata not an object", st_bytes(R"({"__metadata__":"x"})", ""),
-       "__metadata__ is not a JSON object"},
+      {"metadata not an object", st_bytes(R"({"__metadata__":"x"})", ""), "__metadata__ is not a JSON object"},
       {"metadata number value", st_bytes(R"({"__metadata__":{"k":1}})", ""),
        "__metadata__: value of 'k' is not a string"},
       {"metadata nested value", st_bytes(R"({"__metadata__":{"k":{"n":"v"}}})", ""),
@@ -282,11 +274,14 @@ TEST_CASE("safetensors rejects malformed files with one line naming the file and
        "tensor 'w': 'shape' must hold non-negative integers"},
       {"float dim", st_bytes(R"({"w":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})", zeros(8)),
        "tensor 'w': 'shape' must hold non-negative integers"},
-      {"dim beyond int64", st_bytes(R"({"w":{"dtype":"U8","shape":[9223372036854775808],"data_offsets":[0,8]}})", zeros(8)),
+      {"dim beyond int64",
+       st_bytes(R"({"w":{"dtype":"U8","shape":[9223372036854775808],"data_offsets":[0,8]}})", zeros(8)),
        "tensor 'w': 'shape' must hold non-negative integers"},
-      {"element count overflow", st_bytes(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", zeros(8)),
+      {"element count overflow",
+       st_bytes(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", zeros(8)),
        "tensor 'w': shape [4294967296, 4294967296, 16] has too many elements"},
-      {"byte count overflow", st_bytes(R"({"w":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,8]}})", zeros(8)),
+      {"byte count overflow",
+       st_bytes(R"({"w":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,8]}})", zeros(8)),
        "tensor 'w': shape [4611686018427387904] has too many elements"},
       {"one offset", st_bytes(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", zeros(8)),
        "tensor 'w': 'data_offsets' must be [begin, end]"},
@@ -309,20 +304,18 @@ TEST_CASE("safetensors rejects malformed files with one line naming the file and
       {"first tensor not at 0", st_bytes(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", zeros(8)),
        "tensor 'w': data_offsets begin 4 leaves a gap after byte 0"},
       {"gap between tensors",
-       st_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", zeros(12)),
+       st_bytes(
+           R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+           zeros(12)),
        "tensor 'b': data_offsets begin 8 leaves a gap after byte 4"},
       {"overlapping tensors",
        st_bytes(R"({"a":{)" + f32_2 + R"(},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", zeros(8)),
        "tensor 'b': data_offsets [4, 8] overlap tensor 'a'"},
-      {"same span twice",
-       st_bytes(R"({"a":{)" + f32_2 + R"(},"b":{)" + f32_2 + "}}", zeros(8)),
-       "overlap tensor"},
+      {"same span twice", st_bytes(R"({"a":{)" + f32_2 + R"(},"b":{)" + f32_2 + "}}", zeros(8)), "overlap tensor"},
       {"bytes after the last tensor", st_bytes(R"({"w":{)" + f32_2 + "}}", zeros(12)),
        "data buffer has 12 bytes but the tensors cover only 8"},
-      {"buffer without tensors", st_bytes("{}", zeros(4)),
-       "data buffer has 4 bytes but the tensors cover only 0"},
-      {"duplicate tensor name",
-       st_bytes(R"({"w":{)" + f32_2 + R"(},"w":{)" + f32_2 + "}}", zeros(8)),
+      {"buffer without tensors", st_bytes("{}", zeros(4)), "data buffer has 4 bytes but the tensors cover only 0"},
+      {"duplicate tensor name", st_bytes(R"({"w":{)" + f32_2 + R"(},"w":{)" + f32_2 + "}}", zeros(8)),
        "duplicate tensor name 'w'"},
       {"duplicate metadata key", st_bytes(R"({"__metadata__":{"k":"a","k":"b"}})", ""),
        "__metadata__: duplicate key 'k'"},
@@ -347,8 +340,8 @@ TEST_CASE("safetensors: every truncation and header byte corruption gives InputE
   TempDir dir;
   const float weight[6] = {1, 2, 3, 4, 5, 6};
   const int64_t step[1] = {9};
-  const std::string good = serialize_safetensors(
-      {{"k", "v"}}, {make_f32("w", {2, 3}, weight), make_i64("step", {1}, step)});
+  const std::string good =
+      serialize_safetensors({{"k", "v"}}, {make_f32("w", {2, 3}, weight), make_i64("step", {1}, step)});
   const std::string path = dir.sub("t.safetensors");
 
   for (size_t length = 0; length < good.size(); ++length) {
@@ -392,16 +385,16 @@ TEST_CASE("safetensors floats()/int64s() check presence, dtype and shape") {
     }
     return "NO ERROR";
   };
-  CHECK(message_of([&] { file.floats("linear1.weight", {3, 2}); }) ==
-        path + ": tensor 'linear1.weight': expected shape [3, 2] got [2, 3]");
+  CHECK(message_of([&] {
+          file.floats("linear1.weight", {3, 2});
+        }) == path + ": tensor 'linear1.weight': expected shape [3, 2] got [2, 3]");
   CHECK(message_of([&] { file.floats("linear1.weight", {6}); }) ==
         path + ": tensor 'linear1.weight': expected shape [6] got [2, 3]");
-  CHECK(message_of([&] { file.floats("linear2.weight", {2, 3}); }) ==
-        path + ": tensor 'linear2.weight': missing");
-  CHECK(message_of([&] { file.floats("ids", {2}); }) ==
-        path + ": tensor 'ids': expected dtype F32 got I64");
-  CHECK(message_of([&] { file.int64s("linear1.weight", {2, 3}); }) ==
-        path + ": tensor 'linear1.weight': expected dtype I64 got F32");
+  CHECK(message_of([&] { file.floats("linear2.weight", {2, 3}); }) == path + ": tensor 'linear2.weight': missing");
+  CHECK(message_of([&] { file.floats("ids", {2}); }) == path + ": tensor 'ids': expected dtype F32 got I64");
+  CHECK(message_of([&] {
+          file.int64s("linear1.weight", {2, 3});
+        }) == path + ": tensor 'linear1.weight': expected dtype I64 got F32");
   CHECK(file.floats("linear1.weight", {2, 3}) == std::vector<float>{0, 1, 2, 3, 4, 5});
   CHECK(file.int64s("ids", {2}) == std::vector<int64_t>{4, 5});
 }
@@ -513,8 +506,7 @@ TEST_CASE("atomic write failures throw InputError and leave the previous file in
     struct rlimit small_limit = saved_limit;
     small_limit.rlim_cur = 64;
     REQUIRE(setrlimit(RLIMIT_FSIZE, &small_limit) == 0);
-    std::string message =
-        message_of([&] { write_safetensors(path, {}, {make_f32("w", {1000}, big.data())}); });
+    std::string message = message_of([&] { write_safetensors(path, {}, {make_f32("w", {1000}, big.data())}); });
     setrlimit(RLIMIT_FSIZE, &saved_limit);
     sigaction(SIGXFSZ, &saved_action, nullptr);
 
@@ -545,8 +537,7 @@ TEST_CASE("atomic read_file rejects missing files, directories and files over th
     return "NO ERROR";
   };
   CHECK(message_of(path, 9) == path + ": file is 10 bytes, larger than the limit of 9 bytes");
-  CHECK(message_of(dir.sub("missing.txt"), 100) ==
-        dir.sub("missing.txt") + ": cannot open: No such file or directory");
+  CHECK(message_of(dir.sub("missing.txt"), 100) == dir.sub("missing.txt") + ": cannot open: No such file or directory");
   CHECK(message_of(dir.path.string(), 100) == dir.path.string() + ": not a regular file (a directory)");
   write_bytes(dir.sub("blocker"), "x");
   CHECK(message_of(dir.sub("blocker") + "/x", 100).rfind(dir.sub("blocker") + "/x: cannot open: ", 0) == 0);

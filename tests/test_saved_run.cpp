@@ -15,8 +15,8 @@
 #include "support.hpp"
 
 using namespace normlab;
-using normlab::test::run_normlab;
 using normlab::test::error_of;
+using normlab::test::run_normlab;
 using normlab::test::TempDir;
 namespace fs = std::filesystem;
 

@@ -160,7 +160,8 @@ size_t training_loss_points(int port) {
   size_t points = 0;
   if (!status.is_object()) return 0;
   for (const auto& run : status["runs"]) {
-    const Response r = http_get(port, "/_serve/series.json?run=" + run["name"].get<std::string>() + "&metric=train/loss");
+    const Response r =
+        http_get(port, "/_serve/series.json?run=" + run["name"].get<std::string>() + "&metric=train/loss");
     const nlohmann::json series = nlohmann::json::parse(r.body, nullptr, false);
     if (series.is_object() && series["metrics"].contains("train/loss"))
       points += series["metrics"]["train/loss"]["step"].size();
@@ -171,7 +172,8 @@ size_t training_loss_points(int port) {
 // The report's text on a page: its title and setup line, then every section up to the first one
 // the live page draws as interactive charts (the validation curves).
 std::string report_text(const std::string& html) {
-  const size_t start = html.find("<h1>"), answer = html.find("<h2>Answer</h2>"), end = html.find("<h2>Validation curves");
+  const size_t start = html.find("<h1>"), answer = html.find("<h2>Answer</h2>"),
+               end = html.find("<h2>Validation curves");
   if (start == std::string::npos || answer == std::string::npos || end == std::string::npos) return "";
   std::string text = html.substr(answer, end - answer);
   // A finished study's live page shows its runs and charts after the first screen: not report text.
@@ -193,10 +195,12 @@ std::string base_config(int steps) { return std::regex_replace(kBase, std::regex
 
 }  // namespace
 
-TEST_CASE("serve: a compare in progress in headless Chromium - a chart gains points, the run table changes state, "
-          "compare's names and an Answer that waits - the finished page says what compare's report.html says") {
+TEST_CASE(
+    "serve: a compare in progress in headless Chromium - a chart gains points, the run table changes state, "
+    "compare's names and an Answer that waits - the finished page says what compare's report.html says") {
   if (!have_chromium()) {
-    MESSAGE("chromium is not installed: skipping serve's browser test (apt-get install chromium; scripts/test.sh does)");
+    MESSAGE(
+        "chromium is not installed: skipping serve's browser test (apt-get install chromium; scripts/test.sh does)");
     return;
   }
   TempDir tmp("normlab_serve_live");
@@ -255,7 +259,8 @@ TEST_CASE("serve: a compare in progress in headless Chromium - a chart gains poi
   CHECK(first.find("<h1>normlab compare report</h1>") != std::string::npos);
   CHECK(first.find("Grid: 2 variants × 1 learning rates × 2 seeds") != std::string::npos);
   CHECK(first.find("model.norm=") == std::string::npos);
-  CHECK((first.find("Not yet judged: ") != std::string::npos || first.find("No run has finished yet") != std::string::npos));
+  CHECK((first.find("Not yet judged: ") != std::string::npos ||
+         first.find("No run has finished yet") != std::string::npos));
   CHECK(first.find("used ? thread") == std::string::npos);
   paused.release();
 
@@ -296,7 +301,8 @@ TEST_CASE("serve: nothing outside DIR is served - .., %2e%2e, absolute paths, li
   TempDir tmp("normlab_serve_paths");
   const fs::path dir = tmp.path / "served";
   fs::create_directories(dir / "run1");
-  std::ofstream(dir / "run1" / "metrics.jsonl") << R"({"step":1,"loss":2.5,"accuracy":0.1,"grad_norm":1.0})" << "\n";
+  std::ofstream(dir / "run1" / "metrics.jsonl") << R"({"step":1,"loss":2.5,"accuracy":0.1,"grad_norm":1.0})"
+                                                << "\n";
   std::ofstream(dir / "run1" / ".normlab.lock") << "12345\n";
   tmp.write("secret.txt", "TOPSECRET\n");
   fs::create_symlink(tmp.path / "secret.txt", dir / "link.txt");
@@ -305,7 +311,9 @@ TEST_CASE("serve: nothing outside DIR is served - .., %2e%2e, absolute paths, li
   auto snapshot = [&] {
     std::string listing;
     for (const auto& e : fs::recursive_directory_iterator(dir))
-      listing += e.path().string() + (e.is_symlink() ? "" : ":" + std::to_string(fs::last_write_time(e.path()).time_since_epoch().count())) + "\n";
+      listing +=
+          e.path().string() +
+          (e.is_symlink() ? "" : ":" + std::to_string(fs::last_write_time(e.path()).time_since_epoch().count())) + "\n";
     return listing;
   };
   const std::string before = snapshot();
@@ -334,9 +342,11 @@ TEST_CASE("serve: nothing outside DIR is served - .., %2e%2e, absolute paths, li
   const Response ok = http_get(serve.port, "/run1/metrics.jsonl");
   CHECK(ok.status == 200);
   CHECK(ok.body.find("\"loss\":2.5") != std::string::npos);
-  for (const std::string& target : std::vector<std::string>{"/../secret.txt", "/run1/../../secret.txt", "/%2e%2e/secret.txt", "/%2E%2E/secret.txt",
-        "/run1/%2e%2e/%2e%2e/secret.txt", "/..%2fsecret.txt", "/%2e%2e%2fsecret.txt", "/link.txt", "/linkdir/secret.txt",
-        "//" + (tmp.path / "secret.txt").string(), "/" + (tmp.path / "secret.txt").string(), "/run1/.normlab.lock"}) {
+  for (const std::string& target :
+       std::vector<std::string>{"/../secret.txt", "/run1/../../secret.txt", "/%2e%2e/secret.txt", "/%2E%2E/secret.txt",
+                                "/run1/%2e%2e/%2e%2e/secret.txt", "/..%2fsecret.txt", "/%2e%2e%2fsecret.txt",
+                                "/link.txt", "/linkdir/secret.txt", "//" + (tmp.path / "secret.txt").string(),
+                                "/" + (tmp.path / "secret.txt").string(), "/run1/.normlab.lock"}) {
     const Response r = http_get(serve.port, target);
     INFO("GET ", target, " -> ", r.status);
     CHECK(r.status >= 400);
@@ -369,7 +379,8 @@ TEST_CASE("serve: a running run's torn last line does not break the page - runni
   fs::create_directories(dir / "blown");
   fs::copy_file(dir / "done" / "config.json", dir / "blown" / "config.json");
   std::ofstream(dir / "blown" / "metrics.jsonl") << metrics.substr(0, metrics.find(R"({"step":5,)"))
-                                                 << R"({"step":5,"loss":null,"grad_norm":null,"diverged":true})" << "\n";
+                                                 << R"({"step":5,"loss":null,"grad_norm":null,"diverged":true})"
+                                                 << "\n";
   std::ofstream(dir / "blown" / "summary.json") << R"({"diverged": true, "diverged_at_step": 5, "wall_time_s": 0.1})";
   const int lock = ::open((dir / "live" / ".normlab.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   REQUIRE(lock >= 0);
@@ -456,7 +467,8 @@ namespace {
 // A run directory with a one-line metrics.jsonl: enough for serve to list it.
 void write_small_run(const fs::path& run) {
   fs::create_directories(run);
-  std::ofstream(run / "metrics.jsonl") << R"({"step":1,"loss":2.5,"accuracy":0.1,"grad_norm":1.0})" << "\n";
+  std::ofstream(run / "metrics.jsonl") << R"({"step":1,"loss":2.5,"accuracy":0.1,"grad_norm":1.0})"
+                                       << "\n";
 }
 
 // `name: value` of a response head ("" when absent).
@@ -601,9 +613,11 @@ TEST_CASE("serve: the Host header must name this server - DNS rebinding is refus
   ServeProcess serve(tmp, tmp.sub("runs"));
   REQUIRE_MESSAGE(serve.port > 0, read_text(serve.err_path));
   const std::string port = std::to_string(serve.port);
-  for (const std::string& host : std::vector<std::string>{"127.0.0.1", "127.0.0.1:" + port, "localhost:" + port, "localhost"})
+  for (const std::string& host :
+       std::vector<std::string>{"127.0.0.1", "127.0.0.1:" + port, "localhost:" + port, "localhost"})
     CHECK(http_get(serve.port, "/run1/metrics.jsonl", "GET", "Host: " + host + "\r\n").status == 200);
-  for (const std::string& host : std::vector<std::string>{"rebind.attacker.example:" + port, "127.0.0.1.nip.io:" + port, "10.0.0.1"}) {
+  for (const std::string& host :
+       std::vector<std::string>{"rebind.attacker.example:" + port, "127.0.0.1.nip.io:" + port, "10.0.0.1"}) {
     const Response r = http_get(serve.port, "/run1/metrics.jsonl", "GET", "Host: " + host + "\r\n");
     INFO("Host: ", host);
     CHECK(r.status == 403);
@@ -675,7 +689,7 @@ TEST_CASE("serve: the page runs under its CSP in headless Chromium without a vio
   const auto [evil, evil_log] = load("/done/evil.html", "evil");
   INFO("evil.html log: ", evil_log);
   CHECK(evil.find("<title>before</title>") != std::string::npos);  // its script would have made it RAN
-  CHECK(evil_log.find("sandboxed") != std::string::npos);  // the log is read: its refusal is there
+  CHECK(evil_log.find("sandboxed") != std::string::npos);          // the log is read: its refusal is there
 }
 
 TEST_CASE("serve: a file swapped for a link to outside DIR while polled is never served") {
@@ -710,7 +724,7 @@ TEST_CASE("serve: a file swapped for a link to outside DIR while polled is never
   swapper.join();
   INFO(served, " served, ", refused, " refused");
   CHECK(leaked == 0);
-  CHECK(served > 0);   // the race was run: both states were seen
+  CHECK(served > 0);  // the race was run: both states were seen
   CHECK(refused > 0);
 }
 
@@ -723,8 +737,8 @@ TEST_CASE("serve: percent-encoded dot segments that stay inside DIR are refused,
   REQUIRE_MESSAGE(serve.port > 0, read_text(serve.err_path));
   CHECK(http_get(serve.port, "/run/metrics.jsonl").status == 200);
   for (const std::string target : {"/run/%2enormlab.lock", "/run/%2Enormlab.lock", "/run/%2e%2e/run/metrics.jsonl",
-                                    "/run/%2E%2E/run/metrics.jsonl", "/run/%2e/metrics.jsonl", "/run/./metrics.jsonl",
-                                    "/run/../run/metrics.jsonl", "/run/.%2e/run/metrics.jsonl"}) {
+                                   "/run/%2E%2E/run/metrics.jsonl", "/run/%2e/metrics.jsonl", "/run/./metrics.jsonl",
+                                   "/run/../run/metrics.jsonl", "/run/.%2e/run/metrics.jsonl"}) {
     const Response r = http_get(serve.port, target);
     INFO("GET ", target, " -> ", r.status);
     CHECK((r.status == 400 || r.status == 403 || r.status == 404));
@@ -804,24 +818,30 @@ TEST_CASE("csv: runs.csv and curves.csv quote every text field (RFC 4180) and ne
   const fs::path runs = tmp.path / "runs";
   REQUIRE(normlab::test::run_normlab({"train", "--config", tmp.sub("base.json"), "--out", (runs / "plain").string()},
                                      tmp.sub("train.out"), tmp.sub("train.err")) == 0);
-  const std::vector<std::string> names{"a,b", "say \"hi\"", "two\nlines", "=HYPERLINK(\"evil.example\",\"click\")",
-                                       "@SUM(A1)", "+1+cmd", "-0.5"};
+  const std::vector<std::string> names{"a,b",      "say \"hi\"", "two\nlines", "=HYPERLINK(\"evil.example\",\"click\")",
+                                       "@SUM(A1)", "+1+cmd",     "-0.5"};
   for (const std::string& name : names) fs::copy(runs / "plain", runs / name, fs::copy_options::recursive);
   REQUIRE(normlab::test::run_normlab({"report", runs.string(), "--out", tmp.sub("report")}, tmp.sub("report.out"),
                                      tmp.sub("report.err")) == 0);
   // Each file as Python's csv module reads it: a JSON list of rows.
   auto python_rows = [&](const std::string& file) {
     const std::string cmd = fmt::format(
-        "/usr/bin/python3 -c 'import csv,json,sys; print(json.dumps(list(csv.reader(open(sys.argv[1], newline=\"\")))))' "
+        "/usr/bin/python3 -c 'import csv,json,sys; print(json.dumps(list(csv.reader(open(sys.argv[1], "
+        "newline=\"\")))))' "
         "{} >{}",
         tmp.sub("report/" + file), tmp.sub(file + ".json"));
     REQUIRE(std::system(cmd.c_str()) == 0);
     return nlohmann::json::parse(read_text(tmp.sub(file + ".json")));
   };
-  const std::map<std::string, std::string> expected{
-      {"a,b", "a,b"}, {"say \"hi\"", "say \"hi\""}, {"two\nlines", "two\nlines"},
-      {"=HYPERLINK(\"evil.example\",\"click\")", "'=HYPERLINK(\"evil.example\",\"click\")"},
-      {"@SUM(A1)", "'@SUM(A1)"}, {"+1+cmd", "'+1+cmd"}, {"-0.5", "-0.5"}, {"plain", "plain"}};
+  const std::map<std::string, std::string> expected{{"a,b", "a,b"},
+                                                    {"say \"hi\"", "say \"hi\""},
+                                                    {"two\nlines", "two\nlines"},
+                                                    {"=HYPERLINK(\"evil.example\",\"click\")",
+                                                     "'=HYPERLINK(\"evil.example\",\"click\")"},
+                                                    {"@SUM(A1)", "'@SUM(A1)"},
+                                                    {"+1+cmd", "'+1+cmd"},
+                                                    {"-0.5", "-0.5"},
+                                                    {"plain", "plain"}};
   for (const std::string file : {"runs.csv", "curves.csv"}) {
     const nlohmann::json rows = python_rows(file);
     REQUIRE(rows.size() > names.size());

@@ -37,13 +37,25 @@ namespace {
 
 // A run's config.json as the trainer resolves it, of the built-in task `task`.
 std::string config_of(const std::string& task, int64_t steps) {
-  const json config = {
-      {"model", {{"d_model", 16}, {"heads", 2}, {"layers", 1}, {"ffn", 32}, {"max_len", 16}, {"norm", "layernorm"},
-                 {"placement", "pre"}}},
-      {"task", {{"name", task}, {"min_len", 1}, {"max_len", 8}, {"eval_max_len", 12}, {"eval_examples", 16},
-                {"bucket_width", 4}}},
-      {"optim", {{"lr", 0.01}, {"warmup_steps", 2}}},
-      {"train", {{"steps", steps}, {"batch_size", 8}, {"eval_every", 1000}, {"log_every", 1}, {"seed", 0}, {"threads", 1}}}};
+  const json config =
+      {{"model",
+        {{"d_model", 16},
+         {"heads", 2},
+         {"layers", 1},
+         {"ffn", 32},
+         {"max_len", 16},
+         {"norm", "layernorm"},
+         {"placement", "pre"}}},
+       {"task",
+        {{"name", task},
+         {"min_len", 1},
+         {"max_len", 8},
+         {"eval_max_len", 12},
+         {"eval_examples", 16},
+         {"bucket_width", 4}}},
+       {"optim", {{"lr", 0.01}, {"warmup_steps", 2}}},
+       {"train",
+        {{"steps", steps}, {"batch_size", 8}, {"eval_every", 1000}, {"log_every", 1}, {"seed", 0}, {"threads", 1}}}};
   return normlab::train::to_json(normlab::train::config_from_json(config, "synthetic", ".", false)).dump(2);
 }
 
@@ -57,7 +69,8 @@ void write_finished_run(const fs::path& dir, const std::string& task, int64_t st
   std::ofstream(dir / "config.json") << config_of(task, steps);
   std::ofstream metrics(dir / "metrics.jsonl");
   for (int64_t s = 1; s <= steps; ++s) metrics << step_line(s, 2.0 - 0.001 * double(s));
-  metrics << json{{"split", "valid"}, {"step", steps}, {"loss", 1.0}, {"accuracy", 0.75}, {"targets", 100}}.dump() << "\n";
+  metrics << json{{"split", "valid"}, {"step", steps}, {"loss", 1.0}, {"accuracy", 0.75}, {"targets", 100}}.dump()
+          << "\n";
   std::ofstream(dir / "summary.json") << json{{"diverged", false}, {"wall_time_s", 1.5}, {"threads", 1}}.dump();
 }
 
@@ -192,18 +205,23 @@ TEST_CASE("serve: a body over 64 KiB is 413, two different Content-Lengths 400, 
   CHECK(small.status == 200);  // a small body is read and ignored
   CHECK(small.body.find("\"model\"") != std::string::npos);
   CHECK(send_raw(s.port, target + "Content-Length: 5\r\nContent-Length: 6\r\n\r\n012345").status == 400);
-  CHECK(send_raw(s.port, target + "Content-Length: 2\r\ncontent-length: 2\r\n\r\nab").status == 200);  // the same value twice
+  CHECK(send_raw(s.port, target + "Content-Length: 2\r\ncontent-length: 2\r\n\r\nab").status ==
+        200);  // the same value twice
   CHECK(send_raw(s.port, target + "Content-Length: -1\r\n\r\n").status == 400);
   CHECK(send_raw(s.port, target + "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n").status == 411);
 
-  const std::string nul_host = std::string("GET /run1/config.json HTTP/1.1\r\nHost: localhost") + '\0' + ".evil.com\r\n\r\n";
+  const std::string nul_host =
+      std::string("GET /run1/config.json HTTP/1.1\r\nHost: localhost") + '\0' + ".evil.com\r\n\r\n";
   const Answer nul = send_raw(s.port, nul_host);
   CHECK(nul.status == 400);
   CHECK(nul.body.find("\"model\"") == std::string::npos);
   CHECK(send_raw(s.port, "GET / HTTP/1.1\r\nHost: local\x01host\r\n\r\n").status == 400);
   CHECK(send_raw(s.port, "GET / HTTP/1.1\r\nHost: localhost\x7f\r\n\r\n").status == 400);
-  CHECK(send_raw(s.port, "GET / HTTP/1.1\r\nHost: localhost\r\nX-Tab:\tvalue\r\n\r\n").status == 200);  // HTAB is allowed
-  CHECK(send_raw(s.port, "GET / HTTP/1.1\r\nHost: localhost\r\nX-Long: " + std::string(20000, 'a') + "\r\n\r\n").status == 431);
+  CHECK(send_raw(s.port, "GET / HTTP/1.1\r\nHost: localhost\r\nX-Tab:\tvalue\r\n\r\n").status ==
+        200);  // HTAB is allowed
+  CHECK(
+      send_raw(s.port, "GET / HTTP/1.1\r\nHost: localhost\r\nX-Long: " + std::string(20000, 'a') + "\r\n\r\n").status ==
+      431);
 }
 
 TEST_CASE("serve: past the waiting cap a new connection is answered 503 at once, not queued") {
@@ -296,7 +314,8 @@ TEST_CASE("serve: 300 hostile connections open, a normal request is still answer
   for (const int fd : hostile) ::close(fd);
 }
 
-TEST_CASE("serve: the metrics reader parses only appended bytes, completes a torn last line, and stops at NUL garbage") {
+TEST_CASE(
+    "serve: the metrics reader parses only appended bytes, completes a torn last line, and stops at NUL garbage") {
   TempDir tmp("normlab_serve_reader");
   const std::string path = tmp.sub("metrics.jsonl");
   {
@@ -319,7 +338,8 @@ TEST_CASE("serve: the metrics reader parses only appended bytes, completes a tor
   CHECK(reader.problem().empty());  // a torn last line is not a problem: it is read when whole
   {
     std::ofstream out(path, std::ios::app);
-    out << R"(,"accuracy":0.9})" << "\n";
+    out << R"(,"accuracy":0.9})"
+        << "\n";
   }
   reader.update();
   CHECK(reader.lines() == 5);
@@ -422,19 +442,22 @@ TEST_CASE("serve: a left-out run whose metrics.jsonl turns to NUL bytes becomes 
   TempDir tmp("normlab_serve_budget_nul");
   write_finished_run(tmp.path / "a_small", "reverse", 5);
   write_finished_run(tmp.path / "b_nul", "reverse", 30);
-  { std::ofstream(tmp.path / "b_nul" / "metrics.jsonl", std::ios::binary | std::ios::app) << std::string(3 << 20, '\0'); }
+  {
+    std::ofstream(tmp.path / "b_nul" / "metrics.jsonl", std::ios::binary | std::ios::app) << std::string(3 << 20, '\0');
+  }
   serve::LiveReport live(tmp.path.string(), fs::file_size(tmp.path / "a_small" / "metrics.jsonl") + 100);
-  live.page();               // the first drawing starts b_nul's reader
-  live.wait_for_readers();   // which reads until the over-long line stops it
+  live.page();              // the first drawing starts b_nul's reader
+  live.wait_for_readers();  // which reads until the over-long line stops it
   json row;
-  REQUIRE(reaches([&] {      // a drawing after that (not sooner than 5 drawing times after the last)
+  REQUIRE(reaches([&] {  // a drawing after that (not sooner than 5 drawing times after the last)
     const json status = json::parse(live.page().status_json);
     for (const json& r : status["runs"])
       if (r["name"] == "b_nul") row = r;
     return row["state"] == "error";
   }));
   INFO(row.dump());
-  CHECK(row["problem"] == (tmp.path / "b_nul" / "metrics.jsonl").string() + ": line 32: longer than 1 MiB: not a metrics record");
+  CHECK(row["problem"] ==
+        (tmp.path / "b_nul" / "metrics.jsonl").string() + ": line 32: longer than 1 MiB: not a metrics record");
 }
 
 TEST_CASE("serve: curves.csv written in pieces is study::curves_csv of the runs, row for row") {

@@ -1,7 +1,7 @@
 // `normlab serve`'s live page as a user of TensorBoard would use it, in headless Chromium driven
 // over the DevTools protocol (chromium_cdp.hpp): a 200,000-step run's page stays under 1 MB while
-// the server stays under 100 MB (its drawing time is printed; bench/serve_live.sh measures it); hovering shows a value, a series button
-// hides its runs, a column header sorts the run table; a run that diverges raises a notice; serve
+// the server stays under 100 MB (its drawing time is printed; bench/serve_live.sh measures it); hovering shows a value,
+// a series button hides its runs, a column header sorts the run table; a run that diverges raises a notice; serve
 // started before its directory exists waits for it. And the pieces: min/max downsampling keeps a
 // spike, the series of a long metrics.jsonl stay within 2,000 points, the study ETA.
 #include <doctest/doctest.h>
@@ -41,14 +41,30 @@ constexpr double kPageSeconds = 60;
 
 // A run's config.json as the trainer resolves it: the reverse task, 2 blocks of the given norm.
 std::string run_config(const std::string& norm, const std::string& placement, int64_t steps, uint64_t seed) {
-  const json config = {
-      {"model", {{"d_model", 64}, {"heads", 4}, {"layers", 2}, {"ffn", 256}, {"max_len", 16}, {"norm", norm},
-                 {"placement", placement}}},
-      {"task", {{"name", "reverse"}, {"min_len", 1}, {"max_len", 8}, {"eval_max_len", 12}, {"eval_examples", 16},
-                {"bucket_width", 4}}},
-      {"optim", {{"lr", 0.01}, {"warmup_steps", 2}}},
-      {"train", {{"steps", steps}, {"batch_size", 32}, {"eval_every", 1000}, {"log_every", 1}, {"seed", seed},
-                 {"diagnostics_every", 100}, {"threads", 1}}}};
+  const json config = {{"model",
+                        {{"d_model", 64},
+                         {"heads", 4},
+                         {"layers", 2},
+                         {"ffn", 256},
+                         {"max_len", 16},
+                         {"norm", norm},
+                         {"placement", placement}}},
+                       {"task",
+                        {{"name", "reverse"},
+                         {"min_len", 1},
+                         {"max_len", 8},
+                         {"eval_max_len", 12},
+                         {"eval_examples", 16},
+                         {"bucket_width", 4}}},
+                       {"optim", {{"lr", 0.01}, {"warmup_steps", 2}}},
+                       {"train",
+                        {{"steps", steps},
+                         {"batch_size", 32},
+                         {"eval_every", 1000},
+                         {"log_every", 1},
+                         {"seed", seed},
+                         {"diagnostics_every", 100},
+                         {"threads", 1}}}};
   return normlab::train::to_json(normlab::train::config_from_json(config, "synthetic", ".", false)).dump(2);
 }
 
@@ -63,14 +79,16 @@ void write_run(const fs::path& dir, const std::string& norm, const std::string& 
   text.reserve(size_t(steps) * 140);
   for (int64_t step = 1; step <= steps; ++step) {
     const double loss = step == spike_step ? 40.0 : 0.05 + 2.5 / std::sqrt(double(step)) + 0.01 * double(step % 7);
-    text += fmt::format(R"({{"step":{},"accuracy":{:.4f},"grad_norm":{:.4f},"loss":{:.5f},"lr":0.01,"tokens":120,"tokens_per_s":60000)",
-                        step, 1.0 - loss / 3, 1.0 + loss, loss);
+    text += fmt::format(
+        R"({{"step":{},"accuracy":{:.4f},"grad_norm":{:.4f},"loss":{:.5f},"lr":0.01,"tokens":120,"tokens_per_s":60000)",
+        step, 1.0 - loss / 3, 1.0 + loss, loss);
     if (step % 100 == 0) text += R"(,"residual_rms":[1.0,1.5],"layer_grad_norms":[0.5,0.7])";
     text += "}\n";
     if (step % 1000 == 0)
-      text += fmt::format(R"({{"step":{},"split":"valid","loss":{:.4f},"accuracy":{:.4f},"trained":{{"loss":{:.4f},"accuracy":{:.4f},"targets":100}},"unseen":{{"loss":{:.4f},"accuracy":{:.4f},"targets":100}}}})"
-                          "\n",
-                          step, loss, 1 - loss / 3, loss, std::min(0.99, 1 - loss / 3), loss * 2, 0.5);
+      text += fmt::format(
+          R"({{"step":{},"split":"valid","loss":{:.4f},"accuracy":{:.4f},"trained":{{"loss":{:.4f},"accuracy":{:.4f},"targets":100}},"unseen":{{"loss":{:.4f},"accuracy":{:.4f},"targets":100}}}})"
+          "\n",
+          step, loss, 1 - loss / 3, loss, std::min(0.99, 1 - loss / 3), loss * 2, 0.5);
   }
   std::ofstream(dir / "metrics.jsonl") << text;
   if (finished) std::ofstream(dir / "summary.json") << R"({"diverged": false, "wall_time_s": 30.0, "threads": 1})";
@@ -82,7 +100,8 @@ struct Serve {
   int port = 0;
   std::string out;
   Serve(const TempDir& tmp, const std::string& dir, const std::string& name)
-      : child({"serve", dir, "--port", "0"}, tmp.sub(name + ".out"), tmp.sub(name + ".err")), out(tmp.sub(name + ".out")) {
+      : child({"serve", dir, "--port", "0"}, tmp.sub(name + ".out"), tmp.sub(name + ".err")),
+        out(tmp.sub(name + ".out")) {
     static const std::regex url(R"(http://127\.0\.0\.1:(\d+)/)");
     for (int i = 0; i < 300 && port == 0; ++i) {
       std::smatch m;
@@ -117,9 +136,9 @@ const char* kScreenshots = "NORMLAB_SERVE_SCREENSHOTS";  // a directory: the bro
 TEST_CASE("serve series: min/max per bucket keeps each bucket's lowest and highest point, at most max_points") {
   std::vector<double> values(100000);
   for (size_t i = 0; i < values.size(); ++i) values[i] = std::sin(double(i) * 1e-3);
-  values[54321] = 50;     // a spike a chart must show
-  values[777] = -50;      // and a dip
-  values[999] = NAN;      // never kept
+  values[54321] = 50;  // a spike a chart must show
+  values[777] = -50;   // and a dip
+  values[999] = NAN;   // never kept
   const std::vector<size_t> kept = normlab::serve::min_max_downsample(values, 2000);
   CHECK(kept.size() <= 2000);
   CHECK(kept.size() >= 1900);
@@ -168,8 +187,9 @@ TEST_CASE("study ETA: a finished run's mean time x the runs left / runs at once,
   CHECK(normlab::study::format_duration(NAN) == "?");
 }
 
-TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, the server under 100 MB, the "
-          "drawing time printed - hover shows a value, a series button hides its runs, the table sorts") {
+TEST_CASE(
+    "serve in headless Chromium: a 200,000-step run's page is under 1 MB, the server under 100 MB, the "
+    "drawing time printed - hover shows a value, a series button hides its runs, the table sorts") {
   if (!Chromium::available()) {
     MESSAGE("chromium is not installed: skipping (apt-get install chromium; scripts/test.sh does)");
     return;
@@ -188,14 +208,21 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
   REQUIRE(browser.wait_until("document.documentElement.getAttribute('data-chart-datasets')==='2'", kPageSeconds));
   const double drawn_ms = browser.eval("performance.now()").get<double>();
   // A figure, not a check: timings are met in benchmarks (bench/serve_live.sh runs this under the lock).
-  MESSAGE(fmt::format("200,000-step run: page loaded and both runs' curves drawn {:.0f} ms after navigation", drawn_ms));
+  MESSAGE(
+      fmt::format("200,000-step run: page loaded and both runs' curves drawn {:.0f} ms after navigation", drawn_ms));
   CHECK(drawn_ms > 0);
   // Every byte the page fetched: the page, Chart.js, the status and both series.
-  const double bytes = browser.eval(
-      "performance.getEntriesByType('navigation').concat(performance.getEntriesByType('resource'))"
-      ".reduce(function(s,e){return s+Math.max(e.transferSize||0,e.encodedBodySize||0);},0)").get<double>();
-  MESSAGE("fetched: ", browser.eval("performance.getEntriesByType('resource').map(function(e){return e.name.replace(/^.*\\//,'')+' '+"
-                                    "Math.max(e.transferSize||0,e.encodedBodySize||0);}).join(', ')").dump());
+  const double bytes =
+      browser
+          .eval(
+              "performance.getEntriesByType('navigation').concat(performance.getEntriesByType('resource'))"
+              ".reduce(function(s,e){return s+Math.max(e.transferSize||0,e.encodedBodySize||0);},0)")
+          .get<double>();
+  MESSAGE("fetched: ",
+          browser
+              .eval("performance.getEntriesByType('resource').map(function(e){return e.name.replace(/^.*\\//,'')+' '+"
+                    "Math.max(e.transferSize||0,e.encodedBodySize||0);}).join(', ')")
+              .dump());
   MESSAGE(fmt::format("page weight: {:.0f} kB (Chart.js included)", bytes / 1024));
   CHECK(bytes > 0);
   CHECK(bytes < 1024 * 1024);
@@ -217,7 +244,8 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
   const auto [cx, cy] = centre_of(browser, "#chart-canvas");
   browser.mouse("mouseMoved", cx, cy);
   browser.mouse("mouseMoved", cx + 3, cy);
-  CHECK(browser.wait_until("/(step|time) .*= [0-9]/.test(document.getElementById('chart-hover').textContent)", kPageSeconds));
+  CHECK(browser.wait_until("/(step|time) .*= [0-9]/.test(document.getElementById('chart-hover').textContent)",
+                           kPageSeconds));
   CHECK(browser.eval("Chart.getChart('chart-canvas').tooltip.getActiveElements().length > 0") == true);
   if (const char* dir = std::getenv(kScreenshots)) browser.screenshot(std::string(dir) + "/serve-charts.png");
 
@@ -236,13 +264,18 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
   browser.click(bx, by);
   CHECK(browser.wait_until(visible + "==='2'", kPageSeconds));
   // Log axis, smoothing, another metric against training time: drawn without an error.
-  browser.eval("(function(){var s=document.getElementById('chart-scale');s.value='logarithmic';s.dispatchEvent(new Event('change'));"
-               "var x=document.getElementById('chart-x');x.value='time';x.dispatchEvent(new Event('change'));"
-               "var m=document.getElementById('chart-metric');m.value='valid/trained/accuracy';m.dispatchEvent(new Event('change'));})()");
-  CHECK(browser.wait_until("Chart.getChart('chart-canvas').options.scales.y.type==='logarithmic' && "
-                           "Chart.getChart('chart-canvas').data.datasets.length===2 && "
-                           "Chart.getChart('chart-canvas').data.datasets[0].data.length>0 && "
-                           "/valid\\/trained\\/accuracy/.test(Chart.getChart('chart-canvas').options.scales.y.title.text)", kPageSeconds));
+  browser.eval(
+      "(function(){var s=document.getElementById('chart-scale');s.value='logarithmic';s.dispatchEvent(new "
+      "Event('change'));"
+      "var x=document.getElementById('chart-x');x.value='time';x.dispatchEvent(new Event('change'));"
+      "var m=document.getElementById('chart-metric');m.value='valid/trained/accuracy';m.dispatchEvent(new "
+      "Event('change'));})()");
+  CHECK(browser
+            .wait_until("Chart.getChart('chart-canvas').options.scales.y.type==='logarithmic' && "
+                        "Chart.getChart('chart-canvas').data.datasets.length===2 && "
+                        "Chart.getChart('chart-canvas').data.datasets[0].data.length>0 && "
+                        "/valid\\/trained\\/accuracy/.test(Chart.getChart('chart-canvas').options.scales.y.title.text)",
+                        kPageSeconds));
 
   // Zoom: a drag across the chart narrows the x axis to that range; "reset zoom" undoes it.
   const auto [zx, zy] = centre_of(browser, "#chart-canvas");
@@ -267,21 +300,26 @@ TEST_CASE("serve in headless Chromium: a 200,000-step run's page is under 1 MB, 
   CHECK(browser.wait_until(visible + "==='2'", kPageSeconds));
 
   // The run table: the unfinished run first (stopped: nobody trains it); a click on "step" sorts by it.
-  const std::string order = "Array.prototype.map.call(document.querySelectorAll('#serve-table tbody tr'),"
-                            "function(r){return r.getAttribute('data-run');})";
+  const std::string order =
+      "Array.prototype.map.call(document.querySelectorAll('#serve-table tbody tr'),"
+      "function(r){return r.getAttribute('data-run');})";
   CHECK(browser.eval(order) == json::array({"post-ln_short", "pre-ln_long"}));
   const auto [hx, hy] = centre_of(browser, "#serve-table th[data-key='step']");
   browser.click(hx, hy);
   CHECK(browser.wait_until(order + ".join()==='post-ln_short,pre-ln_long'", kPageSeconds));
   browser.click(hx, hy);  // again: descending
   CHECK(browser.wait_until(order + ".join()==='pre-ln_long,post-ln_short'", kPageSeconds));
-  CHECK(browser.eval("document.querySelector('#serve-table th[data-key=step]').textContent").get<std::string>().find("▼") !=
-        std::string::npos);
+  CHECK(browser.eval("document.querySelector('#serve-table th[data-key=step]').textContent")
+            .get<std::string>()
+            .find("▼") != std::string::npos);
   // The filter keeps the rows whose text holds what is typed.
-  browser.eval("(function(){var f=document.getElementById('serve-filter');f.value='short';f.dispatchEvent(new Event('input'));})()");
+  browser.eval(
+      "(function(){var f=document.getElementById('serve-filter');f.value='short';f.dispatchEvent(new "
+      "Event('input'));})()");
   CHECK(browser.wait_until("document.getElementById('serve-count').textContent==='1 of 2 run(s) shown'", kPageSeconds));
   CHECK(browser.eval("document.querySelector('#serve-table tr[data-run=pre-ln_long]').style.display") == "none");
-  browser.eval("(function(){var f=document.getElementById('serve-filter');f.value='';f.dispatchEvent(new Event('input'));})()");
+  browser.eval(
+      "(function(){var f=document.getElementById('serve-filter');f.value='';f.dispatchEvent(new Event('input'));})()");
   // The links of a run: its config and metrics, served from DIR.
   CHECK(browser.eval("document.querySelector('#serve-table tr[data-run=pre-ln_long] a').getAttribute('href')") ==
         "runs/pre-ln_long/config.json");
@@ -301,7 +339,8 @@ TEST_CASE("serve in headless Chromium: started before DIR exists it waits, a run
   CHECK(read_text(serve.out).find("does not exist yet: waiting for it") != std::string::npos);
   Chromium browser(tmp.sub("profile"), tmp.sub("chromium.log"));
   browser.open(serve.url());
-  CHECK(browser.wait_until("/does not exist yet.*normlab compare --config FILE --out/.test(document.body.textContent)", kPageSeconds));
+  CHECK(browser.wait_until("/does not exist yet.*normlab compare --config FILE --out/.test(document.body.textContent)",
+                           kPageSeconds));
 
   // The folder appears with one run training (its lock held, here by the test) and one finished.
   write_run(dir / "runs" / "pre-ln_s0", "layernorm", "pre", 2000, 4000, -1, true);
@@ -309,20 +348,28 @@ TEST_CASE("serve in headless Chromium: started before DIR exists it waits, a run
   const int lock = ::open((dir / "runs" / "post-ln_s0" / ".normlab.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   REQUIRE(lock >= 0);
   REQUIRE(::flock(lock, LOCK_EX | LOCK_NB) == 0);
-  const std::string states = "Array.prototype.map.call(document.querySelectorAll('#serve-table tbody tr'),"
-                             "function(r){return r.getAttribute('data-state');}).join()";
+  const std::string states =
+      "Array.prototype.map.call(document.querySelectorAll('#serve-table tbody tr'),"
+      "function(r){return r.getAttribute('data-state');}).join()";
   REQUIRE(browser.wait_until(states + "==='running,finished'", kPageSeconds));
   CHECK(browser.eval("document.getElementById('serve-notices').children.length") == 0);
-  CHECK(browser.eval("document.getElementById('serve-progress').textContent").get<std::string>().find("1/2 runs done") !=
-        std::string::npos);
+  CHECK(
+      browser.eval("document.getElementById('serve-progress').textContent").get<std::string>().find("1/2 runs done") !=
+      std::string::npos);
   // The live Answer judges the finished run only and names the one still running.
-  CHECK(browser.wait_until("/Not yet judged: post-ln_s0 \\(running, step 1500 of 4000\\)/.test(document.querySelector('.answer').textContent)", kPageSeconds));
+  CHECK(
+      browser.wait_until("/Not yet judged: post-ln_s0 \\(running, step 1500 of "
+                         "4000\\)/.test(document.querySelector('.answer').textContent)",
+                         kPageSeconds));
 
   // It diverges: the trainer writes its diverged record and summary.json, and lets go of the lock.
-  std::ofstream(dir / "runs" / "post-ln_s0" / "metrics.jsonl", std::ios::app) << R"({"step":1501,"diverged":true})" << "\n";
-  std::ofstream(dir / "runs" / "post-ln_s0" / "summary.json") << R"({"diverged": true, "diverged_at_step": 1501, "wall_time_s": 20.0, "threads": 1})";
+  std::ofstream(dir / "runs" / "post-ln_s0" / "metrics.jsonl", std::ios::app) << R"({"step":1501,"diverged":true})"
+                                                                              << "\n";
+  std::ofstream(dir / "runs" / "post-ln_s0" / "summary.json")
+      << R"({"diverged": true, "diverged_at_step": 1501, "wall_time_s": 20.0, "threads": 1})";
   ::close(lock);
-  CHECK(browser.wait_until("/post-ln_s0 diverged at step 1501/.test(document.getElementById('serve-notices').textContent)", kPageSeconds));
+  CHECK(browser.wait_until(
+      "/post-ln_s0 diverged at step 1501/.test(document.getElementById('serve-notices').textContent)", kPageSeconds));
   CHECK(browser.eval("document.querySelector('.serve-notice').className") == "serve-notice serve-notice-diverged");
   if (const char* shots = std::getenv(kScreenshots)) browser.screenshot(std::string(shots) + "/serve-notice.png");
   serve.child.signal(SIGTERM);
@@ -334,12 +381,13 @@ namespace {
 // A finished 2-block run with diagnostics at steps 1, 100 and 200: attention max logit from 2 at
 // step 1 to 2 x `logit_growth` at the end in block 1, its entropy from 1.5 to 0.1, update ratios
 // and the output's log Z.
-void write_diagnostics_run(const fs::path& dir, const std::string& placement, double logit_growth, double log_z, uint64_t seed) {
+void write_diagnostics_run(const fs::path& dir, const std::string& placement, double logit_growth, double log_z,
+                           uint64_t seed) {
   fs::create_directories(dir);
   std::ofstream(dir / "config.json") << run_config("layernorm", placement, 200, seed);
   std::ofstream metrics(dir / "metrics.jsonl");
   for (int step = 1; step <= 200; ++step) {
-    json rec = {{"step", step}, {"loss", 2.3 - 0.005 * step}, {"accuracy", 0.5}, {"grad_norm", 1.0}, {"lr", 0.01},
+    json rec = {{"step", step},  {"loss", 2.3 - 0.005 * step}, {"accuracy", 0.5}, {"grad_norm", 1.0}, {"lr", 0.01},
                 {"tokens", 120}, {"tokens_per_s", 60000}};
     if (step == 1 || step % 100 == 0) {
       const double end = step == 1 ? 0.0 : 1.0;  // 0 at step 1, 1 at the last record
@@ -354,7 +402,10 @@ void write_diagnostics_run(const fs::path& dir, const std::string& placement, do
     }
     metrics << rec.dump() << "\n";
   }
-  metrics << json({{"step", 200}, {"split", "valid"}, {"loss", 1.0}, {"accuracy", 0.6},
+  metrics << json({{"step", 200},
+                   {"split", "valid"},
+                   {"loss", 1.0},
+                   {"accuracy", 0.6},
                    {"trained", {{"loss", 1.0}, {"accuracy", 0.6}, {"targets", 100}}}})
                  .dump()
           << "\n";
@@ -363,8 +414,9 @@ void write_diagnostics_run(const fs::path& dir, const std::string& placement, do
 
 }  // namespace
 
-TEST_CASE("serve: the diagnostics per layer - status.json carries step 1's and the last record's, the series reader "
-          "keeps them, and in headless Chromium a per-layer chart on a robust axis names the run past its cap") {
+TEST_CASE(
+    "serve: the diagnostics per layer - status.json carries step 1's and the last record's, the series reader "
+    "keeps them, and in headless Chromium a per-layer chart on a robust axis names the run past its cap") {
   TempDir tmp("normlab_serve_layers");
   write_diagnostics_run(tmp.path / "runs" / "pre-ln_s0", "pre", 5.0, 12.5, 0);
   write_diagnostics_run(tmp.path / "runs" / "pre-ln_s1", "pre", 8.0, 11.0, 1);
@@ -411,33 +463,44 @@ TEST_CASE("serve: the diagnostics per layer - status.json carries step 1's and t
   CHECK(browser.eval("Chart.getChart('layers-canvas').options.scales.y.type") == "logarithmic");
   CHECK(browser.eval("Chart.getChart('layers-canvas').options.scales.y.max") == 1600);
   CHECK(browser.eval("document.documentElement.getAttribute('data-layers-capped')") == "1");
-  CHECK(browser.eval("document.getElementById('layers-capped').textContent").get<std::string>().find("above it: post-ln_s0") !=
-        std::string::npos);
+  CHECK(browser.eval("document.getElementById('layers-capped').textContent")
+            .get<std::string>()
+            .find("above it: post-ln_s0") != std::string::npos);
   // Growth since step 1 (each layer's value over its step-1 value): 1, 8 for pre-ln_s1.
-  browser.eval("(function(){var v=document.getElementById('layers-view');v.value='growth';v.dispatchEvent(new Event('change'));})()");
-  CHECK(browser.wait_until("Chart.getChart('layers-canvas').data.datasets.some(function(d){return d.run==='pre-ln_s1'&&"
-                           "d.data.map(function(p){return p.y;}).join()==='1,8';})", kPageSeconds));
+  browser.eval(
+      "(function(){var v=document.getElementById('layers-view');v.value='growth';v.dispatchEvent(new "
+      "Event('change'));})()");
+  CHECK(
+      browser.wait_until("Chart.getChart('layers-canvas').data.datasets.some(function(d){return d.run==='pre-ln_s1'&&"
+                         "d.data.map(function(p){return p.y;}).join()==='1,8';})",
+                         kPageSeconds));
   // Entropy: a linear axis, no cap (it is bounded by ln L).
-  browser.eval("(function(){var m=document.getElementById('layers-metric');m.value='attention_entropy_mean';"
-               "m.dispatchEvent(new Event('change'));var v=document.getElementById('layers-view');v.value='last';"
-               "v.dispatchEvent(new Event('change'));})()");
+  browser.eval(
+      "(function(){var m=document.getElementById('layers-metric');m.value='attention_entropy_mean';"
+      "m.dispatchEvent(new Event('change'));var v=document.getElementById('layers-view');v.value='last';"
+      "v.dispatchEvent(new Event('change'));})()");
   CHECK(browser.wait_until("Chart.getChart('layers-canvas').options.scales.y.type==='linear'", kPageSeconds));
   CHECK(browser.eval("document.documentElement.getAttribute('data-layers-capped')") == "0");
   // At step 1, the initial weights: the update ratio there is every run's first update.
-  browser.eval("(function(){var m=document.getElementById('layers-metric');m.value='update_ratio';"
-               "m.dispatchEvent(new Event('change'));var v=document.getElementById('layers-view');v.value='first';"
-               "v.dispatchEvent(new Event('change'));})()");
-  CHECK(browser.wait_until("Chart.getChart('layers-canvas').data.datasets.length===3&&"
-                           "/at step 1/.test(Chart.getChart('layers-canvas').options.scales.y.title.text)", kPageSeconds));
+  browser.eval(
+      "(function(){var m=document.getElementById('layers-metric');m.value='update_ratio';"
+      "m.dispatchEvent(new Event('change'));var v=document.getElementById('layers-view');v.value='first';"
+      "v.dispatchEvent(new Event('change'));})()");
+  CHECK(
+      browser.wait_until("Chart.getChart('layers-canvas').data.datasets.length===3&&"
+                         "/at step 1/.test(Chart.getChart('layers-canvas').options.scales.y.title.text)",
+                         kPageSeconds));
   // Hiding a series hides its runs here too.
   const auto [bx, by] = centre_of(browser, "button.serve-series[data-variant='post-ln']");
   browser.click(bx, by);
-  CHECK(browser.wait_until("Chart.getChart('layers-canvas').data.datasets.filter(function(d){return !d.hidden;}).length===2",
-                           kPageSeconds));
+  CHECK(browser.wait_until(
+      "Chart.getChart('layers-canvas').data.datasets.filter(function(d){return !d.hidden;}).length===2", kPageSeconds));
   if (const char* dir = std::getenv(kScreenshots)) {
     browser.click(bx, by);  // every run shown again, the chart in view
     centre_of(browser, "#layers-canvas");
-    browser.wait_until("Chart.getChart('layers-canvas').data.datasets.filter(function(d){return !d.hidden;}).length===3", kPageSeconds);
+    browser
+        .wait_until("Chart.getChart('layers-canvas').data.datasets.filter(function(d){return !d.hidden;}).length===3",
+                    kPageSeconds);
     browser.screenshot(std::string(dir) + "/serve-layers.png");
   }
   serve.child.signal(SIGTERM);

@@ -44,10 +44,12 @@ study::RunResult read_fixture(const TempDir& dir, const std::string& regime, int
   dir.write("summary.json", R"({"steps":4,"diverged":false,"wall_time_s":1.0,"threads":1})");
   study::RunSpec spec;
   spec.name = "run";
-  spec.config = train::config_from_json(nlohmann::json::parse(fmt::format(
-      R"({{"task":{{"name":"reverse","min_len":1,"max_len":16,"eval_max_len":32,"length_regime":"{}"}},)"
-      R"("train":{{"steps":4,"batch_size":32}}}})",
-      regime)), "fixture");
+  spec.config = train::config_from_json(
+      nlohmann::json::parse(fmt::format(
+          R"({{"task":{{"name":"reverse","min_len":1,"max_len":16,"eval_max_len":32,"length_regime":"{}"}},)"
+          R"("train":{{"steps":4,"batch_size":32}}}})",
+          regime)),
+      "fixture");
   return study::read_run(spec, dir.path.string());
 }
 
@@ -113,7 +115,8 @@ TEST_CASE("single-length regime: the Findings name the lengths such runs trained
   CHECK(all.find("trained lengths 1–16 (single-length runs: 16 only)") != std::string::npos);
 }
 
-TEST_CASE("single-length regime: a trained run's evaluation gives its length a bucket, its batches hold fewer sequences") {
+TEST_CASE(
+    "single-length regime: a trained run's evaluation gives its length a bucket, its batches hold fewer sequences") {
   TempDir dir("normlab_single_trained");
   const std::string config_path = dir.write("single.json", R"({
     "model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32, "max_len": 16, "norm": "batchnorm"},

@@ -43,7 +43,7 @@ TEST_CASE("SIGTERM during a long evaluation: exit 143 within seconds, a checkpoi
   PausePoint pause(dir, "eval");
   Child child({"train", "--config", config, "--out", run}, dir.sub("out.txt"), dir.sub("err.txt"), {}, {pause.env()});
   REQUIRE(child.started());
-  REQUIRE(pause.wait(1).size() == 1);  // the evaluation after step 2 holds before its second batch
+  REQUIRE(pause.wait(1).size() == 1);                 // the evaluation after step 2 holds before its second batch
   REQUIRE(count_lines(run + "/metrics.jsonl") == 2);  // steps 1 and 2
   const auto sent = std::chrono::steady_clock::now();
   child.signal(SIGTERM);

@@ -69,7 +69,8 @@ void train_csv_run(const TempDir& dir) {
              "max_len": 8, "eval_max_len": 8, "bucket_width": 4, "max_file_mb": 1},
     "optim": {"lr": 0.01, "warmup_steps": 1},
     "train": {"steps": 3, "batch_size": 2, "eval_every": 0, "threads": 1}})");
-  const Cli trained = run_normlab(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run")));
+  const Cli trained =
+      run_normlab(dir, fmt::format("train --config {} --out {}", dir.sub("config.json"), dir.sub("run")));
   REQUIRE_MESSAGE(trained.code == 0, trained.err);
 }
 
@@ -138,7 +139,9 @@ TEST_CASE("text: a data file with invalid UTF-8 is refused with its line, in eve
   const std::string conll = dir.write("bad.conll", "the O\nfilm O\n\ncaf\xe9 B\n");
   CHECK(error_of([&] { data::load_string_examples(conll, tagging); }) ==
         conll + ":4: invalid UTF-8 (byte 0xe9 at column 4; the file must be UTF-8 text)");
-  const std::string jsonl = dir.write("bad.jsonl", "{\"tokens\": \"good\", \"label\": \"pos\"}\n{\"tokens\": \"\xff\", \"label\": \"neg\"}\n");
+  const std::string jsonl =
+      dir.write("bad.jsonl",
+                "{\"tokens\": \"good\", \"label\": \"pos\"}\n{\"tokens\": \"\xff\", \"label\": \"neg\"}\n");
   CHECK(error_of([&] { data::load_string_examples(jsonl, schema); }) ==
         jsonl + ":2: invalid UTF-8 (byte 0xff at column 13; the file must be UTF-8 text)");
 }
@@ -152,7 +155,8 @@ TEST_CASE("text: special files are refused by the one open, which never waits") 
   CHECK(error_of([&] { io::read_file(fifo, 100); }) == fifo + ": not a regular file (a FIFO)");
   CHECK(error_of([&] { io::sha256_file(fifo); }) == fifo + ": not a regular file (a FIFO)");
   CHECK(error_of([] { io::sha256_file("/dev/zero"); }) == "/dev/zero: not a regular file (a character device)");
-  CHECK(error_of([&] { io::read_file(dir.path.string(), 100); }) == dir.path.string() + ": not a regular file (a directory)");
+  CHECK(error_of([&] { io::read_file(dir.path.string(), 100); }) ==
+        dir.path.string() + ": not a regular file (a directory)");
   CHECK(error_of([&] { io::open_regular_stream(dir.sub("missing")); }) ==
         dir.sub("missing") + ": cannot open: No such file or directory");
   const std::string file = dir.write("lines.txt", "one\ntwo\n");
@@ -200,8 +204,8 @@ TEST_CASE("text cli: invalid UTF-8 is read as U+FFFD by predict and refused with
   const Cli eval_bad = run_args(dir, {"eval", "--run", run, "--data", bad});
   CHECK(eval_bad.code == 2);
   CHECK(eval_bad.err == "normlab: error: " + refusal + "\n");
-  const Cli train_bad = run_args(dir, {"train", "--config", dir.sub("config.json"), "--out", dir.sub("run_bad"), "--set",
-                                       "task.train_file=" + bad});
+  const Cli train_bad = run_args(dir, {"train", "--config", dir.sub("config.json"), "--out", dir.sub("run_bad"),
+                                       "--set", "task.train_file=" + bad});
   CHECK(train_bad.code == 2);
   CHECK(train_bad.err.find("normlab: error: " + refusal + "\n") != std::string::npos);
   CHECK(lines_of(train_bad.err) == 1);
@@ -211,7 +215,8 @@ TEST_CASE("text cli: predict --format csv neutralises formula cells and writes v
   TempDir dir;
   train_csv_run(dir);
   dir.write("inputs.txt", "=cmd|' /C calc'!A0\n@SUM(1)\n+SUM(1)\n\t=1 good\nbad \xff film\n-0.5\n");
-  const Cli csv = run_args(dir, {"predict", "--run", dir.sub("run"), "--lines", dir.sub("inputs.txt"), "--format", "csv"});
+  const Cli csv =
+      run_args(dir, {"predict", "--run", dir.sub("run"), "--lines", dir.sub("inputs.txt"), "--format", "csv"});
   REQUIRE_MESSAGE(csv.code == 0, csv.err);
   CHECK(io::invalid_utf8_at(csv.out) == std::string::npos);
   std::vector<std::string> rows;
@@ -235,13 +240,16 @@ TEST_CASE("text cli: predict --lines - is bounded by the run's task.max_file_mb"
   std::string big;
   while (big.size() <= (size_t{1} << 20)) big += "good film\n";
   dir.write("big.txt", big);
-  const Cli refused = run_normlab(dir, fmt::format("predict --run {} --lines - < {}", dir.sub("run"), dir.sub("big.txt")));
+  const Cli refused =
+      run_normlab(dir, fmt::format("predict --run {} --lines - < {}", dir.sub("run"), dir.sub("big.txt")));
   CHECK(refused.code == 2);
-  CHECK(refused.err == "normlab: error: standard input: more than 1048576 bytes, larger than the limit of 1048576 bytes\n");
+  CHECK(refused.err ==
+        "normlab: error: standard input: more than 1048576 bytes, larger than the limit of 1048576 bytes\n");
   CHECK(refused.out.empty());
   big.resize(1000);
   dir.write("small.txt", big);
-  const Cli small = run_normlab(dir, fmt::format("predict --run {} --lines - < {}", dir.sub("run"), dir.sub("small.txt")));
+  const Cli small =
+      run_normlab(dir, fmt::format("predict --run {} --lines - < {}", dir.sub("run"), dir.sub("small.txt")));
   CHECK(small.code == 0);
   CHECK(lines_of(small.out) == 100);
 }
@@ -331,8 +339,8 @@ TEST_CASE("text cli: predict --lines streams a group of batches at a time, line 
   dir.write("many.txt", lines);
   dir.write("out.jsonl", "old\n");
   // --batch-size 1: groups of 8192 lines, so line 10000 is in the second group.
-  const Cli out = run_args(dir, {"predict", "--run", dir.sub("run"), "--lines", dir.sub("many.txt"), "--batch-size", "1",
-                                 "--out", dir.sub("out.jsonl")});
+  const Cli out = run_args(dir, {"predict", "--run", dir.sub("run"), "--lines", dir.sub("many.txt"), "--batch-size",
+                                 "1", "--out", dir.sub("out.jsonl")});
   REQUIRE_MESSAGE(out.code == 0, out.err);
   const std::string written = read_text(dir.sub("out.jsonl"));
   CHECK(lines_of(written) == 10000);
@@ -340,7 +348,7 @@ TEST_CASE("text cli: predict --lines streams a group of batches at a time, line 
   CHECK(json::parse(written.substr(last)).at("line") == 10000);
   CHECK(json::parse(written.substr(last)).at("input") == "good film");
   CHECK(out.err == "normlab: 10000 inputs predicted by the best checkpoint (best.safetensors, step 3); written to " +
-                    dir.sub("out.jsonl") + "\n");
+                       dir.sub("out.jsonl") + "\n");
   for (const auto& entry : std::filesystem::directory_iterator(dir.path))
     CHECK_MESSAGE(entry.path().filename().string().find(".tmp.") == std::string::npos, entry.path().string());
 }
@@ -361,12 +369,15 @@ TEST_CASE("io: AtomicFileWriter publishes its pieces whole on commit and nothing
   writer.write(std::string_view("text"));
   writer.commit();
   CHECK(read_text(path) == "new text");
-  CHECK(error_of([&] { io::AtomicFileWriter(dir.sub("missing/x.txt")); }).rfind(dir.sub("missing/x.txt") + ": cannot write: ", 0) == 0);
+  CHECK(error_of([&] {
+          io::AtomicFileWriter(dir.sub("missing/x.txt"));
+        }).rfind(dir.sub("missing/x.txt") + ": cannot write: ", 0) == 0);
 }
 
 TEST_CASE("text cli: eval echoes labels and paths from the data with their control bytes escaped") {
   TempDir dir;
-  dir.write("train.csv", "text,label\ngood film,p\x1b]0;x\x07os\nbad film,neg\ngood good,p\x1b]0;x\x07os\nbad bad,neg\n");
+  dir.write("train.csv",
+            "text,label\ngood film,p\x1b]0;x\x07os\nbad film,neg\ngood good,p\x1b]0;x\x07os\nbad bad,neg\n");
   dir.write("config.json", R"({
     "model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32, "max_len": 8},
     "task": {"name": "sequence_classification", "train_file": "train.csv", "valid_file": "train.csv",

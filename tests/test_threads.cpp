@@ -33,8 +33,8 @@
 
 using namespace normlab;
 using namespace normlab::train;
-using normlab::test::TempDir;
 using nlohmann::json;
+using normlab::test::TempDir;
 
 namespace {
 
@@ -183,7 +183,8 @@ TEST_CASE("threads: LayerNorm dgamma/dbeta across 1, 2, 3 threads agree with a f
   ThreadCountGuard guard;
   const int64_t rows = 1001, cols = 96;  // 1001 rows: uneven splits over 2 and 3 threads
   Rng rng(99);
-  std::vector<float> x(size_t(rows * cols)), dout(x.size()), gamma(static_cast<size_t>(cols)), beta(static_cast<size_t>(cols));
+  std::vector<float> x(size_t(rows * cols)), dout(x.size()), gamma(static_cast<size_t>(cols)),
+      beta(static_cast<size_t>(cols));
   for (float& v : x) v = rng.normal(0.3f, 2.0f);
   for (float& v : dout) v = rng.normal();
   for (float& v : gamma) v = rng.normal(1.0f, 0.2f);
@@ -240,7 +241,8 @@ TEST_CASE("threads: RMSNorm, BatchNorm and DyT parameter gradients across 1, 2, 
   ThreadCountGuard guard;
   const int64_t rows = 777, cols = 40;
   Rng rng(7);
-  std::vector<float> x(size_t(rows * cols)), dout(x.size()), gamma(static_cast<size_t>(cols)), beta(static_cast<size_t>(cols));
+  std::vector<float> x(size_t(rows * cols)), dout(x.size()), gamma(static_cast<size_t>(cols)),
+      beta(static_cast<size_t>(cols));
   for (float& v : x) v = rng.normal(0.5f, 1.5f);
   for (float& v : dout) v = rng.normal();
   for (float& v : gamma) v = rng.normal(1.0f, 0.2f);
@@ -263,8 +265,8 @@ TEST_CASE("threads: RMSNorm, BatchNorm and DyT parameter gradients across 1, 2, 
     std::vector<float> dalpha(1, 0.0f), dgamma_dyt(size_t(cols), 0.0f), dbeta_dyt(size_t(cols), 0.0f);
     kernels::dyt_backward(nullptr, dalpha.data(), dgamma_dyt.data(), dbeta_dyt.data(), dout.data(), x.data(), &alpha,
                           gamma.data(), rows, cols);
-    results[threads - 1] = {dgamma_rms, running_mean, running_var, dgamma_bn, dbeta_bn, dx_bn, dalpha, dgamma_dyt,
-                            dbeta_dyt};
+    results[threads - 1] = {dgamma_rms, running_mean, running_var, dgamma_bn, dbeta_bn,
+                            dx_bn,      dalpha,       dgamma_dyt,  dbeta_dyt};
   }
   const char* names[] = {"rms dgamma", "bn running_mean", "bn running_var", "bn dgamma", "bn dbeta",
                          "bn dx",      "dyt dalpha",      "dyt dgamma",     "dyt dbeta"};
@@ -291,8 +293,8 @@ void wait_until(F done) {
 }
 
 namespace stall {
-std::atomic<uint32_t> worker_region{0};  // the last region a worker claimed a part of
-std::atomic<uint64_t> claims{0};         // region << 32 | parts of it claimed so far
+std::atomic<uint32_t> worker_region{0};            // the last region a worker claimed a part of
+std::atomic<uint64_t> claims{0};                   // region << 32 | parts of it claimed so far
 std::atomic<int64_t> by_workers{0}, by_caller{0};  // parts claimed while the hook was on
 
 void hook(const PoolEvent& e) {
@@ -326,7 +328,8 @@ struct StallWorkersGuard {
 
 }  // namespace
 
-TEST_CASE("threads: the pool runs every part once, the caller takes a stalled worker's share, nested calls stay serial") {
+TEST_CASE(
+    "threads: the pool runs every part once, the caller takes a stalled worker's share, nested calls stay serial") {
   ThreadCountGuard guard;
   for (int threads : {2, 3}) {
     CAPTURE(threads);
@@ -365,7 +368,7 @@ TEST_CASE("threads: the pool runs every part once, the caller takes a stalled wo
 // worker exactly there.
 namespace {
 namespace late_claim {
-std::atomic<int> phase{0};  // 1: the first region, 2: the second
+std::atomic<int> phase{0};            // 1: the first region, 2: the second
 std::atomic<int> worker_claiming{0};  // the worker's `claiming` moments so far
 std::atomic<bool> worker_held{false}, released{false};
 

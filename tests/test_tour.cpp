@@ -168,9 +168,9 @@ TEST_CASE("tour: the definition check finds definitions and rejects calls and mi
   CHECK(defines(source, "PrefetchNext"));
   CHECK(defines(source, "NORMLAB_KERNEL_LIST"));
   CHECK(defines(source, "Trainer::fit"));
-  CHECK_FALSE(defines(source, "row_sum"));      // only called
-  CHECK_FALSE(defines(source, "row_rstd"));     // only returned
-  CHECK_FALSE(defines(source, "build_task"));   // only called
+  CHECK_FALSE(defines(source, "row_sum"));       // only called
+  CHECK_FALSE(defines(source, "row_rstd"));      // only returned
+  CHECK_FALSE(defines(source, "build_task"));    // only called
   CHECK_FALSE(defines(source, "forward_rows"));  // a longer name than the one defined
   CHECK_FALSE(defines(source, "Trainer::step"));
   CHECK(anchor_of("The full study: warmup and depth (`configs/study.json`)") ==

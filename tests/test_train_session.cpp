@@ -25,7 +25,6 @@ using namespace normlab::train;
 
 namespace {
 
-
 // What the session said through its loggers (one per call).
 struct Heard {
   std::vector<std::string> info, errors;

@@ -28,14 +28,12 @@
 using normlab::test::error_of;
 using normlab::test::TempDir;
 
-
 namespace fs = std::filesystem;
 using namespace normlab;
 using namespace normlab::train;
 using nlohmann::json;
 
 namespace {
-
 
 // A model small enough that a step takes well under a millisecond.
 RunConfig tiny_config() {
@@ -104,7 +102,6 @@ struct CrashAt : TrainLogger {
     if (record.step == at) throw std::runtime_error("simulated crash");
   }
 };
-
 
 // Train uninterrupted; train again but crash after the first checkpoint (leaving records past it
 // and a torn line), resume; the metrics, summary and final weights must match exactly.
@@ -240,7 +237,7 @@ TEST_CASE("trainer: resume after a crash reproduces the uninterrupted run (file 
   RunConfig config = tiny_config();
   config.task.name = data::TaskKind::majority;
   config.task.train_file = std::string(NORMLAB_SOURCE_DIR) + "/data/majority/train.jsonl";
-  config.task.max_len = 4;  // about 250 examples: 16 batches per epoch, so the run crosses epochs
+  config.task.max_len = 4;          // about 250 examples: 16 batches per epoch, so the run crosses epochs
   config.model.norm = "batchnorm";  // running statistics are buffers that must come back too
   config.model.placement = normlab::nn::Placement::post;
   check_resume_matches(config);
@@ -496,7 +493,7 @@ TEST_CASE("trainer: step records carry the batch composition, which the length r
       CHECK(sequences * shortest <= tokens);
       CHECK(tokens <= sequences * longest);
       if (std::string(regime) == "mixed") CHECK(sequences == 16);
-      if (std::string(regime) == "single") CHECK((shortest == 8 && sequences == 9));  // 16 x 4.5 = 72 tokens
+      if (std::string(regime) == "single") CHECK((shortest == 8 && sequences == 9));          // 16 x 4.5 = 72 tokens
       if (std::string(regime) == "bucketed") CHECK((shortest - 1) / 4 == (longest - 1) / 4);  // one bucket of 4
       const StepRecord back = step_record_from_json(r, "metrics.jsonl");
       CHECK(back.tokens == tokens);

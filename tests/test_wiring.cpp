@@ -31,21 +31,46 @@ using normlab::test::TempDir;
 namespace {
 
 json tiny_run(const std::string& norm = "layernorm") {
-  return json{{"model", {{"d_model", 16}, {"heads", 2}, {"layers", 2}, {"ffn", 24}, {"max_len", 16}, {"norm", norm},
-                         {"positional", "learned"}, {"dropout", 0.0}}},
-              {"task", {{"name", "reverse"}, {"min_len", 1}, {"max_len", 8}, {"eval_max_len", 10},
-                        {"eval_examples", 24}, {"bucket_width", 4}}},
-              {"optim", {{"name", "sgd"}, {"lr", 0.01}, {"momentum", 0.0}, {"weight_decay", 0.0},
-                         {"schedule", "constant"}, {"warmup_steps", 0}, {"clip_grad_norm", 0.0}}},
-              {"train", {{"steps", 1}, {"batch_size", 8}, {"eval_every", 0}, {"log_every", 1},
-                         {"diagnostics_every", 0}, {"checkpoint_every", 0}, {"threads", 1}, {"seed", 3}}}};
+  return json{{"model",
+               {{"d_model", 16},
+                {"heads", 2},
+                {"layers", 2},
+                {"ffn", 24},
+                {"max_len", 16},
+                {"norm", norm},
+                {"positional", "learned"},
+                {"dropout", 0.0}}},
+              {"task",
+               {{"name", "reverse"},
+                {"min_len", 1},
+                {"max_len", 8},
+                {"eval_max_len", 10},
+                {"eval_examples", 24},
+                {"bucket_width", 4}}},
+              {"optim",
+               {{"name", "sgd"},
+                {"lr", 0.01},
+                {"momentum", 0.0},
+                {"weight_decay", 0.0},
+                {"schedule", "constant"},
+                {"warmup_steps", 0},
+                {"clip_grad_norm", 0.0}}},
+              {"train",
+               {{"steps", 1},
+                {"batch_size", 8},
+                {"eval_every", 0},
+                {"log_every", 1},
+                {"diagnostics_every", 0},
+                {"checkpoint_every", 0},
+                {"threads", 1},
+                {"seed", 3}}}};
 }
 
 // Trains `config` into dir/name; returns the run directory.
 std::string train(const TempDir& dir, const std::string& name, const json& config) {
   const std::string path = dir.write(name + ".json", config.dump());
-  const int code = run_normlab({"train", "--config", path, "--out", dir.sub(name)}, dir.sub(name + ".out"),
-                               dir.sub(name + ".err"));
+  const int code =
+      run_normlab({"train", "--config", path, "--out", dir.sub(name)}, dir.sub(name + ".out"), dir.sub(name + ".err"));
   INFO(read_text(dir.sub(name + ".err")));
   REQUIRE(code == 0);
   return dir.sub(name);
@@ -152,7 +177,8 @@ TEST_CASE("wiring: weight decay reaches the weight matrices only, by lr * weight
   CHECK(kept_tensors > 0);
 }
 
-TEST_CASE("wiring: clip_grad_norm scales the whole gradient to the clip norm - the logged grad_norm is before clipping") {
+TEST_CASE(
+    "wiring: clip_grad_norm scales the whole gradient to the clip norm - the logged grad_norm is before clipping") {
   TempDir dir("normlab_wiring");
   json config = tiny_run();
   const auto once = model_tensors(train(dir, "once", config));  // p0 - lr g
@@ -229,7 +255,8 @@ namespace {
 std::map<std::string, std::vector<float>> all_tensors(const std::string& run) {
   const normlab::io::SafetensorsFile file = normlab::io::read_safetensors(run + "/checkpoint.safetensors");
   std::map<std::string, std::vector<float>> out;
-  for (const normlab::io::TensorRecord& record : file.tensors) out[record.name] = file.floats(record.name, record.shape);
+  for (const normlab::io::TensorRecord& record : file.tensors)
+    out[record.name] = file.floats(record.name, record.shape);
   return out;
 }
 
@@ -259,9 +286,11 @@ TEST_CASE("wiring: Adam's beta1, beta2 and eps and SGD's momentum, read back fro
       const double g = double(m[i]) / (1.0 - beta1);
       if (std::fabs(g) < 1e-3) continue;
       INFO(param << "[" << i << "]");
-      CHECK(double(m[i]) * double(m[i]) / double(v[i]) == doctest::Approx((1 - beta1) * (1 - beta1) / (1 - beta2)).epsilon(1e-3));
+      CHECK(double(m[i]) * double(m[i]) / double(v[i]) ==
+            doctest::Approx((1 - beta1) * (1 - beta1) / (1 - beta2)).epsilon(1e-3));
       const double expected = lr * g * (1.0 / (std::fabs(g) + 1e-8) - 1.0 / (std::fabs(g) + eps));  // soft - sharp
-      CHECK(double(soft.at(param)[i]) - double(sharp.at(param)[i]) == doctest::Approx(expected).epsilon(2e-2).scale(1e-6));
+      CHECK(double(soft.at(param)[i]) - double(sharp.at(param)[i]) ==
+            doctest::Approx(expected).epsilon(2e-2).scale(1e-6));
       ++checked;
     }
   }

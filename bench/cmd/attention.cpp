@@ -50,28 +50,30 @@ void run(const BenchAttentionOptions& options) {
   const bench::AttentionBenchResult r = bench::bench_attention(B, L, C, NH, options.repeats);
   const std::string path = normlab::kernels_in_use();
   if (options.json) {
-    const nlohmann::json out = {
-        {"benchmark", "attention"},
-        {"shape", {r.B, r.L, r.C, r.NH}},
-        {"head_dim", r.C / r.NH},
-        {"kernels", path},
-        {"threads", r.threads},
-        {"openmp_wait", openmp_wait_setting()},
-        {"repeats", r.repeats},
-        {"statistic", "median"},
-        {"forward_ms", r.forward_ms},
-        {"forward_backward_ms", r.forward_backward_ms},
-        {"forward_gflops", r.forward_gflops},
-        {"forward_backward_gflops", r.forward_backward_gflops},
-        {"cache_floats", r.cache_floats},
-        {"gflops_definition", "2 flops per multiply-add of q k^T and p v (forward) and of the backward's four "
-                              "products; the recomputed q k^T of the backward is not counted"}};
+    const nlohmann::json out = {{"benchmark", "attention"},
+                                {"shape", {r.B, r.L, r.C, r.NH}},
+                                {"head_dim", r.C / r.NH},
+                                {"kernels", path},
+                                {"threads", r.threads},
+                                {"openmp_wait", openmp_wait_setting()},
+                                {"repeats", r.repeats},
+                                {"statistic", "median"},
+                                {"forward_ms", r.forward_ms},
+                                {"forward_backward_ms", r.forward_backward_ms},
+                                {"forward_gflops", r.forward_gflops},
+                                {"forward_backward_gflops", r.forward_backward_gflops},
+                                {"cache_floats", r.cache_floats},
+                                {"gflops_definition",
+                                 "2 flops per multiply-add of q k^T and p v (forward) and of the backward's four "
+                                 "products; the recomputed q k^T of the backward is not counted"}};
     fmt::print("{}\n", out.dump());
     return;
   }
-  fmt::print("attention: {} sequences of {} tokens, d_model {}, {} heads (head dim {}), kernels {}, {} thread{}{}, median of {}\n",
-             r.B, r.L, r.C, r.NH, r.C / r.NH, path, r.threads, r.threads == 1 ? "" : "s",
-             r.threads == 1 ? "" : " (" + openmp_wait_setting() + ")", r.repeats);
+  fmt::print(
+      "attention: {} sequences of {} tokens, d_model {}, {} heads (head dim {}), kernels {}, {} thread{}{}, median of "
+      "{}\n",
+      r.B, r.L, r.C, r.NH, r.C / r.NH, path, r.threads, r.threads == 1 ? "" : "s",
+      r.threads == 1 ? "" : " (" + openmp_wait_setting() + ")", r.repeats);
   fmt::print("  forward            {:9.3f} ms  {:7.1f} GFLOP/s\n", r.forward_ms, r.forward_gflops);
   fmt::print("  forward+backward   {:9.3f} ms  {:7.1f} GFLOP/s\n", r.forward_backward_ms, r.forward_backward_gflops);
   fmt::print("  cache kept for the backward: {} floats ({:.1f} MiB)\n", r.cache_floats,

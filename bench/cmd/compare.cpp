@@ -83,7 +83,8 @@ void run(const BenchCompareOptions& options) {
   const study::CompareTiming& t = result.timing;
   if (options.json) {
     nlohmann::json rows = nlohmann::json::array();
-    for (const study::CompareTiming::Row& r : t.rows()) rows.push_back({{"part", r.name}, {"wall_s", r.wall_s}, {"cpu_s", r.cpu_s}});
+    for (const study::CompareTiming::Row& r : t.rows())
+      rows.push_back({{"part", r.name}, {"wall_s", r.wall_s}, {"cpu_s", r.cpu_s}});
     fmt::print("{}\n", nlohmann::json{{"benchmark", "compare"},
                                       {"config", options.config},
                                       {"kernels", kernels::active_isa_name()},
@@ -102,10 +103,11 @@ void run(const BenchCompareOptions& options) {
                            .dump());
     return;
   }
-  fmt::print("compare of {}: {} run(s) trained at --jobs {}, kernels {}, {:.2f} s wall ({:.2f} run-slot s), "
-             "{:.2f} s CPU\nload average before {}, after {}\n",
-             options.config, t.finished_runs, t.jobs, kernels::active_isa_name(), t.wall_s, t.slot_seconds(),
-             t.cpu_seconds(), load_before, load_after);
+  fmt::print(
+      "compare of {}: {} run(s) trained at --jobs {}, kernels {}, {:.2f} s wall ({:.2f} run-slot s), "
+      "{:.2f} s CPU\nload average before {}, after {}\n",
+      options.config, t.finished_runs, t.jobs, kernels::active_isa_name(), t.wall_s, t.slot_seconds(), t.cpu_seconds(),
+      load_before, load_after);
   fmt::print("  {:<52} {:>9} {:>7} {:>9} {:>7}\n", "part", "wall s", "wall %", "CPU s", "CPU %");
   for (const study::CompareTiming::Row& r : t.rows())
     fmt::print("  {:<52} {:>9.3f} {:>6.1f}% {:>9.3f} {:>6.1f}%\n", r.name, r.wall_s,

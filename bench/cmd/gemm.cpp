@@ -62,10 +62,11 @@ void run(const BenchGemmOptions& options) {
   const double calls = double(options.repeats) + std::max(3.0, double(options.repeats / 10));
   const double seconds = 2.0 * double(shape[0]) * double(shape[1]) * double(shape[2]) * calls / (50e9 * num_threads());
   if (seconds > kMaxBenchSeconds) {
-    throw InputError(fmt::format("--shape {} with --repeats {}: would take at least {:.0f} s (limit {:.0f} s); use "
-                                 "fewer --repeats (e.g. --repeats {}) or a smaller shape",
-                                 options.shape, options.repeats, seconds, kMaxBenchSeconds,
-                                 std::max(1, int(double(options.repeats) * kMaxBenchSeconds / seconds / 2))));
+    throw InputError(
+        fmt::format("--shape {} with --repeats {}: would take at least {:.0f} s (limit {:.0f} s); use "
+                    "fewer --repeats (e.g. --repeats {}) or a smaller shape",
+                    options.shape, options.repeats, seconds, kMaxBenchSeconds,
+                    std::max(1, int(double(options.repeats) * kMaxBenchSeconds / seconds / 2))));
   }
 
   bench::GemmBenchResult r = bench::bench_gemm(options.variant, shape[0], shape[1], shape[2], options.repeats);

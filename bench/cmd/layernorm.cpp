@@ -88,10 +88,12 @@ void run(const BenchLayerNormOptions& options) {
            "4 * (read dout + x: 2*rows*cols, read+write dx (accumulated): 2*rows*cols, read mean+rstd: 2*rows, "
            "read gamma + write dgamma+dbeta: 3*cols)"},
           {"gbps", "bytes / median seconds / 1e9; forward_backward_gbps uses forward_bytes + backward_bytes"},
-          {"copy", "x into y, rows split over the threads, by glibc memcpy and by a copy with non-temporal stores, "
-                   "timed alternately; copy_ms is the faster of the two medians; *_gbps count read x + write y"},
-          {"cpu_ms", "median CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID): the kernel's own time at "
-                     "1 thread on a busy machine; misses worker threads when threads > 1"}}},
+          {"copy",
+           "x into y, rows split over the threads, by glibc memcpy and by a copy with non-temporal stores, "
+           "timed alternately; copy_ms is the faster of the two medians; *_gbps count read x + write y"},
+          {"cpu_ms",
+           "median CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID): the kernel's own time at "
+           "1 thread on a busy machine; misses worker threads when threads > 1"}}},
     };
     fmt::print("{}\n", out.dump());
     return;
@@ -121,7 +123,7 @@ void add_bench_layernorm(CLI::App& bench) {
   cmd->add_option("--shape", options->shape, "Input shape B,T,C (normalized over C), e.g. 64,128,768")->required();
   CLI::Option* threads =
       cmd->add_option("--threads", options->threads, "Threads (default: OMP_NUM_THREADS or all cores)")
-      ->check(CLI::Range(1, 1024));
+          ->check(CLI::Range(1, 1024));
   cmd->add_option("--repeats", options->repeats, "Timed calls; the median is reported")->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");
   cmd->callback([options, threads] {

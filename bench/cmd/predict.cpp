@@ -47,8 +47,9 @@ void run(const BenchPredictOptions& options) {
   if (options.threads > 0) set_num_threads(options.threads);
   refuse_compare_dir(options.run_dir, "bench predict");
   train::LoadedRun loaded = train::load_run(options.run_dir);
-  const std::vector<std::string> inputs =
-      options.data.empty() ? bench::validation_inputs(loaded) : file_lines(options.data, loaded.task.file.max_file_bytes);
+  const std::vector<std::string> inputs = options.data.empty()
+                                              ? bench::validation_inputs(loaded)
+                                              : file_lines(options.data, loaded.task.file.max_file_bytes);
   const bench::BenchPredictResult r = bench::bench_predict(loaded, inputs, options.batch_size, options.repeats);
   if (options.json) {
     nlohmann::json out = {{"benchmark", "predict"},
@@ -83,7 +84,8 @@ void add_bench_predict(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand("predict", "Time `normlab predict --data`: input lines predicted per second");
   cmd->add_option("--run", options->run_dir, "Run directory (holds checkpoint.safetensors)")->required();
   cmd->add_option("--data", options->data, "Inputs, one a line (default: the run's validation file's texts)");
-  cmd->add_option("--threads", options->threads, "Threads (0: OMP_NUM_THREADS or all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--threads", options->threads, "Threads (0: OMP_NUM_THREADS or all cores)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("--batch-size", options->batch_size, "Sequences per forward pass")->capture_default_str();
   cmd->add_option("--repeats", options->repeats, "Timed passes; the median is reported")->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");

@@ -46,8 +46,7 @@ void run(const BenchSha256Options& options) {
     throw InputError("bench sha256: give one of --file FILE or --megabytes N");
   std::unique_ptr<GeneratedFile> generated;
   if (options.megabytes > 0) generated = std::make_unique<GeneratedFile>(options.megabytes);
-  const bench::Sha256BenchResult r =
-      bench::bench_sha256(generated ? generated->path : options.file, options.repeats);
+  const bench::Sha256BenchResult r = bench::bench_sha256(generated ? generated->path : options.file, options.repeats);
   if (options.json) {
     fmt::print("{}\n", nlohmann::json{{"benchmark", "sha256"},
                                       {"file", generated ? "generated" : r.file},

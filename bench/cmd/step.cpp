@@ -66,11 +66,13 @@ void run(const BenchStepOptions& options) {
                           {"gflops", r.gflops},
                           {"gemm_1t_gflops", r.gemm_1t_gflops},
                           {"mfu", r.mfu},
-                          {"flops_definition", "6*rows*in*out per Linear + 12*d_model*L^2 per layer and sequence (docs/PERFORMANCE.md)"},
+                          {"flops_definition",
+                           "6*rows*in*out per Linear + 12*d_model*L^2 per layer and sequence (docs/PERFORMANCE.md)"},
                           {"tokens_per_s_definition", "real (unpadded) tokens of the timed steps / their total time"}};
     if (options.breakdown) {
       nlohmann::json rows = nlohmann::json::array();
-      for (const auto& part : r.breakdown) rows.push_back({{"phase", part.phase}, {"name", part.name}, {"ms", part.ms}});
+      for (const auto& part : r.breakdown)
+        rows.push_back({{"phase", part.phase}, {"name", part.name}, {"ms", part.ms}});
       out["breakdown"] = rows;
     }
     fmt::print("{}\n", out.dump());
@@ -78,12 +80,11 @@ void run(const BenchStepOptions& options) {
   }
   fmt::print("training step: {} task, d_model {}, {} heads, {} layers, ffn {}, {} {}, {}; batch {} of lengths {}-{}\n",
              data::to_string(config.task.name), m.d_model, m.num_heads, m.num_layers, m.dim_feedforward,
-             nn::to_string(m.placement), m.norm.name(),
-             optim::to_string(config.optim.name),
-             r.batch_size, config.task.min_len, config.task.max_len);
+             nn::to_string(m.placement), m.norm.name(), optim::to_string(config.optim.name), r.batch_size,
+             config.task.min_len, config.task.max_len);
   fmt::print("  {} parameters, {} thread{}{}, kernels: {}, median of {} steps after {} warmup\n", r.num_parameters,
-             r.threads, r.threads == 1 ? "" : "s", r.threads == 1 ? "" : " (normlab's pool)", r.kernels,
-             r.repeats, r.warmup);
+             r.threads, r.threads == 1 ? "" : "s", r.threads == 1 ? "" : " (normlab's pool)", r.kernels, r.repeats,
+             r.warmup);
   fmt::print("  step        {:9.3f} ms  (min {:.3f}, max {:.3f})\n", r.step_ms, r.min_step_ms, r.max_step_ms);
   fmt::print("  throughput  {:9.0f} tokens/s  ({:.0f} real tokens per batch)\n", r.tokens_per_s, r.mean_tokens);
   fmt::print("  compute     {:9.1f} GFLOP/s  ({:.1f} MFLOP per step: matrix and attention products)\n", r.gflops,
@@ -110,7 +111,8 @@ void add_bench_step(CLI::App& bench) {
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--repeats", options->repeats, "Timed steps; the median is reported")->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");
-  cmd->add_flag("--breakdown", options->breakdown, "Also time each op of the step (forward, backward) and the optimizer");
+  cmd->add_flag("--breakdown", options->breakdown,
+                "Also time each op of the step (forward, backward) and the optimizer");
   cmd->callback([options] { run(*options); });
 }
 

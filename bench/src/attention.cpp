@@ -17,9 +17,10 @@ namespace normlab::bench {
 
 AttentionBenchResult bench_attention(int64_t B, int64_t L, int64_t C, int64_t NH, int repeats) {
   if (B <= 0 || L <= 0 || C <= 0 || NH <= 0 || repeats <= 0 || C % NH != 0) {
-    throw UsageError(fmt::format("bench_attention: sizes and repeats must be positive and NH must divide C (got "
-                                 "B={} L={} C={} NH={} repeats={})",
-                                 B, L, C, NH, repeats));
+    throw UsageError(
+        fmt::format("bench_attention: sizes and repeats must be positive and NH must divide C (got "
+                    "B={} L={} C={} NH={} repeats={})",
+                    B, L, C, NH, repeats));
   }
   std::vector<int64_t> offsets(size_t(B) + 1);
   for (int64_t b = 0; b <= B; b++) offsets[size_t(b)] = b * L;

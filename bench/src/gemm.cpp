@@ -20,8 +20,8 @@ GemmBenchResult bench_gemm(std::string_view variant, int64_t M, int64_t K, int64
     throw UsageError(fmt::format("bench_gemm: variant must be nn, nt or tn (got \"{}\")", variant));
   }
   if (M <= 0 || K <= 0 || N <= 0 || repeats <= 0) {
-    throw UsageError(fmt::format("bench_gemm: sizes and repeats must be positive (got M={} K={} N={} repeats={})",
-                                 M, K, N, repeats));
+    throw UsageError(fmt::format("bench_gemm: sizes and repeats must be positive (got M={} K={} N={} repeats={})", M, K,
+                                 N, repeats));
   }
   Rng rng(1234);
   // nn: A (M,K), B (K,N).  nt: A (M,K), B (N,K).  tn: A (K,M), B (K,N). Same element counts.

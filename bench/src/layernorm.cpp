@@ -59,8 +59,16 @@ Buffers make_buffers(int64_t rows, int64_t cols) {
   const size_t n = size_t(rows) * size_t(cols);
   const size_t num_cols = size_t(cols);
   const size_t num_rows = size_t(rows);
-  Buffers b{Storage(n), Storage(n), Storage(n), Storage(n, 0.0f), Storage(num_cols), Storage(num_cols),
-            Storage(num_cols, 0.0f), Storage(num_cols, 0.0f), Storage(num_rows), Storage(num_rows)};
+  Buffers b{Storage(n),
+            Storage(n),
+            Storage(n),
+            Storage(n, 0.0f),
+            Storage(num_cols),
+            Storage(num_cols),
+            Storage(num_cols, 0.0f),
+            Storage(num_cols, 0.0f),
+            Storage(num_rows),
+            Storage(num_rows)};
   for (auto& v : b.x) v = rng.normal();
   for (auto& v : b.dout) v = rng.normal();
   for (auto& v : b.gamma) v = 1.0f + 0.1f * rng.normal();

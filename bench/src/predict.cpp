@@ -16,9 +16,10 @@ namespace normlab::bench {
 
 std::vector<std::string> validation_inputs(const train::LoadedRun& run) {
   if (!run.config.task.valid_file || !run.task.is_data_defined())
-    throw InputError(fmt::format("{}: bench predict reads the inputs of a data-defined task's task.valid_file; give "
-                                 "--data FILE for this run",
-                                 run.paths.dir));
+    throw InputError(
+        fmt::format("{}: bench predict reads the inputs of a data-defined task's task.valid_file; give "
+                    "--data FILE for this run",
+                    run.paths.dir));
   std::vector<std::string> inputs;
   for (const data::StringExample& example :
        data::load_string_examples(*run.config.task.valid_file, run.task, run.task.file.max_file_bytes)) {

@@ -72,8 +72,8 @@ BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warm
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     if (i < warmup) continue;
-    for (const auto& [phase, bucket] : {std::pair{"forward", &times.forward_s}, std::pair{"backward", &times.backward_s},
-                                        std::pair{"other", &times.other_s}})
+    for (const auto& [phase, bucket] : {std::pair{"forward", &times.forward_s},
+                                        std::pair{"backward", &times.backward_s}, std::pair{"other", &times.other_s}})
       for (const auto& [name, s] : *bucket) parts_ms[{phase, name}].push_back(s * 1e3);
     times_ms.push_back(seconds * 1e3);
     total_s += seconds;

@@ -14,8 +14,8 @@
 namespace normlab {
 
 struct GradcheckOptions {
-  double step = 1e-2;    // h; float32 forward needs a large step (error ~ eps_float / h)
-  double atol = 1e-3;    // element passes if |analytic - numeric| <= atol + rtol * |numeric|
+  double step = 1e-2;  // h; float32 forward needs a large step (error ~ eps_float / h)
+  double atol = 1e-3;  // element passes if |analytic - numeric| <= atol + rtol * |numeric|
   double rtol = 1e-2;
   int64_t max_checks_per_input = 200;  // elements probed per input (evenly spaced), keeps tests fast
   uint64_t seed = 1234;

@@ -63,8 +63,8 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& ga
 // training: normalize with batch statistics and update the running averages in place (if defined);
 // otherwise normalize with running_mean / running_var. `ranks` (data-parallel sync BatchNorm,
 // kernels/batch_norm.hpp): the training statistics over every rank's tokens; nullptr: these tokens.
-Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor running_mean,
-                  Tensor running_var, bool training, float momentum, float eps, kernels::RankSum* ranks = nullptr);
+Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor running_mean, Tensor running_var,
+                  bool training, float momentum, float eps, kernels::RankSum* ranks = nullptr);
 // PowerNorm over the rows of x (N, C) (Shen et al. 2020, Algorithm 1): y = gamma * x / sqrt(running_phi
 // + eps) + beta with the running quadratic mean per feature. training: running_phi moves towards this
 // batch's mean square after normalizing, and the backward's input gradient is the paper's

@@ -32,8 +32,9 @@ void run_parts(int64_t parts, PartTask task, void* context);
 template <class F>
 void run_parts(int64_t parts, F&& task) {
   using Task = std::remove_reference_t<F>;
-  run_parts(parts, [](void* context, int64_t part) { (*static_cast<Task*>(context))(part); },
-            const_cast<void*>(static_cast<const void*>(&task)));
+  run_parts(
+      parts, [](void* context, int64_t part) { (*static_cast<Task*>(context))(part); },
+      const_cast<void*>(static_cast<const void*>(&task)));
 }
 
 // Block `part` of the split of [0, n) into `parts` contiguous blocks that OpenMP's schedule(static)
@@ -55,10 +56,8 @@ void for_blocks(int64_t n, int64_t parts, F&& body) {
   run_parts(parts, [&](int64_t part) {
     const PartRange block = static_block(n, parts, part);
     if (block.begin >= block.end) return;
-    if constexpr (std::is_invocable_v<F&, int64_t, int64_t, int64_t>)
-      body(part, block.begin, block.end);
-    else
-      body(block.begin, block.end);
+    if constexpr (std::is_invocable_v<F&, int64_t, int64_t, int64_t>) body(part, block.begin, block.end);
+    else body(block.begin, block.end);
   });
 }
 

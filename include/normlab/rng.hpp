@@ -51,7 +51,10 @@ class Rng {
   // The whole state, for checkpoints (exact resume).
   uint64_t state() const { return state_; }
   uint64_t increment() const { return inc_; }
-  void set_state(uint64_t state, uint64_t inc) { state_ = state; inc_ = inc; }
+  void set_state(uint64_t state, uint64_t inc) {
+    state_ = state;
+    inc_ = inc;
+  }
 
  private:
   uint64_t state_ = 0;

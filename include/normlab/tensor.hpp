@@ -19,7 +19,7 @@ struct Node;
 
 using Shape = std::vector<int64_t>;
 
-int64_t shape_numel(const Shape& shape);  // product of dims; 1 for a scalar (empty shape)
+int64_t shape_numel(const Shape& shape);    // product of dims; 1 for a scalar (empty shape)
 std::string shape_str(const Shape& shape);  // "[4, 100, 512]"
 
 // Float storage whose size-only constructor leaves the values uninitialized (Tensor::empty).
@@ -70,8 +70,8 @@ class Tensor {
   // zero-filled, and the caller must overwrite all of it (kernels/grad_out.hpp says why).
   float* grad_data_to_overwrite(bool& existed);
   const float* grad_data() const;  // null if there is no gradient
-  Tensor grad() const;  // a copy of the gradient as a tensor (zeros if none)
-  void zero_grad();     // drop the gradient buffer
+  Tensor grad() const;             // a copy of the gradient as a tensor (zeros if none)
+  void zero_grad();                // drop the gradient buffer
   const std::shared_ptr<Node>& grad_fn() const;
 
   // Backward from this tensor: it must hold a single element (a loss) unless a gradient of the

@@ -31,8 +31,8 @@ Batch pack_batch(std::span<const Example* const> examples, TargetKind kind) {
     if (example.tokens.empty()) throw UsageError(fmt::format("pack_batch: example {} has no tokens", b));
     size_t expected_targets = kind == TargetKind::per_token ? example.tokens.size() : 1;
     if (example.targets.size() != expected_targets) {
-      throw UsageError(fmt::format("pack_batch: example {} has {} targets, expected {} ({})", b,
-                                   example.targets.size(), expected_targets,
+      throw UsageError(fmt::format("pack_batch: example {} has {} targets, expected {} ({})", b, example.targets.size(),
+                                   expected_targets,
                                    kind == TargetKind::per_token ? "one per token" : "one per sequence"));
     }
     total_tokens += example.tokens.size();

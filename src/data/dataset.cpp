@@ -140,12 +140,11 @@ void BatchSampler::restore(const SamplerState& state, const std::string& where) 
         where, state.dataset_size, state.batch_size, dataset_->size(), options_.batch_size));
   }
   if (state.seed != options_.seed) {
-    throw InputError(fmt::format("{}: saved with seed {}, but this run has seed {}", where, state.seed,
-                                 options_.seed));
+    throw InputError(fmt::format("{}: saved with seed {}, but this run has seed {}", where, state.seed, options_.seed));
   }
   if (state.position >= static_cast<uint64_t>(dataset_->size())) {
-    throw InputError(fmt::format("{}: position {} is past the end of the dataset ({} examples)", where,
-                                 state.position, dataset_->size()));
+    throw InputError(fmt::format("{}: position {} is past the end of the dataset ({} examples)", where, state.position,
+                                 dataset_->size()));
   }
   epoch_ = state.epoch;
   position_ = state.position;
@@ -156,7 +155,8 @@ void BatchSampler::restore(const SamplerState& state, const std::string& where) 
 GeneratorSampler::GeneratorSampler(Task task, GeneratorOptions options)
     : task_(std::move(task)), options_(options), rng_(options.seed) {
   if (!task_.has_generator()) throw UsageError(fmt::format("GeneratorSampler: task {} has no generator", task_.name));
-  if (options_.batch_size < 1) throw UsageError(fmt::format("GeneratorSampler: batch_size {} < 1", options_.batch_size));
+  if (options_.batch_size < 1)
+    throw UsageError(fmt::format("GeneratorSampler: batch_size {} < 1", options_.batch_size));
   if (options_.min_len < 1 || options_.max_len < options_.min_len) {
     throw UsageError(fmt::format("GeneratorSampler: bad length range [{}, {}]", options_.min_len, options_.max_len));
   }

@@ -15,8 +15,10 @@ namespace normlab::data {
 
 namespace {
 
-constexpr std::pair<FileFormat, const char*> kFormatNames[] = {
-    {FileFormat::jsonl, "jsonl"}, {FileFormat::csv, "csv"}, {FileFormat::tsv, "tsv"}, {FileFormat::conll, "conll"}};
+constexpr std::pair<FileFormat, const char*> kFormatNames[] = {{FileFormat::jsonl, "jsonl"},
+                                                               {FileFormat::csv, "csv"},
+                                                               {FileFormat::tsv, "tsv"},
+                                                               {FileFormat::conll, "conll"}};
 
 }  // namespace
 
@@ -85,7 +87,9 @@ class DelimitedReader {
         field += c;
       }
     }
-    if (quoted) throw InputError(fmt::format("{}:{}: a quoted field is not closed before the end of the file", path_, first_line));
+    if (quoted)
+      throw InputError(
+          fmt::format("{}:{}: a quoted field is not closed before the end of the file", path_, first_line));
     fields.push_back(std::move(field));
     return true;
   }
@@ -107,7 +111,8 @@ bool blank(const std::vector<std::string>& fields) {
 
 std::string column_list(const std::vector<std::string>& header) {
   std::string out;
-  for (size_t i = 0; i < header.size(); ++i) out += (i ? ", " : "") + fmt::format("\"{}\"", io::escape_control(header[i]));
+  for (size_t i = 0; i < header.size(); ++i)
+    out += (i ? ", " : "") + fmt::format("\"{}\"", io::escape_control(header[i]));
   return out;
 }
 

@@ -52,7 +52,9 @@ std::string type_name(const json& value) {
 
 // A string from the file as JSON shows it: quoted, control characters escaped ("\u0000" cannot cut
 // the message short), invalid UTF-8 replaced.
-std::string json_quoted(const std::string& text) { return json(text).dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string json_quoted(const std::string& text) {
+  return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 std::string joined(const std::vector<std::string>& symbols) {
   std::string out;
@@ -60,9 +62,7 @@ std::string joined(const std::vector<std::string>& symbols) {
   return out;
 }
 
-bool is_blank(std::string_view line) {
-  return line.find_first_not_of(" \t\r") == std::string_view::npos;
-}
+bool is_blank(std::string_view line) { return line.find_first_not_of(" \t\r") == std::string_view::npos; }
 
 // Parses one line into an object with exactly the task's keys (label_optional: a data-defined
 // task's label key may be absent, as in a file to predict).
@@ -74,7 +74,7 @@ json parse_object(std::string_view line, const Task& task, std::string_view wher
   const int64_t limit = max_jsonl_line_bytes(task.max_seq_len);
   if (static_cast<int64_t>(line.size()) > limit) {
     throw OverLong{fmt::format("{}: line of {} bytes, longer than any {} example can be ({} bytes for {} symbols)",
-                                 where, line.size(), task.name, limit, task.max_seq_len)};
+                               where, line.size(), task.name, limit, task.max_seq_len)};
   }
   io::require_json_depth(line, where);
   // nlohmann keeps the last of repeated keys silently; a repeated key in a data file is a mistake.
@@ -97,8 +97,8 @@ json parse_object(std::string_view line, const Task& task, std::string_view wher
   for (const auto& [key, value] : object.items()) {
     if (task.is_data_defined()) break;
     if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-      throw InputError(fmt::format("{}: unexpected key {} (a {} example has keys {})", where, json_quoted(key), task.name,
-                                   quoted_list(keys)));
+      throw InputError(fmt::format("{}: unexpected key {} (a {} example has keys {})", where, json_quoted(key),
+                                   task.name, quoted_list(keys)));
     }
   }
   for (const std::string& key : keys) {
@@ -132,8 +132,8 @@ std::vector<std::optional<std::string>> parse_words(const json& value, std::stri
         continue;
       }
       if (!word.is_string()) {
-        throw InputError(fmt::format("{}: {}[{}]: expected a string{}, got {}", where, field, i, nulls ? " or null" : "",
-                                     type_name(word)));
+        throw InputError(fmt::format("{}: {}[{}]: expected a string{}, got {}", where, field, i,
+                                     nulls ? " or null" : "", type_name(word)));
       }
       const std::string& s = word.get_ref<const std::string&>();
       if (s.empty() || has_space(s)) {
@@ -143,19 +143,21 @@ std::vector<std::optional<std::string>> parse_words(const json& value, std::stri
       words.emplace_back(normalize_word(s, options));
     }
   } else {
-    throw InputError(fmt::format("{}: {}: expected a string of whitespace-separated words or an array of strings, got {}",
-                                 where, field, type_name(value)));
+    throw InputError(
+        fmt::format("{}: {}: expected a string of whitespace-separated words or an array of strings, got {}", where,
+                    field, type_name(value)));
   }
   if (words.empty()) throw InputError(fmt::format("{}: {}: empty sequence", where, field));
   return words;
 }
 
 std::string label_string(const json& value, std::string_view where) {
-  if (!value.is_string()) throw InputError(fmt::format("{}: label: expected a string, got {}", where, type_name(value)));
+  if (!value.is_string())
+    throw InputError(fmt::format("{}: label: expected a string, got {}", where, type_name(value)));
   const std::string& s = value.get_ref<const std::string&>();
   if (s.empty() || has_space(s)) {
-    throw InputError(fmt::format("{}: label: {} is empty or holds whitespace (labels are single words)", where,
-                                 json_quoted(s)));
+    throw InputError(
+        fmt::format("{}: label: {} is empty or holds whitespace (labels are single words)", where, json_quoted(s)));
   }
   return s;
 }
@@ -169,7 +171,8 @@ void check_length(const StringExample& example, const Task& schema, std::string_
 
 StringExample parse_string_example(const json& object, const Task& schema, std::string_view where) {
   StringExample example;
-  const std::string text_key = text_field_of(schema, FileFormat::jsonl), label_key = label_field_of(schema, FileFormat::jsonl);
+  const std::string text_key = text_field_of(schema, FileFormat::jsonl),
+                    label_key = label_field_of(schema, FileFormat::jsonl);
   for (auto& token : parse_words(object.at(text_key), where, text_key, false, schema.text))
     example.tokens.push_back(std::move(*token));
   check_length(example, schema, where, text_key);
@@ -196,8 +199,8 @@ StringExample record_example(const TextRecord& record, const Task& schema, const
   split_words(record.label, {}, labels);
   if (schema.target_kind == TargetKind::per_sequence) {
     if (labels.size() != 1)
-      throw InputError(fmt::format("{}: {}: expected one word, got {}", record.where, label_key,
-                                   json_quoted(record.label)));
+      throw InputError(
+          fmt::format("{}: {}: expected one word, got {}", record.where, label_key, json_quoted(record.label)));
   } else if (labels.size() != example.tokens.size()) {
     throw InputError(fmt::format("{}: {}: {} tags but {} has {} words (one tag per word)", record.where, label_key,
                                  labels.size(), text_key, example.tokens.size()));
@@ -208,7 +211,8 @@ StringExample record_example(const TextRecord& record, const Task& schema, const
 
 // A data-defined example's strings as ids: unknown tokens are "[UNK]", unknown labels an error.
 // "[PAD]" and "[UNK]" written in the data are read as "[UNK]" (never the padding id) and counted.
-Example data_example(const StringExample& strings, const Task& task, std::string_view where, LoadStats* stats = nullptr) {
+Example data_example(const StringExample& strings, const Task& task, std::string_view where,
+                     LoadStats* stats = nullptr) {
   Example example;
   const int32_t unk = task.input_vocab.id(kUnkToken);
   for (const std::string& token : strings.tokens) {
@@ -224,11 +228,11 @@ Example data_example(const StringExample& strings, const Task& task, std::string
     }
     auto id = task.output_vocab.find(*strings.labels[i]);
     if (!id) {
-      const std::string field =
-          task.target_kind == TargetKind::per_sequence ? "label" : fmt::format("targets[{}]", i);
-      throw InputError(fmt::format("{}: {}: label {} does not occur in the training file, so the model cannot predict "
-                                   "it (labels: {})",
-                                   where, field, json_quoted(*strings.labels[i]), joined(task.output_vocab.tokens())));
+      const std::string field = task.target_kind == TargetKind::per_sequence ? "label" : fmt::format("targets[{}]", i);
+      throw InputError(
+          fmt::format("{}: {}: label {} does not occur in the training file, so the model cannot predict "
+                      "it (labels: {})",
+                      where, field, json_quoted(*strings.labels[i]), joined(task.output_vocab.tokens())));
     }
     example.targets.push_back(*id);
   }
@@ -241,8 +245,8 @@ std::vector<int32_t> parse_tokens(const json& tokens, const Task& task, std::str
   }
   if (tokens.empty()) throw InputError(fmt::format("{}: tokens: empty sequence", where));
   if (tokens.size() > static_cast<size_t>(task.max_seq_len)) {
-    throw OverLong{fmt::format("{}: tokens: {} symbols, more than the limit of {} for task {}", where,
-                               tokens.size(), task.max_seq_len, task.name)};
+    throw OverLong{fmt::format("{}: tokens: {} symbols, more than the limit of {} for task {}", where, tokens.size(),
+                               task.max_seq_len, task.name)};
   }
   std::vector<int32_t> ids;
   ids.reserve(tokens.size());
@@ -254,7 +258,8 @@ std::vector<int32_t> parse_tokens(const json& tokens, const Task& task, std::str
     auto id = task.input_vocab.find(symbol.get<std::string>());
     if (!id) {
       throw InputError(fmt::format("{}: tokens[{}]: unknown symbol {} for task {} (known: {})", where, i,
-                                   json_quoted(symbol.get<std::string>()), task.name, joined(task.input_vocab.tokens())));
+                                   json_quoted(symbol.get<std::string>()), task.name,
+                                   joined(task.input_vocab.tokens())));
     }
     ids.push_back(*id);
   }
@@ -268,8 +273,7 @@ int32_t parse_class(const json& value, const Task& task, std::string_view where,
   auto id = task.output_vocab.find(value.get<std::string>());
   if (!id) {
     throw InputError(fmt::format("{}: {}: unknown class {} for task {} (classes: {})", where, field,
-                                 json_quoted(value.get<std::string>()), task.name,
-                                 joined(task.output_vocab.tokens())));
+                                 json_quoted(value.get<std::string>()), task.name, joined(task.output_vocab.tokens())));
   }
   return *id;
 }
@@ -302,8 +306,8 @@ Example parse_jsonl_object(std::string_view line, const Task& task, std::string_
   }
   const json& targets = object.at("targets");
   if (!targets.is_array()) {
-    throw InputError(fmt::format("{}: targets: expected an array of strings or nulls, got {}", where,
-                                 type_name(targets)));
+    throw InputError(
+        fmt::format("{}: targets: expected an array of strings or nulls, got {}", where, type_name(targets)));
   }
   if (targets.size() != example.tokens.size()) {
     throw InputError(fmt::format("{}: targets: {} entries but tokens has {} (one target per token)", where,
@@ -311,8 +315,8 @@ Example parse_jsonl_object(std::string_view line, const Task& task, std::string_
   }
   example.targets.reserve(targets.size());
   for (size_t i = 0; i < targets.size(); ++i) {
-    example.targets.push_back(targets[i].is_null() ? -1
-                                                   : parse_class(targets[i], task, where, fmt::format("targets[{}]", i)));
+    example.targets.push_back(
+        targets[i].is_null() ? -1 : parse_class(targets[i], task, where, fmt::format("targets[{}]", i)));
   }
   return example;
 }
@@ -324,9 +328,10 @@ std::string read_data_file(const std::string& path, int64_t max_file_bytes) {
   if (std::filesystem::is_regular_file(path, ec)) {
     const uintmax_t size = std::filesystem::file_size(path, ec);
     if (!ec && size > uintmax_t(max_file_bytes))
-      throw InputError(fmt::format("{}: file is {} bytes, larger than the limit of {} bytes (task.max_file_mb {}: "
-                                   "raise it to read larger files)",
-                                   path, size, max_file_bytes, max_file_bytes >> 20));
+      throw InputError(
+          fmt::format("{}: file is {} bytes, larger than the limit of {} bytes (task.max_file_mb {}: "
+                      "raise it to read larger files)",
+                      path, size, max_file_bytes, max_file_bytes >> 20));
   }
   std::string contents = io::read_file(path, static_cast<size_t>(max_file_bytes));  // also: missing, not a regular file
   io::require_utf8_lines(contents, path);  // every format, before any parser sees a byte
@@ -390,12 +395,15 @@ void for_each_string_example_in(const std::string& contents, const std::string& 
                                 const OnStringExample& on_example) {
   if (format == FileFormat::jsonl) {
     for_each_line(contents, path, stop, [&](std::string_view line, const std::string& where) {
-      read_record(stats, [&] { on_example(parse_string_example(parse_object(line, schema, where), schema, where), where); });
+      read_record(stats,
+                  [&] { on_example(parse_string_example(parse_object(line, schema, where), schema, where), where); });
     });
   } else if (format == FileFormat::conll) {
     if (schema.target_kind == TargetKind::per_sequence)
-      throw InputError(fmt::format("{}: a CoNLL file holds one tag per token: task.name token_classification reads it, "
-                                   "{} needs one label per line (CSV, TSV or JSONL)", path, schema.name));
+      throw InputError(
+          fmt::format("{}: a CoNLL file holds one tag per token: task.name token_classification reads it, "
+                      "{} needs one label per line (CSV, TSV or JSONL)",
+                      path, schema.name));
     for_each_conll_sentence(contents, path, stop, [&](StringExample&& example, const std::string& where) {
       read_record(stats, [&] {
         for (std::string& token : example.tokens) token = normalize_word(token, schema.text);
@@ -406,9 +414,12 @@ void for_each_string_example_in(const std::string& contents, const std::string& 
   } else {
     const std::string text_key = text_field_of(schema, format), label_key = label_field_of(schema, format);
     const bool csv = format == FileFormat::csv;
-    for_each_delimited_record(contents, path, csv ? ',' : '\t', csv, text_key, label_key, stop, [&](TextRecord&& record) {
-      read_record(stats, [&] { on_example(record_example(record, schema, text_key, label_key), record.where); });
-    });
+    for_each_delimited_record(contents, path, csv ? ',' : '\t', csv, text_key, label_key, stop,
+                              [&](TextRecord&& record) {
+                                read_record(stats, [&] {
+                                  on_example(record_example(record, schema, text_key, label_key), record.where);
+                                });
+                              });
   }
 }
 
@@ -426,9 +437,10 @@ std::vector<Example> load_jsonl(const std::string& path, const Task& task, int64
                                 LoadStats* stats) {
   std::vector<Example> examples;
   if (task.is_data_defined()) {
-    for_each_string_example(path, task, max_file_bytes, stop, stats, [&](StringExample&& strings, const std::string& where) {
-      examples.push_back(data_example(strings, task, where, stats));
-    });
+    for_each_string_example(path, task, max_file_bytes, stop, stats,
+                            [&](StringExample&& strings, const std::string& where) {
+                              examples.push_back(data_example(strings, task, where, stats));
+                            });
     return examples;
   }
   const std::string contents = read_data_file(path, max_file_bytes);
@@ -451,7 +463,8 @@ std::vector<std::string> load_text_lines(const std::string& path, int32_t max_ch
     read_record(stats, [&] {
       const json object = parse_object(line, schema, where);
       const json& text = object.at("text");
-      if (!text.is_string()) throw InputError(fmt::format("{}: text: expected a string, got {}", where, type_name(text)));
+      if (!text.is_string())
+        throw InputError(fmt::format("{}: text: expected a string, got {}", where, type_name(text)));
       std::string value = text.get<std::string>();
       if (value.empty()) throw InputError(fmt::format("{}: text: empty string", where));
       const size_t characters = utf8_characters(value, fmt::format("{}: text", where)).size();
@@ -516,8 +529,7 @@ void for_each_input_record(std::string_view contents, const std::string& path, c
       if (object.contains(label_key) && !object.at(label_key).is_null()) {
         if (task.target_kind == TargetKind::per_sequence)
           record.labels = std::vector<std::optional<std::string>>{label_string(object.at(label_key), where)};
-        else
-          record.labels = parse_words(object.at(label_key), where, label_key, true, TextOptions{});
+        else record.labels = parse_words(object.at(label_key), where, label_key, true, TextOptions{});
       }
       on_record(std::move(record));
     });
@@ -541,7 +553,8 @@ void for_each_input_record(std::string_view contents, const std::string& path, c
             std::vector<std::string> labels;
             split_words(row.label, {}, labels);
             if (task.target_kind == TargetKind::per_sequence && labels.size() != 1)
-              throw InputError(fmt::format("{}: {}: expected one word, got {}", row.where, label_key, json_quoted(row.label)));
+              throw InputError(
+                  fmt::format("{}: {}: expected one word, got {}", row.where, label_key, json_quoted(row.label)));
             record.labels.emplace();
             for (std::string& l : labels) record.labels->emplace_back(std::move(l));
           }
@@ -582,8 +595,8 @@ std::string example_to_jsonl(const Example& example, const Task& task) {
     return object.dump();
   }
   if (example.targets.size() != example.tokens.size()) {
-    throw UsageError(fmt::format("example_to_jsonl: {} targets for {} tokens", example.targets.size(),
-                                 example.tokens.size()));
+    throw UsageError(
+        fmt::format("example_to_jsonl: {} targets for {} tokens", example.targets.size(), example.tokens.size()));
   }
   nlohmann::ordered_json targets = nlohmann::ordered_json::array();
   for (int32_t id : example.targets) {

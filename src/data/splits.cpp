@@ -51,9 +51,8 @@ std::vector<std::string> write_task_splits(const Task& task, const std::string& 
 
 std::vector<std::string> write_text_splits(const std::string& verses_path, const std::string& out_dir,
                                            const TextSplitsConfig& config) {
-  if (config.min_chars < 1 || config.max_chars < config.min_chars || config.block < 1 ||
-      config.train_per_block < 0 || config.valid_per_block < 0 ||
-      config.train_per_block + config.valid_per_block > config.block) {
+  if (config.min_chars < 1 || config.max_chars < config.min_chars || config.block < 1 || config.train_per_block < 0 ||
+      config.valid_per_block < 0 || config.train_per_block + config.valid_per_block > config.block) {
     throw UsageError("write_text_splits: inconsistent TextSplitsConfig");
   }
   const std::string contents = io::read_file(verses_path, static_cast<size_t>(kMaxJsonlBytes));
@@ -90,9 +89,8 @@ std::vector<std::string> write_text_splits(const std::string& verses_path, const
   }
   make_directory(out_dir);
   std::vector<std::string> paths;
-  for (auto [name, split] : {std::pair<const char*, const std::string*>{"train", &train},
-                             {"valid", &valid},
-                             {"test", &test}}) {
+  for (auto [name, split] :
+       {std::pair<const char*, const std::string*>{"train", &train}, {"valid", &valid}, {"test", &test}}) {
     std::string path = (std::filesystem::path(out_dir) / (std::string(name) + ".jsonl")).string();
     io::write_file_atomic(path, *split);
     paths.push_back(path);

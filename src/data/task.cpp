@@ -187,24 +187,23 @@ Task make_task(TaskKind kind) {
   switch (kind) {
     case TaskKind::reverse:
       return symbol_task("reverse", kind, TargetKind::per_token, digit_symbols(10), digit_symbols(10));
-    case TaskKind::sort:
-      return symbol_task("sort", kind, TargetKind::per_token, digit_symbols(10), digit_symbols(10));
+    case TaskKind::sort: return symbol_task("sort", kind, TargetKind::per_token, digit_symbols(10), digit_symbols(10));
     case TaskKind::brackets: {
       std::vector<std::string> depth_classes = digit_symbols(kMaxDepthClass);
       depth_classes.push_back(fmt::format("{}+", kMaxDepthClass));
       depth_classes.push_back("!");
       return symbol_task("brackets", kind, TargetKind::per_token, {"(", ")"}, std::move(depth_classes));
     }
-    case TaskKind::majority:
-      return symbol_task("majority", kind, TargetKind::per_sequence, {"0", "1"}, {"0", "1"});
+    case TaskKind::majority: return symbol_task("majority", kind, TargetKind::per_sequence, {"0", "1"}, {"0", "1"});
     case TaskKind::mlm_text:
       throw InputError("task mlm_text: its vocabulary comes from the training text; build it with make_text_task");
     case TaskKind::sequence_classification:
-    case TaskKind::token_classification:
-      break;
+    case TaskKind::token_classification: break;
   }
-  throw InputError(fmt::format("task {}: its vocabulary and labels come from the training file; build it with "
-                               "make_data_task", to_string(kind)));
+  throw InputError(
+      fmt::format("task {}: its vocabulary and labels come from the training file; build it with "
+                  "make_data_task",
+                  to_string(kind)));
 }
 
 Task make_task(std::string_view name) {
@@ -269,8 +268,7 @@ std::vector<int32_t> compute_targets(const Task& task, const std::vector<int32_t
     }
     case TaskKind::mlm_text:
     case TaskKind::sequence_classification:
-    case TaskKind::token_classification:
-      break;
+    case TaskKind::token_classification: break;
   }
   throw UsageError(fmt::format("compute_targets: task {} has no rule; its targets come from {}", task.name,
                                task.is_masked_lm() ? "masking" : "the data"));
@@ -298,8 +296,8 @@ Example generate_example(const Task& task, int32_t length, Rng& rng) {
   return example;
 }
 
-std::vector<Example> generate_examples(const Task& task, int64_t count, int32_t min_len, int32_t max_len,
-                                       uint64_t seed, io::StopFlag stop) {
+std::vector<Example> generate_examples(const Task& task, int64_t count, int32_t min_len, int32_t max_len, uint64_t seed,
+                                       io::StopFlag stop) {
   if (count < 0) throw UsageError(fmt::format("generate_examples: count {} < 0", count));
   if (min_len < 1 || max_len < min_len) {
     throw UsageError(fmt::format("generate_examples: bad length range [{}, {}]", min_len, max_len));

@@ -149,8 +149,8 @@ std::vector<int32_t> encode_text(const Vocab& vocab, std::string_view text, std:
     } else if (unk) {
       ids.push_back(*unk);
     } else {
-      throw InputError(fmt::format("{}: unknown character \"{}\" at character {}", what, printable(characters[index]),
-                                   index + 1));
+      throw InputError(
+          fmt::format("{}: unknown character \"{}\" at character {}", what, printable(characters[index]), index + 1));
     }
     ++index;
   }

@@ -82,7 +82,8 @@ int64_t now_ns() {
 class Watchdog {
  public:
   explicit Watchdog(int rank) : rank_(rank) {
-    if (const char* value = std::getenv("NORMLAB_DIST_TIMEOUT")) timeout_s_ = std::atof(value) > 0 ? std::atof(value) : timeout_s_;
+    if (const char* value = std::getenv("NORMLAB_DIST_TIMEOUT"))
+      timeout_s_ = std::atof(value) > 0 ? std::atof(value) : timeout_s_;
     thread_ = std::thread([this] { loop(); });
   }
   ~Watchdog() {
@@ -243,9 +244,10 @@ bool built_with_mpi() { return false; }
 Communicator& world() {
   const int size = launcher_world_size();
   if (size > 1) {
-    throw InputError(fmt::format("launched as one of {} processes, but this normlab was built without MPI and "
-                                 "cannot run data-parallel (install libopenmpi-dev and rebuild, docs/scaling.md)",
-                                 size));
+    throw InputError(
+        fmt::format("launched as one of {} processes, but this normlab was built without MPI and "
+                    "cannot run data-parallel (install libopenmpi-dev and rebuild, docs/scaling.md)",
+                    size));
   }
   static SingleProcess instance;
   return instance;

@@ -18,9 +18,10 @@ DataParallel::DataParallel(Communicator& comm, const DataParallelOptions& option
     : comm_(comm), sync_batch_norm_(options.sync_batch_norm && comm.size() > 1) {
   const int ranks = comm_.size();
   if (ranks > 1 && sync_batch_norm_ && options.batch_size < ranks) {
-    throw InputError(fmt::format("train.batch_size: model.batchnorm_stats = \"sync\" on {} processes needs at "
-                                 "least {} sequences per batch (every rank joins the statistics), got {}",
-                                 ranks, ranks, options.batch_size));
+    throw InputError(
+        fmt::format("train.batch_size: model.batchnorm_stats = \"sync\" on {} processes needs at "
+                    "least {} sequences per batch (every rank joins the statistics), got {}",
+                    ranks, ranks, options.batch_size));
   }
 }
 
@@ -63,7 +64,9 @@ StepSums read_slots(const double* slots) {
           .correct = static_cast<int64_t>(slots[1]),
           .targets = static_cast<int64_t>(slots[2]),
           .tokens = static_cast<int64_t>(slots[3]),
-          .stop_request = slots[4] > 0 ? SIGTERM : slots[5] > 0 ? SIGINT : 0};
+          .stop_request = slots[4] > 0   ? SIGTERM
+                          : slots[5] > 0 ? SIGINT
+                                         : 0};
 }
 
 }  // namespace
@@ -128,9 +131,10 @@ void DataParallel::check_parameters(const nn::Module& model, int64_t step) {
   const std::vector<uint64_t> hashes = comm_.all_gather(parameter_hash(tensors));
   for (size_t r = 1; r < hashes.size(); ++r) {
     if (hashes[r] != hashes[0]) {
-      throw std::runtime_error(fmt::format("data-parallel: after step {} the parameters of rank {} differ from rank "
-                                           "0's (hash {:016x} vs {:016x}); the ranks no longer train the same model",
-                                           step, r, hashes[r], hashes[0]));
+      throw std::runtime_error(
+          fmt::format("data-parallel: after step {} the parameters of rank {} differ from rank "
+                      "0's (hash {:016x} vs {:016x}); the ranks no longer train the same model",
+                      step, r, hashes[r], hashes[0]));
     }
   }
 }

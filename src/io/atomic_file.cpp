@@ -187,8 +187,8 @@ std::string read_file(const std::string& path, size_t max_bytes) {
   ReadableFile in = open_regular_file(path);
   const uint64_t file_size = in.size();
   if (file_size > max_bytes) {
-    throw InputError(path + ": file is " + std::to_string(file_size) +
-                     " bytes, larger than the limit of " + std::to_string(max_bytes) + " bytes");
+    throw InputError(path + ": file is " + std::to_string(file_size) + " bytes, larger than the limit of " +
+                     std::to_string(max_bytes) + " bytes");
   }
   std::string contents(size_t(file_size), '\0');
   if (file_size > 0 && !in.read(contents.data(), size_t(file_size))) {

@@ -58,9 +58,10 @@ DirLock DirLock::acquire_file(const std::string& path, const std::string& dir, s
       holder = read_holder(fd);
     }
     ::close(fd);
-    throw InputError(fmt::format("{}: the {} is in use by another normlab process (pid {}); wait for it to end or "
-                                 "stop it, or choose another directory",
-                                 dir, what, holder.empty() ? "unknown" : holder));
+    throw InputError(
+        fmt::format("{}: the {} is in use by another normlab process (pid {}); wait for it to end or "
+                    "stop it, or choose another directory",
+                    dir, what, holder.empty() ? "unknown" : holder));
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {

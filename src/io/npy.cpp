@@ -54,7 +54,8 @@ class HeaderParser {
       expect(':');
       skip_space();
       if (key == "descr") {
-        if (peek() != '\'' && peek() != '"') fail("header: 'descr' is not a simple dtype string (structured arrays are not supported)");
+        if (peek() != '\'' && peek() != '"')
+          fail("header: 'descr' is not a simple dtype string (structured arrays are not supported)");
         header.descr = parse_string();
         header.has_descr = true;
       } else if (key == "fortran_order") {
@@ -125,7 +126,8 @@ class HeaderParser {
       int64_t dim = 0;
       while (peek() >= '0' && peek() <= '9') {
         int digit = peek() - '0';
-        if (dim > (std::numeric_limits<int64_t>::max() - digit) / 10) fail("header: a 'shape' dimension is absurdly large");
+        if (dim > (std::numeric_limits<int64_t>::max() - digit) / 10)
+          fail("header: a 'shape' dimension is absurdly large");
         dim = dim * 10 + digit;
         pos_++;
       }
@@ -158,8 +160,8 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 struct RawNpy {
   std::string descr;
   std::vector<int64_t> shape;
-  int64_t count = 0;           // product(shape)
-  std::vector<char> payload;   // count * itemsize bytes
+  int64_t count = 0;          // product(shape)
+  std::vector<char> payload;  // count * itemsize bytes
 };
 
 size_t itemsize_of(const std::string& path, const std::string& descr, const std::vector<std::string>& accepted) {
@@ -184,9 +186,11 @@ RawNpy read_raw(const std::string& path, const std::vector<std::string>& accepte
 
   // Magic, version, header length.
   unsigned char preamble[12] = {};
-  if (file_size < 10) throw InputError(fmt::format("{}: truncated: {} bytes is too short for a .npy header", path, file_size));
+  if (file_size < 10)
+    throw InputError(fmt::format("{}: truncated: {} bytes is too short for a .npy header", path, file_size));
   file.read(reinterpret_cast<char*>(preamble), 10);
-  if (std::memcmp(preamble, kMagic, kMagicSize) != 0) throw InputError(fmt::format("{}: not a .npy file (bad magic)", path));
+  if (std::memcmp(preamble, kMagic, kMagicSize) != 0)
+    throw InputError(fmt::format("{}: not a .npy file (bad magic)", path));
   const int major = preamble[6], minor = preamble[7];
   uint64_t header_len = 0;
   uint64_t preamble_size = 0;
@@ -194,7 +198,8 @@ RawNpy read_raw(const std::string& path, const std::vector<std::string>& accepte
     header_len = uint64_t(preamble[8]) | (uint64_t(preamble[9]) << 8);
     preamble_size = 10;
   } else if ((major == 2 || major == 3) && minor == 0) {
-    if (file_size < 12) throw InputError(fmt::format("{}: truncated: {} bytes is too short for a .npy header", path, file_size));
+    if (file_size < 12)
+      throw InputError(fmt::format("{}: truncated: {} bytes is too short for a .npy header", path, file_size));
     file.read(reinterpret_cast<char*>(preamble) + 10, 2);
     header_len = uint64_t(preamble[8]) | (uint64_t(preamble[9]) << 8) | (uint64_t(preamble[10]) << 16) |
                  (uint64_t(preamble[11]) << 24);
@@ -202,7 +207,8 @@ RawNpy read_raw(const std::string& path, const std::vector<std::string>& accepte
   } else {
     throw InputError(fmt::format("{}: unsupported .npy format version {}.{}", path, major, minor));
   }
-  if (header_len > kMaxNpyHeaderBytes) throw InputError(fmt::format("{}: header length {} is absurd", path, header_len));
+  if (header_len > kMaxNpyHeaderBytes)
+    throw InputError(fmt::format("{}: header length {} is absurd", path, header_len));
   if (preamble_size + header_len > file_size) {
     throw InputError(fmt::format("{}: truncated: header length {} runs past the end of the {}-byte file", path,
                                  header_len, file_size));

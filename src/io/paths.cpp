@@ -19,8 +19,8 @@ void make_directories(const std::string& dir, std::string_view what) {
     std::error_code status_ec;
     const fs::file_status status = fs::status(part, status_ec);
     if (fs::exists(status) && !fs::is_directory(status)) {
-      throw InputError(fmt::format("{}: cannot create the {}: {} is a file, not a directory", dir, what,
-                                   part.string()));
+      throw InputError(
+          fmt::format("{}: cannot create the {}: {} is a file, not a directory", dir, what, part.string()));
     }
     if (part == part.parent_path()) break;
   }
@@ -34,9 +34,10 @@ void make_directories(const std::string& dir, std::string_view what) {
 void refuse_symlink(const std::string& path) {
   std::error_code ec;
   if (fs::is_symlink(fs::symlink_status(path, ec))) {
-    throw InputError(fmt::format("{}: is a symbolic link; normlab writes run files only as regular files and never "
-                                 "through a link (replace the link with a copy of the file)",
-                                 path));
+    throw InputError(
+        fmt::format("{}: is a symbolic link; normlab writes run files only as regular files and never "
+                    "through a link (replace the link with a copy of the file)",
+                    path));
   }
 }
 

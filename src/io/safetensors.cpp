@@ -35,9 +35,8 @@ struct DtypeInfo {
   size_t size;
 };
 constexpr DtypeInfo kDtypes[] = {
-    {"BOOL", 1}, {"U8", 1},   {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
-    {"I16", 2},  {"U16", 2},  {"F16", 2}, {"BF16", 2},    {"I32", 4},
-    {"U32", 4},  {"F32", 4},  {"F64", 8}, {"I64", 8},     {"U64", 8},
+    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
+    {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4},     {"F64", 8},     {"I64", 8}, {"U64", 8},
 };
 
 std::string single_quoted(const std::string& name) { return "'" + name + "'"; }
@@ -90,8 +89,7 @@ bool as_unsigned(const json& value, uint64_t* out) {
   return false;
 }
 
-Entry parse_entry(const std::string& path, const std::string& name, const json& info,
-                  uint64_t buffer_bytes) {
+Entry parse_entry(const std::string& path, const std::string& name, const json& info, uint64_t buffer_bytes) {
   const std::string where = path + ": tensor " + single_quoted(name) + ": ";
   if (!info.is_object()) throw InputError(where + "entry is not a JSON object");
   Entry entry;
@@ -121,29 +119,27 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
 
   auto offsets_it = info.find("data_offsets");
   if (offsets_it == info.end()) throw InputError(where + "missing 'data_offsets'");
-  if (!offsets_it->is_array() || offsets_it->size() != 2 ||
-      !as_unsigned((*offsets_it)[0], &entry.begin) || !as_unsigned((*offsets_it)[1], &entry.end)) {
+  if (!offsets_it->is_array() || offsets_it->size() != 2 || !as_unsigned((*offsets_it)[0], &entry.begin) ||
+      !as_unsigned((*offsets_it)[1], &entry.end)) {
     throw InputError(where + "'data_offsets' must be [begin, end] with non-negative integers, got " +
                      offsets_it->dump());
   }
   if (entry.begin > entry.end) {
-    throw InputError(where + "data_offsets [" + std::to_string(entry.begin) + ", " +
-                     std::to_string(entry.end) + "] has begin > end");
+    throw InputError(where + "data_offsets [" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) +
+                     "] has begin > end");
   }
   if (entry.end > buffer_bytes) {
-    throw InputError(where + "data_offsets end " + std::to_string(entry.end) +
-                     " is beyond the data buffer of " + std::to_string(buffer_bytes) + " bytes");
+    throw InputError(where + "data_offsets end " + std::to_string(entry.end) + " is beyond the data buffer of " +
+                     std::to_string(buffer_bytes) + " bytes");
   }
   if (entry.end - entry.begin != expected_bytes) {
-    throw InputError(where + "data_offsets span " + std::to_string(entry.end - entry.begin) +
-                     " bytes but shape " + format_shape(entry.shape) + " of " + entry.dtype +
-                     " needs " + std::to_string(expected_bytes));
+    throw InputError(where + "data_offsets span " + std::to_string(entry.end - entry.begin) + " bytes but shape " +
+                     format_shape(entry.shape) + " of " + entry.dtype + " needs " + std::to_string(expected_bytes));
   }
   return entry;
 }
 
-ParsedHeader parse_header(const std::string& path, const std::string& header,
-                          uint64_t buffer_bytes) {
+ParsedHeader parse_header(const std::string& path, const std::string& header, uint64_t buffer_bytes) {
   // The reference parser insists on '{' first (no leading whitespace); we match it so a file we
   // accept is one every other reader accepts.
   if (header.empty() || header[0] != '{') {
@@ -170,8 +166,7 @@ ParsedHeader parse_header(const std::string& path, const std::string& header,
       if (!it->is_object()) throw InputError(path + ": __metadata__ is not a JSON object");
       for (auto meta = it->begin(); meta != it->end(); ++meta) {
         if (!meta->is_string()) {
-          throw InputError(path + ": __metadata__: value of " + single_quoted(meta.key()) +
-                           " is not a string");
+          throw InputError(path + ": __metadata__: value of " + single_quoted(meta.key()) + " is not a string");
         }
         parsed.metadata[meta.key()] = meta->get<std::string>();
       }
@@ -192,25 +187,24 @@ ParsedHeader parse_header(const std::string& path, const std::string& header,
     const Entry& entry = parsed.entries[i];
     if (entry.begin < covered) {
       throw InputError(path + ": tensor " + single_quoted(entry.name) + ": data_offsets [" +
-                       std::to_string(entry.begin) + ", " + std::to_string(entry.end) +
-                       "] overlap tensor " + single_quoted(parsed.entries[i - 1].name));
+                       std::to_string(entry.begin) + ", " + std::to_string(entry.end) + "] overlap tensor " +
+                       single_quoted(parsed.entries[i - 1].name));
     }
     if (entry.begin > covered) {
       throw InputError(path + ": tensor " + single_quoted(entry.name) + ": data_offsets begin " +
-                       std::to_string(entry.begin) + " leaves a gap after byte " +
-                       std::to_string(covered));
+                       std::to_string(entry.begin) + " leaves a gap after byte " + std::to_string(covered));
     }
     covered = entry.end;
   }
   if (covered != buffer_bytes) {
-    throw InputError(path + ": data buffer has " + std::to_string(buffer_bytes) +
-                     " bytes but the tensors cover only " + std::to_string(covered));
+    throw InputError(path + ": data buffer has " + std::to_string(buffer_bytes) + " bytes but the tensors cover only " +
+                     std::to_string(covered));
   }
   return parsed;
 }
 
-const TensorRecord& checked_tensor(const SafetensorsFile& file, const std::string& name,
-                                   const char* dtype, const std::vector<int64_t>& expected_shape) {
+const TensorRecord& checked_tensor(const SafetensorsFile& file, const std::string& name, const char* dtype,
+                                   const std::vector<int64_t>& expected_shape) {
   const TensorRecord* record = file.find(name);
   const std::string where = file.path + ": tensor " + single_quoted(name) + ": ";
   if (record == nullptr) throw InputError(where + "missing");
@@ -218,22 +212,18 @@ const TensorRecord& checked_tensor(const SafetensorsFile& file, const std::strin
     throw InputError(where + "expected dtype " + dtype + " got " + record->dtype);
   }
   if (record->shape != expected_shape) {
-    throw InputError(where + "expected shape " + format_shape(expected_shape) + " got " +
-                     format_shape(record->shape));
+    throw InputError(where + "expected shape " + format_shape(expected_shape) + " got " + format_shape(record->shape));
   }
   return *record;
 }
 
-TensorRecord make_record(std::string name, const char* dtype, std::vector<int64_t> shape,
-                         const void* data) {
+TensorRecord make_record(std::string name, const char* dtype, std::vector<int64_t> shape, const void* data) {
   uint64_t bytes = 0;
   if (!checked_byte_count(shape, safetensors_dtype_size(dtype), &bytes)) {
-    throw UsageError("safetensors: tensor " + single_quoted(name) + ": invalid shape " +
-                     format_shape(shape));
+    throw UsageError("safetensors: tensor " + single_quoted(name) + ": invalid shape " + format_shape(shape));
   }
   if (bytes > 0 && data == nullptr) {
-    throw UsageError("safetensors: tensor " + single_quoted(name) + ": null data for shape " +
-                     format_shape(shape));
+    throw UsageError("safetensors: tensor " + single_quoted(name) + ": null data for shape " + format_shape(shape));
   }
   TensorRecord record;
   record.name = std::move(name);
@@ -278,8 +268,7 @@ const TensorRecord* SafetensorsFile::find(const std::string& name) const {
   return nullptr;
 }
 
-std::vector<float> SafetensorsFile::floats(const std::string& name,
-                                           const std::vector<int64_t>& expected_shape) const {
+std::vector<float> SafetensorsFile::floats(const std::string& name, const std::vector<int64_t>& expected_shape) const {
   const TensorRecord& record = checked_tensor(*this, name, "F32", expected_shape);
   std::vector<float> values(record.bytes.size() / sizeof(float));
   if (!values.empty()) std::memcpy(values.data(), record.bytes.data(), record.bytes.size());
@@ -311,13 +300,12 @@ SafetensorsFile read_file_checked(const std::string& path, bool with_data) {
   uint64_t header_bytes = 0;
   for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | length_bytes[i];
   if (header_bytes > kMaxHeaderBytes) {
-    throw InputError(path + ": header length " + std::to_string(header_bytes) +
-                     " exceeds the limit of " + std::to_string(kMaxHeaderBytes) + " bytes");
+    throw InputError(path + ": header length " + std::to_string(header_bytes) + " exceeds the limit of " +
+                     std::to_string(kMaxHeaderBytes) + " bytes");
   }
   if (header_bytes > file_size - 8) {
-    throw InputError(path + ": header length " + std::to_string(header_bytes) +
-                     " exceeds the " + std::to_string(file_size - 8) +
-                     " bytes that follow it in the file");
+    throw InputError(path + ": header length " + std::to_string(header_bytes) + " exceeds the " +
+                     std::to_string(file_size - 8) + " bytes that follow it in the file");
   }
   std::string header(size_t(header_bytes), '\0');
   if (header_bytes > 0 && !in.read(header.data(), size_t(header_bytes))) {
@@ -343,8 +331,7 @@ SafetensorsFile read_file_checked(const std::string& path, bool with_data) {
       continue;
     }
     record.bytes.resize(size_t(entry.end - entry.begin));
-    if (!record.bytes.empty() &&
-        !in.read(record.bytes.data(), record.bytes.size())) {
+    if (!record.bytes.empty() && !in.read(record.bytes.data(), record.bytes.size())) {
       throw InputError(path + ": tensor " + single_quoted(record.name) +
                        ": cannot read its data (file truncated while reading?)");
     }
@@ -382,8 +369,7 @@ std::string serialize_safetensors(const std::map<std::string, std::string>& meta
     for (const auto& [key, value] : metadata) {
       if (!first) header += ",";
       first = false;
-      header += json_string(key, "metadata key") + ":" +
-                json_string(value, "metadata value of " + single_quoted(key));
+      header += json_string(key, "metadata key") + ":" + json_string(value, "metadata value of " + single_quoted(key));
     }
     header += "}";
   }
@@ -402,18 +388,15 @@ std::string serialize_safetensors(const std::map<std::string, std::string>& meta
     }
     if (expected_bytes != record.bytes.size()) {
       throw UsageError(where + "has " + std::to_string(record.bytes.size()) + " bytes but shape " +
-                       format_shape(record.shape) + " of " + record.dtype + " needs " +
-                       std::to_string(expected_bytes));
+                       format_shape(record.shape) + " of " + record.dtype + " needs " + std::to_string(expected_bytes));
     }
     if (header.size() > 1) header += ",";
-    header += json_string(record.name, "tensor name") + ":{\"dtype\":\"" + record.dtype +
-              "\",\"shape\":[";
+    header += json_string(record.name, "tensor name") + ":{\"dtype\":\"" + record.dtype + "\",\"shape\":[";
     for (size_t d = 0; d < record.shape.size(); ++d) {
       if (d > 0) header += ",";
       header += std::to_string(record.shape[d]);
     }
-    header += "],\"data_offsets\":[" + std::to_string(offset) + "," +
-              std::to_string(offset + expected_bytes) + "]}";
+    header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + expected_bytes) + "]}";
     offset += expected_bytes;
   }
   header += "}";

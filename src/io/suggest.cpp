@@ -29,11 +29,13 @@ namespace {
 // Names users type for what normlab calls otherwise: PyTorch's and common spellings.
 const std::vector<std::pair<std::string, std::string>>& aliases() {
   static const std::vector<std::pair<std::string, std::string>> table = [] {
-    std::vector<std::pair<std::string, std::string>> all = {
-        {"learning_rate", "lr"}, {"lr_rate", "lr"},       {"learningrate", "lr"},  {"variant", "variants"},
-        {"seed", "seeds"},       {"step", "steps"},       {"num_steps", "steps"},  {"max_steps", "steps"},
-        {"norm_type", "norm"},   {"n_layers", "layers"},  {"num_layers", "layers"}, {"n_heads", "heads"},
-        {"num_heads", "heads"},  {"batchsize", "batch_size"}};
+    std::vector<std::pair<std::string, std::string>> all = {{"learning_rate", "lr"},  {"lr_rate", "lr"},
+                                                            {"learningrate", "lr"},   {"variant", "variants"},
+                                                            {"seed", "seeds"},        {"step", "steps"},
+                                                            {"num_steps", "steps"},   {"max_steps", "steps"},
+                                                            {"norm_type", "norm"},    {"n_layers", "layers"},
+                                                            {"num_layers", "layers"}, {"n_heads", "heads"},
+                                                            {"num_heads", "heads"},   {"batchsize", "batch_size"}};
     // Each normalization's own spellings ("ln", "rms_norm"), from its registry entry.
     for (const nn::NormEntry& entry : nn::norm_registry())
       for (const std::string& alias : entry.spec.aliases) all.emplace_back(alias, entry.spec.name);
@@ -54,7 +56,9 @@ std::string alias_of(const std::string& word, const std::vector<std::string>& ca
   const size_t dot = lower.rfind('.');
   const std::string prefix = dot == std::string::npos ? "" : lower.substr(0, dot + 1);
   const std::string last = dot == std::string::npos ? lower : lower.substr(dot + 1);
-  auto has = [&](const std::string& c) { return std::find(candidates.begin(), candidates.end(), c) != candidates.end(); };
+  auto has = [&](const std::string& c) {
+    return std::find(candidates.begin(), candidates.end(), c) != candidates.end();
+  };
   for (const std::string& target : {last, std::string()}) {  // the word itself, then its alias
     std::string name = target;
     if (name.empty()) {

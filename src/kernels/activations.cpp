@@ -1,7 +1,6 @@
 #include "normlab/kernels/activations.hpp"
 #include "isa_kernels.hpp"
 
-
 #include <cmath>
 #include <vector>
 
@@ -54,8 +53,8 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t N) 
   });
 }
 
-void dyt_forward(float* out, const float* inp, const float* alpha, const float* gamma,
-                 const float* beta, int64_t N, int64_t C) {
+void dyt_forward(float* out, const float* inp, const float* alpha, const float* gamma, const float* beta, int64_t N,
+                 int64_t C) {
   const float a = alpha[0];
   parallel_for(N, N * C >= kMinParallelTranscendentals, [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; n++) {
@@ -66,8 +65,8 @@ void dyt_forward(float* out, const float* inp, const float* alpha, const float* 
   });
 }
 
-void dyt_backward(float* dinp, float* dalpha, float* dgamma, float* dbeta, const float* dout,
-                  const float* inp, const float* alpha, const float* gamma, int64_t N, int64_t C) {
+void dyt_backward(float* dinp, float* dalpha, float* dgamma, float* dbeta, const float* dout, const float* inp,
+                  const float* alpha, const float* gamma, int64_t N, int64_t C) {
   const float a = alpha[0];
   // One partial row per part (thread of the team): [dgamma (C) | dbeta (C) | dalpha (1)], in double.
   const int64_t partial_size = 2 * C + 1;

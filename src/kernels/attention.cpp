@@ -231,8 +231,8 @@ inline void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, 
 // The last rows of C, 0 < n < R of them, as one tile of n rows (short sequences have blocks of a
 // few rows, and single-row tiles would run one fma chain per vector at a time).
 template <int R, int NV>
-inline void tile_tail(int64_t n, float* c, int64_t ldc, Strided A, const float* b, int64_t ldb,
-                      int64_t K, bool add, bool exact) {
+inline void tile_tail(int64_t n, float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t K, bool add,
+                      bool exact) {
   if constexpr (R > 1) {
     if (n == R - 1) {
       tile<R - 1, NV>(c, ldc, A, b, ldb, K, add, exact);
@@ -244,30 +244,28 @@ inline void tile_tail(int64_t n, float* c, int64_t ldc, Strided A, const float* 
 
 // The rows [0, M) of C (M, NV*kW), in tiles of R rows, then one tile of the rows left.
 template <int R, int NV>
-inline void tile_rows(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t M,
-                      int64_t K, bool add, bool exact) {
+inline void tile_rows(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t M, int64_t K, bool add,
+                      bool exact) {
   int64_t i = 0;
   for (; i + R <= M; i += R)
-    tile<R, NV>(c + i * ldc, ldc, Strided{A.data + i * A.row_stride, A.row_stride, A.k_stride}, b, ldb, K, add,
-                exact);
+    tile<R, NV>(c + i * ldc, ldc, Strided{A.data + i * A.row_stride, A.row_stride, A.k_stride}, b, ldb, K, add, exact);
   if (i < M)
-    tile_tail<R, NV>(M - i, c + i * ldc, ldc, Strided{A.data + i * A.row_stride, A.row_stride, A.k_stride}, b,
-                     ldb, K, add, exact);
+    tile_tail<R, NV>(M - i, c + i * ldc, ldc, Strided{A.data + i * A.row_stride, A.row_stride, A.k_stride}, b, ldb, K,
+                     add, exact);
 }
 
 // C (M, N) (+)= A (M, K) @ B (K, N). N is a multiple of kPad; B's rows have stride ldb, C's ldc.
 // Column panels of 2 vectors (B's slice, K x 2 vectors, stays in L1 while the rows go by), and a
 // last panel of one vector when N leaves one.
-void product(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t M, int64_t K,
-             int64_t N, bool add) {
+void product(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t M, int64_t K, int64_t N, bool add) {
   // generic: fma_fast needs operands without tiny values (math/exact_fma.hpp). A is M rows of K
   // (k_stride 1) or K rows of M (row_stride 1); B is K rows of N.
 #if defined(__AVX2__)
   constexpr bool exact = false;
 #else
-  const bool exact = (A.k_stride == 1 ? math::has_tiny(A.data, M, K, A.row_stride)
-                                      : math::has_tiny(A.data, K, M, A.k_stride)) ||
-                     math::has_tiny(b, K, N, ldb);
+  const bool exact =
+      (A.k_stride == 1 ? math::has_tiny(A.data, M, K, A.row_stride) : math::has_tiny(A.data, K, M, A.k_stride)) ||
+      math::has_tiny(b, K, N, ldb);
 #endif
   int64_t j = 0;
   if (A.row_stride == 1) {
@@ -309,10 +307,8 @@ inline void copy_row(float* dst, const float* src, int64_t n) {
 
 // dst += src when accumulating, else dst = src.
 inline void store_row(float* dst, const float* src, int64_t n, bool accumulate) {
-  if (accumulate)
-    add_row(dst, src, n);
-  else
-    copy_row(dst, src, n);
+  if (accumulate) add_row(dst, src, n);
+  else copy_row(dst, src, n);
 }
 
 // dst (rows, ld) = src (rows, cols) with row stride src_ld, zero past cols.
@@ -400,8 +396,7 @@ float row_max(const float* s, int64_t Lp) {
   }
   // The lanes hold no NaN, so any order of folding gives the largest value; only its sign when it
   // is zero (+0 and -0 compare equal) depends on the order: then fold lane by lane as below.
-  __m128 x = _mm_max_ps(_mm256_castps256_ps128(_mm256_max_ps(lo, hi)),
-                        _mm256_extractf128_ps(_mm256_max_ps(lo, hi), 1));
+  __m128 x = _mm_max_ps(_mm256_castps256_ps128(_mm256_max_ps(lo, hi)), _mm256_extractf128_ps(_mm256_max_ps(lo, hi), 1));
   x = _mm_max_ps(x, _mm_movehl_ps(x, x));
   x = _mm_max_ss(x, _mm_shuffle_ps(x, x, 1));
   const float m = _mm_cvtss_f32(x);
@@ -504,8 +499,8 @@ void recompute_exps(float* s, int64_t L, int64_t Lp, float scale, const float* s
 // chains and the same exp as the forward, so the same bits. On avx2/avx512 each register tile of
 // scores becomes exponentials before it is stored: the scores never go through memory, and the
 // exp's arithmetic overlaps the next tile's fma chains.
-void scores_to_exps(float* e, int64_t lde, Strided Q, const float* kT, int64_t ldk, int64_t rows, int64_t K,
-                    int64_t Lp, int64_t L, const float* stats, float scale) {
+void scores_to_exps(float* e, int64_t lde, Strided Q, const float* kT, int64_t ldk, int64_t rows, int64_t K, int64_t Lp,
+                    int64_t L, const float* stats, float scale) {
 #if defined(__AVX2__)
   const vf sv = vset1(scale);
   auto panel = [&]<int NV>(int64_t j) {
@@ -671,7 +666,7 @@ void pair_backward_short(float* dqkv, bool accumulate, const float* dout, const 
   float* dk = dq + C;
   float* dv = dq + 2 * C;
   const float* st = stats + stats_index(p.t0, p.h, T);  // row i's {max, 1/sum} at st + 2 i
-  __m512 vT[16];  // vT[c]: lane j = value j's element c, zero past L
+  __m512 vT[16];                                        // vT[c]: lane j = value j's element c, zero past L
   for (int64_t j = 0; j < 16; j++) vT[j] = j < L ? _mm512_loadu_ps(v + j * C3) : _mm512_setzero_ps();
   transpose16(vT);
   // dP = dO V^T, then dS = e * (dP - inv * rowsum(e * dP)) * inv * scale, row by row; dS and
@@ -732,11 +727,11 @@ inline bool short_pair(int64_t L, int64_t hd) { return hd == 16 && L >= 1 && L <
 
 // Forward of one pair: out rows t0..t0+L, head columns; stats (2 floats per row) if not null, and
 // the exponentials (L, Lp) into exps if not null.
-void pair_forward(float* out, float* stats, float* exps, const float* qkv, Pair p, int64_t T, int64_t C,
-                  int64_t NH) {
+void pair_forward(float* out, float* stats, float* exps, const float* qkv, Pair p, int64_t T, int64_t C, int64_t NH) {
   const int64_t hd = C / NH, C3 = 3 * C, L = p.L, Lp = padded(L), hp = padded(hd);
 #if defined(__AVX512F__)
-  if (short_pair(L, hd) && stats != nullptr && exps != nullptr) return pair_forward_short(out, stats, exps, qkv, p, T, C);
+  if (short_pair(L, hd) && stats != nullptr && exps != nullptr)
+    return pair_forward_short(out, stats, exps, qkv, p, T, C);
 #endif
   const float scale = 1.0f / std::sqrt(float(hd));
   const float* q = qkv + p.t0 * C3 + p.h * hd;
@@ -794,17 +789,17 @@ void pair_backward(float* dqkv, bool accumulate, const float* dout, const float*
   float* dq = dqkv + p.t0 * C3 + p.h * hd;
   float* dk = dq + C;
   float* dv = dq + 2 * C;
-  const int64_t ld = scratch_ld(Lp);  // the row stride of kT, vT, E and dS
+  const int64_t ld = scratch_ld(Lp);                                          // the row stride of kT, vT, E and dS
   float* kT = scratch(2 * hd * ld + 3 * L * hp + 2 * Bq * ld + 3 * Bq * hp);  // (hd, Lp)
-  float* vT = kT + hd * ld;      // (hd, Lp)
-  float* kp = vT + hd * ld;      // (L, hp)
-  float* dk_acc = kp + L * hp;   // (L, hp)
-  float* dv_acc = dk_acc + L * hp;  // (L, hp)
-  float* E = dv_acc + L * hp;    // (block, Lp) exponentials
-  float* dS = E + Bq * ld;       // (block, Lp)
-  float* qb = dS + Bq * ld;      // (block, hp)
-  float* dob = qb + Bq * hp;     // (block, hp)
-  float* dqb = dob + Bq * hp;    // (block, hp)
+  float* vT = kT + hd * ld;                                                   // (hd, Lp)
+  float* kp = vT + hd * ld;                                                   // (L, hp)
+  float* dk_acc = kp + L * hp;                                                // (L, hp)
+  float* dv_acc = dk_acc + L * hp;                                            // (L, hp)
+  float* E = dv_acc + L * hp;                                                 // (block, Lp) exponentials
+  float* dS = E + Bq * ld;                                                    // (block, Lp)
+  float* qb = dS + Bq * ld;                                                   // (block, hp)
+  float* dob = qb + Bq * hp;                                                  // (block, hp)
+  float* dqb = dob + Bq * hp;                                                 // (block, hp)
   transpose_padded(kT, ld, k, C3, L, hd);
   transpose_padded(vT, ld, v, C3, L, hd);
   // When a head's hd floats are whole vectors (hd a multiple of kPad), q and k are read in place
@@ -882,8 +877,8 @@ void check_shapes(const char* where, const int64_t* offsets, int64_t B, int64_t 
   const std::string fn(where);
   if (B < 0) throw UsageError(fn + ": batch size must be >= 0, got " + std::to_string(B));
   if (NH < 1 || C < 1 || C % NH != 0) {
-    throw UsageError(fn + ": d_model must be a positive multiple of the number of heads (got C=" +
-                     std::to_string(C) + ", NH=" + std::to_string(NH) + ")");
+    throw UsageError(fn + ": d_model must be a positive multiple of the number of heads (got C=" + std::to_string(C) +
+                     ", NH=" + std::to_string(NH) + ")");
   }
   if (offsets == nullptr) throw UsageError(fn + ": offsets is null");
   if (offsets[0] < 0) throw UsageError(fn + ": offsets[0] must be >= 0");
@@ -973,12 +968,10 @@ void for_each_pair(const int64_t* offsets, int64_t B, int64_t C, int64_t NH, F&&
 
 }  // namespace
 
-int64_t attention_cache_size(const int64_t* offsets, int64_t B, int64_t NH) {
-  return exps_layout(offsets, B, NH).size;
-}
+int64_t attention_cache_size(const int64_t* offsets, int64_t B, int64_t NH) { return exps_layout(offsets, B, NH).size; }
 
-void attention_forward(float* out, float* att, const float* qkv, const int64_t* offsets, int64_t B,
-                       int64_t C, int64_t NH) {
+void attention_forward(float* out, float* att, const float* qkv, const int64_t* offsets, int64_t B, int64_t C,
+                       int64_t NH) {
   check_shapes("attention_forward", offsets, B, C, NH);
   const int64_t T = B > 0 ? offsets[B] : 0;
   const ExpsLayout layout = exps_layout(offsets, B, NH);
@@ -987,8 +980,8 @@ void attention_forward(float* out, float* att, const float* qkv, const int64_t* 
   });
 }
 
-void attention_backward(GradOut dqkv, const float* dout, const float* qkv, const float* att,
-                        const int64_t* offsets, int64_t B, int64_t C, int64_t NH) {
+void attention_backward(GradOut dqkv, const float* dout, const float* qkv, const float* att, const int64_t* offsets,
+                        int64_t B, int64_t C, int64_t NH) {
   check_shapes("attention_backward", offsets, B, C, NH);
   if (att == nullptr) throw UsageError("attention_backward: needs the row statistics (att is null)");
   const int64_t T = B > 0 ? offsets[B] : 0;

@@ -5,7 +5,6 @@
 #include "normlab/kernels/batch_norm.hpp"
 #include "isa_kernels.hpp"
 
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -38,15 +37,15 @@ void combine_partials(double* total, std::vector<double>& partial, int num_threa
 
 }  // namespace
 
-void batch_norm_forward_train(float* out, float* mean, float* rstd,               // (N, C), (C), (C)
-                              float* running_mean, float* running_var,            // (C), (C)
+void batch_norm_forward_train(float* out, float* mean, float* rstd,                     // (N, C), (C), (C)
+                              float* running_mean, float* running_var,                  // (C), (C)
                               const float* inp, const float* gamma, const float* beta,  // (N, C), (C), (C)
                               int64_t N, int64_t C, float eps, float momentum, RankSum* ranks) {
   if (N <= 0) return;
   const bool parallel = N * C >= kMinParallelElements;
   const int num_threads = parallel_parts(parallel);  // parts: a partial buffer each
   const size_t num_features = size_t(C);
-  std::vector<double> partial(size_t(num_threads) * num_features, 0.0);  // (threads, C)
+  std::vector<double> partial(size_t(num_threads) * num_features, 0.0);   // (threads, C)
   std::vector<double> batch_mean(num_features), batch_var(num_features);  // (C), (C)
   std::vector<float> mean_hi(num_features), mean_lo(num_features), rstd_f(num_features);
 
@@ -111,7 +110,7 @@ void batch_norm_forward_train(float* out, float* mean, float* rstd,             
   });
 }
 
-void batch_norm_forward_eval(float* out, const float* inp,                       // (N, C), (N, C)
+void batch_norm_forward_eval(float* out, const float* inp,                         // (N, C), (N, C)
                              const float* running_mean, const float* running_var,  // (C), (C)
                              const float* gamma, const float* beta,                // (C), (C)
                              int64_t N, int64_t C, float eps) {
@@ -137,9 +136,9 @@ void batch_norm_forward_eval(float* out, const float* inp,                      
 //   dx = rstd * (g - mean_N(g) - xhat * mean_N(g * xhat))
 // where mean_N(g) = gamma * dbeta_batch / N and mean_N(g * xhat) = gamma * dgamma_batch / N: the
 // parameter gradients of this batch are exactly the two column sums the input gradient needs.
-void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,                // (N, C), (C), (C)
+void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,                 // (N, C), (C), (C)
                          const float* dout, const float* inp, const float* gamma,  // (N, C), (N, C), (C)
-                         const float* mean, const float* rstd,                      // (C), (C)
+                         const float* mean, const float* rstd,                     // (C), (C)
                          int64_t N, int64_t C, RankSum* ranks) {
   if (N <= 0) return;
   const bool parallel = N * C >= kMinParallelElements;

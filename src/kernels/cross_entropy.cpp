@@ -18,8 +18,8 @@ int64_t count_targets(const char* where, const int32_t* targets, int64_t N, int6
   for (int64_t n = 0; n < N; n++) {
     if (targets[n] == kIgnore) continue;
     if (targets[n] < 0 || targets[n] >= V) {
-      throw UsageError(std::string(where) + ": target " + std::to_string(targets[n]) + " at row " +
-                       std::to_string(n) + " is outside [0, " + std::to_string(V) + ") and not -1");
+      throw UsageError(std::string(where) + ": target " + std::to_string(targets[n]) + " at row " + std::to_string(n) +
+                       " is outside [0, " + std::to_string(V) + ") and not -1");
     }
     count++;
   }
@@ -27,8 +27,8 @@ int64_t count_targets(const char* where, const int32_t* targets, int64_t N, int6
 }
 }  // namespace
 
-float cross_entropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
-                            int64_t N, int64_t V) {
+float cross_entropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets, int64_t N,
+                            int64_t V) {
   const int64_t count = count_targets("cross_entropy_forward", targets, N, V);
   parallel_for(N, N * V >= kMinParallelElements / 8, [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; n++) {
@@ -55,8 +55,8 @@ float cross_entropy_forward(float* losses, float* probs, const float* logits, co
   return float(total / double(count));
 }
 
-void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* targets, int64_t N,
-                            int64_t V, float dloss) {
+void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* targets, int64_t N, int64_t V,
+                            float dloss) {
   const int64_t count = count_targets("cross_entropy_backward", targets, N, V);
   if (count == 0) return;
   const float scale = dloss / float(count);

@@ -7,8 +7,8 @@
 
 namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 
-void dropout_forward(float* out, float* mask, const float* inp, const int64_t* offsets, int64_t B, int64_t C,
-                     float p, uint64_t key, int64_t first_sequence) {
+void dropout_forward(float* out, float* mask, const float* inp, const int64_t* offsets, int64_t B, int64_t C, float p,
+                     uint64_t key, int64_t first_sequence) {
   if (!(p >= 0.0f && p <= 1.0f)) {
     throw UsageError("dropout_forward: p must be in [0, 1], got " + std::to_string(p));
   }

@@ -19,8 +19,7 @@ void check_ids(const char* where, const int32_t* ids, int64_t N, int64_t V) {
 }
 }  // namespace
 
-void embedding_forward(float* out, const int32_t* ids, const float* weight, int64_t N, int64_t V,
-                       int64_t C) {
+void embedding_forward(float* out, const int32_t* ids, const float* weight, int64_t N, int64_t V, int64_t C) {
   check_ids("embedding_forward", ids, N, V);
   parallel_for(N, N * C >= kMinParallelElements, [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; n++) {
@@ -31,8 +30,7 @@ void embedding_forward(float* out, const int32_t* ids, const float* weight, int6
   });
 }
 
-void embedding_backward(float* dweight, const float* dout, const int32_t* ids, int64_t N, int64_t V,
-                        int64_t C) {
+void embedding_backward(float* dweight, const float* dout, const int32_t* ids, int64_t N, int64_t V, int64_t C) {
   check_ids("embedding_backward", ids, N, V);
   const int64_t parts = parallel_parts(N * C >= kMinParallelElements);
   run_parts(parts, [&](int64_t part) {

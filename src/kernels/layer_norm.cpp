@@ -130,7 +130,7 @@ void normalize_row(float* __restrict y,                                         
 // the row (it sits in L1 after the first): the mean, then the biased variance (divided by cols:
 // the normalizer of this row, not an estimate of a population's).
 template <class Prefetch = NoPrefetch>
-void forward_row(float* y, float* mean_out, float* rstd_out,          // (cols), (1), (1)
+void forward_row(float* y, float* mean_out, float* rstd_out,             // (cols), (1), (1)
                  const float* x, const float* gamma, const float* beta,  // (cols), (cols), (cols)
                  int64_t cols, float eps, Prefetch prefetch = {}) {
   const double mean = row_sum(x, cols, prefetch) / double(cols);
@@ -232,11 +232,11 @@ BackwardRowMeans backward_row_means(const BackwardRowSums& sums, int64_t cols) {
 // FMA that skips its rounding, and g - mean(g) would be rounding noise times rstd where it must be
 // exactly 0 (e.g. cols = 1). What is wanted is a template argument, so each loop is branch-free.
 template <bool kWithDx, bool kWithPartials>
-void backward_row_update(float* __restrict dx,                                     // (cols)
-                         double* __restrict dgamma_partial,                       // (cols)
-                         double* __restrict dbeta_partial,                        // (cols)
+void backward_row_update(float* __restrict dx,                                   // (cols)
+                         double* __restrict dgamma_partial,                      // (cols)
+                         double* __restrict dbeta_partial,                       // (cols)
                          const float* __restrict g, const float* __restrict dy,  // (cols), (cols)
-                         const float* __restrict x,                               // (cols)
+                         const float* __restrict x,                              // (cols)
                          int64_t cols, float mean, float rstd, BackwardRowMeans m) {
   for (int64_t j = 0; j < cols; j++) {
     float xhat = (x[j] - mean) * rstd - m.shift;
@@ -258,8 +258,7 @@ void backward_row(float* dx, double* dgamma_partial, double* dbeta_partial,  // 
   const BackwardRowMeans m = backward_row_means(sums, cols);
   if (dx != nullptr && dgamma_partial != nullptr)
     backward_row_update<true, true>(dx, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, m);
-  else if (dx != nullptr)
-    backward_row_update<true, false>(dx, nullptr, nullptr, g, dy, x, cols, mean, rstd, m);
+  else if (dx != nullptr) backward_row_update<true, false>(dx, nullptr, nullptr, g, dy, x, cols, mean, rstd, m);
   else if (dgamma_partial != nullptr)
     backward_row_update<false, true>(nullptr, dgamma_partial, dbeta_partial, g, dy, x, cols, mean, rstd, m);
 }
@@ -316,7 +315,7 @@ inline const float* next_row(const float* self, const float* next, int k, int64_
 
 // Forward of R consecutive rows, step by step across the rows.
 template <int R>
-void forward_rows(float* y, float* mean, float* rstd,                  // (R, cols), (R), (R)
+void forward_rows(float* y, float* mean, float* rstd,                   // (R, cols), (R), (R)
                   const float* x, int64_t remaining,                    // (R, cols), rows after these
                   const float* gamma, const float* beta, int64_t cols,  // (cols), (cols)
                   float eps) {
@@ -339,11 +338,11 @@ void forward_rows(float* y, float* mean, float* rstd,                  // (R, co
 // registers across the group, and each xhat serves both dx and dgamma. Row r's share is added
 // before row r + 1's, as one row at a time would add them.
 template <int R, bool kWithDx>
-void backward_rows_update(float* __restrict dx,                                     // (R, cols)
-                          double* __restrict dgamma_partial,                       // (cols)
-                          double* __restrict dbeta_partial,                        // (cols)
+void backward_rows_update(float* __restrict dx,                                   // (R, cols)
+                          double* __restrict dgamma_partial,                      // (cols)
+                          double* __restrict dbeta_partial,                       // (cols)
                           const float* __restrict g, const float* __restrict dy,  // (R, cols), (R, cols)
-                          const float* __restrict x,                               // (R, cols)
+                          const float* __restrict x,                              // (R, cols)
                           int64_t cols, const float* mean, const float* rstd, const BackwardRowMeans* m) {
   for (int64_t j = 0; j < cols; j++) {
     double dgamma_j = dgamma_partial[j];
@@ -370,9 +369,9 @@ void backward_rows(float* dx, double* dgamma_partial, double* dbeta_partial,  //
   BackwardRowSums sums[R];
   for (int r = 0; r < R; r++) {
     const int64_t o = r * cols;
-    const PrefetchNext<2> prefetch{
-        {next_row(dy + o, dy + R * cols, r, remaining, cols), next_row(x + o, x + R * cols, r, remaining, cols)},
-        dx != nullptr ? dx + o : g + o};
+    const PrefetchNext<2> prefetch{{next_row(dy + o, dy + R * cols, r, remaining, cols),
+                                    next_row(x + o, x + R * cols, r, remaining, cols)},
+                                   dx != nullptr ? dx + o : g + o};
     sums[r] = backward_row_sums(g + o, dy + o, x + o, gamma, cols, mean[r], rstd[r], prefetch);
   }
   BackwardRowMeans means[R];
@@ -418,7 +417,7 @@ void for_row_groups(RowRange range, int64_t cols, int64_t max_group_floats, Grou
 
 // ======================================================================== Part 3: the kernels
 
-void layer_norm_forward(float* out, float* mean, float* rstd,                 // (rows, cols), (rows), (rows)
+void layer_norm_forward(float* out, float* mean, float* rstd,                     // (rows, cols), (rows), (rows)
                         const float* inp, const float* gamma, const float* beta,  // (rows, cols), (cols), (cols)
                         int64_t rows, int64_t cols, float eps) {
   const int64_t parts = parallel_parts(rows * cols >= kMinParallelElements);
@@ -439,9 +438,9 @@ void layer_norm_forward(float* out, float* mean, float* rstd,                 //
   });
 }
 
-void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,                // (rows, cols), (cols), (cols)
+void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,                 // (rows, cols), (cols), (cols)
                          const float* dout, const float* inp, const float* gamma,  // (rows, cols), (rows, cols), (cols)
-                         const float* mean, const float* rstd,                      // (rows), (rows)
+                         const float* mean, const float* rstd,                     // (rows), (rows)
                          int64_t rows, int64_t cols) {
   const bool parallel = rows * cols >= kMinParallelElements;
   const int num_threads = parallel_parts(parallel);  // parts: a partial buffer each
@@ -459,7 +458,7 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
     if (need_param_grads) partial.assign(2 * width, 0.0);
     double* dgamma_thread = need_param_grads ? partial.data() : nullptr;         // (cols)
     double* dbeta_thread = need_param_grads ? partial.data() + width : nullptr;  // (cols)
-    std::vector<float> g_rows(kBackwardGroup * width);  // g of a group, from pass 1 to pass 2
+    std::vector<float> g_rows(kBackwardGroup * width);                           // g of a group, from pass 1 to pass 2
     auto dx_at = [&](int64_t r) { return dinp != nullptr ? dinp + r * cols : nullptr; };
     for_row_groups<kBackwardGroup>(
         thread_rows(rows, thread, team), cols, kMaxBackwardGroupFloats,

@@ -18,7 +18,7 @@ namespace {
 constexpr int64_t kBiasBlock = 32;
 }  // namespace
 
-void linear_forward(float* out,                                         // (N, OC)
+void linear_forward(float* out,                                                // (N, OC)
                     const float* inp, const float* weight, const float* bias,  // (N, C), (OC, C), (OC)
                     int64_t N, int64_t C, int64_t OC) {
   if (bias == nullptr) {
@@ -28,15 +28,15 @@ void linear_forward(float* out,                                         // (N, O
   matmul_nt_bias(out, inp, weight, bias, N, C, OC, /*relu=*/false);
 }
 
-void linear_relu_forward(float* out,                                         // (N, OC)
+void linear_relu_forward(float* out,                                                // (N, OC)
                          const float* inp, const float* weight, const float* bias,  // (N, C), (OC, C), (OC)
                          int64_t N, int64_t C, int64_t OC) {
   matmul_nt_bias(out, inp, weight, bias, N, C, OC, /*relu=*/true);
 }
 
 void linear_relu_backward(GradOut dinp, GradOut dweight, GradOut dbias,  // (N, C), (OC, C), (OC)
-                          const float* dout, const float* out,        // (N, OC), (N, OC)
-                          const float* inp, const float* weight,      // (N, C), (OC, C)
+                          const float* dout, const float* out,           // (N, OC), (N, OC)
+                          const float* inp, const float* weight,         // (N, C), (OC, C)
                           int64_t N, int64_t C, int64_t OC) {
   // The gradient at the pre-activation: dout where the unit was on (out > 0, the same test as
   // relu_backward's pre-activation > 0), else 0. The unfused graph adds it into a zeroed buffer,
@@ -56,15 +56,13 @@ void linear_relu_backward(GradOut dinp, GradOut dweight, GradOut dbias,  // (N, 
   NORMLAB_KERNEL_ISA::linear_backward(dinp, dweight, dbias, dpre, inp, weight, N, C, OC);
 }
 
-void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,     // (N, C), (OC, C), (OC)
+void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,              // (N, C), (OC, C), (OC)
                      const float* dout, const float* inp, const float* weight,  // (N, OC), (N, C), (OC, C)
                      int64_t N, int64_t C, int64_t OC) {
   // dinp (N,C) (+)= dout (N,OC) @ weight (OC,C)
-  if (dinp.data != nullptr)
-    matmul_nn(dinp.data, dout, weight, N, OC, C, dinp.accumulate, /*parallel=*/true);
+  if (dinp.data != nullptr) matmul_nn(dinp.data, dout, weight, N, OC, C, dinp.accumulate, /*parallel=*/true);
   // dweight (OC,C) (+)= dout^T @ inp: dout is stored (N,OC), i.e. (K,M) for matmul_tn with K = N.
-  if (dweight.data != nullptr)
-    matmul_tn(dweight.data, dout, inp, OC, N, C, dweight.accumulate, /*parallel=*/true);
+  if (dweight.data != nullptr) matmul_tn(dweight.data, dout, inp, OC, N, C, dweight.accumulate, /*parallel=*/true);
   if (dbias.data == nullptr) return;
   // dbias[o] (+)= sum_n dout[n][o], one float chain per column over n in order, so the result does
   // not depend on the thread count. The threads pass each chain along instead of splitting the

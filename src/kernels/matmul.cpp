@@ -48,10 +48,10 @@ namespace {
 // The micro-tile per path, sized to its vector registers: the kMR x kNR accumulator plus a row of
 // B and a broadcast of A must fit without spilling.
 #if defined(__AVX512F__)
-constexpr int64_t kMR = 8;    // rows of C per micro-tile
-constexpr int64_t kNR = 32;   // columns of C per micro-tile: 8 x 2 zmm = 16 of the 32 zmm
+constexpr int64_t kMR = 8;   // rows of C per micro-tile
+constexpr int64_t kNR = 32;  // columns of C per micro-tile: 8 x 2 zmm = 16 of the 32 zmm
 #elif defined(__AVX2__)
-constexpr int64_t kMR = 6;    // 6 x 2 ymm = 12 of the 16 ymm (BLIS's Haswell kernel)
+constexpr int64_t kMR = 6;  // 6 x 2 ymm = 12 of the 16 ymm (BLIS's Haswell kernel)
 constexpr int64_t kNR = 16;
 #else
 // generic: 4 x 4 floats held as doubles in 8 xmm (math::sse2::fma_fast), with room for a row of B,
@@ -101,8 +101,8 @@ struct Operand {
 // dst (kc, R): dst[k * R + r] = op(X)(r, k) for the first `rows` rows of a panel starting at
 // `src`; rows >= `rows` are zero, so edge micro-tiles compute on zeros and never read past X.
 template <int64_t R>
-void pack_panel(float* __restrict dst, const float* __restrict src, int64_t row_stride,
-                int64_t k_stride, int64_t rows, int64_t kc) {
+void pack_panel(float* __restrict dst, const float* __restrict src, int64_t row_stride, int64_t k_stride, int64_t rows,
+                int64_t kc) {
   if (row_stride == 1) {
     // The R values of one k are contiguous in X: copy them k by k.
     for (int64_t k = 0; k < kc; ++k) {
@@ -162,8 +162,8 @@ void pack_panel(float* __restrict dst, const float* __restrict src, int64_t row_
 
 // Row panels [p_begin, p_end) of op(A), steps [k0, k0 + kc), into consecutive (kc, kMR) panels;
 // rows >= M are zero.
-void pack_a_panels(float* __restrict dst, Operand A, int64_t M, int64_t p_begin, int64_t p_end,
-                   int64_t k0, int64_t kc) {
+void pack_a_panels(float* __restrict dst, Operand A, int64_t M, int64_t p_begin, int64_t p_end, int64_t k0,
+                   int64_t kc) {
   if (A.row_stride == 1) {
     // tn: step k of all the panels is one contiguous run of A (a row of the stored (K,M)), far
     // from the next step's: visit each row once, k outside, rather than once per panel.
@@ -185,8 +185,7 @@ void pack_a_panels(float* __restrict dst, Operand A, int64_t M, int64_t p_begin,
   }
   for (int64_t p = p_begin; p < p_end; ++p) {
     const float* src = A.data + p * kMR * A.row_stride + k0 * A.k_stride;
-    pack_panel<kMR>(dst + (p - p_begin) * kc * kMR, src, A.row_stride, A.k_stride,
-                    std::min(kMR, M - p * kMR), kc);
+    pack_panel<kMR>(dst + (p - p_begin) * kc * kMR, src, A.row_stride, A.k_stride, std::min(kMR, M - p * kMR), kc);
   }
 }
 
@@ -195,9 +194,9 @@ void pack_a_panels(float* __restrict dst, Operand A, int64_t M, int64_t p_begin,
 // 128-bit pieces with shuffles for a 6 x 16 tile. Same arithmetic: acc = fma(a_ik, b_kj, acc) for
 // k in order, then C = acc or C += acc.
 template <bool kARowsContiguous>
-void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride,
-                  const float* __restrict Bp, int64_t kc, int64_t rows, int64_t cols, bool add,
-                  const float* bias, bool relu, [[maybe_unused]] bool exact) {
+void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride, const float* __restrict Bp,
+                  int64_t kc, int64_t rows, int64_t cols, bool add, const float* bias, bool relu,
+                  [[maybe_unused]] bool exact) {
   static_assert(kMR == 6 && kNR == 16);
   // Twelve named accumulators, not an array: with an array GCC stores it to the stack every step.
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
@@ -270,7 +269,7 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
 // accumulators, which puts a store and a load into every chain step.
 template <bool kARowsContiguous>
 __attribute__((noinline)) bool chain_fast(float (&acc)[kMR][kNR], const float* __restrict A, int64_t a_stride,
-                const float* __restrict Bp, int64_t kc) {
+                                          const float* __restrict Bp, int64_t kc) {
   static_assert(kMR == 4 && kNR == 4);
   using namespace math::sse2;
   __m128d c00 = _mm_setzero_pd(), c01 = c00, c10 = c00, c11 = c00;
@@ -314,9 +313,9 @@ __attribute__((noinline)) bool chain_fast(float (&acc)[kMR][kNR], const float* _
 //                                                                   packed (kc, kMR) panel)
 //   kARowsContiguous = false: op(A)(i, k) = A[i * a_stride + k]   (a row-major (M,K) matrix)
 template <bool kARowsContiguous>
-void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride,
-                  const float* __restrict Bp, int64_t kc, int64_t rows, int64_t cols, bool add,
-                  const float* bias, bool relu, [[maybe_unused]] bool exact) {
+void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride, const float* __restrict Bp,
+                  int64_t kc, int64_t rows, int64_t cols, bool add, const float* bias, bool relu,
+                  [[maybe_unused]] bool exact) {
   // The accumulator is a fixed-size local array: after full unrolling of the i and j loops GCC
   // keeps it in vector registers.
   float acc[kMR][kNR] = {};
@@ -365,9 +364,7 @@ thread_local std::vector<float> t_packed_a;
 thread_local std::vector<float> t_packed_b;
 
 // Split `panels` into `groups` nearly equal contiguous ranges: group g is [begin, end).
-inline int64_t group_begin(int64_t g, int64_t panels, int64_t groups) {
-  return g * panels / groups;
-}
+inline int64_t group_begin(int64_t g, int64_t panels, int64_t groups) { return g * panels / groups; }
 
 // Row panels [p_begin, p_end) of op(A), K block [k0, k0 + kc), times one packed B panel slice
 // b (kc, kNR): C's rows of those panels, first `cols` columns, (+)= the product (micro_kernel's
@@ -375,8 +372,8 @@ inline int64_t group_begin(int64_t g, int64_t panels, int64_t groups) {
 // the first being panel pack_begin), the others in place.
 template <bool kARowsContiguous>
 void row_panels_times(float* C, int64_t ldc, Operand A, int64_t M, const float* packed_a, int64_t pack_begin,
-                      int64_t p_begin, int64_t p_end, int64_t k0, int64_t kc, const float* b, int64_t cols,
-                      bool add, const float* bias, bool relu, bool exact) {
+                      int64_t p_begin, int64_t p_end, int64_t k0, int64_t kc, const float* b, int64_t cols, bool add,
+                      const float* bias, bool relu, bool exact) {
   const int64_t a_stride = kARowsContiguous ? A.k_stride : A.row_stride;
   for (int64_t p = p_begin; p < p_end; ++p) {
     float* c = C + p * kMR * ldc;
@@ -415,8 +412,8 @@ inline bool k_cuts_balance(int64_t threads, int64_t K) {
 // ..., or (b0 + b1) + ... when not accumulating, the tiled path's sequence of stores. So the bits
 // are the same.
 template <bool kARowsContiguous>
-void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool accumulate,
-                  int64_t threads, bool exact) {
+void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool accumulate, int64_t threads,
+                  bool exact) {
   const int64_t row_panels = (M + kMR - 1) / kMR;
   const int64_t col_panels = (N + kNR - 1) / kNR;
   const int64_t k_blocks = (K + kKC - 1) / kKC;
@@ -438,8 +435,8 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
       float* part = partials + kb * M * N;
       for (int64_t q = 0; q < col_panels; ++q) {
         const int64_t cols = std::min(kNR, N - q * kNR);
-        pack_panel<kNR>(packed_b, B.data + q * kNR * B.row_stride + k0 * B.k_stride, B.row_stride,
-                        B.k_stride, cols, kc);
+        pack_panel<kNR>(packed_b, B.data + q * kNR * B.row_stride + k0 * B.k_stride, B.row_stride, B.k_stride, cols,
+                        kc);
         row_panels_times<kARowsContiguous>(part + q * kNR, N, A, M, packed_a, pack_begin, 0, row_panels, k0, kc,
                                            packed_b, cols, false, nullptr, false, exact);
       }
@@ -468,8 +465,8 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
 // columns of C. kARowsContiguous is A.row_stride == 1 (tn), as a template parameter for the
 // kernel.
 template <bool kARowsContiguous>
-void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool accumulate,
-          bool parallel, const float* bias = nullptr, bool relu = false) {
+void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool accumulate, bool parallel,
+          const float* bias = nullptr, bool relu = false) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
     for (int64_t i = 0; i < M; ++i)
@@ -481,8 +478,8 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
     return;
   }
   if (M * N * K < kMinParallelMacs) parallel = false;
-  // generic: the micro-kernel's fast fma needs operands without tiny values (math/exact_fma.hpp);
-  // A and B are each one contiguous block of M * K and K * N floats in every layout.
+    // generic: the micro-kernel's fast fma needs operands without tiny values (math/exact_fma.hpp);
+    // A and B are each one contiguous block of M * K and K * N floats in every layout.
 #if defined(__AVX2__)
   constexpr bool exact = false;
 #else
@@ -508,14 +505,10 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
   int64_t col_groups = (col_panels + kMaxTileColPanels - 1) / kMaxTileColPanels;
   const bool split_columns_first = N >= M;
   while ((row_groups * col_groups) % threads != 0) {
-    if (split_columns_first && col_groups < col_panels)
-      ++col_groups;
-    else if (row_groups < row_panels)
-      ++row_groups;
-    else if (col_groups < col_panels)
-      ++col_groups;
-    else
-      break;
+    if (split_columns_first && col_groups < col_panels) ++col_groups;
+    else if (row_groups < row_panels) ++row_groups;
+    else if (col_groups < col_panels) ++col_groups;
+    else break;
   }
   const int64_t tiles = row_groups * col_groups;
   const int64_t max_tile_col_panels = (col_panels + col_groups - 1) / col_groups;
@@ -540,8 +533,8 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
     float* packed_b = thread_buffer(t_packed_b, max_tile_col_panels * K * kNR);
     if (packed_col_group != col_group) {
       for (int64_t q = q_begin; q < q_end; ++q) {
-        pack_panel<kNR>(packed_b + (q - q_begin) * K * kNR, B.data + q * kNR * B.row_stride,
-                        B.row_stride, B.k_stride, std::min(kNR, N - q * kNR), K);
+        pack_panel<kNR>(packed_b + (q - q_begin) * K * kNR, B.data + q * kNR * B.row_stride, B.row_stride, B.k_stride,
+                        std::min(kNR, N - q * kNR), K);
       }
       packed_col_group = col_group;
     }
@@ -562,8 +555,8 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
         const int64_t cols = std::min(kNR, N - q * kNR);
         const float* b = packed_b + (q - q_begin) * K * kNR + k0 * kNR;
         const float* bias_q = bias != nullptr ? bias + q * kNR : nullptr;
-        row_panels_times<kARowsContiguous>(C + q * kNR, N, A, M, packed_a, pack_begin, p_begin, p_end, k0, kc, b,
-                                           cols, add, bias_q, relu_now, exact);
+        row_panels_times<kARowsContiguous>(C + q * kNR, N, A, M, packed_a, pack_begin, p_begin, p_end, k0, kc, b, cols,
+                                           add, bias_q, relu_now, exact);
       }
     }
   };
@@ -581,25 +574,25 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
 
 }  // namespace
 
-void matmul_nn(float* C, const float* A, const float* B, int64_t M, int64_t K, int64_t N,
-               bool accumulate, bool parallel) {
+void matmul_nn(float* C, const float* A, const float* B, int64_t M, int64_t K, int64_t N, bool accumulate,
+               bool parallel) {
   // A (M,K): A(i,k) = A[i*K + k].  B (K,N): column j of C reads B[k*N + j].
   gemm<false>(C, Operand{A, K, 1}, Operand{B, 1, N}, M, K, N, accumulate, parallel);
 }
 
-void matmul_nt(float* C, const float* A, const float* B, int64_t M, int64_t K, int64_t N,
-               bool accumulate, bool parallel) {
+void matmul_nt(float* C, const float* A, const float* B, int64_t M, int64_t K, int64_t N, bool accumulate,
+               bool parallel) {
   // A (M,K): A(i,k) = A[i*K + k].  B stored (N,K): column j of C reads B[j*K + k].
   gemm<false>(C, Operand{A, K, 1}, Operand{B, K, 1}, M, K, N, accumulate, parallel);
 }
 
-void matmul_nt_bias(float* C, const float* A, const float* B, const float* bias, int64_t M, int64_t K,
-                    int64_t N, bool relu) {
+void matmul_nt_bias(float* C, const float* A, const float* B, const float* bias, int64_t M, int64_t K, int64_t N,
+                    bool relu) {
   gemm<false>(C, Operand{A, K, 1}, Operand{B, K, 1}, M, K, N, /*accumulate=*/false, /*parallel=*/true, bias, relu);
 }
 
-void matmul_tn(float* C, const float* A, const float* B, int64_t M, int64_t K, int64_t N,
-               bool accumulate, bool parallel) {
+void matmul_tn(float* C, const float* A, const float* B, int64_t M, int64_t K, int64_t N, bool accumulate,
+               bool parallel) {
   // A stored (K,M): A^T(i,k) = A[k*M + i].  B (K,N): column j of C reads B[k*N + j].
   gemm<true>(C, Operand{A, 1, M}, Operand{B, 1, N}, M, K, N, accumulate, parallel);
 }

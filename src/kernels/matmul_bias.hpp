@@ -9,7 +9,7 @@ namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 // C (M,N) = A (M,K) @ B^T + bias, with B stored (N,K) and bias (N) (may be nullptr); with relu,
 // C = relu(A B^T + bias), applied where the last K block is stored (kernels/matmul.cpp): the same
 // bits as relu_forward on the product.
-void matmul_nt_bias(float* C, const float* A, const float* B, const float* bias, int64_t M, int64_t K,
-                    int64_t N, bool relu);
+void matmul_nt_bias(float* C, const float* A, const float* B, const float* bias, int64_t M, int64_t K, int64_t N,
+                    bool relu);
 
 }  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

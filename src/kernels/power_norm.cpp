@@ -14,7 +14,8 @@ namespace normlab::kernels::NORMLAB_KERNEL_ISA {
 namespace {
 
 // total[k] = sum over threads t (in order) of partial[t][k], for k < count.
-void add_thread_partials(double* total, const std::vector<double>& partial, int num_threads, size_t count) {  // (count), (threads, count)
+void add_thread_partials(double* total, const std::vector<double>& partial, int num_threads,
+                         size_t count) {  // (count), (threads, count)
   for (size_t k = 0; k < count; k++) {
     double sum = 0.0;
     for (int t = 0; t < num_threads; t++) sum += partial[size_t(t) * count + k];
@@ -102,7 +103,7 @@ void power_norm_backward(float* dinp, float* dgamma, float* dbeta, float* grad_e
     if (dgamma != nullptr) dgamma[c] += float(sums[stride + k]);
     if (grad_ema == nullptr) continue;
     const double weight = gamma != nullptr ? double(gamma[c]) : 1.0;
-    const double xhat_sq_mean = sums[2 * stride + k] / double(N);     // the paper's Gamma
+    const double xhat_sq_mean = sums[2 * stride + k] / double(N);      // the paper's Gamma
     const double g_xhat_mean = weight * sums[stride + k] / double(N);  // the paper's Lambda
     const double m = double(momentum);
     grad_ema[c] = float(double(grad_ema[c]) * (1.0 - m * xhat_sq_mean) + m * g_xhat_mean);

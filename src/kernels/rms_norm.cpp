@@ -5,7 +5,6 @@
 #include "isa_kernels.hpp"
 #include "lanes.hpp"
 
-
 #include <cmath>
 #include <vector>
 
@@ -52,7 +51,7 @@ void rms_norm_forward(float* out, float* rstd,               // (rows, cols), (r
 //   dx = rstd * (g - xhat * mean(g * xhat))
 // LayerNorm's formula without its mean(g) term: nothing was centered, so no gradient flows back
 // through a mean.
-void rms_norm_backward(float* dinp, float* dgamma,                             // (rows, cols), (cols)
+void rms_norm_backward(float* dinp, float* dgamma,                               // (rows, cols), (cols)
                        const float* dout, const float* inp, const float* gamma,  // (rows, cols), (rows, cols), (cols)
                        const float* rstd,                                        // (rows)
                        int64_t rows, int64_t cols) {

@@ -32,8 +32,9 @@ int64_t block_of(const std::string& name, int64_t num_layers) {
 AttentionStatistics attention_statistics(const Tensor& qkv, const std::vector<int64_t>& offsets, int64_t num_heads) {
   if (qkv.dim() != 2 || qkv.size(1) % 3 != 0 || num_heads < 1 || (qkv.size(1) / 3) % num_heads != 0 ||
       offsets.size() < 2 || offsets.front() != 0 || offsets.back() != qkv.size(0))
-    throw UsageError("attention_statistics: expects qkv (T, 3 d_model) with d_model divisible by the heads and "
-                     "offsets from 0 to T");
+    throw UsageError(
+        "attention_statistics: expects qkv (T, 3 d_model) with d_model divisible by the heads and "
+        "offsets from 0 to T");
   const int64_t B = int64_t(offsets.size()) - 1, C = qkv.size(1) / 3, D = C / num_heads, row = 3 * C;
   const float scale = float(1.0 / std::sqrt(double(D)));
   const float* base = qkv.data();

@@ -55,10 +55,8 @@ Tensor MultiheadAttention::forward(const Tensor& x, const std::vector<int64_t>& 
 
 // ---------------------------------------------------------------- one block
 EncoderLayer::EncoderLayer(const EncoderOptions& opts, Rng& rng)
-    : options(opts),
-      self_attn(opts.d_model, opts.num_heads, rng, opts.qk_norm, opts.norm_eps),
-      linear1(opts.d_model, opts.dim_feedforward, true, rng),
-      linear2(opts.dim_feedforward, opts.d_model, true, rng) {
+    : options(opts), self_attn(opts.d_model, opts.num_heads, rng, opts.qk_norm, opts.norm_eps),
+      linear1(opts.d_model, opts.dim_feedforward, true, rng), linear2(opts.dim_feedforward, opts.d_model, true, rng) {
   // The scheme first: its tensors (layers.N.resweight) come before the sublayers' in the state_dict.
   residual = opts.residual.spec().make(opts.d_model);
   register_module("", *residual);
@@ -108,10 +106,10 @@ Tensor EncoderLayer::forward(const Tensor& x, const std::vector<int64_t>& offset
 }
 
 // ---------------------------------------------------------------- the stack
-TransformerEncoder::TransformerEncoder(const EncoderOptions& opts, uint64_t seed)
-    : options(opts), dropout_seed(seed) {
+TransformerEncoder::TransformerEncoder(const EncoderOptions& opts, uint64_t seed) : options(opts), dropout_seed(seed) {
   if (opts.d_model < 1 || opts.num_heads < 1 || opts.d_model % opts.num_heads != 0)
-    throw UsageError(fmt::format("d_model {} must be a positive multiple of num_heads {}", opts.d_model, opts.num_heads));
+    throw UsageError(
+        fmt::format("d_model {} must be a positive multiple of num_heads {}", opts.d_model, opts.num_heads));
   Rng rng(seed, 1);
   for (int64_t i = 0; i < opts.num_layers; ++i) {
     layers.push_back(std::make_unique<EncoderLayer>(opts, rng));
@@ -130,7 +128,8 @@ Tensor TransformerEncoder::forward(const Tensor& x, const std::vector<int64_t>& 
   for (size_t l = 0; l < layers.size(); ++l) {
     Tensor* qkv = nullptr;
     if (diagnostics) qkv = &diagnostics->attention_qkv.emplace_back();
-    h = layers[l]->forward(h, offsets, kernels::dropout_key(dropout_seed, dropout.step, l), dropout.first_sequence, qkv);
+    h = layers[l]->forward(h, offsets, kernels::dropout_key(dropout_seed, dropout.step, l), dropout.first_sequence,
+                           qkv);
     if (diagnostics) {
       const float* v = h.data();
       const int64_t n = h.numel();  // once: numel() is a call, not a field
@@ -147,9 +146,7 @@ Tensor TransformerEncoder::forward(const Tensor& x, const std::vector<int64_t>& 
 
 // ---------------------------------------------------------------- the model
 EncoderModel::EncoderModel(const ModelOptions& opts)
-    : model_options(opts),
-      encoder(opts.encoder, opts.seed),
-      init_rng_(opts.seed, 2),
+    : model_options(opts), encoder(opts.encoder, opts.seed), init_rng_(opts.seed, 2),
       embedding(opts.vocab_size, opts.encoder.d_model, init_rng_),
       head(opts.encoder.d_model, opts.num_classes, true, init_rng_) {
   register_module("", encoder);
@@ -181,11 +178,10 @@ Tensor EncoderModel::forward(const std::vector<int32_t>& tokens, const std::vect
     x = ops::add(x, pos_embedding->forward(positions));
   } else {
     Tensor pe = Tensor::empty({T, d});
-    for (int64_t t = 0; t < T; ++t)
-      std::copy_n(pos_table.data() + positions[size_t(t)] * d, d, pe.data() + t * d);
+    for (int64_t t = 0; t < T; ++t) std::copy_n(pos_table.data() + positions[size_t(t)] * d, d, pe.data() + t * d);
     x = ops::add(x, pe);
   }
-  Tensor h = encoder.forward(x, offsets, diagnostics, dropout);  // (T, d)
+  Tensor h = encoder.forward(x, offsets, diagnostics, dropout);              // (T, d)
   if (model_options.head == Head::sequence) h = ops::mean_pool(h, offsets);  // (B, d)
   return head.forward(h);
 }

@@ -20,13 +20,8 @@ NormEntry no_norm_entry();     // src/nn/norms/none.cpp
 
 const std::vector<NormEntry>& norm_registry() {
   static const std::vector<NormEntry> registry = {
-      layer_norm_entry(),
-      rms_norm_entry(),
-      batch_norm_entry(),
-      power_norm_entry(),
-      dyt_entry(),
-      scale_norm_entry(),
-      no_norm_entry(),
+      layer_norm_entry(), rms_norm_entry(),   batch_norm_entry(), power_norm_entry(),
+      dyt_entry(),        scale_norm_entry(), no_norm_entry(),
   };
   return registry;
 }

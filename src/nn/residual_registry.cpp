@@ -34,8 +34,7 @@ std::vector<std::string> residual_names() { return entry_names(residual_registry
 
 ResidualKind::ResidualKind(const std::string& name) : entry_(find_residual(name)) {
   if (entry_ == nullptr)
-    throw UsageError(
-        fmt::format("unknown residual scheme '{}' (choose {})", name, fmt::join(residual_names(), ", ")));
+    throw UsageError(fmt::format("unknown residual scheme '{}' (choose {})", name, fmt::join(residual_names(), ", ")));
 }
 ResidualKind::ResidualKind(const char* name) : ResidualKind(std::string(name)) {}
 

@@ -128,10 +128,8 @@ void Optimizer::step(double lr) {
       const int64_t begin = std::max(lo, first[k]) - first[k];
       const int64_t end = std::min(hi, first[k] + params_[with_grad[k]].second.numel()) - first[k];
       if (begin >= end) continue;
-      if (sgd)
-        step_sgd(with_grad[k], lr, begin, end);
-      else
-        step_adam(with_grad[k], lr, begin, end);
+      if (sgd) step_sgd(with_grad[k], lr, begin, end);
+      else step_adam(with_grad[k], lr, begin, end);
     }
   });
   if (OpTimes* times = op_times()) times->charge(times->other_s, "optimizer step");
@@ -141,8 +139,8 @@ void Optimizer::step(double lr) {
 // PyTorch starts buf as a copy of d, which is what momentum*0 + d gives.
 void Optimizer::step_sgd(size_t index, double lr, int64_t begin, int64_t end) {
   Tensor& param = params_[index].second;
-  float* p = param.data();              // (numel)
-  const float* g = param.grad_data();   // (numel)
+  float* p = param.data();             // (numel)
+  const float* g = param.grad_data();  // (numel)
   const float weight_decay = decay_[index] ? static_cast<float>(shortest(options_.weight_decay)) : 0.0f;
   const float momentum = static_cast<float>(shortest(options_.momentum));
   const float neg_lr = static_cast<float>(-lr);
@@ -165,8 +163,8 @@ void Optimizer::step_sgd(size_t index, double lr, int64_t begin, int64_t end) {
 // The scalars are computed in double, the state stays float32.
 void Optimizer::step_adam(size_t index, double lr, int64_t begin, int64_t end) {
   Tensor& param = params_[index].second;
-  float* p = param.data();             // (numel)
-  const float* g = param.grad_data();  // (numel)
+  float* p = param.data();               // (numel)
+  const float* g = param.grad_data();    // (numel)
   float* m = exp_avg_[index].data();     // (numel)
   float* v = exp_avg_sq_[index].data();  // (numel)
 
@@ -180,7 +178,7 @@ void Optimizer::step_adam(size_t index, double lr, int64_t begin, int64_t end) {
   kernels::AdamScalars s;
   s.decoupled = options_.name == OptimizerKind::adamw;
   s.param_scale = static_cast<float>(1.0 - lr * wd_d);  // adamw; 1 when wd_d is 0
-  s.grad_decay = static_cast<float>(wd_d);                 // adam
+  s.grad_decay = static_cast<float>(wd_d);              // adam
   s.beta1 = static_cast<float>(beta1);
   s.beta2 = static_cast<float>(beta2);
   s.one_minus_beta1 = static_cast<float>(1.0 - beta1);
@@ -230,9 +228,10 @@ void Optimizer::load_state(const std::map<std::string, std::vector<float>>& tens
   }
   for (const auto& [key, values] : tensors) {
     if (key.rfind("optim.", 0) == 0 && !expected.count(key))
-      throw InputError(fmt::format("{}: optimizer state '{}': not expected by optimizer '{}' (another optimizer "
-                                   "or parameter set?)",
-                                   where, key, to_string(options_.name)));
+      throw InputError(
+          fmt::format("{}: optimizer state '{}': not expected by optimizer '{}' (another optimizer "
+                      "or parameter set?)",
+                      where, key, to_string(options_.name)));
   }
   for (const std::string& kind : state_kinds()) {
     std::vector<std::vector<float>>& buffers = state_buffers(kind);
@@ -279,7 +278,7 @@ double clip_grad_norm(const nn::NamedTensors& params, double max_norm) {
   const float scale = static_cast<float>(clip_coef);
   for (const auto& [name, param] : params) {
     if (!param.has_grad()) continue;
-    Tensor handle = param;  // same storage; a non-const handle to write the gradient
+    Tensor handle = param;          // same storage; a non-const handle to write the gradient
     float* g = handle.grad_data();  // (numel)
     const int64_t n = handle.numel();
     parallel_for(n, n >= kParallelMinElements, [&](int64_t begin, int64_t end) {

@@ -15,10 +15,8 @@ namespace normlab::optim {
 std::string to_string(ScheduleKind kind) { return name_in(kScheduleNames, kind); }
 
 void check_schedule_options(const ScheduleOptions& s) {
-  if (s.warmup_steps < 0)
-    throw UsageError(fmt::format("schedule: warmup_steps must be >= 0 (got {})", s.warmup_steps));
-  if (s.total_steps < 1)
-    throw UsageError(fmt::format("schedule: total_steps must be >= 1 (got {})", s.total_steps));
+  if (s.warmup_steps < 0) throw UsageError(fmt::format("schedule: warmup_steps must be >= 0 (got {})", s.warmup_steps));
+  if (s.total_steps < 1) throw UsageError(fmt::format("schedule: total_steps must be >= 1 (got {})", s.total_steps));
   if (!(s.min_lr_ratio >= 0.0f && s.min_lr_ratio <= 1.0f))
     throw UsageError(fmt::format("schedule: min_lr_ratio must be in [0, 1] (got {})", s.min_lr_ratio));
 }

@@ -159,11 +159,11 @@ double mtime_s(const fs::path& path) {
 LayerDiagnostics layer_diagnostics(const study::Diagnostics& d) {
   LayerDiagnostics out;
   out.step = d.step;
-  for (const auto& [name, values] : {std::pair{"attention_max_logit", &d.attention_max_logit},
-                                     std::pair{"attention_entropy_mean", &d.attention_entropy_mean},
-                                     std::pair{"attention_entropy_min", &d.attention_entropy_min},
-                                     std::pair{"update_ratio", &d.update_ratio},
-                                     std::pair{"layer_grad_norms", &d.layer_grad_norms}})
+  for (const auto& [name, values] :
+       {std::pair{"attention_max_logit", &d.attention_max_logit},
+        std::pair{"attention_entropy_mean", &d.attention_entropy_mean},
+        std::pair{"attention_entropy_min", &d.attention_entropy_min}, std::pair{"update_ratio", &d.update_ratio},
+        std::pair{"layer_grad_norms", &d.layer_grad_norms}})
     if (!values->empty()) out.layers[name] = *values;
   out.log_z_mean = d.log_z_mean;
   out.log_z_max_abs = d.log_z_max_abs;
@@ -186,11 +186,11 @@ RunStatus status_of(const study::RunResult& r, bool running) {
       st.last_loss = r.loss[i];
       break;
     }
-  st.state = r.diverged                         ? RunState::diverged
-             : r.finished                       ? RunState::finished
-             : running                          ? RunState::running
+  st.state = r.diverged                          ? RunState::diverged
+             : r.finished                        ? RunState::finished
+             : running                           ? RunState::running
              : st.step > 0 || r.evals.size() > 0 ? RunState::stopped
-                                                : RunState::queued;
+                                                 : RunState::queued;
   return st;
 }
 
@@ -246,7 +246,8 @@ void fill_from_result(RunStatus& st, const study::RunResult& r) {
   fill_from_spec(st, r.spec);
   st.wall_time_s = r.wall_time_s;
   for (const study::EvalPoint& e : r.evals) {
-    if (std::isfinite(e.trained.accuracy) && !(e.trained.accuracy <= st.best_accuracy)) st.best_accuracy = e.trained.accuracy;
+    if (std::isfinite(e.trained.accuracy) && !(e.trained.accuracy <= st.best_accuracy))
+      st.best_accuracy = e.trained.accuracy;
     if (std::isfinite(e.trained.loss) && !(e.trained.loss >= st.best_loss)) st.best_loss = e.trained.loss;
   }
 }
@@ -317,9 +318,8 @@ Planned plan_and_read(const std::string& dir, bool compare, std::vector<std::str
       reason = e.what();
     }
     // A refused config names its run's directory; a refused metrics/summary file is the run being read.
-    const auto named = std::find_if(dirs.begin(), dirs.end(), [&](const std::string& d) {
-      return reason.find(d + "/") != std::string::npos;
-    });
+    const auto named = std::find_if(dirs.begin(), dirs.end(),
+                                    [&](const std::string& d) { return reason.find(d + "/") != std::string::npos; });
     if (named != dirs.end()) refused_dir = *named;
     if (refused_dir.empty() || !std::count(dirs.begin(), dirs.end(), refused_dir)) break;  // not one run's fault
     refused[refused_dir] = reason;
@@ -333,7 +333,8 @@ Planned plan_and_read(const std::string& dir, bool compare, std::vector<std::str
   return out;
 }
 
-// The run table's default order: running runs first, then stopped, diverged, the unreadable, queued, finished; by name within.
+// The run table's default order: running runs first, then stopped, diverged, the unreadable, queued, finished; by name
+// within.
 int state_order(RunState s) {
   switch (s) {
     case RunState::running: return 0;
@@ -355,9 +356,14 @@ std::string unfinished_list(const std::vector<const RunStatus*>& unfinished) {
   const size_t shown = std::min<size_t>(unfinished.size(), 4);
   for (size_t i = 0; i < shown; ++i) {
     const RunStatus& r = *unfinished[i];
-    const std::string step = r.step > 0 ? fmt::format(", step {}{}", r.step, r.total_steps > 0 ? fmt::format(" of {}", r.total_steps) : "") : "";
-    list += fmt::format("{}{} ({}{})", i == 0 ? "" : i + 1 == shown && shown == unfinished.size() ? " and " : ", ", r.name,
-                        state_name(r.state), step);
+    const std::string step =
+        r.step > 0 ? fmt::format(", step {}{}", r.step, r.total_steps > 0 ? fmt::format(" of {}", r.total_steps) : "")
+                   : "";
+    list += fmt::format("{}{} ({}{})",
+                        i == 0                                         ? ""
+                        : i + 1 == shown && shown == unfinished.size() ? " and "
+                                                                       : ", ",
+                        r.name, state_name(r.state), step);
   }
   if (unfinished.size() > shown) list += fmt::format(" and {} more", unfinished.size() - shown);
   return list;
@@ -377,12 +383,16 @@ std::string so_far(const study::ComparePlan& plan, const std::vector<study::RunR
       }
     if (last.empty()) continue;
     std::sort(last.begin(), last.end());
-    const double median = last.size() % 2 ? last[last.size() / 2] : 0.5 * (last[last.size() / 2 - 1] + last[last.size() / 2]);
-    parts += fmt::format("{}{} {:.2f} ({} run{})", parts.empty() ? "" : "; ", variant, median, last.size(), last.size() > 1 ? "s" : "");
+    const double median =
+        last.size() % 2 ? last[last.size() / 2] : 0.5 * (last[last.size() / 2 - 1] + last[last.size() / 2]);
+    parts += fmt::format("{}{} {:.2f} ({} run{})", parts.empty() ? "" : "; ", variant, median, last.size(),
+                         last.size() > 1 ? "s" : "");
   }
   if (parts.empty()) return "No run has been evaluated yet.";
-  return fmt::format("So far, at step {}: held-out accuracy on trained lengths at each run's last evaluation "
-                     "(median over runs) — {}. Nothing is judged before a run finishes.", at, parts);
+  return fmt::format(
+      "So far, at step {}: held-out accuracy on trained lengths at each run's last evaluation "
+      "(median over runs) — {}. Nothing is judged before a run finishes.",
+      at, parts);
 }
 
 // The report while runs are unfinished: judged on the finished runs only (all of them when none
@@ -402,16 +412,17 @@ study::ReportModel live_report(const study::ComparePlan& plan, std::vector<study
   for (size_t k = 0; k < finished.size(); ++k) results[finished_at[k]] = std::move(finished[k]);
   for (study::ReportSection& sec : report.sections) {
     if (sec.title == "Answer" && finished.empty())
-      sec.bullets = {fmt::format("No run has finished yet ({} unfinished: {}).", unfinished.size(), unfinished_list(unfinished)),
+      sec.bullets = {fmt::format("No run has finished yet ({} unfinished: {}).", unfinished.size(),
+                                 unfinished_list(unfinished)),
                      so_far(plan, results)};
     else if (sec.title == "Answer")
-      sec.bullets.insert(sec.bullets.begin(),
-                         fmt::format("So far {} of {} runs {} finished; this Answer, the Findings and the Summary judge "
-                                     "{} only. Not yet judged: {}.",
-                                     finished.size(), runs.size(), finished.size() == 1 ? "has" : "have",
-                                     finished.size() == 1 ? "that run" : "those", unfinished_list(unfinished)));
-    else if (sec.title == "Findings" && finished.empty())
-      sec.bullets = {"The Findings wait for a finished run."};
+      sec.bullets
+          .insert(sec.bullets.begin(),
+                  fmt::format("So far {} of {} runs {} finished; this Answer, the Findings and the Summary judge "
+                              "{} only. Not yet judged: {}.",
+                              finished.size(), runs.size(), finished.size() == 1 ? "has" : "have",
+                              finished.size() == 1 ? "that run" : "those", unfinished_list(unfinished)));
+    else if (sec.title == "Findings" && finished.empty()) sec.bullets = {"The Findings wait for a finished run."};
   }
   return report;
 }
@@ -421,10 +432,12 @@ study::ReportModel live_report(const study::ComparePlan& plan, std::vector<study
 std::string live_html(study::ReportModel report, const study::HtmlExtras& extras) {
   for (study::ReportSection& sec : report.sections) {
     const size_t before = sec.charts.size();
-    sec.charts.erase(std::remove_if(sec.charts.begin(), sec.charts.end(), [](const auto& c) { return step_chart(c.first); }),
+    sec.charts.erase(std::remove_if(sec.charts.begin(), sec.charts.end(),
+                                    [](const auto& c) { return step_chart(c.first); }),
                      sec.charts.end());
     if (sec.charts.size() < before)
-      sec.text += (sec.text.empty() ? "" : " ") + std::string("(Live: these curves are in the Charts panel above, per run.)");
+      sec.text +=
+          (sec.text.empty() ? "" : " ") + std::string("(Live: these curves are in the Charts panel above, per run.)");
   }
   std::string html = study::render_html(report, extras);
   const std::string footer = "each chart as SVG in charts/. Tables as Markdown: report.md.";
@@ -435,8 +448,8 @@ std::string live_html(study::ReportModel report, const study::HtmlExtras& extras
 
 using RowFromReader = std::function<RunStatus(const std::string& run_dir, bool running)>;
 
-Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, FirstSeen& first_seen, const Admit& admit,
-           const RowFromReader& row_from_reader) {
+Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, FirstSeen& first_seen,
+           const Admit& admit, const RowFromReader& row_from_reader) {
   Drawn out;
   std::map<std::string, std::string> unreadable, refused, left_out;  // run directory -> reason
   std::vector<std::string> with_config;
@@ -468,7 +481,7 @@ Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, F
       }
     }
   for (const study::RunSpec& spec : alone_specs) planned.plan.runs.push_back(spec);  // for the rows' columns only
-  std::map<std::string, const study::RunSpec*> spec_of;  // run name -> its spec in the plan
+  std::map<std::string, const study::RunSpec*> spec_of;                              // run name -> its spec in the plan
   for (const study::RunSpec& spec : planned.plan.runs) spec_of[fs::path(spec.dir).filename().string()] = &spec;
   std::set<std::string> names;
   for (const std::string& d : layout.run_dirs) {
@@ -477,8 +490,8 @@ Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, F
     const auto found = planned.results.find(d);
     const auto found_alone = alone.find(d);
     const study::RunResult& r = found != planned.results.end() ? found->second
-                                : found_alone != alone.end()  ? found_alone->second
-                                                              : not_read;
+                                : found_alone != alone.end()   ? found_alone->second
+                                                               : not_read;
     RunStatus st = status_of(r, lock_held(d, held));
     if (left_out.count(d)) {
       st = row_from_reader(d, lock_held(d, held));
@@ -491,7 +504,8 @@ Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, F
       fill_from_result(st, r);
     }
     st.name = name;
-    for (const auto& [reasons, state] : {std::pair{&unreadable, RunState::unreadable}, std::pair{&refused, RunState::error}})
+    for (const auto& [reasons, state] :
+         {std::pair{&unreadable, RunState::unreadable}, std::pair{&refused, RunState::error}})
       if (auto it = reasons->find(d); it != reasons->end()) st.state = state, st.problem = it->second, st.step = 0;
     st.eta_s = eta_of(st, d, first_seen);
     st.path = fs::path(d).lexically_relative(dir).string();
@@ -511,7 +525,8 @@ Drawn draw(const std::string& dir, const Layout& layout, const FlockSet& held, F
   planned.plan.runs.resize(planned.plan.runs.size() - alone_specs.size());
   auto results = std::make_shared<std::vector<study::RunResult>>();
   for (const study::RunSpec& spec : planned.plan.runs)
-    if (auto it = planned.results.find(spec.dir); it != planned.results.end()) results->push_back(std::move(it->second));
+    if (auto it = planned.results.find(spec.dir); it != planned.results.end())
+      results->push_back(std::move(it->second));
   try {
     out.report = live_report(planned.plan, *results, out.runs);
     out.runs_csv = study::runs_csv(planned.plan, *results);
@@ -535,9 +550,10 @@ std::string progress_line(const std::vector<RunStatus>& runs) {
     stopped += r.state == RunState::stopped;
     if (judged(r.state) && std::isfinite(r.wall_time_s)) busy += r.wall_time_s, ++with_time;
   }
-  const double eta = running == 0 ? NAN : study::study_eta_seconds(busy, with_time, with_time + runs.size() - done, running);
-  return fmt::format("{}/{} runs done ({} diverged), {} running, {} queued{}, ETA {}", done, runs.size(), diverged, running,
-                     queued, stopped ? fmt::format(", {} stopped", stopped) : "",
+  const double eta =
+      running == 0 ? NAN : study::study_eta_seconds(busy, with_time, with_time + runs.size() - done, running);
+  return fmt::format("{}/{} runs done ({} diverged), {} running, {} queued{}, ETA {}", done, runs.size(), diverged,
+                     running, queued, stopped ? fmt::format(", {} stopped", stopped) : "",
                      done == runs.size() ? "–" : study::format_duration(eta));
 }
 
@@ -551,13 +567,17 @@ std::string rows_html(const std::vector<RunStatus>& runs) {
     for (const auto& [key, value] : r.extra) extra += "<td>" + study::xml_escape(value) + "</td>";
     html += fmt::format(
         "<tr class=\"serve-{0}\" data-state=\"{0}\" data-run=\"{1}\"><td></td><td>{1}</td><td>{2}</td><td>{0}{3}</td>"
-        "<td>{4}</td><td>{5}</td><td>{6}</td><td>{7}</td><td>{8}</td><td>{9}</td><td>{10}</td><td>{11}</td><td>{12}</td>{13}"
+        "<td>{4}</td><td>{5}</td><td>{6}</td><td>{7}</td><td>{8}</td><td>{9}</td><td>{10}</td><td>{11}</td><td>{12}</"
+        "td>{13}"
         "<td></td></tr>\n",
         state_name(r.state), study::xml_escape(r.name), study::xml_escape(r.variant),
         r.problem.empty() ? "" : " (" + study::xml_escape(r.problem) + ")", step,
         r.state == RunState::running ? format_eta(r.eta_s) : "–", number(r.last_loss), number(r.best_accuracy),
         number(r.best_loss), number(r.lr), r.layers > 0 ? std::to_string(r.layers) : "–",
-        r.warmup < 0 ? "–" : r.warmup ? "on" : "off", r.seed < 0 ? "–" : std::to_string(r.seed), extra);
+        r.warmup < 0 ? "–"
+        : r.warmup   ? "on"
+                     : "off",
+        r.seed < 0 ? "–" : std::to_string(r.seed), extra);
   }
   return html;
 }
@@ -571,7 +591,9 @@ json short_number(double v) { return std::isfinite(v) ? json(std::stod(fmt::form
 // {"step": N, "attention_max_logit": [...], ..., "log_z_mean": x, "log_z_max_abs": y}, or null.
 json diagnostics_json(const LayerDiagnostics& d) {
   if (d.step == 0) return nullptr;
-  json out = {{"step", d.step}, {"log_z_mean", short_number(d.log_z_mean)}, {"log_z_max_abs", short_number(d.log_z_max_abs)}};
+  json out = {{"step", d.step},
+              {"log_z_mean", short_number(d.log_z_mean)},
+              {"log_z_max_abs", short_number(d.log_z_max_abs)}};
   for (const auto& [name, values] : d.layers) {
     json list = json::array();
     for (double v : values) list.push_back(short_number(v));
@@ -603,18 +625,31 @@ std::string status_json(const std::vector<RunStatus>& runs, const std::string& p
     for (const auto& [key, value] : r.extra) extra[key] = value;
     const std::string log = compare ? "logs/" + r.name + ".log" : "";
     std::error_code ec;
-    rows.push_back({{"name", r.name}, {"variant", r.variant}, {"state", state_name(r.state)}, {"problem", r.problem},
-                    {"step", r.step}, {"steps", r.total_steps},
-                    {"eta", r.state == RunState::running ? format_eta(r.eta_s) : "–"},
-                    {"loss", number_or_null(r.last_loss)}, {"best_accuracy", number_or_null(r.best_accuracy)},
-                    {"best_loss", number_or_null(r.best_loss)}, {"lr", number_or_null(r.lr)}, {"layers", r.layers},
-                    {"warmup", r.warmup}, {"seed", r.seed}, {"extra", extra}, {"path", r.path},
-                    {"log", !log.empty() && fs::exists(fs::path(dir) / log, ec) ? log : ""}, {"version", r.version},
-                    {"log_z", short_number(r.last_diagnostics.log_z_max_abs)},
-                    {"diagnostics", {{"first", diagnostics_json(r.first_diagnostics)},
-                                     {"last", diagnostics_json(r.last_diagnostics)}}}});
+    rows.push_back(
+        {{"name", r.name},
+         {"variant", r.variant},
+         {"state", state_name(r.state)},
+         {"problem", r.problem},
+         {"step", r.step},
+         {"steps", r.total_steps},
+         {"eta", r.state == RunState::running ? format_eta(r.eta_s) : "–"},
+         {"loss", number_or_null(r.last_loss)},
+         {"best_accuracy", number_or_null(r.best_accuracy)},
+         {"best_loss", number_or_null(r.best_loss)},
+         {"lr", number_or_null(r.lr)},
+         {"layers", r.layers},
+         {"warmup", r.warmup},
+         {"seed", r.seed},
+         {"extra", extra},
+         {"path", r.path},
+         {"log", !log.empty() && fs::exists(fs::path(dir) / log, ec) ? log : ""},
+         {"version", r.version},
+         {"log_z", short_number(r.last_diagnostics.log_z_max_abs)},
+         {"diagnostics",
+          {{"first", diagnostics_json(r.first_diagnostics)}, {"last", diagnostics_json(r.last_diagnostics)}}}});
   }
-  return json{{"page", page_etag}, {"progress", progress_line(runs)}, {"colors", colors}, {"extra_keys", extra_keys},
+  return json{{"page", page_etag},  {"progress", progress_line(runs)},
+              {"colors", colors},   {"extra_keys", extra_keys},
               {"metrics", metrics}, {"runs", rows}}
       .dump();
 }
@@ -654,9 +689,10 @@ LiveReport::LiveReport(std::string dir, uint64_t report_bytes) : dir_(std::move(
   if (std::string why = cannot_read(dir_); !why.empty()) throw InputError(why);
   if (!fs::is_directory(dir_, ec)) throw InputError(fmt::format("{}: not a directory", dir_));
   if (kind_of(dir_) == DirKind::folder && scan(dir_).run_dirs.empty())
-    throw InputError(fmt::format("{}: not a run directory (config.json, metrics.jsonl), a compare output directory "
-                                 "(runs/) or a folder of run directories",
-                                 dir_));
+    throw InputError(
+        fmt::format("{}: not a run directory (config.json, metrics.jsonl), a compare output directory "
+                    "(runs/) or a folder of run directories",
+                    dir_));
 }
 
 bool LiveReport::waiting() {
@@ -665,9 +701,10 @@ bool LiveReport::waiting() {
 }
 
 static std::string waiting_text(const std::string& dir) {
-  return fmt::format("{} does not exist yet: this page waits for it and follows it from then on. Start the study with "
-                     "`normlab compare --config FILE --out {}` (or one run with `normlab train --config FILE --out {}`).",
-                     dir, dir, dir);
+  return fmt::format(
+      "{} does not exist yet: this page waits for it and follows it from then on. Start the study with "
+      "`normlab compare --config FILE --out {}` (or one run with `normlab train --config FILE --out {}`).",
+      dir, dir, dir);
 }
 
 LiveReport::~LiveReport() {
@@ -756,7 +793,8 @@ void read_summary_state(const fs::path& run_dir, RunStatus& st, bool& finished, 
   if (!summary.is_object()) return;
   finished = true;
   if (summary.contains("diverged") && summary["diverged"] == true) diverged = true;
-  if (summary.contains("wall_time_s") && summary["wall_time_s"].is_number()) st.wall_time_s = summary["wall_time_s"].get<double>();
+  if (summary.contains("wall_time_s") && summary["wall_time_s"].is_number())
+    st.wall_time_s = summary["wall_time_s"].get<double>();
 }
 
 }  // namespace
@@ -842,9 +880,9 @@ RunStatus LiveReport::row_from_reader(const std::string& run_dir, bool running) 
   st.best_loss = summary.best_loss;
   st.first_diagnostics = summary.first_diagnostics;
   st.last_diagnostics = summary.last_diagnostics;
-  st.state = diverged   ? RunState::diverged
-             : finished ? RunState::finished
-             : running  ? RunState::running
+  st.state = diverged                                  ? RunState::diverged
+             : finished                                ? RunState::finished
+             : running                                 ? RunState::running
              : st.step > 0 || summary.eval_records > 0 ? RunState::stopped
                                                        : RunState::queued;
   // What the report would refuse, as far as read: an error run, as when the report reads it.
@@ -857,13 +895,15 @@ static LiveReport::Page reading_page(const std::string& dir, bool compare) {
   LiveReport::Page page;
   page.etag = "\"first-drawing\"";
   const study::HtmlExtras extras{live_head(), live_top("reading the runs…", ""), live_script(page.etag)};
-  const study::ReportModel model{compare ? "normlab compare report" : "normlab serve: " + dir,
-                                 {"Reading the runs: the first drawing of this page is under way; it appears here when done."},
-                                 {}, {}};
+  const study::ReportModel
+      model{compare ? "normlab compare report" : "normlab serve: " + dir,
+            {"Reading the runs: the first drawing of this page is under way; it appears here when done."},
+            {},
+            {}};
   page.html = study::render_html(model, extras);
   page.report_md = study::render_markdown(model);
-  page.status_json = json{{"page", page.etag}, {"progress", "reading the runs…"}, {"colors", json::object()},
-                          {"extra_keys", json::array()}, {"metrics", json::array()}, {"runs", json::array()}}
+  page.status_json = json{{"page", page.etag},           {"progress", "reading the runs…"}, {"colors", json::object()},
+                          {"extra_keys", json::array()}, {"metrics", json::array()},        {"runs", json::array()}}
                          .dump();
   return page;
 }
@@ -922,15 +962,17 @@ LiveReport::Page LiveReport::page() {
     const uint64_t size = file_size(path);
     Admission a;
     if (size > budget) {
-      a.reason = fmt::format("its metrics.jsonl ({:.1f} MB) is past what the live report reads ({:.0f} MB for all runs): "
-                             "left out of the report, its row and charts follow it; `normlab report` draws it",
-                             double(size) / 1e6, report_bytes_ / 1e6);
+      a.reason = fmt::format(
+          "its metrics.jsonl ({:.1f} MB) is past what the live report reads ({:.0f} MB for all runs): "
+          "left out of the report, its row and charts follow it; `normlab report` draws it",
+          double(size) / 1e6, report_bytes_ / 1e6);
     } else {
       const std::string stamp = file_stamp(path);
       std::string problem;
       {
         const std::lock_guard<std::mutex> guard(mutex_);
-        if (auto it = line_checks_.find(path); it != line_checks_.end() && it->second.first == stamp) problem = it->second.second;
+        if (auto it = line_checks_.find(path); it != line_checks_.end() && it->second.first == stamp)
+          problem = it->second.second;
         else problem = "?";
       }
       if (problem == "?") {
@@ -950,14 +992,16 @@ LiveReport::Page LiveReport::page() {
   page.etag = fmt::format("\"{:016x}\"", std::hash<std::string>{}(fingerprint));
   // Once every run is judged the page opens on the report's first screen (the verdict, the headline
   // figure, the table), the run table and live charts below it; until then the runs come first.
-  const bool all_judged = !drawn.runs.empty() && drawn.report &&
-                          std::all_of(drawn.runs.begin(), drawn.runs.end(), [](const RunStatus& r) { return judged(r.state); });
+  const bool all_judged =
+      !drawn.runs.empty() && drawn.report &&
+      std::all_of(drawn.runs.begin(), drawn.runs.end(), [](const RunStatus& r) { return judged(r.state); });
   std::string top = live_top(progress_line(drawn.runs), rows_html(drawn.runs));
   const study::HtmlExtras extras{live_head(), all_judged ? "" : top, live_script(page.etag), all_judged ? top : ""};
   if (!drawn.report)
-    drawn.report = study::ReportModel{
-        layout.compare ? "normlab compare report" : "normlab serve: " + dir_,
-        {absent ? dir_problem : "No report yet: " + drawn.problem + "."}, {}, {}};
+    drawn.report = study::ReportModel{layout.compare ? "normlab compare report" : "normlab serve: " + dir_,
+                                      {absent ? dir_problem : "No report yet: " + drawn.problem + "."},
+                                      {},
+                                      {}};
   page.html = live_html(*drawn.report, extras);
   page.report_md = study::render_markdown(*drawn.report);
   page.runs_csv = std::move(drawn.runs_csv);
@@ -993,7 +1037,8 @@ std::string LiveReport::CurvesWriter::next(size_t bytes) {
     if (!evals_) {
       const size_t end = std::min(r.steps.size(), step_ + 20000);
       auto part = [&](const std::vector<double>& v) {
-        return std::vector<double>(v.begin() + std::ptrdiff_t(std::min(step_, v.size())), v.begin() + std::ptrdiff_t(std::min(end, v.size())));
+        return std::vector<double>(v.begin() + std::ptrdiff_t(std::min(step_, v.size())),
+                                   v.begin() + std::ptrdiff_t(std::min(end, v.size())));
       };
       slice[0].steps = part(r.steps), slice[0].loss = part(r.loss), slice[0].accuracy = part(r.accuracy);
       step_ = end;
@@ -1038,8 +1083,8 @@ LiveReport::SeriesAnswer LiveReport::series(const std::string& run, const std::s
     --reader->waiting;
     // A backlog is the background thread's; a reader new or caught up reads 256 KiB here.
     if (!reader->behind || reader->reader.offset() == 0) reader->behind = reader->reader.update(256 << 10);
-    answer.etag = fmt::format("\"{:016x}\"", std::hash<std::string>{}(path + "|" + metric + "|" + file_stamp(path) + "|" +
-                                                                      std::to_string(reader->reader.offset())));
+    answer.etag = fmt::format("\"{:016x}\"", std::hash<std::string>{}(path + "|" + metric + "|" + file_stamp(path) +
+                                                                      "|" + std::to_string(reader->reader.offset())));
     {
       const std::lock_guard<std::mutex> cache(mutex_);
       if (auto it = series_cache_.find(answer.etag); it != series_cache_.end()) return answer.json = it->second, answer;

@@ -43,42 +43,53 @@ std::string sha256_base64(std::string_view text) {
 
 std::string live_head() {
   return "<style id=\"serve-style\">#serve-runs{max-height:28em;overflow:auto;display:inline-block;max-width:100%}"
-         "#serve-table th{cursor:pointer;user-select:none;white-space:nowrap}#serve-table td:nth-child(-n+4){text-align:left}"
+         "#serve-table th{cursor:pointer;user-select:none;white-space:nowrap}#serve-table "
+         "td:nth-child(-n+4){text-align:left}"
          "#serve-table td:nth-child(2){white-space:nowrap}"
          ".serve-running td:nth-child(4){color:#0072b2;font-weight:bold}.serve-diverged td:nth-child(4){color:#d55e00}"
          ".serve-stopped td:nth-child(4){color:#a0522d}.serve-unreadable td:nth-child(4),.serve-error td:nth-child(4)"
          "{color:#d55e00}.serve-queued td{color:#888}#serve-note{color:#d55e00}"
          ".serve-notice{padding:4px 10px;margin:3px 0;border-left:4px solid #0072b2;background:#f4f8fc;max-width:900px}"
          ".serve-notice-diverged{border-color:#d55e00;background:#fdf0e8}.serve-notice-stopped{border-color:#a0522d}"
-         ".serve-notice-finished{border-color:#009e73;background:#eef8f4}.serve-notice button{float:right;border:0;background:none;cursor:pointer}"
+         ".serve-notice-finished{border-color:#009e73;background:#eef8f4}.serve-notice "
+         "button{float:right;border:0;background:none;cursor:pointer}"
          "#chart-box{position:relative;height:420px;max-width:1200px}#chart-drag{position:absolute;top:0;bottom:0;"
          "background:rgba(0,114,178,.15);display:none;pointer-events:none}.serve-series{margin:2px;border:2px solid;"
          "background:#fff;cursor:pointer;border-radius:3px}.serve-series.off{opacity:.35;text-decoration:line-through}"
-         "#layers-box{position:relative;height:320px;max-width:900px}#chart-hover{min-height:1.4em;font-family:monospace}.serve-help{color:#666;font-size:13px}</style>\n";
+         "#layers-box{position:relative;height:320px;max-width:900px}#chart-hover{min-height:1.4em;font-family:"
+         "monospace}.serve-help{color:#666;font-size:13px}</style>\n";
 }
 
 std::string live_top(const std::string& progress, const std::string& rows_html) {
-  return "<section id=\"serve-status\"><h2>Runs</h2>\n<p><b id=\"serve-progress\">" + study::xml_escape(progress) + "</b> "
+  return "<section id=\"serve-status\"><h2>Runs</h2>\n<p><b id=\"serve-progress\">" + study::xml_escape(progress) +
+         "</b> "
          "<span id=\"serve-note\"></span></p>\n<div id=\"serve-notices\"></div>\n"
          "<p><input id=\"serve-filter\" size=\"40\" placeholder=\"filter: name, variant, state, value…\"> "
          "<span id=\"serve-count\"></span> <span class=\"serve-help\">Click a column to sort (again: reverse); "
          "running runs come first until then.</span></p>\n"
-         "<div id=\"serve-runs\"><table id=\"serve-table\"><thead></thead><tbody>\n" + rows_html +
+         "<div id=\"serve-runs\"><table id=\"serve-table\"><thead></thead><tbody>\n" +
+         rows_html +
          "</tbody></table></div></section>\n"
          "<section id=\"serve-charts\"><h2>Charts</h2>\n<p>metric <select id=\"chart-metric\"></select> against "
-         "<select id=\"chart-x\"><option value=\"step\">step</option><option value=\"time\">training time</option></select> "
-         "y axis <select id=\"chart-scale\"><option value=\"auto\">auto</option><option value=\"linear\">linear</option>"
-         "<option value=\"logarithmic\">log</option></select> <label><input id=\"chart-heldout\" type=\"checkbox\"> with "
-         "held-out loss</label> smoothing <input id=\"chart-smooth\" type=\"range\" min=\"0\" max=\"0.99\" step=\"0.01\" value=\"0\"> "
+         "<select id=\"chart-x\"><option value=\"step\">step</option><option value=\"time\">training "
+         "time</option></select> "
+         "y axis <select id=\"chart-scale\"><option value=\"auto\">auto</option><option "
+         "value=\"linear\">linear</option>"
+         "<option value=\"logarithmic\">log</option></select> <label><input id=\"chart-heldout\" type=\"checkbox\"> "
+         "with "
+         "held-out loss</label> smoothing <input id=\"chart-smooth\" type=\"range\" min=\"0\" max=\"0.99\" "
+         "step=\"0.01\" value=\"0\"> "
          "<span id=\"chart-smooth-value\">0</span> <button id=\"chart-reset\">reset zoom</button></p>\n"
-         "<p id=\"chart-variants\"></p>\n<div id=\"chart-box\"><canvas id=\"chart-canvas\"></canvas><div id=\"chart-drag\">"
+         "<p id=\"chart-variants\"></p>\n<div id=\"chart-box\"><canvas id=\"chart-canvas\"></canvas><div "
+         "id=\"chart-drag\">"
          "</div></div>\n<p id=\"chart-hover\"></p>\n<p id=\"chart-capped\" class=\"serve-help\"></p>\n"
          "<p class=\"serve-help\">One line per run, in its series' colour "
          "(a diverged run dashed). Y axis auto: a loss, gradient norm, RMS, max attention logit, update ratio or max "
          "|log Z| on a log axis ending at 10x the largest "
          "first value, so one diverged run does not flatten the rest (the runs above it are named under the chart); "
          "anything else linear. With held-out loss: each run's held-out loss on trained lengths at its evaluations, "
-         "dotted with points, beside the chosen training metric. Hover: the value at the nearest point. Drag across the chart: zoom to that range. "
+         "dotted with points, beside the chosen training metric. Hover: the value at the nearest point. Drag across "
+         "the chart: zoom to that range. "
          "A series button shows or hides its runs; a run's box in the table shows or hides that run. Smoothing: an "
          "exponential moving average (debiased, as TensorBoard's). Training time: the sum of each step's tokens / "
          "tokens_per_s (evaluation pauses excluded). Each curve is downsampled by the server to at most 2,000 points "
@@ -273,8 +284,9 @@ poll();})();)JS";
 }  // namespace
 
 std::string live_script(const std::string& etag) {
-  const std::string chart = chart_library().empty() ? "" :
-      "<script src=\"_serve/chart.js\" integrity=\"sha256-" + sha256_base64(chart_library()) + "\"></script>\n";
+  const std::string chart = chart_library().empty() ? ""
+                                                    : "<script src=\"_serve/chart.js\" integrity=\"sha256-" +
+                                                          sha256_base64(chart_library()) + "\"></script>\n";
   return "</div>\n" + chart + "<script id=\"serve-live\" data-etag=\"" + study::xml_escape(etag) + "\">" + kScript +
          "</script>\n";
 }

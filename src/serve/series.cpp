@@ -108,7 +108,8 @@ void add_step_record(const json& record, double step, double time_s, Add&& add) 
     if (value.is_number()) add("train/" + key, step, time_s, value.template get<double>());
     if (value.is_array())
       for (size_t i = 0; i < value.size(); ++i)
-        if (value[i].is_number()) add(fmt::format("train/{}[{}]", key, i), step, time_s, value[i].template get<double>());
+        if (value[i].is_number())
+          add(fmt::format("train/{}[{}]", key, i), step, time_s, value[i].template get<double>());
   }
 }
 
@@ -164,7 +165,8 @@ void MetricsReader::reset() {
 
 size_t MetricsReader::memory_bytes() const {
   size_t bytes = partial_.capacity() + sizeof *this;
-  for (const auto& s : series_) bytes += sizeof(Streamed) + s->full.capacity() * sizeof(Streamed::Bucket) + 2 * s->out.name.size() + 64;
+  for (const auto& s : series_)
+    bytes += sizeof(Streamed) + s->full.capacity() * sizeof(Streamed::Bucket) + 2 * s->out.name.size() + 64;
   return bytes;
 }
 
@@ -237,7 +239,8 @@ bool MetricsReader::update(size_t max_bytes, int64_t max_lines) {
   std::vector<char> buffer(std::min<uint64_t>(1 << 20, std::max<uint64_t>(1, size_ - std::min(size_, offset_))));
   uint64_t read_now = 0;
   int64_t lines_now = 0;
-  while (!stuck_ && offset_ < size_ && (max_bytes == 0 || read_now < max_bytes) && (max_lines == 0 || lines_now < max_lines)) {
+  while (!stuck_ && offset_ < size_ && (max_bytes == 0 || read_now < max_bytes) &&
+         (max_lines == 0 || lines_now < max_lines)) {
     const ssize_t n = ::pread(fd, buffer.data(), std::min<uint64_t>(buffer.size(), size_ - offset_), off_t(offset_));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
@@ -248,7 +251,8 @@ bool MetricsReader::update(size_t max_bytes, int64_t max_lines) {
       const char* stop = newline ? newline : end;
       if (partial_.size() + size_t(stop - at) > kMaxLineBytes) {
         // Not a record however it ends: stop here for good, holding nothing of it.
-        problem_ = fmt::format("{}: line {}: longer than {} MiB: not a metrics record", path_, lines_ + 1, kMaxLineBytes >> 20);
+        problem_ = fmt::format("{}: line {}: longer than {} MiB: not a metrics record", path_, lines_ + 1,
+                               kMaxLineBytes >> 20);
         stuck_ = true;
         partial_.clear();
         partial_.shrink_to_fit();
@@ -297,8 +301,8 @@ std::string series_json(const RunSeries& series) {
   std::string out = fmt::format("{{\"lines\":{},\"metrics\":{{", series.lines);
   for (size_t m = 0; m < series.metrics.size(); ++m) {
     const MetricSeries& s = series.metrics[m];
-    out += fmt::format("{}{}:{{\"records\":{},\"step\":{},\"time\":{},\"value\":{}}}", m ? "," : "", json(s.name).dump(),
-                       s.records, numbers(s.step), numbers(s.time_s), numbers(s.value));
+    out += fmt::format("{}{}:{{\"records\":{},\"step\":{},\"time\":{},\"value\":{}}}", m ? "," : "",
+                       json(s.name).dump(), s.records, numbers(s.step), numbers(s.time_s), numbers(s.value));
   }
   return out + "}}";
 }

@@ -50,10 +50,14 @@ constexpr off_t kMaxFileBytes = 64 << 20;  // larger files (checkpoints) are not
 const char* kFileCsp = "sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src data:";
 
 std::string content_type(const std::string& file) {
-  static const std::map<std::string, std::string> types = {
-      {".html", "text/html; charset=utf-8"}, {".svg", "image/svg+xml"},    {".png", "image/png"},
-      {".csv", "text/csv; charset=utf-8"},   {".json", "application/json"}, {".jsonl", "text/plain; charset=utf-8"},
-      {".md", "text/plain; charset=utf-8"},  {".log", "text/plain; charset=utf-8"}};
+  static const std::map<std::string, std::string> types = {{".html", "text/html; charset=utf-8"},
+                                                           {".svg", "image/svg+xml"},
+                                                           {".png", "image/png"},
+                                                           {".csv", "text/csv; charset=utf-8"},
+                                                           {".json", "application/json"},
+                                                           {".jsonl", "text/plain; charset=utf-8"},
+                                                           {".md", "text/plain; charset=utf-8"},
+                                                           {".log", "text/plain; charset=utf-8"}};
   const auto it = types.find(fs::path(file).extension().string());
   return it == types.end() ? "application/octet-stream" : it->second;
 }
@@ -73,8 +77,8 @@ const char* reason_phrase(int status) {
 
 // What the gate decides about a request whose start it has seen (peeked, not read).
 struct Verdict {
-  int status = 0;      // 0: not complete yet; 200: complete, hand it over; else: refuse with this status
-  std::string why;     // the refusal's one line
+  int status = 0;   // 0: not complete yet; 200: complete, hand it over; else: refuse with this status
+  std::string why;  // the refusal's one line
 };
 
 constexpr size_t kMaxHeaderBytes = 16 << 10;  // request line and headers
@@ -87,7 +91,8 @@ constexpr size_t kMaxBodyBytes = 64 << 10;    // no route takes a body; a small 
 Verdict examine_request(std::string_view bytes) {
   size_t head_end = bytes.find("\r\n\r\n");
   size_t body_at = head_end == std::string_view::npos ? head_end : head_end + 4;
-  if (const size_t lf = bytes.find("\n\n"); lf != std::string_view::npos && (head_end == std::string_view::npos || lf < head_end))
+  if (const size_t lf = bytes.find("\n\n");
+      lf != std::string_view::npos && (head_end == std::string_view::npos || lf < head_end))
     head_end = lf, body_at = lf + 2;
   if (head_end == std::string_view::npos) {
     if (bytes.size() >= kMaxHeaderBytes) return {431, "the request's header is over 16 KiB"};
@@ -97,7 +102,8 @@ Verdict examine_request(std::string_view bytes) {
   if (head.size() > kMaxHeaderBytes) return {431, "the request's header is over 16 KiB"};
   for (size_t from = 0, to; from < head.size(); from = to + 1) {
     to = std::min(head.find('\n', from), head.size());
-    if (to - from > 8000) return {431, "a request header line over 8,000 bytes"};  // cpp-httplib reads at most 8 KiB a line
+    if (to - from > 8000)
+      return {431, "a request header line over 8,000 bytes"};  // cpp-httplib reads at most 8 KiB a line
   }
   for (const char c : head)
     if ((static_cast<unsigned char>(c) < 0x20 && c != '\r' && c != '\n' && c != '\t') || c == 0x7f)
@@ -116,7 +122,8 @@ Verdict examine_request(std::string_view bytes) {
     while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
     if (name == "transfer-encoding") return {411, "a request body needs a Content-Length (no route takes a body)"};
     if (name != "content-length") continue;
-    if (value.empty() || value.size() > 18 || !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    if (value.empty() || value.size() > 18 ||
+        !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; }))
       return {400, "Content-Length is not a number"};
     if (!length.empty() && length != value) return {400, "two different Content-Length headers"};
     length = value;
@@ -143,7 +150,8 @@ class Gate {
   Gate(ServerLimits limits, std::function<void(int)> serve) : limits_(limits), serve_(std::move(serve)) {
     epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (epoll_fd_ < 0 || wake_fd_ < 0) throw std::runtime_error(fmt::format("serve: cannot create an epoll loop: {}", std::strerror(errno)));
+    if (epoll_fd_ < 0 || wake_fd_ < 0)
+      throw std::runtime_error(fmt::format("serve: cannot create an epoll loop: {}", std::strerror(errno)));
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = wake_fd_;
@@ -222,10 +230,10 @@ class Gate {
   // was answered on it yet).
   static void write_refusal(int sock, int status, const std::string& why) {
     const std::string body = "normlab serve: " + why + "\n";
-    const std::string response =
-        fmt::format("HTTP/1.1 {} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n"
-                    "Connection: close\r\nX-Content-Type-Options: nosniff\r\nContent-Security-Policy: {}\r\n{}\r\n{}",
-                    status, reason_phrase(status), body.size(), kFileCsp, status == 503 ? "Retry-After: 1\r\n" : "", body);
+    const std::string response = fmt::format(
+        "HTTP/1.1 {} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n"
+        "Connection: close\r\nX-Content-Type-Options: nosniff\r\nContent-Security-Policy: {}\r\n{}\r\n{}",
+        status, reason_phrase(status), body.size(), kFileCsp, status == 503 ? "Retry-After: 1\r\n" : "", body);
     [[maybe_unused]] const ssize_t n = ::send(sock, response.data(), response.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     ::shutdown(sock, SHUT_WR);
   }
@@ -409,7 +417,8 @@ std::string inline_hashes(const std::string& html) {
       if (after != '>' && after != ' ') continue;  // <scripts>, <styled>: other elements
       const size_t text_at = html.find('>', at), end = html.find(close, at);
       if (text_at == std::string::npos || end == std::string::npos || end < text_at) break;
-      hashes[kind] += fmt::format(" 'sha256-{}'", sha256_base64(std::string_view(html).substr(text_at + 1, end - text_at - 1)));
+      hashes[kind] +=
+          fmt::format(" 'sha256-{}'", sha256_base64(std::string_view(html).substr(text_at + 1, end - text_at - 1)));
     }
   }
   // Chart.js, served by this server, is named by its hash too (the page loads it with integrity=).
@@ -497,10 +506,10 @@ bool host_allowed(const std::string& host_header, const std::string& bound_addre
   return host_family == bound_family && std::equal(a, a + sizeof a, b);
 }
 
+using internal::fit_to_descriptors;
 using internal::Gate;
 using internal::GateListener;
 using internal::InlineQueue;
-using internal::fit_to_descriptors;
 using internal::process_socket;
 using internal::server_socket;
 
@@ -510,14 +519,15 @@ struct Server::Impl {
   int root_fd = -1;           // DIR, opened once: every file is opened beneath it
   std::string bound_address;  // what the Host header must name (or localhost)
   int listen_fd = -1;         // the listening socket, as cpp-httplib created it
-  httplib::Server http;  // the routes: reads and answers a connection the gate handed over
+  httplib::Server http;       // the routes: reads and answers a connection the gate handed over
   GateListener listener;
   Gate gate;
 
   std::mutex root_mutex;
 
   Impl(LiveReport& report, ServerLimits limits)
-      : live(report), limits_set(fit_to_descriptors(limits)), gate(limits_set, [this](int sock) { (http.*process_socket())(sock); }) {
+      : live(report), limits_set(fit_to_descriptors(limits)),
+        gate(limits_set, [this](int sock) { (http.*process_socket())(sock); }) {
     listener.gate = &gate;
     root_fd = ::open(report.dir().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (root_fd < 0 && !(errno == ENOENT && report.waiting()))
@@ -570,8 +580,8 @@ struct Server::Impl {
   }
 
   static bool is_file_route(const std::string& path) {
-    return !(path == "/" || path == "/index.html" || path == "/runs.csv" || path == "/curves.csv" || path == "/report.md" ||
-             path.rfind("/_serve/", 0) == 0);
+    return !(path == "/" || path == "/index.html" || path == "/runs.csv" || path == "/curves.csv" ||
+             path == "/report.md" || path.rfind("/_serve/", 0) == 0);
   }
 
   // The page's CSP, computed again only when the page changed.
@@ -644,7 +654,8 @@ struct Server::Impl {
   void chart_js(const httplib::Request&, httplib::Response& res) {
     if (chart_library().empty()) {
       res.status = 404;
-      res.set_content("normlab serve: Chart.js is not installed (apt-get install libjs-chart.js)\n", "text/plain; charset=utf-8");
+      res.set_content("normlab serve: Chart.js is not installed (apt-get install libjs-chart.js)\n",
+                      "text/plain; charset=utf-8");
       return;
     }
     res.set_header("Cache-Control", "max-age=3600");
@@ -774,16 +785,18 @@ int Server::bind(const std::string& address, int port) {
   unsigned char buffer[sizeof(in6_addr)];
   if (::inet_pton(AF_INET, address.c_str(), buffer) != 1 && ::inet_pton(AF_INET6, address.c_str(), buffer) != 1)
     throw InputError(fmt::format("--bind {}: not an IP address (e.g. 127.0.0.1, ::1)", address));
-  if (port < 0 || port > 65535) throw InputError(fmt::format("--port {}: must be in 0..65535 (0: any free port)", port));
+  if (port < 0 || port > 65535)
+    throw InputError(fmt::format("--port {}: must be in 0..65535 (0: any free port)", port));
   impl_->bound_address = address;
   auto& listener = impl_->listener;
   const int bound = port == 0 ? listener.bind_to_any_port(address) : (listener.bind_to_port(address, port) ? port : -1);
   if (bound < 0 && port == 0)
     throw InputError(fmt::format("--bind {}: cannot listen there: not an address of this machine", address));
   if (bound < 0)
-    throw InputError(fmt::format("cannot listen on {}:{}: the port is in use or the address is not this machine's; "
-                                 "choose another --port (0 picks a free one)",
-                                 address, port));
+    throw InputError(
+        fmt::format("cannot listen on {}:{}: the port is in use or the address is not this machine's; "
+                    "choose another --port (0 picks a free one)",
+                    address, port));
   // cpp-httplib listens with a backlog of 5 (compiled into the library): a burst of connections
   // beyond it waits for SYN retransmissions (1 s, 3 s, ...). listen(2) again raises the backlog.
   ::listen(impl_->listen_fd, SOMAXCONN);

@@ -24,8 +24,8 @@ namespace {
 HeldOut group_of(const train::EvalMetrics& metrics, bool unseen, const RunResult& run) {
   std::vector<BucketResult> buckets;
   for (const train::BucketMetrics& b : metrics.buckets)
-    buckets.push_back({b.bucket.min_len, b.bucket.max_len, b.bucket.beyond_train_max, b.loss, b.accuracy, b.sequences,
-                       b.targets});
+    buckets.push_back(
+        {b.bucket.min_len, b.bucket.max_len, b.bucket.beyond_train_max, b.loss, b.accuracy, b.sequences, b.targets});
   if (run.single_length && run.longest_trained > 0)
     return held_out_of(buckets, unseen, run.shortest_trained, run.longest_trained);
   return held_out_of(buckets, unseen);
@@ -75,7 +75,8 @@ std::vector<BatchEvalCell> batch_dependence(const ComparePlan& plan, const std::
     double lr = NAN;
     for (const bool solved : {true, false}) {
       for (double candidate : plan.lrs)
-        if (mostly(bn_label, candidate, solved) && mostly(reference, candidate, solved) && !(candidate <= lr)) lr = candidate;
+        if (mostly(bn_label, candidate, solved) && mostly(reference, candidate, solved) && !(candidate <= lr))
+          lr = candidate;
       if (std::isfinite(lr)) break;
     }
     if (!std::isfinite(lr)) lr = plan.lrs.empty() ? 0 : *std::min_element(plan.lrs.begin(), plan.lrs.end());
@@ -92,7 +93,8 @@ std::vector<BatchEvalCell> batch_dependence(const ComparePlan& plan, const std::
           if (r.spec.variant != variant || r.spec.setting != setting || r.spec.lr != lr) continue;
           if (!r.finished || r.diverged) continue;
           // Only runs that left a model behind (hand-made or pruned directories have none).
-          if (r.spec.dir.empty() || !std::filesystem::exists(std::filesystem::path(r.spec.dir) / "checkpoint.safetensors"))
+          if (r.spec.dir.empty() ||
+              !std::filesystem::exists(std::filesystem::path(r.spec.dir) / "checkpoint.safetensors"))
             continue;
           if (stop_requested && stop_requested()) throw ReportStopped{};
           train::LoadedRun run = train::load_run(r.spec.dir);

@@ -73,17 +73,21 @@ std::optional<ClassMetricsTable> class_metrics_table(const ComparePlan& plan, co
     }
     const Interval f1 = t_interval(seed_macro_f1(*best));
     const std::string cell = fmt::format("lr {:g}{}", best->lr, best->setting.empty() ? "" : ", " + best->setting);
-    const std::string f1_text = f1.has_interval() ? fmt::format("{:.3f} ({:.3f} to {:.3f}, {} seeds)", f1.mean, f1.low,
-                                                                f1.high, f1.n)
-                                                  : fmt::format("{:.3f} ({} seed)", f1.mean, f1.n);
+    const std::string f1_text = f1.has_interval()
+                                    ? fmt::format("{:.3f} ({:.3f} to {:.3f}, {} seeds)", f1.mean, f1.low, f1.high, f1.n)
+                                    : fmt::format("{:.3f} ({} seed)", f1.mean, f1.n);
     const std::vector<train::ClassMetrics> per_class = train::class_metrics(sum);
     bool first = true;
     for (int32_t t = 0; t < sum.labels; ++t) {
       if (per_class[size_t(t)].support == 0) continue;
-      std::vector<std::string> row = {first ? variant : "", first ? cell : "", first ? f1_text : "",
-                                      label_of(labels, t), fmt::format("{:.3f}", per_class[size_t(t)].recall),
+      std::vector<std::string> row = {first ? variant : "",
+                                      first ? cell : "",
+                                      first ? f1_text : "",
+                                      label_of(labels, t),
+                                      fmt::format("{:.3f}", per_class[size_t(t)].recall),
                                       fmt::format("{:.3f}", per_class[size_t(t)].f1)};
-      for (int32_t p = 0; p < sum.labels && size_t(p) < predicted.size(); ++p) row.push_back(fmt::format("{}", sum.at(t, p)));
+      for (int32_t p = 0; p < sum.labels && size_t(p) < predicted.size(); ++p)
+        row.push_back(fmt::format("{}", sum.at(t, p)));
       table.rows.push_back(std::move(row));
       first = false;
     }

@@ -44,15 +44,15 @@ void make_data_paths_absolute(json& config, const fs::path& relative_to) {
   }
 }
 
-
 // The compare config's top-level object; its kind and keys checked.
 json read_compare_root(const std::string& path) {
   const json root = io::parse_strict(io::read_file(path, 1 << 20), path);
   if (!root.is_object()) throw InputError(fmt::format("{}: must be a JSON object", path));
   if (config_kind(path) == ConfigKind::run)
-    throw InputError(fmt::format("{}: is a run config (model, task, optim, train), not a compare config; train it "
-                                 "with: normlab train --config {} (or compare with a config whose \"base\" is it)",
-                                 path, path));
+    throw InputError(
+        fmt::format("{}: is a run config (model, task, optim, train), not a compare config; train it "
+                    "with: normlab train --config {} (or compare with a config whose \"base\" is it)",
+                    path, path));
   for (const auto& [key, value] : root.items())
     if (key != "base" && key != "set" && key != "grid" && key != "search" && key != "equivalence")
       fail(path, key, "unknown key (expected base, set, grid, search, equivalence)");
@@ -105,7 +105,8 @@ json resolve_compare_root(const std::string& path, int depth) {
   }
   if (root.contains("search")) {
     merged["search"] = root.at("search");
-    if (merged.contains("grid") && merged["grid"].is_object() && !(root.contains("grid") && root["grid"].contains("lr")))
+    if (merged.contains("grid") && merged["grid"].is_object() &&
+        !(root.contains("grid") && root["grid"].contains("lr")))
       merged["grid"].erase("lr");
   }
   return merged;
@@ -130,7 +131,8 @@ void resolve_base(const json& root, CompareConfig& config) {
   }
   make_data_paths_absolute(config.base, base_dir);
   (void)train::config_from_json(config.base,
-                                base.is_string() ? (config.dir / base.get<std::string>()).string() : path + ": base", ".");
+                                base.is_string() ? (config.dir / base.get<std::string>()).string() : path + ": base",
+                                ".");
   if (root.contains("set")) {
     const json& set = root.at("set");
     if (!set.is_object()) fail(path, "set", "must be an object of \"section.key\": value");
@@ -174,12 +176,14 @@ EquivalenceMargins read_equivalence_margins(const json& root, const std::string&
   EquivalenceMargins margins;
   if (!root.contains("equivalence")) return margins;
   const json& section = root.at("equivalence");
-  if (!section.is_object()) fail(path, "equivalence", "must be an object such as {\"loss\": 0.05, \"accuracy_auc\": 0.02}");
+  if (!section.is_object())
+    fail(path, "equivalence", "must be an object such as {\"loss\": 0.05, \"accuracy_auc\": 0.02}");
   margins.from_config = true;
   for (const auto& [key, value] : section.items()) {
-    double* into = key == "loss" ? &margins.loss : key == "accuracy_auc" ? &margins.accuracy_auc
-                                 : key == "accuracy"                    ? &margins.accuracy
-                                                                        : nullptr;
+    double* into = key == "loss"           ? &margins.loss
+                   : key == "accuracy_auc" ? &margins.accuracy_auc
+                   : key == "accuracy"     ? &margins.accuracy
+                                           : nullptr;
     if (!into) fail(path, "equivalence." + key, "unknown key (expected loss, accuracy_auc, accuracy)");
     const double upper = key == "loss" ? 10.0 : 1.0;  // a loss margin in nats; accuracies are fractions
     if (!value.is_number() || !(value.get<double>() > 0) || value.get<double>() > upper)

@@ -28,8 +28,8 @@ namespace {
 
 // Keys that are axes of their own (variant, lr, seed, depth, warmup) or never change the numbers.
 bool own_axis(const std::string& key) {
-  static const std::set<std::string> axes{"model.norm",  "model.placement", "model.layers", "optim.warmup_steps",
-                                          "optim.lr",    "train.seed",      "train.threads"};
+  static const std::set<std::string> axes{"model.norm", "model.placement", "model.layers", "optim.warmup_steps",
+                                          "optim.lr",   "train.seed",      "train.threads"};
   const auto& ignored = reuse_ignored_keys();
   return axes.count(key) || std::find(ignored.begin(), ignored.end(), key) != ignored.end();
 }
@@ -197,7 +197,8 @@ ComparePlan plan_from_compare_dir(const std::string& dir, const std::vector<std:
     };
     return std::tuple(at(plan.settings, r.setting), r.lr, at(plan.variants, r.variant), r.seed, r.name);
   };
-  std::stable_sort(plan.runs.begin(), plan.runs.end(), [&](const RunSpec& a, const RunSpec& b) { return rank(a) < rank(b); });
+  std::stable_sort(plan.runs.begin(), plan.runs.end(),
+                   [&](const RunSpec& a, const RunSpec& b) { return rank(a) < rank(b); });
   // The setup's "warmup N steps where on" reads the base config: one of a run with warmup on.
   for (const RunSpec& r : read.runs)
     if (r.warmup) {

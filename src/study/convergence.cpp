@@ -33,8 +33,8 @@ ConvergenceCheck check_convergence(const LossCurve& curve, const std::vector<con
   if (curve.empty()) return c;
   c.best_lr = curve.best_lr();
   c.lowest_lr = curve.lrs.front(), c.highest_lr = curve.lrs.back();
-  c.edge = curve.lrs.size() < 3             ? ConvergenceCheck::Edge::too_few_rates
-           : curve.best == 0                ? ConvergenceCheck::Edge::low
+  c.edge = curve.lrs.size() < 3                 ? ConvergenceCheck::Edge::too_few_rates
+           : curve.best == 0                    ? ConvergenceCheck::Edge::low
            : curve.best + 1 == curve.lrs.size() ? ConvergenceCheck::Edge::high
                                                 : ConvergenceCheck::Edge::interior;
   for (const RunResult* r : runs) {
@@ -88,7 +88,9 @@ namespace {
 // Both ratios exist, lie within kRulesAgreeFactor of each other, and say the same about 1.
 bool ratios_agree(const BoundaryRatio& a, const BoundaryRatio& b) {
   if (!std::isfinite(a.ratio) || !std::isfinite(b.ratio)) return false;
-  const auto side = [](const BoundaryRatio& r) { return !r.low_open && r.low > 1 ? 1 : !r.high_open && r.high < 1 ? -1 : 0; };
+  const auto side = [](const BoundaryRatio& r) {
+    return !r.low_open && r.low > 1 ? 1 : !r.high_open && r.high < 1 ? -1 : 0;
+  };
   return std::abs(std::log(a.ratio / b.ratio)) < std::log(kRulesAgreeFactor) && side(a) == side(b);
 }
 
@@ -131,7 +133,8 @@ StudyTable study_table(const ComparePlan& plan, const std::vector<GroupSummary>&
           for (const auto& [n, word] : counts)
             row.failures_short += fmt::format("{}{} {}", row.failures_short.empty() ? "" : ", ", -n, word);
           if (!counts.empty())
-            row.failures_short = fmt::format("{} of {}: {}", vb.failing_above, vb.runs_above.size(), row.failures_short);
+            row.failures_short =
+                fmt::format("{} of {}: {}", vb.failing_above, vb.runs_above.size(), row.failures_short);
         }
       if (!row.curve.empty()) curves.push_back(row.curve);
       table.rows.push_back(std::move(row));
@@ -184,33 +187,36 @@ std::vector<std::string> gate_sentences(const ComparePlan& plan, const StudyTabl
   for (const StudyRow* r : table.not_converged()) {
     const ConvergenceCheck& c = r->convergence;
     const std::string counts = fmt::format("{} of {} seeds solved or plateaued", c.solved + c.plateaued, c.runs);
-    parts.push_back(
-        c.improving > 0
-            ? fmt::format("{}'s best runs at {}{} are still improving at step {} ({} of {} seeds; {})", r->variant,
-                          detail::format_lr(c.best_lr), in_setting(plan, r->setting), c.last_step, c.improving, c.runs,
-                          counts)
-            : fmt::format("{}'s best runs at {}{} neither solved nor plateaued by step {} ({})", r->variant,
-                          detail::format_lr(c.best_lr), in_setting(plan, r->setting), c.last_step, counts));
+    parts.push_back(c.improving > 0
+                        ? fmt::format("{}'s best runs at {}{} are still improving at step {} ({} of {} seeds; {})",
+                                      r->variant, detail::format_lr(c.best_lr), in_setting(plan, r->setting),
+                                      c.last_step, c.improving, c.runs, counts)
+                        : fmt::format("{}'s best runs at {}{} neither solved nor plateaued by step {} ({})", r->variant,
+                                      detail::format_lr(c.best_lr), in_setting(plan, r->setting), c.last_step, counts));
   }
   if (!parts.empty())
-    out.push_back(fmt::format("not converged: {} — {} an unfinished race, not stability.", join_parts(parts, "; "), what));
+    out.push_back(
+        fmt::format("not converged: {} — {} an unfinished race, not stability.", join_parts(parts, "; "), what));
   parts.clear();
   for (const StudyRow* r : table.not_bracketed()) {
     const ConvergenceCheck& c = r->convergence;
     const bool low = c.edge == ConvergenceCheck::Edge::low;
     parts.push_back(fmt::format("{}'s lowest final held-out loss is at {}, the {} rate probed{}", r->variant,
-                                detail::format_lr(c.best_lr), low ? "lowest" : "highest", in_setting(plan, r->setting)));
+                                detail::format_lr(c.best_lr), low ? "lowest" : "highest",
+                                in_setting(plan, r->setting)));
   }
   if (!parts.empty())
-    out.push_back(fmt::format(
-        "not bracketed: {} — the best rate may lie outside the range; {}.", join_parts(parts, "; "),
-        plan.search.enabled() ? "search.lr.min / search.lr.max let the search extend it" : "widen grid.lr"));
+    out.push_back(fmt::format("not bracketed: {} — the best rate may lie outside the range; {}.",
+                              join_parts(parts, "; "),
+                              plan.search.enabled() ? "search.lr.min / search.lr.max let the search extend it"
+                                                    : "widen grid.lr"));
   parts.clear();
   for (const StudyRow* r : table.not_judged()) parts.push_back(r->variant + in_setting(plan, r->setting));
   if (!parts.empty())
-    out.push_back(fmt::format("Convergence not judged for {}: at the best rate no run solved and none has {} held-out "
-                              "evaluations to show a plateau (train.eval_every).",
-                              join_parts(parts, ", "), kPlateauEvaluations));
+    out.push_back(
+        fmt::format("Convergence not judged for {}: at the best rate no run solved and none has {} held-out "
+                    "evaluations to show a plateau (train.eval_every).",
+                    join_parts(parts, ", "), kPlateauEvaluations));
   return out;
 }
 
@@ -234,10 +240,11 @@ std::vector<std::string> sensitivity_sentences(const ComparePlan& plan, const St
         const std::string& named = lower ? d.variant : d.reference;
         const std::string& other = lower ? d.reference : d.variant;
         const double lo = lower ? v.low : -v.high, hi = lower ? v.high : -v.low;
-        diffs.push_back(v.has_interval()
-                            ? fmt::format("{} lower than {} by {:.3f} nats [{:+.3f}, {:+.3f}], {} pairs{}", named, other,
-                                          std::abs(v.mean), lo, hi, v.n, v.contains_zero() ? " (the interval holds 0)" : "")
-                            : fmt::format("{} lower than {} by {:.3f} nats, {} pair", named, other, std::abs(v.mean), v.n));
+        diffs.push_back(
+            v.has_interval()
+                ? fmt::format("{} lower than {} by {:.3f} nats [{:+.3f}, {:+.3f}], {} pairs{}", named, other,
+                              std::abs(v.mean), lo, hi, v.n, v.contains_zero() ? " (the interval holds 0)" : "")
+                : fmt::format("{} lower than {} by {:.3f} nats, {} pair", named, other, std::abs(v.mean), v.n));
       }
     out.push_back(fmt::format(
         "LR sensitivity{} over {}–{} (mean of min(final held-out loss, ln K) minus its lowest value across the range, "
@@ -253,8 +260,10 @@ namespace {
 json json_number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 json interval_json(const Interval& v) {
-  return {{"mean", json_number(v.mean)}, {"low", json_number(v.has_interval() ? v.low : NAN)},
-          {"high", json_number(v.has_interval() ? v.high : NAN)}, {"n", v.n}};
+  return {{"mean", json_number(v.mean)},
+          {"low", json_number(v.has_interval() ? v.low : NAN)},
+          {"high", json_number(v.has_interval() ? v.high : NAN)},
+          {"n", v.n}};
 }
 
 json fit_json(const BoundaryFit& f, const BoundaryRatio& r) {
@@ -263,10 +272,16 @@ json fit_json(const BoundaryFit& f, const BoundaryRatio& r) {
                        : f.kind == BoundaryFit::Kind::never_failed  ? "never failed"
                        : f.kind == BoundaryFit::Kind::never_learned ? "never learned"
                                                                     : "not run"},
-              {"lr50", json_number(f.lr50)}, {"low", json_number(fitted ? f.low : NAN)}, {"high", json_number(fitted ? f.high : NAN)},
-              {"low_open", f.low_open}, {"high_open", f.high_open}};
-  out["ratio_to_none"] = std::isfinite(r.ratio) ? json{{"ratio", r.ratio}, {"low", r.low}, {"high", r.high},
-                                                       {"low_open", r.low_open}, {"high_open", r.high_open}}
+              {"lr50", json_number(f.lr50)},
+              {"low", json_number(fitted ? f.low : NAN)},
+              {"high", json_number(fitted ? f.high : NAN)},
+              {"low_open", f.low_open},
+              {"high_open", f.high_open}};
+  out["ratio_to_none"] = std::isfinite(r.ratio) ? json{{"ratio", r.ratio},
+                                                       {"low", r.low},
+                                                       {"high", r.high},
+                                                       {"low_open", r.low_open},
+                                                       {"high_open", r.high_open}}
                                                 : json(nullptr);
   return out;
 }
@@ -288,25 +303,46 @@ json study_json(const StudyTable& table) {
                        : c.edge == ConvergenceCheck::Edge::low    ? "low"
                        : c.edge == ConvergenceCheck::Edge::high   ? "high"
                                                                   : "too few rates";
-    rows.push_back({{"variant", r.variant}, {"setting", r.setting},
-                    {"curve", {{"lrs", r.curve.lrs}, {"seeds", r.curve.seeds}, {"loss", loss}, {"mean", mean},
-                               {"cap", json_number(r.curve.cap)}, {"best_lr", json_number(r.curve.best_lr())},
-                               {"best_loss", json_number(r.curve.best_loss())}}},
-                    {"sensitivity", {{"from", json_number(r.sensitivity.from)}, {"to", json_number(r.sensitivity.to)},
-                                     {"seeds", r.sensitivity.seeds}, {"per_seed", r.sensitivity.per_seed},
-                                     {"interval", interval_json(r.sensitivity.interval)}}},
-                    {"convergence", {{"best_lr", json_number(c.best_lr)}, {"edge", edge}, {"at_limit", c.at_limit},
-                                     {"runs", c.runs}, {"solved", c.solved}, {"plateaued", c.plateaued},
-                                     {"improving", c.improving}, {"last_step", c.last_step}, {"judged", c.judged},
-                                     {"converged", c.converged}}},
+    rows.push_back({{"variant", r.variant},
+                    {"setting", r.setting},
+                    {"curve",
+                     {{"lrs", r.curve.lrs},
+                      {"seeds", r.curve.seeds},
+                      {"loss", loss},
+                      {"mean", mean},
+                      {"cap", json_number(r.curve.cap)},
+                      {"best_lr", json_number(r.curve.best_lr())},
+                      {"best_loss", json_number(r.curve.best_loss())}}},
+                    {"sensitivity",
+                     {{"from", json_number(r.sensitivity.from)},
+                      {"to", json_number(r.sensitivity.to)},
+                      {"seeds", r.sensitivity.seeds},
+                      {"per_seed", r.sensitivity.per_seed},
+                      {"interval", interval_json(r.sensitivity.interval)}}},
+                    {"convergence",
+                     {{"best_lr", json_number(c.best_lr)},
+                      {"edge", edge},
+                      {"at_limit", c.at_limit},
+                      {"runs", c.runs},
+                      {"solved", c.solved},
+                      {"plateaued", c.plateaued},
+                      {"improving", c.improving},
+                      {"last_step", c.last_step},
+                      {"judged", c.judged},
+                      {"converged", c.converged}}},
                     {"strict", fit_json(r.strict, r.strict_ratio)},
                     {"slow_inclusive", fit_json(r.slow_inclusive, r.slow_inclusive_ratio)},
-                    {"rules_agree", r.rules_agree}, {"runs_above", r.runs_above}, {"failing_above", r.failing_above},
-                    {"failures_above", r.failures_above}, {"failures", r.failures_short}});
+                    {"rules_agree", r.rules_agree},
+                    {"runs_above", r.runs_above},
+                    {"failing_above", r.failing_above},
+                    {"failures_above", r.failures_above},
+                    {"failures", r.failures_short}});
   }
   json diffs = json::array();
   for (const SensitivityDifference& d : table.differences)
-    diffs.push_back({{"variant", d.variant}, {"reference", d.reference}, {"setting", d.setting},
+    diffs.push_back({{"variant", d.variant},
+                     {"reference", d.reference},
+                     {"setting", d.setting},
                      {"difference", interval_json(d.difference)}});
   return {{"rows", rows}, {"sensitivity_differences", diffs}, {"gated", table.gated}};
 }

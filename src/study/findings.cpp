@@ -36,9 +36,8 @@ std::string length_range(const ComparePlan& plan, bool unseen) {
   const bool single = std::any_of(plan.runs.begin(), plan.runs.end(), [](const RunSpec& r) {
     return r.config.task.length_regime == data::LengthRegime::single;
   });
-  const std::string shorter = single && t.max_len > t.min_len
-                                  ? fmt::format(" (single-length runs: also {}–{})", t.min_len, t.max_len - 1)
-                                  : "";
+  const std::string shorter =
+      single && t.max_len > t.min_len ? fmt::format(" (single-length runs: also {}–{})", t.min_len, t.max_len - 1) : "";
   if (!unseen)
     return fmt::format("lengths {}–{}{}", t.min_len, t.max_len,
                        single ? fmt::format(" (single-length runs: {} only)", t.max_len) : "");
@@ -98,16 +97,20 @@ std::string variant_outcomes(const ComparePlan& plan, const std::vector<GroupSum
         solved += (solved.empty() ? "" : ", ") + detail::format_lr(lr);
     std::string failures;
     for (double lr : plan.lrs)
-      if (const GroupSummary* g = find_group(groups, variant, lr, setting); g && (!g->mostly_learned() || g->slow > 0)) {
+      if (const GroupSummary* g = find_group(groups, variant, lr, setting);
+          g && (!g->mostly_learned() || g->slow > 0)) {
         const std::string counts = failure_counts(*g);
-        failures += fmt::format("{}{}{}", failures.empty() ? "" : "; ", plan.lrs.size() > 1 ? "at " + detail::format_lr(lr) + " " : "",
+        failures += fmt::format("{}{}{}", failures.empty() ? "" : "; ",
+                                plan.lrs.size() > 1 ? "at " + detail::format_lr(lr) + " " : "",
                                 counts.empty() ? "not most seeds" : counts);
       }
     if (plan.lrs.size() == 1) {  // one rate: say what happened there, no range
       const GroupSummary* g = find_group(groups, variant, plan.lrs.front(), setting);
       if (!g) continue;
       per_variant += fmt::format("{}{} {} ({}/{} seeds learned{})", per_variant.empty() ? "" : "; ", variant,
-                                 !solved.empty() ? "solved the task" : ok.empty() ? "did not learn" : "learned",
+                                 !solved.empty() ? "solved the task"
+                                 : ok.empty()    ? "did not learn"
+                                                 : "learned",
                                  g->learned_or_solved(), g->runs.size(), failures.empty() ? "" : "; " + failures);
       continue;
     }
@@ -136,9 +139,10 @@ std::string headroom_verdict(const ComparePlan& plan, const std::vector<GroupSum
     list += fmt::format("{}{} ({})", list.empty() ? "" : ", ", variant,
                         ok.empty() ? "learned at no rate" : "up to " + detail::format_lr(top));
   }
-  std::string out = fmt::format("Highest grid learning rate at which most seeds learned, against {} ({})",
-                                none_label, none.empty() ? "learned at no rate" : "up to " + detail::format_lr(none_top));
-  for (const auto& [word, list] : {std::pair{"higher", &higher}, std::pair{"the same", &same}, std::pair{"lower", &lower}})
+  std::string out = fmt::format("Highest grid learning rate at which most seeds learned, against {} ({})", none_label,
+                                none.empty() ? "learned at no rate" : "up to " + detail::format_lr(none_top));
+  for (const auto& [word, list] :
+       {std::pair{"higher", &higher}, std::pair{"the same", &same}, std::pair{"lower", &lower}})
     if (!list->empty()) out += fmt::format("; {}: {}", word, *list);
   return out + ". One grid step locates no boundary: the learning-rate search measures how far each range reaches.";
 }
@@ -201,7 +205,8 @@ std::string unseen_sentence(const ComparePlan& plan, const std::vector<GroupSumm
   const std::string at = where(best_unseen->lr, best_unseen->setting, plan);
   const int cells = learned + above_chance + at_chance;
   return fmt::format(
-      "On unseen {}, against chance {:.3f} and the 'learned' level {:.3f}, cells by mean accuracy: {} of {} at or above "
+      "On unseen {}, against chance {:.3f} and the 'learned' level {:.3f}, cells by mean accuracy: {} of {} at or "
+      "above "
       "the learned level, {} above chance only, {} at chance; the best {:.3f} ({}{}), {} of {} at the solved level "
       "{:.2f}.",
       range.empty() ? "lengths" : range, c, learned_level, learned, cells, above_chance, at_chance,
@@ -238,9 +243,10 @@ std::vector<std::string> answer(const ComparePlan& plan, const std::vector<Group
   if (std::string u = unseen_sentence(plan, groups); !u.empty()) out.push_back(u);
   const int seeds = seeds_per_cell(groups);
   if (seeds > 0 && size_t(seeds) < kMinSeeds)
-    out.push_back(fmt::format("Caution: as few as {} seed{} per cell (fewer than {}); intervals are wide and most "
-                              "comparisons stay undecided.",
-                              seeds, seeds == 1 ? "" : "s", kMinSeeds));
+    out.push_back(
+        fmt::format("Caution: as few as {} seed{} per cell (fewer than {}); intervals are wide and most "
+                    "comparisons stay undecided.",
+                    seeds, seeds == 1 ? "" : "s", kMinSeeds));
   return out;
 }
 
@@ -266,9 +272,9 @@ void paired_difference_lines(const ComparePlan& plan, const std::vector<GroupSum
                             direction_text(tests[i][1], c.variant, c.reference),
                             direction_text(tests[i][2], c.variant, c.reference),
                             c.accuracy_ceiling ? " (both at accuracy 1 in every seed: the ceiling, see loss)" : "",
-                            c.unseen_accuracy.n == 0 ? ""
-                                                     : "; unseen-length accuracy " +
-                                                           describe_difference(c.unseen_accuracy, c.paired));
+                            c.unseen_accuracy.n == 0
+                                ? ""
+                                : "; unseen-length accuracy " + describe_difference(c.unseen_accuracy, c.paired));
       }
       if (line.empty()) continue;
       const std::string at = where(lr, setting, plan);
@@ -294,11 +300,12 @@ std::vector<std::string> findings(const ComparePlan& plan, const std::vector<Gro
   std::string diagnostic_words;
   if (counts["entropy"] > 0) diagnostic_words += fmt::format(", {} attention entropy collapse", counts["entropy"]);
   if (counts["log z"] > 0) diagnostic_words += fmt::format(", {} logit divergence", counts["log z"]);
-  out.push_back(fmt::format("{} of {} runs finished ({} seeds per cell): {} solved, {} learned, {} slow, {} weak, {} at "
-                            "chance, {} collapsed{}, {} exploded, {} diverged — judged on held-out data of trained {}.",
-                            finished, total, seeds_per_cell(groups), counts["solved"], counts["learned"], counts["slow"],
-                            counts["weak"], counts["at chance"], counts["collapsed"], diagnostic_words, counts["exploded"],
-                            counts["diverged"], trained_range.empty() ? "lengths" : trained_range));
+  out.push_back(
+      fmt::format("{} of {} runs finished ({} seeds per cell): {} solved, {} learned, {} slow, {} weak, {} at "
+                  "chance, {} collapsed{}, {} exploded, {} diverged — judged on held-out data of trained {}.",
+                  finished, total, seeds_per_cell(groups), counts["solved"], counts["learned"], counts["slow"],
+                  counts["weak"], counts["at chance"], counts["collapsed"], diagnostic_words, counts["exploded"],
+                  counts["diverged"], trained_range.empty() ? "lengths" : trained_range));
   // Where runs did not learn (or learned slowly), by kind, with the evidence.
   const std::string entropy_words = fmt::format(
       "Attention entropy collapse (short of learned; a layer's attention entropy below {:g}x its step-1 value, its max "
@@ -307,15 +314,16 @@ std::vector<std::string> findings(const ComparePlan& plan, const std::vector<Gro
   const std::string log_z_words =
       fmt::format("Logit divergence (short of learned; the output's |log Z| beyond {:g})", kLogZBound);
   for (const auto& [what, outcome] :
-       {std::pair{"Slow (above chance, held-out loss still falling at the end; learned for the slow-inclusive rule, for "
-                  "the strict rule only at the learned level)",
-                  Outcome::slow},
-        std::pair{"Weak (above chance, short of learned)", Outcome::weak},
-        std::pair{"At chance", Outcome::at_chance},
+       {std::pair{
+            "Slow (above chance, held-out loss still falling at the end; learned for the slow-inclusive rule, for "
+            "the strict rule only at the learned level)",
+            Outcome::slow},
+        std::pair{"Weak (above chance, short of learned)", Outcome::weak}, std::pair{"At chance", Outcome::at_chance},
         std::pair{"Collapsed (at chance or constant output, early blocks' gradients vanished)", Outcome::collapsed},
         std::pair{entropy_words.c_str(), Outcome::entropy_collapse},
         std::pair{log_z_words.c_str(), Outcome::logit_divergence},
-        std::pair{"Exploded (held-out loss above 2x the uniform guess's, or residual RMS grown 100x)", Outcome::exploded},
+        std::pair{"Exploded (held-out loss above 2x the uniform guess's, or residual RMS grown 100x)",
+                  Outcome::exploded},
         std::pair{"Diverged (non-finite loss, stopped)", Outcome::diverged}}) {
     std::string list;
     for (const GroupSummary& g : groups) {
@@ -352,9 +360,10 @@ std::vector<std::string> findings(const ComparePlan& plan, const std::vector<Gro
                               g->reached_solve, g->runs.size());
       if (list.empty()) continue;
       const std::string at = where(lr, setting, plan);
-      out.push_back(fmt::format("Steps to solve{} (first evaluation at trained-length accuracy >= {}; median over "
-                                "the seeds that reached it): {}.",
-                                at.empty() ? "" : " at " + at, kSolvedAccuracy, list));
+      out.push_back(
+          fmt::format("Steps to solve{} (first evaluation at trained-length accuracy >= {}; median over "
+                      "the seeds that reached it): {}.",
+                      at.empty() ? "" : " at " + at, kSolvedAccuracy, list));
     }
   paired_difference_lines(plan, groups, out);
   // How much loss each variant gives up across the rates (LR sensitivity), with paired differences.

@@ -161,10 +161,10 @@ std::string collapse_evidence(const std::vector<const RunResult*>& runs) {
     onset.add(double(collapse_onset(*r)));
     share.add(r->evals.back().top_prediction_share);
   }
-  std::string out = fmt::format("blocks 0–{} gradient norms {}{} (block {}: {})", blocks / 2 - 1,
-                                value_range(early.lo, early.hi),
-                                onset.empty() ? "" : fmt::format(" by step {:.0f}", onset.hi), blocks - 1,
-                                value_range(last.lo, last.hi));
+  std::string out =
+      fmt::format("blocks 0–{} gradient norms {}{} (block {}: {})", blocks / 2 - 1, value_range(early.lo, early.hi),
+                  onset.empty() ? "" : fmt::format(" by step {:.0f}", onset.hi), blocks - 1,
+                  value_range(last.lo, last.hi));
   if (!share.empty())
     out += fmt::format("; {}% of held-out predictions one label",
                        value_range(100 * share.lo, 100 * share.hi, [](double v) { return fmt::format("{:.0f}", v); }));
@@ -181,8 +181,8 @@ std::string explosion_evidence(const std::vector<const RunResult*>& runs) {
   std::string out;
   if (!loss.empty() || std::any_of(runs.begin(), runs.end(), [](const RunResult* r) { return loss_exploded(*r); }))
     out = loss.empty() ? "held-out loss not finite"
-                       : fmt::format("held-out loss {} (over {:g}x the uniform guess's)", value_range(loss.lo, loss.hi, loss_text),
-                                     kBlowUpFactor);
+                       : fmt::format("held-out loss {} (over {:g}x the uniform guess's)",
+                                     value_range(loss.lo, loss.hi, loss_text), kBlowUpFactor);
   if (!growth.empty())
     out += fmt::format("{}residual RMS grew {}x{}", out.empty() ? "" : "; ", value_range(growth.lo, growth.hi),
                        runs.size() == 1 ? fmt::format(" after block {}", block) : "");
@@ -208,11 +208,12 @@ std::string entropy_collapse_evidence(const std::vector<const RunResult*>& runs)
   for (const int64_t l : layers) names += (names.empty() ? "" : ", ") + std::to_string(l);
   auto step = [](double v) { return fmt::format("{:.0f}", v); };
   auto growth_text = [](double v) { return v < 100 ? fmt::format("{:.1f}", v) : fmt::format("{:.0f}", v); };
-  return fmt::format("the attention entropy of layer{} {} fell from {} to {} nats by step {} while {} max |logit| grew "
-                     "{}x (to {})",
-                     layers.size() > 1 ? "s" : "", names, value_range(from.lo, from.hi, loss_text),
-                     value_range(to.lo, to.hi), value_range(onset.lo, onset.hi, step), layers.size() > 1 ? "their" : "its",
-                     value_range(growth.lo, growth.hi, growth_text), value_range(top.lo, top.hi, loss_text));
+  return fmt::format(
+      "the attention entropy of layer{} {} fell from {} to {} nats by step {} while {} max |logit| grew "
+      "{}x (to {})",
+      layers.size() > 1 ? "s" : "", names, value_range(from.lo, from.hi, loss_text), value_range(to.lo, to.hi),
+      value_range(onset.lo, onset.hi, step), layers.size() > 1 ? "their" : "its",
+      value_range(growth.lo, growth.hi, growth_text), value_range(top.lo, top.hi, loss_text));
 }
 
 std::string logit_divergence_evidence(const std::vector<const RunResult*>& runs) {
@@ -222,9 +223,12 @@ std::string logit_divergence_evidence(const std::vector<const RunResult*>& runs)
   if (found.empty()) return "";
   if (found.size() == 1) return found.front().evidence();
   Span value, onset, start;
-  for (const LogitDivergence& d : found) value.add(d.log_z_max_abs), onset.add(double(d.onset)), start.add(d.initial_log_z_max_abs);
-  return fmt::format("the output's |log Z| reached {} by step {} (bound {:g}{})", value_range(value.lo, value.hi, loss_text),
-                     value_range(onset.lo, onset.hi, [](double v) { return fmt::format("{:.0f}", v); }), found.front().bound,
+  for (const LogitDivergence& d : found)
+    value.add(d.log_z_max_abs), onset.add(double(d.onset)), start.add(d.initial_log_z_max_abs);
+  return fmt::format("the output's |log Z| reached {} by step {} (bound {:g}{})",
+                     value_range(value.lo, value.hi, loss_text),
+                     value_range(onset.lo, onset.hi, [](double v) { return fmt::format("{:.0f}", v); }),
+                     found.front().bound,
                      start.empty() ? "" : fmt::format("; {} at step 1", value_range(start.lo, start.hi, loss_text)));
 }
 
@@ -246,9 +250,10 @@ std::string evidence(Outcome outcome, const std::vector<const RunResult*>& runs)
   switch (outcome) {
     case Outcome::diverged:
       for (const RunResult* r : runs) span.add(double(r->diverged_at));
-      return span.empty() ? "non-finite loss" : fmt::format("non-finite at step {}", value_range(span.lo, span.hi, [](double v) {
-                                                              return fmt::format("{:.0f}", v);
-                                                            }));
+      return span.empty()
+                 ? "non-finite loss"
+                 : fmt::format("non-finite at step {}",
+                               value_range(span.lo, span.hi, [](double v) { return fmt::format("{:.0f}", v); }));
     case Outcome::exploded: return explosion_evidence(runs);
     case Outcome::collapsed: return collapse_evidence(runs);
     case Outcome::entropy_collapse: return entropy_collapse_evidence(runs);
@@ -269,7 +274,8 @@ std::string evidence(Outcome outcome, const std::vector<const RunResult*>& runs)
       for (const RunResult* r : runs) span.add(r->final_trained().accuracy), chance.add(r->baseline.chance_accuracy());
       return fmt::format("held-out accuracy {} (chance {}){}", value_range(span.lo, span.hi, accuracy_text),
                          chance.empty() ? "unknown" : value_range(chance.lo, chance.hi, accuracy_text),
-                         std::any_of(runs.begin(), runs.end(), [](const RunResult* r) { return r->diagnostics.empty(); })
+                         std::any_of(runs.begin(), runs.end(),
+                                     [](const RunResult* r) { return r->diagnostics.empty(); })
                              ? "; no diagnostics to name a mechanism"
                              : "");
     }
@@ -291,9 +297,9 @@ std::string failure_clauses(const std::vector<const RunResult*>& runs, size_t of
   std::map<Outcome, std::vector<const RunResult*>> by_outcome;
   for (const RunResult* r : runs) by_outcome[classify(*r)].push_back(r);
   std::string out;
-  for (const Outcome o : {Outcome::diverged, Outcome::exploded, Outcome::logit_divergence, Outcome::entropy_collapse,
-                          Outcome::collapsed, Outcome::slow, Outcome::weak,
-                          Outcome::at_chance, Outcome::not_evaluated, Outcome::unfinished}) {
+  for (const Outcome o :
+       {Outcome::diverged, Outcome::exploded, Outcome::logit_divergence, Outcome::entropy_collapse, Outcome::collapsed,
+        Outcome::slow, Outcome::weak, Outcome::at_chance, Outcome::not_evaluated, Outcome::unfinished}) {
     const auto it = by_outcome.find(o);
     if (it == by_outcome.end()) continue;
     const std::string why = evidence(o, it->second);
@@ -306,7 +312,9 @@ std::string failure_clauses(const std::vector<const RunResult*>& runs, size_t of
 
 }  // namespace
 
-std::string describe_failures(const std::vector<const RunResult*>& runs) { return failure_clauses(runs, runs.size(), false); }
+std::string describe_failures(const std::vector<const RunResult*>& runs) {
+  return failure_clauses(runs, runs.size(), false);
+}
 
 std::string describe_failures(const std::vector<const RunResult*>& failing, size_t of) {
   return failure_clauses(failing, of, true);

@@ -31,12 +31,12 @@
 namespace normlab::study {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 using detail::CompareConfig;
 using detail::fail;
-using detail::parse_compare_config;
 using detail::format_lr;
+using detail::parse_compare_config;
 using detail::set_path;
+using nlohmann::json;
 
 // The variant a model config trains: nn::variant_of on its norm, placement and residual scheme.
 std::string variant_of(const train::ModelConfig& model) {
@@ -137,8 +137,9 @@ void read_builtin_axes(const json& grid, const std::string& path, ComparePlan& p
       },
       [](const double& lr) { return "lr" + format_lr(lr); });
   plan.seeds = read_integer_axis<uint64_t>(grid, "seeds", path, 0, std::numeric_limits<int64_t>::max(),
-                                          "each seed must be a non-negative integer", "s");
-  plan.layers = read_integer_axis<int64_t>(grid, "layers", path, 1, 64, "each depth must be an integer in [1, 64]", "L");
+                                           "each seed must be a non-negative integer", "s");
+  plan.layers =
+      read_integer_axis<int64_t>(grid, "layers", path, 1, 64, "each depth must be an integer in [1, 64]", "L");
   plan.warmups = read_axis<bool>(
       grid, "warmup", path,
       [&](const json& v) {
@@ -188,12 +189,12 @@ void fill_missing_axes(const CompareConfig& config, const std::vector<std::vecto
   if (plan.seeds.empty()) plan.seeds.push_back(uint64_t(base.train.seed));
   if (plan.layers.empty()) plan.layers.push_back(base.model.num_layers);
   if (plan.warmups.empty()) plan.warmups.push_back(base.optim.warmup_steps > 0);
-  if (std::find(plan.warmups.begin(), plan.warmups.end(), true) != plan.warmups.end() &&
-      base.optim.warmup_steps == 0 && config.grid.contains("warmup"))
+  if (std::find(plan.warmups.begin(), plan.warmups.end(), true) != plan.warmups.end() && base.optim.warmup_steps == 0 &&
+      config.grid.contains("warmup"))
     fail(config.path, "grid.warmup", "contains true but the base config has optim.warmup_steps = 0");
 
-  double total = double(plan.variants.size() * plan.lrs.size() * plan.seeds.size() * plan.layers.size() *
-                        plan.warmups.size());
+  double total =
+      double(plan.variants.size() * plan.lrs.size() * plan.seeds.size() * plan.layers.size() * plan.warmups.size());
   for (const auto& values : key_axis_values) total *= double(values.size());
   if (total > 5000) fail(config.path, "grid", fmt::format("{:.0f} runs is more than the limit of 5000", total));
 }
@@ -226,7 +227,7 @@ std::vector<Setting> expand_grid(const ComparePlan& plan) {
     for (bool warmup : plan.warmups)
       for (const std::vector<size_t>& combo : combos) {
         Setting setting{layers, warmup, combo, fmt::format("{} layers, {}", layers, warmup ? "warmup" : "no warmup"),
-                        "", {}};
+                        "",     {}};
         for (size_t a = 0; a < combo.size(); ++a) {
           const std::string& key = plan.extra_axes[a].first;
           const std::string& text = plan.extra_axes[a].second[combo[a]];
@@ -287,8 +288,9 @@ RunSpec make_run_spec(const CompareConfig& config, const std::vector<std::vector
 // midpoints (while rounds remain) and the convergence gate's extension (a rate past the range's
 // edge where the lowest mean held-out loss sits, up to search.lr.min / max). New runs are appended
 // to plan.runs.
-LrSearchSpec::Block expand_search_block(const CompareConfig& config, const std::vector<std::vector<json>>& key_axis_values,
-                                        ComparePlan& plan, const Setting& setting, const std::string& variant,
+LrSearchSpec::Block expand_search_block(const CompareConfig& config,
+                                        const std::vector<std::vector<json>>& key_axis_values, ComparePlan& plan,
+                                        const Setting& setting, const std::string& variant,
                                         const std::string& out_dir) {
   LrSearchSpec::Block block{variant, setting.label, 1, false, ""};
   std::vector<double> rates = initial_rates(config.search);
@@ -329,7 +331,8 @@ LrSearchSpec::Block expand_search_block(const CompareConfig& config, const std::
       // boundary), then the slow-inclusive rule's, at most max_new in all.
       std::vector<double> mid = refine_rates(tested_strict, config.search.max_new);
       for (double lr : refine_rates(tested, config.search.max_new))
-        if (int(mid.size()) < config.search.max_new && std::find(mid.begin(), mid.end(), lr) == mid.end()) mid.push_back(lr);
+        if (int(mid.size()) < config.search.max_new && std::find(mid.begin(), mid.end(), lr) == mid.end())
+          mid.push_back(lr);
       if (mid.empty() || ++rounds >= config.search.rounds) refining = false;
       next.insert(next.end(), mid.begin(), mid.end());
     }
@@ -415,7 +418,8 @@ std::string plan_size_sentence(const ComparePlan& plan) {
   return fmt::format(
       "Search: {} variants × {} settings × {} seeds: round 0 at {} rates from {} to {} ({} runs){} = {} runs at {} "
       "distinct rates.",
-      plan.variants.size(), plan.settings.size(), plan.seeds.size(), first / std::max<size_t>(1, plan.variants.size() * plan.settings.size() * plan.seeds.size()),
+      plan.variants.size(), plan.settings.size(), plan.seeds.size(),
+      first / std::max<size_t>(1, plan.variants.size() * plan.settings.size() * plan.seeds.size()),
       format_lr(plan.search.from), format_lr(plan.search.to), first,
       later == 0 ? "" : fmt::format(", then {} runs at the rates each variant and setting's later rounds chose", later),
       plan.runs.size(), plan.lrs.size());

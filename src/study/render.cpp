@@ -53,11 +53,12 @@ std::string link_text(const std::string& title) {
 // draw their charts before their table (the figure, then its numbers).
 std::string html_section(const ReportSection& sec, bool lead) {
   const bool answer = sec.title == "Answer";
-  std::string html = "<h2>" + xml_escape(sec.title) + "</h2>\n" +
-                     (answer ? "<div class=\"answer\">" : "") + (sec.text.empty() ? "" : "<p>" + xml_escape(sec.text) + "</p>\n");
+  std::string html = "<h2>" + xml_escape(sec.title) + "</h2>\n" + (answer ? "<div class=\"answer\">" : "") +
+                     (sec.text.empty() ? "" : "<p>" + xml_escape(sec.text) + "</p>\n");
   if (!sec.bullets.empty()) {
     html += answer ? "" : "<ul>\n";
-    for (const std::string& b : sec.bullets) html += answer ? "<p>" + xml_escape(b) + "</p>\n" : "<li>" + xml_escape(b) + "</li>\n";
+    for (const std::string& b : sec.bullets)
+      html += answer ? "<p>" + xml_escape(b) + "</p>\n" : "<li>" + xml_escape(b) + "</li>\n";
     html += answer ? "" : "</ul>\n";
   }
   if (answer) html += "</div>\n";
@@ -99,7 +100,8 @@ std::string render_markdown(const ReportModel& report) {
   if (lead < report.sections.size()) {
     md += "Contents: ";
     for (size_t i = lead; i < report.sections.size(); ++i)
-      md += (i == lead ? "" : " · ") + ("[" + link_text(report.sections[i].title) + "](#" + anchor(report.sections[i].title) + ")");
+      md += (i == lead ? "" : " · ") +
+            ("[" + link_text(report.sections[i].title) + "](#" + anchor(report.sections[i].title) + ")");
     md += "\n\n";
   }
   for (size_t i = lead; i < report.sections.size(); ++i) md += md_section(report.sections[i], false);
@@ -118,12 +120,14 @@ std::string render_html(const ReportModel& report, const HtmlExtras& extras) {
   if (lead < report.sections.size()) {
     html += "<nav class=\"contents\" id=\"contents\"><b>Contents</b><ol>\n";
     for (size_t i = lead; i < report.sections.size(); ++i)
-      html += "<li><a href=\"#" + anchor(report.sections[i].title) + "\">" + xml_escape(report.sections[i].title) + "</a></li>\n";
+      html += "<li><a href=\"#" + anchor(report.sections[i].title) + "\">" + xml_escape(report.sections[i].title) +
+              "</a></li>\n";
     html += "</ol></nav>\n";
   }
   for (size_t i = lead; i < report.sections.size(); ++i) html += html_section(report.sections[i], false);
-  return html + "<p>One row per run: <a href=\"runs.csv\">runs.csv</a>; every curve: <a href=\"curves.csv\">curves.csv</a>; "
-                "each chart as SVG in charts/. Tables as Markdown: report.md.</p>\n" +
+  return html +
+         "<p>One row per run: <a href=\"runs.csv\">runs.csv</a>; every curve: <a href=\"curves.csv\">curves.csv</a>; "
+         "each chart as SVG in charts/. Tables as Markdown: report.md.</p>\n" +
          extras.before_end + "</body></html>\n";
 }
 

@@ -30,8 +30,11 @@ std::string last_evaluation_text(const std::vector<RunResult>& results, bool sen
   int64_t lo = INT64_MAX, hi = -1;
   for (const RunResult& r : results)
     if (!r.evals.empty()) lo = std::min(lo, r.evals.back().step), hi = std::max(hi, r.evals.back().step);
-  const std::string steps = hi < 0 ? "no evaluation yet" : lo == hi ? fmt::format("step {}", lo) : fmt::format("steps {}–{}", lo, hi);
-  const std::string clause = fmt::format("each run's last evaluation (its last checkpoint, checkpoint.safetensors; {})", steps);
+  const std::string steps = hi < 0     ? "no evaluation yet"
+                            : lo == hi ? fmt::format("step {}", lo)
+                                       : fmt::format("steps {}–{}", lo, hi);
+  const std::string clause =
+      fmt::format("each run's last evaluation (its last checkpoint, checkpoint.safetensors; {})", steps);
   return sentence ? fmt::format("Every figure comes from {}.", clause) : clause;
 }
 
@@ -72,7 +75,8 @@ ReportModel build_report(const ComparePlan& plan, const std::vector<RunResult>& 
   if (bn) sections.push_back(*bn);
   // The setup line, the first screen (the Answer) and its details; the setup follows them.
   const Provenance provenance = provenance_of(results);
-  sections.insert(sections.begin() + (is_own_data_report(c) ? 3 : 2), setup_section(c, base, provenance, bn.has_value()));
+  sections.insert(sections.begin() + (is_own_data_report(c) ? 3 : 2),
+                  setup_section(c, base, provenance, bn.has_value()));
   ReportModel report{plan.title, {setup_line(c, base), checkpoints}, std::move(sections), {}};
   report.summary = summary_json(c, provenance, report.sections);
   report.summary["first_screen"] = first_screen_json(numbers);
@@ -80,8 +84,8 @@ ReportModel build_report(const ComparePlan& plan, const std::vector<RunResult>& 
   return report;
 }
 
-std::vector<std::string> write_report(const ComparePlan& plan, const std::vector<RunResult>& results, const std::string& out_dir,
-                  const std::function<bool()>& stop_requested) {
+std::vector<std::string> write_report(const ComparePlan& plan, const std::vector<RunResult>& results,
+                                      const std::string& out_dir, const std::function<bool()>& stop_requested) {
   const ReportModel report = build_report(plan, results, stop_requested);
   // Every chart as its own file, then the pages that embed them.
   const fs::path chart_dir = fs::path(out_dir) / "charts";

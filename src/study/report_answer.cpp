@@ -57,9 +57,10 @@ double best_mean(const StudyRow& r) { return r.curve.best_loss(); }
 // Why the gate failed for `r` (gate_sentences' reasons, in the first screen's words).
 std::string why_not_converged(const Context& c, const StudyRow& r) {
   const ConvergenceCheck& g = r.convergence;
-  const std::string where = fmt::format("{}lr {}", r.setting.empty() ? "" : short_setting(c, r.setting) + ", ",
-                                        format_rate(g.best_lr));
-  if (g.improving > 0) return fmt::format("{}'s best runs ({}) are still improving at step {}", r.variant, where, g.last_step);
+  const std::string where =
+      fmt::format("{}lr {}", r.setting.empty() ? "" : short_setting(c, r.setting) + ", ", format_rate(g.best_lr));
+  if (g.improving > 0)
+    return fmt::format("{}'s best runs ({}) are still improving at step {}", r.variant, where, g.last_step);
   return fmt::format("{}'s best runs ({}) neither solved nor plateaued by step {}", r.variant, where, g.last_step);
 }
 
@@ -97,15 +98,18 @@ std::vector<std::string> verdict(const Context& c, const FirstScreenNumbers& num
     };
     std::stable_sort(unconverged.begin(), unconverged.end(),
                      [&](const StudyRow* a, const StudyRow* b) { return placement(a) > placement(b); });
-    std::vector<std::string> out{fmt::format("Not converged: {} — the boundaries and ratios below describe an unfinished "
-                                             "race, not stability.",
-                                             why_not_converged(c, *unconverged.front()))};
-    out.push_back(fmt::format("{} of {} variant–setting cells did not converge; run longer (or widen the learning "
-                              "rates) before reading the comparison; the table shows how far each got.",
-                              unconverged.size(), judged.size()));
+    std::vector<std::string> out{
+        fmt::format("Not converged: {} — the boundaries and ratios below describe an unfinished "
+                    "race, not stability.",
+                    why_not_converged(c, *unconverged.front()))};
+    out.push_back(
+        fmt::format("{} of {} variant–setting cells did not converge; run longer (or widen the learning "
+                    "rates) before reading the comparison; the table shows how far each got.",
+                    unconverged.size(), judged.size()));
     return out;
   }
-  const auto post = of_kind(c, numbers, "post-ln"), pre = of_kind(c, numbers, "pre-ln"), none = of_kind(c, numbers, "none");
+  const auto post = of_kind(c, numbers, "post-ln"), pre = of_kind(c, numbers, "pre-ln"),
+             none = of_kind(c, numbers, "none");
   std::vector<std::string> out, clear;  // clear: the differences whose 95% interval excludes none
   int claims = 0;
   const auto loss = [](double v) { return fmt::format("{:.3g}", v); };
@@ -135,11 +139,11 @@ std::vector<std::string> verdict(const Context& c, const FirstScreenNumbers& num
       winner = pre_wins * 2 >= settings ? pre.front()->variant : post.front()->variant;
       const std::string loser = winner == pre.front()->variant ? post.front()->variant : pre.front()->variant;
       const bool all = pre_wins == settings || pre_wins == 0;
-      out.push_back(fmt::format("{} tolerates a wider range of learning rates than {}{}: LR sensitivity{}.", winner,
-                                loser,
-                                all ? (settings > 1 ? " in every setting" : "")
-                                    : fmt::format(" in {} of {} settings", std::max(pre_wins, settings - pre_wins), settings),
-                                parts.empty() ? " lower" : " (" + winner + " vs " + loser + ", nats) " + parts));
+      out.push_back(
+          fmt::format("{} tolerates a wider range of learning rates than {}{}: LR sensitivity{}.", winner, loser,
+                      all ? (settings > 1 ? " in every setting" : "")
+                          : fmt::format(" in {} of {} settings", std::max(pre_wins, settings - pre_wins), settings),
+                      parts.empty() ? " lower" : " (" + winner + " vs " + loser + ", nats) " + parts));
     } else {
       winner = pre.front()->variant;
     }
@@ -203,13 +207,15 @@ std::vector<std::string> verdict(const Context& c, const FirstScreenNumbers& num
   const std::string caveat = caveats.empty() ? "" : fmt::format("; {}", fmt::join(caveats, "; "));
   const size_t seeds = c.fewest_seeds;
   if (claims == 0)
-    out.push_back(fmt::format("How sure: {} seeds per cell; the table gives each number's 95% interval{}.", seeds, caveat));
+    out.push_back(
+        fmt::format("How sure: {} seeds per cell; the table gives each number's 95% interval{}.", seeds, caveat));
   else if (clear.empty())
-    out.push_back(fmt::format("How sure: {} seeds per cell, and no difference above is outside its 95% interval{}.", seeds,
-                              caveat));
+    out.push_back(fmt::format("How sure: {} seeds per cell, and no difference above is outside its 95% interval{}.",
+                              seeds, caveat));
   else
-    out.push_back(fmt::format("How sure: {} seeds per cell; outside the 95% interval: {}{}{}.", seeds, fmt::join(clear, ", "),
-                              int(clear.size()) < claims ? "; the rest is within noise" : "", caveat));
+    out.push_back(fmt::format("How sure: {} seeds per cell; outside the 95% interval: {}{}{}.", seeds,
+                              fmt::join(clear, ", "), int(clear.size()) < claims ? "; the rest is within noise" : "",
+                              caveat));
   return out;
 }
 
@@ -222,7 +228,8 @@ Section answer_section(const Context& c, const FirstScreenNumbers& numbers) {
   if (rates)
     for (const std::string& setting : c.plan.settings) {
       Chart chart;
-      chart.title = "final held-out loss against learning rate" + (setting.empty() ? "" : " — " + short_setting(c, setting));
+      chart.title =
+          "final held-out loss against learning rate" + (setting.empty() ? "" : " — " + short_setting(c, setting));
       chart.x_label = "learning rate (log)";
       chart.y_label = "held-out loss, trained lengths";
       chart.log_x = true;
@@ -253,8 +260,9 @@ Section answer_section(const Context& c, const FirstScreenNumbers& numbers) {
                 s.point_x.push_back(lr), s.point_y.push_back(r->diverged ? INFINITY : r->final_trained().loss);
         chart.series.push_back(s);
       }
-      chart.note = "line: mean over seeds of min(loss, ln K), diverged = ln K; circles: seeds; triangles: a seed "
-                   "above 1.5 ln K or diverged";
+      chart.note =
+          "line: mean over seeds of min(loss, ln K), diverged = ln K; circles: seeds; triangles: a seed "
+          "above 1.5 ln K or diverged";
       sec.charts.push_back({"headline" + c.setting_slug(setting), c.draw(chart)});
     }
   const bool boundaries = c.plan.search.enabled();
@@ -265,13 +273,14 @@ Section answer_section(const Context& c, const FirstScreenNumbers& numbers) {
     const ConvergenceCheck& g = n.convergence;
     row.push_back(n.curve.empty() ? "–" : fmt_interval(n.curve.mean[n.curve.best], 0));
     // The gate's (a): a best rate at an edge of the range is marked where it is given.
-    const bool edge = numbers.table.gated && (g.edge == ConvergenceCheck::Edge::low || g.edge == ConvergenceCheck::Edge::high);
+    const bool edge =
+        numbers.table.gated && (g.edge == ConvergenceCheck::Edge::low || g.edge == ConvergenceCheck::Edge::high);
     row.push_back(format_rate(n.curve.best_lr()) +
                   (edge ? g.edge == ConvergenceCheck::Edge::low ? " (lowest probed)" : " (highest probed)" : ""));
     // The gate's (b), as the Answer's convergence lines say it.
     row.push_back(n.curve.empty() || !numbers.table.gated || g.runs == 0 ? "–"
-                  : !g.judged                                          ? "not judged"
-                  : g.converged                                        ? "yes"
+                  : !g.judged                                            ? "not judged"
+                  : g.converged                                          ? "yes"
                   : g.improving > 0 ? fmt::format("no: {}/{} still improving", g.improving, g.runs)
                                     : fmt::format("no: {}/{} solved or plateaued", g.solved + g.plateaued, g.runs));
     if (rates) row.push_back(n.sensitivity.interval.n > 0 ? fmt_interval(n.sensitivity.interval, 0) : "–");

@@ -84,15 +84,22 @@ std::map<std::string, std::string> series_colors(const ComparePlan& plan) {
 
 Context make_context(const ComparePlan& plan, const std::vector<RunResult>& results, const train::RunConfig& base,
                      const std::function<bool()>& stop_requested) {
-  Context c{plan, results, summarize(results), chance_loss(plan.base), 0, 0, false,
-            size_t(std::max<int64_t>(1, base.train.steps / 40)), series_colors(plan), stop_requested};
+  Context c{plan,
+            results,
+            summarize(results),
+            chance_loss(plan.base),
+            0,
+            0,
+            false,
+            size_t(std::max<int64_t>(1, base.train.steps / 40)),
+            series_colors(plan),
+            stop_requested};
   for (const RunResult& r : results) {
     if (std::isfinite(r.baseline.uniform_loss) && !std::isfinite(c.chance)) c.chance = r.baseline.uniform_loss;
     c.chance_accuracy = std::max(c.chance_accuracy, r.baseline.chance_accuracy());
   }
-  c.has_batchnorm = std::any_of(results.begin(), results.end(), [](const RunResult& r) {
-    return r.spec.config.model.norm.name() == "batchnorm";
-  });
+  c.has_batchnorm = std::any_of(results.begin(), results.end(),
+                                [](const RunResult& r) { return r.spec.config.model.norm.name() == "batchnorm"; });
   for (size_t i = 0; i < c.groups.size(); ++i)
     c.fewest_seeds = i == 0 ? c.groups[i].runs.size() : std::min(c.fewest_seeds, c.groups[i].runs.size());
   return c;
@@ -138,7 +145,8 @@ std::string where(double lr, const std::string& setting) {
 std::string fmt_interval(const Interval& i, double lowest, double highest) {
   if (!std::isfinite(i.mean)) return "–";
   if (!i.has_interval()) return fmt_num(i.mean);
-  return fmt::format("{} [{}, {}]", fmt_num(i.mean), fmt_num(std::max(lowest, i.low)), fmt_num(std::min(highest, i.high)));
+  return fmt::format("{} [{}, {}]", fmt_num(i.mean), fmt_num(std::max(lowest, i.low)),
+                     fmt_num(std::min(highest, i.high)));
 }
 
 }  // namespace normlab::study::report_parts

@@ -12,8 +12,8 @@
 
 namespace normlab::study {
 
-using nlohmann::json;
 using detail::format_lr;
+using nlohmann::json;
 
 // Every text cell goes through the one CSV cell function (io/text.hpp: formula cells neutralised,
 // RFC 4180 quoting), as predict --format csv does.
@@ -34,12 +34,12 @@ std::string runs_csv(const ComparePlan& plan, const std::vector<RunResult>& resu
     const int64_t solve = r.steps_to_solve();
     csv += fmt::format("{},{},{},{},{},{},{},{}{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                        csv_field(r.spec.name), csv_field(r.spec.variant),
-                       csv_field(nn::norm_as_spelled(r.spec.config.model.norm.name(),
-                                                     r.spec.config.model.residual.name())),
-                       csv_field(nn::to_string(r.spec.config.model.placement)), format_lr(r.spec.lr),
-                       r.spec.layers, r.spec.warmup ? 1 : 0, r.spec.seed, extra, r.finished ? 1 : 0, r.diverged ? 1 : 0,
-                       r.diverged_at >= 0 ? std::to_string(r.diverged_at) : "", csv_field(outcome_name(classify(r))), r.steps.size(),
-                       num(r.first_train_loss(), "{:.6g}"), num(r.final_train_loss, "{:.6g}"),
+                       csv_field(
+                           nn::norm_as_spelled(r.spec.config.model.norm.name(), r.spec.config.model.residual.name())),
+                       csv_field(nn::to_string(r.spec.config.model.placement)), format_lr(r.spec.lr), r.spec.layers,
+                       r.spec.warmup ? 1 : 0, r.spec.seed, extra, r.finished ? 1 : 0, r.diverged ? 1 : 0,
+                       r.diverged_at >= 0 ? std::to_string(r.diverged_at) : "", csv_field(outcome_name(classify(r))),
+                       r.steps.size(), num(r.first_train_loss(), "{:.6g}"), num(r.final_train_loss, "{:.6g}"),
                        num(r.final_trained().loss, "{:.6g}"), num(r.final_trained().accuracy, "{:.6g}"),
                        num(r.final_unseen().loss, "{:.6g}"), num(r.final_unseen().accuracy, "{:.6g}"),
                        num(r.baseline.chance_accuracy(), "{:.6g}"), solve >= 0 ? std::to_string(solve) : "",
@@ -55,14 +55,14 @@ std::string curves_csv(const std::vector<RunResult>& results) {
   std::string csv = "run,variant,lr,seed,step,split,lengths,loss,accuracy\n";
   auto num = [](double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string(); };
   for (const RunResult& r : results) {
-    const std::string prefix =
-        fmt::format("{},{},{},{},", csv_field(r.spec.name), csv_field(r.spec.variant), format_lr(r.spec.lr), r.spec.seed);
+    const std::string prefix = fmt::format("{},{},{},{},", csv_field(r.spec.name), csv_field(r.spec.variant),
+                                           format_lr(r.spec.lr), r.spec.seed);
     for (size_t i = 0; i < r.steps.size(); ++i)
       csv += fmt::format("{}{:.0f},train,all,{},{}\n", prefix, r.steps[i], num(i < r.loss.size() ? r.loss[i] : NAN),
                          num(i < r.accuracy.size() ? r.accuracy[i] : NAN));
     for (const EvalPoint& e : r.evals)
-      for (const auto& [name, group] : {std::pair{"trained", &e.trained}, std::pair{"unseen", &e.unseen},
-                                        std::pair{"all", &e.all}})
+      for (const auto& [name, group] :
+           {std::pair{"trained", &e.trained}, std::pair{"unseen", &e.unseen}, std::pair{"all", &e.all}})
         if (group->targets > 0 || std::string(name) == "all")
           csv += fmt::format("{}{},valid,{},{},{}\n", prefix, e.step, name, num(group->loss), num(group->accuracy));
   }

@@ -79,10 +79,12 @@ Series eval_curve(const GroupSummary& g, HeldOut EvalPoint::*group, double HeldO
 Section validation_section(const Context& c) {
   Section sec;
   sec.title = "Validation curves: held-out loss and accuracy, trained (solid) and unseen (dashed) lengths";
-  sec.text = "Every evaluation of every run, in eval mode: median over seeds with a min–max band. Trained lengths "
-             "are those of the training data; unseen lengths are longer than any training sequence.";
+  sec.text =
+      "Every evaluation of every run, in eval mode: median over seeds with a min–max band. Trained lengths "
+      "are those of the training data; unseen lengths are longer than any training sequence.";
   if (std::any_of(c.results.begin(), c.results.end(), [](const RunResult& r) { return r.single_length; }))
-    sec.text += " Runs of a single-length regime trained on one length only: their shorter lengths count as unseen too.";
+    sec.text +=
+        " Runs of a single-length regime trained on one length only: their shorter lengths count as unseen too.";
   const bool any_unseen = std::any_of(c.results.begin(), c.results.end(), [](const RunResult& r) {
     return std::any_of(r.evals.begin(), r.evals.end(), [](const EvalPoint& e) { return e.unseen.targets > 0; });
   });
@@ -119,8 +121,9 @@ Section validation_section(const Context& c) {
           chart.note = fmt::format("median and min–max over {} seeds{}", c.fewest_seeds,
                                    any_unseen ? "; solid: trained lengths, dashed: unseen lengths" : "");
         }
-        sec.charts.push_back({fmt::format("valid-{}-lr{}{}", accuracy ? "accuracy" : "loss", format_lr(lr), c.setting_slug(setting)),
-                              c.draw(chart)});
+        sec.charts.push_back(
+            {fmt::format("valid-{}-lr{}{}", accuracy ? "accuracy" : "loss", format_lr(lr), c.setting_slug(setting)),
+             c.draw(chart)});
       }
   return sec;
 }
@@ -129,9 +132,10 @@ Section curves_section(const Context& c, const std::vector<double> RunResult::*f
                        const std::string& y_label, bool chance_line, const std::string& slug) {
   Section sec;
   sec.title = name + " curves";
-  sec.text = fmt::format("Training mode, every step: median over seeds with a min–max band, moving average over {} "
-                         "steps. A curve that stops early belongs to a run that diverged.{}",
-                         c.window, chance_line && std::isfinite(c.chance) ? " The dashed grey line is the uniform guess's loss." : "");
+  sec.text = fmt::format(
+      "Training mode, every step: median over seeds with a min–max band, moving average over {} "
+      "steps. A curve that stops early belongs to a run that diverged.{}",
+      c.window, chance_line && std::isfinite(c.chance) ? " The dashed grey line is the uniform guess's loss." : "");
   for (const std::string& setting : c.plan.settings)
     for (double lr : c.plan.lrs) {
       Chart chart;

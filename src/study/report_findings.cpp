@@ -15,8 +15,9 @@ using detail::format_lr;
 Section details_section(const Context& c) {
   Section sec;
   sec.title = kDetailsTitle;
-  sec.text = "Computed from the runs: held-out data in evaluation mode, trained and unseen lengths apart, "
-             "'learned' and 'solved' as defined under Findings, differences paired by seed with 95% t intervals.";
+  sec.text =
+      "Computed from the runs: held-out data in evaluation mode, trained and unseen lengths apart, "
+      "'learned' and 'solved' as defined under Findings, differences paired by seed with 95% t intervals.";
   sec.bullets = answer(c.plan, c.groups);
   return sec;
 }
@@ -35,7 +36,8 @@ Section findings_section(const Context& c) {
       "c = {}: {:.3f}); exploded = short of learned with a block's residual RMS grown over {:g}x its first logged "
       "value; logit divergence = short of learned with the output's |log Z| beyond {:g} at the last diagnostics step; "
       "attention entropy collapse = short of learned with a layer's attention entropy below {:g}x its step-1 value "
-      "(the initial weights) and its max attention logit at least {:g}x its step-1 value there; collapsed = at chance or one label for >= {:.0f}% of predictions, with the first half of the blocks' "
+      "(the initial weights) and its max attention logit at least {:g}x its step-1 value there; collapsed = at chance "
+      "or one label for >= {:.0f}% of predictions, with the first half of the blocks' "
       "gradient norms below {:g}x the last block's at the last diagnostics step; weak = above c + {:.2f}(1 - c); "
       "at chance = below it. 'Most seeds' = more than half. Comparisons are against {} at the same learning rate "
       "and setting, per seed (paired), on three trained-length endpoints: held-out loss (it does not saturate), the "
@@ -47,8 +49,7 @@ Section findings_section(const Context& c) {
       "word.",
       kBlowUpFactor, kSolvedAccuracy, kChanceShare, kSlowEvaluations, 100 * kSlowDrop, kLearnedShare, c_example,
       c_example + kLearnedShare * (1 - c_example), kExplodeRmsFactor, kLogZBound, kEntropyCollapseFraction,
-      kLogitGrowthFactor, 100 * kConstantPredictionShare,
-      kCollapseGradRatio, kChanceShare, reference_variant(c.plan));
+      kLogitGrowthFactor, 100 * kConstantPredictionShare, kCollapseGradRatio, kChanceShare, reference_variant(c.plan));
   sec.bullets = findings(c.plan, c.groups);
   return sec;
 }
@@ -73,17 +74,21 @@ Section summary_section(const Context& c) {
   Section sec;
   sec.title = "Summary: held-out metrics per cell, mean [95% interval] over seeds";
   sec.text = fmt::format(
-      "n = seeds in the cell; intervals are cut to the possible range (accuracy 0–1, loss >= 0). Outcomes count seeds. Accuracy AUC: area under the held-out trained-length accuracy curve over steps, normalised to [0, 1]. "
+      "n = seeds in the cell; intervals are cut to the possible range (accuracy 0–1, loss >= 0). Outcomes count seeds. "
+      "Accuracy AUC: area under the held-out trained-length accuracy curve over steps, normalised to [0, 1]. "
       "Trained and unseen accuracy and loss are from the last evaluation (eval mode{}); loss leaves diverged seeds "
       "out. Final train loss (median over seeds, training mode, mean of the last 10% of steps) is a column, not a "
       "judge. Steps to solve: median first evaluation step at trained accuracy >= {:.2f} (k/n seeds that reached "
       "it). Spikes: steps whose train loss exceeds {:g}x the median of the previous {} and that median by more "
-      "than {:g}x the first step's loss (a run of such steps counts once), mean per seed. Peak grad norm: largest global gradient norm before clipping, median over seeds.{}",
+      "than {:g}x the first step's loss (a run of such steps counts once), mean per seed. Peak grad norm: largest "
+      "global gradient norm before clipping, median over seeds.{}",
       c.has_batchnorm ? ": BatchNorm uses its running averages; every other variant computes exactly what it computed "
                         "in training"
                       : ": dropout off",
-      kSolvedAccuracy, kSpikeFactor, kSpikeWindow, kSpikeMinRise, c.fewest_seeds < kMinSeeds ? fmt::format(" Warning: cells with fewer than {} seeds have wide intervals.", kMinSeeds)
-                                 : "");
+      kSolvedAccuracy, kSpikeFactor, kSpikeWindow, kSpikeMinRise,
+      c.fewest_seeds < kMinSeeds
+          ? fmt::format(" Warning: cells with fewer than {} seeds have wide intervals.", kMinSeeds)
+          : "");
   std::vector<std::vector<std::string>> rows;
   for (const GroupSummary& g : c.groups) {
     std::vector<std::string> row{g.variant, format_lr(g.lr)};
@@ -92,11 +97,10 @@ Section summary_section(const Context& c) {
     const std::string solve = g.reached_solve > 0 ? fmt::format("{:.0f} ({}/{})", g.steps_to_solve, g.reached_solve, n)
                                                   : fmt::format("– (0/{})", n);
     for (const std::string& cell :
-         {fmt::format("{}{}", n, n < kMinSeeds ? " (!)" : ""),
-          outcome_counts(g), fmt_interval(g.trained_accuracy, 0, 1), fmt_interval(g.trained_loss, 0),
-          fmt_interval(g.accuracy_auc, 0, 1), fmt_interval(g.unseen_accuracy, 0, 1),
-          fmt_interval(g.unseen_loss, 0), fmt_num(g.train_loss), solve, fmt_num(g.loss_spikes, "{:.1f}"),
-          fmt_num(g.peak_grad_norm, "{:.3g}")})
+         {fmt::format("{}{}", n, n < kMinSeeds ? " (!)" : ""), outcome_counts(g),
+          fmt_interval(g.trained_accuracy, 0, 1), fmt_interval(g.trained_loss, 0), fmt_interval(g.accuracy_auc, 0, 1),
+          fmt_interval(g.unseen_accuracy, 0, 1), fmt_interval(g.unseen_loss, 0), fmt_num(g.train_loss), solve,
+          fmt_num(g.loss_spikes, "{:.1f}"), fmt_num(g.peak_grad_norm, "{:.3g}")})
       row.push_back(cell);
     rows.push_back(row);
   }

@@ -31,7 +31,8 @@ std::map<std::string, std::vector<std::vector<double>>> init_grad_norms(const Co
     for (const GroupSummary& g : c.groups) {
       if (g.variant != variant || g.setting != setting) continue;
       for (const RunResult* r : g.runs) {
-        if (r->diagnostics.empty() || r->diagnostics.front().step != 1 || r->diagnostics.front().layer_grad_norms.empty())
+        if (r->diagnostics.empty() || r->diagnostics.front().step != 1 ||
+            r->diagnostics.front().layer_grad_norms.empty())
           continue;
         const auto it = by_seed.find(int64_t(r->spec.seed));
         if (it == by_seed.end() || g.lr < it->second.first) by_seed[int64_t(r->spec.seed)] = {g.lr, r};
@@ -87,20 +88,22 @@ std::optional<std::pair<std::string, std::string>> init_gradient_chart(const Con
 Section stack_section(const Context& c) {
   Section sec;
   sec.title = "Inside the stack: per-layer residual RMS and gradient norm";
-  sec.text = "First diagnostics step (dashed) and last (solid), median over seeds. Without normalization nothing "
-             "bounds the residual stream, so at a high learning rate its RMS can grow by orders of magnitude from "
-             "block to block; post-LN re-normalizes it after every block, pre-LN lets it grow but normalizes what "
-             "each sublayer reads. Drawn at every learning rate of the grid, or, for a large grid, at the one where "
-             "the variants' held-out accuracies differ most. First in each setting, the gradient norm of each layer "
-             "at initialization (the step-1 diagnostics, before any update, so the same at every learning rate): "
-             "Xiong et al. (2020) show post-LN's growing toward the output layer, which is why it needs warmup, and "
-             "pre-LN's flat; the table gives the first and last layer's median and their ratio.";
+  sec.text =
+      "First diagnostics step (dashed) and last (solid), median over seeds. Without normalization nothing "
+      "bounds the residual stream, so at a high learning rate its RMS can grow by orders of magnitude from "
+      "block to block; post-LN re-normalizes it after every block, pre-LN lets it grow but normalizes what "
+      "each sublayer reads. Drawn at every learning rate of the grid, or, for a large grid, at the one where "
+      "the variants' held-out accuracies differ most. First in each setting, the gradient norm of each layer "
+      "at initialization (the step-1 diagnostics, before any update, so the same at every learning rate): "
+      "Xiong et al. (2020) show post-LN's growing toward the output layer, which is why it needs warmup, and "
+      "pre-LN's flat; the table gives the first and last layer's median and their ratio.";
   std::vector<std::vector<std::string>> init_rows;
   for (const std::string& setting : c.plan.settings) {
     if (auto chart = init_gradient_chart(c, setting, init_rows)) sec.charts.push_back(std::move(*chart));
     for (double lr : c.detail_lrs(setting))
       for (const auto& [init_field, end_field, what, slug] :
-           {std::tuple{&RunResult::init_residual_rms, &RunResult::end_residual_rms, "residual RMS after block", "residual-rms"},
+           {std::tuple{&RunResult::init_residual_rms, &RunResult::end_residual_rms, "residual RMS after block",
+                       "residual-rms"},
             std::tuple{&RunResult::init_layer_grad_norms, &RunResult::end_layer_grad_norms, "grad norm of block",
                        "block-grad-norm"}}) {
         Chart chart;
@@ -139,7 +142,7 @@ Section stack_section(const Context& c) {
       }
   }
   if (!init_rows.empty()) {
-    const std::vector<std::string> header{"variant", "setting", "seeds", "grad norm at init, first layer",
+    const std::vector<std::string> header{"variant",    "setting",     "seeds", "grad norm at init, first layer",
                                           "last layer", "last / first"};
     sec.table_html = html_table(header, init_rows);
     sec.table_md = md_table(header, init_rows);
@@ -150,8 +153,9 @@ Section stack_section(const Context& c) {
 Section length_section(const Context& c) {
   Section sec;
   sec.title = "Accuracy per sequence length";
-  sec.text = "Last evaluation, median over the seeds that did not diverge. The grey band holds lengths longer than "
-             "any training sequence. Drawn at the same learning rates as the section above.";
+  sec.text =
+      "Last evaluation, median over the seeds that did not diverge. The grey band holds lengths longer than "
+      "any training sequence. Drawn at the same learning rates as the section above.";
   std::vector<std::vector<std::string>> rows;
   std::set<std::pair<int64_t, int64_t>> all_buckets;
   for (const GroupSummary& g : c.groups)
@@ -223,15 +227,19 @@ std::optional<Section> batch_section(const Context& c) {
     double max_change = 0;
     for (size_t i = 0; i < cell.trained.size() && i < base.trained.size(); ++i)
       max_change = std::max(max_change, std::abs(cell.trained[i] - base.trained[i]));
-    std::vector<std::string> row{cell.variant, where(cell.lr, cell.setting), cell.mode.statistics, cell.mode.batches,
-                                 std::to_string(cell.mode.batch_size), std::to_string(cell.seeds.size()),
+    std::vector<std::string> row{cell.variant,
+                                 where(cell.lr, cell.setting),
+                                 cell.mode.statistics,
+                                 cell.mode.batches,
+                                 std::to_string(cell.mode.batch_size),
+                                 std::to_string(cell.seeds.size()),
                                  fmt_interval(t_interval(cell.trained), 0, 1),
                                  cell.mode.trained_lengths_only ? "—" : fmt_interval(t_interval(cell.unseen), 0, 1),
                                  fmt::format("{:.4f}", max_change)};
     rows.push_back(row);
   }
-  const std::vector<std::string> header{"variant", "at", "normalized with", "held-out batches", "eval batch", "n",
-                                        "trained acc", "unseen acc", "max change"};
+  const std::vector<std::string> header{"variant", "at",          "normalized with", "held-out batches", "eval batch",
+                                        "n",       "trained acc", "unseen acc",      "max change"};
   sec.table_html = html_table(header, rows);
   sec.table_md = md_table(header, rows);
   return sec;

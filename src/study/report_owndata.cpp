@@ -49,7 +49,8 @@ Kept kept_figures(const RunResult& r) {
           if (e.step == best.at("step").get<int64_t>()) {
             point = &e;
             k.best = true;
-            k.metric = best.contains("metric") && best.at("metric").is_string() ? best.at("metric").get<std::string>() : "";
+            k.metric =
+                best.contains("metric") && best.at("metric").is_string() ? best.at("metric").get<std::string>() : "";
           }
     }
   }
@@ -132,7 +133,9 @@ std::optional<train::BaselineScore> cached_baseline(const train::RunConfig& base
   std::string key = train::to_json(base).dump();
   for (const auto& file : {base.task.train_file, base.task.valid_file}) {
     std::error_code ec;
-    if (file) key += fmt::format("|{}", fs::file_size(*file, ec)), key += fmt::format("|{}", ec ? 0 : fs::last_write_time(*file, ec).time_since_epoch().count());
+    if (file)
+      key += fmt::format("|{}", fs::file_size(*file, ec)),
+          key += fmt::format("|{}", ec ? 0 : fs::last_write_time(*file, ec).time_since_epoch().count());
   }
   const std::lock_guard<std::mutex> lock(mutex);
   if (const auto it = cache.find(key); it != cache.end()) return it->second;
@@ -199,13 +202,15 @@ std::string against_best(const Cell& cell, const Cell& best) {
   if (&cell == &best) return "best";
   std::vector<double> a, b;
   for (const auto& [seed, k] : cell.by_seed)
-    if (const auto it = best.by_seed.find(seed); it != best.by_seed.end()) a.push_back(k.macro_f1), b.push_back(it->second.macro_f1);
+    if (const auto it = best.by_seed.find(seed); it != best.by_seed.end())
+      a.push_back(k.macro_f1), b.push_back(it->second.macro_f1);
   if (a.size() >= 2) {
     const Interval d = paired_difference(a, b);
     return fmt::format("{} the best: {}", d.contains_zero() ? "level with" : "behind", signed_difference(d));
   }
   const double gap = cell.macro_f1.mean - best.macro_f1.mean;
-  const bool apart = std::isfinite(cell.macro_f1.high) && std::isfinite(best.macro_f1.low) && cell.macro_f1.high < best.macro_f1.low;
+  const bool apart =
+      std::isfinite(cell.macro_f1.high) && std::isfinite(best.macro_f1.low) && cell.macro_f1.high < best.macro_f1.low;
   return fmt::format("{} the best: {} by {} (one seed: the runs' own intervals {})", apart ? "behind" : "level with",
                      gap < 0 ? "lower" : "higher", fmt_num(std::abs(gap)), apart ? "do not overlap" : "overlap");
 }
@@ -222,7 +227,8 @@ std::string checkpoint_text(const std::vector<Cell>& cells) {
     }
   if (hi < 0) return "no evaluation";
   const std::string steps = lo == hi ? fmt::format("step {}", lo) : fmt::format("steps {}–{}", lo, hi);
-  if (last == 0) return fmt::format("each run's best checkpoint (best.safetensors, kept on held-out {}; {})", metric, steps);
+  if (last == 0)
+    return fmt::format("each run's best checkpoint (best.safetensors, kept on held-out {}; {})", metric, steps);
   if (best == 0) return fmt::format("each run's last evaluation (checkpoint.safetensors; {})", steps);
   return fmt::format("each run's best checkpoint where it kept one ({} runs), else its last evaluation ({} runs); {}",
                      best, last, steps);
@@ -252,9 +258,10 @@ OwnDataAnswer own_data_answer(const Context& c, const FirstScreenNumbers& number
   for (const Cell& cell : cells)
     figures.push_back(fmt::format("{} {} and {}", label_of(c, cell), cell.macro_f1.text(), cell.accuracy.text()));
   if (baseline)
-    figures.push_back(fmt::format("the bag-of-words baseline {} and {}",
-                                  Figure{baseline->macro_f1, baseline->macro_f1_low, baseline->macro_f1_high, 1}.text(),
-                                  Figure{baseline->accuracy, baseline->accuracy_low, baseline->accuracy_high, 1}.text()));
+    figures.push_back(
+        fmt::format("the bag-of-words baseline {} and {}",
+                    Figure{baseline->macro_f1, baseline->macro_f1_low, baseline->macro_f1_high, 1}.text(),
+                    Figure{baseline->accuracy, baseline->accuracy_low, baseline->accuracy_high, 1}.text()));
   out.verdict.push_back(fmt::format("Held-out macro-F1 and accuracy at each variant's best rate ({}, {}): {}.",
                                     seeds >= 2 ? fmt::format("mean over {} seeds [95% CI]", seeds)
                                                : "one seed [95% CI over the held-out examples]",
@@ -273,17 +280,18 @@ OwnDataAnswer own_data_answer(const Context& c, const FirstScreenNumbers& number
     std::vector<std::string> parts;
     bool any_beats = false;
     for (const auto& [word, names] : by_word) {
-      const bool commas = std::any_of(names.begin(), names.end(), [](const std::string& n) { return n.find(',') != n.npos; });
+      const bool commas =
+          std::any_of(names.begin(), names.end(), [](const std::string& n) { return n.find(',') != n.npos; });
       parts.push_back(fmt::format("{} {}", fmt::join(names, commas ? " / " : ", "), word));
       any_beats = any_beats || word == "beats the baseline";
     }
     out.verdict.push_back(fmt::format("Against the baseline (macro-F1 of every seed's run on the same examples): {}{}.",
-                                      fmt::join(parts, "; "),
-                                      any_beats ? "" : " — no variant beats it"));
+                                      fmt::join(parts, "; "), any_beats ? "" : " — no variant beats it"));
   } else {
-    out.verdict.push_back(base.task.name == data::TaskKind::sequence_classification
-                              ? "No baseline: the base config's training or validation file cannot be read here."
-                              : "No baseline: the bag-of-words baseline classifies whole sequences, and this task tags tokens.");
+    out.verdict.push_back(
+        base.task.name == data::TaskKind::sequence_classification
+            ? "No baseline: the base config's training or validation file cannot be read here."
+            : "No baseline: the bag-of-words baseline classifies whole sequences, and this task tags tokens.");
   }
 
   // 3: against the best variant, per setting.
@@ -312,10 +320,11 @@ OwnDataAnswer own_data_answer(const Context& c, const FirstScreenNumbers& number
   // The table: one row per variant and setting, then the baseline.
   Section& sec = out.section;
   sec.title = "Against the baseline";
-  sec.text = fmt::format("Held-out macro-F1 and accuracy of each variant at its best learning rate, from {}, beside the "
-                         "bag-of-words logistic regression (unigrams and bigrams: normlab baseline) fitted on the same "
-                         "training file and scored on the same validation set. Words: docs/compare.md, \"Own data\".",
-                         out.checkpoints);
+  sec.text = fmt::format(
+      "Held-out macro-F1 and accuracy of each variant at its best learning rate, from {}, beside the "
+      "bag-of-words logistic regression (unigrams and bigrams: normlab baseline) fitted on the same "
+      "training file and scored on the same validation set. Words: docs/compare.md, \"Own data\".",
+      out.checkpoints);
   std::vector<std::vector<std::string>> rows;
   for (const std::string& setting : c.plan.settings) {
     const Cell* best = nullptr;
@@ -327,11 +336,12 @@ OwnDataAnswer own_data_answer(const Context& c, const FirstScreenNumbers& number
       if (c.plan.settings.size() > 1) row.push_back(setting);
       int64_t lo = INT64_MAX, hi = -1;
       bool all_best = true;
-      for (const auto& [seed, k] : cell.by_seed) lo = std::min(lo, k.step), hi = std::max(hi, k.step), all_best &= k.best;
+      for (const auto& [seed, k] : cell.by_seed)
+        lo = std::min(lo, k.step), hi = std::max(hi, k.step), all_best &= k.best;
       row.push_back(format_rate(cell.lr));
       row.push_back(fmt::format("{}", cell.by_seed.size()));
-      row.push_back(fmt::format("{} ({})", all_best ? "best" : "last", lo == hi ? fmt::format("step {}", lo)
-                                                                                : fmt::format("steps {}–{}", lo, hi)));
+      row.push_back(fmt::format("{} ({})", all_best ? "best" : "last",
+                                lo == hi ? fmt::format("step {}", lo) : fmt::format("steps {}–{}", lo, hi)));
       row.push_back(cell.macro_f1.text());
       row.push_back(cell.accuracy.text());
       row.push_back(baseline ? against_baseline(cell, *baseline) : "–");
@@ -342,18 +352,17 @@ OwnDataAnswer own_data_answer(const Context& c, const FirstScreenNumbers& number
   if (baseline) {
     std::vector<std::string> row{"baseline (bag of words)"};
     if (c.plan.settings.size() > 1) row.push_back("–");
-    for (const std::string& v :
-         {std::string("–"), std::string("–"), std::string("–"),
-          Figure{baseline->macro_f1, baseline->macro_f1_low, baseline->macro_f1_high, 1}.text(),
-          Figure{baseline->accuracy, baseline->accuracy_low, baseline->accuracy_high, 1}.text(), std::string("–"),
-          std::string("–")})
+    for (const std::string& v : {std::string("–"), std::string("–"), std::string("–"),
+                                 Figure{baseline->macro_f1, baseline->macro_f1_low, baseline->macro_f1_high, 1}.text(),
+                                 Figure{baseline->accuracy, baseline->accuracy_low, baseline->accuracy_high, 1}.text(),
+                                 std::string("–"), std::string("–")})
       row.push_back(v);
     rows.push_back(row);
   }
   std::vector<std::string> header{"variant"};
   if (c.plan.settings.size() > 1) header.push_back("setting");
-  for (const char* h : {"best lr", "seeds", "checkpoint", "macro-F1 [95% CI]", "accuracy [95% CI]", "against the baseline",
-                        "against the best (macro-F1)"})
+  for (const char* h : {"best lr", "seeds", "checkpoint", "macro-F1 [95% CI]", "accuracy [95% CI]",
+                        "against the baseline", "against the best (macro-F1)"})
     header.push_back(h);
   sec.table_html = html_table(header, rows);
   sec.table_md = md_table(header, rows);

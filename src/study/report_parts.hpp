@@ -26,11 +26,11 @@ struct Context {
   const ComparePlan& plan;
   const std::vector<RunResult>& results;
   std::vector<GroupSummary> groups;
-  double chance;           // the uniform guess's loss
-  double chance_accuracy;  // the best guess's accuracy over the runs (0: unknown)
-  size_t fewest_seeds;     // in any cell
-  bool has_batchnorm;      // some run normalizes with BatchNorm
-  size_t window;                            // moving-average window of the curves, in steps
+  double chance;                              // the uniform guess's loss
+  double chance_accuracy;                     // the best guess's accuracy over the runs (0: unknown)
+  size_t fewest_seeds;                        // in any cell
+  bool has_batchnorm;                         // some run normalizes with BatchNorm
+  size_t window;                              // moving-average window of the curves, in steps
   std::map<std::string, std::string> colors;  // series label -> colour
   std::function<bool()> stop_requested;
   mutable int charts_drawn = 0;  // numbers each chart's clip path within this report

@@ -28,7 +28,8 @@ Chart endpoint_chart(const Context& c, const std::string& setting, Interval Grou
   if (accuracy) {
     chart.y_max = 1.0;
     chart.h_lines.push_back({kSolvedAccuracy, fmt::format("solved {:.2f}", kSolvedAccuracy)});
-    if (c.chance_accuracy > 0) chart.h_lines.push_back({c.chance_accuracy, fmt::format("chance {:.3f}", c.chance_accuracy)});
+    if (c.chance_accuracy > 0)
+      chart.h_lines.push_back({c.chance_accuracy, fmt::format("chance {:.3f}", c.chance_accuracy)});
   } else {
     c.add_chance_line(chart);
     if (c.loss_cap() > 0) chart.y_max = c.loss_cap();
@@ -53,9 +54,10 @@ Chart endpoint_chart(const Context& c, const std::string& setting, Interval Grou
     }
     chart.series.push_back(s);
   }
-  chart.note = fmt::format("mean, band: 95% t interval over {} seeds per point{}; circles: seeds; X: most seeds "
-                           "diverged or exploded",
-                           c.fewest_seeds, c.fewest_seeds < kMinSeeds ? " (few)" : "");
+  chart.note = fmt::format(
+      "mean, band: 95% t interval over {} seeds per point{}; circles: seeds; X: most seeds "
+      "diverged or exploded",
+      c.fewest_seeds, c.fewest_seeds < kMinSeeds ? " (few)" : "");
   return chart;
 }
 
@@ -95,7 +97,8 @@ Chart search_chart(const Context& c, const std::string& setting, const std::vect
         const double spread = seed_spread * (double(k) - 0.5 * double(g.runs.size() - 1));
         seeds.x.push_back(g.lr * std::exp(spread));
         // The strict rule, as the fit drawn over these dots (a slow run below the learned level is a failure).
-        seeds.y.push_back(learned_by(*g.runs[k], LearnedRule::strict) ? 1 + nudge * double(vi + 1) : -nudge * double(vi + 1));
+        seeds.y.push_back(learned_by(*g.runs[k], LearnedRule::strict) ? 1 + nudge * double(vi + 1)
+                                                                      : -nudge * double(vi + 1));
         seeds.x.push_back(NAN);
         seeds.y.push_back(NAN);
       }
@@ -128,19 +131,21 @@ Chart search_chart(const Context& c, const std::string& setting, const std::vect
 Section stability_section(const Context& c) {
   Section sec;
   sec.title = "Stability: held-out accuracy and loss against learning rate";
-  sec.text = "On trained lengths at the last evaluation: the mean over seeds with its 95% interval as a band and "
-             "each seed as a small circle. An X marks a learning rate at which most seeds diverged or exploded. "
-             "Accuracy: the dashed line is the 'solved' level, the dotted grey one the chance accuracy c. Loss (the "
-             "endpoint that does not saturate): the grey line is the uniform guess's ln K; a diverged seed has no "
-             "loss and no circle.";
+  sec.text =
+      "On trained lengths at the last evaluation: the mean over seeds with its 95% interval as a band and "
+      "each seed as a small circle. An X marks a learning rate at which most seeds diverged or exploded. "
+      "Accuracy: the dashed line is the 'solved' level, the dotted grey one the chance accuracy c. Loss (the "
+      "endpoint that does not saturate): the grey line is the uniform guess's ln K; a diverged seed has no "
+      "loss and no circle.";
   for (const std::string& setting : c.plan.settings) {
-    sec.charts.push_back({"stability" + c.setting_slug(setting),
-                          c.draw(endpoint_chart(c, setting, &GroupSummary::trained_accuracy,
-                                                [](const RunResult& r) { return r.judged_accuracy(); }, true))});
+    sec.charts.push_back(
+        {"stability" + c.setting_slug(setting), c.draw(endpoint_chart(
+                                                    c, setting, &GroupSummary::trained_accuracy,
+                                                    [](const RunResult& r) { return r.judged_accuracy(); }, true))});
     sec.charts.push_back({"stability-loss" + c.setting_slug(setting),
-                          c.draw(endpoint_chart(c, setting, &GroupSummary::trained_loss,
-                                                [](const RunResult& r) { return r.diverged ? NAN : r.final_trained().loss; },
-                                                false))});
+                          c.draw(endpoint_chart(
+                              c, setting, &GroupSummary::trained_loss,
+                              [](const RunResult& r) { return r.diverged ? NAN : r.final_trained().loss; }, false))});
   }
   return sec;
 }
@@ -166,15 +171,17 @@ Section search_section(const Context& c) {
     for (const VariantBoundary& vb : here) {
       const BoundaryFit& f = vb.fit;
       std::string tested;
-      for (const RateOutcome& r : vb.tested) tested += fmt::format("{}{} {}/{}", tested.empty() ? "" : ", ", format_rate(r.lr), r.learned, r.runs);
+      for (const RateOutcome& r : vb.tested)
+        tested += fmt::format("{}{} {}/{}", tested.empty() ? "" : ", ", format_rate(r.lr), r.learned, r.runs);
       const bool fitted = f.kind == BoundaryFit::Kind::boundary;
       std::vector<std::string> row{vb.variant};
       if (c.plan.settings.size() > 1) row.push_back(setting);
-      row.push_back(fitted ? format_rate(f.lr50)
-                           : f.kind == BoundaryFit::Kind::never_failed ? "> " + format_rate(f.top_lr)
-                           : f.kind == BoundaryFit::Kind::never_learned ? "never learned" : "–");
-      row.push_back(fitted ? fmt::format("{}{} – {}{}", f.low_open ? "< " : "", format_rate(f.low), f.high_open ? "> " : "",
-                                         format_rate(f.high))
+      row.push_back(fitted                                       ? format_rate(f.lr50)
+                    : f.kind == BoundaryFit::Kind::never_failed  ? "> " + format_rate(f.top_lr)
+                    : f.kind == BoundaryFit::Kind::never_learned ? "never learned"
+                                                                 : "–");
+      row.push_back(fitted ? fmt::format("{}{} – {}{}", f.low_open ? "< " : "", format_rate(f.low),
+                                         f.high_open ? "> " : "", format_rate(f.high))
                            : "");
       row.push_back(tested);
       rows.push_back(row);

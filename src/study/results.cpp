@@ -185,9 +185,10 @@ void read_step_record(const json& rec, const FieldReader& f, RunResult& r, bool&
       r.init_layer_grad_norms = grads;
       have_init_diag = true;
     }
-    r.diagnostics.push_back({step, rms, grads, f.numbers(rec, "attention_max_logit"), f.numbers(rec, "attention_entropy_mean"),
-                             f.numbers(rec, "attention_entropy_min"), f.numbers(rec, "update_ratio"),
-                             f.number(rec, "log_z_mean"), f.number(rec, "log_z_max_abs")});
+    r.diagnostics.push_back({step, rms, grads, f.numbers(rec, "attention_max_logit"),
+                             f.numbers(rec, "attention_entropy_mean"), f.numbers(rec, "attention_entropy_min"),
+                             f.numbers(rec, "update_ratio"), f.number(rec, "log_z_mean"),
+                             f.number(rec, "log_z_max_abs")});
     r.end_residual_rms = std::move(rms);
     r.end_layer_grad_norms = std::move(grads);
   }
@@ -217,12 +218,11 @@ void read_metrics(const std::string& metrics_path, RunResult& r) {
     const json rec = json::parse(line, nullptr, false);
     // Only a torn last line is skipped: the start of a record without its newline (a trainer
     // writes each line with one write(2)). Anything else that is not JSON is a damaged file.
-    if (rec.is_discarded() && metrics.eof() && !line.empty() && line[0] == '{' &&
-        line.find('\0') == std::string::npos)
+    if (rec.is_discarded() && metrics.eof() && !line.empty() && line[0] == '{' && line.find('\0') == std::string::npos)
       continue;
     if (rec.is_discarded())
-      throw InputError(fmt::format("{}: line {}: not a JSON record (only a torn last line is skipped)", metrics_path,
-                                   line_number));
+      throw InputError(
+          fmt::format("{}: line {}: not a JSON record (only a torn last line is skipped)", metrics_path, line_number));
     const FieldReader f{fmt::format("{}: line {}", metrics_path, line_number)};
     if (!rec.is_object()) f.wrong("record", "a JSON object", rec);
     if (rec.contains("split")) {
@@ -307,8 +307,8 @@ int64_t RunResult::loss_spikes() const {
   // Near a zero loss, relative noise is large: a spike must also rise by a share of the first loss.
   const double min_rise = std::isfinite(first_train_loss()) ? kSpikeMinRise * first_train_loss() : 0.0;
   for (size_t t = kSpikeWindow; t < loss.size(); ++t) {
-    const double before = median(std::vector<double>(loss.begin() + std::ptrdiff_t(t - kSpikeWindow),
-                                                     loss.begin() + std::ptrdiff_t(t)));
+    const double before =
+        median(std::vector<double>(loss.begin() + std::ptrdiff_t(t - kSpikeWindow), loss.begin() + std::ptrdiff_t(t)));
     const bool spike = std::isfinite(loss[t]) && std::isfinite(before) && loss[t] > kSpikeFactor * before &&
                        loss[t] - before > min_rise;
     if (spike && !in_spike) ++spikes;

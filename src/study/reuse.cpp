@@ -73,7 +73,8 @@ std::vector<std::string> data_differences(const fs::path& run_dir, const train::
   }
   if (!record) return {"data.json is missing: it records no fingerprint of its data files"};
   std::vector<std::string> changes;
-  for (const train::DataChange& change : train::changed_data(record->files, current)) changes.push_back(change.describe());
+  for (const train::DataChange& change : train::changed_data(record->files, current))
+    changes.push_back(change.describe());
   return changes;
 }
 

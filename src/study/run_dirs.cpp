@@ -71,12 +71,15 @@ train::RunConfig read_run_config(const std::string& dir) {
   const fs::path path = fs::path(dir) / "config.json";
   if (!fs::is_directory(dir)) throw InputError(fmt::format("{}: not a directory", dir));
   if (!fs::exists(path))
-    throw InputError(fmt::format("{}: no config.json: not a run directory (nor a folder of run directories, nor a "
-                                 "compare output directory with runs/)", dir));
+    throw InputError(
+        fmt::format("{}: no config.json: not a run directory (nor a folder of run directories, nor a "
+                    "compare output directory with runs/)",
+                    dir));
   const std::string text = io::read_file(path.string(), 1 << 20);
   io::require_json_depth(text, path.string());
   const json parsed = json::parse(text, nullptr, false);
-  if (parsed.is_discarded() || !parsed.is_object()) throw InputError(fmt::format("{}: not a JSON object", path.string()));
+  if (parsed.is_discarded() || !parsed.is_object())
+    throw InputError(fmt::format("{}: not a JSON object", path.string()));
   return train::config_from_json(parsed, path.string(), ".", false);
 }
 
@@ -116,10 +119,10 @@ std::vector<train::RunConfig> read_run_configs(const std::vector<std::string>& r
   auto quoted = [](data::TaskKind kind) { return json(data::to_string(kind)).dump(); };
   for (size_t i = 1; i < configs.size(); ++i)
     if (configs[i].task.name != configs[0].task.name)
-      throw InputError(fmt::format("{} trains task {} but {} trains task {}: a report compares runs of one task; "
-                                   "make one report per task",
-                                   run_dirs[0], quoted(configs[0].task.name), run_dirs[i],
-                                   quoted(configs[i].task.name)));
+      throw InputError(
+          fmt::format("{} trains task {} but {} trains task {}: a report compares runs of one task; "
+                      "make one report per task",
+                      run_dirs[0], quoted(configs[0].task.name), run_dirs[i], quoted(configs[i].task.name)));
   return configs;
 }
 
@@ -147,8 +150,8 @@ std::string series_of(const std::string& run_dir, const train::RunConfig& config
   if (auto it = runs.label_of.find(canonical(run_dir)); it != runs.label_of.end()) return it->second;
   std::string label;
   for (const std::string& key : differing)
-    label += fmt::format("{}{}={}", label.empty() ? "" : ", ", key,
-                         detail::value_text(train::config_value(config, key)));
+    label +=
+        fmt::format("{}{}={}", label.empty() ? "" : ", ", key, detail::value_text(train::config_value(config, key)));
   if (label.empty()) label = variant_of(config.model);
   return label.empty() ? "run" : label;
 }

@@ -64,9 +64,10 @@ std::pair<size_t, size_t> parse_shard(const std::string& text) {
     count = std::stoul(text.substr(slash + 1), &used);
     if (used != text.size() - slash - 1) throw std::invalid_argument("trailing");
   } catch (const std::exception&) {
-    throw InputError(fmt::format("--shard {}: expected I/K, e.g. 0/4 (this process trains the runs whose index is "
-                                 "I modulo K)",
-                                 text));
+    throw InputError(
+        fmt::format("--shard {}: expected I/K, e.g. 0/4 (this process trains the runs whose index is "
+                    "I modulo K)",
+                    text));
   }
   if (count == 0 || index >= count)
     throw InputError(fmt::format("--shard {}: I must be in [0, K) and K at least 1", text));
@@ -96,7 +97,8 @@ pid_t launch(const std::string& exe, const std::vector<std::string>& args, const
     // when compare dies, so it finishes its step, writes a checkpoint and exits, and a rerun resumes
     // it. Kept across exec. If compare died before this line the signal never comes: leave now.
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != compare) _exit(128 + SIGTERM);
-    const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK, 0644);  // a FIFO or link fails
+    const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK,
+                          0644);  // a FIFO or link fails
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
@@ -120,7 +122,8 @@ Shard check_options(const CompareOptions& options) {
   if (options.report_only && options.retrain_changed)
     throw InputError("--report-only and --retrain-changed: choose one (--report-only never trains)");
   if (options.report_only && !options.shard.empty())
-    throw InputError("--report-only and --shard: a shard trains part of the grid; draw the report with --report-only alone");
+    throw InputError(
+        "--report-only and --shard: a shard trains part of the grid; draw the report with --report-only alone");
   Shard shard;
   if (!options.shard.empty()) shard = parse_shard(options.shard);
   return shard;
@@ -129,8 +132,7 @@ Shard check_options(const CompareOptions& options) {
 // The started runs whose config differs from the grid's, among the runs this process trains.
 // Never report old results under new settings: a started run is reused only when its resolved
 // config is the one asked for now.
-std::vector<ChangedRun> changed_runs_of(const ComparePlan& plan, const CompareOptions& options,
-                                               const Shard& shard) {
+std::vector<ChangedRun> changed_runs_of(const ComparePlan& plan, const CompareOptions& options, const Shard& shard) {
   std::vector<ChangedRun> changed = changed_runs(plan, options.out);
   if (shard) {
     std::vector<ChangedRun> mine;
@@ -139,8 +141,7 @@ std::vector<ChangedRun> changed_runs_of(const ComparePlan& plan, const CompareOp
         if (plan.runs[i].name == c.name && in_shard(plan, i, shard->first, shard->second)) mine.push_back(c);
     changed = mine;
   }
-  if (!changed.empty() && !options.retrain_changed)
-    throw InputError(changed_runs_message(changed, options.out));
+  if (!changed.empty() && !options.retrain_changed) throw InputError(changed_runs_message(changed, options.out));
   return changed;
 }
 
@@ -149,8 +150,8 @@ std::vector<ChangedRun> changed_runs_of(const ComparePlan& plan, const CompareOp
 // the runs it trains (its shard's), or all of them when it also draws the report; released by
 // the kernel if this process dies. The run's own directory lock belongs to its `normlab train`.
 // Called again after each search pass: only runs not yet in `locked` are locked.
-void lock_runs(const ComparePlan& plan, const fs::path& out, const Shard& shard,
-               std::vector<io::DirLock>& run_locks, std::set<std::string>& locked) {
+void lock_runs(const ComparePlan& plan, const fs::path& out, const Shard& shard, std::vector<io::DirLock>& run_locks,
+               std::set<std::string>& locked) {
   for (size_t i = 0; i < plan.runs.size(); ++i) {
     if (shard && !in_shard(plan, i, shard->first, shard->second)) continue;
     if (!locked.insert(plan.runs[i].name).second) continue;
@@ -164,7 +165,9 @@ void remove_changed(const fs::path& out, const std::vector<ChangedRun>& changed,
   std::error_code ec;
   for (const ChangedRun& c : changed) {
     fs::remove_all(out / "runs" / c.name, ec);
-    if (ec) throw InputError(fmt::format("{}: cannot remove the changed run: {}", (out / "runs" / c.name).string(), ec.message()));
+    if (ec)
+      throw InputError(
+          fmt::format("{}: cannot remove the changed run: {}", (out / "runs" / c.name).string(), ec.message()));
     fs::remove(out / "logs" / (c.name + ".log"), ec);
   }
   if (!changed.empty())
@@ -196,8 +199,8 @@ std::deque<size_t> queue_runs(const ComparePlan& plan, const fs::path& out, cons
 
 // One child process of a compare, once it has exited: how and what it cost.
 struct ChildRecord {
-  size_t index = 0;  // in plan.runs
-  int code = 0;      // exit code, or 128 + signal
+  size_t index = 0;                  // in plan.runs
+  int code = 0;                      // exit code, or 128 + signal
   double wall_s = 0.0, cpu_s = 0.0;  // fork to exit; user + system CPU of the process (wait4)
 };
 
@@ -247,12 +250,12 @@ class RunWatcher {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     const int finished = done_ + diverged_ + failed_;
     const std::string eta = format_eta(study_eta_seconds(busy_seconds_, size_t(finished), to_run_, size_t(jobs_)));
-    const std::string line =
-        fmt::format("compare: {}/{} runs done ({} diverged, {} failed, {} skipped as finished{}), {} running, "
-                    "elapsed {}, ETA {}",
-                    finished, to_run_, diverged_, failed_, already_done_,
-                    interrupted_ > 0 ? fmt::format(", {} stopped with a checkpoint", interrupted_) : "",
-                    running_.size(), format_eta(elapsed), eta);
+    const std::string line = fmt::format(
+        "compare: {}/{} runs done ({} diverged, {} failed, {} skipped as finished{}), {} running, "
+        "elapsed {}, ETA {}",
+        finished, to_run_, diverged_, failed_, already_done_,
+        interrupted_ > 0 ? fmt::format(", {} stopped with a checkpoint", interrupted_) : "", running_.size(),
+        format_eta(elapsed), eta);
     if (tty_ || line != last_line_) logger_.progress(line, final_line);
     last_line_ = line;
   }
@@ -297,8 +300,9 @@ class RunWatcher {
         return;
       }
     }
-    std::vector<std::string> args{"train",     "--config", (out_ / "configs" / (run.name + ".json")).string(),
-                                  "--out",     dir.string(), "--threads", "1"};
+    std::vector<std::string> args{"train", "--config",   (out_ / "configs" / (run.name + ".json")).string(),
+                                  "--out", dir.string(), "--threads",
+                                  "1"};
     if (fs::exists(dir / "checkpoint.safetensors")) args.push_back("--resume");
     const auto started = std::chrono::steady_clock::now();
     const pid_t pid = launch(exe, args, (out_ / "logs" / (run.name + ".log")).string());
@@ -337,9 +341,8 @@ class RunWatcher {
       if (bad_input_.empty()) bad_input_ = fmt::format("run {} rejected its input; see {}", name, log);
     } else {
       ++failed_;
-      const std::string how =
-          WIFSIGNALED(status) ? fmt::format("crashed (killed by {})", signal_name(WTERMSIG(status)))
-                              : fmt::format("failed (exit code {})", code);
+      const std::string how = WIFSIGNALED(status) ? fmt::format("crashed (killed by {})", signal_name(WTERMSIG(status)))
+                                                  : fmt::format("failed (exit code {})", code);
       failures_.push_back(fmt::format("{} {} after {:.2f} s; see {}", name, how, wall, log));
       append_line(log, fmt::format("compare: this run {} after {:.2f} s; the compare went on without it, and a "
                                    "rerun of the compare trains it again",
@@ -370,9 +373,9 @@ class RunWatcher {
   const io::StopFlag stop_;
   const bool tty_ = logger_.redraws();
   struct Running {
-    size_t index = 0;  // in plan.runs
+    size_t index = 0;                               // in plan.runs
     std::chrono::steady_clock::time_point started;  // before the fork
-    int pidfd = -1;  // readable when the run has exited; -1 without pidfd_open
+    int pidfd = -1;                                 // readable when the run has exited; -1 without pidfd_open
   };
   std::map<pid_t, Running> running_;
   std::vector<ChildRecord> children_;
@@ -427,12 +430,14 @@ bool wait_for_other_shards(const ComparePlan& plan, const fs::path& out, const C
   if (idle.empty() && !training) return false;  // every round is settled
   idle_polls = training ? 0 : idle_polls + 1;
   if (training || idle_polls < kGracePolls) {
-    for (int i = 0; i < 5 && io::stop_signal(stop) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (int i = 0; i < 5 && io::stop_signal(stop) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     return io::stop_signal(stop) == 0;
   }
-  logger.note(fmt::format("compare: shard {}: the search's next round waits for runs of other shards that no "
-                          "compare is training now (first: {}); run the other shards, then this one again",
-                          options.shard, idle));
+  logger.note(
+      fmt::format("compare: shard {}: the search's next round waits for runs of other shards that no "
+                  "compare is training now (first: {}); run the other shards, then this one again",
+                  options.shard, idle));
   return false;
 }
 
@@ -478,8 +483,7 @@ ComparePlan train_passes(ComparePlan plan, const CompareOptions& options, const 
     }
     totals.busy_slot_s += double(jobs) * watcher.busy_wall_s();
     // A crashed run does not stop the search: the rounds that wait on it wait, the others go on.
-    if (!plan.search.enabled() || options.report_only || io::stop_signal(stop) != 0 || !totals.bad_input.empty())
-      break;
+    if (!plan.search.enabled() || options.report_only || io::stop_signal(stop) != 0 || !totals.bad_input.empty()) break;
     plan = load_compare_plan(options.config, options.out);
   }
   return plan;
@@ -513,7 +517,8 @@ void add_runs(CompareTiming& timing, const ComparePlan& plan, const fs::path& ou
   for (const ChildRecord& child : totals.children) {
     child_wall += child.wall_s;
     std::optional<train::PartTimes> parts;
-    if (child.code == kExitOk || child.code == kExitDiverged) parts = run_timing(out / "runs" / plan.runs[child.index].name);
+    if (child.code == kExitOk || child.code == kExitDiverged)
+      parts = run_timing(out / "runs" / plan.runs[child.index].name);
     if (!parts) {
       ++timing.other_runs;
       timing.other_wall_s += child.wall_s, timing.other_cpu_s += child.cpu_s;
@@ -556,7 +561,8 @@ std::vector<CompareTiming::Row> CompareTiming::rows() const {
                           part(RunPart::finish, "run finish"),
                           {"process start and exit (exec, libraries, exit)", process_wall_s, process_cpu_s}};
   if (other_runs > 0)
-    out.push_back({fmt::format("runs that crashed, failed or were stopped ({})", other_runs), other_wall_s, other_cpu_s});
+    out.push_back(
+        {fmt::format("runs that crashed, failed or were stopped ({})", other_runs), other_wall_s, other_cpu_s});
   out.push_back({"idle run slots (launching and reaping runs)", idle_s, 0.0});
   double listed = 0.0;
   for (const Row& r : out) listed += r.wall_s;
@@ -574,10 +580,11 @@ std::string CompareTiming::summary_line() const {
     const std::string name = r.name.substr(0, r.name.find(" ("));
     rest += fmt::format("{}{} {:.1f}%", rest.empty() ? "" : ", ", name, 100.0 * share);
   }
-  return fmt::format("compare: {:.1f}% of the wall time of {} run slot(s) went to training steps ({:.1f}% of the CPU "
-                     "time; {} run(s) trained, {:.1f} s){}{}",
-                     100.0 * steps_wall_share(), jobs, 100.0 * steps_cpu_share(), finished_runs, wall_s,
-                     rest.empty() ? "" : "; the rest: ", rest);
+  return fmt::format(
+      "compare: {:.1f}% of the wall time of {} run slot(s) went to training steps ({:.1f}% of the CPU "
+      "time; {} run(s) trained, {:.1f} s){}{}",
+      100.0 * steps_wall_share(), jobs, 100.0 * steps_cpu_share(), finished_runs, wall_s,
+      rest.empty() ? "" : "; the rest: ", rest);
 }
 
 CompareResult run_compare(const CompareOptions& options, CompareLogger& logger, io::StopFlag stop) {
@@ -587,11 +594,13 @@ CompareResult run_compare(const CompareOptions& options, CompareLogger& logger, 
   ComparePlan plan = load_compare_plan(options.config, options.out);
   const fs::path out(options.out);
   if (options.report_only && !fs::is_directory(out / "runs"))
-    throw InputError(fmt::format("{}: no runs/ here: nothing to report (train the grid first: normlab compare --config {} "
-                                 "--out {})",
-                                 options.out, options.config, options.out));
+    throw InputError(
+        fmt::format("{}: no runs/ here: nothing to report (train the grid first: normlab compare --config {} "
+                    "--out {})",
+                    options.out, options.config, options.out));
   const std::vector<ChangedRun> changed = changed_runs_of(plan, options, shard);
-  for (const char* sub : {"runs", "configs", "logs", ".locks"}) io::make_directories((out / sub).string(), "output directory");
+  for (const char* sub : {"runs", "configs", "logs", ".locks"})
+    io::make_directories((out / sub).string(), "output directory");
   record_compare_source(options.out, options.config);  // which config made it: for `normlab serve`
   if (!changed.empty()) {
     remove_changed(out, changed, logger);

@@ -15,8 +15,8 @@
 
 namespace normlab::study {
 
-using nlohmann::json;
 using detail::fail;
+using nlohmann::json;
 
 namespace {
 
@@ -28,7 +28,8 @@ int read_int(const json& lr, const char* key, int fallback, int lo, int hi, cons
   if (!lr.contains(key)) return fallback;
   const json& v = lr.at(key);
   if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
-    fail(path, std::string("search.lr.") + key, fmt::format("must be an integer in [{}, {}], got {}", lo, hi, v.dump()));
+    fail(path, std::string("search.lr.") + key,
+         fmt::format("must be an integer in [{}, {}], got {}", lo, hi, v.dump()));
   return int(v.get<int64_t>());
 }
 
@@ -57,7 +58,8 @@ LrSearchSpec parse_lr_search(const json& search, const std::string& path) {
   spec.from = read_rate(lr, "from", path);
   spec.to = read_rate(lr, "to", path);
   if (!(round_rate(spec.from) < round_rate(spec.to)))
-    fail(path, "search.lr.to", fmt::format("must be above from ({:g}) at 3 significant digits, got {:g}", spec.from, spec.to));
+    fail(path, "search.lr.to",
+         fmt::format("must be above from ({:g}) at 3 significant digits, got {:g}", spec.from, spec.to));
   spec.points = read_int(lr, "points", 5, 2, 16, path);
   spec.rounds = read_int(lr, "rounds", 2, 0, 8, path);
   spec.max_new = read_int(lr, "max_new", spec.points, 1, 16, path);
@@ -66,7 +68,8 @@ LrSearchSpec parse_lr_search(const json& search, const std::string& path) {
   spec.max = lr.contains("max") ? read_rate(lr, "max", path) : spec.to;
   if (spec.min > spec.from)
     fail(path, "search.lr.min", fmt::format("must be at most from ({:g}), got {:g}", spec.from, spec.min));
-  if (spec.max < spec.to) fail(path, "search.lr.max", fmt::format("must be at least to ({:g}), got {:g}", spec.to, spec.max));
+  if (spec.max < spec.to)
+    fail(path, "search.lr.max", fmt::format("must be at least to ({:g}), got {:g}", spec.to, spec.max));
   return spec;
 }
 
@@ -261,7 +264,8 @@ BoundaryFit fit_boundary(std::vector<RateOutcome> tested, double from, double to
   for (double x : d.x) d.center += x / double(d.x.size());
   for (double& x : d.x) x -= d.center;
 
-  const double lo = std::log(std::min(from, fit.peak_lr)) - kThetaMargin, hi = std::log(std::max(to, fit.top_lr)) + kThetaMargin;
+  const double lo = std::log(std::min(from, fit.peak_lr)) - kThetaMargin,
+               hi = std::log(std::max(to, fit.top_lr)) + kThetaMargin;
   size_t best = 0;
   std::vector<double> slopes;
   for (double theta = lo; theta <= hi + 1e-12; theta += kThetaStep) {
@@ -293,7 +297,8 @@ BoundaryRatio boundary_ratio(const BoundaryFit& variant, const BoundaryFit& refe
   size_t best = 0;
   for (long j = -(nr - 1); j <= nv - 1; ++j) {
     double m = -std::numeric_limits<double>::infinity();
-    for (long i = std::max(0L, -j); i < nr && i + j < nv; ++i) m = std::max(m, variant.profile[i + j] + reference.profile[i]);
+    for (long i = std::max(0L, -j); i < nr && i + j < nv; ++i)
+      m = std::max(m, variant.profile[i + j] + reference.profile[i]);
     deltas.push_back(double(j + offset) * kThetaStep);
     joint.push_back(m);
     if (m > joint[best]) best = joint.size() - 1;
@@ -350,7 +355,7 @@ std::vector<VariantBoundary> lr_boundaries(const ComparePlan& plan, const std::v
 
 std::string format_ratio(double r) {
   if (!std::isfinite(r)) return "?";
-  if (r >= 9.95) return fmt::format("{:.0f}x", r);  // 9.95 would print as "10.0x" below
+  if (r >= 9.95) return fmt::format("{:.0f}x", r);                             // 9.95 would print as "10.0x" below
   return r >= 0.995 ? fmt::format("{:.1f}x", r) : fmt::format("{:#.2g}x", r);  // 0.996 -> "1.0x", not "1.00x"
 }
 
@@ -368,7 +373,8 @@ std::string ratio_text(double r) { return format_ratio(r); }
 std::string slow_inclusive_note(const VariantBoundary& vb) {
   const BoundaryFit& s = vb.fit_slow_inclusive;
   const BoundaryFit& f = vb.fit;
-  if (s.kind == f.kind && (s.kind != BoundaryFit::Kind::boundary || format_rate(s.lr50) == format_rate(f.lr50))) return "";
+  if (s.kind == f.kind && (s.kind != BoundaryFit::Kind::boundary || format_rate(s.lr50) == format_rate(f.lr50)))
+    return "";
   switch (s.kind) {
     case BoundaryFit::Kind::boundary: return "counting slow runs as learned: " + boundary_interval(s);
     case BoundaryFit::Kind::never_failed:
@@ -387,22 +393,21 @@ std::string variant_sentence(const VariantBoundary& vb, const LrSearchSpec& spec
   for (const RunResult* r : vb.runs_above)
     if (!learned_by(*r, LearnedRule::strict)) failing.push_back(r);
   switch (f.kind) {
-    case BoundaryFit::Kind::not_run:
-      return fmt::format("{}: no finished search runs yet.", vb.variant);
+    case BoundaryFit::Kind::not_run: return fmt::format("{}: no finished search runs yet.", vb.variant);
     case BoundaryFit::Kind::never_learned: {
       const RateOutcome& best = vb.tested[peak_index(vb.tested)];
-      return fmt::format("{}: most seeds reached the learned level at no rate from {} to {} (best {}/{} at lr {}){}; its "
-                         "runs: {}.",
-                         vb.variant, format_rate(vb.tested.front().lr), format_rate(f.top_lr), best.learned, best.runs,
-                         format_rate(best.lr), beside, describe_failures(failing, vb.runs_above.size()));
+      return fmt::format(
+          "{}: most seeds reached the learned level at no rate from {} to {} (best {}/{} at lr {}){}; its "
+          "runs: {}.",
+          vb.variant, format_rate(vb.tested.front().lr), format_rate(f.top_lr), best.learned, best.runs,
+          format_rate(best.lr), beside, describe_failures(failing, vb.runs_above.size()));
     }
     case BoundaryFit::Kind::never_failed:
-      return fmt::format("{}: most seeds learned at every rate from {} up to {}{}: no boundary in the searched range{}.",
-                         vb.variant, format_rate(f.peak_lr), format_rate(f.top_lr),
-                         f.top_lr >= round_rate(spec.max) ? ", the top of the search" : " (the highest rate run so far)",
-                         beside);
-    case BoundaryFit::Kind::boundary:
-      break;
+      return fmt::format(
+          "{}: most seeds learned at every rate from {} up to {}{}: no boundary in the searched range{}.", vb.variant,
+          format_rate(f.peak_lr), format_rate(f.top_lr),
+          f.top_lr >= round_rate(spec.max) ? ", the top of the search" : " (the highest rate run so far)", beside);
+    case BoundaryFit::Kind::boundary: break;
   }
   std::string s = fmt::format(
       "{}: half the seeds reach the learned level at lr {} (logistic fit on {} runs at {} rates from {}, profile "
@@ -433,14 +438,16 @@ std::string ratio_sentence(const StudyRow& row, const StudyRow& none, const Vari
   if (std::isfinite(strict.ratio)) {
     std::string s = fmt::format(" {} trains at {} the learning rate of {}", v, ratio_interval(strict), none.variant);
     if (row.rules_agree) return s + fmt::format(" (counting slow runs as learned: {}).", ratio_interval(slow));
-    return s + fmt::format("; counting slow runs as learned: {} — the two rules disagree, so this ratio is not settled "
-                           "(slow runs below the learned level carry the difference).",
-                           std::isfinite(slow.ratio) ? ratio_interval(slow) : std::string("no ratio"));
+    return s + fmt::format(
+                   "; counting slow runs as learned: {} — the two rules disagree, so this ratio is not settled "
+                   "(slow runs below the learned level carry the difference).",
+                   std::isfinite(slow.ratio) ? ratio_interval(slow) : std::string("no ratio"));
   }
   if (std::isfinite(slow.ratio))
-    return fmt::format(" No ratio to {} at the learned level; counting slow runs as learned {} trains at {} its learning "
-                       "rate — the two rules disagree, so this is not settled.",
-                       none.variant, v, ratio_interval(slow));
+    return fmt::format(
+        " No ratio to {} at the learned level; counting slow runs as learned {} trains at {} its learning "
+        "rate — the two rules disagree, so this is not settled.",
+        none.variant, v, ratio_interval(slow));
   if (vb.fit.kind == BoundaryFit::Kind::never_failed && none_vb.fit.kind == BoundaryFit::Kind::boundary)
     return fmt::format(" Its boundary lies above {}, more than {} {}'s ({}).", format_rate(vb.fit.top_lr),
                        ratio_text(vb.fit.top_lr / none_vb.fit.lr50), none.variant, format_rate(none_vb.fit.lr50));
@@ -469,7 +476,9 @@ std::vector<std::string> boundary_sentences(const ComparePlan& plan, const Study
       std::string s = prefix + "Learning-rate boundary, " + variant_sentence(vb, plan.search);
       const StudyRow* row = table.find(vb.variant, setting);
       if (none && none_row && row && &vb != none) {
-        const auto failed = [&](const StudyRow& r) { return table.gated && r.convergence.judged && !r.convergence.converged; };
+        const auto failed = [&](const StudyRow& r) {
+          return table.gated && r.convergence.judged && !r.convergence.converged;
+        };
         s += ratio_sentence(*row, *none_row, vb, *none, failed(*row) || failed(*none_row));
       }
       out.push_back(s);
@@ -477,10 +486,11 @@ std::vector<std::string> boundary_sentences(const ComparePlan& plan, const Study
   }
   for (const LrSearchSpec::Block& b : plan.search.blocks)
     if (!b.settled && !b.waiting_on.empty())
-      out.push_back(fmt::format("Search not complete: {}{} has run {} round{} (round 0, refinement and extension); the "
-                                "next waits for run {}.",
-                                plan.settings.size() > 1 ? b.setting + ", " : "", b.variant, b.rounds_known,
-                                b.rounds_known == 1 ? "" : "s", b.waiting_on));
+      out.push_back(
+          fmt::format("Search not complete: {}{} has run {} round{} (round 0, refinement and extension); the "
+                      "next waits for run {}.",
+                      plan.settings.size() > 1 ? b.setting + ", " : "", b.variant, b.rounds_known,
+                      b.rounds_known == 1 ? "" : "s", b.waiting_on));
   return out;
 }
 
@@ -505,22 +515,36 @@ json boundaries_json(const ComparePlan& plan, const std::vector<GroupSummary>& g
   const std::vector<VariantBoundary> all = lr_boundaries(plan, groups);
   for (const VariantBoundary& vb : all) {
     const BoundaryFit& f = vb.fit;
-    json entry = {{"variant", vb.variant}, {"setting", vb.setting}, {"rule", "strict"}, {"kind", kind_name(f.kind)},
-                  {"lr50", number_or_null(f.lr50)}, {"low", number_or_null(f.kind == BoundaryFit::Kind::boundary ? f.low : NAN)},
+    json entry = {{"variant", vb.variant},
+                  {"setting", vb.setting},
+                  {"rule", "strict"},
+                  {"kind", kind_name(f.kind)},
+                  {"lr50", number_or_null(f.lr50)},
+                  {"low", number_or_null(f.kind == BoundaryFit::Kind::boundary ? f.low : NAN)},
                   {"high", number_or_null(f.kind == BoundaryFit::Kind::boundary ? f.high : NAN)},
-                  {"low_open", f.low_open}, {"high_open", f.high_open}, {"failures_above", vb.failures_above}};
+                  {"low_open", f.low_open},
+                  {"high_open", f.high_open},
+                  {"failures_above", vb.failures_above}};
     entry["ratio_to_none"] = nullptr;
     for (const VariantBoundary& none : all)
       if (none.setting == vb.setting && &none != &vb && variant_kind(plan, none.variant) == "none")
         if (const BoundaryRatio r = boundary_ratio(f, none.fit); std::isfinite(r.ratio))
-          entry["ratio_to_none"] = {{"ratio", r.ratio}, {"low", r.low}, {"high", r.high},
-                                    {"low_open", r.low_open}, {"high_open", r.high_open}};
+          entry["ratio_to_none"] = {{"ratio", r.ratio},
+                                    {"low", r.low},
+                                    {"high", r.high},
+                                    {"low_open", r.low_open},
+                                    {"high_open", r.high_open}};
     entry["tested"] = json::array();
-    for (const RateOutcome& t : vb.tested) entry["tested"].push_back({{"lr", t.lr}, {"learned", t.learned}, {"runs", t.runs}});
+    for (const RateOutcome& t : vb.tested)
+      entry["tested"].push_back({{"lr", t.lr}, {"learned", t.learned}, {"runs", t.runs}});
     const BoundaryFit& s = vb.fit_slow_inclusive;
     const bool fitted = s.kind == BoundaryFit::Kind::boundary;
-    json slow = {{"kind", kind_name(s.kind)}, {"lr50", number_or_null(s.lr50)}, {"low", number_or_null(fitted ? s.low : NAN)},
-                 {"high", number_or_null(fitted ? s.high : NAN)}, {"low_open", s.low_open}, {"high_open", s.high_open},
+    json slow = {{"kind", kind_name(s.kind)},
+                 {"lr50", number_or_null(s.lr50)},
+                 {"low", number_or_null(fitted ? s.low : NAN)},
+                 {"high", number_or_null(fitted ? s.high : NAN)},
+                 {"low_open", s.low_open},
+                 {"high_open", s.high_open},
                  {"tested", json::array()}};
     for (const RateOutcome& t : vb.tested_slow_inclusive)
       slow["tested"].push_back({{"lr", t.lr}, {"learned", t.learned}, {"runs", t.runs}});

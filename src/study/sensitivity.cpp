@@ -24,7 +24,8 @@ double curve_loss(const RunResult& run) {
   return std::isfinite(cap) ? std::min(loss, cap) : loss;
 }
 
-LossCurve loss_curve(const std::string& variant, const std::string& setting, const std::vector<const RunResult*>& runs) {
+LossCurve loss_curve(const std::string& variant, const std::string& setting,
+                     const std::vector<const RunResult*>& runs) {
   LossCurve curve;
   curve.variant = variant, curve.setting = setting;
   std::set<double> lrs;
@@ -40,7 +41,8 @@ LossCurve loss_curve(const std::string& variant, const std::string& setting, con
   curve.capped.assign(curve.lrs.size(), 0);
   for (const RunResult* r : runs) {
     const size_t i = size_t(std::lower_bound(curve.lrs.begin(), curve.lrs.end(), r->spec.lr) - curve.lrs.begin());
-    const size_t j = size_t(std::lower_bound(curve.seeds.begin(), curve.seeds.end(), r->spec.seed) - curve.seeds.begin());
+    const size_t j =
+        size_t(std::lower_bound(curve.seeds.begin(), curve.seeds.end(), r->spec.seed) - curve.seeds.begin());
     const double v = curve_loss(*r);
     curve.loss[i][j] = v;
     const double raw = r->final_trained().loss;
@@ -102,7 +104,8 @@ SensitivityDifference sensitivity_difference(const Sensitivity& variant, const S
   for (size_t j = 0; j < reference.seeds.size(); ++j) ref[reference.seeds[j]] = reference.per_seed[j];
   std::vector<double> a, b;
   for (size_t j = 0; j < variant.seeds.size(); ++j)
-    if (const auto it = ref.find(variant.seeds[j]); it != ref.end()) a.push_back(variant.per_seed[j]), b.push_back(it->second);
+    if (const auto it = ref.find(variant.seeds[j]); it != ref.end())
+      a.push_back(variant.per_seed[j]), b.push_back(it->second);
   d.difference = paired_difference(a, b);
   return d;
 }

@@ -44,7 +44,8 @@ std::vector<GroupSummary> summarize(const std::vector<RunResult>& results) {
         case Outcome::slow: ++g.slow; break;
         case Outcome::learned: ++g.learned; break;
         case Outcome::solved: ++g.solved; break;
-        case Outcome::unfinished: case Outcome::not_evaluated: break;
+        case Outcome::unfinished:
+        case Outcome::not_evaluated: break;
       }
       if (!r->finished && !r->diverged) continue;  // an unfinished run's numbers are not final
       trained_acc.push_back(r->judged_accuracy());
@@ -145,8 +146,9 @@ void fill_comparison(Comparison& c, const std::map<uint64_t, const RunResult*>& 
   for (const auto& [seed, run] : runs) ceiling_a.push_back(trained_acc(*run));
   for (const auto& [seed, run] : ref_runs) ceiling_b.push_back(trained_acc(*run));
   c.accuracy_ceiling = at_ceiling(ceiling_a, ceiling_b);
-  for (const auto& [metric, into] : {std::pair{trained_acc, &c.trained_accuracy}, std::pair{unseen_acc, &c.unseen_accuracy},
-                                     std::pair{loss, &c.trained_loss}, std::pair{auc, &c.accuracy_auc}}) {
+  for (const auto& [metric, into] :
+       {std::pair{trained_acc, &c.trained_accuracy}, std::pair{unseen_acc, &c.unseen_accuracy},
+        std::pair{loss, &c.trained_loss}, std::pair{auc, &c.accuracy_auc}}) {
     std::vector<double> a, b;
     if (c.paired) {
       for (const auto& [seed, run] : runs) a.push_back(metric(*run)), b.push_back(metric(*ref_runs.at(seed)));
@@ -216,7 +218,8 @@ std::string describe_difference(const Interval& d, bool paired) {
   const std::string interval =
       fmt::format("95% CI {} to {}, {} {}", signed_value(d.low), signed_value(d.high), d.n, unit);
   if (d.contains_zero()) return fmt::format("{} ({})", signed_value(d.mean), interval);
-  return fmt::format("{} by {} ({})", d.mean > 0 ? "higher" : "lower", signed_value(std::abs(d.mean)).substr(1), interval);
+  return fmt::format("{} by {} ({})", d.mean > 0 ? "higher" : "lower", signed_value(std::abs(d.mean)).substr(1),
+                     interval);
 }
 
 std::vector<std::vector<EndpointTest>> test_comparisons(const std::vector<Comparison>& comparisons,
@@ -225,10 +228,9 @@ std::vector<std::vector<EndpointTest>> test_comparisons(const std::vector<Compar
   std::vector<double> family;  // every difference and equivalence p-value, in order
   for (const Comparison& c : comparisons) {
     std::vector<EndpointTest> tests;
-    for (const auto& [name, interval, margin] :
-         {std::tuple{"held-out loss", &c.trained_loss, margins.loss},
-          std::tuple{"accuracy AUC", &c.accuracy_auc, margins.accuracy_auc},
-          std::tuple{"accuracy", &c.trained_accuracy, margins.accuracy}}) {
+    for (const auto& [name, interval, margin] : {std::tuple{"held-out loss", &c.trained_loss, margins.loss},
+                                                 std::tuple{"accuracy AUC", &c.accuracy_auc, margins.accuracy_auc},
+                                                 std::tuple{"accuracy", &c.trained_accuracy, margins.accuracy}}) {
       EndpointTest t;
       t.endpoint = name, t.margin = margin, t.difference = *interval, t.paired = c.paired;
       t.p_difference = p_difference(t.difference);
@@ -241,7 +243,8 @@ std::vector<std::vector<EndpointTest>> test_comparisons(const std::vector<Compar
   }
   const std::vector<double> adjusted = holm_adjust(family);
   // Seeds needed at Holm's strictest step (alpha / m): what a rerun with more seeds must pass.
-  const double family_size = double(std::count_if(family.begin(), family.end(), [](double p) { return !std::isnan(p); }));
+  const double family_size =
+      double(std::count_if(family.begin(), family.end(), [](double p) { return !std::isnan(p); }));
   const double alpha = 0.05 / std::max(1.0, family_size);
   size_t next = 0;
   for (std::vector<EndpointTest>& tests : out)
@@ -306,10 +309,14 @@ std::string direction_text(const EndpointTest& t, const std::string& variant, co
   const std::string pairs = t.paired ? "pairs" : "seeds (unpaired)";
   const std::string lead = signed_value(std::abs(d.mean)).substr(1);  // "0.180", "3.1e-04", "1.11e+04"
   std::string estimate;
-  if (d.mean == 0 && (!d.has_interval() || d.standard_error == 0)) estimate = fmt::format("identical in all {} {}", d.n, pairs);
-  else if (d.mean == 0) estimate = fmt::format("no difference in the mean [{}, {}]{}", signed_value(d.low), signed_value(d.high), unit);
-  else if (!d.has_interval()) estimate = fmt::format("{} {} by {}{} in {} {}, no interval", named, way, lead, unit, d.n, pairs);
-  else if (d.standard_error == 0) estimate = fmt::format("{} {} by {}{} in all {} {}", named, way, lead, unit, d.n, pairs);
+  if (d.mean == 0 && (!d.has_interval() || d.standard_error == 0))
+    estimate = fmt::format("identical in all {} {}", d.n, pairs);
+  else if (d.mean == 0)
+    estimate = fmt::format("no difference in the mean [{}, {}]{}", signed_value(d.low), signed_value(d.high), unit);
+  else if (!d.has_interval())
+    estimate = fmt::format("{} {} by {}{} in {} {}, no interval", named, way, lead, unit, d.n, pairs);
+  else if (d.standard_error == 0)
+    estimate = fmt::format("{} {} by {}{} in all {} {}", named, way, lead, unit, d.n, pairs);
   else estimate = fmt::format("{} {} by {}{} [{}, {}]", named, way, lead, unit, signed_value(lo), signed_value(hi));
   switch (t.verdict) {
     case Verdict::differs: return fmt::format("{}; differs (Holm p {:.2g})", estimate, t.holm_difference);
@@ -318,8 +325,8 @@ std::string direction_text(const EndpointTest& t, const std::string& variant, co
     case Verdict::undecided:
       return t.seeds_needed > 0 ? fmt::format("{}; undecided ({} would decide)", estimate,
                                               seeds_needed_words(t.seeds_needed, t.paired))
-                                : fmt::format("{}; undecided (more {} would not show equivalence within ±{:g})", estimate,
-                                              t.paired ? "pairs" : "seeds", t.margin);
+                                : fmt::format("{}; undecided (more {} would not show equivalence within ±{:g})",
+                                              estimate, t.paired ? "pairs" : "seeds", t.margin);
     case Verdict::no_data: break;
   }
   return "no test";

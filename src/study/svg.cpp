@@ -61,7 +61,9 @@ std::vector<double> linear_ticks(double lo, double hi, bool integer, double targ
   return out;
 }
 
-std::vector<double> ticks(const Axis& axis, bool integer = false) { return axis_ticks(axis.lo, axis.hi, axis.log, integer); }
+std::vector<double> ticks(const Axis& axis, bool integer = false) {
+  return axis_ticks(axis.lo, axis.hi, axis.log, integer);
+}
 
 }  // namespace
 
@@ -201,13 +203,13 @@ std::string draw_axes(const Chart& chart, const Axis& xa, const Axis& ya) {
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", xa.px0 - 4, py + 4,
                        tick_label(t));
   }
-  svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" stroke=\"#444\"/>\n",
-                     xa.px0, ya.px1, xa.px1 - xa.px0, ya.px0 - ya.px1);
+  svg += fmt::format(
+      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" stroke=\"#444\"/>\n", xa.px0,
+      ya.px1, xa.px1 - xa.px0, ya.px0 - ya.px1);
   svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", (xa.px0 + xa.px1) / 2,
                      ya.px0 + 30, xml_escape(chart.x_label));
-  svg += fmt::format(
-      "<text transform=\"translate(14 {:.1f}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n", (ya.px0 + ya.px1) / 2,
-      xml_escape(chart.y_label));
+  svg += fmt::format("<text transform=\"translate(14 {:.1f}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
+                     (ya.px0 + ya.px1) / 2, xml_escape(chart.y_label));
 
   return svg;
 }
@@ -241,9 +243,10 @@ std::string draw_series(const Series& s, const Axis& xa, const Axis& ya) {
                        s.dashed ? " stroke-dasharray=\"5 3\"" : "");
   for (size_t i = 0; i < s.point_x.size() && i < s.point_y.size(); ++i)
     if (usable(s.point_x[i], xa.log) && usable(s.point_y[i], ya.log))
-      svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.2\" fill=\"none\" stroke=\"{}\" "
-                         "stroke-opacity=\"0.7\" class=\"seed\"/>\n",
-                         xa.map(s.point_x[i]), ya.map(s.point_y[i]), s.color);
+      svg += fmt::format(
+          "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.2\" fill=\"none\" stroke=\"{}\" "
+          "stroke-opacity=\"0.7\" class=\"seed\"/>\n",
+          xa.map(s.point_x[i]), ya.map(s.point_y[i]), s.color);
   if (s.markers)
     for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
       if (!usable(s.x[i], xa.log) || !usable(s.y[i], ya.log)) continue;
@@ -253,8 +256,7 @@ std::string draw_series(const Series& s, const Axis& xa, const Axis& ya) {
             "<path d=\"M{0:.1f},{1:.1f} L{2:.1f},{3:.1f} M{0:.1f},{3:.1f} L{2:.1f},{1:.1f}\" stroke=\"{4}\" "
             "stroke-width=\"2\"/>\n",
             px - 4, py - 4, px + 4, py + 4, s.color);
-      else
-        svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", px, py, s.color);
+      else svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", px, py, s.color);
     }
   return svg;
 }
@@ -265,9 +267,10 @@ std::string draw_h_lines(const Chart& chart, const Axis& xa, const Axis& ya) {
   for (const Chart::HLine& line : chart.h_lines) {
     if (!usable(line.y, ya.log)) continue;
     const double py = ya.map(line.y);
-    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#777\" "
-                       "stroke-width=\"1.2\" stroke-dasharray=\"6 4\"/>\n",
-                       xa.px0, py, xa.px1, py);
+    svg += fmt::format(
+        "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#777\" "
+        "stroke-width=\"1.2\" stroke-dasharray=\"6 4\"/>\n",
+        xa.px0, py, xa.px1, py);
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#555\" font-size=\"10\" text-anchor=\"end\">{}</text>\n",
                        xa.px1 - 4, py - 4, xml_escape(line.label));
   }
@@ -280,9 +283,10 @@ std::string draw_above(const Chart& chart, const Axis& xa, const Axis& ya) {
   const auto triangle = [&](double x, const std::string& color, bool filled, double size) {
     if (!usable(x, xa.log)) return;
     const double px = xa.map(x), py = ya.px1 + 1;
-    svg += fmt::format("<path d=\"M{:.1f},{:.1f} L{:.1f},{:.1f} L{:.1f},{:.1f} Z\" fill=\"{}\" stroke=\"{}\" "
-                       "class=\"above\"/>\n",
-                       px, py, px - size, py + 1.6 * size, px + size, py + 1.6 * size, filled ? color : "white", color);
+    svg += fmt::format(
+        "<path d=\"M{:.1f},{:.1f} L{:.1f},{:.1f} L{:.1f},{:.1f} Z\" fill=\"{}\" stroke=\"{}\" "
+        "class=\"above\"/>\n",
+        px, py, px - size, py + 1.6 * size, px + size, py + 1.6 * size, filled ? color : "white", color);
   };
   for (const Series& s : chart.series) {
     for (size_t i = 0; i < s.point_x.size() && i < s.point_y.size(); ++i)
@@ -298,8 +302,9 @@ std::string draw_legend(const Chart& chart, const Axis& xa, double top) {
   double ly = top + 8;
   for (const Series& s : chart.series) {
     if (s.label.empty()) continue;
-    svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"2.5\"{4}/>\n",
-                       xa.px1 + 10, ly, xa.px1 + 30, s.color, s.dashed ? " stroke-dasharray=\"5 3\"" : "");
+    svg += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"2.5\"{4}/>\n",
+        xa.px1 + 10, ly, xa.px1 + 30, s.color, s.dashed ? " stroke-dasharray=\"5 3\"" : "");
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", xa.px1 + 34, ly + 4, xml_escape(s.label));
     ly += 16;
   }
@@ -327,8 +332,9 @@ std::string render_svg(const Chart& chart, int clip_number) {
   svg += draw_axes(chart, xa, ya);
   // Clip the data to the plot area so an outlier cannot draw over the legend.
   const std::string clip_id = fmt::format("plot{}", clip_number);
-  svg += fmt::format("<clipPath id=\"{}\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/></clipPath>\n",
-                     clip_id, xa.px0, ya.px1, xa.px1 - xa.px0, ya.px0 - ya.px1);
+  svg += fmt::format(
+      "<clipPath id=\"{}\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/></clipPath>\n", clip_id,
+      xa.px0, ya.px1, xa.px1 - xa.px0, ya.px0 - ya.px1);
   svg += fmt::format("<g clip-path=\"url(#{})\">\n", clip_id);
   for (const Series& s : chart.series) svg += draw_series(s, xa, ya);
   svg += draw_h_lines(chart, xa, ya);

@@ -14,7 +14,8 @@ namespace normlab::train {
 
 BagOfWords::BagOfWords(int32_t vocab_size, const std::vector<data::Example>& training) : vocab_size_(vocab_size) {
   for (const data::Example& example : training)
-    for (size_t i = 0; i + 1 < example.tokens.size(); ++i) bigrams_.emplace(std::pair{example.tokens[i], example.tokens[i + 1]}, 0);
+    for (size_t i = 0; i + 1 < example.tokens.size(); ++i)
+      bigrams_.emplace(std::pair{example.tokens[i], example.tokens[i + 1]}, 0);
   int32_t index = 0;
   for (auto& [pair, id] : bigrams_) id = vocab_size_ + index++;
 }

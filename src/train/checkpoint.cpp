@@ -37,8 +37,8 @@ io::SafetensorsFile read_checkpoint(const std::string& path) {
   io::SafetensorsFile file = io::read_safetensors(path);
   auto format = file.metadata.find("format");
   if (format == file.metadata.end() || format->second != kCheckpointFormat) {
-    throw InputError(fmt::format("{}: not a normlab checkpoint (metadata 'format' is not \"{}\")", path,
-                                 kCheckpointFormat));
+    throw InputError(
+        fmt::format("{}: not a normlab checkpoint (metadata 'format' is not \"{}\")", path, kCheckpointFormat));
   }
   auto version = file.metadata.find("format_version");
   if (version == file.metadata.end() || version->second != kCheckpointVersion) {
@@ -61,8 +61,8 @@ void load_model_state(const io::SafetensorsFile& file, nn::Module& model) {
   }
   for (const io::TensorRecord& record : file.tensors) {
     if (!expected.count(record.name) && !is_optimizer_name(record.name)) {
-      throw InputError(fmt::format("{}: tensor '{}' is not part of the model this config describes", file.path,
-                                   record.name));
+      throw InputError(
+          fmt::format("{}: tensor '{}' is not part of the model this config describes", file.path, record.name));
     }
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -94,7 +94,8 @@ nlohmann::json metadata_json(const io::SafetensorsFile& file, const std::string&
   const std::string& text = metadata_value(file, key);
   io::require_json_depth(text, fmt::format("{}: metadata '{}'", file.path, key));
   nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded() || text.find('\0') != std::string::npos) throw InputError(fmt::format("{}: metadata '{}' is not valid JSON", file.path, key));
+  if (value.is_discarded() || text.find('\0') != std::string::npos)
+    throw InputError(fmt::format("{}: metadata '{}' is not valid JSON", file.path, key));
   return value;
 }
 

@@ -75,7 +75,9 @@ std::string name_of(const std::vector<std::string>& names, int32_t k) {
 // Up to this many classes the matrix is written whole (K rows of K counts), as people read it.
 constexpr int32_t kDenseConfusionLabels = 256;
 
-nlohmann::json finite_or_null(double value) { return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr); }
+nlohmann::json finite_or_null(double value) {
+  return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
 
 }  // namespace
 
@@ -112,8 +114,10 @@ Confusion confusion_from_json(const nlohmann::json& object, const std::string& w
   if (!object.is_object() || !object.contains("confusion") || object.at("confusion").is_null()) return Confusion{};
   const nlohmann::json& matrix = object.at("confusion");
   auto bad = [&] {
-    return InputError(fmt::format("{}: confusion: must be a square array of arrays of counts, or "
-                                  "{{\"labels\": K, \"cells\": [[target, predicted, count], ...]}}", where));
+    return InputError(
+        fmt::format("{}: confusion: must be a square array of arrays of counts, or "
+                    "{{\"labels\": K, \"cells\": [[target, predicted, count], ...]}}",
+                    where));
   };
   auto count = [&](const nlohmann::json& n) {
     if (!n.is_number_integer() || n.get<int64_t>() < 0) throw bad();
@@ -151,7 +155,8 @@ std::string describe_class_metrics(const Confusion& confusion, const std::vector
     shown.push_back(k);
     width = std::max(width, name_of(names, k).size() + 1);
   }
-  std::string out = fmt::format("{:<{}} {:>9} {:>9} {:>9} {:>9}\n", "class", width, "support", "precision", "recall", "f1");
+  std::string out =
+      fmt::format("{:<{}} {:>9} {:>9} {:>9} {:>9}\n", "class", width, "support", "precision", "recall", "f1");
   for (int32_t k : shown) {
     const ClassMetrics& c = per_class[size_t(k)];
     out += fmt::format("{:<{}} {:>9} {:>9.4f} {:>9.4f} {:>9.4f}\n", name_of(names, k), width, c.support, c.precision,

@@ -162,11 +162,10 @@ void add_model_fields(std::vector<Field>& f) {
   f.push_back(make_field("model", &R::model, "d_model", &ModelConfig::d_model, Kind::integer, closed(1, 4096)));
   f.push_back(make_field("model", &R::model, "heads", &ModelConfig::num_heads, Kind::integer, closed(1, 64)));
   f.push_back(make_field("model", &R::model, "layers", &ModelConfig::num_layers, Kind::integer, closed(1, 64)));
-  f.push_back(
-      make_field("model", &R::model, "ffn", &ModelConfig::dim_feedforward, Kind::integer, closed(1, 16384)));
+  f.push_back(make_field("model", &R::model, "ffn", &ModelConfig::dim_feedforward, Kind::integer, closed(1, 16384)));
   f.push_back(make_field("model", &R::model, "dropout", &ModelConfig::dropout, Kind::number, closed_open(0, 1)));
-  f.push_back(make_field("model", &R::model, "activation", &ModelConfig::activation, Kind::choice, {},
-                         {"relu", "gelu"}));
+  f.push_back(
+      make_field("model", &R::model, "activation", &ModelConfig::activation, Kind::choice, {}, {"relu", "gelu"}));
   f.push_back(model_norm_field());
   // data-parallel: BatchNorm statistics per rank or over all ranks (docs/scaling.md)
   f.push_back(make_field("model", &R::model, "batchnorm_stats", &ModelConfig::batchnorm_stats, Kind::choice, {},
@@ -183,7 +182,8 @@ void add_model_fields(std::vector<Field>& f) {
                          {"sinusoidal", "learned"}));
   f.push_back(make_field("model", &R::model, "max_len", &ModelConfig::max_len, Kind::integer, closed(1, 4096)));
   f.push_back(make_field("model", &R::model, "vocab_size", &ModelConfig::vocab_size, Kind::integer, closed(1, 65536)));
-  f.push_back(make_field("model", &R::model, "num_classes", &ModelConfig::num_classes, Kind::integer, closed(1, 65536)));
+  f.push_back(
+      make_field("model", &R::model, "num_classes", &ModelConfig::num_classes, Kind::integer, closed(1, 65536)));
 }
 
 // The own-data keys of the task section (data/formats.hpp, data/task.hpp), after random_prob.
@@ -196,10 +196,9 @@ void add_own_data_fields(std::vector<Field>& f) {
   f.push_back(make_field("task", &R::task, "label_field", &TaskConfig::label_field, Kind::text));
   f.push_back(make_field("task", &R::task, "lowercase", &TaskConfig::lowercase, Kind::boolean));
   f.push_back(make_field("task", &R::task, "split_punctuation", &TaskConfig::split_punctuation, Kind::boolean));
-  f.push_back(make_field("task", &R::task, "min_count", &TaskConfig::min_count, Kind::integer,
-                         closed(1, 1'000'000'000)));
-  f.push_back(make_field("task", &R::task, "max_file_mb", &TaskConfig::max_file_mb, Kind::integer,
-                         closed(1, 1 << 20)));
+  f.push_back(
+      make_field("task", &R::task, "min_count", &TaskConfig::min_count, Kind::integer, closed(1, 1'000'000'000)));
+  f.push_back(make_field("task", &R::task, "max_file_mb", &TaskConfig::max_file_mb, Kind::integer, closed(1, 1 << 20)));
 }
 
 const std::vector<Field>& fields() {
@@ -214,10 +213,12 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("task", &R::task, "valid_file", &TaskConfig::valid_file, Kind::path));
     f.push_back(make_field("task", &R::task, "min_len", &TaskConfig::min_len, Kind::integer, closed(1, 4096)));
     f.push_back(make_field("task", &R::task, "max_len", &TaskConfig::max_len, Kind::integer, closed(1, 4096)));
-    f.push_back(make_field("task", &R::task, "eval_max_len", &TaskConfig::eval_max_len, Kind::integer, closed(1, 4096)));
-    f.push_back(make_field("task", &R::task, "eval_examples", &TaskConfig::eval_examples, Kind::integer,
-                           closed(1, 1'000'000)));
-    f.push_back(make_field("task", &R::task, "bucket_width", &TaskConfig::bucket_width, Kind::integer, closed(0, 4096)));
+    f.push_back(
+        make_field("task", &R::task, "eval_max_len", &TaskConfig::eval_max_len, Kind::integer, closed(1, 4096)));
+    f.push_back(
+        make_field("task", &R::task, "eval_examples", &TaskConfig::eval_examples, Kind::integer, closed(1, 1'000'000)));
+    f.push_back(
+        make_field("task", &R::task, "bucket_width", &TaskConfig::bucket_width, Kind::integer, closed(0, 4096)));
     f.push_back(
         make_enum_field("task", &R::task, "length_regime", &TaskConfig::length_regime, data::kLengthRegimeNames));
     f.push_back(make_field("task", &R::task, "select_prob", &TaskConfig::select_prob, Kind::number, open_closed(0, 1)));
@@ -231,21 +232,24 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("optim", &R::optim, "beta2", &OptimConfig::beta2, Kind::number, closed_open(0, 1)));
     f.push_back(make_field("optim", &R::optim, "eps", &OptimConfig::eps, Kind::number, open_closed(0, 1)));
     f.push_back(make_field("optim", &R::optim, "momentum", &OptimConfig::momentum, Kind::number, closed_open(0, 1)));
-    f.push_back(make_field("optim", &R::optim, "weight_decay", &OptimConfig::weight_decay, Kind::number, closed(0, 10)));
+    f.push_back(
+        make_field("optim", &R::optim, "weight_decay", &OptimConfig::weight_decay, Kind::number, closed(0, 10)));
     f.push_back(make_field("optim", &R::optim, "decay_all", &OptimConfig::decay_all, Kind::boolean));
     f.push_back(make_enum_field("optim", &R::optim, "schedule", &OptimConfig::schedule, optim::kScheduleNames));
     f.push_back(make_field("optim", &R::optim, "warmup_steps", &OptimConfig::warmup_steps, Kind::integer,
                            closed(0, kMaxSteps)));
     f.push_back(make_field("optim", &R::optim, "min_lr_ratio", &OptimConfig::min_lr_ratio, Kind::number, closed(0, 1)));
-    f.push_back(make_field("optim", &R::optim, "clip_grad_norm", &OptimConfig::clip_grad_norm, Kind::number,
-                           closed(0, 1e6)));
+    f.push_back(
+        make_field("optim", &R::optim, "clip_grad_norm", &OptimConfig::clip_grad_norm, Kind::number, closed(0, 1e6)));
     f.push_back(make_field("optim", &R::optim, "z_loss", &OptimConfig::z_loss, Kind::number, closed(0, 10)));
     // train
     f.push_back(make_field("train", &R::train, "steps", &TrainConfig::steps, Kind::integer, closed(1, kMaxSteps)));
     f.push_back(make_field("train", &R::train, "batch_size", &TrainConfig::batch_size, Kind::integer, closed(1, 4096)));
     f.push_back(make_field("train", &R::train, "seed", &TrainConfig::seed, Kind::integer, closed(0, double(kMaxSeed))));
-    f.push_back(make_field("train", &R::train, "eval_every", &TrainConfig::eval_every, Kind::integer, closed(0, kMaxSteps)));
-    f.push_back(make_field("train", &R::train, "log_every", &TrainConfig::log_every, Kind::integer, closed(1, kMaxSteps)));
+    f.push_back(
+        make_field("train", &R::train, "eval_every", &TrainConfig::eval_every, Kind::integer, closed(0, kMaxSteps)));
+    f.push_back(
+        make_field("train", &R::train, "log_every", &TrainConfig::log_every, Kind::integer, closed(1, kMaxSteps)));
     f.push_back(make_field("train", &R::train, "diagnostics_every", &TrainConfig::diagnostics_every, Kind::integer,
                            closed(0, kMaxSteps)));
     f.push_back(make_field("train", &R::train, "checkpoint_every", &TrainConfig::checkpoint_every, Kind::integer,
@@ -257,7 +261,8 @@ const std::vector<Field>& fields() {
     f.push_back(make_field("train", &R::train, "early_stopping_min_delta", &TrainConfig::early_stopping_min_delta,
                            Kind::number, closed(0, 1e6)));
     // data-parallel: replaced by the launch's process count (mpirun -np N); recorded for resume
-    f.push_back(make_field("train", &R::train, "world_size", &TrainConfig::world_size, Kind::integer, closed(1, 65536)));
+    f.push_back(
+        make_field("train", &R::train, "world_size", &TrainConfig::world_size, Kind::integer, closed(1, 65536)));
     return f;
   }();
   return table;
@@ -331,25 +336,25 @@ bool valid_utf8(const std::string& text) { return io::invalid_utf8_at(text) == s
 
 json validated_integer(const Field& field, const json& value, const std::string& prefix, const char* or_null) {
   // 1e3 or 1000.0 name an integer exactly (JSON and --set alike); 1.5 does not.
-  if (value.is_number_float() && std::isfinite(value.get<double>()) && std::trunc(value.get<double>()) == value.get<double>() &&
-      std::fabs(value.get<double>()) <= 9007199254740992.0) {
+  if (value.is_number_float() && std::isfinite(value.get<double>()) &&
+      std::trunc(value.get<double>()) == value.get<double>() && std::fabs(value.get<double>()) <= 9007199254740992.0) {
     return validated_integer(field, json(static_cast<int64_t>(value.get<double>())), prefix, or_null);
   }
   bool ok = value.is_number_integer();
-  double as_double = ok ? (value.is_number_unsigned() ? double(value.get<uint64_t>()) : double(value.get<int64_t>()))
-                        : 0.0;
+  double as_double =
+      ok ? (value.is_number_unsigned() ? double(value.get<uint64_t>()) : double(value.get<int64_t>())) : 0.0;
   if (!ok || !in_range(as_double, field.range) ||
       (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))) {
-    throw InputError(fmt::format("{}: must be an integer in {}{}, got {}", prefix, range_text(field), or_null,
-                                 shown(value)));
+    throw InputError(
+        fmt::format("{}: must be an integer in {}{}, got {}", prefix, range_text(field), or_null, shown(value)));
   }
   return value;
 }
 
 json validated_number(const Field& field, const json& value, const std::string& prefix, const char* or_null) {
   if (!value.is_number() || !std::isfinite(value.get<double>()) || !in_range(value.get<double>(), field.range)) {
-    throw InputError(fmt::format("{}: must be a number in {}{}, got {}", prefix, range_text(field), or_null,
-                                 shown(value)));
+    throw InputError(
+        fmt::format("{}: must be a number in {}{}, got {}", prefix, range_text(field), or_null, shown(value)));
   }
   // Every number is used as a float32: check the value the code will compute with. 1e-46 is 0
   // there, 0.99999999999 is 1, and a subnormal loses its precision (and underflows under a
@@ -357,9 +362,10 @@ json validated_number(const Field& field, const json& value, const std::string& 
   const double wanted = value.get<double>();
   const float used = static_cast<float>(wanted);
   if (!in_range(double(used), field.range) || (wanted != 0.0 && std::fabs(used) < std::numeric_limits<float>::min())) {
-    throw InputError(fmt::format("{}: must be a number in {}{}, got {}, which is {} in float32, the precision "
-                                 "normlab computes in",
-                                 prefix, range_text(field), or_null, shown(value), double(used)));
+    throw InputError(
+        fmt::format("{}: must be a number in {}{}, got {}, which is {} in float32, the precision "
+                    "normlab computes in",
+                    prefix, range_text(field), or_null, shown(value), double(used)));
   }
   return json(wanted);
 }
@@ -390,8 +396,8 @@ json validated_text(const json& value, const std::string& prefix, const char* or
 json validated_path(const json& value, const std::string& prefix, const char* or_null, const fs::path& base_dir,
                     bool require_files) {
   if (!value.is_string() || value.get<std::string>().empty() || !valid_utf8(value.get<std::string>())) {
-    throw InputError(fmt::format("{}: must be a file path (a non-empty UTF-8 string){}, got {}", prefix, or_null,
-                                 shown(value)));
+    throw InputError(
+        fmt::format("{}: must be a file path (a non-empty UTF-8 string){}, got {}", prefix, or_null, shown(value)));
   }
   // The system ends a path at a NUL byte: "data/train.jsonl\u0000x" would open data/train.jsonl.
   if (value.get<std::string>().find('\0') != std::string::npos) {
@@ -421,19 +427,14 @@ json validated(const Field& field, const json& value, const std::string& where, 
   const char* or_null = field.nullable ? " or null" : "";
   if (value.is_null() && field.nullable) return value;
   switch (field.kind) {
-    case Kind::integer:
-      return validated_integer(field, value, prefix, or_null);
-    case Kind::number:
-      return validated_number(field, value, prefix, or_null);
+    case Kind::integer: return validated_integer(field, value, prefix, or_null);
+    case Kind::number: return validated_number(field, value, prefix, or_null);
     case Kind::boolean:
       if (!value.is_boolean()) throw InputError(fmt::format("{}: must be true or false, got {}", prefix, shown(value)));
       return value;
-    case Kind::choice:
-      return validated_choice(field, value, prefix);
-    case Kind::text:
-      return validated_text(value, prefix, or_null);
-    case Kind::path:
-      return validated_path(value, prefix, or_null, base_dir, require_files);
+    case Kind::choice: return validated_choice(field, value, prefix);
+    case Kind::text: return validated_text(value, prefix, or_null);
+    case Kind::path: return validated_path(value, prefix, or_null, base_dir, require_files);
   }
   return value;
 }
@@ -450,7 +451,8 @@ RunConfig parse_sections(const json& config_json, const std::string& where, cons
     if (std::find(section_names().begin(), section_names().end(), section) == section_names().end()) {
       throw unknown_section(where, section);
     }
-    if (!body.is_object()) throw InputError(fmt::format("{}: {}: must be a JSON object, got {}", where, section, shown(body)));
+    if (!body.is_object())
+      throw InputError(fmt::format("{}: {}: must be a JSON object, got {}", where, section, shown(body)));
     for (const auto& [key, value] : body.items()) {
       const Field* field = find_field(section, key);
       if (!field) throw unknown_key(where, section, key);
@@ -478,11 +480,13 @@ void check_own_data_options(const TaskConfig& t, const std::string& where) {
     return;
   }
   if (t.split_punctuation && t.name == data::TaskKind::token_classification)
-    fail("task.split_punctuation", "a token_classification file gives one target per written token; splitting "
-                                   "punctuation would change the token count (split it in the file instead)");
+    fail("task.split_punctuation",
+         "a token_classification file gives one target per written token; splitting "
+         "punctuation would change the token count (split it in the file instead)");
   if (t.format == "conll" && t.name == data::TaskKind::sequence_classification)
-    fail("task.format", "a CoNLL file holds one tag per token: use token_classification, or csv/tsv/jsonl for one "
-                        "label per line");
+    fail("task.format",
+         "a CoNLL file holds one tag per token: use token_classification, or csv/tsv/jsonl for one "
+         "label per line");
 }
 
 }  // namespace
@@ -514,7 +518,8 @@ void apply_override(RunConfig& config, const std::string& assignment) {
   if (dot == std::string::npos || name.find('.', dot + 1) != std::string::npos) {
     std::vector<std::string> paths;
     for (const Field& field : fields()) paths.push_back(field.path());
-    throw InputError(fmt::format("{}: {}: expected section.key (did you mean '{}'?)", where, name, io::closest(name, paths)));
+    throw InputError(
+        fmt::format("{}: {}: expected section.key (did you mean '{}'?)", where, name, io::closest(name, paths)));
   }
   const std::string section = name.substr(0, dot), key = name.substr(dot + 1);
   if (std::find(section_names().begin(), section_names().end(), section) == section_names().end()) {
@@ -627,11 +632,12 @@ void check_config(const RunConfig& config, const std::string& where) {
     fail("task.eval_max_len", fmt::format("must be <= model.max_len (got {} and {})", t.eval_max_len, m.max_len));
   }
   if (t.mask_prob + t.random_prob > 1.0 || static_cast<float>(t.mask_prob) + static_cast<float>(t.random_prob) > 1.0f) {
-    fail("task.random_prob", fmt::format("task.mask_prob + task.random_prob must be <= 1 (got {} + {})", t.mask_prob,
-                                         t.random_prob));
+    fail("task.random_prob",
+         fmt::format("task.mask_prob + task.random_prob must be <= 1 (got {} + {})", t.mask_prob, t.random_prob));
   }
   if (t.length_regime == data::LengthRegime::bucketed && t.bucket_width == 0) {
-    fail("task.bucket_width", "the bucketed length regime draws each batch from one bucket: needs task.bucket_width > 0");
+    fail("task.bucket_width",
+         "the bucketed length regime draws each batch from one bucket: needs task.bucket_width > 0");
   }
   if (t.length_regime != data::LengthRegime::mixed && t.train_file) {
     fail("task.length_regime", fmt::format("\"{}\" applies to generated training batches; a task.train_file is read in "
@@ -640,14 +646,16 @@ void check_config(const RunConfig& config, const std::string& where) {
   }
   check_own_data_options(t, where);
   if (t.name == data::TaskKind::mlm_text) {
-    if (!t.train_file) fail("task.train_file", "the mlm_text task has no generator: give a JSONL file of {\"text\": ...} lines");
-    if (!t.valid_file) fail("task.valid_file", "the mlm_text task has no generator: give a JSONL file of {\"text\": ...} lines");
+    if (!t.train_file)
+      fail("task.train_file", "the mlm_text task has no generator: give a JSONL file of {\"text\": ...} lines");
+    if (!t.valid_file)
+      fail("task.valid_file", "the mlm_text task has no generator: give a JSONL file of {\"text\": ...} lines");
   } else if (data::is_data_task(t.name)) {
     const char* shape = t.name == data::TaskKind::sequence_classification
                             ? "{\"tokens\": \"w1 w2 ...\", \"label\": \"L\"}"
                             : "{\"tokens\": \"w1 w2 ...\", \"targets\": \"L1 L2 ...\"}";
-    const std::string what = fmt::format("the {} task learns from your data: give a JSONL file of {} lines",
-                                         data::to_string(t.name), shape);
+    const std::string what =
+        fmt::format("the {} task learns from your data: give a JSONL file of {} lines", data::to_string(t.name), shape);
     if (!t.train_file) fail("task.train_file", what);
     if (!t.valid_file) fail("task.valid_file", what);
   } else {
@@ -684,9 +692,14 @@ json config_value(const RunConfig& config, const std::string& key) {
 }
 
 const std::vector<std::string>& resume_mutable_keys() {
-  static const std::vector<std::string> keys = {"train.steps",       "train.eval_every",       "train.log_every",
-                                                "train.diagnostics_every", "train.checkpoint_every", "train.threads",
-                                                "train.early_stopping_patience", "train.early_stopping_min_delta",
+  static const std::vector<std::string> keys = {"train.steps",
+                                                "train.eval_every",
+                                                "train.log_every",
+                                                "train.diagnostics_every",
+                                                "train.checkpoint_every",
+                                                "train.threads",
+                                                "train.early_stopping_patience",
+                                                "train.early_stopping_min_delta",
                                                 "task.label"};
   return keys;
 }

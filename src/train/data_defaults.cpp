@@ -20,7 +20,7 @@ int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1
 }  // namespace
 
 const std::vector<std::string>& data_default_keys() {
-  static const std::vector<std::string> keys = {"model.max_len",      "task.max_len",     "task.eval_max_len",
+  static const std::vector<std::string> keys = {"model.max_len",      "task.max_len",      "task.eval_max_len",
                                                 "task.eval_examples", "task.bucket_width", "train.steps",
                                                 "train.eval_every"};
   return keys;
@@ -52,7 +52,8 @@ void apply_data_defaults(RunConfig& config, const std::set<std::string>& given, 
   if (open("task.eval_max_len")) t.eval_max_len = std::min(std::max(eval_longest, t.max_len), config.model.max_len);
   if (open("task.eval_examples")) t.eval_examples = std::clamp<int64_t>(shape.valid_lines, 1, 1'000'000);
   if (open("task.bucket_width")) t.bucket_width = 0;
-  const int64_t epoch = std::max<int64_t>(1, (shape.train_lines + config.train.batch_size - 1) / config.train.batch_size);
+  const int64_t epoch =
+      std::max<int64_t>(1, (shape.train_lines + config.train.batch_size - 1) / config.train.batch_size);
   if (open("train.steps")) config.train.steps = std::min<int64_t>(kDefaultEpochs * epoch, 100'000'000);
   if (open("train.eval_every")) config.train.eval_every = round_up(std::max<int64_t>(1, epoch / 2), 10);
 }

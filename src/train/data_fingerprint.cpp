@@ -63,9 +63,10 @@ DataFingerprint fingerprint_from_json(const json& value, const std::string& wher
       throw InputError(fmt::format("{}: \"{}\" is not a data file key (task.train_file, task.valid_file)", where, key));
     if (!file.is_object() || !file.contains("path") || !file.at("path").is_string() || !file.contains("sha256") ||
         !is_sha256_hex(file.at("sha256")) || !file.contains("bytes") || !file.at("bytes").is_number_unsigned()) {
-      throw InputError(fmt::format("{}: \"{}\" must be {{\"path\": string, \"sha256\": 64 lowercase hex digits, "
-                                   "\"bytes\": non-negative integer}}",
-                                   where, key));
+      throw InputError(
+          fmt::format("{}: \"{}\" must be {{\"path\": string, \"sha256\": 64 lowercase hex digits, "
+                      "\"bytes\": non-negative integer}}",
+                      where, key));
     }
     fingerprint.push_back({key, file.at("path").get<std::string>(), file.at("sha256").get<std::string>(),
                            file.at("bytes").get<uint64_t>()});
@@ -127,9 +128,10 @@ std::string data_disagreement(dist::Communicator& comm, const DataFingerprint& f
   const std::vector<uint64_t> counts = comm.all_gather(files.size());
   for (size_t r = 1; r < counts.size(); ++r) {
     if (counts[r] != counts[0])
-      return fmt::format("data-parallel rank {} reads {} data file(s), rank 0 reads {}: every rank must run the same "
-                         "config",
-                         r, counts[r], counts[0]);
+      return fmt::format(
+          "data-parallel rank {} reads {} data file(s), rank 0 reads {}: every rank must run the same "
+          "config",
+          r, counts[r], counts[0]);
   }
   for (const DataFile& file : files) {
     // The first 64 bits of the digest: enough to tell two contents apart.
@@ -137,9 +139,10 @@ std::string data_disagreement(dist::Communicator& comm, const DataFingerprint& f
     for (size_t r = 1; r < digests.size(); ++r) {
       if (digests[r] != digests[0]) {
         // Paths may differ between machines: rank 0's is the one its user can look at.
-        return fmt::format("data-parallel rank {}'s {} has other content than rank 0's {} (sha256 {:016x}... vs "
-                           "{:016x}...): every rank must read the same data",
-                           r, file.key, file.path, digests[r], digests[0]);
+        return fmt::format(
+            "data-parallel rank {}'s {} has other content than rank 0's {} (sha256 {:016x}... vs "
+            "{:016x}...): every rank must read the same data",
+            r, file.key, file.path, digests[r], digests[0]);
       }
     }
   }

@@ -98,9 +98,8 @@ EvalMetrics evaluate(nn::EncoderModel& model, const std::vector<data::Batch>& ba
 }
 
 std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, const std::vector<data::Batch>& batches,
-                                                   const std::vector<data::LengthBucket>& buckets,
-                                                   io::StopFlag stop, bool batch_statistics,
-                                                   const Baselines& baselines) {
+                                                   const std::vector<data::LengthBucket>& buckets, io::StopFlag stop,
+                                                   bool batch_statistics, const Baselines& baselines) {
   const bool was_training = model.is_training();
   model.eval();
   if (batch_statistics) {
@@ -114,7 +113,7 @@ std::optional<EvalMetrics> evaluate_unless_stopped(nn::EncoderModel& model, cons
   Totals total;
   std::vector<Totals> per_bucket(buckets.size());
   std::vector<int64_t> trained_predictions;  // (V) how often each label was predicted on trained lengths
-  Confusion confusion;                        // (V, V) all targets
+  Confusion confusion;                       // (V, V) all targets
   std::vector<Confusion> bucket_confusion(buckets.size());
   for (const data::Batch& batch : batches) {
     if (&batch == batches.data() + 1) io::test_pause("eval", 0, stop);  // a test hook: held before the second batch
@@ -208,7 +207,8 @@ std::string describe_groups(const EvalMetrics& metrics) {
     if (g.targets == 0) return fmt::format("{} lengths: no targets", name);
     return fmt::format("{} lengths{}: loss {:.4f}, accuracy {:.4f}, sequence accuracy {:.4f}{}", name, lengths, g.loss,
                        g.accuracy, g.sequence_accuracy,
-                       g.majority_accuracy ? fmt::format(" (majority-label baseline {:.4f})", *g.majority_accuracy) : "");
+                       g.majority_accuracy ? fmt::format(" (majority-label baseline {:.4f})", *g.majority_accuracy)
+                                           : "");
   };
   std::string out = describe("trained", metrics.trained, false);
   if (metrics.unseen) out += "; " + describe("unseen", *metrics.unseen, true);
@@ -220,13 +220,14 @@ std::string describe_groups(const EvalMetrics& metrics) {
 nlohmann::json to_json(const GroupMetrics& g, const std::vector<std::string>& label_names) {
   const bool any = g.targets > 0;
   nlohmann::json out = {{"loss", number_or_null(any, g.loss)},
-          {"accuracy", number_or_null(any, g.accuracy)},
-          {"sequence_accuracy", number_or_null(g.sequences > 0, g.sequence_accuracy)},
-          {"sequences", g.sequences},
-          {"targets", g.targets},
-          {"majority_accuracy", number_or_null(g.majority_accuracy.has_value(), g.majority_accuracy.value_or(0.0))},
-          {"top_prediction_share",
-           number_or_null(g.top_prediction_share.has_value(), g.top_prediction_share.value_or(0.0))}};
+                        {"accuracy", number_or_null(any, g.accuracy)},
+                        {"sequence_accuracy", number_or_null(g.sequences > 0, g.sequence_accuracy)},
+                        {"sequences", g.sequences},
+                        {"targets", g.targets},
+                        {"majority_accuracy",
+                         number_or_null(g.majority_accuracy.has_value(), g.majority_accuracy.value_or(0.0))},
+                        {"top_prediction_share",
+                         number_or_null(g.top_prediction_share.has_value(), g.top_prediction_share.value_or(0.0))}};
   out.update(class_metrics_json(g.confusion, label_names));
   return out;
 }
@@ -235,26 +236,27 @@ nlohmann::json to_json(const EvalMetrics& metrics) {
   nlohmann::json buckets = nlohmann::json::array();
   for (const BucketMetrics& b : metrics.buckets) {
     const bool empty = b.targets == 0;
-    buckets.push_back({{"min_len", b.bucket.min_len},
-                       {"max_len", b.bucket.max_len},
-                       {"beyond_train", b.bucket.beyond_train_max},
-                       {"loss", empty ? nlohmann::json(nullptr) : nlohmann::json(b.loss)},
-                       {"accuracy", empty ? nlohmann::json(nullptr) : nlohmann::json(b.accuracy)},
-                       {"sequence_accuracy", b.sequences == 0 ? nlohmann::json(nullptr) : nlohmann::json(b.sequence_accuracy)},
-                       {"count", b.sequences},
-                       {"targets", b.targets}});
+    buckets.push_back(
+        {{"min_len", b.bucket.min_len},
+         {"max_len", b.bucket.max_len},
+         {"beyond_train", b.bucket.beyond_train_max},
+         {"loss", empty ? nlohmann::json(nullptr) : nlohmann::json(b.loss)},
+         {"accuracy", empty ? nlohmann::json(nullptr) : nlohmann::json(b.accuracy)},
+         {"sequence_accuracy", b.sequences == 0 ? nlohmann::json(nullptr) : nlohmann::json(b.sequence_accuracy)},
+         {"count", b.sequences},
+         {"targets", b.targets}});
   }
   nlohmann::json out = {{"loss", metrics.loss},
-          {"accuracy", metrics.accuracy},
-          {"sequence_accuracy", metrics.sequence_accuracy},
-          {"sequences", metrics.sequences},
-          {"targets", metrics.targets},
-          {"buckets", buckets},
-          {"trained", to_json(metrics.trained, metrics.labels)},
-          {"unseen", metrics.unseen ? to_json(*metrics.unseen, metrics.labels) : nlohmann::json(nullptr)},
-          {"uniform_loss", metrics.uniform_loss},
-          {"uniform_accuracy", metrics.uniform_accuracy},
-          {"labels", metrics.labels}};
+                        {"accuracy", metrics.accuracy},
+                        {"sequence_accuracy", metrics.sequence_accuracy},
+                        {"sequences", metrics.sequences},
+                        {"targets", metrics.targets},
+                        {"buckets", buckets},
+                        {"trained", to_json(metrics.trained, metrics.labels)},
+                        {"unseen", metrics.unseen ? to_json(*metrics.unseen, metrics.labels) : nlohmann::json(nullptr)},
+                        {"uniform_loss", metrics.uniform_loss},
+                        {"uniform_accuracy", metrics.uniform_accuracy},
+                        {"labels", metrics.labels}};
   out.update(class_metrics_json(metrics.confusion, metrics.labels));
   return out;
 }

@@ -105,9 +105,10 @@ double MemoryEstimate::total() const {
 }
 
 std::string MemoryEstimate::describe() const {
-  return fmt::format("{:.2f} GiB (parameters and optimizer state {:.2f}, data {:.2f}, training step {:.2f}, "
-                     "evaluation {:.2f} GiB)",
-                     total() / kGiB, parameters / kGiB, data / kGiB, training_step / kGiB, evaluation / kGiB);
+  return fmt::format(
+      "{:.2f} GiB (parameters and optimizer state {:.2f}, data {:.2f}, training step {:.2f}, "
+      "evaluation {:.2f} GiB)",
+      total() / kGiB, parameters / kGiB, data / kGiB, training_step / kGiB, evaluation / kGiB);
 }
 
 MemoryEstimate estimate_memory(const RunConfig& config) {
@@ -137,8 +138,8 @@ MemoryEstimate estimate_memory(const RunConfig& config) {
 
   MemoryEstimate estimate;
   estimate.fixed = kFixedBytes;
-  const double params = layers * (4 * d * d + 2 * d * ffn + 9 * d + ffn) + (vocab + classes + double(m.max_len)) * d +
-                        classes + 2 * d;
+  const double params =
+      layers * (4 * d * d + 2 * d * ffn + 9 * d + ffn) + (vocab + classes + double(m.max_len)) * d + classes + 2 * d;
   estimate.parameters = kFloat * 4 * params;
   estimate.checkpoint = kFloat * 6 * params;
 
@@ -178,9 +179,8 @@ MemoryEstimate estimate_memory(const RunConfig& config) {
   const int64_t kept_limit = kernels::kAttentionKeptExpsMaxLength;
   const double kept_exps =
       t.min_len <= kept_limit ? std::ceil(double(std::min<int64_t>(t.max_len, kept_limit)) / 16.0) * 16.0 : 0.0;
-  estimate.training_step =
-      kFloat * (layers * train_tokens * (16 * d + 3 * ffn + (2 + kept_exps) * heads) + 4 * train_rows * classes +
-                4 * train_tokens * d + attention_scratch);
+  estimate.training_step = kFloat * (layers * train_tokens * (16 * d + 3 * ffn + (2 + kept_exps) * heads) +
+                                     4 * train_rows * classes + 4 * train_tokens * d + attention_scratch);
 
   const bool generated_valid = !t.valid_file;
   const double eval_length =
@@ -194,10 +194,11 @@ MemoryEstimate estimate_memory(const RunConfig& config) {
 RunConfig fits_in_memory(RunConfig config) {
   const MemoryEstimate memory = estimate_memory(config);
   if (memory.total() > memory_limit_bytes()) {
-    throw InputError(fmt::format("model: this run would need about {}, more than the limit of {:.1f} GiB: reduce "
-                                 "model.d_model, model.layers, model.ffn, model.num_classes, train.batch_size, "
-                                 "task.eval_examples or the task lengths",
-                                 memory.describe(), memory_limit_bytes() / kGiB));
+    throw InputError(
+        fmt::format("model: this run would need about {}, more than the limit of {:.1f} GiB: reduce "
+                    "model.d_model, model.layers, model.ffn, model.num_classes, train.batch_size, "
+                    "task.eval_examples or the task lengths",
+                    memory.describe(), memory_limit_bytes() / kGiB));
   }
   return config;
 }

@@ -39,13 +39,14 @@ int32_t predict_row(const float* z, int64_t V, int64_t K, float& probability, st
   double sum = 0.0;
   for (int64_t v = 0; v < V; ++v) sum += std::exp(double(z[v]) - double(z[best]));
   probability = static_cast<float>(1.0 / sum);
-  for (int64_t k = 0; k < K; ++k) distribution->push_back(static_cast<float>(std::exp(double(z[k]) - double(z[best])) / sum));
+  for (int64_t k = 0; k < K; ++k)
+    distribution->push_back(static_cast<float>(std::exp(double(z[k]) - double(z[best])) / sum));
   return static_cast<int32_t>(best);
 }
 
 // One packed forward over the encodable predictions in [begin, end).
 void predict_batch(LoadedRun& run, std::vector<LinePrediction>& out, size_t begin, size_t end) {
-  std::vector<int32_t> tokens;     // (T_total)
+  std::vector<int32_t> tokens;      // (T_total)
   std::vector<int64_t> offsets{0};  // (B+1)
   std::vector<LinePrediction*> members;
   for (size_t i = begin; i < end; ++i) {

@@ -24,8 +24,8 @@ double number_or_nan(const json& object, const char* key) {
 }  // namespace
 
 ValidPoint valid_point(int64_t step, const EvalMetrics& metrics) {
-  return ValidPoint{step,           metrics.loss,   metrics.accuracy, metrics.sequence_accuracy,
-                    metrics.trained, metrics.unseen, metrics.labels};
+  return ValidPoint{step,           metrics.loss,  metrics.accuracy, metrics.sequence_accuracy, metrics.trained,
+                    metrics.unseen, metrics.labels};
 }
 
 double selection_loss(const ValidPoint& point) {
@@ -93,13 +93,13 @@ json to_json(const StepRecord& record) {
               {"longest", record.longest},
               {"tokens_per_s", record.tokens_per_s}};
   if (record.z_loss) out["z_loss"] = finite_or_null(*record.z_loss);
-  const std::pair<const char*, const std::vector<double>*> lists[] = {
-      {"residual_rms", &record.residual_rms},
-      {"layer_grad_norms", &record.layer_grad_norms},
-      {"attention_max_logit", &record.attention_max_logit},
-      {"attention_entropy_mean", &record.attention_entropy_mean},
-      {"attention_entropy_min", &record.attention_entropy_min},
-      {"update_ratio", &record.update_ratio}};
+  const std::pair<const char*, const std::vector<double>*> lists[] =
+      {{"residual_rms", &record.residual_rms},
+       {"layer_grad_norms", &record.layer_grad_norms},
+       {"attention_max_logit", &record.attention_max_logit},
+       {"attention_entropy_mean", &record.attention_entropy_mean},
+       {"attention_entropy_min", &record.attention_entropy_min},
+       {"update_ratio", &record.update_ratio}};
   for (const auto& [key, list] : lists) {
     if (list->empty()) continue;
     json values = json::array();
@@ -123,8 +123,10 @@ StepRecord step_record_from_json(const json& value, const std::string& where) {
   record.lr = number_or_nan(value, "lr");
   record.grad_norm = number_or_nan(value, "grad_norm");
   record.tokens_per_s = number_or_nan(value, "tokens_per_s");
-  const std::pair<const char*, int64_t*> composition[] = {
-      {"tokens", &record.tokens}, {"sequences", &record.sequences}, {"shortest", &record.shortest}, {"longest", &record.longest}};
+  const std::pair<const char*, int64_t*> composition[] = {{"tokens", &record.tokens},
+                                                          {"sequences", &record.sequences},
+                                                          {"shortest", &record.shortest},
+                                                          {"longest", &record.longest}};
   for (auto [key, into] : composition) {
     if (!value.contains(key)) continue;
     if (!value.at(key).is_number_integer() || value.at(key).get<int64_t>() < 0)
@@ -142,8 +144,8 @@ StepRecord step_record_from_json(const json& value, const std::string& where) {
   read_list("attention_entropy_mean", record.attention_entropy_mean);
   read_list("attention_entropy_min", record.attention_entropy_min);
   read_list("update_ratio", record.update_ratio);
-  for (auto [key, into] : {std::pair{"log_z_mean", &record.log_z_mean}, std::pair{"log_z_max_abs", &record.log_z_max_abs},
-                           std::pair{"z_loss", &record.z_loss}}) {
+  for (auto [key, into] : {std::pair{"log_z_mean", &record.log_z_mean},
+                           std::pair{"log_z_max_abs", &record.log_z_max_abs}, std::pair{"z_loss", &record.z_loss}}) {
     if (value.contains(key)) *into = number_or_nan(value, key);
   }
   if (value.contains("diverged")) {
@@ -185,13 +187,13 @@ json to_json(const TrainSummary& summary) {
           {"final_valid", final_valid},
           {"best_valid", summary.best_valid ? to_json(*summary.best_valid) : json(nullptr)},
           {"best_valid_accuracy", summary.best_valid_accuracy ? to_json(*summary.best_valid_accuracy) : json(nullptr)},
-          {"best_checkpoint", summary.best_checkpoint_step
-                                  ? json{{"file", "best.safetensors"},
-                                         {"metric", summary.best_checkpoint_metric},
-                                         {"step", *summary.best_checkpoint_step},
-                                         {"value", summary.best_checkpoint_value}}
-                                  : json(nullptr)},
-          {"early_stopped_at_step", summary.early_stopped_at_step ? json(*summary.early_stopped_at_step) : json(nullptr)}};
+          {"best_checkpoint", summary.best_checkpoint_step ? json{{"file", "best.safetensors"},
+                                                                  {"metric", summary.best_checkpoint_metric},
+                                                                  {"step", *summary.best_checkpoint_step},
+                                                                  {"value", summary.best_checkpoint_value}}
+                                                           : json(nullptr)},
+          {"early_stopped_at_step",
+           summary.early_stopped_at_step ? json(*summary.early_stopped_at_step) : json(nullptr)}};
 }
 
 }  // namespace normlab::train

@@ -11,8 +11,8 @@ namespace normlab::train {
 
 namespace {
 
-constexpr std::array<const char*, kRunParts> kPartNames = {"setup", "steps", "diagnostics", "evaluation",
-                                                           "checkpoints", "logs", "finish"};
+constexpr std::array<const char*, kRunParts> kPartNames = {"setup",       "steps", "diagnostics", "evaluation",
+                                                           "checkpoints", "logs",  "finish"};
 
 double process_cpu_seconds() {
   timespec ts{};
@@ -39,8 +39,8 @@ void parts_from_json(const nlohmann::json& j, const char* key, std::array<double
   for (size_t i = 0; i < kRunParts; ++i) {
     const auto it = parts.find(kPartNames[i]);
     if (it == parts.end() || !it->is_number() || !(it->get<double>() >= 0))
-      throw InputError(fmt::format("{}: timing: \"{}\".\"{}\" must be a number of seconds >= 0", where, key,
-                                   kPartNames[i]));
+      throw InputError(
+          fmt::format("{}: timing: \"{}\".\"{}\" must be a number of seconds >= 0", where, key, kPartNames[i]));
     seconds[i] = it->get<double>();
   }
 }

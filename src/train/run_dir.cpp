@@ -28,12 +28,10 @@ constexpr size_t kMaxMetricsBytes = size_t{4} << 30;
 }  // namespace
 
 RunPaths::RunPaths(const std::string& run_dir)
-    : dir(run_dir),
-      config((fs::path(run_dir) / "config.json").string()),
+    : dir(run_dir), config((fs::path(run_dir) / "config.json").string()),
       metrics((fs::path(run_dir) / "metrics.jsonl").string()),
       checkpoint((fs::path(run_dir) / "checkpoint.safetensors").string()),
-      best((fs::path(run_dir) / "best.safetensors").string()),
-      summary((fs::path(run_dir) / "summary.json").string()) {}
+      best((fs::path(run_dir) / "best.safetensors").string()), summary((fs::path(run_dir) / "summary.json").string()) {}
 
 nlohmann::ordered_json ordered_config(const RunConfig& config) {
   const json resolved = to_json(config);
@@ -56,7 +54,8 @@ RunDirectory::RunDirectory(const std::string& dir, bool create) : paths_(dir) {
 }
 
 RunDirectory::RunDirectory(RunDirectory&& other) noexcept
-    : paths_(std::move(other.paths_)), lock_(std::move(other.lock_)), metrics_fd_(std::exchange(other.metrics_fd_, -1)) {}
+    : paths_(std::move(other.paths_)), lock_(std::move(other.lock_)),
+      metrics_fd_(std::exchange(other.metrics_fd_, -1)) {}
 
 RunDirectory& RunDirectory::operator=(RunDirectory&& other) noexcept {
   if (this != &other) {
@@ -83,9 +82,10 @@ void RunDirectory::open_metrics(bool truncate) {
 
 void RunDirectory::begin_new(const RunConfig& config) {
   if (fs::exists(paths_.checkpoint)) {
-    throw InputError(fmt::format("{}: already holds a run (checkpoint.safetensors); resume it with --resume or "
-                                 "choose another output directory",
-                                 paths_.dir));
+    throw InputError(
+        fmt::format("{}: already holds a run (checkpoint.safetensors); resume it with --resume or "
+                    "choose another output directory",
+                    paths_.dir));
   }
   io::write_file_atomic(paths_.config, ordered_config(config).dump(2) + "\n");
   std::error_code ec;
@@ -98,7 +98,8 @@ void RunDirectory::begin_new(const RunConfig& config) {
 
 void RunDirectory::begin_resume(const RunConfig& config, int64_t step) {
   const bool has_metrics = fs::exists(paths_.metrics);
-  const int64_t keep = has_metrics ? metrics_prefix_for_resume(paths_.metrics, step) : 0;  // may refuse: nothing changed yet
+  const int64_t keep =
+      has_metrics ? metrics_prefix_for_resume(paths_.metrics, step) : 0;  // may refuse: nothing changed yet
   io::write_file_atomic(paths_.config, ordered_config(config).dump(2) + "\n");
   std::error_code ec;
   fs::remove(paths_.summary, ec);
@@ -137,9 +138,10 @@ int64_t metrics_prefix_for_resume(const std::string& path, int64_t step) {
                       : json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (record.is_discarded() || !record.is_object() || !record.contains("step") ||
         !record.at("step").is_number_integer()) {
-      throw InputError(fmt::format("{}:{}: not a metrics record (only a torn last line is dropped on resume); the "
-                                   "run directory was not changed: repair or remove that line",
-                                   path, line_number));
+      throw InputError(
+          fmt::format("{}:{}: not a metrics record (only a torn last line is dropped on resume); the "
+                      "run directory was not changed: repair or remove that line",
+                      path, line_number));
     }
     if (record.at("step").get<int64_t>() > step) past_checkpoint = true;
     start = newline + 1;

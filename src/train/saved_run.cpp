@@ -154,9 +154,10 @@ LoadedRun load_run(const std::string& dir, CheckpointChoice choice) {
   if (!std::filesystem::is_directory(dir)) throw InputError(fmt::format("{}: no such run directory", dir));
   const bool has_best = std::filesystem::is_regular_file(paths.best);
   if (choice == CheckpointChoice::best && !has_best) {
-    throw InputError(fmt::format("{}: no best.safetensors (the run keeps none with train.keep_best \"none\", or none "
-                                 "for generated data by default, or it has not evaluated yet); use --checkpoint last",
-                                 dir));
+    throw InputError(
+        fmt::format("{}: no best.safetensors (the run keeps none with train.keep_best \"none\", or none "
+                    "for generated data by default, or it has not evaluated yet); use --checkpoint last",
+                    dir));
   }
   const bool use_best = choice == CheckpointChoice::best || (choice == CheckpointChoice::automatic && has_best);
   if (!use_best && !std::filesystem::is_regular_file(paths.checkpoint)) {
@@ -164,8 +165,7 @@ LoadedRun load_run(const std::string& dir, CheckpointChoice choice) {
   }
   const std::string checkpoint = use_best ? paths.best : paths.checkpoint;
   io::SafetensorsFile file = read_checkpoint(checkpoint);
-  RunConfig config =
-      config_from_json(metadata_json(file, "config"), checkpoint + ": metadata 'config'", ".", false);
+  RunConfig config = config_from_json(metadata_json(file, "config"), checkpoint + ": metadata 'config'", ".", false);
   data::Task task = saved_task(file, config, checkpoint);
   apply_task_options(task, config.task);
   nn::ModelOptions model_options;
@@ -188,8 +188,8 @@ LoadedRun load_run(const std::string& dir, CheckpointChoice choice) {
   DataFingerprint trained_on;
   if (file.metadata.count("data") != 0)
     trained_on = fingerprint_from_json(metadata_json(file, "data"), checkpoint + ": metadata 'data'");
-  return LoadedRun{paths,           checkpoint,    use_best,  std::move(config),   std::move(task),
-                   std::move(model), step,          train_max_len, baselines, std::move(trained_on)};
+  return LoadedRun{paths, checkpoint,    use_best,  std::move(config),    std::move(task), std::move(model),
+                   step,  train_max_len, baselines, std::move(trained_on)};
 }
 
 std::string describe_checkpoint(const LoadedRun& run) {
@@ -213,7 +213,8 @@ RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& dat
     digest = fingerprint_data_file("--data", *data_file);
     FileUse use;
     dataset.emplace(load_eval_file(*data_file, run.config, run.task, &use));
-    description = use.used == use.lines && use.reserved == 0 ? *data_file : fmt::format("{} ({})", *data_file, use.describe());
+    description =
+        use.used == use.lines && use.reserved == 0 ? *data_file : fmt::format("{} ({})", *data_file, use.describe());
   } else {
     if (run.config.task.valid_file) {
       digest = fingerprint_data_file("task.valid_file", *run.config.task.valid_file);

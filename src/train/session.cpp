@@ -17,9 +17,7 @@
 
 namespace normlab::train {
 
-int exit_code_for_signal(int signal_number) {
-  return signal_number == SIGTERM ? kExitTerminated : kExitInterrupted;
-}
+int exit_code_for_signal(int signal_number) { return signal_number == SIGTERM ? kExitTerminated : kExitInterrupted; }
 
 std::string stop_signal_name(int signal_number) {
   if (signal_number != SIGTERM) return "SIGINT";
@@ -43,8 +41,8 @@ std::string choose_run_dir(const SessionOptions& options) {
   const std::optional<std::string>& config_path = options.config_path;
   if (options.resume) {
     if (!options.resume_dir.empty() && !options.out.empty() && fs::path(options.resume_dir) != fs::path(options.out)) {
-      throw InputError(fmt::format("--resume {} and --out {} name different directories", options.resume_dir,
-                                   options.out));
+      throw InputError(
+          fmt::format("--resume {} and --out {} name different directories", options.resume_dir, options.out));
     }
     std::string dir = !options.resume_dir.empty() ? options.resume_dir : options.out;
     if (dir.empty() && config_path) dir = (fs::path("runs") / fs::path(*config_path).stem()).string();
@@ -74,9 +72,10 @@ int build(const SessionOptions& options, const SessionLoggerFactory& make_logger
   } else {
     setup.config = resume_config(setup.dir, options.config_path, options.overrides);
     if (const std::optional<int64_t> done = finished_steps(setup.dir); done && *done >= setup.config.train.steps) {
-      line = fmt::format("normlab: {} already finished its {} steps; nothing to do. To train it further: {} --set "
-                         "train.steps=N (N > {})",
-                         setup.dir, *done, resume_command(setup.dir, ranks), *done);
+      line = fmt::format(
+          "normlab: {} already finished its {} steps; nothing to do. To train it further: {} --set "
+          "train.steps=N (N > {})",
+          setup.dir, *done, resume_command(setup.dir, ranks), *done);
       return kNothingToDo;
     }
     // The checkpoint must describe this run before a model of the requested size is built.
@@ -112,11 +111,10 @@ int guarded(const SessionOptions& options, const Setup& setup, std::string& line
     std::string message = e.what();
     const std::optional<std::string>& config_path = options.config_path;
     if ((message.rfind("model", 0) == 0 || message.rfind("task.", 0) == 0) && (options.resume || config_path)) {
-      const std::string source =
-          options.resume            ? RunPaths(setup.dir).config
-          : options.overrides.empty() ? *config_path
-                                      : fmt::format("{} with --set {}", *config_path,
-                                                    fmt::join(options.overrides, " --set "));
+      const std::string source = options.resume              ? RunPaths(setup.dir).config
+                                 : options.overrides.empty() ? *config_path
+                                                             : fmt::format("{} with --set {}", *config_path,
+                                                                           fmt::join(options.overrides, " --set "));
       message = fmt::format("{}: {}", source, message);
     }
     line = fmt::format("normlab: error: {}", message);
@@ -150,8 +148,8 @@ std::optional<SessionResult> set_up(const SessionOptions& options, const Session
                                     dist::Communicator& comm, io::StopFlag stop, Setup& setup,
                                     const SessionResult& base) {
   std::string line;
-  const int built = guarded(options, setup, line,
-                            [&] { return build(options, make_logger, stop, comm.size(), setup, line); });
+  const int built =
+      guarded(options, setup, line, [&] { return build(options, make_logger, stop, comm.size(), setup, line); });
   if (std::optional<SessionResult> ended = agree(comm, built, line, setup, base)) return ended;
   if (comm.size() > 1) {
     // The same verdict on every rank (computed from gathered digests): no rank waits for another.
@@ -188,8 +186,8 @@ TrainSummary fit(Setup& setup, dist::Communicator& comm) {
     if (comm.size() == 1) throw;
     setup.logger->end_line();
     const bool input = dynamic_cast<const InputError*>(&e) != nullptr;
-    setup.logger->error(fmt::format("normlab: {}data-parallel rank {}: {}", input ? "error: " : "internal error: ",
-                                    comm.rank(), e.what()));
+    setup.logger->error(fmt::format("normlab: {}data-parallel rank {}: {}",
+                                    input ? "error: " : "internal error: ", comm.rank(), e.what()));
     comm.abort_all(input ? kExitBadInput : 1);
     throw;
   }

@@ -56,8 +56,8 @@ data::Task build_task(const RunConfig& config, io::StopFlag stop) {
   }
   // Validation guarantees a training file for mlm_text.
   data::LoadStats stats;  // over-long lines are skipped here as in training
-  std::vector<std::string> lines = data::load_text_lines(*config.task.train_file, kMaxFileSequence,
-                                                         config.task.max_file_mb << 20, stop, &stats);
+  std::vector<std::string> lines =
+      data::load_text_lines(*config.task.train_file, kMaxFileSequence, config.task.max_file_mb << 20, stop, &stats);
   data::Task task = data::make_text_task(lines, kMaxFileSequence);
   apply_task_options(task, config.task);
   return task;
@@ -139,11 +139,13 @@ std::string FileUse::describe() const {
   std::vector<std::string> reasons;
   if (shorter > 0) reasons.push_back(fmt::format("{} shorter than task.min_len {}", shorter, min_len));
   if (longer > 0) reasons.push_back(fmt::format("{} longer than {} {}", longer, max_key, max_len));
-  if (beyond_count > 0) reasons.push_back(fmt::format("{} after the first task.eval_examples {}", beyond_count, count_limit));
+  if (beyond_count > 0)
+    reasons.push_back(fmt::format("{} after the first task.eval_examples {}", beyond_count, count_limit));
   std::string out = used == lines ? fmt::format("used all {} lines", lines)
                                   : fmt::format("used {} of {} lines: {}", used, lines, fmt::join(reasons, ", "));
   if (reserved > 0)
-    out += fmt::format("; warning: {} tokens written as the reserved \"[PAD]\" or \"[UNK]\" were read as [UNK]", reserved);
+    out +=
+        fmt::format("; warning: {} tokens written as the reserved \"[PAD]\" or \"[UNK]\" were read as [UNK]", reserved);
   return out;
 }
 
@@ -212,8 +214,8 @@ data::Dataset load_valid_set(const RunConfig& config, const data::Task& task, io
   counts.used = static_cast<int64_t>(kept.size());
   if (use) *use = counts;
   if (kept.empty()) {
-    throw InputError(fmt::format("{}: no example has a length of at most task.eval_max_len = {}", *t.valid_file,
-                                 t.eval_max_len));
+    throw InputError(
+        fmt::format("{}: no example has a length of at most task.eval_max_len = {}", *t.valid_file, t.eval_max_len));
   }
   return data::Dataset(task, std::move(kept));
 }
@@ -245,7 +247,8 @@ int32_t majority_label(const RunConfig& config, const data::Task& task, const st
   auto count = [&](const std::vector<data::Example>& examples) {
     for (const data::Example& example : examples) {
       // Raw masked-LM text: its characters are the targets masking will draw from.
-      const std::vector<int32_t>& labels = task.is_masked_lm() && example.targets.empty() ? example.tokens : example.targets;
+      const std::vector<int32_t>& labels =
+          task.is_masked_lm() && example.targets.empty() ? example.tokens : example.targets;
       for (int32_t label : labels)
         if (label >= 0 && label < task.num_classes()) ++counts[static_cast<size_t>(label)];
     }
@@ -259,7 +262,8 @@ int32_t majority_label(const RunConfig& config, const data::Task& task, const st
   }
   int32_t best = -1;
   for (size_t label = 0; label < counts.size(); ++label)
-    if (counts[label] > 0 && (best < 0 || counts[label] > counts[static_cast<size_t>(best)])) best = static_cast<int32_t>(label);
+    if (counts[label] > 0 && (best < 0 || counts[label] > counts[static_cast<size_t>(best)]))
+      best = static_cast<int32_t>(label);
   return best;
 }
 

@@ -58,8 +58,8 @@ struct StepFigures {
 
   // Every field, in one order on every rank, for the reduction.
   dist::SumFields fields() {
-    return {{&z_loss_sum, 1}, residual_sum_sq, {&residual_values, 1}, entropy_sum, {&queries, 1}, {&log_z_sum, 1},
-            {&log_z_rows, 1}, max_abs_logit, max_abs_log_z};
+    return {{&z_loss_sum, 1}, residual_sum_sq,  {&residual_values, 1}, entropy_sum,  {&queries, 1},
+            {&log_z_sum, 1},  {&log_z_rows, 1}, max_abs_logit,         max_abs_log_z};
   }
 
   void fill(const nn::Diagnostics& diag, const Tensor& logits, const std::vector<int64_t>& offsets, int rank) {
@@ -108,16 +108,15 @@ struct StepFigures {
 
 Trainer::Trainer(RunConfig config, TrainLogger* logger, io::StopFlag stop)
     : config_(fits_in_memory(std::move(config))),  // before anything is read or allocated
-      stop_flag_(stop),
-      data_files_(fingerprint_data(config_, stop)),
-      task_(build_task(config_, stop)),
+      stop_flag_(stop), data_files_(fingerprint_data(config_, stop)), task_(build_task(config_, stop)),
       train_set_(load_train_set(config_, task_, stop, &train_use_)),
       valid_set_(load_valid_set(config_, task_, stop, &valid_use_)) {
   // data-parallel: the ranks of this run (mpirun -np N; one process otherwise), recorded in the
   // resolved config so that a resume on another N is refused. Rank 0 (or the one process) owns
   // the run's output; the other ranks follow (run_output.hpp).
-  ranks_ = dist::make_step_reduction(
-      dist::world(), {config_.model.norm == "batchnorm" && config_.model.batchnorm_stats == "sync", config_.train.batch_size});
+  ranks_ = dist::make_step_reduction(dist::world(),
+                                     {config_.model.norm == "batchnorm" && config_.model.batchnorm_stats == "sync",
+                                      config_.train.batch_size});
   ranks_->watch_stop_flag(stop_flag_);
   config_.train.world_size = ranks_->size();
   output_ = ranks_->is_writer() ? make_run_owner(logger) : make_run_follower();
@@ -191,7 +190,8 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
   const dist::Share share = ranks_->shard(global);
   const data::Batch& batch = share.batch;
   optimizer_->zero_grad();
-  dist::StepSums local{.targets = batch.num_targets, .tokens = batch.num_real_tokens,
+  dist::StepSums local{.targets = batch.num_targets,
+                       .tokens = batch.num_real_tokens,
                        .stop_request = io::stop_signal(stop_flag_)};
   // The figures the ranks add up beside the gradients: the z-loss, and the diagnostics' sums.
   const bool z_loss = config_.optim.z_loss > 0;
@@ -274,11 +274,11 @@ int Trainer::stop_request() const { return ranks_->active() ? ranks_->agreed_sto
 
 void Trainer::start(const std::string& dir) {
   // vocab.json: the ids of every token and label (docs/run-directory.md).
-  output_->open_new(dir, config_,
-                    nlohmann::ordered_json{{"tokens", task_.input_vocab.tokens()}, {"labels", task_.output_vocab.tokens()}}
-                            .dump(1) +
-                        "\n",
-                    DataRecord{data_files_});
+  output_->open_new(
+      dir, config_,
+      nlohmann::ordered_json{{"tokens", task_.input_vocab.tokens()}, {"labels", task_.output_vocab.tokens()}}.dump(1) +
+          "\n",
+      DataRecord{data_files_});
 }
 
 void Trainer::resume(const std::string& dir, bool accept_changed_data) {
@@ -293,12 +293,13 @@ void Trainer::resume(const std::string& dir, bool accept_changed_data) {
   if (schedule_.restart_step == step_) {
     const double base = config_.optim.lr;
     const double floor = base * config_.optim.min_lr_ratio;
-    logger_->info(fmt::format("lr schedule: train.steps is now {}; the cosine continues from the lr reached at step {} "
-                              "({:.3e}) down to {:.3e} (optim.min_lr_ratio) at step {}, without a jump{}",
-                              config_.train.steps, step_, base * schedule_.restart_factor, floor, config_.train.steps,
-                              base * schedule_.restart_factor == 0.0
-                                  ? "; the lr is 0 from here, so the extra steps leave the weights unchanged"
-                                  : ""));
+    logger_->info(
+        fmt::format("lr schedule: train.steps is now {}; the cosine continues from the lr reached at step {} "
+                    "({:.3e}) down to {:.3e} (optim.min_lr_ratio) at step {}, without a jump{}",
+                    config_.train.steps, step_, base * schedule_.restart_factor, floor, config_.train.steps,
+                    base * schedule_.restart_factor == 0.0
+                        ? "; the lr is 0 from here, so the extra steps leave the weights unchanged"
+                        : ""));
   }
 }
 
@@ -370,9 +371,10 @@ TrainSummary Trainer::fit() {
   const TrainConfig& t = config_.train;
   // Only the writing rank evaluates, so the others could not know when to stop with it.
   if (t.early_stopping_patience > 0 && ranks_->size() > 1)
-    throw InputError(fmt::format("train.early_stopping_patience: not available for a data-parallel run ({} ranks); "
-                                 "set it to 0 or train in one process",
-                                 ranks_->size()));
+    throw InputError(
+        fmt::format("train.early_stopping_patience: not available for a data-parallel run ({} ranks); "
+                    "set it to 0 or train in one process",
+                    ranks_->size()));
   logger_->info(describe_run());
   clock_.charge(RunPart::setup);
   auto checkpoint = [&] {
@@ -409,10 +411,11 @@ TrainSummary Trainer::fit() {
     if (t.eval_every > 0 && step_ % t.eval_every == 0 && !record_eval()) break;
     if (patience_ran_out()) {
       early_stopped_at_ = step_;
-      logger_->info(fmt::format("early stopping at step {}: held-out {} has not improved by more than {} for {} "
-                                "evaluations (best at step {})",
-                                step_, to_string(watched_metric()),
-                                t.early_stopping_min_delta, t.early_stopping_patience, monitor_best_->step));
+      logger_->info(
+          fmt::format("early stopping at step {}: held-out {} has not improved by more than {} for {} "
+                      "evaluations (best at step {})",
+                      step_, to_string(watched_metric()), t.early_stopping_min_delta, t.early_stopping_patience,
+                      monitor_best_->step));
       break;
     }
     if (t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) checkpoint();
@@ -439,10 +442,12 @@ TrainSummary Trainer::fit() {
 
 std::string Trainer::describe_run() const {
   const std::string title = task_title(config_);
-  const std::string kind = task_.is_data_defined()
-                               ? fmt::format(" ({}: {} tokens, {} labels)", task_.name,
-                                             task_.input_vocab_size() - task_.input_vocab.num_specials(), task_.num_classes())
-                               : title != task_.name ? fmt::format(" ({})", task_.name) : "";
+  const std::string kind =
+      task_.is_data_defined()
+          ? fmt::format(" ({}: {} tokens, {} labels)", task_.name,
+                        task_.input_vocab_size() - task_.input_vocab.num_specials(), task_.num_classes())
+      : title != task_.name ? fmt::format(" ({})", task_.name)
+                            : "";
   return fmt::format("task {}{}, {} parameters, {} threads; training on {}, validating on {}", title, kind,
                      model_->num_parameters(), num_threads(),
                      train_set_ ? fmt::format("{} examples of {} ({})", train_set_->size(), *config_.task.train_file,

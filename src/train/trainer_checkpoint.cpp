@@ -42,8 +42,8 @@ json Trainer::trainer_state() const {
           {"last_eval", last_eval_ ? to_json(*last_eval_) : json(nullptr)},
           {"best_valid", best_loss_ ? to_json(*best_loss_) : json(nullptr)},
           {"best_valid_accuracy", best_accuracy_ ? to_json(*best_accuracy_) : json(nullptr)},
-          {"monitor_best", monitor_best_ ? json{{"step", monitor_best_->step}, {"value", monitor_best_->value}}
-                                         : json(nullptr)},
+          {"monitor_best",
+           monitor_best_ ? json{{"step", monitor_best_->step}, {"value", monitor_best_->value}} : json(nullptr)},
           {"timing", clock_.state_json()}};
 }
 
@@ -62,7 +62,8 @@ void Trainer::restore_trainer_state(const json& state, const std::string& where)
   last_eval_step_.reset();
   last_eval_.reset();
   if (!eval_step.is_null()) {
-    if (!eval_step.is_number_integer()) throw InputError(fmt::format("{}: metadata 'trainer': bad last_eval_step", where));
+    if (!eval_step.is_number_integer())
+      throw InputError(fmt::format("{}: metadata 'trainer': bad last_eval_step", where));
     last_eval_step_ = eval_step.get<int64_t>();
     last_eval_ = eval_metrics_from_json(get("last_eval"), where + ": metadata 'trainer': last_eval");
   }
@@ -73,7 +74,8 @@ void Trainer::restore_trainer_state(const json& state, const std::string& where)
   if (const auto it = state.find("monitor_best"); it != state.end() && !it->is_null()) {
     if (!it->is_object() || !it->contains("step") || !it->at("step").is_number_integer() || !it->contains("value") ||
         !it->at("value").is_number())
-      throw InputError(fmt::format("{}: metadata 'trainer': monitor_best must be {{\"step\": N, \"value\": X}}", where));
+      throw InputError(
+          fmt::format("{}: metadata 'trainer': monitor_best must be {{\"step\": N, \"value\": X}}", where));
     monitor_best_ = MonitorBest{it->at("step").get<int64_t>(), it->at("value").get<double>()};
   }
   // Checkpoints written before timing records have none: the earlier sessions' time is unknown.
@@ -88,16 +90,19 @@ void Trainer::save_checkpoint(const std::string& path) const {
   metadata["optimizer_step_count"] = std::to_string(optimizer_->step_count());
   metadata["train_max_len"] = std::to_string(train_max_len_);
   if (batch_sampler_) {
-    metadata["sampler"] = json{{"kind", "dataset"}, {"state", data::sampler_state_to_json(batch_sampler_->state())}}.dump();
+    metadata["sampler"] =
+        json{{"kind", "dataset"}, {"state", data::sampler_state_to_json(batch_sampler_->state())}}.dump();
   } else {
-    metadata["sampler"] = json{{"kind", "generator"}, {"state", data::generator_state_to_json(generator_->state())}}.dump();
+    metadata["sampler"] =
+        json{{"kind", "generator"}, {"state", data::generator_state_to_json(generator_->state())}}.dump();
   }
   // The vocabulary and labels, so the checkpoint alone maps strings to ids (every task).
   metadata["vocabulary"] = json(task_.input_vocab.tokens()).dump();
   metadata["labels"] = json(task_.output_vocab.tokens()).dump();
   if (baselines_.majority_label >= 0) metadata["majority_label"] = task_.output_vocab.token(baselines_.majority_label);
   if (schedule_.restart_step >= 0) {
-    metadata["schedule"] = json{{"restart_step", schedule_.restart_step}, {"restart_factor", schedule_.restart_factor}}.dump();
+    metadata["schedule"] =
+        json{{"restart_step", schedule_.restart_step}, {"restart_factor", schedule_.restart_factor}}.dump();
   }
   metadata["data"] = to_json(data_files_).dump();
   if (task_.is_masked_lm()) metadata["task_characters"] = json(text_task_characters(task_)).dump();
@@ -112,10 +117,11 @@ void Trainer::check_data_unchanged(const io::SafetensorsFile& file, const std::s
       changed_data(fingerprint_from_json(metadata_json(file, "data"), path + ": metadata 'data'"), data_files_);
   if (changes.empty()) return;
   if (!accept_changed_data_) {
-    throw InputError(fmt::format("{} since the checkpoint {} was written; nothing was changed. Restore the file, or "
-                                 "resume with --accept-changed-data to continue on the new content (recorded in "
-                                 "data.json)",
-                                 changes.front().describe(), path));
+    throw InputError(
+        fmt::format("{} since the checkpoint {} was written; nothing was changed. Restore the file, or "
+                    "resume with --accept-changed-data to continue on the new content (recorded in "
+                    "data.json)",
+                    changes.front().describe(), path));
   }
   accepted_changes_ = changes;
 }
@@ -142,8 +148,8 @@ void Trainer::load_checkpoint(const std::string& path) {
   }
   const int64_t step = metadata_int(file, "step");
   if (step > config_.train.steps) {
-    throw InputError(fmt::format("{}: checkpoint is at step {}, beyond train.steps = {}", path, step,
-                                 config_.train.steps));
+    throw InputError(
+        fmt::format("{}: checkpoint is at step {}, beyond train.steps = {}", path, step, config_.train.steps));
   }
   // Parse and check every piece before changing anything.
   std::map<std::string, std::vector<float>> optimizer_state = optimizer_tensors(file, *optimizer_);
@@ -158,8 +164,9 @@ void Trainer::load_checkpoint(const std::string& path) {
   }
   const json sampler = metadata_json(file, "sampler");
   const std::string where = path + ": metadata 'sampler'";
-  const std::string kind =
-      sampler.is_object() && sampler.contains("kind") && sampler.at("kind").is_string() ? sampler.at("kind").get<std::string>() : "";
+  const std::string kind = sampler.is_object() && sampler.contains("kind") && sampler.at("kind").is_string()
+                               ? sampler.at("kind").get<std::string>()
+                               : "";
   if (kind != (batch_sampler_ ? "dataset" : "generator") || !sampler.contains("state")) {
     throw InputError(fmt::format("{}: expected a {} sampler state", where, batch_sampler_ ? "dataset" : "generator"));
   }

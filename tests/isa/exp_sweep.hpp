@@ -5,7 +5,7 @@
 namespace normlab::test {
 struct ExpSweep {
   int64_t checked = 0;
-  int64_t mismatches = 0;      // inputs whose vector exp differs from math::exp in any bit
+  int64_t mismatches = 0;       // inputs whose vector exp differs from math::exp in any bit
   uint32_t first_mismatch = 0;  // the bits of the first such input
 };
 }  // namespace normlab::test

@@ -1,7 +1,7 @@
 // The pool of parallel.hpp under ThreadSanitizer, without the rest of the library (libgomp's own
 // regions are not instrumented, so a whole-suite TSan build reports races inside libgomp):
-//   g++ -std=c++20 -O1 -g -fsanitize=thread -fopenmp -Iinclude tests/tsan/pool_tsan.cpp src/parallel.cpp -o /tmp/pool_tsan
-//   /tmp/pool_tsan            (prints "pool_tsan: ok"; TSan reports a race as a warning and exit 66)
+//   g++ -std=c++20 -O1 -g -fsanitize=thread -fopenmp -Iinclude tests/tsan/pool_tsan.cpp src/parallel.cpp -o
+//   /tmp/pool_tsan /tmp/pool_tsan            (prints "pool_tsan: ok"; TSan reports a race as a warning and exit 66)
 // Regions at 2 and 3 threads with and without a stalled worker, nested regions, exceptions, a
 // thread-count change before every region, and two outside threads sharing the pool (the one that
 // finds it busy runs its parts itself).
@@ -67,7 +67,8 @@ int main() {
   ok &= check(bad == 0, "outside threads");
   const PartCounts counts = part_counts();
   ok &= check(counts.by_workers > 0 && counts.by_caller > 0, "both ran parts");
-  if (ok) std::printf("pool_tsan: ok (%lld parts by callers, %lld by workers)\n", (long long)counts.by_caller,
-                      (long long)counts.by_workers);
+  if (ok)
+    std::printf("pool_tsan: ok (%lld parts by callers, %lld by workers)\n", (long long)counts.by_caller,
+                (long long)counts.by_workers);
   return ok ? 0 : 1;
 }

@@ -13,8 +13,8 @@
 namespace normlab::data {
 
 struct LengthBucket {
-  int32_t min_len = 1;  // inclusive
-  int32_t max_len = 1;  // inclusive
+  int32_t min_len = 1;            // inclusive
+  int32_t max_len = 1;            // inclusive
   bool beyond_train_max = false;  // every length here is longer than the longest training sequence
 
   bool contains(int32_t length) const { return length >= min_len && length <= max_len; }

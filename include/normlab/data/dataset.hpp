@@ -51,7 +51,7 @@ struct SamplerOptions {
   bool shuffle = true;     // false: file order every epoch
   bool drop_last = false;  // true: skip an epoch's final short batch
   uint64_t seed = 0;
-  MaskConfig mask;         // masked LM only
+  MaskConfig mask;  // masked LM only
 };
 
 // Everything needed to continue exactly where a BatchSampler stopped. dataset_size and batch_size
@@ -111,7 +111,8 @@ struct GeneratorState {
 };
 
 // Fresh examples every batch: training data that never repeats. Lengths uniform in [min_len,
-// max_len] in every batch (mixed), or chosen by the regime (single, bucketed; regime.hpp). UsageError for a task without a generator (mlm_text) or a bad length range.
+// max_len] in every batch (mixed), or chosen by the regime (single, bucketed; regime.hpp). UsageError for a task
+// without a generator (mlm_text) or a bad length range.
 class GeneratorSampler {
  public:
   GeneratorSampler(Task task, GeneratorOptions options);

@@ -40,7 +40,7 @@ std::string label_field_of(const Task& task, FileFormat format);
 struct TextRecord {
   std::string text;
   std::string label;
-  std::string where;  // "PATH:LINE"
+  std::string where;      // "PATH:LINE"
   bool has_label = true;  // false: label_optional and the header has no label column
 };
 

@@ -79,7 +79,7 @@ LoadStats measure_file(const std::string& path, const Task& schema, io::StopFlag
 struct InputRecord {
   std::string text;
   std::optional<std::vector<std::optional<std::string>>> labels;  // nullopt: the file has none
-  std::string where;  // "PATH:LINE"
+  std::string where;                                              // "PATH:LINE"
 };
 // Every record of `contents` (the file at `path`), read in the task's own format: a data-defined
 // task's CSV / TSV (header) / JSONL / CoNLL through task.text_field and task.label_field, the label

@@ -21,8 +21,9 @@
 namespace normlab::data {
 
 enum class LengthRegime { mixed, single, bucketed };
-inline constexpr std::pair<LengthRegime, const char*> kLengthRegimeNames[] = {
-    {LengthRegime::mixed, "mixed"}, {LengthRegime::single, "single"}, {LengthRegime::bucketed, "bucketed"}};
+inline constexpr std::pair<LengthRegime, const char*> kLengthRegimeNames[] = {{LengthRegime::mixed, "mixed"},
+                                                                              {LengthRegime::single, "single"},
+                                                                              {LengthRegime::bucketed, "bucketed"}};
 
 // "mixed" | "single" | "bucketed"; UsageError naming the choices otherwise.
 LengthRegime parse_length_regime(const std::string& name);

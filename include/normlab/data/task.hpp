@@ -63,14 +63,15 @@ namespace normlab::data {
 
 enum class TaskKind { reverse, sort, brackets, majority, mlm_text, sequence_classification, token_classification };
 // task.name's values (train/config.hpp), in documentation order.
-inline constexpr std::pair<TaskKind, const char*> kTaskNames[] = {
-    {TaskKind::reverse, "reverse"},
-    {TaskKind::sort, "sort"},
-    {TaskKind::brackets, "brackets"},
-    {TaskKind::majority, "majority"},
-    {TaskKind::mlm_text, "mlm_text"},
-    {TaskKind::sequence_classification, "sequence_classification"},
-    {TaskKind::token_classification, "token_classification"}};
+inline constexpr std::pair<TaskKind, const char*> kTaskNames[] = {{TaskKind::reverse, "reverse"},
+                                                                  {TaskKind::sort, "sort"},
+                                                                  {TaskKind::brackets, "brackets"},
+                                                                  {TaskKind::majority, "majority"},
+                                                                  {TaskKind::mlm_text, "mlm_text"},
+                                                                  {TaskKind::sequence_classification,
+                                                                   "sequence_classification"},
+                                                                  {TaskKind::token_classification,
+                                                                   "token_classification"}};
 std::string to_string(TaskKind kind);
 // The kind named `name`, or nullopt.
 std::optional<TaskKind> find_task_kind(std::string_view name);
@@ -103,12 +104,12 @@ std::string normalize_word(std::string_view word, const TextOptions& options);
 
 // How a data-defined task's files are read (data/formats.hpp, docs/config.md "Your own data").
 struct FileOptions {
-  std::string format = "auto";  // auto (by extension) | jsonl | csv | tsv | conll
-  std::string text_field;       // the key / column of the text ("": tokens in JSONL, text in CSV/TSV)
-  std::string label_field;      // the key / column of the label or tags ("": label / targets in JSONL,
-                                // label / tags in CSV/TSV)
+  std::string format = "auto";                 // auto (by extension) | jsonl | csv | tsv | conll
+  std::string text_field;                      // the key / column of the text ("": tokens in JSONL, text in CSV/TSV)
+  std::string label_field;                     // the key / column of the label or tags ("": label / targets in JSONL,
+                                               // label / tags in CSV/TSV)
   int64_t max_file_bytes = int64_t{64} << 20;  // larger files are refused before they are read
-  int64_t min_count = 1;        // training tokens seen fewer times are read as [UNK]
+  int64_t min_count = 1;                       // training tokens seen fewer times are read as [UNK]
 };
 
 struct Task {
@@ -116,8 +117,8 @@ struct Task {
   TaskKind kind = TaskKind::reverse;
   TargetKind target_kind = TargetKind::per_token;
   Segmentation segmentation = Segmentation::symbols;
-  Vocab input_vocab;   // what the model reads: embedding rows
-  Vocab output_vocab;  // the classes it predicts: head outputs (mlm_text: same as input_vocab)
+  Vocab input_vocab;          // what the model reads: embedding rows
+  Vocab output_vocab;         // the classes it predicts: head outputs (mlm_text: same as input_vocab)
   int32_t max_seq_len = 256;  // longest sequence a data file may hold (the loader refuses longer)
   TextOptions text;           // data-defined tasks: how text becomes words
   FileOptions file;           // data-defined tasks: how files are read
@@ -162,8 +163,7 @@ struct VocabularyCounts {
 };
 // The task of these counts: tokens seen at least `min_count` times get their own id, rarer ones are
 // read as "[UNK]" (so the "[UNK]" row is trained). InputError when min_count leaves no token.
-Task make_data_task(TaskKind kind, const VocabularyCounts& counts, int64_t min_count,
-                    int32_t max_seq_len = 4096);
+Task make_data_task(TaskKind kind, const VocabularyCounts& counts, int64_t min_count, int32_t max_seq_len = 4096);
 
 // An algorithmic task; InputError for mlm_text (its vocabulary comes from training text: use
 // make_text_task) and the data-defined tasks (make_data_task). By name: InputError naming the known
@@ -185,8 +185,8 @@ Example generate_example(const Task& task, int32_t length, Rng& rng);
 
 // `count` examples with lengths uniform in [min_len, max_len], all drawn from Rng(seed). A stop
 // request (io/stop.hpp) throws io::StopRequested.
-std::vector<Example> generate_examples(const Task& task, int64_t count, int32_t min_len, int32_t max_len,
-                                       uint64_t seed, io::StopFlag stop = nullptr);
+std::vector<Example> generate_examples(const Task& task, int64_t count, int32_t min_len, int32_t max_len, uint64_t seed,
+                                       io::StopFlag stop = nullptr);
 
 // Independent seeds for sub-streams (per split, per epoch, per example): splitmix64 of the pair.
 uint64_t derive_seed(uint64_t seed, uint64_t index);

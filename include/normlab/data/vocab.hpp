@@ -55,9 +55,7 @@ class Vocab {
 using io::utf8_char_length;
 
 // ASCII white space: what separates words and symbols everywhere in normlab.
-inline bool is_ascii_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
+inline bool is_ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 // Calls on_word(word, pos) for each run of non-space characters of text, pos its byte offset.
 template <class OnWord>

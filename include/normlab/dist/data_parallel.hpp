@@ -46,9 +46,9 @@ using SumFields = std::vector<std::span<double>>;
 struct StepSums {
   double loss_sum = 0.0;  // sum of the token (or sequence) cross-entropies
   int64_t correct = 0;
-  int64_t targets = 0;    // the loss denominator
+  int64_t targets = 0;  // the loss denominator
   int64_t tokens = 0;
-  int stop_request = 0;   // SIGTERM if any rank was asked to stop by SIGTERM, else SIGINT if any was
+  int stop_request = 0;  // SIGTERM if any rank was asked to stop by SIGTERM, else SIGINT if any was
 };
 
 // What one training step needs from the processes that share it, in the order it asks:
@@ -58,7 +58,7 @@ class StepReduction {
   virtual ~StepReduction() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  bool active() const { return size() > 1; }     // data-parallel: more than one rank
+  bool active() const { return size() > 1; }      // data-parallel: more than one rank
   bool is_writer() const { return rank() == 0; }  // the one process, or rank 0, writes the run
 
   // This process's share of the global batch (possibly no sequences).

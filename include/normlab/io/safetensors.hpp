@@ -38,8 +38,7 @@ struct SafetensorsFile {
   // The tensor's values, after checking it exists, has the dtype and exactly `expected_shape`.
   // Throws InputError("<path>: tensor 'x': expected shape [2, 3] got [3, 2]") and the like.
   std::vector<float> floats(const std::string& name, const std::vector<int64_t>& expected_shape) const;
-  std::vector<int64_t> int64s(const std::string& name,
-                              const std::vector<int64_t>& expected_shape) const;
+  std::vector<int64_t> int64s(const std::string& name, const std::vector<int64_t>& expected_shape) const;
 };
 
 // Throws normlab::InputError("<path>: <what is wrong>[: tensor 'x' ...]") for any malformed file.
@@ -48,8 +47,8 @@ SafetensorsFile read_safetensors(const std::string& path);
 // the shapes of a large file for the price of its header.
 SafetensorsFile read_safetensors_header(const std::string& path);
 
-// The exact file contents write_safetensors would produce (independent of the order of `tensors`). Throws UsageError for records that are
-// inconsistent (byte count vs shape, unknown dtype, duplicate or reserved names).
+// The exact file contents write_safetensors would produce (independent of the order of `tensors`). Throws UsageError
+// for records that are inconsistent (byte count vs shape, unknown dtype, duplicate or reserved names).
 std::string serialize_safetensors(const std::map<std::string, std::string>& metadata,
                                   const std::vector<TensorRecord>& tensors);
 // serialize_safetensors + write_file_atomic: the old file survives any failure.

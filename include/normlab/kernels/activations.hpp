@@ -18,8 +18,8 @@ void gelu_forward(float* out, const float* inp, int64_t N);                     
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t N);  // (N), (N), (N)
 
 // Dynamic Tanh on N rows of C channels: y = gamma[c] * tanh(alpha * x) + beta[c], alpha one scalar.
-void dyt_forward(float* out,                                                  // (N, C)
-                 const float* inp,                                            // (N, C)
+void dyt_forward(float* out,                                                 // (N, C)
+                 const float* inp,                                           // (N, C)
                  const float* alpha, const float* gamma, const float* beta,  // (1), (C), (C)
                  int64_t N, int64_t C);
 

@@ -12,9 +12,9 @@
 namespace normlab::kernels {
 
 struct AdamScalars {
-  bool decoupled;        // AdamW: scale the parameter (when param_scale != 1); Adam: decay the gradient
-  float param_scale;     // 1 - lr * weight_decay (AdamW)
-  float grad_decay;      // weight_decay (Adam; 0 for none)
+  bool decoupled;     // AdamW: scale the parameter (when param_scale != 1); Adam: decay the gradient
+  float param_scale;  // 1 - lr * weight_decay (AdamW)
+  float grad_decay;   // weight_decay (Adam; 0 for none)
   float beta1, beta2, one_minus_beta1, one_minus_beta2;
   float bias_correction2_sqrt;  // sqrt(1 - beta2^t)
   float eps;

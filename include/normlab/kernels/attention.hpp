@@ -42,16 +42,16 @@ int64_t attention_cache_size(const int64_t* offsets, int64_t B, int64_t NH);  //
 // Forward. att may be nullptr (inference: no cache, each thread uses its own scratch). Threaded
 // over (sequence, head) pairs; each pair writes disjoint parts of out and att, so the result does
 // not depend on the thread count.
-void attention_forward(float* out, float* att,                     // (T, C), (attention_cache_size)
+void attention_forward(float* out, float* att,                    // (T, C), (attention_cache_size)
                        const float* qkv, const int64_t* offsets,  // (T, 3C), (B+1)
                        int64_t B, int64_t C, int64_t NH);
 
 // Backward. ACCUMULATES (+=) into dqkv, or overwrites it (grad_out.hpp). att is the cache
 // attention_forward wrote for this qkv. Threaded over (sequence, head) pairs, each storing into
 // its own rows and columns of dqkv.
-void attention_backward(GradOut dqkv,                               // (T, 3C)
-                        const float* dout, const float* qkv,        // (T, C), (T, 3C)
-                        const float* att, const int64_t* offsets,   // (attention_cache_size), (B+1)
+void attention_backward(GradOut dqkv,                              // (T, 3C)
+                        const float* dout, const float* qkv,       // (T, C), (T, 3C)
+                        const float* att, const int64_t* offsets,  // (attention_cache_size), (B+1)
                         int64_t B, int64_t C, int64_t NH);
 
 }  // namespace normlab::kernels

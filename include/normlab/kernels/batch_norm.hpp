@@ -28,23 +28,22 @@ class RankSum {
 // Training forward. Writes the batch mean and rstd = 1/sqrt(var + eps) per feature (for the
 // backward) and updates running_mean / running_var in place (each skipped if nullptr). With N == 1
 // the unbiased variance is undefined: running_var is then left unchanged (PyTorch refuses N == 1).
-void batch_norm_forward_train(float* out, float* mean, float* rstd,               // (N, C), (C), (C)
-                              float* running_mean, float* running_var,            // (C), (C)
+void batch_norm_forward_train(float* out, float* mean, float* rstd,                     // (N, C), (C), (C)
+                              float* running_mean, float* running_var,                  // (C), (C)
                               const float* inp, const float* gamma, const float* beta,  // (N, C), (C), (C)
-                              int64_t N, int64_t C, float eps, float momentum,
-                              RankSum* ranks = nullptr);
+                              int64_t N, int64_t C, float eps, float momentum, RankSum* ranks = nullptr);
 
 // Inference forward: the running statistics replace the batch's.
-void batch_norm_forward_eval(float* out, const float* inp,                       // (N, C), (N, C)
+void batch_norm_forward_eval(float* out, const float* inp,                         // (N, C), (N, C)
                              const float* running_mean, const float* running_var,  // (C), (C)
                              const float* gamma, const float* beta,                // (C), (C)
                              int64_t N, int64_t C, float eps);
 
 // Backward of the training forward (mean and rstd are the batch statistics it wrote). ACCUMULATES
 // (+=) into dinp, dgamma, dbeta; each may be nullptr.
-void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,                // (N, C), (C), (C)
+void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,                 // (N, C), (C), (C)
                          const float* dout, const float* inp, const float* gamma,  // (N, C), (N, C), (C)
-                         const float* mean, const float* rstd,                      // (C), (C)
+                         const float* mean, const float* rstd,                     // (C), (C)
                          int64_t N, int64_t C, RankSum* ranks = nullptr);
 
 }  // namespace normlab::kernels

@@ -9,7 +9,7 @@ namespace normlab::kernels {
 // loss, -log softmax(logits[n])[targets[n]], computed as log-sum-exp so large logits cannot
 // overflow; 0 for ignored rows. probs caches the softmax of every row (ignored rows too) for the
 // backward. Throws normlab::UsageError if a target is outside [0, V) and not -1.
-float cross_entropy_forward(float* losses, float* probs,                   // (N), (N, V)
+float cross_entropy_forward(float* losses, float* probs,                  // (N), (N, V)
                             const float* logits, const int32_t* targets,  // (N, V), (N)
                             int64_t N, int64_t V);
 

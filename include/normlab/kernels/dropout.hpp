@@ -39,13 +39,13 @@ inline float dropout_uniform(uint64_t sequence_seed, int64_t index) {
 // first_sequence + b of the global batch. mask is 0 (dropped) or 1 / (1 - p) (kept: u >= p, u the
 // element's dropout_uniform), and out = inp * mask. p == 0 keeps everything (mask 1, out an exact
 // copy); p == 1 drops everything (mask 0). Throws normlab::UsageError unless 0 <= p <= 1.
-void dropout_forward(float* out, float* mask,           // (T, C), (T, C); T = offsets[B]
+void dropout_forward(float* out, float* mask,            // (T, C), (T, C); T = offsets[B]
                      const float* inp,                   // (T, C)
                      const int64_t* offsets, int64_t B,  // (B+1)
                      int64_t C, float p, uint64_t key, int64_t first_sequence);
 
 // ACCUMULATES (+=): dinp[i] += dout[i] * mask[i].
-void dropout_backward(float* dinp,                          // (N)
+void dropout_backward(float* dinp,                           // (N)
                       const float* dout, const float* mask,  // (N), (N)
                       int64_t N);
 

@@ -95,8 +95,8 @@ inline void fma_fast(__m128d a, __m128d b0, __m128d b1, __m128d& c0, __m128d& c1
   const __m128d s0 = _mm_add_pd(_mm_mul_pd(a, b0), c0);
   const __m128d s1 = _mm_add_pd(_mm_mul_pd(a, b1), c1);
   const __m128i low = _mm_castps_si128(_mm_shuffle_ps(_mm_castpd_ps(s0), _mm_castpd_ps(s1), 0x88));
-  flags = _mm_or_si128(flags, _mm_cmpeq_epi32(_mm_and_si128(low, _mm_set1_epi32(0x1fffffff)),
-                                              _mm_set1_epi32(0x10000000)));
+  flags =
+      _mm_or_si128(flags, _mm_cmpeq_epi32(_mm_and_si128(low, _mm_set1_epi32(0x1fffffff)), _mm_set1_epi32(0x10000000)));
   c0 = _mm_cvtps_pd(_mm_cvtpd_ps(s0));
   c1 = _mm_cvtps_pd(_mm_cvtpd_ps(s1));
 }

@@ -28,7 +28,7 @@ namespace normlab::kernels {
 // Forward. Caches only what the backward needs: mean and rstd = 1/sqrt(var + eps) of each row.
 // mean and rstd may be nullptr (inference). Threaded over rows; every row's result is the same
 // whatever the thread count or the other rows.
-void layer_norm_forward(float* out, float* mean, float* rstd,                 // (rows, cols), (rows), (rows)
+void layer_norm_forward(float* out, float* mean, float* rstd,                     // (rows, cols), (rows), (rows)
                         const float* inp, const float* gamma, const float* beta,  // (rows, cols), (cols), (cols)
                         int64_t rows, int64_t cols, float eps);
 
@@ -37,9 +37,9 @@ void layer_norm_forward(float* out, float* mean, float* rstd,                 //
 // the ones layer_norm_forward wrote for this inp. dgamma/dbeta are reduced over rows with one
 // partial buffer per thread, combined in thread order: bit-identical run to run at a fixed thread
 // count.
-void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,                // (rows, cols), (cols), (cols)
+void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,                 // (rows, cols), (cols), (cols)
                          const float* dout, const float* inp, const float* gamma,  // (rows, cols), (rows, cols), (cols)
-                         const float* mean, const float* rstd,                      // (rows), (rows)
+                         const float* mean, const float* rstd,                     // (rows), (rows)
                          int64_t rows, int64_t cols);
 
 }  // namespace normlab::kernels

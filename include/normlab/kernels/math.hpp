@@ -43,9 +43,9 @@ struct Reduced {
 };
 inline Reduced reduce_ln2(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693145751953125f;      // 15 significant bits
+  constexpr float kLn2Hi = 0.693145751953125f;       // 15 significant bits
   constexpr float kLn2Lo = 1.42860682030941723e-6f;  // ln 2 - kLn2Hi
-  constexpr float kRound = 12582912.0f;               // 1.5 * 2^23
+  constexpr float kRound = 12582912.0f;              // 1.5 * 2^23
   const float n = (x * kLog2e + kRound) - kRound;
   const float r = (x - n * kLn2Hi) - n * kLn2Lo;
   return {n, r};
@@ -109,9 +109,7 @@ inline float expm1_up_to_88(float x) {
 }  // namespace detail
 
 // e^x - 1, accurate near 0 where exp(x) - 1 would cancel.
-inline float expm1(float x) {
-  return detail::select_nan(x, x > 88.0f ? exp(x) : detail::expm1_up_to_88(x));
-}
+inline float expm1(float x) { return detail::select_nan(x, x > 88.0f ? exp(x) : detail::expm1_up_to_88(x)); }
 
 // tanh(x) = sign(x) * e / (e + 2) with e = expm1(2|x|): no cancellation for small |x|, and e / (e + 2)
 // rounds to 1 before |x| reaches 10.

@@ -28,18 +28,18 @@
 namespace normlab::kernels {
 
 // C (M,N) (+)= A (M,K) @ B (K,N)
-void matmul_nn(float* C,                         // (M, N)
-               const float* A, const float* B,   // (M, K), (K, N)
+void matmul_nn(float* C,                        // (M, N)
+               const float* A, const float* B,  // (M, K), (K, N)
                int64_t M, int64_t K, int64_t N, bool accumulate, bool parallel = true);
 
 // C (M,N) (+)= A (M,K) @ B^T, with B stored (N,K)
-void matmul_nt(float* C,                         // (M, N)
-               const float* A, const float* B,   // (M, K), (N, K)
+void matmul_nt(float* C,                        // (M, N)
+               const float* A, const float* B,  // (M, K), (N, K)
                int64_t M, int64_t K, int64_t N, bool accumulate, bool parallel = true);
 
 // C (M,N) (+)= A^T @ B, with A stored (K,M) and B (K,N)
-void matmul_tn(float* C,                         // (M, N)
-               const float* A, const float* B,   // (K, M), (K, N)
+void matmul_tn(float* C,                        // (M, N)
+               const float* A, const float* B,  // (K, M), (K, N)
                int64_t M, int64_t K, int64_t N, bool accumulate, bool parallel = true);
 
 }  // namespace normlab::kernels

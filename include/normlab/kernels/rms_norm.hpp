@@ -14,7 +14,7 @@ void rms_norm_forward(float* out, float* rstd,               // (rows, cols), (r
 // Backward. ACCUMULATES (+=) into dinp and dgamma; either may be nullptr. dgamma is reduced over
 // rows with per-thread partial buffers combined in thread order (bit-identical run to run at a
 // fixed thread count).
-void rms_norm_backward(float* dinp, float* dgamma,                             // (rows, cols), (cols)
+void rms_norm_backward(float* dinp, float* dgamma,                               // (rows, cols), (cols)
                        const float* dout, const float* inp, const float* gamma,  // (rows, cols), (rows, cols), (cols)
                        const float* rstd,                                        // (rows)
                        int64_t rows, int64_t cols);

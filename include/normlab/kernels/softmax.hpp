@@ -13,7 +13,7 @@ void softmax_forward(float* out,        // (rows, cols)
 
 // ACCUMULATES (+=): dinp[r][c] += out[r][c] * (dout[r][c] - sum_k dout[r][k] out[r][k]).
 // out is what softmax_forward wrote.
-void softmax_backward(float* dinp,                         // (rows, cols)
+void softmax_backward(float* dinp,                          // (rows, cols)
                       const float* dout, const float* out,  // (rows, cols), (rows, cols)
                       int64_t rows, int64_t cols);
 

@@ -28,7 +28,7 @@ AttentionStatistics attention_statistics(const Tensor& qkv, const std::vector<in
 // log Z = log sum_v exp(logits[n][v]) of each row of logits (N, V): every row is a real token (or a
 // sequence, for a sequence head), since a packed batch has no padding.
 struct LogZStatistics {
-  double sum = 0.0;      // over rows of log Z
+  double sum = 0.0;  // over rows of log Z
   int64_t rows = 0;
   double max_abs = 0.0;  // max over rows of |log Z|
 };

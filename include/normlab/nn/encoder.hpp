@@ -30,7 +30,8 @@ namespace normlab::nn {
 
 enum class Placement { post, pre };  // post: x = norm(x + f(x)); pre: x = x + f(norm(x))
 // model.placement's spellings, in config order.
-inline constexpr std::pair<Placement, const char*> kPlacementNames[] = {{Placement::pre, "pre"}, {Placement::post, "post"}};
+inline constexpr std::pair<Placement, const char*> kPlacementNames[] = {{Placement::pre, "pre"},
+                                                                        {Placement::post, "post"}};
 std::string to_string(Placement placement);
 // The residual block an encoder of this norm, placement and residual scheme runs, as a formula for
 // logs and reports: "x = x + f(LN(x)) (pre-norm, final LN after the stack)", "x = LN(x + f(x))
@@ -41,8 +42,9 @@ std::string block_formula(const NormKind& norm, Placement placement, bool final_
 // 2023; Wortsman et al. 2023), over the head's head_dim features, with its own gamma (and beta) of
 // shape (head_dim) for q and for k in every layer. Independent of model.norm and the placement.
 enum class QkNorm { none, layernorm, rmsnorm };
-inline constexpr std::pair<QkNorm, const char*> kQkNormNames[] = {
-    {QkNorm::none, "none"}, {QkNorm::layernorm, "layernorm"}, {QkNorm::rmsnorm, "rmsnorm"}};
+inline constexpr std::pair<QkNorm, const char*> kQkNormNames[] = {{QkNorm::none, "none"},
+                                                                  {QkNorm::layernorm, "layernorm"},
+                                                                  {QkNorm::rmsnorm, "rmsnorm"}};
 std::string to_string(QkNorm qk_norm);
 enum class Activation { relu, gelu };
 enum class Positional { sinusoidal, learned };
@@ -59,7 +61,7 @@ struct EncoderOptions {
   Placement placement = Placement::pre;
   ResidualKind residual = "plain";  // how each sublayer's output is added back (nn/residual_registry.hpp)
   float norm_eps = 1e-12f;
-  bool final_norm = true;  // pre placement: a norm after the last block (as in GPT-2 / pre-LN papers)
+  bool final_norm = true;         // pre placement: a norm after the last block (as in GPT-2 / pre-LN papers)
   QkNorm qk_norm = QkNorm::none;  // its eps is norm_eps
 };
 

@@ -44,8 +44,8 @@ struct TorchMapping {
 // The plain-loop forward (kernels/reference style) of `layer` on x (rows, dim) in training mode,
 // computed from the layer's parameters and a copy of its buffers: what the layer's own forward
 // must give. Used by the registry's test on every entry.
-using ReferenceForward = std::function<std::vector<float>(const NormLayer& layer, const float* x, int64_t rows,
-                                                          int64_t dim)>;
+using ReferenceForward =
+    std::function<std::vector<float>(const NormLayer& layer, const float* x, int64_t rows, int64_t dim)>;
 
 // The math of a normalization: what the layer computes and how it is built. Fields in the order a
 // norm's file writes them (designated initializers, src/nn/norms/*.cpp).

@@ -18,16 +18,17 @@ namespace normlab::optim {
 
 // optim.name, parsed once from the config: the update rule step() dispatches on.
 enum class OptimizerKind { sgd, adam, adamw };
-inline constexpr std::pair<OptimizerKind, const char*> kOptimizerNames[] = {
-    {OptimizerKind::sgd, "sgd"}, {OptimizerKind::adam, "adam"}, {OptimizerKind::adamw, "adamw"}};
+inline constexpr std::pair<OptimizerKind, const char*> kOptimizerNames[] = {{OptimizerKind::sgd, "sgd"},
+                                                                            {OptimizerKind::adam, "adam"},
+                                                                            {OptimizerKind::adamw, "adamw"}};
 std::string to_string(OptimizerKind kind);
 
 struct OptimizerOptions {
   OptimizerKind name = OptimizerKind::adamw;
-  float momentum = 0.0f;       // sgd: buf = momentum*buf + g; p -= lr*buf (dampening 0, no nesterov)
+  float momentum = 0.0f;  // sgd: buf = momentum*buf + g; p -= lr*buf (dampening 0, no nesterov)
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // adam/adamw, with bias correction
-  float weight_decay = 0.0f;   // sgd/adam: L2 added to the gradient; adamw: decoupled p -= lr*wd*p
-  bool decay_all = false;      // false: no weight decay where no_decay_name() is true
+  float weight_decay = 0.0f;                        // sgd/adam: L2 added to the gradient; adamw: decoupled p -= lr*wd*p
+  bool decay_all = false;                           // false: no weight decay where no_decay_name() is true
 };
 
 // Throws UsageError unless: 0 <= beta1, beta2 < 1,

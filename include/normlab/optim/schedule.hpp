@@ -8,8 +8,10 @@ namespace normlab::optim {
 
 // optim.schedule: constant, warmup (linear warmup then constant), warmup_cosine.
 enum class ScheduleKind { constant, warmup, warmup_cosine };
-inline constexpr std::pair<ScheduleKind, const char*> kScheduleNames[] = {
-    {ScheduleKind::constant, "constant"}, {ScheduleKind::warmup, "warmup"}, {ScheduleKind::warmup_cosine, "warmup_cosine"}};
+inline constexpr std::pair<ScheduleKind, const char*> kScheduleNames[] = {{ScheduleKind::constant, "constant"},
+                                                                          {ScheduleKind::warmup, "warmup"},
+                                                                          {ScheduleKind::warmup_cosine,
+                                                                           "warmup_cosine"}};
 std::string to_string(ScheduleKind kind);
 
 struct ScheduleOptions {

@@ -38,16 +38,16 @@ struct RunStatus {
   double last_loss = NAN;             // the last step record's training loss
   std::string problem;                // why the run is unreadable / an error ("" when it is neither)
   // What the run table shows beside the state (from the plan; empty / NaN when unknown):
-  std::string variant, path;          // the series it belongs to; its directory relative to DIR
+  std::string variant, path;  // the series it belongs to; its directory relative to DIR
   double lr = NAN;
   int64_t layers = 0, seed = -1;
-  int warmup = -1;                    // 1 on, 0 off, -1 unknown
+  int warmup = -1;                                         // 1 on, 0 off, -1 unknown
   std::vector<std::pair<std::string, std::string>> extra;  // other grid axes: key, value
-  double best_accuracy = NAN, best_loss = NAN;  // best held-out evaluation on trained lengths
-  double wall_time_s = NAN;           // summary.json's, when finished
+  double best_accuracy = NAN, best_loss = NAN;             // best held-out evaluation on trained lengths
+  double wall_time_s = NAN;                                // summary.json's, when finished
   // The per-layer diagnostics at the first and the last diagnostics record (step 0: none logged).
   LayerDiagnostics first_diagnostics, last_diagnostics;
-  std::string version;                // changes whenever its metrics.jsonl does
+  std::string version;  // changes whenever its metrics.jsonl does
 };
 
 // The live page of one directory. Thread-safe: the HTTP server calls it from its worker threads.
@@ -79,7 +79,8 @@ class LiveReport {
   // curves.csv of the last drawing, a piece at a time (every point: written on request, never kept).
   class CurvesWriter {
    public:
-    explicit CurvesWriter(std::shared_ptr<const std::vector<study::RunResult>> results) : results_(std::move(results)) {}
+    explicit CurvesWriter(std::shared_ptr<const std::vector<study::RunResult>> results)
+        : results_(std::move(results)) {}
     // The next rows, about `bytes` of them; "" at the end.
     std::string next(size_t bytes);
 
@@ -115,7 +116,7 @@ class LiveReport {
   struct Reader {
     std::mutex mutex;
     MetricsReader reader;
-    bool behind = true;  // bytes left to read at the last look
+    bool behind = true;           // bytes left to read at the last look
     std::atomic<int> waiting{0};  // requests waiting for `mutex`: the background reader lets them in first
     std::chrono::steady_clock::time_point used;
     explicit Reader(const std::string& path) : reader(path) {}
@@ -135,10 +136,10 @@ class LiveReport {
   std::chrono::steady_clock::duration drawing_time_{};
   // Per run: the first (step, metrics.jsonl mtime) seen, for the rate behind the ETA.
   std::map<std::string, std::pair<int64_t, double>> first_seen_;
-  std::map<std::string, std::string> run_dirs_;  // run name -> its directory, of the last drawing
+  std::map<std::string, std::string> run_dirs_;                   // run name -> its directory, of the last drawing
   std::shared_ptr<const std::vector<study::RunResult>> results_;  // the last drawing's, for curves.csv
-  std::map<std::string, std::string> series_cache_;  // etag -> json, a few recent answers
-  std::map<std::string, std::shared_ptr<Reader>> readers_;  // by metrics.jsonl path
+  std::map<std::string, std::string> series_cache_;               // etag -> json, a few recent answers
+  std::map<std::string, std::shared_ptr<Reader>> readers_;        // by metrics.jsonl path
   std::map<std::string, std::pair<std::string, std::string>> line_checks_;  // path -> (stamp, problem)
   std::condition_variable readers_changed_;
   bool stopping_ = false;

@@ -17,7 +17,7 @@ const std::string& chart_library();
 // "BASE64" of the SHA-256 of `text`: a CSP hash source and a subresource-integrity value.
 std::string sha256_base64(std::string_view text);
 
-std::string live_head();    // the style, inside <head>
+std::string live_head();  // the style, inside <head>
 // The run table (its first rows and progress line drawn by the server, for a reader without
 // scripts; the script redraws them) and the charts panel, before the report's sections.
 std::string live_top(const std::string& progress, const std::string& rows_html);

@@ -28,11 +28,11 @@ struct LayerDiagnostics {
 };
 
 struct MetricSeries {
-  std::string name;              // "train/loss", "train/residual_rms[2]", "valid/trained/accuracy"
-  std::vector<double> step;      // (points)
-  std::vector<double> time_s;    // training time at that step: the sum of tokens / tokens_per_s so far
-  std::vector<double> value;     // (points)
-  int64_t records = 0;           // points logged before downsampling
+  std::string name;            // "train/loss", "train/residual_rms[2]", "valid/trained/accuracy"
+  std::vector<double> step;    // (points)
+  std::vector<double> time_s;  // training time at that step: the sum of tokens / tokens_per_s so far
+  std::vector<double> value;   // (points)
+  int64_t records = 0;         // points logged before downsampling
 };
 
 struct RunSeries {
@@ -45,8 +45,8 @@ struct RunSeries {
 // Non-finite values are never kept (a chart cannot place them); all are kept when n <= max_points.
 std::vector<size_t> min_max_downsample(const std::vector<double>& values, size_t max_points);
 
-inline constexpr size_t kMaxLineBytes = 1 << 20;    // a longer line is not a metrics record
-inline constexpr size_t kMaxSeriesPerRun = 256;     // metrics past these in one run are not charted
+inline constexpr size_t kMaxLineBytes = 1 << 20;  // a longer line is not a metrics record
+inline constexpr size_t kMaxSeriesPerRun = 256;   // metrics past these in one run are not charted
 
 struct Streamed;  // one series being downsampled (series.cpp)
 
@@ -70,8 +70,8 @@ class MetricsReader {
 
   // What the run table needs, kept as the records go by.
   struct Summary {
-    int64_t last_step = 0;        // the last step record's step (or the step it diverged at)
-    double last_loss = NAN;       // the last finite training loss
+    int64_t last_step = 0;                        // the last step record's step (or the step it diverged at)
+    double last_loss = NAN;                       // the last finite training loss
     double best_accuracy = NAN, best_loss = NAN;  // best evaluation on trained lengths (all lengths if not split)
     bool diverged = false;
     int64_t step_records = 0, eval_records = 0;

@@ -53,9 +53,9 @@ class Server {
   // a second server cannot share the port); returns the port bound. InputError when it cannot
   // (the port is taken, the address is not this machine's).
   int bind(const std::string& address, int port);
-  void run();   // serves until stop()
-  void stop();  // from any thread
-  bool running() const;  // run() is accepting connections (tests wait for it before stop())
+  void run();              // serves until stop()
+  void stop();             // from any thread
+  bool running() const;    // run() is accepting connections (tests wait for it before stop())
   size_t waiting() const;  // connections still sending their request
   size_t busy() const;     // requests being answered
 

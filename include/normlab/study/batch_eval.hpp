@@ -22,7 +22,7 @@ struct BatchEvalMode {
   std::string statistics;  // "running averages" or "batch statistics"
   int64_t batch_size = 1;  // sequences per evaluation batch
   bool batch_statistics = false;
-  std::string batches;     // which held-out sequences share a batch, in words
+  std::string batches;  // which held-out sequences share a batch, in words
   // Only held-out sequences of trained lengths (in-distribution batch dependence); otherwise the
   // whole held-out set, where unseen lengths share batches with trained ones (contamination).
   bool trained_lengths_only = false;

@@ -46,16 +46,16 @@ bool plateaued(const RunResult& run);
 // The gate for one variant and setting.
 struct ConvergenceCheck {
   std::string variant, setting;
-  double best_lr = NAN;       // LossCurve::best_lr()
+  double best_lr = NAN;                      // LossCurve::best_lr()
   double lowest_lr = NAN, highest_lr = NAN;  // the probed range
   enum class Edge { interior, low, high, too_few_rates };
-  Edge edge = Edge::too_few_rates;  // (a): where the best rate sits
-  bool at_limit = false;      // (a) fails and the search may not extend further that way
-  int runs = 0;               // finished seeds at the best rate
+  Edge edge = Edge::too_few_rates;               // (a): where the best rate sits
+  bool at_limit = false;                         // (a) fails and the search may not extend further that way
+  int runs = 0;                                  // finished seeds at the best rate
   int solved = 0, plateaued = 0, improving = 0;  // of them (solved ones are not counted again)
-  int64_t last_step = 0;      // the last evaluation's step of the best rate's runs (the budget)
-  bool judged = false;        // some run at the best rate solved or has kPlateauEvaluations evaluations
-  bool converged = false;     // (b): judged and 2 * (solved + plateaued) > runs
+  int64_t last_step = 0;                         // the last evaluation's step of the best rate's runs (the budget)
+  bool judged = false;     // some run at the best rate solved or has kPlateauEvaluations evaluations
+  bool converged = false;  // (b): judged and 2 * (solved + plateaued) > runs
   bool bracketed() const { return edge == Edge::interior; }
 };
 ConvergenceCheck check_convergence(const LossCurve& curve, const std::vector<const RunResult*>& runs);
@@ -67,19 +67,19 @@ ConvergenceCheck check_convergence(const LossCurve& curve, const std::vector<con
 // without `none` beside it has no ratio).
 struct StudyRow {
   std::string variant, setting;
-  LossCurve curve;             // final held-out loss at every probed rate (the headline figure)
-  Sensitivity sensitivity;     // over the setting's common range
+  LossCurve curve;          // final held-out loss at every probed rate (the headline figure)
+  Sensitivity sensitivity;  // over the setting's common range
   ConvergenceCheck convergence;
   // Learning-rate boundary by both rules (search only; kind not_run otherwise).
   BoundaryFit strict, slow_inclusive;
   BoundaryRatio strict_ratio, slow_inclusive_ratio;  // to none's boundary by the same rule (NaN: none)
-  bool rules_agree = false;    // the two ratios agree (see the top of this file); false when either is missing
+  bool rules_agree = false;  // the two ratios agree (see the top of this file); false when either is missing
   // Above the strict boundary (or at every rate, for a variant that never learned): every finished
   // run, and those not learned by the strict rule counted by outcome word. The counts add up:
   // sum(failures_above) == failing_above <= runs_above.
   int runs_above = 0, failing_above = 0;
   std::map<std::string, int> failures_above;  // outcome word -> runs ("slow" = slow below the learned level)
-  std::string failures_text;  // describe_failures' words with the evidence, e.g. "collapsed in 5/5 — ..."
+  std::string failures_text;   // describe_failures' words with the evidence, e.g. "collapsed in 5/5 — ..."
   std::string failures_short;  // for a table cell: "14 of 15: 6 at chance, 5 exploded, 2 diverged, 1 slow"
 };
 // Rendering a row (the first screen's compact table, one row per variant and setting):
@@ -98,11 +98,11 @@ struct StudyRow {
 
 // The table and the comparisons beside it, for a whole plan.
 struct StudyTable {
-  std::vector<StudyRow> rows;                       // settings in plan order, variants in plan order
-  std::vector<SensitivityDifference> differences;   // per setting, each variant against `none` (else the reference)
-  std::string none_label;                           // the series that is no normalization ("" if none)
-  std::vector<VariantBoundary> boundaries;          // lr_boundaries(plan, groups): a search's fits, both rules
-  bool gated = false;          // the gate applies: a search, or a grid of >= 3 learning rates
+  std::vector<StudyRow> rows;                      // settings in plan order, variants in plan order
+  std::vector<SensitivityDifference> differences;  // per setting, each variant against `none` (else the reference)
+  std::string none_label;                          // the series that is no normalization ("" if none)
+  std::vector<VariantBoundary> boundaries;         // lr_boundaries(plan, groups): a search's fits, both rules
+  bool gated = false;                              // the gate applies: a search, or a grid of >= 3 learning rates
   // The rows whose (b) failed / was not judged / whose (a) failed: the Answer's opening lines.
   std::vector<const StudyRow*> not_converged() const;
   std::vector<const StudyRow*> not_judged() const;

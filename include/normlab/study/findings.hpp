@@ -14,7 +14,6 @@ std::vector<std::string> answer(const ComparePlan& plan, const std::vector<Group
 std::vector<std::string> findings(const ComparePlan& plan, const std::vector<GroupSummary>& groups);
 
 // The learning rate (per setting) at which the variants' held-out accuracies differ most.
-double most_different_lr(const ComparePlan& plan, const std::vector<GroupSummary>& groups,
-                         const std::string& setting);
+double most_different_lr(const ComparePlan& plan, const std::vector<GroupSummary>& groups, const std::string& setting);
 
 }  // namespace normlab::study

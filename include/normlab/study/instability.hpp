@@ -44,10 +44,10 @@ struct EntropyCollapse {
 };
 
 struct LogitDivergence {
-  int64_t step = 0;   // the last diagnostics record
-  int64_t onset = 0;  // the first diagnostics step from which it held to the end
+  int64_t step = 0;                                       // the last diagnostics record
+  int64_t onset = 0;                                      // the first diagnostics step from which it held to the end
   double log_z_max_abs = 0, initial_log_z_max_abs = NAN;  // at the end and at step 1 (NaN: no step-1 record)
-  double bound = kLogZBound;     // the bound it is beyond
+  double bound = kLogZBound;                              // the bound it is beyond
   std::string evidence() const;  // "the output's |log Z| reached 45.2 by step 300 (bound 30; 2.41 at step 1)"
 };
 

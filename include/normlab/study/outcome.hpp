@@ -31,10 +31,10 @@ enum class Outcome {
   learned,
   solved
 };
-inline constexpr double kSolvedAccuracy = 0.95;  // solved: a >= 0.95
-inline constexpr double kLearnedShare = 0.25;    // learned: a >= c + 0.25 (1 - c)
-inline constexpr double kChanceShare = 0.05;     // at chance: a < c + 0.05 (1 - c); weak: between
-inline constexpr double kBlowUpFactor = 2.0;     // exploded: held-out loss > 2 ln K (worse than guessing)
+inline constexpr double kSolvedAccuracy = 0.95;     // solved: a >= 0.95
+inline constexpr double kLearnedShare = 0.25;       // learned: a >= c + 0.25 (1 - c)
+inline constexpr double kChanceShare = 0.05;        // at chance: a < c + 0.05 (1 - c); weak: between
+inline constexpr double kBlowUpFactor = 2.0;        // exploded: held-out loss > 2 ln K (worse than guessing)
 inline constexpr double kExplodeRmsFactor = 100.0;  // exploded: a block's residual RMS > 100x its first value
 // collapsed: the early blocks' (the first half's) largest gradient norm < 1e-2 x the last block's
 // at the last diagnostics step, with a < c + 0.05 (1 - c) or predictions constant (>= 0.9 of them

@@ -39,7 +39,7 @@ struct RunSpec {
   bool warmup = true;
   uint64_t seed = 0;
   std::vector<std::pair<std::string, std::string>> extra;  // other grid axes: key, value as in the name
-  std::string setting;  // every axis but variant, lr and seed, e.g. "4 layers, no warmup, train.batch_size=4"
+  std::string setting;      // every axis but variant, lr and seed, e.g. "4 layers, no warmup, train.batch_size=4"
   train::RunConfig config;  // the run's config, parsed and validated once: what study and serve read
   // A compare plan's run as compare writes it to configs/NAME.json and trains it: the base file's
   // keys with the axes' values (the trainer fills in the defaults); null in a plan read back from
@@ -71,8 +71,8 @@ struct LrSearchSpec {
   // Where each variant and setting stands: rounds whose rates are known, and why it stops there.
   struct Block {
     std::string variant, setting;
-    int rounds_known = 0;  // rounds expanded into runs (1 = round 0 only)
-    bool settled = false;  // no further round: the outcomes stopped changing, or every round ran
+    int rounds_known = 0;    // rounds expanded into runs (1 = round 0 only)
+    bool settled = false;    // no further round: the outcomes stopped changing, or every round ran
     std::string waiting_on;  // when not settled: the first unfinished run the next round needs
   };
   std::vector<Block> blocks;

@@ -45,8 +45,8 @@ std::string curves_csv(const std::vector<RunResult>& results);
 // DIR/charts/*.svg and DIR/summary.json: build_report rendered. stop_requested is polled between charts.
 // Returns the verdict's sentences, then the Answer's in full (summary.json's "verdict" and
 // "answer"), for the CLI to print.
-std::vector<std::string> write_report(const ComparePlan& plan, const std::vector<RunResult>& results, const std::string& out_dir,
-                  const std::function<bool()>& stop_requested = {});
+std::vector<std::string> write_report(const ComparePlan& plan, const std::vector<RunResult>& results,
+                                      const std::string& out_dir, const std::function<bool()>& stop_requested = {});
 
 // `normlab report RUN_DIR...`: the runs of the directories (run_dirs.hpp: labels {label, run dir})
 // read, and their report written to out_dir (created). InputError for a directory that cannot be

@@ -37,7 +37,7 @@ HeldOut held_out_of(const std::vector<BucketResult>& buckets, bool unseen, int64
 struct EvalPoint {
   int64_t step = 0;
   HeldOut trained, unseen, all;
-  double top_prediction_share = NAN;  // trained lengths: share of the most frequent prediction (NaN: not logged)
+  double top_prediction_share = NAN;     // trained lengths: share of the most frequent prediction (NaN: not logged)
   train::Confusion trained_confusion{};  // trained lengths: targets against answers (empty: not logged)
   std::vector<std::string> labels{};     // class names by id (empty: not logged)
 };
@@ -46,7 +46,7 @@ struct EvalPoint {
 // NaN in records written before they were logged).
 struct Diagnostics {
   int64_t step = 0;
-  std::vector<double> residual_rms, layer_grad_norms;  // (layers)
+  std::vector<double> residual_rms, layer_grad_norms;                                                    // (layers)
   std::vector<double> attention_max_logit, attention_entropy_mean, attention_entropy_min, update_ratio;  // (layers)
   double log_z_mean = NAN, log_z_max_abs = NAN;
 };
@@ -57,29 +57,29 @@ struct Baseline {
   // The accuracy "at chance" is measured against: the better of the two guesses (0 if unknown).
   double chance_accuracy() const;
 };
-inline constexpr double kSpikeFactor = 2.0;      // a loss spike: loss > 2x the median of the previous
-inline constexpr size_t kSpikeWindow = 20;       //   20 steps and more than 0.05x the first step's loss
-inline constexpr double kSpikeMinRise = 0.05;    //   above it; consecutive spike steps count once
+inline constexpr double kSpikeFactor = 2.0;    // a loss spike: loss > 2x the median of the previous
+inline constexpr size_t kSpikeWindow = 20;     //   20 steps and more than 0.05x the first step's loss
+inline constexpr double kSpikeMinRise = 0.05;  //   above it; consecutive spike steps count once
 struct RunResult {
   RunSpec spec;
   bool finished = false;  // summary.json present
   bool diverged = false;
   int64_t diverged_at = -1;
-  int64_t threads = 0;    // summary.json's thread count (0: unknown)
-  std::vector<double> steps, loss, grad_norm, accuracy;  // per training step
-  double final_train_loss = NAN;                          // mean over the last 10% of steps
+  int64_t threads = 0;                                        // summary.json's thread count (0: unknown)
+  std::vector<double> steps, loss, grad_norm, accuracy;       // per training step
+  double final_train_loss = NAN;                              // mean over the last 10% of steps
   double final_valid_loss = NAN, final_valid_accuracy = NAN;  // last evaluation, every length
-  std::vector<BucketResult> buckets;                      // last evaluation
-  std::vector<EvalPoint> evals;                           // every evaluation, in step order
-  std::vector<Diagnostics> diagnostics;                   // every diagnostics record, in step order
-  int64_t planned_steps = 0;                              // the config's train.steps (0: unknown)
+  std::vector<BucketResult> buckets;                          // last evaluation
+  std::vector<EvalPoint> evals;                               // every evaluation, in step order
+  std::vector<Diagnostics> diagnostics;                       // every diagnostics record, in step order
+  int64_t planned_steps = 0;                                  // the config's train.steps (0: unknown)
   // The lengths the training batches held (the step records' shortest and longest; 0: not logged)
   // and the sequences in a typical (median) batch. A single-length regime (task.length_regime
   // "single") trains on max_len alone: its trained group is then exactly these lengths, and every
   // other length counts as unseen (a bucket holding both is in neither group).
   int64_t shortest_trained = 0, longest_trained = 0;
   bool single_length = false;
-  std::vector<int64_t> batch_sequences;  // per step record
+  std::vector<int64_t> batch_sequences;     // per step record
   int64_t typical_batch_sequences() const;  // median of batch_sequences (0: not logged)
   Baseline baseline;
   std::vector<double> init_residual_rms, init_layer_grad_norms;  // first diagnostics record
@@ -94,8 +94,8 @@ struct RunResult {
   double judged_accuracy() const;
   double judged_unseen_accuracy() const;  // the same for unseen lengths
   double first_train_loss() const { return loss.empty() ? NAN : loss.front(); }
-  double peak_grad_norm() const;  // the largest finite global gradient norm (NaN if none)
-  int64_t loss_spikes() const;    // see kSpikeFactor
+  double peak_grad_norm() const;   // the largest finite global gradient norm (NaN if none)
+  int64_t loss_spikes() const;     // see kSpikeFactor
   int64_t steps_to_solve() const;  // first evaluation step with trained accuracy >= kSolvedAccuracy; -1: never
   // The area under the held-out trained-length accuracy curve over steps, normalised to [0, 1]:
   // trapezoids between evaluations from the first evaluation to the planned last step, divided by

@@ -40,18 +40,18 @@ class CompareLogger {
 struct CompareTiming {
   double wall_s = 0.0;  // the compare, start to end
   int jobs = 1;
-  int finished_runs = 0;  // runs this compare trained to their summary (finished or diverged)
+  int finished_runs = 0;   // runs this compare trained to their summary (finished or diverged)
   train::PartTimes parts;  // their records (a resumed run: its last session), summed
   // Their processes beyond their records: exec, loading, exit (child's wall / CPU - the record's).
   double process_wall_s = 0.0, process_cpu_s = 0.0;
   int other_runs = 0;  // runs that crashed, failed or were stopped: their whole process
   double other_wall_s = 0.0, other_cpu_s = 0.0;
-  double idle_s = 0.0;    // run slots with no run while runs were trained (launching, reaping)
-  double report_s = 0.0;  // drawing the report (wall; a slot each)
+  double idle_s = 0.0;         // run slots with no run while runs were trained (launching, reaping)
+  double report_s = 0.0;       // drawing the report (wall; a slot each)
   double compare_cpu_s = 0.0;  // the compare process's own CPU time (planning, watching, report)
 
   double slot_seconds() const { return wall_s * double(jobs); }
-  double cpu_seconds() const;  // every run's process and the compare's own
+  double cpu_seconds() const;       // every run's process and the compare's own
   double steps_wall_share() const;  // training steps / slot_seconds()
   double steps_cpu_share() const;   // training steps' CPU / cpu_seconds()
   // The parts as rows {name, wall s, CPU s}, largest wall first; the rows add up to slot_seconds()

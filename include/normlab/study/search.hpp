@@ -72,12 +72,12 @@ std::vector<double> refine_rates(const std::vector<RateOutcome>& tested, int max
 struct BoundaryFit {
   enum class Kind { not_run, never_learned, never_failed, boundary };
   Kind kind = Kind::not_run;
-  double peak_lr = NAN;         // the rate where most seeds learned (the fit's lower end)
-  double top_lr = NAN;          // the highest rate tested
-  double lr50 = NAN;            // the rate where half the seeds learn (boundary)
-  double low = NAN, high = NAN;  // its 95% profile-likelihood interval
+  double peak_lr = NAN;                      // the rate where most seeds learned (the fit's lower end)
+  double top_lr = NAN;                       // the highest rate tested
+  double lr50 = NAN;                         // the rate where half the seeds learn (boundary)
+  double low = NAN, high = NAN;              // its 95% profile-likelihood interval
   bool low_open = false, high_open = false;  // the interval runs past the searched range
-  double slope = NAN;           // s: the log-odds fall per unit of ln lr
+  double slope = NAN;                        // s: the log-odds fall per unit of ln lr
   int fitted_runs = 0, fitted_rates = 0;
   // The profile penalized log-likelihood on theta_grid (ln lr), for ratios and charts.
   std::vector<double> theta_grid, profile;

@@ -38,15 +38,15 @@ double curve_cap(const RunResult& run);
 // series (per-seed points and the mean), and the table's best loss and rate.
 struct LossCurve {
   std::string variant, setting;
-  double cap = NAN;               // ln K: diverged runs sit here, larger losses are cut to it
-  std::vector<double> lrs;        // every probed rate, ascending
-  std::vector<uint64_t> seeds;    // every seed that has a run, ascending
+  double cap = NAN;             // ln K: diverged runs sit here, larger losses are cut to it
+  std::vector<double> lrs;      // every probed rate, ascending
+  std::vector<uint64_t> seeds;  // every seed that has a run, ascending
   // loss[i][j]: curve_loss() of the run at lrs[i], seeds[j]; NaN where that run is missing,
   // unfinished or never evaluated.
   std::vector<std::vector<double>> loss;
-  std::vector<Interval> mean;     // [i]: mean over the finite loss[i][*] with its 95% t interval
-  std::vector<int> capped;        // [i]: runs counted as the cap (diverged, non-finite, or above it)
-  size_t best = 0;                // index of the lowest mean (the lowest rate on a tie); meaningless if lrs empty
+  std::vector<Interval> mean;  // [i]: mean over the finite loss[i][*] with its 95% t interval
+  std::vector<int> capped;     // [i]: runs counted as the cap (diverged, non-finite, or above it)
+  size_t best = 0;             // index of the lowest mean (the lowest rate on a tie); meaningless if lrs empty
   bool empty() const { return lrs.empty(); }
   double best_lr() const { return lrs.empty() ? NAN : lrs[best]; }
   double best_loss() const { return lrs.empty() ? NAN : mean[best].mean; }
@@ -60,10 +60,10 @@ LossCurve loss_curve(const std::string& variant, const std::string& setting, con
 // The LR sensitivity of one curve over [from, to] (from < to, inside the curve's rates).
 struct Sensitivity {
   std::string variant, setting;
-  double from = NAN, to = NAN;     // the common range it is averaged over
-  std::vector<uint64_t> seeds;     // the seeds with a value (a run at every probed rate in range)
-  std::vector<double> per_seed;    // [j] for seeds[j], in nats (>= 0)
-  Interval interval;               // mean over seeds, 95% t interval (n = per_seed.size())
+  double from = NAN, to = NAN;   // the common range it is averaged over
+  std::vector<uint64_t> seeds;   // the seeds with a value (a run at every probed rate in range)
+  std::vector<double> per_seed;  // [j] for seeds[j], in nats (>= 0)
+  Interval interval;             // mean over seeds, 95% t interval (n = per_seed.size())
 };
 // Mean over [from, to] of f - min f, f linear between the points (x = ln lr) and the ends
 // interpolated; the points must be ascending in lr, finite, and cover [from, to]. NaN otherwise.

@@ -16,14 +16,14 @@
 
 namespace normlab::study {
 
-inline constexpr size_t kMinSeeds = 5;           // fewer seeds in a cell: the report warns
+inline constexpr size_t kMinSeeds = 5;  // fewer seeds in a cell: the report warns
 // The runs that differ only by seed, and what they have in common.
 struct GroupSummary {
   std::string variant, setting;
   double lr = 0;
   std::vector<const RunResult*> runs;
-  int finished = 0, diverged = 0, exploded = 0, logit_divergence = 0, entropy_collapse = 0, collapsed = 0, at_chance = 0,
-      weak = 0, slow = 0, learned = 0, solved = 0;
+  int finished = 0, diverged = 0, exploded = 0, logit_divergence = 0, entropy_collapse = 0, collapsed = 0,
+      at_chance = 0, weak = 0, slow = 0, learned = 0, solved = 0;
   int learned_or_solved() const { return learned + solved + slow; }  // has_learned()
   // "Most seeds learned": strictly more than half of the cell's seeds (half is not most).
   bool mostly_learned() const { return 2 * learned_or_solved() > int(runs.size()); }
@@ -35,8 +35,8 @@ struct GroupSummary {
   double train_loss = NAN, train_loss_min = NAN, train_loss_max = NAN;
   double steps_to_solve = NAN;  // median over the seeds that reached it
   int reached_solve = 0;
-  double loss_spikes = NAN;     // mean per seed
-  double peak_grad_norm = NAN;  // median over seeds
+  double loss_spikes = NAN;                                       // mean per seed
+  double peak_grad_norm = NAN;                                    // median over seeds
   std::map<std::pair<int64_t, int64_t>, double> bucket_accuracy;  // median per length bucket
   std::map<std::pair<int64_t, int64_t>, bool> bucket_beyond_train;
 };
@@ -59,8 +59,8 @@ struct Comparison {
   double lr = 0;
   bool paired = true;
   Interval trained_accuracy, unseen_accuracy;
-  Interval trained_loss;  // held-out loss on trained lengths (seeds that did not diverge)
-  Interval accuracy_auc;  // RunResult::accuracy_auc
+  Interval trained_loss;          // held-out loss on trained lengths (seeds that did not diverge)
+  Interval accuracy_auc;          // RunResult::accuracy_auc
   bool accuracy_ceiling = false;  // every seed of both at accuracy 1: accuracy cannot tell them apart
 };
 std::vector<Comparison> compare_variants(const ComparePlan& plan, const std::vector<GroupSummary>& groups);
@@ -81,7 +81,7 @@ struct EndpointTest {
   double p_difference = NAN, p_equivalence = NAN;        // unadjusted
   double holm_difference = NAN, holm_equivalence = NAN;  // Holm-adjusted over the family
   Verdict verdict = Verdict::no_data;
-  size_t seeds_needed = 0;  // undecided: pairs to decide (0: no number would, or not undecided)
+  size_t seeds_needed = 0;            // undecided: pairs to decide (0: no number would, or not undecided)
   bool seeds_for_equivalence = true;  // what seeds_needed would show: equivalence, else a difference
 };
 // Every comparison's tests on the trained-length endpoints held-out loss, accuracy AUC and final

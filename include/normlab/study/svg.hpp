@@ -13,8 +13,8 @@ struct Series {
   std::vector<double> x, y;
   std::vector<double> y_low, y_high;  // optional band (same length as x), drawn under the line
   bool dashed = false;
-  bool markers = false;               // draw a dot at each point
-  std::vector<bool> crossed;          // optional: draw an X instead of a dot (diverged run) at point i
+  bool markers = false;       // draw a dot at each point
+  std::vector<bool> crossed;  // optional: draw an X instead of a dot (diverged run) at point i
   // Optional per-seed values behind a mean or median: (point_x[i], point_y[i]) drawn as small open
   // circles in the series' colour, so a reader sees the spread and n, not only the summary.
   std::vector<double> point_x, point_y;
@@ -31,7 +31,7 @@ struct Chart {
   double shade_from = 0, shade_to = 0;
   std::string shade_label;
   std::string note;  // small text under the plot area
-  double y_max = 0;             // > 0: the y axis ends here; data above leaves the plot at the top
+  double y_max = 0;  // > 0: the y axis ends here; data above leaves the plot at the top
   // With y_max: a point above it (or +inf: a diverged run) is drawn as a triangle on the plot's top
   // edge, filled for a series' point, open for a per-seed point, so a huge loss stays visible without
   // flattening the rest.

@@ -65,7 +65,7 @@ BaselineModel fit_baseline(const data::Dataset& training, int32_t vocab_size, in
 
 struct BaselineScore {
   int64_t examples = 0;
-  double loss = 0;                 // mean cross-entropy (nats)
+  double loss = 0;  // mean cross-entropy (nats)
   double accuracy = 0;
   double accuracy_low = 0, accuracy_high = 0;  // Wilson 95% interval
   double macro_f1 = 0;

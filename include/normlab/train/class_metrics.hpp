@@ -26,7 +26,7 @@ namespace normlab::train {
 // Sparse: only the (target, predicted) pairs that occurred are stored, so a task with thousands of
 // classes (a token vocabulary) costs what its evaluation saw, not K * K counts.
 struct Confusion {
-  int32_t labels = 0;                                     // K
+  int32_t labels = 0;                                    // K
   std::map<std::pair<int32_t, int32_t>, int64_t> cells;  // (target, predicted) -> count, non-zero only
 
   Confusion() = default;

@@ -59,7 +59,8 @@ std::vector<DataChange> changed_data(const DataFingerprint& recorded, const Data
 // resume accepted (--accept-changed-data), oldest first.
 struct DataRecord {
   DataFingerprint files;
-  nlohmann::json accepted_changes = nlohmann::json::array();  // [{"step", "key", "path", "sha256_before", "sha256_after"}]
+  nlohmann::json accepted_changes =
+      nlohmann::json::array();  // [{"step", "key", "path", "sha256_before", "sha256_after"}]
 };
 std::string data_record_text(const DataRecord& record);
 // std::nullopt if DIR/data.json does not exist (a run written before fingerprints); InputError

@@ -53,8 +53,8 @@ struct GroupMetrics {
 
 // What the baselines need from the task and its training data.
 struct Baselines {
-  int32_t num_labels = 0;       // K, the labels the task can output; 0: the logits' width
-  int32_t majority_label = -1;  // the training data's most frequent label; -1: unknown
+  int32_t num_labels = 0;                // K, the labels the task can output; 0: the logits' width
+  int32_t majority_label = -1;           // the training data's most frequent label; -1: unknown
   std::vector<std::string> label_names;  // the task's classes by id, for per-class metrics
 };
 
@@ -101,8 +101,9 @@ nlohmann::json to_json(const EvalMetrics& metrics);
 // 0, own data's default): no length split was asked for.
 bool has_length_buckets(const EvalMetrics& metrics);
 // One line for logs; without length buckets "held-out: loss 0.61, accuracy 0.80, macro-F1 0.78
-// (majority-label baseline 0.21); chance: ...", otherwise "trained lengths 1-16: loss 0.0100, accuracy 1.0000, sequence accuracy 1.0000
-// (majority 0.1000); unseen lengths 17-64: loss ..., accuracy ...; chance: loss 2.3026, accuracy 0.1000".
+// (majority-label baseline 0.21); chance: ...", otherwise "trained lengths 1-16: loss 0.0100, accuracy 1.0000, sequence
+// accuracy 1.0000 (majority 0.1000); unseen lengths 17-64: loss ..., accuracy ...; chance: loss 2.3026, accuracy
+// 0.1000".
 std::string describe_groups(const EvalMetrics& metrics);
 
 nlohmann::json to_json(const GroupMetrics& group, const std::vector<std::string>& label_names = {});

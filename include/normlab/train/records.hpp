@@ -35,7 +35,7 @@ struct StepRecord {
   // Diagnostics steps only: the output's log Z (log sum exp of a row's logits) over every row.
   std::optional<double> log_z_mean, log_z_max_abs;
   std::optional<double> z_loss;  // optim.z_loss > 0 only: the mean log(Z)^2 the loss adds (before the coefficient)
-  bool diverged = false;                 // non-finite loss or gradient norm; no update was made
+  bool diverged = false;         // non-finite loss or gradient norm; no update was made
 };
 
 // {"step", "loss", "accuracy", "lr", "grad_norm", "tokens", "sequences", "shortest", "longest",
@@ -83,7 +83,7 @@ struct TrainSummary {
   int32_t train_max_len = 0;
   std::optional<StepRecord> final_train;  // the last step
   std::optional<int64_t> final_valid_step;
-  std::optional<EvalMetrics> final_valid;  // the last evaluation
+  std::optional<EvalMetrics> final_valid;         // the last evaluation
   std::optional<ValidPoint> best_valid;           // lowest trained-length validation loss, earliest on ties
   std::optional<ValidPoint> best_valid_accuracy;  // highest trained-length validation accuracy, earliest on ties
   // train.keep_best: the metric best.safetensors holds the best of ("loss", "accuracy", "macro_f1"),

@@ -46,7 +46,7 @@ struct LoadedRun {
   std::unique_ptr<nn::EncoderModel> model;  // in eval mode
   int64_t step = 0;
   int32_t train_max_len = 0;
-  Baselines baselines;  // K and the training data's majority label (checkpoint metadata)
+  Baselines baselines;         // K and the training data's majority label (checkpoint metadata)
   DataFingerprint trained_on;  // the data files the checkpoint recorded (none before fingerprints)
 };
 
@@ -56,7 +56,7 @@ LoadedRun load_run(const std::string& dir, CheckpointChoice choice = CheckpointC
 std::string describe_checkpoint(const LoadedRun& run);
 
 struct RunEvaluation {
-  std::string data;  // what was evaluated: a file path, or a description of the generated set
+  std::string data;         // what was evaluated: a file path, or a description of the generated set
   std::string data_sha256;  // the evaluated file's SHA-256 (sha256sum's digits); empty for generated data
   // The run's own validation file whose content is not the one the checkpoint recorded.
   std::optional<DataChange> changed_since_training;
@@ -82,9 +82,9 @@ struct EvalSettings {
 RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& data_file, const EvalSettings& settings);
 
 struct Prediction {
-  std::vector<int32_t> tokens;       // the encoded input
-  std::vector<int32_t> predicted;    // per token: one class per position; per sequence: one class
-  std::vector<float> probability;    // softmax probability of each predicted class
+  std::vector<int32_t> tokens;                   // the encoded input
+  std::vector<int32_t> predicted;                // per token: one class per position; per sequence: one class
+  std::vector<float> probability;                // softmax probability of each predicted class
   std::optional<std::vector<int32_t>> expected;  // the task's rule, for the algorithmic tasks
 };
 

@@ -83,11 +83,11 @@ enum class SessionOutcome {
 struct SessionResult {
   SessionOutcome outcome = SessionOutcome::refused;
   int exit_code = kExitOk;
-  std::string line;       // refused / nothing_to_do: the agreed line, "normlab: ..." (no newline)
-  bool report = true;     // this rank reports the result (rank 0); the others print nothing
-  int ranks = 1;          // processes of the launch
-  std::string dir;        // the run directory (empty if refused before it was named)
-  TrainSummary summary;   // finished, interrupted, diverged
+  std::string line;      // refused / nothing_to_do: the agreed line, "normlab: ..." (no newline)
+  bool report = true;    // this rank reports the result (rank 0); the others print nothing
+  int ranks = 1;         // processes of the launch
+  std::string dir;       // the run directory (empty if refused before it was named)
+  TrainSummary summary;  // finished, interrupted, diverged
 };
 
 // Runs `normlab train` with `options` on the ranks of `comm` (dist::world(); one process: rank 0

@@ -1,7 +1,7 @@
 #pragma once
 // From a validated RunConfig to the objects a run needs: the task, the model's options, and the
-// training / validation data (each loader throws io::StopRequested on a stop request). Shared by the trainer, `normlab eval`, `normlab predict` and
-// `normlab bench step`, so all of them read a config the same way.
+// training / validation data (each loader throws io::StopRequested on a stop request). Shared by the trainer, `normlab
+// eval`, `normlab predict` and `normlab bench step`, so all of them read a config the same way.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -92,6 +92,6 @@ int32_t majority_label(const RunConfig& config, const data::Task& task, const st
 
 // Evaluation batches in file order; masked LM gets the fixed validation masks.
 std::vector<data::Batch> evaluation_batches(const data::Dataset& dataset, const RunConfig& config,
-                                           io::StopFlag stop = nullptr);
+                                            io::StopFlag stop = nullptr);
 
 }  // namespace normlab::train

@@ -100,8 +100,8 @@ class Trainer {
   const DataFingerprint& data_files() const { return data_files_; }
 
  private:
-  bool record_eval();  // false: stopped on request before the evaluation finished
-  KeepBest kept_metric() const;  // train.keep_best with "auto" resolved for this task
+  bool record_eval();               // false: stopped on request before the evaluation finished
+  KeepBest kept_metric() const;     // train.keep_best with "auto" resolved for this task
   KeepBest watched_metric() const;  // what early stopping watches: the kept metric, or loss when none is kept
   void update_monitor(const ValidPoint& point, const EvalMetrics& metrics);  // may write best.safetensors
   bool patience_ran_out() const;  // train.early_stopping_patience evaluations without improvement
@@ -124,8 +124,8 @@ class Trainer {
   io::StopFlag stop_flag_ = nullptr;
   std::unique_ptr<RunOutput> output_;  // who writes this run: set once, by the constructor
   TrainLogger* logger_ = nullptr;      // output_->logger()
-  FileUse train_use_, valid_use_;  // filled while the data loads, so declared before it
-  DataFingerprint data_files_;     // hashed before the data loads
+  FileUse train_use_, valid_use_;      // filled while the data loads, so declared before it
+  DataFingerprint data_files_;         // hashed before the data loads
   bool accept_changed_data_ = false;
   std::vector<DataChange> accepted_changes_;  // found by load_checkpoint when accepted
   data::Task task_;
@@ -157,7 +157,7 @@ class Trainer {
   std::optional<int64_t> early_stopped_at_;
   int64_t last_checkpoint_step_ = -1;
   std::chrono::steady_clock::time_point session_start_ = std::chrono::steady_clock::now();
-  RunClock clock_;  // where the run's time goes: summary.json's "timing"
+  RunClock clock_;                              // where the run's time goes: summary.json's "timing"
   std::unique_ptr<dist::StepReduction> ranks_;  // the processes of this run: one, or N under mpirun
 };
 

@@ -61,8 +61,8 @@ Isa parse_isa(std::string_view name, std::string_view where) {
                      "' (expected reference, generic, avx2 or avx512)");
   }
   if (!cpu_supports(isa)) {
-    throw InputError(std::string(where) + ": this CPU cannot run the " + isa_name(isa) + " kernels (best here: " +
-                     isa_name(best_isa()) + ")");
+    throw InputError(std::string(where) + ": this CPU cannot run the " + isa_name(isa) +
+                     " kernels (best here: " + isa_name(best_isa()) + ")");
   }
   return isa;
 }
@@ -99,8 +99,8 @@ const char* active_isa_name() { return isa_name(active_isa()); }
 
 void set_active_isa(Isa isa) {
   if (!cpu_supports(isa)) {
-    throw InputError(std::string("this CPU cannot run the ") + isa_name(isa) + " kernels (best here: " +
-                     isa_name(best_isa()) + ")");
+    throw InputError(std::string("this CPU cannot run the ") + isa_name(isa) +
+                     " kernels (best here: " + isa_name(best_isa()) + ")");
   }
   g_active.store(static_cast<int>(isa), std::memory_order_relaxed);
 }

@@ -2,13 +2,13 @@
 // atomic load and a switch per call; the kernels themselves run for microseconds at least.
 #include "../isa_kernels.hpp"
 
-#define NORMLAB_DISPATCH(name, ...)                                  \
-  switch (active_isa()) {                                            \
-    case Isa::avx512: return avx512::name(__VA_ARGS__);              \
-    case Isa::avx2: return avx2::name(__VA_ARGS__);                  \
-    case Isa::reference: return reference::name(__VA_ARGS__);        \
-    case Isa::generic: break;                                        \
-  }                                                                  \
+#define NORMLAB_DISPATCH(name, ...)                           \
+  switch (active_isa()) {                                     \
+    case Isa::avx512: return avx512::name(__VA_ARGS__);       \
+    case Isa::avx2: return avx2::name(__VA_ARGS__);           \
+    case Isa::reference: return reference::name(__VA_ARGS__); \
+    case Isa::generic: break;                                 \
+  }                                                           \
   return generic::name(__VA_ARGS__)
 
 namespace normlab::kernels {
@@ -24,8 +24,8 @@ void gelu_forward(float* out, const float* inp, int64_t N) { NORMLAB_DISPATCH(ge
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t N) {
   NORMLAB_DISPATCH(gelu_backward, dinp, dout, inp, N);
 }
-void dyt_forward(float* out, const float* inp, const float* alpha, const float* gamma, const float* beta,
-                 int64_t N, int64_t C) {
+void dyt_forward(float* out, const float* inp, const float* alpha, const float* gamma, const float* beta, int64_t N,
+                 int64_t C) {
   NORMLAB_DISPATCH(dyt_forward, out, inp, alpha, gamma, beta, N, C);
 }
 void dyt_backward(float* dinp, float* dalpha, float* dgamma, float* dbeta, const float* dout, const float* inp,
@@ -46,10 +46,10 @@ void attention_backward(GradOut dqkv, const float* dout, const float* qkv, const
 }
 
 void batch_norm_forward_train(float* out, float* mean, float* rstd, float* running_mean, float* running_var,
-                              const float* inp, const float* gamma, const float* beta, int64_t N, int64_t C,
-                              float eps, float momentum, RankSum* ranks) {
-  NORMLAB_DISPATCH(batch_norm_forward_train, out, mean, rstd, running_mean, running_var, inp, gamma, beta, N, C,
-                   eps, momentum, ranks);
+                              const float* inp, const float* gamma, const float* beta, int64_t N, int64_t C, float eps,
+                              float momentum, RankSum* ranks) {
+  NORMLAB_DISPATCH(batch_norm_forward_train, out, mean, rstd, running_mean, running_var, inp, gamma, beta, N, C, eps,
+                   momentum, ranks);
 }
 void batch_norm_forward_eval(float* out, const float* inp, const float* running_mean, const float* running_var,
                              const float* gamma, const float* beta, int64_t N, int64_t C, float eps) {
@@ -85,15 +85,14 @@ void embedding_backward(float* dweight, const float* dout, const int32_t* ids, i
   NORMLAB_DISPATCH(embedding_backward, dweight, dout, ids, N, V, C);
 }
 
-void layer_norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* gamma,
-                        const float* beta, int64_t rows, int64_t cols, float eps) {
+void layer_norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* gamma, const float* beta,
+                        int64_t rows, int64_t cols, float eps) {
   NORMLAB_DISPATCH(layer_norm_forward, out, mean, rstd, inp, gamma, beta, rows, cols, eps);
 }
 void layer_norm_backward(float* dinp, float* dgamma, float* dbeta, const float* dout, const float* inp,
                          const float* gamma, const float* mean, const float* rstd, int64_t rows, int64_t cols) {
   NORMLAB_DISPATCH(layer_norm_backward, dinp, dgamma, dbeta, dout, inp, gamma, mean, rstd, rows, cols);
 }
-
 
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC) {
@@ -129,9 +128,8 @@ void power_norm_forward(float* out, float* rstd, float* running_phi, const float
                         const float* beta, int64_t N, int64_t C, float eps, float momentum) {
   NORMLAB_DISPATCH(power_norm_forward, out, rstd, running_phi, inp, gamma, beta, N, C, eps, momentum);
 }
-void power_norm_backward(float* dinp, float* dgamma, float* dbeta, float* grad_ema, const float* dout,
-                         const float* inp, const float* gamma, const float* rstd, int64_t N, int64_t C,
-                         float momentum) {
+void power_norm_backward(float* dinp, float* dgamma, float* dbeta, float* grad_ema, const float* dout, const float* inp,
+                         const float* gamma, const float* rstd, int64_t N, int64_t C, float momentum) {
   NORMLAB_DISPATCH(power_norm_backward, dinp, dgamma, dbeta, grad_ema, dout, inp, gamma, rstd, N, C, momentum);
 }
 void rms_norm_forward(float* out, float* rstd, const float* inp, const float* gamma, int64_t rows, int64_t cols,

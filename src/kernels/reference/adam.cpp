@@ -8,10 +8,8 @@ void adam_update(float* p, float* m, float* v, const float* g, int64_t N, const 
   for (int64_t i = 0; i < N; i++) {
     float grad = g[i];
     // weight decay: AdamW shrinks the parameter itself, Adam adds an L2 term to the gradient
-    if (s.decoupled)
-      p[i] = p[i] * s.param_scale;
-    else
-      grad = grad + s.grad_decay * p[i];
+    if (s.decoupled) p[i] = p[i] * s.param_scale;
+    else grad = grad + s.grad_decay * p[i];
     // m, v: running averages of the gradient and of its square
     m[i] = m[i] * s.beta1 + s.one_minus_beta1 * grad;
     v[i] = v[i] * s.beta2 + s.one_minus_beta2 * grad * grad;

@@ -31,7 +31,7 @@ void batch_norm_forward_train(float* out, float* mean, float* rstd,             
   }
 }
 
-void batch_norm_forward_eval(float* out, const float* inp,                          // (N,C), (N,C)
+void batch_norm_forward_eval(float* out, const float* inp,                         // (N,C), (N,C)
                              const float* running_mean, const float* running_var,  // (C), (C)
                              const float* gamma, const float* beta,                // (C), (C)
                              int64_t N, int64_t C, float eps) {
@@ -44,9 +44,9 @@ void batch_norm_forward_eval(float* out, const float* inp,                      
   }
 }
 
-void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,                   // (N,C), (C), (C)
-                         const float* dout, const float* inp, const float* gamma,    // (N,C), (N,C), (C)
-                         const float* mean, const float* rstd,                       // (C), (C)
+void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,                 // (N,C), (C), (C)
+                         const float* dout, const float* inp, const float* gamma,  // (N,C), (N,C), (C)
+                         const float* mean, const float* rstd,                     // (C), (C)
                          int64_t N, int64_t C, RankSum* /*ranks*/) {
   for (int64_t c = 0; c < C; c++) {
     // the cached float mean of a feature near 1e4 has lost low bits that x - mean needs: add back

@@ -7,8 +7,8 @@
 
 namespace normlab::kernels::reference {
 
-void dropout_forward(float* out, float* mask, const float* inp, const int64_t* offsets, int64_t B, int64_t C,
-                     float p, uint64_t key, int64_t first_sequence) {
+void dropout_forward(float* out, float* mask, const float* inp, const int64_t* offsets, int64_t B, int64_t C, float p,
+                     uint64_t key, int64_t first_sequence) {
   if (!(p >= 0.0f && p <= 1.0f)) throw UsageError("dropout_forward: p must be in [0, 1], got " + std::to_string(p));
   const float scale = 1.0f / (1.0f - p);  // inf at p == 1, where u >= p never holds
   for (int64_t b = 0; b < B; b++) {

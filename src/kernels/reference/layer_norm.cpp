@@ -33,9 +33,9 @@ void layer_norm_forward(float* out, float* mean, float* rstd,                   
   }
 }
 
-void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,                    // (N,C), (C), (C)
-                         const float* dout, const float* inp, const float* gamma,     // (N,C), (N,C), (C)
-                         const float* mean, const float* rstd,                        // (N), (N)
+void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,                 // (N,C), (C), (C)
+                         const float* dout, const float* inp, const float* gamma,  // (N,C), (N,C), (C)
+                         const float* mean, const float* rstd,                     // (N), (N)
                          int64_t N, int64_t C) {
   for (int64_t n = 0; n < N; n++) {
     const float* x = inp + n * C;    // (C)

@@ -56,7 +56,7 @@ void linear_forward(float* out,                                                /
     }
 }
 
-void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,  // (N,C), (OC,C), (OC)
+void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,              // (N,C), (OC,C), (OC)
                      const float* dout, const float* inp, const float* weight,  // (N,OC), (N,C), (OC,C)
                      int64_t N, int64_t C, int64_t OC) {
   // dinp = dout @ weight: each input feeds every output through weight[o][c]

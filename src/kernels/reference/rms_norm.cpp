@@ -22,9 +22,9 @@ void rms_norm_forward(float* out, float* rstd,               // (N,C), (N)
   }
 }
 
-void rms_norm_backward(float* dinp, float* dgamma,                                // (N,C), (C)
-                       const float* dout, const float* inp, const float* gamma,   // (N,C), (N,C), (C)
-                       const float* rstd,                                         // (N)
+void rms_norm_backward(float* dinp, float* dgamma,                               // (N,C), (C)
+                       const float* dout, const float* inp, const float* gamma,  // (N,C), (N,C), (C)
+                       const float* rstd,                                        // (N)
                        int64_t N, int64_t C) {
   for (int64_t n = 0; n < N; n++) {
     const float* x = inp + n * C;    // (C)

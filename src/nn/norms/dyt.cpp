@@ -14,14 +14,19 @@ DyT::DyT(int64_t dim, float alpha_init) {
 Tensor DyT::forward(const Tensor& x) { return ops::dyt(x, alpha, weight, bias); }
 
 NormEntry dyt_entry() {
-  return {.spec = {.name = "dyt", .symbol = "DyT", .aliases = {"dynamic_tanh", "tanh"},
-          .description = "Dynamic Tanh: an elementwise gamma * tanh(alpha x) + beta, no statistics",
-          .formula = "y = gamma * tanh(alpha * x) + beta, alpha one learned scalar (init 0.5)",
-          .reference = reference_forward<DyT>([](const DyT& dyt, ReferenceRows r) {
-            kernels::reference::dyt_forward(r.y, r.x, dyt.alpha.data(), dyt.weight.data(), dyt.bias.data(), r.rows,
-                                            r.dim);
-          }),
-          .make = [](int64_t dim, float) { return std::make_unique<DyT>(dim); },},  // no eps: nothing is divided
+  return {.spec =
+              {
+                  .name = "dyt",
+                  .symbol = "DyT",
+                  .aliases = {"dynamic_tanh", "tanh"},
+                  .description = "Dynamic Tanh: an elementwise gamma * tanh(alpha x) + beta, no statistics",
+                  .formula = "y = gamma * tanh(alpha * x) + beta, alpha one learned scalar (init 0.5)",
+                  .reference = reference_forward<DyT>([](const DyT& dyt, ReferenceRows r) {
+                    kernels::reference::dyt_forward(r.y, r.x, dyt.alpha.data(), dyt.weight.data(), dyt.bias.data(),
+                                                    r.rows, r.dim);
+                  }),
+                  .make = [](int64_t dim, float) { return std::make_unique<DyT>(dim); },
+              },  // no eps: nothing is divided
           .torch = {{{"alpha", "torch.full((1,), 0.5)"}, {"weight", "torch.ones(dim)"}, {"bias", "torch.zeros(dim)"}},
                     "weight * torch.tanh(alpha * x) + bias"},
           .variants = {{"dyt", "pre", "Dynamic Tanh gamma * tanh(a x) + beta in place of each norm, pre placement",

@@ -5,8 +5,13 @@
 namespace normlab::nn {
 
 NormEntry no_norm_entry() {
-  return {.spec = {.name = "none", .symbol = {}, .aliases = {}, .description = "no normalization at all",
-                   .formula = "no normalization: x + f(x)", .reference = {}, .make = {}},
+  return {.spec = {.name = "none",
+                   .symbol = {},
+                   .aliases = {},
+                   .description = "no normalization at all",
+                   .formula = "no normalization: x + f(x)",
+                   .reference = {},
+                   .make = {}},
           .torch = {},
           .variants = {{"none", "pre", "no normalization: x + f(x)", "#000000"}}};
 }

@@ -46,11 +46,13 @@ void scale_norm_reference(const ScaleNorm& norm, ReferenceRows io) {
 }  // namespace
 
 NormEntry scale_norm_entry() {
-  return {.spec = {.name = "scalenorm", .symbol = "ScaleNorm", .aliases = {"scale_norm", "sn"},
-          .description = "ScaleNorm: each token scaled to length g, one learned scalar g (init sqrt(d_model))",
-          .formula = "y = g * x / sqrt(||x||^2 + eps), ||x|| over each token's d_model features, g one scalar",
-          .reference = reference_forward<ScaleNorm>(scale_norm_reference),
-          .make = [](int64_t dim, float eps) { return std::make_unique<ScaleNorm>(dim, eps); }},
+  return {.spec = {.name = "scalenorm",
+                   .symbol = "ScaleNorm",
+                   .aliases = {"scale_norm", "sn"},
+                   .description = "ScaleNorm: each token scaled to length g, one learned scalar g (init sqrt(d_model))",
+                   .formula = "y = g * x / sqrt(||x||^2 + eps), ||x|| over each token's d_model features, g one scalar",
+                   .reference = reference_forward<ScaleNorm>(scale_norm_reference),
+                   .make = [](int64_t dim, float eps) { return std::make_unique<ScaleNorm>(dim, eps); }},
           .torch = {{{"g", "torch.full((1,), math.sqrt(dim))"}},
                     "g * x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps)"},
           .variants = {{"scalenorm", "pre", "ScaleNorm: each token scaled to one learned length g, pre placement",

@@ -29,7 +29,8 @@ class LayerScale : public ResidualScheme {
 }  // namespace
 
 ResidualEntry layer_scale_entry() {
-  return {.spec = {.name = "layerscale", .aliases = {"layer_scale", "ls"},
+  return {.spec = {.name = "layerscale",
+                   .aliases = {"layer_scale", "ls"},
                    .description = "LayerScale: each sublayer's output scaled per feature by a learned lambda",
                    .formula = "x + diag(lambda) * f(x), lambda (d_model) per sublayer, 0.1 at init",
                    .sum = "x + lambda * {}",

@@ -19,7 +19,8 @@ class ReZero : public ResidualScheme {
 }  // namespace
 
 ResidualEntry rezero_entry() {
-  return {.spec = {.name = "rezero", .aliases = {"re_zero"},
+  return {.spec = {.name = "rezero",
+                   .aliases = {"re_zero"},
                    .description = "ReZero: each sublayer scaled by a learned alpha",
                    .formula = "x + alpha * f(x), alpha one learned scalar per block, 0 at init",
                    .sum = "x + alpha * {}",

@@ -10,15 +10,15 @@
 namespace normlab::bench {
 
 struct GemmBenchResult {
-  std::string variant;         // "nn", "nt" or "tn" (kernels/matmul.hpp)
+  std::string variant;          // "nn", "nt" or "tn" (kernels/matmul.hpp)
   int64_t M = 0, K = 0, N = 0;  // C (M,N) = op(A) (M,K) @ op(B) (K,N)
   int threads = 0;
   int repeats = 0;
   double median_ms = 0;
   double min_ms = 0;
-  double flops = 0;          // 2*M*N*K: one multiply and one add per term
-  double gflops = 0;         // flops / median / 1e9
-  double gflops_best = 0;    // flops / min / 1e9 (the machine is shared: the least disturbed call)
+  double flops = 0;        // 2*M*N*K: one multiply and one add per term
+  double gflops = 0;       // flops / median / 1e9
+  double gflops_best = 0;  // flops / min / 1e9 (the machine is shared: the least disturbed call)
 };
 
 // A, B are seeded normals stored as the variant reads them. Throws normlab::UsageError for an

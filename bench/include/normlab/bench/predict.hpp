@@ -13,14 +13,14 @@ namespace normlab::bench {
 struct BenchPredictResult {
   int threads = 1;
   int repeats = 0;
-  int64_t inputs = 0;         // lines predicted per repeat
-  int64_t tokens = 0;         // their tokens
+  int64_t inputs = 0;  // lines predicted per repeat
+  int64_t tokens = 0;  // their tokens
   int64_t batch_size = 0;
-  double median_s = 0.0;      // one pass over the inputs, median over the repeats
+  double median_s = 0.0;  // one pass over the inputs, median over the repeats
   double min_s = 0.0, max_s = 0.0;
   double sequences_per_s = 0.0;  // inputs / median_s
   double tokens_per_s = 0.0;
-  std::string kernels;        // the kernel path that ran
+  std::string kernels;  // the kernel path that ran
 };
 
 // The inputs of a run's validation file, one text a line as a user would type it (a data-defined

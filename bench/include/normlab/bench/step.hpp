@@ -13,18 +13,18 @@ namespace normlab::bench {
 
 struct BenchStepResult {
   int threads = 1;
-  int repeats = 0;             // timed steps
-  int warmup = 0;              // untimed steps before them
+  int repeats = 0;  // timed steps
+  int warmup = 0;   // untimed steps before them
   int64_t batch_size = 0;
   int64_t num_parameters = 0;
-  double mean_tokens = 0.0;    // real tokens per batch, averaged over the timed batches
-  double step_ms = 0.0;        // median over the timed steps
+  double mean_tokens = 0.0;  // real tokens per batch, averaged over the timed batches
+  double step_ms = 0.0;      // median over the timed steps
   double min_step_ms = 0.0;
   double max_step_ms = 0.0;
-  double tokens_per_s = 0.0;   // all real tokens of the timed steps / their total time
-  double peak_rss_mib = 0.0;   // the process's peak resident set size after the steps (VmHWM), MiB
-  std::string kernels;         // the kernel path that ran: "generic", "avx2", "avx512" or "reference"
-  std::string openmp_wait;     // what idle OpenMP threads do (openmp_wait_setting)
+  double tokens_per_s = 0.0;  // all real tokens of the timed steps / their total time
+  double peak_rss_mib = 0.0;  // the process's peak resident set size after the steps (VmHWM), MiB
+  std::string kernels;        // the kernel path that ran: "generic", "avx2", "avx512" or "reference"
+  std::string openmp_wait;    // what idle OpenMP threads do (openmp_wait_setting)
   // Model FLOPs of the timed steps (step_flops), docs/PERFORMANCE.md "MFU": the matrix products of
   // every Linear, forward and backward, 6 * rows * in * out, and attention's 12 * d_model * L^2
   // per layer and sequence (q k^T and P v forward, four products backward). Elementwise work,

@@ -14,7 +14,6 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t N);
 void relu_forward(float* out, const float* inp, int64_t N);                       // (N), (N)
 void relu_backward(float* dinp, const float* dout, const float* inp, int64_t N);  // (N), (N), (N); +=
 
-
 void dyt_forward(float* out, const float* inp,                               // (N,C), (N,C)
                  const float* alpha, const float* gamma, const float* beta,  // (1), (C), (C)
                  int64_t N, int64_t C);

@@ -20,15 +20,15 @@ void batch_norm_forward_train(float* out, float* mean, float* rstd,             
                               const float* inp, const float* gamma, const float* beta,  // (N,C), (C), (C)
                               int64_t N, int64_t C, float eps, float momentum, RankSum* ranks);
 
-void batch_norm_forward_eval(float* out, const float* inp,                          // (N,C), (N,C)
+void batch_norm_forward_eval(float* out, const float* inp,                         // (N,C), (N,C)
                              const float* running_mean, const float* running_var,  // (C), (C)
                              const float* gamma, const float* beta,                // (C), (C)
                              int64_t N, int64_t C, float eps);
 
 // Backward of the training forward. ACCUMULATES (+=) into dinp, dgamma, dbeta; each may be nullptr.
-void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,                   // (N,C), (C), (C)
-                         const float* dout, const float* inp, const float* gamma,    // (N,C), (N,C), (C)
-                         const float* mean, const float* rstd,                       // (C), (C)
+void batch_norm_backward(float* dinp, float* dgamma, float* dbeta,                 // (N,C), (C), (C)
+                         const float* dout, const float* inp, const float* gamma,  // (N,C), (N,C), (C)
+                         const float* mean, const float* rstd,                     // (C), (C)
                          int64_t N, int64_t C, RankSum* ranks);
 
 }  // namespace normlab::kernels::reference

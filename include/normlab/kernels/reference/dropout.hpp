@@ -6,7 +6,7 @@
 
 namespace normlab::kernels::reference {
 
-void dropout_forward(float* out, float* mask,           // (T,C), (T,C); T = offsets[B]
+void dropout_forward(float* out, float* mask,            // (T,C), (T,C); T = offsets[B]
                      const float* inp,                   // (T,C)
                      const int64_t* offsets, int64_t B,  // (B+1)
                      int64_t C, float p, uint64_t key, int64_t first_sequence);

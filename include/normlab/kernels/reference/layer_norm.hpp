@@ -18,9 +18,9 @@ void layer_norm_forward(float* out, float* mean, float* rstd,                   
 
 // ACCUMULATES (+=) into dinp, dgamma, dbeta; dinp may be nullptr, dgamma/dbeta are nullptr exactly
 // when gamma is. mean and rstd are what layer_norm_forward wrote.
-void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,                    // (N,C), (C), (C)
-                         const float* dout, const float* inp, const float* gamma,     // (N,C), (N,C), (C)
-                         const float* mean, const float* rstd,                        // (N), (N)
+void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,                 // (N,C), (C), (C)
+                         const float* dout, const float* inp, const float* gamma,  // (N,C), (N,C), (C)
+                         const float* mean, const float* rstd,                     // (N), (N)
                          int64_t N, int64_t C);
 
 }  // namespace normlab::kernels::reference

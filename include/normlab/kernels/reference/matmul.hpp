@@ -27,7 +27,7 @@ void linear_forward(float* out,                                                /
 
 // ACCUMULATES (+=) into dinp, dweight, dbias, or overwrites those that say so (grad_out.hpp); each
 // may be nullptr.
-void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,               // (N,C), (OC,C), (OC)
+void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,              // (N,C), (OC,C), (OC)
                      const float* dout, const float* inp, const float* weight,  // (N,OC), (N,C), (OC,C)
                      int64_t N, int64_t C, int64_t OC);
 

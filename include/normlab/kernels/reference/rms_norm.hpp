@@ -12,9 +12,9 @@ void rms_norm_forward(float* out, float* rstd,               // (N,C), (N)
                       int64_t N, int64_t C, float eps);
 
 // ACCUMULATES (+=) into dinp and dgamma; either may be nullptr.
-void rms_norm_backward(float* dinp, float* dgamma,                                // (N,C), (C)
-                       const float* dout, const float* inp, const float* gamma,   // (N,C), (N,C), (C)
-                       const float* rstd,                                         // (N)
+void rms_norm_backward(float* dinp, float* dgamma,                               // (N,C), (C)
+                       const float* dout, const float* inp, const float* gamma,  // (N,C), (N,C), (C)
+                       const float* rstd,                                        // (N)
                        int64_t N, int64_t C);
 
 }  // namespace normlab::kernels::reference
