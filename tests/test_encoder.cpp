@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normlab/autograd.hpp"
+#include "encoder_gradcheck.hpp"
 #include "normlab/gradcheck.hpp"
 #include "normlab/io/npy.hpp"
 #include "normlab/nn/encoder.hpp"
@@ -303,17 +304,7 @@ TEST_CASE("encoder: whole-block gradcheck for every norm kind, residual scheme a
         if (name.ends_with("resweight")) t.data()[0] = 0.5f;
         inputs.push_back(t);
       }
-      const std::vector<int64_t> offsets{0, 3, 4, 7};
-      GradcheckOptions options;
-      options.max_checks_per_input = 12;
-      options.step = 5e-3;
-      options.atol = 2e-3;
-      options.rtol = 2e-2;
-      GradcheckResult r =
-          gradcheck([encoder, offsets](const std::vector<Tensor>& in) { return encoder->forward(in[0], offsets); },
-                    inputs, options);
-      INFO(r.worst);
-      CHECK(r.ok);
+      normlab::test::check_encoder_gradients(encoder, inputs);
     }
   }
 }
