@@ -162,6 +162,17 @@ Tensor unary(const Tensor& a, const char* name, F f, DF dfdx) {
   return out;
 }
 
+// y = f(x) elementwise by an activation's kernel pair (kernels/activations.hpp): forward(y, x, n),
+// and backward(dx, g, x, n), which adds into dx.
+template <auto forward, auto backward>
+Tensor activation(const Tensor& a, const char* name) {
+  Tensor out = Tensor::empty(a.shape());
+  forward(out.data(), a.data(), a.numel());
+  if (!needs_grad({&a})) return out;
+  record(out, name, {a}, [a](const float* g) { backward(grad_ptr(a), g, a.data(), a.numel()); });
+  return out;
+}
+
 }  // namespace
 
 Shape broadcast_shapes(const Shape& a, const Shape& b) {
@@ -211,20 +222,7 @@ Tensor square(const Tensor& a) {
       a, "square", [](float x) { return x * x; }, [](float x, float) { return 2.0f * x; });
 }
 
-Tensor relu(const Tensor& a) {
-  Tensor out = Tensor::empty(a.shape());
-  kernels::relu_forward(out.data(), a.data(), a.numel());
-  if (!needs_grad({&a})) return out;
-  record(out, "relu", {a}, [a](const float* g) { kernels::relu_backward(grad_ptr(a), g, a.data(), a.numel()); });
-  return out;
-}
-
-Tensor gelu(const Tensor& a) {
-  Tensor out = Tensor::empty(a.shape());
-  kernels::gelu_forward(out.data(), a.data(), a.numel());
-  if (!needs_grad({&a})) return out;
-  record(out, "gelu", {a}, [a](const float* g) { kernels::gelu_backward(grad_ptr(a), g, a.data(), a.numel()); });
-  return out;
-}
+Tensor relu(const Tensor& a) { return activation<kernels::relu_forward, kernels::relu_backward>(a, "relu"); }
+Tensor gelu(const Tensor& a) { return activation<kernels::gelu_forward, kernels::gelu_backward>(a, "gelu"); }
 
 }  // namespace normlab::ops
