@@ -125,7 +125,7 @@ void check_f64(const char* what, const std::function<Tensor(const Inputs&)>& f, 
                         forward_tol, r.grad_error, grad_tol));
 }
 
-// Index map of NumPy broadcasting from `out` to `in` (row-major), written independently of ops.cpp.
+// Index map of NumPy broadcasting from `out` to `in` (row-major), written independently of src/ops/elementwise.cpp.
 std::vector<size_t> broadcast_map(const Shape& out, const Shape& in) {
   std::vector<size_t> map(size_t(shape_numel(out)));
   for (size_t flat = 0; flat < map.size(); ++flat) {

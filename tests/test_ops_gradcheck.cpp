@@ -142,7 +142,7 @@ TEST_CASE("gradcheck: embedding, attention, softmax, mean_pool, cross_entropy, d
              {param({4, 6}, 45)});
 }
 
-// The ops build a failed check's message only when the check fails (src/ops.cpp, require): the
+// The ops build a failed check's message only when the check fails (src/ops/common.hpp, require): the
 // message must still be the whole sentence, with the values that failed.
 TEST_CASE("ops: a failed check still names what failed (messages are built only on failure)") {
   const Tensor logits = Tensor::zeros({2, 3});

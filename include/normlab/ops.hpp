@@ -1,7 +1,8 @@
 #pragma once
 // Differentiable ops: each one runs a forward kernel, and if any input requires a gradient it
 // records a node whose backward calls the matching backward kernel (autograd.hpp). Shapes follow
-// PyTorch's conventions; mismatches throw UsageError naming the op and both shapes.
+// PyTorch's conventions; mismatches throw UsageError naming the op and both shapes. Each section
+// below is defined in the file of src/ops/ it names.
 #include <cstdint>
 #include <vector>
 
@@ -14,6 +15,7 @@ class RankSum;  // kernels/batch_norm.hpp
 namespace normlab::ops {
 
 // ---- elementwise, with NumPy/PyTorch broadcasting (dims aligned from the right, size 1 stretches)
+// (elementwise.cpp)
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
@@ -29,14 +31,14 @@ Tensor gelu(const Tensor& a);  // exact: 0.5 x (1 + erf(x / sqrt 2)), PyTorch's 
 Tensor square(const Tensor& a);
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 
-// ---- reductions
+// ---- reductions (reductions.cpp)
 Tensor sum(const Tensor& a);   // all elements -> shape []
 Tensor mean(const Tensor& a);  // all elements -> shape []
 // Over the last `ndims` dims: [..., d1..dk] -> [...] or [..., 1..1] with keepdim.
 Tensor sum_trailing(const Tensor& a, int64_t ndims, bool keepdim = false);
 Tensor mean_trailing(const Tensor& a, int64_t ndims, bool keepdim = false);
 
-// ---- shape
+// ---- shape (shape.cpp)
 Tensor reshape(const Tensor& a, const Shape& shape);  // a view: shares storage; one dim may be -1
 // Columns [start, start + length) of a (rows, cols) matrix -> (rows, length): a copy, like
 // torch.narrow(a, 1, start, length).contiguous(). The attention's query/key/value thirds of qkv.
@@ -44,7 +46,7 @@ Tensor narrow_columns(const Tensor& a, int64_t start, int64_t length);
 // (rows, cols_i) matrices side by side -> (rows, sum of cols_i), like torch.cat(parts, dim=1).
 Tensor cat_columns(const std::vector<Tensor>& parts);
 
-// ---- linear algebra (our GEMM, kernels/matmul.hpp)
+// ---- linear algebra on our GEMM, kernels/matmul.hpp (linear.cpp)
 Tensor matmul(const Tensor& a, const Tensor& b);  // a (..., K) @ b (K, N) -> (..., N)
 // x (..., C), weight (OC, C) as in torch.nn.Linear, bias (OC) or undefined -> (..., OC)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
@@ -53,7 +55,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 // bits as the two ops; the encoder's feed-forward block uses it.
 Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
-// ---- normalization (the subject of the project)
+// ---- normalization, the subject of the project (normalization.cpp)
 // LayerNorm over the trailing dims given by normalized_shape (like torch.nn.functional.layer_norm);
 // gamma/beta have shape normalized_shape, or are undefined for elementwise_affine=false.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& gamma, const Tensor& beta,
@@ -76,23 +78,26 @@ Tensor power_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tens
 Tensor dyt(const Tensor& x, const Tensor& alpha, const Tensor& gamma, const Tensor& beta);
 
 // ---- transformer pieces on packed variable-length batches (offsets: (B+1), offsets[B] = tokens)
+// (transformer.cpp)
 Tensor embedding(const std::vector<int32_t>& ids, const Tensor& weight);  // -> (N, C)
 // qkv (T, 3C) -> (T, C): each sequence attends over its own tokens only.
 Tensor attention(const Tensor& qkv, const std::vector<int64_t>& offsets, int64_t num_heads);
 Tensor softmax(const Tensor& x);  // over the last dim
 // Mean over each sequence's tokens: x (T, C) -> (B, C).
 Tensor mean_pool(const Tensor& x, const std::vector<int64_t>& offsets);
-// Mean cross-entropy over targets != -1; logits (N, V), targets (N).
-Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets);
-// z-loss (PaLM; Wortsman et al. 2023): mean over the rows with targets != -1 (the rows the
-// cross-entropy averages over) of log(Z)^2, log Z = log sum_v exp(logits[n][v]); logits (N, V),
-// targets (N) -> shape []. 0 when every row is ignored. d/dlogits[n][v] = 2 log Z_n softmax_v / count.
-Tensor z_loss(const Tensor& logits, const std::vector<int32_t>& targets);
 // Inverted dropout on x (T, C), sequence b of the batch being sequence first_sequence + b of the
 // global batch; identity when !training or p == 0. The mask is kernels::dropout_forward's: a pure
 // function of `key`, which names this call in this step (seed, step and call site hashed together,
 // see kernels::dropout_key), and of each element's global sequence, position and feature.
 Tensor dropout(const Tensor& x, const std::vector<int64_t>& offsets, float p, uint64_t key, int64_t first_sequence,
                bool training);
+
+// ---- losses (losses.cpp)
+// Mean cross-entropy over targets != -1; logits (N, V), targets (N).
+Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets);
+// z-loss (PaLM; Wortsman et al. 2023): mean over the rows with targets != -1 (the rows the
+// cross-entropy averages over) of log(Z)^2, log Z = log sum_v exp(logits[n][v]); logits (N, V),
+// targets (N) -> shape []. 0 when every row is ignored. d/dlogits[n][v] = 2 log Z_n softmax_v / count.
+Tensor z_loss(const Tensor& logits, const std::vector<int32_t>& targets);
 
 }  // namespace normlab::ops

@@ -144,7 +144,7 @@ mutant "embedding backward: a repeated token's gradient overwritten instead of s
   'for (int64_t c = c0; c < c1; c++) drow[c] = dy[c];' \
   '*f64*,*golden*,*embedding*'
 mutant "mean_pool: divides by the longest sequence, not each sequence's length" \
-  src/ops.cpp \
+  src/ops/transformer.cpp \
   '    for (int64_t c = 0; c < C; ++c) y[b * C + c] /= static_cast<float>(len);' \
   '    for (int64_t c = 0; c < C; ++c) y[b * C + c] /= static_cast<float>(T > len ? T : len);' \
   '*f64*,*golden*'

@@ -30,10 +30,7 @@ const NormEntry* find_norm(const std::string& name) { return find_entry(norm_reg
 
 std::vector<std::string> norm_names() { return entry_names(norm_registry()); }
 
-NormKind::NormKind(const std::string& name) : entry_(find_norm(name)) {
-  if (entry_ == nullptr)
-    throw UsageError(fmt::format("unknown norm '{}' (choose {})", name, fmt::join(norm_names(), ", ")));
-}
+NormKind::NormKind(const std::string& name) : entry_(require_entry(norm_registry(), name, "norm")) {}
 NormKind::NormKind(const char* name) : NormKind(std::string(name)) {}
 const std::string& NormKind::name() const { return entry_->spec.name; }
 

@@ -32,10 +32,8 @@ const ResidualEntry* find_residual(const std::string& name) { return find_entry(
 
 std::vector<std::string> residual_names() { return entry_names(residual_registry()); }
 
-ResidualKind::ResidualKind(const std::string& name) : entry_(find_residual(name)) {
-  if (entry_ == nullptr)
-    throw UsageError(fmt::format("unknown residual scheme '{}' (choose {})", name, fmt::join(residual_names(), ", ")));
-}
+ResidualKind::ResidualKind(const std::string& name)
+    : entry_(require_entry(residual_registry(), name, "residual scheme")) {}
 ResidualKind::ResidualKind(const char* name) : ResidualKind(std::string(name)) {}
 
 }  // namespace normlab::nn

@@ -21,6 +21,14 @@ double number_or_nan(const json& object, const char* key) {
   return object.at(key).get<double>();
 }
 
+// The step every record read back carries; InputError "WHERE: malformed WHAT {...}" without one.
+int64_t step_of(const json& value, const std::string& where, const char* what) {
+  if (!value.is_object() || !value.contains("step") || !value.at("step").is_number_integer()) {
+    throw InputError(fmt::format("{}: malformed {} {}", where, what, value.dump()));
+  }
+  return value.at("step").get<int64_t>();
+}
+
 }  // namespace
 
 ValidPoint valid_point(int64_t step, const EvalMetrics& metrics) {
@@ -51,11 +59,8 @@ json to_json(const ValidPoint& point) {
 
 std::optional<ValidPoint> valid_point_from_json(const json& value, const std::string& where) {
   if (value.is_null()) return std::nullopt;
-  if (!value.is_object() || !value.contains("step") || !value.at("step").is_number_integer()) {
-    throw InputError(fmt::format("{}: malformed validation point {}", where, value.dump()));
-  }
   ValidPoint point;
-  point.step = value.at("step").get<int64_t>();
+  point.step = step_of(value, where, "validation point");
   point.loss = number_or_nan(value, "loss");
   point.accuracy = number_or_nan(value, "accuracy");
   point.sequence_accuracy = number_or_nan(value, "sequence_accuracy");
@@ -113,11 +118,8 @@ json to_json(const StepRecord& record) {
 }
 
 StepRecord step_record_from_json(const json& value, const std::string& where) {
-  if (!value.is_object() || !value.contains("step") || !value.at("step").is_number_integer()) {
-    throw InputError(fmt::format("{}: malformed step record {}", where, value.dump()));
-  }
   StepRecord record;
-  record.step = value.at("step").get<int64_t>();
+  record.step = step_of(value, where, "step record");
   record.loss = number_or_nan(value, "loss");
   record.accuracy = number_or_nan(value, "accuracy");
   record.lr = number_or_nan(value, "lr");
