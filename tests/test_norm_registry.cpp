@@ -75,7 +75,9 @@ TEST_CASE("norm registry: names are unique and every entry is complete") {
     CHECK(nn::NormKind(spec.name).name() == spec.name);
   }
   CHECK(nn::find_norm("layer_norm") == nullptr);
-  CHECK_THROWS_AS(nn::NormKind("layer_norm"), UsageError);
+  CHECK_THROWS_WITH_AS(
+      nn::NormKind("layer_norm"),
+      "unknown norm 'layer_norm' (choose layernorm, rmsnorm, batchnorm, powernorm, dyt, scalenorm, none)", UsageError);
 }
 
 TEST_CASE("norm registry: every layer's forward matches its reference forward") {

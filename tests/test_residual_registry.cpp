@@ -80,7 +80,8 @@ TEST_CASE("residual registry: names are unique and every entry is complete") {
     CHECK(nn::ResidualKind(spec.name).name() == spec.name);
   }
   CHECK(names.count("plain") == 1);
-  CHECK_THROWS_AS(nn::ResidualKind("re_zero"), UsageError);
+  CHECK_THROWS_WITH_AS(nn::ResidualKind("re_zero"),
+                       "unknown residual scheme 're_zero' (choose plain, rezero, layerscale)", UsageError);
 }
 
 TEST_CASE("residual registry: every scheme's sum is x + scale * f, at both sublayers") {
