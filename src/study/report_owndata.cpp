@@ -113,7 +113,7 @@ std::vector<Cell> cells_of(const Context& c, const FirstScreenNumbers& numbers) 
     if (const GroupSummary* g = c.group(row.variant, cell.lr, row.setting))
       for (const RunResult* r : g->runs) {
         const Kept k = kept_figures(*r);
-        if (std::isfinite(k.accuracy)) cell.by_seed[r->spec.seed] = k;
+        if (std::isfinite(k.accuracy)) cell.by_seed[r->spec.seed()] = k;
       }
     if (cell.by_seed.empty()) continue;
     std::vector<train::Confusion> confusions;
