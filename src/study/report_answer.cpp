@@ -1,8 +1,7 @@
-// The report's first screen: a verdict of at most three plain sentences, the headline figure (final
+// The report's first screen: the verdict (report_verdict.cpp), the headline figure (final
 // held-out loss against learning rate, every variant in one panel per setting) and one compact table
 // (variant x setting). Everything else follows under headings (render.cpp adds the contents).
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>

@@ -28,7 +28,15 @@ namespace normlab::study {
 
 namespace {
 
-using namespace scheduler_parts;
+namespace fs = std::filesystem;
+using scheduler_parts::add_runs;
+using scheduler_parts::ChildRecord;
+using scheduler_parts::PassTotals;
+using scheduler_parts::RunWatcher;
+using scheduler_parts::self_cpu_seconds;
+using scheduler_parts::self_exe;
+using train::kExitDiverged;
+using train::kExitOk;
 
 // "I/K" -> {I, K} with 0 <= I < K.
 std::pair<size_t, size_t> parse_shard(const std::string& text) {

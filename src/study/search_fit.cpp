@@ -1,8 +1,6 @@
 // The learning-rate search's stability boundary (search.hpp): the logistic fit of P(learned)
 // against ln lr (Firth-penalized) with its profile-likelihood interval, and the ratio of two
 // variants' boundaries.
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
