@@ -49,17 +49,17 @@ TEST_CASE("plan: runs in grid order - layers, warmup, then lr, variant and seed 
   CHECK(plan.runs[16].name == "none_lr0.001_L2_warmup_s0");
   CHECK(plan.runs.back().name == "pre-ln_lr0.003_L2_nowarmup_s1");
   for (const study::RunSpec& r : plan.runs) {
-    CHECK(r.config.optim.warmup_steps == (r.warmup ? 5 : 0));
-    CHECK(r.config.model.num_layers == r.layers);
-    CHECK(r.config.optim.lr == r.lr);
-    CHECK(r.config.train.seed == int64_t(r.seed));
+    // The config holds the axes' values the run's name was built from.
+    CHECK(r.name == fmt::format("{}_lr{:g}_L{}_{}_s{}", r.variant, r.config.optim.lr, r.config.model.num_layers,
+                                r.config.optim.warmup_steps > 0 ? "warmup" : "nowarmup", r.config.train.seed));
+    CHECK(r.config.optim.warmup_steps == (r.warmup() ? 5 : 0));
     CHECK(r.config.train.threads == 1);
     CHECK(r.config.model.norm.name() == (r.variant == "none" ? "none" : "layernorm"));
     // The file compare writes holds the same values under the JSON keys.
-    CHECK(r.config_file["model"]["layers"] == r.layers);
-    CHECK(r.config_file["optim"]["lr"] == r.lr);
+    CHECK(r.config_file["model"]["layers"] == r.layers());
+    CHECK(r.config_file["optim"]["lr"] == r.lr());
     CHECK(train::config_from_json(r.config_file, "configs/" + r.name + ".json") == r.config);
-    CHECK(r.setting == plan.settings[size_t(r.layers - 1) * 2 + (r.warmup ? 0 : 1)]);
+    CHECK(r.setting == plan.settings[size_t(r.layers() - 1) * 2 + (r.warmup() ? 0 : 1)]);
   }
 
   // Without grid.warmup the run configs leave optim.warmup_steps as the base has it (here: unset).

@@ -39,8 +39,7 @@ study::RunResult run_at(const std::string& variant, double lr, uint64_t seed, do
                         const std::vector<double>& losses) {
   study::RunResult r;
   r.spec.variant = variant;
-  r.spec.lr = lr;
-  r.spec.seed = seed;
+  r.spec.config.optim.lr = lr;
   r.spec.name = fmt::format("{}_lr{:g}_s{}", variant, lr, seed);
   r.spec.config.task.name = data::TaskKind::reverse;
   r.spec.config.train.seed = int64_t(seed);
@@ -164,7 +163,7 @@ TEST_CASE("LR sensitivity: the mean over log lr of loss minus its minimum, again
   // The common range: where every curve has rates.
   std::vector<const study::RunResult*> narrow;
   for (const study::RunResult& r : other)
-    if (r.spec.lr >= 0.01) narrow.push_back(&r);
+    if (r.spec.lr() >= 0.01) narrow.push_back(&r);
   const auto [from, to] = study::common_range({curve, study::loss_curve("none", "", narrow)});
   CHECK(from == 0.01);
   CHECK(to == 0.1);
@@ -404,7 +403,7 @@ TEST_CASE("convergence gate: a best rate at the edge of the range extends the se
   write_run(plan.runs[2].name, 2.3, 0.1);
   plan = study::load_compare_plan(config, out);
   REQUIRE(plan.runs.size() == 4);
-  CHECK(plan.runs[3].lr == 0.0001);
+  CHECK(plan.runs[3].lr() == 0.0001);
   CHECK(plan.runs[3].name == "pre-ln_lr0.0001_L1_nowarmup_s0");
   CHECK(plan.search.blocks.front().waiting_on == plan.runs[3].name);
   // The new rate is worse: the best (0.001) is now interior and the search is settled.

@@ -94,11 +94,11 @@ void write_fake_study(const fs::path& dir, study::ComparePlan& plan, std::vector
     study::RunResult r;
     r.spec = spec;
     r.finished = true;
-    r.diverged = spec.variant == "none" && spec.lr > 0.01;  // the picture the report must show
+    r.diverged = spec.variant == "none" && spec.lr() > 0.01;  // the picture the report must show
     const size_t steps = r.diverged ? 20 : 50;
     for (size_t s = 1; s <= steps; ++s) {
       r.steps.push_back(double(s));
-      r.loss.push_back(2.5 * std::exp(-0.02 * double(s)) + 0.1 * double(spec.seed));
+      r.loss.push_back(2.5 * std::exp(-0.02 * double(s)) + 0.1 * double(spec.seed()));
       r.grad_norm.push_back(1.0 + 0.01 * double(s));
     }
     r.final_train_loss = r.diverged ? NAN : r.loss.back();
@@ -113,7 +113,7 @@ void write_fake_study(const fs::path& dir, study::ComparePlan& plan, std::vector
     if (!r.diverged)
       for (int64_t step : {25, 50})
         r.evals.push_back(
-            {step, {0.2 + 0.01 * double(spec.seed), step == 50 ? 0.8 : 0.5, 20}, {1.0, 0.3, 10}, {0.5, 0.6, 30}});
+            {step, {0.2 + 0.01 * double(spec.seed()), step == 50 ? 0.8 : 0.5, 20}, {1.0, 0.3, 10}, {0.5, 0.6, 30}});
     results.push_back(r);
   }
 }

@@ -51,7 +51,7 @@ void make_study(const fs::path& dir, bool still_falling, study::ComparePlan& pla
     study::RunResult r;
     r.spec = spec;
     r.finished = true;
-    const double loss = final_loss(spec.variant, spec.lr, spec.warmup);
+    const double loss = final_loss(spec.variant, spec.lr(), spec.warmup());
     r.diverged = std::isnan(loss);
     for (size_t s = 1; s <= (r.diverged ? 10 : 100); ++s) {
       r.steps.push_back(double(s));
@@ -62,7 +62,7 @@ void make_study(const fs::path& dir, bool still_falling, study::ComparePlan& pla
     r.baseline = {std::log(10.0), 0.1, NAN};
     r.end_layer_grad_norms = {0.5, 0.5};
     if (!r.diverged) {
-      const double final = loss + 0.01 * double(spec.seed);
+      const double final = loss + 0.01 * double(spec.seed());
       const double accuracy = still_falling ? 0.7 : final < 0.5 ? 0.97 : final < 1.0 ? 0.8 : 0.1;
       const std::vector<double> factor =
           still_falling ? std::vector<double>{1.6, 1.3, 1.1, 1.0} : std::vector<double>{1.0, 1.0, 1.0, 1.0};

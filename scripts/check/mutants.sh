@@ -296,12 +296,12 @@ mutant "lr search: refinement also below the peak (the slow side)" \
   'for (size_t i = 0; i + 1 < tested.size(); ++i) {' \
   '*lr search: rounds*'
 mutant "lr search: no Firth penalty (separated outcomes have no finite fit)" \
-  src/study/search.cpp \
+  src/study/search_fit.cpp \
   'return ll + 0.5 * std::log(det);' \
   'return ll + 0.0 * std::log(det);' \
   '*lr search: separated*'
 mutant "lr search: the interval at chi2/4 instead of chi2/2 (too narrow)" \
-  src/study/search.cpp \
+  src/study/search_fit.cpp \
   'const double cutoff = profile[peak] - kChi2Level95 / 2;' \
   'const double cutoff = profile[peak] - kChi2Level95 / 4;' \
   '*lr search: the fit finds*,*lr search: the 95% profile*'
@@ -435,7 +435,7 @@ mutant "data-parallel: ranks reading different data are not compared" \
   '*reads other content than rank 0*'
 # ---- six bugs an independent set of mutants showed the suite let through (each has its test now)
 mutant "lr search: the ratio's open lower end taken from the reference's low end, not its high end" \
-  src/study/search.cpp \
+  src/study/search_fit.cpp \
   'out.low_open = variant.low_open || reference.high_open || !std::isfinite(low);' \
   'out.low_open = variant.low_open || reference.low_open || !std::isfinite(low);' \
   "*lr search: the ratio's interval is open*"

@@ -234,10 +234,10 @@ struct Drawn {
 // The table's columns that come from the plan: variant, hyperparameters.
 void fill_from_spec(RunStatus& st, const study::RunSpec& spec) {
   st.variant = spec.variant;
-  st.lr = spec.lr;
-  st.layers = spec.layers;
-  st.seed = int64_t(spec.seed);
-  st.warmup = spec.warmup ? 1 : 0;
+  st.lr = spec.lr();
+  st.layers = spec.layers();
+  st.seed = int64_t(spec.seed());
+  st.warmup = spec.warmup() ? 1 : 0;
   st.extra = spec.extra;
 }
 

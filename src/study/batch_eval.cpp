@@ -83,14 +83,14 @@ std::vector<BatchEvalCell> batch_dependence(const ComparePlan& plan, const std::
     for (const std::string& variant : {reference, bn_label}) {
       const std::vector<BatchEvalMode> modes = [&] {
         for (const RunResult& r : results)
-          if (r.spec.variant == variant && r.spec.setting == setting && r.spec.lr == lr)
+          if (r.spec.variant == variant && r.spec.setting == setting && r.spec.lr() == lr)
             return batch_eval_modes(training_batch_sequences(r));
         return batch_eval_modes(32);
       }();
       for (const BatchEvalMode& mode : modes) {
         BatchEvalCell cell{variant, setting, lr, mode, {}, {}, {}};
         for (const RunResult& r : results) {
-          if (r.spec.variant != variant || r.spec.setting != setting || r.spec.lr != lr) continue;
+          if (r.spec.variant != variant || r.spec.setting != setting || r.spec.lr() != lr) continue;
           if (!r.finished || r.diverged) continue;
           // Only runs that left a model behind (hand-made or pruned directories have none).
           if (r.spec.dir.empty() ||
@@ -105,7 +105,7 @@ std::vector<BatchEvalCell> batch_dependence(const ComparePlan& plan, const std::
           const train::RunEvaluation eval = train::evaluate_run(run, std::nullopt, settings);
           cell.trained.push_back(group_of(eval.metrics, false, r).accuracy);
           cell.unseen.push_back(group_of(eval.metrics, true, r).accuracy);
-          cell.seeds.push_back(r.spec.seed);
+          cell.seeds.push_back(r.spec.seed());
         }
         if (!cell.seeds.empty()) out.push_back(std::move(cell));
       }

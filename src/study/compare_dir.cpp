@@ -89,11 +89,7 @@ void name_as_compare(RunSpec& spec, const std::vector<std::string>& extra_keys) 
   if (spec.variant.empty())
     spec.variant =
         fmt::format("model.norm={}, model.placement={}", c.model.norm.name(), nn::to_string(c.model.placement));
-  spec.layers = c.model.num_layers;
-  spec.warmup = c.optim.warmup_steps > 0;
-  spec.lr = c.optim.lr;
-  spec.seed = uint64_t(c.train.seed);
-  spec.setting = fmt::format("{} layers, {}", spec.layers, spec.warmup ? "warmup" : "no warmup");
+  spec.setting = fmt::format("{} layers, {}", spec.layers(), spec.warmup() ? "warmup" : "no warmup");
   spec.extra.clear();
   for (const std::string& key : extra_keys) {
     const std::string text = detail::value_text(train::config_value(c, key));
@@ -118,14 +114,14 @@ void fill_axes(ComparePlan& plan, const std::vector<std::string>& extra_keys) {
       }
   std::vector<RunSpec> by_setting = plan.runs;
   std::stable_sort(by_setting.begin(), by_setting.end(), [](const RunSpec& a, const RunSpec& b) {
-    return std::tie(a.layers, b.warmup, a.extra) < std::tie(b.layers, a.warmup, b.extra);
+    return std::tuple(a.layers(), b.warmup(), a.extra) < std::tuple(b.layers(), a.warmup(), b.extra);
   });
   for (const RunSpec& r : by_setting) {
     append_unique(plan.variants, r.variant);
-    append_unique(plan.lrs, r.lr);
-    append_unique(plan.seeds, r.seed);
-    append_unique(plan.layers, r.layers);
-    append_unique(plan.warmups, r.warmup);
+    append_unique(plan.lrs, r.lr());
+    append_unique(plan.seeds, r.seed());
+    append_unique(plan.layers, r.layers());
+    append_unique(plan.warmups, r.warmup());
     append_unique(plan.settings, r.setting);
   }
   std::sort(plan.lrs.begin(), plan.lrs.end());
@@ -195,13 +191,13 @@ ComparePlan plan_from_compare_dir(const std::string& dir, const std::vector<std:
     const auto at = [](const auto& values, const auto& value) {
       return size_t(std::find(values.begin(), values.end(), value) - values.begin());
     };
-    return std::tuple(at(plan.settings, r.setting), r.lr, at(plan.variants, r.variant), r.seed, r.name);
+    return std::tuple(at(plan.settings, r.setting), r.lr(), at(plan.variants, r.variant), r.seed(), r.name);
   };
   std::stable_sort(plan.runs.begin(), plan.runs.end(),
                    [&](const RunSpec& a, const RunSpec& b) { return rank(a) < rank(b); });
   // The setup's "warmup N steps where on" reads the base config: one of a run with warmup on.
   for (const RunSpec& r : read.runs)
-    if (r.warmup) {
+    if (r.warmup()) {
       plan.base = r.config;
       break;
     }

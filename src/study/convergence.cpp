@@ -38,7 +38,7 @@ ConvergenceCheck check_convergence(const LossCurve& curve, const std::vector<con
            : curve.best + 1 == curve.lrs.size() ? ConvergenceCheck::Edge::high
                                                 : ConvergenceCheck::Edge::interior;
   for (const RunResult* r : runs) {
-    if (r->spec.lr != c.best_lr) continue;
+    if (r->spec.lr() != c.best_lr) continue;
     const Outcome o = classify(*r);
     if (o == Outcome::unfinished || o == Outcome::not_evaluated) continue;
     ++c.runs;

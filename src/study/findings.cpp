@@ -282,10 +282,8 @@ void paired_difference_lines(const ComparePlan& plan, const std::vector<GroupSum
     }
 }
 
-}  // namespace
-
-std::vector<std::string> findings(const ComparePlan& plan, const std::vector<GroupSummary>& groups) {
-  std::vector<std::string> out;
+// The first line: how many runs finished, and how many ended in each outcome.
+std::string outcome_counts_line(const ComparePlan& plan, const std::vector<GroupSummary>& groups) {
   int total = 0, finished = 0;
   std::map<std::string, int> counts;
   for (const GroupSummary& g : groups) {
@@ -300,13 +298,16 @@ std::vector<std::string> findings(const ComparePlan& plan, const std::vector<Gro
   std::string diagnostic_words;
   if (counts["entropy"] > 0) diagnostic_words += fmt::format(", {} attention entropy collapse", counts["entropy"]);
   if (counts["log z"] > 0) diagnostic_words += fmt::format(", {} logit divergence", counts["log z"]);
-  out.push_back(
-      fmt::format("{} of {} runs finished ({} seeds per cell): {} solved, {} learned, {} slow, {} weak, {} at "
-                  "chance, {} collapsed{}, {} exploded, {} diverged — judged on held-out data of trained {}.",
-                  finished, total, seeds_per_cell(groups), counts["solved"], counts["learned"], counts["slow"],
-                  counts["weak"], counts["at chance"], counts["collapsed"], diagnostic_words, counts["exploded"],
-                  counts["diverged"], trained_range.empty() ? "lengths" : trained_range));
-  // Where runs did not learn (or learned slowly), by kind, with the evidence.
+  return fmt::format(
+      "{} of {} runs finished ({} seeds per cell): {} solved, {} learned, {} slow, {} weak, {} at "
+      "chance, {} collapsed{}, {} exploded, {} diverged — judged on held-out data of trained {}.",
+      finished, total, seeds_per_cell(groups), counts["solved"], counts["learned"], counts["slow"], counts["weak"],
+      counts["at chance"], counts["collapsed"], diagnostic_words, counts["exploded"], counts["diverged"],
+      trained_range.empty() ? "lengths" : trained_range);
+}
+
+// Where runs did not learn (or learned slowly): one line per outcome some run has, with the evidence.
+void outcome_lines(const ComparePlan& plan, const std::vector<GroupSummary>& groups, std::vector<std::string>& out) {
   const std::string entropy_words = fmt::format(
       "Attention entropy collapse (short of learned; a layer's attention entropy below {:g}x its step-1 value, its max "
       "attention logit grown {:g}x)",
@@ -337,20 +338,29 @@ std::vector<std::string> findings(const ComparePlan& plan, const std::vector<Gro
     }
     if (!list.empty()) out.push_back(fmt::format("{}: {}.", what, list));
   }
-  // The stable learning-rate range: LayerNorm's headline effect is headroom in the learning rate.
-  if (plan.lrs.size() > 1)
-    for (const std::string& setting : plan.settings) {
-      std::string list;
-      for (const std::string& variant : plan.variants) {
-        const std::vector<double> ok = learned_lrs(plan, groups, variant, setting);
-        const std::vector<double> tested = tested_lrs(plan, groups, variant, setting);
-        list += fmt::format("{}{} {} ({} of {})", list.empty() ? "" : "; ", variant, lr_range(tested, ok), ok.size(),
-                            tested.size());
-      }
-      out.push_back(fmt::format("Stable learning-rate range (tested rates at which most seeds learned){}: {}.",
-                                plan.settings.size() > 1 ? ", " + setting : "", list));
+}
+
+// The stable learning-rate range per setting: LayerNorm's headline effect is headroom in the
+// learning rate.
+void stable_range_lines(const ComparePlan& plan, const std::vector<GroupSummary>& groups,
+                        std::vector<std::string>& out) {
+  if (plan.lrs.size() <= 1) return;
+  for (const std::string& setting : plan.settings) {
+    std::string list;
+    for (const std::string& variant : plan.variants) {
+      const std::vector<double> ok = learned_lrs(plan, groups, variant, setting);
+      const std::vector<double> tested = tested_lrs(plan, groups, variant, setting);
+      list += fmt::format("{}{} {} ({} of {})", list.empty() ? "" : "; ", variant, lr_range(tested, ok), ok.size(),
+                          tested.size());
     }
-  // Speed: steps to solve where some variant solved.
+    out.push_back(fmt::format("Stable learning-rate range (tested rates at which most seeds learned){}: {}.",
+                              plan.settings.size() > 1 ? ", " + setting : "", list));
+  }
+}
+
+// Speed: steps to solve, at each rate and setting where some variant solved.
+void steps_to_solve_lines(const ComparePlan& plan, const std::vector<GroupSummary>& groups,
+                          std::vector<std::string>& out) {
   for (const std::string& setting : plan.settings)
     for (double lr : plan.lrs) {
       std::string list;
@@ -365,6 +375,15 @@ std::vector<std::string> findings(const ComparePlan& plan, const std::vector<Gro
                       "the seeds that reached it): {}.",
                       at.empty() ? "" : " at " + at, kSolvedAccuracy, list));
     }
+}
+
+}  // namespace
+
+std::vector<std::string> findings(const ComparePlan& plan, const std::vector<GroupSummary>& groups) {
+  std::vector<std::string> out{outcome_counts_line(plan, groups)};
+  outcome_lines(plan, groups, out);
+  stable_range_lines(plan, groups, out);
+  steps_to_solve_lines(plan, groups, out);
   paired_difference_lines(plan, groups, out);
   // How much loss each variant gives up across the rates (LR sensitivity), with paired differences.
   if (plan.search.enabled() || plan.lrs.size() >= 3)

@@ -248,10 +248,6 @@ RunSpec make_run_spec(const CompareConfig& config, const std::vector<std::vector
   const Variant* variant = find_variant(variant_name);
   RunSpec spec;
   spec.variant = variant_name;
-  spec.lr = lr;
-  spec.layers = setting.layers;
-  spec.warmup = setting.warmup;
-  spec.seed = seed;
   spec.extra = setting.extra;
   spec.setting = setting.label;
   spec.name = fmt::format("{}_lr{}_L{}_{}{}_s{}", variant_name, format_lr(lr), setting.layers,
@@ -321,7 +317,7 @@ LrSearchSpec::Block expand_search_block(const CompareConfig& config,
     for (double lr : rates) {
       std::vector<const RunResult*> runs;
       for (const RunResult* r : all)
-        if (r->spec.lr == lr) runs.push_back(r);
+        if (r->spec.lr() == lr) runs.push_back(r);
       tested.push_back(rate_outcome(lr, runs));
       tested_strict.push_back(rate_outcome(lr, runs, LearnedRule::strict));
     }
@@ -374,7 +370,7 @@ void expand_search(const CompareConfig& config, const std::vector<std::vector<js
     for (const std::string& variant_name : plan.variants)
       plan.search.blocks.push_back(expand_search_block(config, key_axis_values, plan, setting, variant_name, out_dir));
   std::set<double> rates;
-  for (const RunSpec& run : plan.runs) rates.insert(run.lr);
+  for (const RunSpec& run : plan.runs) rates.insert(run.lr());
   plan.lrs.assign(rates.begin(), rates.end());
 }
 

@@ -36,8 +36,8 @@ std::string runs_csv(const ComparePlan& plan, const std::vector<RunResult>& resu
                        csv_field(r.spec.name), csv_field(r.spec.variant),
                        csv_field(
                            nn::norm_as_spelled(r.spec.config.model.norm.name(), r.spec.config.model.residual.name())),
-                       csv_field(nn::to_string(r.spec.config.model.placement)), format_lr(r.spec.lr), r.spec.layers,
-                       r.spec.warmup ? 1 : 0, r.spec.seed, extra, r.finished ? 1 : 0, r.diverged ? 1 : 0,
+                       csv_field(nn::to_string(r.spec.config.model.placement)), format_lr(r.spec.lr()), r.spec.layers(),
+                       r.spec.warmup() ? 1 : 0, r.spec.seed(), extra, r.finished ? 1 : 0, r.diverged ? 1 : 0,
                        r.diverged_at >= 0 ? std::to_string(r.diverged_at) : "", csv_field(outcome_name(classify(r))),
                        r.steps.size(), num(r.first_train_loss(), "{:.6g}"), num(r.final_train_loss, "{:.6g}"),
                        num(r.final_trained().loss, "{:.6g}"), num(r.final_trained().accuracy, "{:.6g}"),
@@ -56,7 +56,7 @@ std::string curves_csv(const std::vector<RunResult>& results) {
   auto num = [](double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string(); };
   for (const RunResult& r : results) {
     const std::string prefix = fmt::format("{},{},{},{},", csv_field(r.spec.name), csv_field(r.spec.variant),
-                                           format_lr(r.spec.lr), r.spec.seed);
+                                           format_lr(r.spec.lr()), r.spec.seed());
     for (size_t i = 0; i < r.steps.size(); ++i)
       csv += fmt::format("{}{:.0f},train,all,{},{}\n", prefix, r.steps[i], num(i < r.loss.size() ? r.loss[i] : NAN),
                          num(i < r.accuracy.size() ? r.accuracy[i] : NAN));

@@ -34,8 +34,8 @@ std::map<std::string, std::vector<std::vector<double>>> init_grad_norms(const Co
         if (r->diagnostics.empty() || r->diagnostics.front().step != 1 ||
             r->diagnostics.front().layer_grad_norms.empty())
           continue;
-        const auto it = by_seed.find(int64_t(r->spec.seed));
-        if (it == by_seed.end() || g.lr < it->second.first) by_seed[int64_t(r->spec.seed)] = {g.lr, r};
+        const auto it = by_seed.find(int64_t(r->spec.seed()));
+        if (it == by_seed.end() || g.lr < it->second.first) by_seed[int64_t(r->spec.seed())] = {g.lr, r};
       }
     }
     for (const auto& [seed, at] : by_seed) out[variant].push_back(at.second->diagnostics.front().layer_grad_norms);

@@ -113,7 +113,7 @@ std::vector<Cell> cells_of(const Context& c, const FirstScreenNumbers& numbers) 
     if (const GroupSummary* g = c.group(row.variant, cell.lr, row.setting))
       for (const RunResult* r : g->runs) {
         const Kept k = kept_figures(*r);
-        if (std::isfinite(k.accuracy)) cell.by_seed[r->spec.seed] = k;
+        if (std::isfinite(k.accuracy)) cell.by_seed[r->spec.seed()] = k;
       }
     if (cell.by_seed.empty()) continue;
     std::vector<train::Confusion> confusions;
@@ -234,72 +234,70 @@ std::string checkpoint_text(const std::vector<Cell>& cells) {
                      best, last, steps);
 }
 
-}  // namespace
-
-bool is_own_data_report(const Context& c) {
-  const data::TaskKind task = c.plan.base.task.name;
-  return task == data::TaskKind::sequence_classification || task == data::TaskKind::token_classification;
+// The baseline's macro-F1 and accuracy with their intervals over the held-out examples.
+std::string baseline_macro_f1(const train::BaselineScore& b) {
+  return Figure{b.macro_f1, b.macro_f1_low, b.macro_f1_high, 1}.text();
+}
+std::string baseline_accuracy(const train::BaselineScore& b) {
+  return Figure{b.accuracy, b.accuracy_low, b.accuracy_high, 1}.text();
 }
 
-OwnDataAnswer own_data_answer(const Context& c, const FirstScreenNumbers& numbers) {
-  OwnDataAnswer out;
-  const std::vector<Cell> cells = cells_of(c, numbers);
-  if (cells.empty()) {
-    out.verdict = {"No run has a held-out evaluation yet: nothing to judge."};
-    return out;
-  }
-  const train::RunConfig& base = c.plan.base;
-  const std::optional<train::BaselineScore> baseline = cached_baseline(base);
-  const size_t seeds = c.fewest_seeds;
-  out.checkpoints = checkpoint_text(cells);
+// The setting's cell with the highest mean macro-F1 (nullptr: none in this setting).
+const Cell* best_in_setting(const std::vector<Cell>& cells, const std::string& setting) {
+  const Cell* best = nullptr;
+  for (const Cell& cell : cells)
+    if (cell.row->setting == setting && (!best || cell.macro_f1.mean > best->macro_f1.mean)) best = &cell;
+  return best;
+}
 
-  // 1: the figures.
+// Sentence 1: the figures, every variant's and the baseline's.
+std::string figures_sentence(const Context& c, const std::vector<Cell>& cells,
+                             const std::optional<train::BaselineScore>& baseline, const std::string& checkpoints) {
   std::vector<std::string> figures;
   for (const Cell& cell : cells)
     figures.push_back(fmt::format("{} {} and {}", label_of(c, cell), cell.macro_f1.text(), cell.accuracy.text()));
   if (baseline)
     figures.push_back(
-        fmt::format("the bag-of-words baseline {} and {}",
-                    Figure{baseline->macro_f1, baseline->macro_f1_low, baseline->macro_f1_high, 1}.text(),
-                    Figure{baseline->accuracy, baseline->accuracy_low, baseline->accuracy_high, 1}.text()));
-  out.verdict.push_back(fmt::format("Held-out macro-F1 and accuracy at each variant's best rate ({}, {}): {}.",
-                                    seeds >= 2 ? fmt::format("mean over {} seeds [95% CI]", seeds)
-                                               : "one seed [95% CI over the held-out examples]",
-                                    out.checkpoints, fmt::join(figures, "; ")));
+        fmt::format("the bag-of-words baseline {} and {}", baseline_macro_f1(*baseline), baseline_accuracy(*baseline)));
+  const size_t seeds = c.fewest_seeds;
+  return fmt::format("Held-out macro-F1 and accuracy at each variant's best rate ({}, {}): {}.",
+                     seeds >= 2 ? fmt::format("mean over {} seeds [95% CI]", seeds)
+                                : "one seed [95% CI over the held-out examples]",
+                     checkpoints, fmt::join(figures, "; "));
+}
 
-  // 2: against the baseline.
-  if (baseline) {
-    // Grouped by outcome, in the order the words are defined in (docs/compare.md).
-    std::vector<std::pair<std::string, std::vector<std::string>>> by_word;
-    for (const Cell& cell : cells) {
-      const std::string word = against_baseline(cell, *baseline);
-      auto it = std::find_if(by_word.begin(), by_word.end(), [&](const auto& w) { return w.first == word; });
-      if (it == by_word.end()) it = by_word.insert(by_word.end(), {word, {}});
-      it->second.push_back(label_of(c, cell));
-    }
-    std::vector<std::string> parts;
-    bool any_beats = false;
-    for (const auto& [word, names] : by_word) {
-      const bool commas =
-          std::any_of(names.begin(), names.end(), [](const std::string& n) { return n.find(',') != n.npos; });
-      parts.push_back(fmt::format("{} {}", fmt::join(names, commas ? " / " : ", "), word));
-      any_beats = any_beats || word == "beats the baseline";
-    }
-    out.verdict.push_back(fmt::format("Against the baseline (macro-F1 of every seed's run on the same examples): {}{}.",
-                                      fmt::join(parts, "; "), any_beats ? "" : " — no variant beats it"));
-  } else {
-    out.verdict.push_back(
-        base.task.name == data::TaskKind::sequence_classification
-            ? "No baseline: the base config's training or validation file cannot be read here."
-            : "No baseline: the bag-of-words baseline classifies whole sequences, and this task tags tokens.");
+// Sentence 2: against the baseline, the variants grouped by outcome in the order the words are
+// defined in (docs/compare.md); or why there is no baseline.
+std::string baseline_sentence(const Context& c, const std::vector<Cell>& cells,
+                              const std::optional<train::BaselineScore>& baseline) {
+  if (!baseline)
+    return c.plan.base.task.name == data::TaskKind::sequence_classification
+               ? "No baseline: the base config's training or validation file cannot be read here."
+               : "No baseline: the bag-of-words baseline classifies whole sequences, and this task tags tokens.";
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_word;
+  for (const Cell& cell : cells) {
+    const std::string word = against_baseline(cell, *baseline);
+    auto it = std::find_if(by_word.begin(), by_word.end(), [&](const auto& w) { return w.first == word; });
+    if (it == by_word.end()) it = by_word.insert(by_word.end(), {word, {}});
+    it->second.push_back(label_of(c, cell));
   }
+  std::vector<std::string> parts;
+  bool any_beats = false;
+  for (const auto& [word, names] : by_word) {
+    const bool commas =
+        std::any_of(names.begin(), names.end(), [](const std::string& n) { return n.find(',') != n.npos; });
+    parts.push_back(fmt::format("{} {}", fmt::join(names, commas ? " / " : ", "), word));
+    any_beats = any_beats || word == "beats the baseline";
+  }
+  return fmt::format("Against the baseline (macro-F1 of every seed's run on the same examples): {}{}.",
+                     fmt::join(parts, "; "), any_beats ? "" : " — no variant beats it");
+}
 
-  // 3: against the best variant, per setting.
+// Sentence 3: against the best variant, per setting, and the cells the convergence gate flags.
+std::string best_variant_sentence(const Context& c, const FirstScreenNumbers& numbers, const std::vector<Cell>& cells) {
   std::vector<std::string> ranks;
   for (const std::string& setting : c.plan.settings) {
-    const Cell* best = nullptr;
-    for (const Cell& cell : cells)
-      if (cell.row->setting == setting && (!best || cell.macro_f1.mean > best->macro_f1.mean)) best = &cell;
+    const Cell* best = best_in_setting(cells, setting);
     if (!best) continue;
     std::vector<std::string> others;
     for (const Cell& cell : cells)
@@ -315,47 +313,49 @@ OwnDataAnswer own_data_answer(const Context& c, const FirstScreenNumbers& number
     for (const StudyRow* r : unconverged) names.push_back(named(c, r->variant));
     third += fmt::format(" The convergence gate flags {} (details below).", fmt::join(names, ", "));
   }
-  out.verdict.push_back(third);
+  return third;
+}
 
-  // The table: one row per variant and setting, then the baseline.
-  Section& sec = out.section;
+// One row of the table: a variant's rate, seeds, checkpoint, figures and both comparisons.
+std::vector<std::string> cell_row(const Context& c, const Cell& cell, const Cell& best,
+                                  const std::optional<train::BaselineScore>& baseline) {
+  std::vector<std::string> row{cell.row->variant};
+  if (c.plan.settings.size() > 1) row.push_back(cell.row->setting);
+  int64_t lo = INT64_MAX, hi = -1;
+  bool all_best = true;
+  for (const auto& [seed, k] : cell.by_seed) lo = std::min(lo, k.step), hi = std::max(hi, k.step), all_best &= k.best;
+  row.push_back(format_rate(cell.lr));
+  row.push_back(fmt::format("{}", cell.by_seed.size()));
+  row.push_back(fmt::format("{} ({})", all_best ? "best" : "last",
+                            lo == hi ? fmt::format("step {}", lo) : fmt::format("steps {}–{}", lo, hi)));
+  row.push_back(cell.macro_f1.text());
+  row.push_back(cell.accuracy.text());
+  row.push_back(baseline ? against_baseline(cell, *baseline) : "–");
+  row.push_back(against_best(cell, best));
+  return row;
+}
+
+// "Against the baseline": one row per variant and setting, then the baseline's.
+Section baseline_section(const Context& c, const std::vector<Cell>& cells,
+                         const std::optional<train::BaselineScore>& baseline, const std::string& checkpoints) {
+  Section sec;
   sec.title = "Against the baseline";
   sec.text = fmt::format(
       "Held-out macro-F1 and accuracy of each variant at its best learning rate, from {}, beside the "
       "bag-of-words logistic regression (unigrams and bigrams: normlab baseline) fitted on the same "
       "training file and scored on the same validation set. Words: docs/compare.md, \"Own data\".",
-      out.checkpoints);
+      checkpoints);
   std::vector<std::vector<std::string>> rows;
   for (const std::string& setting : c.plan.settings) {
-    const Cell* best = nullptr;
+    const Cell* best = best_in_setting(cells, setting);
     for (const Cell& cell : cells)
-      if (cell.row->setting == setting && (!best || cell.macro_f1.mean > best->macro_f1.mean)) best = &cell;
-    for (const Cell& cell : cells) {
-      if (cell.row->setting != setting) continue;
-      std::vector<std::string> row{cell.row->variant};
-      if (c.plan.settings.size() > 1) row.push_back(setting);
-      int64_t lo = INT64_MAX, hi = -1;
-      bool all_best = true;
-      for (const auto& [seed, k] : cell.by_seed)
-        lo = std::min(lo, k.step), hi = std::max(hi, k.step), all_best &= k.best;
-      row.push_back(format_rate(cell.lr));
-      row.push_back(fmt::format("{}", cell.by_seed.size()));
-      row.push_back(fmt::format("{} ({})", all_best ? "best" : "last",
-                                lo == hi ? fmt::format("step {}", lo) : fmt::format("steps {}–{}", lo, hi)));
-      row.push_back(cell.macro_f1.text());
-      row.push_back(cell.accuracy.text());
-      row.push_back(baseline ? against_baseline(cell, *baseline) : "–");
-      row.push_back(against_best(cell, *best));
-      rows.push_back(row);
-    }
+      if (cell.row->setting == setting) rows.push_back(cell_row(c, cell, *best, baseline));
   }
   if (baseline) {
     std::vector<std::string> row{"baseline (bag of words)"};
     if (c.plan.settings.size() > 1) row.push_back("–");
-    for (const std::string& v : {std::string("–"), std::string("–"), std::string("–"),
-                                 Figure{baseline->macro_f1, baseline->macro_f1_low, baseline->macro_f1_high, 1}.text(),
-                                 Figure{baseline->accuracy, baseline->accuracy_low, baseline->accuracy_high, 1}.text(),
-                                 std::string("–"), std::string("–")})
+    for (const std::string& v : {std::string("–"), std::string("–"), std::string("–"), baseline_macro_f1(*baseline),
+                                 baseline_accuracy(*baseline), std::string("–"), std::string("–")})
       row.push_back(v);
     rows.push_back(row);
   }
@@ -366,6 +366,28 @@ OwnDataAnswer own_data_answer(const Context& c, const FirstScreenNumbers& number
     header.push_back(h);
   sec.table_html = html_table(header, rows);
   sec.table_md = md_table(header, rows);
+  return sec;
+}
+
+}  // namespace
+
+bool is_own_data_report(const Context& c) {
+  const data::TaskKind task = c.plan.base.task.name;
+  return task == data::TaskKind::sequence_classification || task == data::TaskKind::token_classification;
+}
+
+OwnDataAnswer own_data_answer(const Context& c, const FirstScreenNumbers& numbers) {
+  OwnDataAnswer out;
+  const std::vector<Cell> cells = cells_of(c, numbers);
+  if (cells.empty()) {
+    out.verdict = {"No run has a held-out evaluation yet: nothing to judge."};
+    return out;
+  }
+  const std::optional<train::BaselineScore> baseline = cached_baseline(c.plan.base);
+  out.checkpoints = checkpoint_text(cells);
+  out.verdict = {figures_sentence(c, cells, baseline, out.checkpoints), baseline_sentence(c, cells, baseline),
+                 best_variant_sentence(c, numbers, cells)};
+  out.section = baseline_section(c, cells, baseline, out.checkpoints);
   out.baseline = baseline.has_value();
   return out;
 }

@@ -83,7 +83,12 @@ nlohmann::json first_screen_json(const FirstScreenNumbers& numbers);
 // The sections, in the order build_report lays them out.
 // The first screen (report_answer.cpp): the verdict, the headline figure, the compact table.
 Section answer_section(const Context& c, const FirstScreenNumbers& numbers);
+// The verdict's sentences (report_verdict.cpp).
 std::vector<std::string> verdict(const Context& c, const FirstScreenNumbers& numbers);
+// The parts of a setting ("4 layers, no warmup") that differ between the plan's settings: "no warmup".
+std::string short_setting(const Context& c, const std::string& setting);
+// "1.8 [1.2, >3.0]": a boundary ratio with its interval, an open end marked < or >.
+std::string ratio_with_interval(const BoundaryRatio& r);
 // report_owndata.cpp: an own-data compare (a data-defined task) answers in a classifier's words:
 // held-out macro-F1 and accuracy per variant at its kept checkpoint, against the bag-of-words
 // baseline and against the best variant (docs/compare.md, "Own data").

@@ -191,17 +191,13 @@ ComparePlan plan_from_run_dirs(const std::vector<std::string>& dirs,
     RunSpec spec;
     spec.dir = runs.dirs[i];
     spec.config = c;
-    spec.lr = c.optim.lr;
-    spec.seed = uint64_t(c.train.seed);
-    spec.layers = c.model.num_layers;
-    spec.warmup = c.optim.warmup_steps > 0;
     spec.name = unique_name(runs.dirs[i], names);
     spec.variant = series_of(runs.dirs[i], c, runs, differing);
     add_unique(plan.variants, spec.variant);
-    add_unique(plan.lrs, spec.lr);
-    add_unique(plan.seeds, spec.seed);
-    add_unique(plan.layers, spec.layers);
-    add_unique(plan.warmups, spec.warmup);
+    add_unique(plan.lrs, spec.lr());
+    add_unique(plan.seeds, spec.seed());
+    add_unique(plan.layers, spec.layers());
+    add_unique(plan.warmups, spec.warmup());
     plan.runs.push_back(std::move(spec));
   }
   std::sort(plan.lrs.begin(), plan.lrs.end());

@@ -1,29 +1,14 @@
-// The compare scheduler (scheduler.hpp): the grid's runs as child processes, their locks, the
-// queue, progress with an ETA, and the passes of a learning-rate search.
+// The compare scheduler (scheduler.hpp): the flags, the plan's bookkeeping (changed runs, the
+// runs' locks, the queue), the passes of a learning-rate search and the report. The runs as child
+// processes are scheduler_children.cpp; where the time went, compare_timing.cpp.
 #include "normlab/study/scheduler.hpp"
-#include "normlab/study/compare_dir.hpp"
-#include "normlab/study/progress.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <poll.h>
-#include <signal.h>
-#include <string.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
-#include <nlohmann/json.hpp>
-
 #include <chrono>
-#include <cstring>
 #include <deque>
 #include <filesystem>
-#include <map>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -33,24 +18,25 @@
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/io/dir_lock.hpp"
 #include "normlab/io/paths.hpp"
+#include "normlab/study/compare_dir.hpp"
 #include "normlab/study/plan.hpp"
 #include "normlab/study/report.hpp"
 #include "normlab/study/reuse.hpp"
-#include "normlab/train/session.hpp"
+#include "scheduler_parts.hpp"
 
 namespace normlab::study {
 
 namespace {
 
 namespace fs = std::filesystem;
-
-// A run is counted by the exit code of its `normlab train` (train/session.hpp: 0 ok, 2 bad input,
-// 3 diverged, 130 / 143 stopped with a checkpoint).
-using train::kExitBadInput;
+using scheduler_parts::add_runs;
+using scheduler_parts::ChildRecord;
+using scheduler_parts::PassTotals;
+using scheduler_parts::RunWatcher;
+using scheduler_parts::self_cpu_seconds;
+using scheduler_parts::self_exe;
 using train::kExitDiverged;
-using train::kExitInterrupted;
 using train::kExitOk;
-using train::kExitTerminated;
 
 // "I/K" -> {I, K} with 0 <= I < K.
 std::pair<size_t, size_t> parse_shard(const std::string& text) {
@@ -73,46 +59,6 @@ std::pair<size_t, size_t> parse_shard(const std::string& text) {
     throw InputError(fmt::format("--shard {}: I must be in [0, K) and K at least 1", text));
   return {index, count};
 }
-
-std::string self_exe() {
-  std::error_code ec;
-  fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) throw InputError("compare: cannot locate the normlab binary (/proc/self/exe)");
-  return p.string();
-}
-
-pid_t launch(const std::string& exe, const std::vector<std::string>& args, const std::string& log_path) {
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(exe.c_str()));
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const pid_t compare = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) throw InputError(fmt::format("compare: fork failed: {}", std::strerror(errno)));
-  if (pid == 0) {
-    // Its own process group: a Ctrl-C at the terminal reaches compare only, which then sends each
-    // run one SIGTERM (a run that got both would take the second as "stop at once").
-    setpgid(0, 0);
-    // The run ends with compare, even when compare is killed (kill -9): the kernel sends it SIGTERM
-    // when compare dies, so it finishes its step, writes a checkpoint and exits, and a rerun resumes
-    // it. Kept across exec. If compare died before this line the signal never comes: leave now.
-    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != compare) _exit(128 + SIGTERM);
-    const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK,
-                          0644);  // a FIFO or link fails
-    if (fd >= 0) {
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-      ::close(fd);
-    }
-    const int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-    execv(exe.c_str(), argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-std::string format_eta(double seconds) { return format_duration(seconds); }
 
 // --shard I/K as {I, K}: this process trains the runs whose index is I modulo K.
 using Shard = std::optional<std::pair<size_t, size_t>>;
@@ -197,199 +143,6 @@ std::deque<size_t> queue_runs(const ComparePlan& plan, const fs::path& out, cons
   return queue;
 }
 
-// One child process of a compare, once it has exited: how and what it cost.
-struct ChildRecord {
-  size_t index = 0;                  // in plan.runs
-  int code = 0;                      // exit code, or 128 + signal
-  double wall_s = 0.0, cpu_s = 0.0;  // fork to exit; user + system CPU of the process (wait4)
-};
-
-// The queued runs as child processes, `jobs` at a time, watched until every one has exited and
-// none is left to launch (a signal or a run's bad input stops the launching); progress on stderr.
-class RunWatcher {
- public:
-  RunWatcher(const ComparePlan& plan, const fs::path& out, int jobs, int already_done, CompareLogger& logger,
-             io::StopFlag stop)
-      : plan_(plan), out_(out), jobs_(jobs), already_done_(already_done), logger_(logger), stop_(stop) {}
-
-  void run(std::deque<size_t> queue, const std::string& exe) {
-    to_run_ = queue.size();
-    start_ = std::chrono::steady_clock::now();
-    auto last_print = std::chrono::steady_clock::now();
-    while ((!queue.empty() && !stopped() && bad_input_.empty()) || !running_.empty()) {
-      while (running_.size() < size_t(jobs_) && !queue.empty() && !stopped() && bad_input_.empty()) {
-        const size_t i = queue.front();
-        queue.pop_front();
-        launch_run(i, exe);
-      }
-      if (stopped() && !forwarded_) stop_running();
-      int status = 0;
-      rusage usage{};
-      const pid_t pid = wait4(-1, &status, WNOHANG, &usage);
-      if (pid > 0 && running_.count(pid)) {
-        reap(pid, status, usage);
-        print_progress(false);
-        continue;
-      }
-      if (pid < 0 && errno == ECHILD) {
-        for (const auto& entry : running_)
-          if (entry.second.pidfd >= 0) ::close(entry.second.pidfd);
-        running_.clear();
-      }
-      const auto now = std::chrono::steady_clock::now();
-      if (now - last_print > std::chrono::seconds(tty_ ? 1 : 30)) {
-        print_progress(false);
-        last_print = now;
-      }
-      wait_for_a_run();
-    }
-    busy_wall_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
-
-  void print_progress(bool final_line) {
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    const int finished = done_ + diverged_ + failed_;
-    const std::string eta = format_eta(study_eta_seconds(busy_seconds_, size_t(finished), to_run_, size_t(jobs_)));
-    const std::string line = fmt::format(
-        "compare: {}/{} runs done ({} diverged, {} failed, {} skipped as finished{}), {} running, "
-        "elapsed {}, ETA {}",
-        finished, to_run_, diverged_, failed_, already_done_,
-        interrupted_ > 0 ? fmt::format(", {} stopped with a checkpoint", interrupted_) : "", running_.size(),
-        format_eta(elapsed), eta);
-    if (tty_ || line != last_line_) logger_.progress(line, final_line);
-    last_line_ = line;
-  }
-
-  int failed() const { return failed_; }
-  const std::vector<ChildRecord>& children() const { return children_; }
-  const std::vector<std::string>& failures() const { return failures_; }
-  double busy_wall_s() const { return busy_wall_s_; }  // from the first launch to the last exit
-  // Why launching stopped: "run NAME rejected its input; see LOG" when a run exited 2, or "run
-  // NAME: DIR: the run directory is in use by another normlab process (pid N)..." for a run that
-  // another process holds.
-  const std::string& bad_input() const { return bad_input_; }
-
- private:
-  bool stopped() const { return io::stop_signal(stop_) != 0; }
-
-  // Until a run exits, a signal arrives or 100 ms pass (the stop flag and the progress line are
-  // looked at in between): each run's pidfd is polled, so the next run starts as soon as a slot
-  // frees, not at the next tick of a sleep. Without pidfds (kernels before 5.3): 5 ms naps.
-  void wait_for_a_run() {
-    std::vector<pollfd> fds;
-    for (const auto& entry : running_)
-      if (entry.second.pidfd >= 0) fds.push_back({entry.second.pidfd, POLLIN, 0});
-    if (!fds.empty() && fds.size() == running_.size()) {
-      ::poll(fds.data(), fds.size(), 100);  // EINTR on a signal: the loop looks at the stop flag
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(running_.empty() ? 0 : 5));
-    }
-  }
-
-  void launch_run(size_t i, const std::string& exe) {
-    const RunSpec& run = plan_.runs[i];
-    const fs::path dir = out_ / "runs" / run.name;
-    // A run that another process still trains (the run of a compare killed a moment ago, writing
-    // its checkpoint; a `normlab train` on the same directory) is named here with its pid, instead
-    // of as a run that rejected its input. Launching stops, as for a bad input.
-    if (fs::is_directory(dir)) {
-      try {
-        io::DirLock probe = io::DirLock::acquire(dir.string(), "run directory");
-      } catch (const InputError& e) {
-        bad_input_ = fmt::format("run {}: {}", run.name, e.what());
-        return;
-      }
-    }
-    std::vector<std::string> args{"train", "--config",   (out_ / "configs" / (run.name + ".json")).string(),
-                                  "--out", dir.string(), "--threads",
-                                  "1"};
-    if (fs::exists(dir / "checkpoint.safetensors")) args.push_back("--resume");
-    const auto started = std::chrono::steady_clock::now();
-    const pid_t pid = launch(exe, args, (out_ / "logs" / (run.name + ".log")).string());
-    running_[pid] = {i, started, int(::syscall(SYS_pidfd_open, pid, 0))};
-  }
-
-  // Each run finishes its step, writes a checkpoint and exits 130/143; rerunning resumes it.
-  void stop_running() {
-    for (const auto& entry : running_) kill(entry.first, SIGTERM);
-    forwarded_ = true;
-    if (!running_.empty())
-      logger_.note(fmt::format("\ncompare: stopping: {} running run(s) write a checkpoint and exit", running_.size()));
-  }
-
-  // A run has exited with `status` (wait4's, with its CPU time in `usage`): counted by its exit code.
-  // One that crashed or failed is said in its log and in failures(); the others go on.
-  void reap(pid_t pid, int status, const rusage& usage) {
-    const Running run = running_[pid];
-    running_.erase(pid);
-    if (run.pidfd >= 0) ::close(run.pidfd);
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.started).count();
-    busy_seconds_ += wall;
-    const auto seconds = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    children_.push_back({run.index, code, wall, seconds(usage.ru_utime) + seconds(usage.ru_stime)});
-    const std::string& name = plan_.runs[run.index].name;
-    const std::string log = (out_ / "logs" / (name + ".log")).string();
-    if (code == kExitOk) {
-      ++done_;
-    } else if (code == kExitDiverged) {
-      ++diverged_;
-    } else if ((code == kExitInterrupted || code == kExitTerminated) && stopped()) {
-      ++interrupted_;  // stopped on our request, checkpointed: not a failure
-    } else if (code == kExitBadInput) {
-      ++failed_;
-      if (bad_input_.empty()) bad_input_ = fmt::format("run {} rejected its input; see {}", name, log);
-    } else {
-      ++failed_;
-      const std::string how = WIFSIGNALED(status) ? fmt::format("crashed (killed by {})", signal_name(WTERMSIG(status)))
-                                                  : fmt::format("failed (exit code {})", code);
-      failures_.push_back(fmt::format("{} {} after {:.2f} s; see {}", name, how, wall, log));
-      append_line(log, fmt::format("compare: this run {} after {:.2f} s; the compare went on without it, and a "
-                                   "rerun of the compare trains it again",
-                                   how, wall));
-      logger_.note(fmt::format("compare: run {} {}; the other runs go on (see {})", name, how, log));
-    }
-  }
-
-  static std::string signal_name(int signal_number) {
-    const char* abbrev = sigabbrev_np(signal_number);
-    return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", signal_number);
-  }
-
-  // A line at the end of a run's log (O_NOFOLLOW: never through a link).
-  static void append_line(const std::string& path, const std::string& line) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK, 0644);
-    if (fd < 0) return;
-    const std::string text = line + "\n";
-    [[maybe_unused]] const ssize_t written = ::write(fd, text.data(), text.size());
-    ::close(fd);
-  }
-
-  const ComparePlan& plan_;
-  const fs::path& out_;
-  const int jobs_;
-  const int already_done_;
-  CompareLogger& logger_;
-  const io::StopFlag stop_;
-  const bool tty_ = logger_.redraws();
-  struct Running {
-    size_t index = 0;                               // in plan.runs
-    std::chrono::steady_clock::time_point started;  // before the fork
-    int pidfd = -1;                                 // readable when the run has exited; -1 without pidfd_open
-  };
-  std::map<pid_t, Running> running_;
-  std::vector<ChildRecord> children_;
-  std::vector<std::string> failures_;
-  double busy_wall_s_ = 0.0;
-  int done_ = 0, diverged_ = 0, failed_ = 0, interrupted_ = 0;
-  std::string bad_input_;
-  bool forwarded_ = false;  // the stop signal has been passed on to the running runs
-  double busy_seconds_ = 0;
-  size_t to_run_ = 0;
-  std::chrono::steady_clock::time_point start_;
-  std::string last_line_;
-};
-
 // report.html, report.md, runs.csv, summary.json from every run of the grid, into result. A new
 // signal while drawing stops it (nothing half-written): report_stopped.
 void draw_report(const ComparePlan& plan, const fs::path& out, CompareResult& result) {
@@ -441,15 +194,6 @@ bool wait_for_other_shards(const ComparePlan& plan, const fs::path& out, const C
   return false;
 }
 
-struct PassTotals {
-  int failed = 0;
-  std::string bad_input;
-  std::set<std::string> failed_runs;  // crashed or failed: not launched again by a later pass
-  std::vector<std::string> failures;
-  std::vector<ChildRecord> children;
-  double busy_slot_s = 0.0;  // jobs x the passes' wall time
-};
-
 // Trains what the plan still needs in passes: a grid in one; a search pass by pass, the plan read
 // again after each, until no round adds a run this process trains. Returns the final plan.
 ComparePlan train_passes(ComparePlan plan, const CompareOptions& options, const Shard& shard, PassTotals& totals,
@@ -489,103 +233,7 @@ ComparePlan train_passes(ComparePlan plan, const CompareOptions& options, const 
   return plan;
 }
 
-double self_cpu_seconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  const auto seconds = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
-
-// The record a finished run wrote (summary.json "timing": its last session's parts), or nothing
-// (no summary, a summary without timing, or one that does not parse).
-std::optional<train::PartTimes> run_timing(const fs::path& dir) {
-  std::ifstream in(dir / "summary.json");
-  if (!in) return std::nullopt;
-  const nlohmann::json summary = nlohmann::json::parse(in, nullptr, false);
-  if (summary.is_discarded() || !summary.is_object() || !summary.contains("timing")) return std::nullopt;
-  const nlohmann::json& timing = summary.at("timing");
-  try {
-    return train::part_times_from_json(timing.contains("last_session") ? timing.at("last_session") : timing, "");
-  } catch (const InputError&) {
-    return std::nullopt;
-  }
-}
-
-// The runs' records and what the compare saw of their processes, summed.
-void add_runs(CompareTiming& timing, const ComparePlan& plan, const fs::path& out, const PassTotals& totals) {
-  double child_wall = 0.0;
-  for (const ChildRecord& child : totals.children) {
-    child_wall += child.wall_s;
-    std::optional<train::PartTimes> parts;
-    if (child.code == kExitOk || child.code == kExitDiverged)
-      parts = run_timing(out / "runs" / plan.runs[child.index].name);
-    if (!parts) {
-      ++timing.other_runs;
-      timing.other_wall_s += child.wall_s, timing.other_cpu_s += child.cpu_s;
-      continue;
-    }
-    ++timing.finished_runs;
-    timing.parts += *parts;
-    timing.process_wall_s += std::max(0.0, child.wall_s - parts->wall_total());
-    timing.process_cpu_s += std::max(0.0, child.cpu_s - parts->cpu_total());
-  }
-  timing.idle_s = std::max(0.0, totals.busy_slot_s - child_wall);
-}
-
 }  // namespace
-
-double CompareTiming::cpu_seconds() const {
-  double sum = parts.cpu_total() + process_cpu_s + other_cpu_s + compare_cpu_s;
-  return sum;
-}
-
-double CompareTiming::steps_wall_share() const {
-  return slot_seconds() > 0 ? parts.wall_s[size_t(train::RunPart::steps)] / slot_seconds() : 0.0;
-}
-
-double CompareTiming::steps_cpu_share() const {
-  return cpu_seconds() > 0 ? parts.cpu_s[size_t(train::RunPart::steps)] / cpu_seconds() : 0.0;
-}
-
-std::vector<CompareTiming::Row> CompareTiming::rows() const {
-  using train::RunPart;
-  const auto part = [&](RunPart p, const char* name) {
-    return Row{name, parts.wall_s[size_t(p)], parts.cpu_s[size_t(p)]};
-  };
-  std::vector<Row> out = {part(RunPart::steps, "training steps"),
-                          part(RunPart::evaluation, "held-out evaluation"),
-                          part(RunPart::diagnostics, "diagnostics"),
-                          part(RunPart::checkpoints, "checkpoints"),
-                          part(RunPart::logs, "logs (metrics.jsonl, run log)"),
-                          part(RunPart::setup, "run setup (config, data, model, run directory)"),
-                          part(RunPart::finish, "run finish"),
-                          {"process start and exit (exec, libraries, exit)", process_wall_s, process_cpu_s}};
-  if (other_runs > 0)
-    out.push_back(
-        {fmt::format("runs that crashed, failed or were stopped ({})", other_runs), other_wall_s, other_cpu_s});
-  out.push_back({"idle run slots (launching and reaping runs)", idle_s, 0.0});
-  double listed = 0.0;
-  for (const Row& r : out) listed += r.wall_s;
-  out.push_back({"the compare itself (plan, locks, report)", std::max(0.0, slot_seconds() - listed), compare_cpu_s});
-  std::stable_sort(out.begin() + 1, out.end(), [](const Row& a, const Row& b) { return a.wall_s > b.wall_s; });
-  return out;
-}
-
-std::string CompareTiming::summary_line() const {
-  std::string rest;
-  for (const Row& r : rows()) {
-    if (r.name == "training steps" || slot_seconds() <= 0) continue;
-    const double share = r.wall_s / slot_seconds();
-    if (share < 0.001) continue;
-    const std::string name = r.name.substr(0, r.name.find(" ("));
-    rest += fmt::format("{}{} {:.1f}%", rest.empty() ? "" : ", ", name, 100.0 * share);
-  }
-  return fmt::format(
-      "compare: {:.1f}% of the wall time of {} run slot(s) went to training steps ({:.1f}% of the CPU "
-      "time; {} run(s) trained, {:.1f} s){}{}",
-      100.0 * steps_wall_share(), jobs, 100.0 * steps_cpu_share(), finished_runs, wall_s,
-      rest.empty() ? "" : "; the rest: ", rest);
-}
 
 CompareResult run_compare(const CompareOptions& options, CompareLogger& logger, io::StopFlag stop) {
   const auto started = std::chrono::steady_clock::now();

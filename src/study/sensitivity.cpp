@@ -31,8 +31,8 @@ LossCurve loss_curve(const std::string& variant, const std::string& setting,
   std::set<double> lrs;
   std::set<uint64_t> seeds;
   for (const RunResult* r : runs) {
-    lrs.insert(r->spec.lr);
-    seeds.insert(r->spec.seed);
+    lrs.insert(r->spec.lr());
+    seeds.insert(r->spec.seed());
     if (!std::isfinite(curve.cap)) curve.cap = curve_cap(*r);
   }
   curve.lrs.assign(lrs.begin(), lrs.end());
@@ -40,9 +40,9 @@ LossCurve loss_curve(const std::string& variant, const std::string& setting,
   curve.loss.assign(curve.lrs.size(), std::vector<double>(curve.seeds.size(), NAN));
   curve.capped.assign(curve.lrs.size(), 0);
   for (const RunResult* r : runs) {
-    const size_t i = size_t(std::lower_bound(curve.lrs.begin(), curve.lrs.end(), r->spec.lr) - curve.lrs.begin());
+    const size_t i = size_t(std::lower_bound(curve.lrs.begin(), curve.lrs.end(), r->spec.lr()) - curve.lrs.begin());
     const size_t j =
-        size_t(std::lower_bound(curve.seeds.begin(), curve.seeds.end(), r->spec.seed) - curve.seeds.begin());
+        size_t(std::lower_bound(curve.seeds.begin(), curve.seeds.end(), r->spec.seed()) - curve.seeds.begin());
     const double v = curve_loss(*r);
     curve.loss[i][j] = v;
     const double raw = r->final_trained().loss;

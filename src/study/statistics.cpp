@@ -17,13 +17,13 @@ std::vector<GroupSummary> summarize(const std::vector<RunResult>& results) {
   std::vector<GroupSummary> groups;
   for (const RunResult& r : results) {
     auto it = std::find_if(groups.begin(), groups.end(), [&](const GroupSummary& g) {
-      return g.variant == r.spec.variant && g.lr == r.spec.lr && g.setting == r.spec.setting;
+      return g.variant == r.spec.variant && g.lr == r.spec.lr() && g.setting == r.spec.setting;
     });
     if (it == groups.end()) {
       groups.push_back({});
       it = groups.end() - 1;
       it->variant = r.spec.variant;
-      it->lr = r.spec.lr;
+      it->lr = r.spec.lr();
       it->setting = r.spec.setting;
     }
     it->runs.push_back(&r);
@@ -88,7 +88,7 @@ namespace {
 std::map<uint64_t, const RunResult*> by_seed(const GroupSummary& g) {
   std::map<uint64_t, const RunResult*> out;
   for (const RunResult* r : g.runs)
-    if (r->finished || r->diverged) out[r->spec.seed] = r;
+    if (r->finished || r->diverged) out[r->spec.seed()] = r;
   return out;
 }
 

@@ -32,12 +32,8 @@ using nn::variant_of;
 std::string variant_of(const train::ModelConfig& model);
 
 struct RunSpec {
-  std::string name;     // directory name, e.g. "pre-ln_lr0.001_L4_warmup_s0"
-  std::string variant;  // the series this run belongs to (a variant name or a label)
-  double lr = 0;
-  int64_t layers = 0;
-  bool warmup = true;
-  uint64_t seed = 0;
+  std::string name;                                        // directory name, e.g. "pre-ln_lr0.001_L4_warmup_s0"
+  std::string variant;                                     // the series this run belongs to (a variant name or a label)
   std::vector<std::pair<std::string, std::string>> extra;  // other grid axes: key, value as in the name
   std::string setting;      // every axis but variant, lr and seed, e.g. "4 layers, no warmup, train.batch_size=4"
   train::RunConfig config;  // the run's config, parsed and validated once: what study and serve read
@@ -46,6 +42,14 @@ struct RunSpec {
   // run directories.
   nlohmann::json config_file;
   std::string dir;  // the run directory
+
+  // The study's built-in axes, read from the config (its one source of truth). Accessors rather
+  // than config paths at ~100 call sites: they name the axes as the grid does, keep the seed
+  // unsigned as ComparePlan::seeds is, and state once what "warmup" means (any warmup steps).
+  double lr() const { return config.optim.lr; }
+  int64_t layers() const { return config.model.num_layers; }
+  bool warmup() const { return config.optim.warmup_steps > 0; }
+  uint64_t seed() const { return uint64_t(config.train.seed); }
 };
 
 // The margins within which a difference counts as none (compare config key "equivalence"): held-out

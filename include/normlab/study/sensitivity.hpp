@@ -53,8 +53,8 @@ struct LossCurve {
   // The best rate is neither the lowest nor the highest probed rate (needs >= 3 rates).
   bool best_interior() const { return lrs.size() >= 3 && best > 0 && best + 1 < lrs.size(); }
 };
-// The curve of `runs` (one variant and setting, any rates and seeds; grouped here by spec.lr and
-// spec.seed).
+// The curve of `runs` (one variant and setting, any rates and seeds; grouped here by spec.lr() and
+// spec.seed()).
 LossCurve loss_curve(const std::string& variant, const std::string& setting, const std::vector<const RunResult*>& runs);
 
 // The LR sensitivity of one curve over [from, to] (from < to, inside the curve's rates).
