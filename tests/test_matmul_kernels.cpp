@@ -429,3 +429,46 @@ TEST_CASE("linear_relu: the fused kernels give the bits of linear, relu and thei
     }
   }
 }
+
+TEST_CASE("linear, linear_relu backward: dbias on one thread (one pass, fused with the ReLU mask) gives the bits of two") {
+  ThreadCountGuard guard;
+  // N * OC >= 2^15, so two threads run the dbias pipeline; OC = 72 ends in a partial block of 32;
+  // N = 520 makes two K blocks for dW. Adding to a gradient and overwriting one (NaN before).
+  const int64_t N = 520, C = 40, OC = 72;
+  Rng rng(77);
+  auto inp = random_vector(N * C, rng);
+  const auto weight = random_vector(OC * C, rng);
+  const auto bias = random_vector(OC, rng);
+  auto dout = random_vector(N * OC, rng);
+  for (size_t i = 0; i < dout.size(); i += 5) dout[i] = -0.0f;
+  std::vector<float> out(N * OC);
+  linear_relu_forward(out.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
+  for (bool fused : {false, true}) {
+    for (bool accumulate : {true, false}) {
+      CAPTURE(fused);
+      CAPTURE(accumulate);
+      auto compute = [&](int threads) {
+        set_num_threads(threads);
+        const float start = accumulate ? 0.5f : std::nanf("");
+        std::vector<float> dinp(N * C, start), dw(OC * C, start), db(OC, start);
+        const GradOut gx(dinp.data(), accumulate), gw(dw.data(), accumulate), gb(db.data(), accumulate);
+        if (fused) {
+          linear_relu_backward(gx, gw, gb, dout.data(), out.data(), inp.data(), weight.data(), N, C, OC);
+        } else {
+          linear_backward(gx, gw, gb, dout.data(), inp.data(), weight.data(), N, C, OC);
+        }
+        dinp.insert(dinp.end(), dw.begin(), dw.end());
+        dinp.insert(dinp.end(), db.begin(), db.end());
+        return dinp;
+      };
+      const auto one = compute(1), two = compute(2);
+      REQUIRE(one.size() == two.size());
+      CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+      // dbias is the column sums in row order: check one column against a plain loop.
+      float want = accumulate ? 0.5f : 0.0f, sum = 0.0f;
+      for (int64_t n = 0; n < N; n++) sum += fused ? (out[n * OC + 71] > 0.0f ? dout[n * OC + 71] : 0.0f) : dout[n * OC + 71];
+      want = accumulate ? want + sum : sum;
+      CHECK(one.back() == want);
+    }
+  }
+}

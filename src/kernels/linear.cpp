@@ -16,6 +16,36 @@ namespace {
 // dbias is summed in blocks of this many columns, one block per loop iteration: the partial sums
 // of a block fit in registers, and rows are read in contiguous runs.
 constexpr int64_t kBiasBlock = 32;
+
+// On one thread: dbias[o] (+)= sum over n in order of d[n][o], d (N, OC), every column's chain
+// from +0 as the threaded pipeline below sums it, but all the columns in one pass over the rows:
+// a row of OC floats is OC / 16 independent vector adds, where the pipeline's blocks of 32 wait on
+// the add latency row after row (OC = 256 at 135 rows: 8 passes of 135 dependent adds). With
+// `mask` (a ReLU's output, (N, OC)), d is dout where mask > 0, else 0, and is also stored into
+// `masked` (the gradient at the pre-activation), in the same pass.
+void bias_grad_serial(GradOut dbias, const float* __restrict dout, const float* __restrict mask,
+                      float* __restrict masked, int64_t N, int64_t OC) {
+  thread_local std::vector<float> t_sum;
+  if (t_sum.size() < size_t(OC)) t_sum.resize(size_t(OC));
+  float* __restrict sum = t_sum.data();
+  for (int64_t o = 0; o < OC; o++) sum[o] = 0.0f;
+  for (int64_t n = 0; n < N; n++) {
+    const float* __restrict row = dout + n * OC;
+    if (mask != nullptr) {
+      const float* __restrict on = mask + n * OC;
+      float* __restrict d = masked + n * OC;
+      for (int64_t o = 0; o < OC; o++) {
+        const float v = on[o] > 0.0f ? row[o] : 0.0f;
+        d[o] = v;
+        sum[o] += v;
+      }
+    } else {
+      for (int64_t o = 0; o < OC; o++) sum[o] += row[o];
+    }
+  }
+  float* db = dbias.data;
+  for (int64_t o = 0; o < OC; o++) db[o] = dbias.accumulate ? db[o] + sum[o] : sum[o];
+}
 }  // namespace
 
 void linear_forward(float* out,                                                // (N, OC)
@@ -46,6 +76,12 @@ void linear_relu_backward(GradOut dinp, GradOut dweight, GradOut dbias,  // (N, 
   const auto n = static_cast<size_t>(N * OC);
   if (t_dpre.size() < n) t_dpre.resize(n);
   float* dpre = t_dpre.data();  // (N, OC)
+  if (dbias.data != nullptr && parallel_parts(N * OC >= kMinParallelElements) == 1) {
+    // One thread: dpre and dbias (the column sums of dpre) in one pass over dout and out.
+    bias_grad_serial(dbias, dout, out, dpre, N, OC);
+    NORMLAB_KERNEL_ISA::linear_backward(dinp, dweight, GradOut{}, dpre, inp, weight, N, C, OC);
+    return;
+  }
   parallel_for(N * OC, N * OC >= kMinParallelElements, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i++) {
       const float d = dout[i];  // read whatever out is: a conditional read compiles to a masked load
@@ -73,6 +109,10 @@ void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,              
   // pipeline costs one block's time more than an equal split: with OC = 64 (2 blocks), 3 steps for 2.
   const int64_t blocks = (OC + kBiasBlock - 1) / kBiasBlock;
   const int64_t team = parallel_parts(N * OC >= kMinParallelElements);
+  if (team == 1) {
+    bias_grad_serial(dbias, dout, nullptr, nullptr, N, OC);
+    return;
+  }
   // partial[b]: block b's sums after the rows of the threads that have passed it on; ready[b]: how
   // many threads have (written with release, read with acquire).
   thread_local std::vector<float> t_partial;

@@ -1,8 +1,8 @@
 // normlab's GEMM: the packed, cache-blocked scheme of Goto & van de Geijn ("Anatomy of
 // High-Performance Matrix Multiplication", 2008; the BLIS loop nest). Compiled once per kernel
-// path (dispatch.hpp); the micro-kernel is plain C++ that GCC vectorizes on avx512, intrinsics on
-// avx2, and SSE2 intrinsics on generic, which has no FMA instruction and computes each fused
-// multiply-add exactly in double (kernels/exact_fma.hpp).
+// path (dispatch.hpp); the micro-kernel is intrinsics on avx512 and avx2, and SSE2 intrinsics on
+// generic, which has no FMA instruction and computes each fused multiply-add exactly in double
+// (kernels/exact_fma.hpp).
 //
 //   C (M,N) is cut into micro-tiles of kMR x kNR (8 x 32 on avx512, 6 x 16 on avx2, 4 x 4 on
 //   generic). The micro-kernel keeps one micro-tile in registers and runs over a K block of up to
@@ -189,7 +189,90 @@ void pack_a_panels(float* __restrict dst, Operand A, int64_t M, int64_t p_begin,
   }
 }
 
-#if defined(__AVX2__) && !defined(__AVX512F__)
+#if defined(__AVX512F__)
+// The avx512 micro-kernel, spelled out with intrinsics like the avx2 one below. Same arithmetic as
+// every path: acc = fma(a_ik, b_kj, acc) for k in order from +0, then C = acc (+ bias) or
+// C += acc, then the ReLU. Sixteen named zmm accumulators: the plain C++ kernel kept them in
+// registers too, but zeroed a 1 KB array on the stack on every call (a `rep stos`, 3% of the
+// kernel's time at K = 64) and stored a partial tile element by element from that array. Here a
+// tile of fewer than kMR rows stores only its rows, one of fewer than kNR columns through masks.
+template <bool kARowsContiguous>
+inline void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride,
+                         const float* __restrict Bp, int64_t kc, int64_t rows, int64_t cols, bool add,
+                         const float* bias, bool relu, [[maybe_unused]] bool exact) {
+  static_assert(kMR == 8 && kNR == 32);
+  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+  __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+  const int64_t row_step = kARowsContiguous ? 1 : a_stride;  // distance between A(i, k) and A(i+1, k)
+  const int64_t k_step = kARowsContiguous ? a_stride : 1;    // distance between A(i, k) and A(i, k+1)
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_loadu_ps(Bp + k * kNR);
+    const __m512 b1 = _mm512_loadu_ps(Bp + k * kNR + 16);
+    const float* a = A + k * k_step;
+    __m512 a_ik = _mm512_set1_ps(a[0]);
+    c00 = _mm512_fmadd_ps(a_ik, b0, c00);
+    c01 = _mm512_fmadd_ps(a_ik, b1, c01);
+    a_ik = _mm512_set1_ps(a[row_step]);
+    c10 = _mm512_fmadd_ps(a_ik, b0, c10);
+    c11 = _mm512_fmadd_ps(a_ik, b1, c11);
+    a_ik = _mm512_set1_ps(a[2 * row_step]);
+    c20 = _mm512_fmadd_ps(a_ik, b0, c20);
+    c21 = _mm512_fmadd_ps(a_ik, b1, c21);
+    a_ik = _mm512_set1_ps(a[3 * row_step]);
+    c30 = _mm512_fmadd_ps(a_ik, b0, c30);
+    c31 = _mm512_fmadd_ps(a_ik, b1, c31);
+    a_ik = _mm512_set1_ps(a[4 * row_step]);
+    c40 = _mm512_fmadd_ps(a_ik, b0, c40);
+    c41 = _mm512_fmadd_ps(a_ik, b1, c41);
+    a_ik = _mm512_set1_ps(a[5 * row_step]);
+    c50 = _mm512_fmadd_ps(a_ik, b0, c50);
+    c51 = _mm512_fmadd_ps(a_ik, b1, c51);
+    a_ik = _mm512_set1_ps(a[6 * row_step]);
+    c60 = _mm512_fmadd_ps(a_ik, b0, c60);
+    c61 = _mm512_fmadd_ps(a_ik, b1, c61);
+    a_ik = _mm512_set1_ps(a[7 * row_step]);
+    c70 = _mm512_fmadd_ps(a_ik, b0, c70);
+    c71 = _mm512_fmadd_ps(a_ik, b1, c71);
+  }
+  // Columns [0, 16) and [16, 32) of the tile that are stored.
+  const __mmask16 m0 = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
+  const __mmask16 m1 = cols >= 32 ? __mmask16(0xFFFF) : cols > 16 ? __mmask16((1u << (cols - 16)) - 1) : 0;
+  __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;
+  if (!add && bias != nullptr) {
+    bias0 = _mm512_maskz_loadu_ps(m0, bias);
+    bias1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+  }
+  const bool whole = cols == kNR;
+  auto store_row = [&](float* c, __m512 v0, __m512 v1) {
+    if (add) {
+      v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
+      v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
+    } else if (bias != nullptr) {
+      v0 = _mm512_add_ps(v0, bias0);
+      v1 = _mm512_add_ps(v1, bias1);
+    }
+    if (relu) {  // max_ps(v, 0) = v > 0 ? v : 0, NaN and -0 included: relu_of
+      v0 = _mm512_max_ps(v0, _mm512_setzero_ps());
+      v1 = _mm512_max_ps(v1, _mm512_setzero_ps());
+    }
+    if (whole) {
+      _mm512_storeu_ps(c, v0);
+      _mm512_storeu_ps(c + 16, v1);
+    } else {
+      _mm512_mask_storeu_ps(c, m0, v0);
+      _mm512_mask_storeu_ps(c + 16, m1, v1);
+    }
+  };
+  store_row(C, c00, c01);
+  if (rows > 1) store_row(C + ldc, c10, c11);
+  if (rows > 2) store_row(C + 2 * ldc, c20, c21);
+  if (rows > 3) store_row(C + 3 * ldc, c30, c31);
+  if (rows > 4) store_row(C + 4 * ldc, c40, c41);
+  if (rows > 5) store_row(C + 5 * ldc, c50, c51);
+  if (rows > 6) store_row(C + 6 * ldc, c60, c61);
+  if (rows > 7) store_row(C + 7 * ldc, c70, c71);
+}
+#elif defined(__AVX2__)
 // The avx2 micro-kernel is spelled out with intrinsics: GCC vectorizes the plain loops below into
 // 128-bit pieces with shuffles for a 6 x 16 tile. Same arithmetic: acc = fma(a_ik, b_kj, acc) for
 // k in order, then C = acc or C += acc.
