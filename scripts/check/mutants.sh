@@ -383,7 +383,7 @@ mutant "stats: a zero-width interval at 0 shows a difference" \
   'bool contains_zero() const { return low < 0 && high > 0; }' \
   '*paired*,*findings*'
 mutant "serve: a percent-encoded dot segment inside DIR is served" \
-  src/serve/server.cpp \
+  src/serve/files.cpp \
   "if (segment[0] == '.') return segment == \"..\" ? 403 : 404;" \
   'if (segment == ".") return 404;' \
   '*dot segments*'

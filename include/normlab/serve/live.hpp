@@ -1,6 +1,7 @@
 #pragma once
 // What `normlab serve` shows: the report `normlab report DIR` draws, computed again whenever a run
 // writes, with a table of every run's state. Reads DIR, never writes it, never takes a lock.
+// src/serve/live_parts.hpp lists the files that implement it, one job each.
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -125,6 +126,8 @@ class LiveReport {
   void catch_up_loop();
   // A run past the report's budget: its row from its reader and summary.json.
   RunStatus row_from_reader(const std::string& run_dir, bool running);
+  // Each reader's progress, a line each: part of what tells page() to draw again.
+  std::string readers_fingerprint();
 
   std::string dir_;
   uint64_t report_bytes_;

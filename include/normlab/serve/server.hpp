@@ -1,7 +1,8 @@
 #pragma once
 // `normlab serve`'s HTTP side, on cpp-httplib: GET / is the live report page, /runs.csv and
 // /curves.csv the live tables, any other path a file inside DIR. Read-only: GET and HEAD only.
-// docs/serve.md states the security model this file implements.
+// docs/serve.md states the security model this file implements; src/serve/server_parts.hpp lists
+// the files that implement it, one job each.
 #include <chrono>
 #include <cstddef>
 #include <memory>
