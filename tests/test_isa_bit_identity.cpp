@@ -147,6 +147,20 @@ TEST_CASE("bit identity across paths: LayerNorm and RMSNorm forward and backward
   }
 }
 
+// An output of at least 2^22 floats is written with streaming stores on AVX2 and AVX-512 (the
+// generic path has none): rows of 1031 floats start at every alignment, so each row has its
+// ordinary-store head and tail.
+TEST_CASE("bit identity across paths: LayerNorm forward with streaming stores") {
+  const int64_t rows = 4070, cols = 1031;  // 4,196,170 floats: past the streaming threshold
+  const auto x = randn(rows * cols, 21, 2.0f);
+  const auto gamma = randn(cols, 22), beta = randn(cols, 23);
+  check_every_path("layernorm forward, streamed output", [&] {
+    std::vector<float> y(rows * cols), mean(rows), rstd(rows);
+    layer_norm_forward(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), rows, cols, 1e-5f);
+    return Buffers{y, mean, rstd};
+  });
+}
+
 TEST_CASE("bit identity across paths: BatchNorm train and eval and backward") {
   const int64_t N = 70, C = 37;
   check_every_path("batch_norm", [&] {
