@@ -241,32 +241,31 @@ void Optimizer::load_state(const std::map<std::string, std::vector<float>>& tens
   step_count_ = step_count;
 }
 
-namespace {
-// Sum of squares of g[0..n) in double over 8 fixed lanes (lane l takes i = l, l+8, ...), added
-// pairwise at the end: the same bits on every machine and thread count, and no chain of n
-// dependent additions.
-double sum_of_squares(const float* g, int64_t n) {
-  constexpr int64_t kLanes = 8;
-  double lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t l = 0; l < kLanes; l++) lanes[l] += static_cast<double>(g[i + l]) * static_cast<double>(g[i + l]);
-  for (int64_t l = 0; i < n; i++, l++) lanes[l] += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-  for (int64_t width = kLanes / 2; width >= 1; width /= 2)
-    for (int64_t l = 0; l < width; l++) lanes[l] += lanes[l + width];
-  return lanes[0];
-}
-}  // namespace
-
 double clip_grad_norm(const nn::NamedTensors& params, double max_norm) {
-  // One sum per tensor (side by side on the threads), then the tensors' sums in order: the norm
-  // is the same at every thread count.
+  // One sum per tensor (kernels::sums_of_squares: several tensors side by side, each thread a
+  // contiguous run of tensors), then the tensors' sums in order: the norm is the same at every
+  // thread count.
   const auto count = static_cast<int64_t>(params.size());
   std::vector<double> sums(params.size(), 0.0);
-  run_parts(count, [&](int64_t k) {  // one tensor per part
-    const Tensor& param = params[size_t(k)].second;
-    const float* g = param.grad_data();  // (numel) or null
-    if (g) sums[size_t(k)] = sum_of_squares(g, param.numel());
+  std::vector<const float*> grads(params.size(), nullptr);
+  std::vector<int64_t> numel(params.size(), 0);
+  int64_t total = 0;
+  for (size_t k = 0; k < params.size(); k++) {
+    grads[k] = params[k].second.grad_data();  // (numel) or null
+    numel[k] = grads[k] != nullptr ? params[k].second.numel() : 0;
+    total += numel[k];
+  }
+  const int64_t threads = parallel_parts(total >= kParallelMinElements);
+  run_parts(threads, [&](int64_t t) {  // tensors [begin, end): those whose first element falls in this share
+    const int64_t lo = total * t / threads, hi = total * (t + 1) / threads;
+    int64_t begin = 0, end = 0, first = 0;
+    for (int64_t k = 0; k < count; first += numel[size_t(k)], k++) {
+      if (first < lo) begin = k + 1;
+      if (first < hi) end = k + 1;
+    }
+    if (t == 0) begin = 0;
+    if (t + 1 == threads) end = count;
+    if (begin < end) kernels::sums_of_squares(sums.data() + begin, grads.data() + begin, numel.data() + begin, end - begin);
   });
   double sum_sq = 0.0;
   for (double s : sums) sum_sq += s;
