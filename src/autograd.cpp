@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <unordered_set>
+#include <cstdint>
 #include <utility>
 
 #include "normlab/error.hpp"
@@ -13,13 +13,48 @@ namespace {
 thread_local bool g_grad_enabled = true;
 thread_local OpTimes* t_op_times = nullptr;
 
+// The tensors a traversal has seen: an open-addressing set of pointers (linear probing, at most
+// half full), one allocation for the whole graph where std::unordered_set makes one per tensor.
+class VisitedSet {
+ public:
+  // True if `p` was not in the set (and is now).
+  bool insert(const TensorImpl* p) {
+    if (2 * (size_ + 1) > slots_.size()) grow();
+    size_t i = slot_of(p);
+    while (slots_[i] != nullptr) {
+      if (slots_[i] == p) return false;
+      i = (i + 1) & (slots_.size() - 1);
+    }
+    slots_[i] = p;
+    ++size_;
+    return true;
+  }
+
+ private:
+  size_t slot_of(const TensorImpl* p) const {
+    // Fibonacci hashing of the address (heap pointers share their low bits).
+    return size_t((uint64_t(reinterpret_cast<uintptr_t>(p)) * 0x9E3779B97F4A7C15ull) >> 32) & (slots_.size() - 1);
+  }
+  void grow() {
+    std::vector<const TensorImpl*> old = std::move(slots_);
+    slots_.assign(old.empty() ? 512 : 2 * old.size(), nullptr);
+    size_ = 0;
+    for (const TensorImpl* p : old)
+      if (p != nullptr) insert(p);
+  }
+  std::vector<const TensorImpl*> slots_;  // size a power of two
+  size_t size_ = 0;
+};
+
 // Post-order DFS with an explicit stack: every tensor appears after all tensors it was computed
 // from. Returned order: leaves first, root last. The order holds owning pointers: backward frees
 // each node's inputs as it goes, and a tensor still to be visited must not die with them.
 std::vector<std::shared_ptr<TensorImpl>> topological_order(const std::shared_ptr<TensorImpl>& root) {
   std::vector<std::shared_ptr<TensorImpl>> order;
-  std::unordered_set<TensorImpl*> visited;
+  order.reserve(256);
+  VisitedSet visited;
   std::vector<std::pair<std::shared_ptr<TensorImpl>, size_t>> stack;  // (tensor, next input to visit)
+  stack.reserve(64);
   stack.emplace_back(root, 0);
   visited.insert(root.get());
   while (!stack.empty()) {
@@ -32,7 +67,7 @@ std::vector<std::shared_ptr<TensorImpl>> topological_order(const std::shared_ptr
                       node->name));
     if (node && next < node->inputs.size()) {
       std::shared_ptr<TensorImpl> child = node->inputs[next++].impl_ptr();
-      if (child && child->requires_grad && visited.insert(child.get()).second) stack.emplace_back(std::move(child), 0);
+      if (child && child->requires_grad && visited.insert(child.get())) stack.emplace_back(std::move(child), 0);
       continue;
     }
     order.push_back(impl);

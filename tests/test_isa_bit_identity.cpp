@@ -2,6 +2,7 @@
 // the generic path: the paths differ in vector width and GEMM micro-tile, never in the numbers.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -144,6 +145,77 @@ TEST_CASE("bit identity across paths: LayerNorm and RMSNorm forward and backward
       rms_norm_backward(rdx.data(), rdgamma.data(), dy.data(), x.data(), gamma.data(), rrstd.data(), rows, cols);
       return Buffers{y, mean, rstd, dx, dgamma, dbeta, ry, rrstd, rdx, rdgamma};
     });
+  }
+}
+
+// An output of at least 2^22 floats is written with streaming stores on AVX2 and AVX-512 (the
+// generic path has none): rows of 1031 floats start at every alignment, so each row has its
+// ordinary-store head and tail.
+TEST_CASE("bit identity across paths: LayerNorm forward with streaming stores") {
+  const int64_t rows = 4070, cols = 1031;  // 4,196,170 floats: past the streaming threshold
+  const auto x = randn(rows * cols, 21, 2.0f);
+  const auto gamma = randn(cols, 22), beta = randn(cols, 23);
+  check_every_path("layernorm forward, streamed output", [&] {
+    std::vector<float> y(rows * cols), mean(rows), rstd(rows);
+    layer_norm_forward(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), rows, cols, 1e-5f);
+    return Buffers{y, mean, rstd};
+  });
+}
+
+// The forward takes rows 4 at a time: every row must get the bits it gets alone (N = 1).
+TEST_CASE("bit identity across paths: cross-entropy rows in groups equal each row alone") {
+  const int64_t N = 11, V = 32;  // two groups of 4 and 3 rows left over, the demo's vocabulary
+  check_every_path("cross_entropy grouped vs alone", [&] {
+    auto logits = randn(N * V, 41, 4.0f);
+    logits[5 * V + 7] = 0.0f;  // a row whose max is +0 beside a -0
+    logits[5 * V + 9] = -0.0f;
+    for (int64_t v = 0; v < V; v++) logits[5 * V + v] = std::min(logits[5 * V + v], 0.0f);
+    std::vector<int32_t> targets(N);
+    for (int64_t n = 0; n < N; n++) targets[n] = n == 6 ? -1 : int32_t((n * 7) % V);
+    std::vector<float> losses(N), probs(N * V), losses_alone(N), probs_alone(N * V);
+    cross_entropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N, V);
+    for (int64_t n = 0; n < N; n++)
+      cross_entropy_forward(losses_alone.data() + n, probs_alone.data() + n * V, logits.data() + n * V,
+                            targets.data() + n, 1, V);
+    CHECK(std::memcmp(losses.data(), losses_alone.data(), sizeof(float) * size_t(N)) == 0);
+    CHECK(std::memcmp(probs.data(), probs_alone.data(), sizeof(float) * size_t(N * V)) == 0);
+    return Buffers{losses, probs};
+  });
+}
+
+// The gradient norm's per-tensor sums: tensors side by side (largest first) must give each
+// tensor's 8-lane sum exactly as one tensor alone, on every path; sizes 0, below one line of 8,
+// not a multiple of 8, equal and unequal.
+TEST_CASE("bit identity across paths: per-tensor sums of squares for the gradient norm") {
+  const std::vector<int64_t> sizes = {192, 0, 16384, 7, 4096, 16384, 1, 12288, 64, 1003, 8, 9, 256, 64, 3};
+  std::vector<std::vector<float>> grads;
+  for (size_t k = 0; k < sizes.size(); k++) grads.push_back(randn(sizes[k], 50 + k, k % 3 == 0 ? 1e-3f : 2.0f));
+  std::vector<double> expected(sizes.size());
+  for (size_t k = 0; k < sizes.size(); k++) {  // one tensor alone, the lanes of kernels/adam.hpp
+    double lanes[8] = {};
+    for (int64_t i = 0; i < sizes[k]; i++)
+      lanes[i % 8] += double(grads[k][size_t(i)]) * double(grads[k][size_t(i)]);
+    for (int width = 4; width >= 1; width /= 2)
+      for (int l = 0; l < width; l++) lanes[l] += lanes[l + width];
+    expected[k] = lanes[0];
+  }
+  check_every_path("sums_of_squares", [&] {
+    std::vector<const float*> g;
+    for (const auto& v : grads) g.push_back(v.empty() ? nullptr : v.data());
+    std::vector<double> sums(sizes.size(), -1.0);
+    sums_of_squares(sums.data(), g.data(), sizes.data(), int64_t(sizes.size()));
+    CHECK(std::memcmp(sums.data(), expected.data(), sizeof(double) * sums.size()) == 0);
+    std::vector<float> bits(2 * sums.size());  // the doubles' bytes, for the comparison across paths
+    std::memcpy(bits.data(), sums.data(), sizeof(double) * sums.size());
+    return Buffers{bits};
+  });
+  {
+    test::ScopedIsa reference(Isa::reference);
+    std::vector<const float*> g;
+    for (const auto& v : grads) g.push_back(v.empty() ? nullptr : v.data());
+    std::vector<double> sums(sizes.size(), -1.0);
+    sums_of_squares(sums.data(), g.data(), sizes.data(), int64_t(sizes.size()));
+    CHECK(std::memcmp(sums.data(), expected.data(), sizeof(double) * sums.size()) == 0);
   }
 }
 

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 namespace normlab::kernels::NORMLAB_KERNEL_ISA {
@@ -101,6 +102,40 @@ double row_sum_squared_deviation(const float* x, int64_t n, double center) {  //
 // exactly 0, so y = beta.
 double row_rstd(double var, float eps) { return 1.0 / std::sqrt(var + double(eps)); }
 
+// normalize_row's gamma-and-beta loop with non-temporal stores of y where the path has them
+// (AVX2, AVX-512): the same operations on each element (no fma: -ffp-contract=off), only the
+// stores bypass the cache. An ordinary store first reads the line it writes, so a forward whose
+// output is far larger than the caches moves three streams (x, y read, y written) instead of two.
+void normalize_row_stream(float* __restrict y, const float* __restrict x,              // (cols), (cols)
+                          const float* __restrict gamma, const float* __restrict beta,  // (cols), (cols)
+                          int64_t cols, float mean_hi, float mean_lo, float rstd_f) {
+  int64_t i = 0;
+#if defined(__AVX2__)
+#if defined(__AVX512F__)
+  constexpr int64_t kWidth = 16;
+#else
+  constexpr int64_t kWidth = 8;
+#endif
+  // Ordinary stores up to the first vector-aligned element of y (streaming stores need alignment).
+  for (; i < cols && (reinterpret_cast<uintptr_t>(y + i) % (kWidth * sizeof(float))) != 0; i++)
+    y[i] = (((x[i] - mean_hi) - mean_lo) * rstd_f) * gamma[i] + beta[i];
+#if defined(__AVX512F__)
+  const __m512 hi = _mm512_set1_ps(mean_hi), lo = _mm512_set1_ps(mean_lo), r = _mm512_set1_ps(rstd_f);
+  for (; i + kWidth <= cols; i += kWidth) {
+    const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), hi), lo), r);
+    _mm512_stream_ps(y + i, _mm512_add_ps(_mm512_mul_ps(xhat, _mm512_loadu_ps(gamma + i)), _mm512_loadu_ps(beta + i)));
+  }
+#else
+  const __m256 hi = _mm256_set1_ps(mean_hi), lo = _mm256_set1_ps(mean_lo), r = _mm256_set1_ps(rstd_f);
+  for (; i + kWidth <= cols; i += kWidth) {
+    const __m256 xhat = _mm256_mul_ps(_mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), hi), lo), r);
+    _mm256_stream_ps(y + i, _mm256_add_ps(_mm256_mul_ps(xhat, _mm256_loadu_ps(gamma + i)), _mm256_loadu_ps(beta + i)));
+  }
+#endif
+#endif
+  for (; i < cols; i++) y[i] = (((x[i] - mean_hi) - mean_lo) * rstd_f) * gamma[i] + beta[i];
+}
+
 // y = gamma * xhat + beta for one row, in float (gamma, beta may be nullptr). x - mean is formed
 // as (x - mean_hi) - mean_lo with mean = mean_hi + mean_lo to double precision: x - mean_hi is
 // exact when x is near the mean (Sterbenz lemma), so a row with mean 1e4 keeps the precision of its
@@ -108,10 +143,14 @@ double row_rstd(double var, float eps) { return 1.0 / std::sqrt(var + double(eps
 void normalize_row(float* __restrict y,                                          // (cols)
                    const float* __restrict x,                                    // (cols)
                    const float* __restrict gamma, const float* __restrict beta,  // (cols), (cols)
-                   int64_t cols, double mean, double rstd) {
+                   int64_t cols, double mean, double rstd, bool stream = false) {
   const float mean_hi = float(mean);
   const float mean_lo = float(mean - double(mean_hi));
   const float rstd_f = float(rstd);
+  if (stream && gamma != nullptr && beta != nullptr) {
+    normalize_row_stream(y, x, gamma, beta, cols, mean_hi, mean_lo, rstd_f);
+    return;
+  }
   if (gamma != nullptr && beta != nullptr) {
     for (int64_t i = 0; i < cols; i++) {
       float xhat = ((x[i] - mean_hi) - mean_lo) * rstd_f;
@@ -132,13 +171,13 @@ void normalize_row(float* __restrict y,                                         
 template <class Prefetch = NoPrefetch>
 void forward_row(float* y, float* mean_out, float* rstd_out,             // (cols), (1), (1)
                  const float* x, const float* gamma, const float* beta,  // (cols), (cols), (cols)
-                 int64_t cols, float eps, Prefetch prefetch = {}) {
+                 int64_t cols, float eps, Prefetch prefetch = {}, bool stream = false) {
   const double mean = row_sum(x, cols, prefetch) / double(cols);
   const double var = row_sum_squared_deviation(x, cols, mean) / double(cols);
   const double rstd = row_rstd(var, eps);
   if (mean_out != nullptr) *mean_out = float(mean);
   if (rstd_out != nullptr) *rstd_out = float(rstd);
-  normalize_row(y, x, gamma, beta, cols, mean, rstd);
+  normalize_row(y, x, gamma, beta, cols, mean, rstd, stream);
 }
 
 // ---- Backward of one row
@@ -284,6 +323,11 @@ constexpr int kBackwardGroup = 4;
 // row's own chain is long enough to keep the core busy, and a group's rows (with the next group's,
 // prefetched) would crowd L1, where one row at a time stays in it between its passes.
 constexpr int64_t kMaxGroupFloats = 2048;
+// Rows too long for groups of kForwardGroup within that limit go in pairs while a pair fits it
+// (cols <= 1024): two rows' chains overlap where one row's does not fill the core.
+// The forward's output is written with streaming stores (normalize_row_stream) from this many
+// elements on (16 MB): an output that large leaves the caches before anything reads it.
+constexpr int64_t kStreamOutputFloats = int64_t{1} << 22;
 // On AVX-512 the backward's limit is larger (64 KB, cols <= 4096): its group also keeps a column's
 // dgamma and dbeta partials in registers across the group's rows (backward_rows_update), where one
 // row at a time loads and stores both (cols) double arrays for every row, and that saves more than
@@ -300,10 +344,10 @@ constexpr int64_t kMaxBackwardGroupFloats = kMaxGroupFloats;
 template <int kReads>
 struct PrefetchNext {
   const float* read[kReads];  // (cols) each: the next row of each input
-  float* write;               // (cols): this row's output
+  float* write;               // (cols): this row's output; nullptr: none (streaming stores)
   void operator()(int64_t i) const {
     for (int k = 0; k < kReads; k++) __builtin_prefetch(read[k] + i, 0, 3);
-    __builtin_prefetch(write + i, 1, 3);
+    if (write != nullptr) __builtin_prefetch(write + i, 1, 3);
   }
 };
 
@@ -318,11 +362,11 @@ template <int R>
 void forward_rows(float* y, float* mean, float* rstd,                   // (R, cols), (R), (R)
                   const float* x, int64_t remaining,                    // (R, cols), rows after these
                   const float* gamma, const float* beta, int64_t cols,  // (cols), (cols)
-                  float eps) {
+                  float eps, bool stream) {
   double row_mean[R], row_rstd_[R];
   for (int r = 0; r < R; r++) {
     const float* x_r = x + r * cols;  // (cols)
-    const PrefetchNext<1> prefetch{{next_row(x_r, x + R * cols, r, remaining, cols)}, y + r * cols};
+    const PrefetchNext<1> prefetch{{next_row(x_r, x + R * cols, r, remaining, cols)}, stream ? nullptr : y + r * cols};
     row_mean[r] = row_sum(x_r, cols, prefetch) / double(cols);
   }
   for (int r = 0; r < R; r++)
@@ -331,7 +375,8 @@ void forward_rows(float* y, float* mean, float* rstd,                   // (R, c
     if (mean != nullptr) mean[r] = float(row_mean[r]);
     if (rstd != nullptr) rstd[r] = float(row_rstd_[r]);
   }
-  for (int r = 0; r < R; r++) normalize_row(y + r * cols, x + r * cols, gamma, beta, cols, row_mean[r], row_rstd_[r]);
+  for (int r = 0; r < R; r++)
+    normalize_row(y + r * cols, x + r * cols, gamma, beta, cols, row_mean[r], row_rstd_[r], stream);
 }
 
 // Pass 2 of R rows together, column by column with the R rows in order: the partials stay in
@@ -421,20 +466,26 @@ void layer_norm_forward(float* out, float* mean, float* rstd,                   
                         const float* inp, const float* gamma, const float* beta,  // (rows, cols), (cols), (cols)
                         int64_t rows, int64_t cols, float eps) {
   const int64_t parts = parallel_parts(rows * cols >= kMinParallelElements);
+  const bool stream = rows * cols >= kStreamOutputFloats;
   run_parts(parts, [&](int64_t part) {
     const RowRange range = thread_rows(rows, int(part), int(parts));
     auto at = [](float* p, int64_t r) { return p != nullptr ? p + r : nullptr; };
-    for_row_groups<kForwardGroup>(
-        range, cols, kMaxGroupFloats,
-        [&](int64_t r) {
-          forward_rows<kForwardGroup>(out + r * cols, at(mean, r), at(rstd, r), inp + r * cols,
-                                      rows - (r + kForwardGroup), gamma, beta, cols, eps);
-        },
-        [&](int64_t r) {
-          const float* x = inp + r * cols;
-          const PrefetchNext<1> prefetch{{r + 1 < rows ? x + cols : x}, out + r * cols};
-          forward_row(out + r * cols, at(mean, r), at(rstd, r), x, gamma, beta, cols, eps, prefetch);
-        });
+    auto row = [&](int64_t r) {
+      const float* x = inp + r * cols;
+      const PrefetchNext<1> prefetch{{r + 1 < rows ? x + cols : x}, stream ? nullptr : out + r * cols};
+      forward_row(out + r * cols, at(mean, r), at(rstd, r), x, gamma, beta, cols, eps, prefetch, stream);
+    };
+    auto group = [&]<int G>(int64_t r) {
+      forward_rows<G>(out + r * cols, at(mean, r), at(rstd, r), inp + r * cols, rows - (r + G), gamma, beta, cols,
+                      eps, stream);
+    };
+    if (kForwardGroup * cols <= kMaxGroupFloats)
+      for_row_groups<kForwardGroup>(range, cols, kMaxGroupFloats, [&](int64_t r) { group.template operator()<kForwardGroup>(r); }, row);
+    else
+      for_row_groups<2>(range, cols, kMaxGroupFloats, [&](int64_t r) { group.template operator()<2>(r); }, row);
+#if defined(__AVX2__)
+    if (stream) _mm_sfence();  // this thread's streaming stores are visible before the region ends
+#endif
   });
 }
 
@@ -448,32 +499,40 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
   // dgamma/dbeta sum over rows: each thread adds its rows into its own (cols) partial buffers, in
   // double because a column sums thousands of rows; they are combined below in thread order.
   const bool need_param_grads = dgamma != nullptr || dbeta != nullptr;
-  // One allocation per thread, made by that thread: the two threads' buffers never share a page.
+  // Each part's buffers, allocated by the thread that runs it: the two threads' buffers never share
+  // a page. One part (every call of a small model's step: 13 a step at 64 columns) reuses its
+  // thread's buffers from call to call instead of allocating three; several parts allocate theirs
+  // (a thread may run two parts of one call).
   auto partials = std::vector<std::vector<double>>(size_t(num_threads));  // (threads) x (2, cols)
+  auto partial_of = std::vector<double*>(size_t(num_threads), nullptr);   // (threads) -> (2, cols)
 
   const int team = num_threads;
   run_parts(num_threads, [&](int64_t part) {
     const int thread = int(part);
-    std::vector<double>& partial = partials[size_t(thread)];
+    thread_local std::vector<double> single_partial;  // (2, cols)
+    thread_local std::vector<float> single_g;         // (kBackwardGroup, cols)
+    std::vector<double>& partial = team == 1 ? single_partial : partials[size_t(thread)];
     if (need_param_grads) partial.assign(2 * width, 0.0);
+    partial_of[size_t(thread)] = partial.data();
+    std::vector<float> own_g;
+    std::vector<float>& g_rows = team == 1 ? single_g : own_g;  // g of a group, from pass 1 to pass 2
+    if (g_rows.size() < kBackwardGroup * width) g_rows.resize(kBackwardGroup * width);
     double* dgamma_thread = need_param_grads ? partial.data() : nullptr;         // (cols)
     double* dbeta_thread = need_param_grads ? partial.data() + width : nullptr;  // (cols)
-    std::vector<float> g_rows(kBackwardGroup * width);                           // g of a group, from pass 1 to pass 2
     auto dx_at = [&](int64_t r) { return dinp != nullptr ? dinp + r * cols : nullptr; };
-    for_row_groups<kBackwardGroup>(
-        thread_rows(rows, thread, team), cols, kMaxBackwardGroupFloats,
-        [&](int64_t r) {
-          backward_rows<kBackwardGroup>(dx_at(r), dgamma_thread, dbeta_thread, g_rows.data(), dout + r * cols,
-                                        inp + r * cols, gamma, mean + r, rstd + r, rows - (r + kBackwardGroup), cols);
-        },
-        [&](int64_t r) {
-          const float *dy = dout + r * cols, *x = inp + r * cols;
-          const bool last = r + 1 >= rows;
-          float* dx = dx_at(r);
-          const PrefetchNext<2> prefetch{{last ? dy : dy + cols, last ? x : x + cols},
-                                         dx != nullptr ? dx : g_rows.data()};
-          backward_row(dx, dgamma_thread, dbeta_thread, g_rows.data(), dy, x, gamma, mean[r], rstd[r], cols, prefetch);
-        });
+    auto row = [&](int64_t r) {
+      const float *dy = dout + r * cols, *x = inp + r * cols;
+      const bool last = r + 1 >= rows;
+      float* dx = dx_at(r);
+      const PrefetchNext<2> prefetch{{last ? dy : dy + cols, last ? x : x + cols}, dx != nullptr ? dx : g_rows.data()};
+      backward_row(dx, dgamma_thread, dbeta_thread, g_rows.data(), dy, x, gamma, mean[r], rstd[r], cols, prefetch);
+    };
+    auto group = [&]<int G>(int64_t r) {
+      backward_rows<G>(dx_at(r), dgamma_thread, dbeta_thread, g_rows.data(), dout + r * cols, inp + r * cols, gamma,
+                       mean + r, rstd + r, rows - (r + G), cols);
+    };
+    const RowRange range = thread_rows(rows, thread, team);
+    for_row_groups<kBackwardGroup>(range, cols, kMaxBackwardGroupFloats, [&](int64_t r) { group.template operator()<kBackwardGroup>(r); }, row);
   });
 
   // Fixed combination order (thread 0, 1, ...): the same bits on every run with this thread count.
@@ -482,8 +541,8 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
       double dgamma_sum = 0.0;
       double dbeta_sum = 0.0;
       for (int t = 0; t < team; t++) {
-        dgamma_sum += partials[size_t(t)][j];
-        dbeta_sum += partials[size_t(t)][width + j];
+        dgamma_sum += partial_of[size_t(t)][j];
+        dbeta_sum += partial_of[size_t(t)][width + j];
       }
       if (dgamma != nullptr) dgamma[j] += float(dgamma_sum);
       if (dbeta != nullptr) dbeta[j] += float(dbeta_sum);

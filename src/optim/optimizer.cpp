@@ -36,6 +36,36 @@ std::vector<std::string> split_dots(const std::string& name) {
   return parts;
 }
 
+// The doubles of an Adam step that depend on the options and the step count only, not on the
+// tensor: shortest() (a decimal round trip) four times and std::pow twice. step_adam asks for them
+// once per tensor and thread part (80 tensors at the demo's size); each thread keeps the last
+// step's, so they are computed once per step and thread, with the same values.
+struct AdamStepDoubles {
+  float key_weight_decay, key_beta1, key_beta2, key_eps;
+  int64_t key_step = -1;
+  double weight_decay, beta1, beta2, eps, bias_correction1, bias_correction2;
+};
+
+const AdamStepDoubles& adam_step_doubles(const OptimizerOptions& o, int64_t step) {
+  thread_local AdamStepDoubles last;
+  if (last.key_step != step || last.key_weight_decay != o.weight_decay || last.key_beta1 != o.beta1 ||
+      last.key_beta2 != o.beta2 || last.key_eps != o.eps) {
+    last.key_step = step;
+    last.key_weight_decay = o.weight_decay;
+    last.key_beta1 = o.beta1;
+    last.key_beta2 = o.beta2;
+    last.key_eps = o.eps;
+    last.weight_decay = shortest(o.weight_decay);
+    last.beta1 = shortest(o.beta1);
+    last.beta2 = shortest(o.beta2);
+    last.eps = shortest(o.eps);
+    const double t = static_cast<double>(step);
+    last.bias_correction1 = 1.0 - std::pow(last.beta1, t);
+    last.bias_correction2 = 1.0 - std::pow(last.beta2, t);
+  }
+  return last;
+}
+
 }  // namespace
 
 std::string to_string(OptimizerKind kind) { return name_in(kOptimizerNames, kind); }
@@ -168,12 +198,12 @@ void Optimizer::step_adam(size_t index, double lr, int64_t begin, int64_t end) {
   float* m = exp_avg_[index].data();     // (numel)
   float* v = exp_avg_sq_[index].data();  // (numel)
 
-  const double wd_d = decay_[index] ? shortest(options_.weight_decay) : 0.0;
-  const double beta1 = shortest(options_.beta1);
-  const double beta2 = shortest(options_.beta2);
-  const double t = static_cast<double>(step_count_);
-  const double bias_correction1 = 1.0 - std::pow(beta1, t);
-  const double bias_correction2 = 1.0 - std::pow(beta2, t);
+  const AdamStepDoubles& d = adam_step_doubles(options_, step_count_);
+  const double wd_d = decay_[index] ? d.weight_decay : 0.0;
+  const double beta1 = d.beta1;
+  const double beta2 = d.beta2;
+  const double bias_correction1 = d.bias_correction1;
+  const double bias_correction2 = d.bias_correction2;
 
   kernels::AdamScalars s;
   s.decoupled = options_.name == OptimizerKind::adamw;
@@ -184,7 +214,7 @@ void Optimizer::step_adam(size_t index, double lr, int64_t begin, int64_t end) {
   s.one_minus_beta1 = static_cast<float>(1.0 - beta1);
   s.one_minus_beta2 = static_cast<float>(1.0 - beta2);
   s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  s.eps = static_cast<float>(shortest(options_.eps));
+  s.eps = static_cast<float>(d.eps);
   s.neg_step_size = static_cast<float>(-(lr / bias_correction1));
   // The element loop is a kernel (kernels/adam.hpp) of the active path, the reference path's
   // plain loop included.
@@ -241,32 +271,31 @@ void Optimizer::load_state(const std::map<std::string, std::vector<float>>& tens
   step_count_ = step_count;
 }
 
-namespace {
-// Sum of squares of g[0..n) in double over 8 fixed lanes (lane l takes i = l, l+8, ...), added
-// pairwise at the end: the same bits on every machine and thread count, and no chain of n
-// dependent additions.
-double sum_of_squares(const float* g, int64_t n) {
-  constexpr int64_t kLanes = 8;
-  double lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t l = 0; l < kLanes; l++) lanes[l] += static_cast<double>(g[i + l]) * static_cast<double>(g[i + l]);
-  for (int64_t l = 0; i < n; i++, l++) lanes[l] += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-  for (int64_t width = kLanes / 2; width >= 1; width /= 2)
-    for (int64_t l = 0; l < width; l++) lanes[l] += lanes[l + width];
-  return lanes[0];
-}
-}  // namespace
-
 double clip_grad_norm(const nn::NamedTensors& params, double max_norm) {
-  // One sum per tensor (side by side on the threads), then the tensors' sums in order: the norm
-  // is the same at every thread count.
+  // One sum per tensor (kernels::sums_of_squares: several tensors side by side, each thread a
+  // contiguous run of tensors), then the tensors' sums in order: the norm is the same at every
+  // thread count.
   const auto count = static_cast<int64_t>(params.size());
   std::vector<double> sums(params.size(), 0.0);
-  run_parts(count, [&](int64_t k) {  // one tensor per part
-    const Tensor& param = params[size_t(k)].second;
-    const float* g = param.grad_data();  // (numel) or null
-    if (g) sums[size_t(k)] = sum_of_squares(g, param.numel());
+  std::vector<const float*> grads(params.size(), nullptr);
+  std::vector<int64_t> numel(params.size(), 0);
+  int64_t total = 0;
+  for (size_t k = 0; k < params.size(); k++) {
+    grads[k] = params[k].second.grad_data();  // (numel) or null
+    numel[k] = grads[k] != nullptr ? params[k].second.numel() : 0;
+    total += numel[k];
+  }
+  const int64_t threads = parallel_parts(total >= kParallelMinElements);
+  run_parts(threads, [&](int64_t t) {  // tensors [begin, end): those whose first element falls in this share
+    const int64_t lo = total * t / threads, hi = total * (t + 1) / threads;
+    int64_t begin = 0, end = 0, first = 0;
+    for (int64_t k = 0; k < count; first += numel[size_t(k)], k++) {
+      if (first < lo) begin = k + 1;
+      if (first < hi) end = k + 1;
+    }
+    if (t == 0) begin = 0;
+    if (t + 1 == threads) end = count;
+    if (begin < end) kernels::sums_of_squares(sums.data() + begin, grads.data() + begin, numel.data() + begin, end - begin);
   });
   double sum_sq = 0.0;
   for (double s : sums) sum_sq += s;

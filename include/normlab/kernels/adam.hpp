@@ -24,4 +24,11 @@ struct AdamScalars {
 // p, m, v, g: N floats each. Runs on the calling thread (the optimizer splits the work).
 void adam_update(float* p, float* m, float* v, const float* g, int64_t N, const AdamScalars& s);
 
+// sums[k] = sum of g[k][i]^2 over i < numel[k], for k < count: the squared gradient norm of each
+// tensor, in double over 8 fixed lanes (lane l adds i = l, l + 8, ... in order) folded pairwise
+// ((l, l + 4), then (l, l + 2), then (l, l + 1)): the same bits on every path, thread count and
+// grouping of tensors. A tensor with numel 0 sums to 0 (its pointer is not read). Fast paths run
+// several tensors' lanes side by side (one tensor's is a chain of dependent additions).
+void sums_of_squares(double* sums, const float* const* g, const int64_t* numel, int64_t count);
+
 }  // namespace normlab::kernels

@@ -19,4 +19,15 @@ void adam_update(float* p, float* m, float* v, const float* g, int64_t N, const 
   }
 }
 
+// Each tensor alone: lane l adds g[i]^2 for i = l, l + 8, ...; then the lanes pairwise.
+void sums_of_squares(double* sums, const float* const* g, const int64_t* numel, int64_t count) {
+  for (int64_t k = 0; k < count; k++) {
+    double lanes[8] = {};
+    for (int64_t i = 0; i < numel[k]; i++) lanes[i % 8] += double(g[k][i]) * double(g[k][i]);
+    for (int width = 4; width >= 1; width /= 2)
+      for (int l = 0; l < width; l++) lanes[l] += lanes[l + width];
+    sums[k] = lanes[0];
+  }
+}
+
 }  // namespace normlab::kernels::reference

@@ -12,5 +12,7 @@ namespace normlab::kernels::reference {
 
 // p, m, v, g: N floats each.
 void adam_update(float* p, float* m, float* v, const float* g, int64_t N, const AdamScalars& s);
+// Each tensor's squared norm in 8 double lanes folded pairwise (kernels/adam.hpp).
+void sums_of_squares(double* sums, const float* const* g, const int64_t* numel, int64_t count);
 
 }  // namespace normlab::kernels::reference
