@@ -126,7 +126,7 @@ TEST_CASE("predict_file: a label the run lacks stops the file after start, befor
   CHECK(recorder.calls == std::vector<std::string>{"start, labelled"});
 }
 
-TEST_CASE("predict_file: raw lines, CRLF and invalid UTF-8 counted; the sources refused") {
+TEST_CASE("predict_file: raw lines, CRLF and invalid UTF-8 counted, and the sources refused") {
   TempDir dir;
   LoadedRun run = trained_run(dir);
   const std::string path = dir.write("new.txt", "good film\r\nbad \xff plot\n\nbad song");
@@ -164,7 +164,7 @@ TEST_CASE("predict_input: one input, its warnings, and the inputs refused outrig
         "--input: 9 tokens is longer than this model's model.max_len 8");
 }
 
-TEST_CASE("score_run: own data's intervals come from the evaluation's confusion; the baseline when asked") {
+TEST_CASE("score_run: own data's intervals come from the evaluation's confusion, and the baseline when asked") {
   TempDir dir;
   LoadedRun run = trained_run(dir);
   const ScoredEvaluation scored = score_run(run, std::nullopt, EvalSettings{});
