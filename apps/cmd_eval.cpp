@@ -90,53 +90,40 @@ void print_held_out(const train::EvalMetrics& m, const train::HeldOutScore& mode
   if (own_data) print_score_rows(model_score, baseline, loaded);
 }
 
-void run(const EvalOptions& options) {
-  refuse_compare_dir(options.run_dir, "eval");
-  train::LoadedRun loaded = train::load_run(options.run_dir, checkpoint_choice(options.checkpoint));
-  std::optional<std::string> data;
-  if (!options.data.empty()) data = options.data;
-  train::EvalSettings settings;
-  settings.batch_size = options.batch_size;
-  settings.batch_statistics = options.batch_stats;
-  train::RunEvaluation result = train::evaluate_run(loaded, data, settings);
-  const train::EvalMetrics& m = result.metrics;
-  // Own-data classification: the bag-of-words baseline on the same examples, the figure to beat.
-  std::optional<train::BaselineScore> baseline;
-  if (!options.no_baseline && loaded.config.task.name == data::TaskKind::sequence_classification) {
-    const data::Dataset scored = data ? train::load_eval_file(*data, loaded.config, loaded.task)
-                                      : train::load_valid_set(loaded.config, loaded.task);
-    baseline = train::run_baseline(loaded.config, loaded.task, scored);
+// --json: evaluate_run's metrics with what was evaluated, by which checkpoint, and the own-data
+// intervals and baseline.
+void print_json(const EvalOptions& options, const train::LoadedRun& loaded, const train::ScoredEvaluation& scored,
+                const train::EvalSettings& settings) {
+  const train::RunEvaluation& result = scored.evaluation;
+  nlohmann::json out = train::to_json(result.metrics);
+  out["run"] = options.run_dir;
+  out["step"] = loaded.step;
+  out["checkpoint"] = loaded.is_best ? "best" : "last";
+  out["data"] = result.data;
+  out["data_sha256"] = result.data_sha256.empty() ? nlohmann::json(nullptr) : nlohmann::json(result.data_sha256);
+  out["data_changed_since_training"] = result.changed_since_training.has_value();
+  out["train_max_len"] = loaded.train_max_len;
+  out["task"] = train::task_title(loaded.config);
+  out["batch_size"] = settings.batch_size.value_or(loaded.config.train.batch_size);
+  out["batch_statistics"] = settings.batch_statistics;
+  if (scored.own_data) {
+    out["accuracy_ci"] = {scored.model.accuracy_low, scored.model.accuracy_high};
+    out["macro_f1_ci"] = {scored.model.macro_f1_low, scored.model.macro_f1_high};
   }
-  const bool own_data = loaded.task.is_data_defined() && !m.confusion.empty();
-  const train::HeldOutScore model_score = own_data ? train::held_out_score(m.confusion) : train::HeldOutScore{};
+  if (const std::optional<train::BaselineScore>& baseline = scored.baseline)
+    out["baseline"] = {{"name", "bag-of-words logistic regression (unigrams + bigrams)"},
+                       {"examples", baseline->examples},
+                       {"loss", baseline->loss},
+                       {"accuracy", baseline->accuracy},
+                       {"accuracy_ci", {baseline->accuracy_low, baseline->accuracy_high}},
+                       {"macro_f1", baseline->macro_f1},
+                       {"macro_f1_ci", {baseline->macro_f1_low, baseline->macro_f1_high}}};
+  fmt::print("{}\n", out.dump());
+}
 
-  if (options.json) {
-    nlohmann::json out = train::to_json(m);
-    out["run"] = options.run_dir;
-    out["step"] = loaded.step;
-    out["checkpoint"] = loaded.is_best ? "best" : "last";
-    out["data"] = result.data;
-    out["data_sha256"] = result.data_sha256.empty() ? nlohmann::json(nullptr) : nlohmann::json(result.data_sha256);
-    out["data_changed_since_training"] = result.changed_since_training.has_value();
-    out["train_max_len"] = loaded.train_max_len;
-    out["task"] = train::task_title(loaded.config);
-    out["batch_size"] = settings.batch_size.value_or(loaded.config.train.batch_size);
-    out["batch_statistics"] = settings.batch_statistics;
-    if (own_data) {
-      out["accuracy_ci"] = {model_score.accuracy_low, model_score.accuracy_high};
-      out["macro_f1_ci"] = {model_score.macro_f1_low, model_score.macro_f1_high};
-    }
-    if (baseline)
-      out["baseline"] = {{"name", "bag-of-words logistic regression (unigrams + bigrams)"},
-                         {"examples", baseline->examples},
-                         {"loss", baseline->loss},
-                         {"accuracy", baseline->accuracy},
-                         {"accuracy_ci", {baseline->accuracy_low, baseline->accuracy_high}},
-                         {"macro_f1", baseline->macro_f1},
-                         {"macro_f1_ci", {baseline->macro_f1_low, baseline->macro_f1_high}}};
-    fmt::print("{}\n", out.dump());
-    return;
-  }
+// The table's first lines: the run, its task and checkpoint, the data, and how it was batched.
+void print_heading(const EvalOptions& options, const train::LoadedRun& loaded, const train::RunEvaluation& result,
+                   const train::EvalSettings& settings) {
   // Paths and the training file's labels are echoed with their control bytes escaped (io/text.hpp).
   fmt::print("run {} (task {}, checkpoint {}), data: {}{}\n", io::escape_control(options.run_dir),
              io::escape_control(train::task_title(loaded.config)), train::describe_checkpoint(loaded),
@@ -148,10 +135,10 @@ void run(const EvalOptions& options) {
   if (settings.batch_size || settings.batch_statistics)
     fmt::print("batches of {} sequences{}\n", settings.batch_size.value_or(loaded.config.train.batch_size),
                settings.batch_statistics ? ", BatchNorm with each batch's own statistics" : "");
-  if (!train::has_length_buckets(m)) {
-    print_held_out(m, model_score, baseline, loaded, own_data);
-    return;
-  }
+}
+
+// With length buckets: one row a bucket and one for all, the groups, and the per-class table.
+void print_buckets(const train::EvalMetrics& m, const train::LoadedRun& loaded) {
   fmt::print("{:>10} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "lengths", "seqs", "targets", "loss", "accuracy", "seq_acc");
   bool any_beyond = false;
   for (const train::BucketMetrics& b : m.buckets) {
@@ -175,7 +162,24 @@ void run(const EvalOptions& options) {
     };
     if (m.unseen) fmt::print("{}; {}\n", group_f1("trained", m.trained), group_f1("unseen", *m.unseen));
   }
-  if (own_data) print_score_rows(model_score, baseline, loaded);
+}
+
+void run(const EvalOptions& options) {
+  refuse_compare_dir(options.run_dir, "eval");
+  train::LoadedRun loaded = train::load_run(options.run_dir, checkpoint_choice(options.checkpoint));
+  std::optional<std::string> data;
+  if (!options.data.empty()) data = options.data;
+  train::EvalSettings settings;
+  settings.batch_size = options.batch_size;
+  settings.batch_statistics = options.batch_stats;
+  // Own-data classification: the bag-of-words baseline on the same examples, the figure to beat.
+  const train::ScoredEvaluation scored = train::score_run(loaded, data, settings, !options.no_baseline);
+  if (options.json) return print_json(options, loaded, scored, settings);
+  const train::EvalMetrics& m = scored.evaluation.metrics;
+  print_heading(options, loaded, scored.evaluation, settings);
+  if (!train::has_length_buckets(m)) return print_held_out(m, scored.model, scored.baseline, loaded, scored.own_data);
+  print_buckets(m, loaded);
+  if (scored.own_data) print_score_rows(scored.model, scored.baseline, loaded);
 }
 
 }  // namespace

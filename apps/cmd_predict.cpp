@@ -2,18 +2,12 @@
 // normlab predict --run DIR --data FILE|- | --lines FILE|- [--out FILE] [--format json|csv] [--batch-size N] [--threads
 // N]
 #include <fmt/core.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <cstdlib>
-#include <filesystem>
-#include <functional>
 #include <cmath>
 #include <optional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "commands.hpp"
@@ -21,9 +15,8 @@
 #include "normlab/io/atomic_file.hpp"
 #include "normlab/io/text.hpp"
 #include "normlab/parallel.hpp"
-#include "normlab/data/jsonl.hpp"
 #include "normlab/train/baseline.hpp"
-#include "normlab/train/predict_lines.hpp"
+#include "normlab/train/predict_file.hpp"
 #include "normlab/train/saved_run.hpp"
 #include "normlab/train/setup.hpp"
 
@@ -141,261 +134,75 @@ std::string prediction_csv(const train::LinePrediction& p, const data::Task& tas
   return line;
 }
 
-void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
-  // Text given to predict is read with U+FFFD for bytes that are not UTF-8 (io/text.hpp), and said so.
-  int64_t replaced = 0;
-  const std::string input = io::replace_invalid_utf8(options.input, &replaced);
-  const data::Task& task = loaded.task;
-  // Refused inputs are errors here (one line, exit 2), not an "error" field.
-  const std::vector<int32_t> encoded = task.encode(input, "--input");
-  if (int64_t(encoded.size()) > loaded.config.model.max_len)
-    throw InputError(fmt::format("--input: {} tokens is longer than this model's model.max_len {}", encoded.size(),
-                                 loaded.config.model.max_len));
-  const train::LinePrediction p = train::predict_lines(loaded, {input}, 1).front();
-  if (!p.error.empty()) throw InputError(p.error);
-  const bool per_sequence = task.target_kind == data::TargetKind::per_sequence;
-  std::optional<std::vector<std::string>> expected;
-  if (task.has_generator()) {
-    expected.emplace();
-    for (int32_t id : data::compute_targets(task, p.tokens)) expected->push_back(task.output_vocab.token(id));
+// --masked-LM input as text: the input with each [MASK] replaced by the model's guess, then the guesses.
+void print_filled(const train::LinePrediction& p, const data::Task& task) {
+  const int32_t mask = task.input_vocab.id("[MASK]");
+  std::string filled;
+  for (size_t i = 0; i < p.tokens.size(); ++i) {
+    filled += p.tokens[i] == mask ? task.output_vocab.token(p.predicted[i]) : task.input_vocab.token(p.tokens[i]);
   }
-
-  // Say when the answer is one the model was never trained to give.
-  std::vector<std::string> warnings;
-  if (replaced > 0)
-    warnings.push_back(
-        fmt::format("--input: {} invalid UTF-8 sequence{} read as U+FFFD", replaced, replaced == 1 ? "" : "s"));
-  if (loaded.train_max_len > 0 && int64_t(p.tokens.size()) > int64_t(loaded.train_max_len))
-    warnings.push_back(
-        fmt::format("the input has {} tokens, longer than any training sequence ({}): the model has "
-                    "never seen this length",
-                    p.tokens.size(), loaded.train_max_len));
-  int64_t masks = 0;
-  if (task.is_masked_lm()) {
-    const int32_t mask = task.input_vocab.id("[MASK]");
-    for (int32_t t : p.tokens) masks += t == mask;
-    if (masks == 0)
-      warnings.push_back(
-          "the input has no [MASK]: nothing to fill in (mark each blank with [MASK], e.g. \"In the "
-          "beginning God cr[MASK]ated\")");
-  }
-  for (const std::string& w : warnings) fmt::print(stderr, "normlab: warning: {}\n", io::escape_control(w));
-
-  if (options.json || options.format == "csv") {
-    if (options.format == "csv") {
-      fmt::print("{}{}\n", csv_header(task, expected.has_value()),
-                 prediction_csv(p, task, expected, expected.has_value()));
-      return;
+  fmt::print("filled:    {}\n", filled);
+  std::string guesses;
+  for (size_t i = 0; i < p.tokens.size(); ++i) {
+    if (p.tokens[i] == mask) {
+      guesses += fmt::format("{}{} '{}' (p = {:.2f})", guesses.empty() ? "" : ", ", i + 1,
+                             task.output_vocab.token(p.predicted[i]), p.probability[i]);
     }
-    nlohmann::ordered_json out = {{"task", train::task_title(loaded.config)}};
-    out.update(prediction_json(p, task, expected));
-    out["warnings"] = warnings;
-    fmt::print("{}\n", dumped(out));
-    return;
   }
+  if (!guesses.empty()) fmt::print("masks:     {}\n", guesses);
+}
 
-  fmt::print("input:     {}\n", io::escape_control(input));
+// --input's answer as text: the input, the words read, and the label, the filled masks or the tags.
+void print_text(const train::InputPrediction& one, const data::Task& task) {
+  const train::LinePrediction& p = one.prediction;
+  fmt::print("input:     {}\n", io::escape_control(one.input));
   if (task.is_data_defined()) {
     fmt::print("read as:   {}{}\n", task.decode_input(p.tokens),
                p.unknown
                    ? fmt::format("  ({} word{} not in the training vocabulary)", p.unknown, p.unknown == 1 ? "" : "s")
                    : "");
   }
-  if (per_sequence) {
+  if (task.target_kind == data::TargetKind::per_sequence) {
     fmt::print("label:     {}  (p = {:.3f})\n", task.output_vocab.token(p.predicted[0]), p.probability[0]);
     std::string all;
     for (int32_t k = 0; k < task.num_classes(); ++k)
       all += fmt::format("{}{} {:.3f}", k ? ", " : "", task.output_vocab.token(k), p.distribution[size_t(k)]);
     fmt::print("classes:   {}\n", io::escape_control(all));
-    if (expected) fmt::print("expected:  {}\n", expected->front());
+    if (one.expected) fmt::print("expected:  {}\n", one.expected->front());
     return;
   }
-  if (task.is_masked_lm()) {
-    // Characters: show the input with each [MASK] replaced by the model's guess.
-    const int32_t mask = task.input_vocab.id("[MASK]");
-    std::string filled;
-    for (size_t i = 0; i < p.tokens.size(); ++i) {
-      filled += p.tokens[i] == mask ? task.output_vocab.token(p.predicted[i]) : task.input_vocab.token(p.tokens[i]);
-    }
-    fmt::print("filled:    {}\n", filled);
-    std::string guesses;
-    for (size_t i = 0; i < p.tokens.size(); ++i) {
-      if (p.tokens[i] == mask) {
-        guesses += fmt::format("{}{} '{}' (p = {:.2f})", guesses.empty() ? "" : ", ", i + 1,
-                               task.output_vocab.token(p.predicted[i]), p.probability[i]);
-      }
-    }
-    if (!guesses.empty()) fmt::print("masks:     {}\n", guesses);
-    return;
-  }
+  if (task.is_masked_lm()) return print_filled(p, task);
   fmt::print("predicted: {}\n", task.decode_targets(p.predicted));
-  if (expected) {
+  if (one.expected) {
     int64_t correct = 0;
     for (size_t i = 0; i < p.predicted.size(); ++i)
-      correct += task.output_vocab.token(p.predicted[i]) == (*expected)[i];
-    fmt::print("expected:  {}  ({}/{} correct)\n", joined(*expected), correct, p.predicted.size());
+      correct += task.output_vocab.token(p.predicted[i]) == (*one.expected)[i];
+    fmt::print("expected:  {}  ({}/{} correct)\n", joined(*one.expected), correct, p.predicted.size());
   }
 }
 
-// The text of --data: a file, or standard input (-). Standard input is bounded by the same limit as
-// a file, the run's task.max_file_mb: it is read in chunks and refused once it passes the limit,
-// before anything is predicted.
-std::string read_source(const std::string& source, const train::LoadedRun& loaded) {
-  const size_t limit = size_t(loaded.task.file.max_file_bytes);
-  std::string contents =
-      source == "-" ? io::read_stream(STDIN_FILENO, limit, "standard input") : io::read_file(source, limit);
-  if (contents.empty()) throw InputError(fmt::format("{}: no input lines", source == "-" ? "standard input" : source));
-  return contents;
-}
-
-// The next `count` inputs of `contents` from `pos` on: one a line, a final newline ending the last
-// (CRLF tolerated), invalid UTF-8 read as U+FFFD (`replaced` counts such lines).
-std::vector<std::string> next_inputs(std::string_view contents, size_t& pos, size_t count, int64_t& replaced) {
-  std::vector<std::string> lines;
-  while (pos < contents.size() && lines.size() < count) {
-    size_t end = contents.find('\n', pos);
-    if (end == std::string::npos) end = contents.size();
-    std::string_view line = contents.substr(pos, end - pos);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    int64_t bad = 0;
-    lines.push_back(io::replace_invalid_utf8(line, &bad));
-    replaced += bad > 0;
-    pos = end + 1;
-  }
-  return lines;
-}
-
-// What a file's predictions add up to: counts for the closing line, and the confusion matrix
-// against the file's labels when it has them.
-struct FileTally {
-  int64_t predicted = 0, failed = 0, unknown = 0, longer = 0, replaced = 0, labelled = 0;
-  train::Confusion confusion;
-};
-
-// Writes the predictions of `inputs` (with their file labels, if any) and counts them.
-void write_predictions(train::LoadedRun& loaded, const PredictOptions& options, const std::vector<std::string>& inputs,
-                       const std::vector<int64_t>& lines,
-                       const std::vector<std::optional<std::vector<std::string>>>& expected,
-                       const std::vector<std::string>& where, bool with_expected, FileTally& tally,
-                       const std::function<void(const std::string&)>& emit) {
+void run_one(const PredictOptions& options, train::LoadedRun& loaded) {
+  // Refused inputs are errors here (one line, exit 2), not an "error" field.
+  const train::InputPrediction one = train::predict_input(loaded, options.input);
   const data::Task& task = loaded.task;
-  std::vector<train::LinePrediction> predictions = train::predict_lines(loaded, inputs, options.batch_size, 1);
-  std::string text;
-  for (size_t i = 0; i < predictions.size(); ++i) {
-    train::LinePrediction& p = predictions[i];
-    p.line = lines[i];
-    if (p.error.empty() && expected[i]) {
-      // The file's labels against the answers: per sequence one, per token one a word (none: "_" or empty).
-      const std::vector<std::string>& labels = *expected[i];
-      if (labels.size() != p.predicted.size())
-        throw InputError(fmt::format("{}: {} labels for {} words as the run reads the text (one tag per word)",
-                                     where[i], labels.size(), p.predicted.size()));
-      for (size_t t = 0; t < labels.size(); ++t) {
-        if (labels[t].empty()) continue;
-        const std::optional<int32_t> id = task.output_vocab.find(labels[t]);
-        if (!id)
-          throw InputError(fmt::format("{}: label \"{}\" is not one of the run's classes ({})", where[i],
-                                       io::escape_control(labels[t]), joined(class_names(task))));
-        tally.confusion.add(*id, p.predicted[t]);
-      }
-      ++tally.labelled;
-    }
-    text += (options.format == "csv" ? prediction_csv(p, task, expected[i], with_expected)
-                                     : dumped(prediction_json(p, task, expected[i]))) +
-            "\n";
-    tally.failed += !p.error.empty();
-    tally.predicted += p.error.empty();
-    tally.unknown += p.unknown;
-    tally.longer += loaded.train_max_len > 0 && int64_t(p.tokens.size()) > loaded.train_max_len;
-  }
-  emit(text);
-}
-
-// The line number at the end of "PATH:LINE".
-int64_t line_of(const std::string& where) {
-  const size_t colon = where.rfind(':');
-  return colon == std::string::npos ? 0 : std::strtoll(where.c_str() + colon + 1, nullptr, 10);
-}
-
-void run_file(const PredictOptions& options, train::LoadedRun& loaded) {
-  if (options.format != "json" && options.format != "csv")
-    throw InputError(fmt::format("--format: must be json or csv, got \"{}\"", options.format));
-  if (options.batch_size < 1 || options.batch_size > 65536)
-    throw InputError(fmt::format("--batch-size: must be between 1 and 65536 (got {})", options.batch_size));
-  const bool by_format = !options.data.empty();
-  const std::string& source = by_format ? options.data : options.lines;
-  const std::string name = source == "-" ? "standard input" : source;
-  const std::string contents = read_source(source, loaded);  // a FIFO or a device is refused first
-  if (by_format && source != "-" && loaded.task.is_data_defined() && loaded.task.file.format == "auto") {
-    const std::string extension = std::filesystem::path(source).extension().string();
-    if (extension != ".csv" && extension != ".tsv" && extension != ".jsonl" && extension != ".json" &&
-        extension != ".conll" && extension != ".conllu")
-      throw InputError(
-          fmt::format("{}: --data reads the task's own format (CSV or TSV with a header, JSONL, CoNLL: "
-                      "by extension), and \"{}\" is none of them; for one raw input a line use --lines {}",
-                      source, extension, source));
-  }
-  const bool csv = options.format == "csv";
-  // Predicted and written a group of batches at a time: memory holds the input and one group's
-  // predictions and text, however many lines there are. --out is published whole at the end.
-  std::optional<io::AtomicFileWriter> file;
-  if (!options.out.empty()) file.emplace(options.out);
-  const std::function<void(const std::string&)> emit = [&](const std::string& text) {
-    if (file) file->write(text);
-    else fmt::print("{}", text);
-  };
-  const size_t group = size_t(options.batch_size) * size_t(std::max<int64_t>(1, 8192 / options.batch_size));
-  FileTally tally;
-  tally.confusion = train::Confusion(loaded.task.num_classes());
-  std::vector<std::string> inputs, where;
-  std::vector<int64_t> lines;
-  std::vector<std::optional<std::vector<std::string>>> expected;
-  bool header_written = false;
-  auto flush = [&](bool with_expected) {
-    if (csv && !header_written) emit(csv_header(loaded.task, with_expected));
-    header_written = true;
-    if (!inputs.empty()) write_predictions(loaded, options, inputs, lines, expected, where, with_expected, tally, emit);
-    inputs.clear(), lines.clear(), expected.clear(), where.clear();
-  };
-  if (by_format) {
-    // The file in the task's format: the text field only is input; its labels, when present, are
-    // what the answers are scored against. A CSV's expected column is there when its first group has labels.
-    bool with_expected = false, decided = false;
-    data::for_each_input_record(contents, source == "-" ? "standard input" : source, loaded.task, nullptr,
-                                [&](data::InputRecord&& record) {
-                                  inputs.push_back(std::move(record.text));
-                                  lines.push_back(line_of(record.where));
-                                  where.push_back(record.where);
-                                  std::optional<std::vector<std::string>> labels;
-                                  if (record.labels) {
-                                    labels.emplace();
-                                    for (const auto& l : *record.labels) labels->push_back(l.value_or(""));
-                                  }
-                                  expected.push_back(std::move(labels));
-                                  if (inputs.size() == group) {
-                                    if (!decided) {
-                                      for (const auto& e : expected) with_expected = with_expected || e.has_value();
-                                      decided = true;
-                                    }
-                                    flush(with_expected);
-                                  }
-                                });
-    if (!decided)
-      for (const auto& e : expected) with_expected = with_expected || e.has_value();
-    flush(with_expected);
+  for (const std::string& w : one.warnings) fmt::print(stderr, "normlab: warning: {}\n", io::escape_control(w));
+  if (options.format == "csv") {
+    const bool with_expected = one.expected.has_value();
+    fmt::print("{}{}\n", csv_header(task, with_expected),
+               prediction_csv(one.prediction, task, one.expected, with_expected));
+  } else if (options.json) {
+    nlohmann::ordered_json out = {{"task", train::task_title(loaded.config)}};
+    out.update(prediction_json(one.prediction, task, one.expected));
+    out["warnings"] = one.warnings;
+    fmt::print("{}\n", dumped(out));
   } else {
-    int64_t next_line = 1;
-    for (size_t pos = 0; pos < contents.size();) {
-      inputs = next_inputs(contents, pos, group, tally.replaced);
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        lines.push_back(next_line);
-        where.push_back(fmt::format("{}:{}", name, next_line++));
-      }
-      expected.assign(inputs.size(), std::nullopt);
-      flush(false);
-    }
+    print_text(one, task);
   }
-  if (file) file->commit();
+}
+
+// The closing lines on standard error: what was predicted by which checkpoint, what could not be
+// read, and the score against the file's labels.
+void print_file_summary(const train::FileTally& tally, const train::LoadedRun& loaded, const PredictOptions& options) {
   if (tally.replaced > 0)
     fmt::print(stderr, "normlab: warning: {} line{} held invalid UTF-8, read as U+FFFD\n", tally.replaced,
                tally.replaced == 1 ? "" : "s");
@@ -417,6 +224,41 @@ void run_file(const PredictOptions& options, train::LoadedRun& loaded) {
                score.accuracy, score.accuracy_low, score.accuracy_high, score.macro_f1, score.macro_f1_low,
                score.macro_f1_high);
   }
+}
+
+void run_file(const PredictOptions& options, train::LoadedRun& loaded) {
+  if (options.format != "json" && options.format != "csv")
+    throw InputError(fmt::format("--format: must be json or csv, got \"{}\"", options.format));
+  if (options.batch_size < 1 || options.batch_size > 65536)
+    throw InputError(fmt::format("--batch-size: must be between 1 and 65536 (got {})", options.batch_size));
+  const bool task_format = !options.data.empty();
+  const std::string& source = task_format ? options.data : options.lines;
+  const std::string contents = train::read_predict_source(loaded, source, task_format);
+  // Written a group at a time; --out is published whole at the end.
+  std::optional<io::AtomicFileWriter> file;
+  if (!options.out.empty()) file.emplace(options.out);
+  const auto emit = [&](const std::string& text) {
+    if (file) file->write(text);
+    else fmt::print("{}", text);
+  };
+  const bool csv = options.format == "csv";
+  train::PredictionWriter writer;
+  writer.start = [&](bool with_expected) {
+    if (csv) emit(csv_header(loaded.task, with_expected));
+  };
+  writer.group = [&](const train::PredictedGroup& group) {
+    std::string text;
+    for (size_t i = 0; i < group.predictions.size(); ++i) {
+      const train::LinePrediction& p = group.predictions[i];
+      text += (csv ? prediction_csv(p, loaded.task, group.expected[i], group.with_expected)
+                   : dumped(prediction_json(p, loaded.task, group.expected[i]))) +
+              "\n";
+    }
+    emit(text);
+  };
+  const train::FileTally tally = train::predict_file(loaded, contents, source, task_format, options.batch_size, writer);
+  if (file) file->commit();
+  print_file_summary(tally, loaded, options);
 }
 
 void run(const PredictOptions& options) {

@@ -121,6 +121,27 @@ TEST_CASE("config: wrong types name the path and the expected type") {
   CHECK(config_error(R"({"model": {"d_model": null}})").find("model.d_model: must be an integer") != std::string::npos);
 }
 
+TEST_CASE("config: model.activation and model.positional are parsed once into the model's enums") {
+  const RunConfig c =
+      config_from_json(nlohmann::json{{"model", {{"activation", "gelu"}, {"positional", "learned"}}}}, "x");
+  CHECK(c.model.activation == nn::Activation::gelu);
+  CHECK(c.model.positional == nn::Positional::learned);
+  CHECK(RunConfig().model.activation == nn::Activation::relu);
+  CHECK(RunConfig().model.positional == nn::Positional::sinusoidal);
+  // Written back by name, as the file gave them.
+  CHECK(to_json(c)["model"]["activation"] == "gelu");
+  CHECK(to_json(c)["model"]["positional"] == "learned");
+  CHECK(to_json(RunConfig())["model"]["activation"] == "relu");
+  CHECK(to_json(RunConfig())["model"]["positional"] == "sinusoidal");
+  // The one-line errors name the file and the key, as before they were enums.
+  const std::string activation = config_error(R"({"model": {"activation": "gleu"}})");
+  CHECK(activation.find("x.json: model.activation: must be one of \"relu\", \"gelu\", got \"gleu\" (did you "
+                        "mean 'gelu'?)") != std::string::npos);
+  CHECK(activation.find('\n') == std::string::npos);
+  CHECK(config_error(R"({"model": {"positional": 1}})")
+            .find("x.json: model.positional: must be one of \"sinusoidal\", \"learned\", got 1") != std::string::npos);
+}
+
 TEST_CASE("config: out-of-range values give the allowed range") {
   TempDir dir;
   const std::string path = dir.write("x.json", R"({"optim": {"lr": -1}})");

@@ -82,7 +82,7 @@ fi
 # archive; the whole library (model, optimizer, samplers, the norm registry the config checks) goes
 # into a second one, linked after it. An archive lets each target
 # link only the objects it uses.
-PARSER_SOURCES=(src/io/*.cpp src/data/*.cpp src/train/config.cpp src/train/data_defaults.cpp src/train/setup.cpp)
+PARSER_SOURCES=(src/io/*.cpp src/data/*.cpp src/train/config*.cpp src/train/data_defaults.cpp src/train/setup.cpp)
 mapfile -t ALL_SOURCES < <(find src -name '*.cpp' | sort)
 # Library code gets coverage instrumentation (fuzzer-no-link); only the targets link libFuzzer's
 # main. -fno-sanitize-recover: a UBSan report must be a crash, or the fuzzer would not save the input.

@@ -282,4 +282,19 @@ Prediction predict(LoadedRun& run, const std::string& input) {
   return prediction;
 }
 
+ScoredEvaluation score_run(LoadedRun& run, const std::optional<std::string>& data_file, const EvalSettings& settings,
+                           bool with_baseline) {
+  ScoredEvaluation out;
+  out.evaluation = evaluate_run(run, data_file, settings);
+  if (with_baseline && run.config.task.name == data::TaskKind::sequence_classification) {
+    const data::Dataset scored =
+        data_file ? load_eval_file(*data_file, run.config, run.task) : load_valid_set(run.config, run.task);
+    out.baseline = run_baseline(run.config, run.task, scored);
+  }
+  const Confusion& confusion = out.evaluation.metrics.confusion;
+  out.own_data = run.task.is_data_defined() && !confusion.empty();
+  if (out.own_data) out.model = held_out_score(confusion);
+  return out;
+}
+
 }  // namespace normlab::train

@@ -11,14 +11,6 @@
 
 namespace normlab::train {
 
-namespace {
-
-nn::Activation parse_activation(const std::string& name) {
-  return name == "gelu" ? nn::Activation::gelu : nn::Activation::relu;
-}
-
-}  // namespace
-
 data::Task data_task_schema(data::TaskKind kind) {
   // Only the shape matters for reading the strings; the real vocabularies come from them.
   return data::make_data_task(kind, {"w"}, {"l"}, kMaxFileSequence);
@@ -87,7 +79,7 @@ nn::ModelOptions build_model_options(const RunConfig& config, const data::Task& 
   options.encoder.num_layers = m.num_layers;
   options.encoder.dim_feedforward = m.dim_feedforward;
   options.encoder.dropout = static_cast<float>(m.dropout);
-  options.encoder.activation = parse_activation(m.activation);
+  options.encoder.activation = m.activation;
   options.encoder.norm = m.norm;
   options.encoder.placement = m.placement;
   options.encoder.residual = m.residual;
@@ -110,7 +102,7 @@ nn::ModelOptions build_model_options(const RunConfig& config, const data::Task& 
   options.vocab_size = m.vocab_size.value_or(task.input_vocab_size());
   options.num_classes = m.num_classes.value_or(task.num_classes());
   options.max_len = m.max_len;
-  options.positional = m.positional == "learned" ? nn::Positional::learned : nn::Positional::sinusoidal;
+  options.positional = m.positional;
   options.head = task.target_kind == data::TargetKind::per_sequence ? nn::Head::sequence : nn::Head::token;
   options.seed = static_cast<uint64_t>(config.train.seed);
   return options;

@@ -47,7 +47,13 @@ inline constexpr std::pair<QkNorm, const char*> kQkNormNames[] = {{QkNorm::none,
                                                                   {QkNorm::rmsnorm, "rmsnorm"}};
 std::string to_string(QkNorm qk_norm);
 enum class Activation { relu, gelu };
+// model.activation's spellings, in config order.
+inline constexpr std::pair<Activation, const char*> kActivationNames[] = {{Activation::relu, "relu"},
+                                                                          {Activation::gelu, "gelu"}};
 enum class Positional { sinusoidal, learned };
+// model.positional's spellings, in config order.
+inline constexpr std::pair<Positional, const char*> kPositionalNames[] = {{Positional::sinusoidal, "sinusoidal"},
+                                                                          {Positional::learned, "learned"}};
 enum class Head { token, sequence };  // per-token classifier, or mean-pooled sequence classifier
 
 struct EncoderOptions {

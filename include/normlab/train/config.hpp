@@ -1,7 +1,8 @@
 #pragma once
 // A run's configuration: one JSON file with four sections, validated strictly before anything runs.
-// Settings that are choices (model.norm, model.placement, optim.name, optim.schedule, task.name,
-// task.length_regime) are parsed here once, into a registry entry or an enum; the JSON keeps their names.
+// Settings that are choices (model.activation, model.norm, model.placement, model.residual, model.qk_norm,
+// model.positional, optim.name, optim.schedule, task.name, task.length_regime, train.keep_best) are parsed
+// here once, into a registry entry or an enum; the JSON keeps their names.
 //
 //   {"model": {...}, "task": {...}, "optim": {...}, "train": {...}}
 //
@@ -41,20 +42,20 @@ struct ModelConfig {
   int64_t num_layers = 2;         // "layers"
   int64_t dim_feedforward = 256;  // "ffn"
   double dropout = 0.0;
-  std::string activation = "relu";               // relu | gelu
-  nn::NormKind norm = "layernorm";               // a registry entry (nn/norm_registry.hpp): `normlab help norms`;
-                                                 // "rezero" reads as "none" with residual "rezero"
-  std::string batchnorm_stats = "local";         // data-parallel BatchNorm: local (per rank) | sync (global)
-  nn::Placement placement = nn::Placement::pre;  // pre | post
+  nn::Activation activation = nn::Activation::relu;  // relu | gelu
+  nn::NormKind norm = "layernorm";                   // a registry entry (nn/norm_registry.hpp): `normlab help norms`;
+                                                     // "rezero" reads as "none" with residual "rezero"
+  std::string batchnorm_stats = "local";             // data-parallel BatchNorm: local (per rank) | sync (global)
+  nn::Placement placement = nn::Placement::pre;      // pre | post
   nn::ResidualKind residual = "plain";  // a residual scheme (nn/residual_registry.hpp): plain | rezero | layerscale
   bool final_norm = true;               // pre placement: a norm after the last block
   double norm_eps = 1e-12;
-  nn::QkNorm qk_norm = nn::QkNorm::none;  // none | layernorm | rmsnorm: each head's queries and keys
-                                          // normalized before the dot product (eps: norm_eps)
-  std::string positional = "sinusoidal";  // sinusoidal | learned
-  int64_t max_len = 128;                  // longest sequence the model accepts
-  std::optional<int64_t> vocab_size;      // embedding rows; null: the task's input vocabulary
-  std::optional<int64_t> num_classes;     // head outputs; null: the task's classes
+  nn::QkNorm qk_norm = nn::QkNorm::none;                   // none | layernorm | rmsnorm: each head's queries and keys
+                                                           // normalized before the dot product (eps: norm_eps)
+  nn::Positional positional = nn::Positional::sinusoidal;  // sinusoidal | learned
+  int64_t max_len = 128;                                   // longest sequence the model accepts
+  std::optional<int64_t> vocab_size;                       // embedding rows; null: the task's input vocabulary
+  std::optional<int64_t> num_classes;                      // head outputs; null: the task's classes
   bool operator==(const ModelConfig&) const = default;
 };
 

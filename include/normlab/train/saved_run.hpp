@@ -11,6 +11,7 @@
 
 #include "normlab/data/task.hpp"
 #include "normlab/nn/encoder.hpp"
+#include "normlab/train/baseline.hpp"
 #include "normlab/train/config.hpp"
 #include "normlab/train/data_fingerprint.hpp"
 #include "normlab/train/evaluate.hpp"
@@ -80,6 +81,19 @@ struct EvalSettings {
   bool trained_lengths_only = false;
 };
 RunEvaluation evaluate_run(LoadedRun& run, const std::optional<std::string>& data_file, const EvalSettings& settings);
+
+// `normlab eval`'s figures: evaluate_run's, and for own data (a data-defined task whose
+// evaluation has classes) the model's held-out accuracy and macro-F1 with 95% intervals and, for
+// sequence_classification when `with_baseline`, the bag-of-words baseline fitted on the run's
+// training file and scored on the same examples: the figure to beat.
+struct ScoredEvaluation {
+  RunEvaluation evaluation;
+  bool own_data = false;
+  HeldOutScore model;                     // own_data only
+  std::optional<BaselineScore> baseline;  // nullopt: not asked, another task, or the training file is gone
+};
+ScoredEvaluation score_run(LoadedRun& run, const std::optional<std::string>& data_file, const EvalSettings& settings,
+                           bool with_baseline = true);
 
 struct Prediction {
   std::vector<int32_t> tokens;                   // the encoded input
