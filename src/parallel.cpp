@@ -2,9 +2,11 @@
 
 #include <linux/futex.h>
 #include <omp.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -25,10 +27,32 @@ namespace {
 // keeps a core busy that another thread (or process) could use.
 constexpr int kSpinChecks = 2000;
 
+// The pool's adaptation (docs/PERFORMANCE.md, "Threads"). Per region the caller times its own parts
+// and its wait for the workers' last ones; with the parts of equal cost, running them all alone would
+// have taken (its parts' time) * parts / (its parts), and the region's saving is that minus the
+// region's time: negative when a worker claimed a part and was then descheduled by another process
+// on its core (the caller waits a scheduler slice, milliseconds). The savings add up into a credit,
+// capped at kMaxCreditNs; when the credit goes below zero the caller runs every region alone (same
+// parts, same bits) for a rest, then tries the workers again with kProbeCreditNs of credit. A rest
+// that ends in another failure doubles, up to kMaxRestNs; a credit back at its cap resets it.
+constexpr int64_t kMaxCreditNs = 4'000'000;
+constexpr int64_t kProbeCreditNs = 500'000;
+constexpr int64_t kMinRestNs = 50'000'000;
+constexpr int64_t kMaxRestNs = 1'600'000'000;
+
 inline void cpu_pause() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
+}
+
+// One check's pause in a spin; every kYieldEvery checks a sched_yield instead, so that a thread
+// spinning on a core it shares (with the caller, a worker or another process) gives the core to the
+// thread that has work: on an idle core the yield returns at once.
+constexpr int kYieldEvery = 64;
+inline void spin_pause(int check) {
+  if (check % kYieldEvery == kYieldEvery - 1) sched_yield();
+  else cpu_pause();
 }
 
 void futex_wait(std::atomic<uint32_t>& word, uint32_t expected) {
@@ -61,8 +85,19 @@ class Pool {
   bool run(int64_t parts, int threads, PartTask task, void* context);
   void set_worker_delay(int microseconds) { worker_delay_us_.store(microseconds, std::memory_order_relaxed); }
   void set_hook(PoolHook hook) { hook_.store(hook, std::memory_order_release); }
+  void set_adapts(bool adapts) {
+    std::lock_guard lock(owner_);
+    adapts_.store(adapts, std::memory_order_relaxed);
+    reset_adaptation();
+  }
+  void set_clock(PoolClock clock) {
+    std::lock_guard lock(owner_);
+    clock_.store(clock, std::memory_order_relaxed);
+    reset_adaptation();
+  }
   PartCounts counts() const {
-    return {by_caller_.load(std::memory_order_relaxed), by_workers_.load(std::memory_order_relaxed)};
+    return {by_caller_.load(std::memory_order_relaxed), by_workers_.load(std::memory_order_relaxed),
+            alone_regions_.load(std::memory_order_relaxed), rests_.load(std::memory_order_relaxed)};
   }
 
  private:
@@ -72,6 +107,15 @@ class Pool {
   int64_t take_parts();
   void wait_for_region(uint32_t& seen);
   void wait_until_finished(uint32_t parts);
+  int64_t now_ns() const;
+  void reset_adaptation() {
+    credit_ns_ = kProbeCreditNs;
+    rest_ns_ = kMinRestNs;
+    alone_until_ns_ = INT64_MIN;
+  }
+  // Adds a region's saving to the credit: `mine` of its `parts` ran on the caller from t0 to t1,
+  // the last one finished at t2.
+  void account(int64_t parts, int64_t mine, int64_t t0, int64_t t1, int64_t t2);
 
   std::mutex owner_;  // held by the caller for the whole region
   std::vector<std::thread> workers_;
@@ -90,6 +134,14 @@ class Pool {
   std::exception_ptr error_;
   alignas(64) std::atomic<int64_t> by_caller_{0};
   std::atomic<int64_t> by_workers_{0};
+  std::atomic<int64_t> alone_regions_{0};
+  std::atomic<int64_t> rests_{0};
+  // The adaptation's state, read and written by the caller that holds owner_.
+  std::atomic<bool> adapts_{true};
+  std::atomic<PoolClock> clock_{nullptr};
+  int64_t credit_ns_ = kProbeCreditNs;
+  int64_t rest_ns_ = kMinRestNs;
+  int64_t alone_until_ns_ = INT64_MIN;
 };
 
 Pool& pool() {
@@ -138,7 +190,7 @@ int64_t Pool::take_parts() {
 void Pool::wait_for_region(uint32_t& seen) {
   for (int i = 0; i < kSpinChecks; i++) {
     if (region_.load(std::memory_order_acquire) != seen) break;
-    cpu_pause();
+    spin_pause(i);
   }
   while (region_.load(std::memory_order_acquire) == seen) {
     workers_sleeping_.fetch_add(1, std::memory_order_seq_cst);
@@ -162,7 +214,7 @@ void Pool::worker_loop() {
 void Pool::wait_until_finished(uint32_t parts) {
   for (int i = 0; i < kSpinChecks; i++) {
     if (finished_.load(std::memory_order_acquire) == parts) return;
-    cpu_pause();
+    spin_pause(i);
   }
   // A worker holds a part and is not running: sleep, so that its core (or ours) is free for it.
   caller_sleeping_.store(1, std::memory_order_seq_cst);
@@ -182,10 +234,39 @@ void Pool::resize(int workers) {
   for (int i = 0; i < workers; i++) workers_.emplace_back([this] { worker_loop(); });
 }
 
+int64_t Pool::now_ns() const {
+  if (const PoolClock clock = clock_.load(std::memory_order_relaxed)) return clock();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void Pool::account(int64_t parts, int64_t mine, int64_t t0, int64_t t1, int64_t t2) {
+  // No part on the caller (the workers took them all): nothing to estimate the parts' cost from.
+  if (mine <= 0) return;
+  const double alone = double(t1 - t0) * double(parts) / double(mine);
+  const double saved = std::clamp(alone - double(t2 - t0), -1e15, 1e15);
+  credit_ns_ = std::min(kMaxCreditNs, credit_ns_ + int64_t(saved));
+  if (credit_ns_ >= kMaxCreditNs) {
+    rest_ns_ = kMinRestNs;
+  } else if (credit_ns_ < 0) {
+    alone_until_ns_ = t2 + rest_ns_;
+    rest_ns_ = std::min(kMaxRestNs, 2 * rest_ns_);
+    credit_ns_ = kProbeCreditNs;
+    rests_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 bool Pool::run(int64_t parts, int threads, PartTask task, void* context) {
   std::unique_lock lock(owner_, std::try_to_lock);
   if (!lock.owns_lock()) return false;
   if (int(workers_.size()) != threads - 1) resize(threads - 1);
+  const bool adapts = adapts_.load(std::memory_order_relaxed);
+  const int64_t t0 = adapts ? now_ns() : 0;
+  if (adapts && t0 < alone_until_ns_) {
+    // Resting: the caller runs the parts (run_parts, as for a busy pool); the workers sleep.
+    alone_regions_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   task_.store(task, std::memory_order_relaxed);
   context_.store(context, std::memory_order_relaxed);
   parts_.store(uint32_t(parts), std::memory_order_relaxed);
@@ -195,8 +276,13 @@ bool Pool::run(int64_t parts, int threads, PartTask task, void* context) {
   state_.store(generation << 32, std::memory_order_release);
   region_.fetch_add(1, std::memory_order_seq_cst);
   if (workers_sleeping_.load(std::memory_order_seq_cst) > 0) futex_wake(region_, INT_MAX);
-  by_caller_.fetch_add(take_parts(), std::memory_order_relaxed);
+  const int64_t mine = take_parts();
+  by_caller_.fetch_add(mine, std::memory_order_relaxed);
+  const int64_t t1 = adapts ? now_ns() : 0;
+  if (const PoolHook hook = hook_.load(std::memory_order_acquire))
+    hook({PoolMoment::waiting, false, uint32_t(generation), uint32_t(parts), uint32_t(parts)});
   wait_until_finished(uint32_t(parts));
+  if (adapts) account(parts, mine, t0, t1, now_ns());
   if (error_) {
     std::exception_ptr error = std::exchange(error_, nullptr);
     std::rethrow_exception(error);
@@ -238,6 +324,8 @@ void run_parts(int64_t parts, PartTask task, void* context) {
 void set_worker_delay_for_tests(int microseconds) { pool().set_worker_delay(microseconds); }
 void set_pool_hook_for_tests(PoolHook hook) { pool().set_hook(hook); }
 PartCounts part_counts() { return pool().counts(); }
+void set_pool_adapts_for_tests(bool adapts) { pool().set_adapts(adapts); }
+void set_pool_clock_for_tests(PoolClock clock) { pool().set_clock(clock); }
 
 std::string openmp_wait_setting() {
   std::string setting;

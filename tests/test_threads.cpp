@@ -298,6 +298,7 @@ std::atomic<uint64_t> claims{0};                   // region << 32 | parts of it
 std::atomic<int64_t> by_workers{0}, by_caller{0};  // parts claimed while the hook was on
 
 void hook(const PoolEvent& e) {
+  if (e.moment == PoolMoment::waiting) return;
   if (e.moment == PoolMoment::claiming) {
     if (!e.by_worker) wait_until([&] { return worker_region.load() == e.region; });
     return;
@@ -321,9 +322,13 @@ struct StallWorkersGuard {
     stall::claims = 0;
     stall::by_workers = 0;
     stall::by_caller = 0;
+    set_pool_adapts_for_tests(false);  // every region on the pool, however long the caller waits
     set_pool_hook_for_tests(stall::hook);
   }
-  ~StallWorkersGuard() { set_pool_hook_for_tests(nullptr); }
+  ~StallWorkersGuard() {
+    set_pool_hook_for_tests(nullptr);
+    set_pool_adapts_for_tests(true);
+  }
 };
 
 }  // namespace
@@ -405,6 +410,7 @@ TEST_CASE("threads: a worker held between reading a region and claiming its part
   late_claim::worker_claiming = 0;
   late_claim::worker_held = false;
   late_claim::released = false;
+  set_pool_adapts_for_tests(false);
   set_pool_hook_for_tests(late_claim::hook);
   late_claim::phase = 1;
   run_parts(2, late_claim::Counted::task, &first);  // the caller runs both parts; the worker is held
@@ -412,6 +418,7 @@ TEST_CASE("threads: a worker held between reading a region and claiming its part
   late_claim::phase = 2;
   run_parts(2, late_claim::Counted::task, &second);
   set_pool_hook_for_tests(nullptr);
+  set_pool_adapts_for_tests(true);
   late_claim::phase = 0;
   REQUIRE(held);
   for (int part = 0; part < 2; ++part) {
@@ -419,6 +426,89 @@ TEST_CASE("threads: a worker held between reading a region and claiming its part
     CHECK(first.runs[size_t(part)] == 1);
     CHECK(second.runs[size_t(part)] == 1);
   }
+}
+
+// The pool's rest: a worker that claims a part and is then descheduled for 10 ms (the hook holds it
+// until the caller waits, then advances the pool's clock, a fake one, by 10 ms) costs the caller
+// more than the worker saved, so the caller runs the next regions alone, with the same parts, until
+// the rest (50 ms of that clock) is over; a second failure doubles the rest. No sleep: the clock
+// moves only when the test moves it.
+namespace {
+namespace rest {
+std::atomic<int64_t> clock_ns{1'000'000'000};
+int64_t read_clock() { return clock_ns.load(); }
+std::atomic<bool> stall{false};
+std::atomic<uint32_t> worker_claimed{0}, caller_waiting{0};  // the last region of each event
+std::atomic<int64_t> worker_claims{0};
+
+void hook(const PoolEvent& e) {
+  if (e.moment == PoolMoment::waiting) {
+    caller_waiting = e.region;
+  } else if (e.moment == PoolMoment::claiming) {
+    // The caller claims nothing until a worker has claimed a part of this region.
+    if (!e.by_worker) wait_until([&] { return worker_claimed.load() == e.region; });
+  } else if (e.by_worker) {
+    worker_claims++;
+    worker_claimed = e.region;
+    // Held until the caller has run the other part and waits: one claim by a worker per region.
+    wait_until([&] { return caller_waiting.load() == e.region; });
+    if (stall) clock_ns += 10'000'000;
+  }
+}
+
+// Runs a region of 2 parts; true if each ran once.
+bool region_ran_once() {
+  std::vector<std::atomic<int>> runs(2);
+  run_parts(2, [&](int64_t part) { runs[size_t(part)]++; });
+  return runs[0] == 1 && runs[1] == 1;
+}
+}  // namespace rest
+}  // namespace
+
+TEST_CASE("threads: when a descheduled worker costs more than it saves, the caller runs regions alone for a rest") {
+  ThreadCountGuard guard;
+  set_num_threads(2);
+  rest::clock_ns = 1'000'000'000;
+  rest::stall = false;
+  rest::worker_claims = 0;
+  set_pool_clock_for_tests(rest::read_clock);
+  set_pool_hook_for_tests(rest::hook);
+  const PartCounts before = part_counts();
+
+  // On the pool while the workers cost nothing (the clock stands still).
+  CHECK(rest::region_ran_once());
+  CHECK(rest::worker_claims == 1);
+  // A worker stalls 10 ms on its part: the pool rests for 50 ms.
+  rest::stall = true;
+  CHECK(rest::region_ran_once());
+  rest::stall = false;
+  CHECK(rest::worker_claims == 2);
+  CHECK(part_counts().rests == before.rests + 1);
+  const int64_t stalled_at = rest::clock_ns;
+  for (int64_t at : {int64_t{0}, int64_t{49'999'999}}) {
+    rest::clock_ns = stalled_at + at;
+    CHECK(rest::region_ran_once());
+  }
+  CHECK(rest::worker_claims == 2);  // both regions ran on the caller alone
+  CHECK(part_counts().alone_regions == before.alone_regions + 2);
+  // After the rest, the workers again; another stall rests twice as long.
+  rest::clock_ns = stalled_at + 50'000'000;
+  rest::stall = true;
+  CHECK(rest::region_ran_once());
+  rest::stall = false;
+  CHECK(rest::worker_claims == 3);
+  CHECK(part_counts().rests == before.rests + 2);
+  const int64_t stalled_again = rest::clock_ns;
+  rest::clock_ns = stalled_again + 99'999'999;
+  CHECK(rest::region_ran_once());
+  CHECK(rest::worker_claims == 3);
+  rest::clock_ns = stalled_again + 100'000'000;
+  CHECK(rest::region_ran_once());
+  CHECK(rest::worker_claims == 4);
+  CHECK(part_counts().alone_regions == before.alone_regions + 3);
+
+  set_pool_hook_for_tests(nullptr);
+  set_pool_clock_for_tests(nullptr);
 }
 
 TEST_CASE("threads: an exception from a part reaches the caller after every part is done, and the pool still works") {

@@ -6,7 +6,10 @@
 // when every part is done, not when every thread has turned up. A part's result does not depend on
 // which thread ran it, so the bits depend on the thread count only; and when a worker is not
 // running (another process holds its core), the calling thread takes its parts instead of waiting
-// for the worker's next time slice (docs/PERFORMANCE.md, "Threads").
+// for the worker's next time slice (docs/PERFORMANCE.md, "Threads"). A worker descheduled after it
+// claimed a part still makes the caller wait; when such waits cost more than the workers save, the
+// pool runs regions on the calling thread alone for a while (the same parts in the same order: the
+// same bits), then tries the workers again.
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -78,8 +81,10 @@ void set_worker_delay_for_tests(int microseconds);
 // machine makes only by chance (a worker stalled after claiming; a worker descheduled between
 // reading a region and claiming its part). `claiming`: the thread has read the region's next part
 // and its task and is about to claim it (the compare-exchange); `claimed`: it has claimed the part
-// and is about to run it. `region` is the region's generation, as the thread read it.
-enum class PoolMoment { claiming, claimed };
+// and is about to run it; `waiting` (the caller only, `part` == `parts`): no part is left to claim
+// and the caller is about to wait for the workers' last ones. `region` is the region's generation,
+// as the thread read it.
+enum class PoolMoment { claiming, claimed, waiting };
 struct PoolEvent {
   PoolMoment moment;
   bool by_worker;  // false: the thread that called run_parts
@@ -89,11 +94,23 @@ using PoolHook = void (*)(const PoolEvent& event);
 void set_pool_hook_for_tests(PoolHook hook);  // nullptr: none
 
 // How many parts of the regions so far the calling thread ran and how many the workers ran; for
-// tests (that both took part) and benchmarks.
+// tests (that both took part) and benchmarks. `alone_regions`: regions the caller ran alone
+// because the pool was resting (their parts are not in by_caller); `rests`: how many times the
+// pool started to rest (waiting for descheduled workers cost more than they saved).
 struct PartCounts {
   int64_t by_caller = 0, by_workers = 0;
+  int64_t alone_regions = 0, rests = 0;
 };
 PartCounts part_counts();
+
+// For tests only: whether the pool adapts (rests when the workers cost more than they save; on by
+// default), so that a test forcing an interleaving with the hooks above sees every region on the
+// pool; and the clock the adaptation reads (nanoseconds, any origin; nullptr: steady_clock), so
+// that a test can make a wait "long" by advancing it from a hook instead of by sleeping. Either
+// call also resets the adaptation (no rest, the credit of a new try).
+void set_pool_adapts_for_tests(bool adapts);
+using PoolClock = int64_t (*)();
+void set_pool_clock_for_tests(PoolClock clock);
 
 // The OpenMP wait setting in the environment (OMP_WAIT_POLICY, GOMP_SPINCOUNT), for benchmarks'
 // headers: "GOMP_SPINCOUNT=30000", "OMP_WAIT_POLICY=active", or "libgomp's default spin". normlab

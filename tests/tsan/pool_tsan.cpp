@@ -38,10 +38,12 @@ int main() {
   for (int threads : {2, 3, 2}) {
     set_num_threads(threads);
     for (int delay : {0, 100}) {
+      set_pool_adapts_for_tests(delay == 0);  // a delayed worker would make the pool rest
       set_worker_delay_for_tests(delay);
       for (int region = 0; region < 200; region++) ok &= check(region_sum(threads, 10007) == 10007 * 10006 / 2, "sum");
     }
     set_worker_delay_for_tests(0);
+    set_pool_adapts_for_tests(true);
     try {
       run_parts(8, [](int64_t part) {
         if (part == 3) throw std::runtime_error("x");
