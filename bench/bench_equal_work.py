@@ -209,6 +209,7 @@ def main():
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
     torch_malloc.reexec_with_tunables(args)
+    torch_malloc.require_openblas("bench_equal_work.py")
     torch.set_num_interop_threads(1)
 
     rows = []

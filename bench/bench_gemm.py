@@ -57,6 +57,9 @@ if any(os.environ.get(name) != (WANTED_CORE if name == "OPENBLAS_CORETYPE" else 
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
 import numpy as np  # noqa: E402  (after the re-exec: OpenBLAS reads the environment when loaded)
+import torch_malloc  # noqa: E402  (bench/torch_malloc.py)
+
+torch_malloc.require_openblas("bench_gemm.py", modules=("numpy",))
 
 TOKENS, D_MODEL, FFN = 1040, 64, 256
 # (label, variant, M, K, N): C (M,N) = op(A) (M,K) @ op(B) (K,N)

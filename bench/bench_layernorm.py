@@ -100,6 +100,7 @@ def main():
     torch_malloc.add_argument(parser)
     args = parser.parse_args()
     torch_malloc.reexec_with_tunables(args)
+    torch_malloc.require_openblas("bench_layernorm.py")
 
     rows = []
     malloc = os.environ.get("GLIBC_TUNABLES", "glibc defaults")

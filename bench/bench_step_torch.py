@@ -202,6 +202,7 @@ def main():
     torch_malloc.add_argument(parser)
     args = parser.parse_args()
     torch_malloc.reexec_with_tunables(args)
+    torch_malloc.require_openblas("bench_step_torch.py")
     if args.normlab and not args.config:
         parser.error("--normlab needs --config")
     if not (1 <= args.min_len <= args.max_len) or args.steps < 1 or args.d_model % args.heads:

@@ -12,6 +12,10 @@ The same restart sets GOMP_SPINCOUNT=30000 when neither it nor OMP_WAIT_POLICY i
 threads on libgomp, whose default spin (300,000) stalls 2-thread runs on a shared VM
 (docs/PERFORMANCE.md, "Threads"); normlab threads on its own pool, which spins about 40 us before
 it sleeps. Like GLIBC_TUNABLES it is read when the process starts.
+
+require_openblas() is every script's check that the reference side runs on OpenBLAS: Debian's
+libblas.so.3 is an alternative, and when it points at the reference BLAS (package libblas3) NumPy's
+and PyTorch's GEMMs are about 40x slower, so any ratio against them is meaningless.
 """
 import os
 import sys
@@ -38,6 +42,38 @@ def reexec_with_tunables(args):
         restart = True
     if restart:
         os.execv(sys.executable, [sys.executable] + sys.argv)
+
+
+def blas_problem(maps_lines):
+    """Why the libraries mapped into this process (lines of /proc/self/maps) are not OpenBLAS, or
+    None when they are: a libblas.so mapped from outside an OpenBLAS directory (Debian's reference
+    BLAS is /usr/lib/x86_64-linux-gnu/blas/libblas.so.3), or no libopenblas mapped at all."""
+    paths = sorted({line.split()[-1] for line in maps_lines if len(line.split()) >= 6})
+    names = [(os.path.dirname(p), os.path.basename(p)) for p in paths]
+    for directory, name in names:
+        if name.startswith("libblas.so") and "openblas" not in directory:
+            return "the BLAS loaded is {}/{}, not OpenBLAS".format(directory, name)
+    if not any(name.startswith("libopenblas") for _, name in names):
+        return "no libopenblas is loaded"
+    return None
+
+
+def require_openblas(script, modules=("numpy", "torch")):
+    """Exits with status 2 and one line unless the reference side (NumPy, PyTorch: those of
+    `modules` that are installed, imported here) computes its GEMMs with OpenBLAS."""
+    import importlib
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
+    with open("/proc/self/maps") as maps:
+        problem = blas_problem(maps)
+    if problem is not None:
+        print("{}: {}: a comparison against it is meaningless (its GEMMs are about 40x slower); install "
+              "libopenblas0-pthread or point the alternative at it: update-alternatives --config "
+              "libblas.so.3-x86_64-linux-gnu".format(script, problem), file=sys.stderr)
+        sys.exit(2)
 
 
 def openmp_wait():

@@ -36,6 +36,19 @@ std::string parent_directory(const std::string& path) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
+// Without this a rename may not survive a power cut. Some filesystems cannot fsync a directory
+// (EINVAL); the data itself is already on disk then, so that is not an error. Errors name `path`.
+void sync_parent_directory(const std::string& path) {
+  int dir_fd = ::open(parent_directory(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) throw_write_error(path, errno);
+  if (::fsync(dir_fd) != 0 && errno != EINVAL) {
+    const int err = errno;
+    ::close(dir_fd);
+    throw_write_error(path, err);
+  }
+  ::close(dir_fd);
+}
+
 }  // namespace
 
 int write_all(int fd, const void* data, size_t size) {
@@ -77,7 +90,7 @@ void AtomicFileWriter::write(const void* data, size_t size) {
   }
 }
 
-void AtomicFileWriter::commit() {
+void AtomicFileWriter::commit(bool sync_directory) {
   if (fd_ < 0) throw UsageError("AtomicFileWriter: commit twice");
   int err = ::fsync(fd_) != 0 ? errno : 0;
   // close() can report a deferred write error (NFS, quota), so its result counts too.
@@ -89,16 +102,7 @@ void AtomicFileWriter::commit() {
     throw_write_error(path_, err);
   }
 
-  // Without this the rename may not survive a power cut. Some filesystems cannot fsync a
-  // directory (EINVAL); the data itself is already on disk then, so that is not an error.
-  int dir_fd = ::open(parent_directory(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) throw_write_error(path_, errno);
-  if (::fsync(dir_fd) != 0 && errno != EINVAL) {
-    err = errno;
-    ::close(dir_fd);
-    throw_write_error(path_, err);
-  }
-  ::close(dir_fd);
+  if (sync_directory) sync_parent_directory(path_);
 }
 
 void write_file_atomic(const std::string& path, const void* data, size_t size) {
@@ -109,6 +113,19 @@ void write_file_atomic(const std::string& path, const void* data, size_t size) {
 
 void write_file_atomic(const std::string& path, std::string_view contents) {
   write_file_atomic(path, contents.data(), contents.size());
+}
+
+void write_files_atomic(const std::vector<NamedText>& files) {
+  for (const NamedText& file : files) {
+    if (parent_directory(file.path) != parent_directory(files.front().path))
+      throw UsageError("write_files_atomic: " + file.path + " is not in the directory of " + files.front().path);
+  }
+  for (const NamedText& file : files) {
+    AtomicFileWriter writer(file.path);
+    writer.write(file.contents.data(), file.contents.size());
+    writer.commit(/*sync_directory=*/false);
+  }
+  if (!files.empty()) sync_parent_directory(files.back().path);
 }
 
 void remove_stale_temp_files(const std::string& path) {

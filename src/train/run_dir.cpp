@@ -80,19 +80,25 @@ void RunDirectory::open_metrics(bool truncate) {
   }
 }
 
-void RunDirectory::begin_new(const RunConfig& config) {
+void RunDirectory::begin_new(const RunConfig& config, const std::vector<io::NamedText>& start_files) {
   if (fs::exists(paths_.checkpoint)) {
     throw InputError(
         fmt::format("{}: already holds a run (checkpoint.safetensors); resume it with --resume or "
                     "choose another output directory",
                     paths_.dir));
   }
-  io::write_file_atomic(paths_.config, ordered_config(config).dump(2) + "\n");
+  // A session killed while writing its first files or checkpoint left temporary files and no
+  // checkpoint: the run starts afresh, and the temporaries are stale (one writer: the lock).
+  for (const std::string& file : {paths_.checkpoint, paths_.config, paths_.summary}) io::remove_stale_temp_files(file);
+  for (const io::NamedText& file : start_files) io::remove_stale_temp_files(file.path);
+  // The start files with one directory sync for all: an fsync waits 1-15 ms on a busy disk, and a
+  // demo run is under a second.
+  const std::string config_text = ordered_config(config).dump(2) + "\n";
+  std::vector<io::NamedText> files = {{paths_.config, config_text}};
+  files.insert(files.end(), start_files.begin(), start_files.end());
+  io::write_files_atomic(files);
   std::error_code ec;
   fs::remove(paths_.summary, ec);
-  // A session killed while writing its first checkpoint left a temporary file and no checkpoint:
-  // the run starts afresh, and the temporaries are stale (one writer: the lock).
-  for (const std::string& file : {paths_.checkpoint, paths_.config, paths_.summary}) io::remove_stale_temp_files(file);
   open_metrics(true);
 }
 

@@ -37,13 +37,12 @@ class Owner final : public RunOutput {
   void open_new(const std::string& dir, const RunConfig& config, const std::string& vocab_json,
                 const DataRecord& data) override {
     RunDirectory run_dir(dir, /*create=*/true);
-    run_dir.begin_new(config);
-    // The ids of every token and label (docs/run-directory.md): what eval, predict and PyTorch
-    // read. A session killed while writing it left a temporary file; this directory has one
-    // writer now.
-    io::remove_stale_temp_files(run_dir.paths().dir + "/vocab.json");
-    io::write_file_atomic(run_dir.paths().dir + "/vocab.json", vocab_json);
-    write_data_record(run_dir.paths(), data);
+    // Written with config.json (one directory sync for the three): vocab.json, the ids of every
+    // token and label (docs/run-directory.md), what eval, predict and PyTorch read; data.json, the
+    // data files' fingerprints.
+    const std::string data_text = data_record_text(data);
+    run_dir.begin_new(config, {{run_dir.paths().dir + "/vocab.json", vocab_json},
+                               {run_dir.paths().dir + "/data.json", data_text}});
     run_dir_ = std::move(run_dir);
   }
   std::string open_existing(const std::string& dir) override {

@@ -12,6 +12,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace normlab::io {
 
@@ -20,6 +21,17 @@ namespace normlab::io {
 // was at `path` before is left untouched, and InputError("<path>: cannot write: <reason>") is thrown.
 void write_file_atomic(const std::string& path, const void* data, size_t size);
 void write_file_atomic(const std::string& path, std::string_view contents);
+
+// Several files of one directory, each written as write_file_atomic does (temporary, fsync,
+// rename), with one fsync of their directory after the last rename instead of one after each: the
+// same guarantee once it returns (every file whole and durable: old or new after a kill or a power
+// cut), at one directory sync. A failure throws as write_file_atomic does, naming the file; the
+// files before it are renamed in place, that file and the ones after it untouched.
+struct NamedText {
+  std::string path;
+  std::string_view contents;
+};
+void write_files_atomic(const std::vector<NamedText>& files);
 
 // The same for a file written in pieces (a stream of predictions): the pieces go to the temporary;
 // commit() fsyncs it, renames it over `path` and fsyncs the directory. Destroyed without a commit
@@ -32,7 +44,9 @@ class AtomicFileWriter {
   ~AtomicFileWriter();
   void write(const void* data, size_t size);
   void write(std::string_view text) { write(text.data(), text.size()); }
-  void commit();
+  // fsync, rename over the path and, unless sync_directory is false (write_files_atomic syncs
+  // once for several files), fsync the directory.
+  void commit(bool sync_directory = true);
 
  private:
   void abandon();

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "normlab/io/atomic_file.hpp"
 #include "normlab/io/dir_lock.hpp"
 #include "normlab/train/config.hpp"
 
@@ -42,8 +43,10 @@ class RunDirectory {
   const RunPaths& paths() const { return paths_; }
 
   // A new run: InputError if a checkpoint is already there (resume it or choose another
-  // directory). Writes config.json, removes summary.json, starts an empty metrics.jsonl.
-  void begin_new(const RunConfig& config);
+  // directory). Writes config.json and `start_files` (other files of this directory: vocab.json,
+  // data.json) atomically with one directory sync for all (io::write_files_atomic), removes
+  // summary.json, starts an empty metrics.jsonl.
+  void begin_new(const RunConfig& config, const std::vector<io::NamedText>& start_files = {});
   // A resumed run at checkpoint step `step`: checks metrics.jsonl first (nothing is changed if it
   // has a corrupt line), then writes config.json, removes summary.json and stale temporaries, cuts
   // metrics.jsonl back to `step` and opens it for appending.
