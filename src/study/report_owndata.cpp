@@ -2,166 +2,29 @@
 // accuracy and macro-F1 at the checkpoint eval and predict use, the bag-of-words baseline on the
 // same files, and where each variant stands against the baseline and against the best variant
 // (docs/compare.md, "Own data"). The loss-based first screen of the built-in tasks stays below it.
+// The figures themselves (the kept checkpoints, the cells, the baseline) are report_owndata_figures.cpp's.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <map>
-#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
 
-#include "normlab/error.hpp"
-#include "normlab/io/atomic_file.hpp"
-#include "normlab/train/baseline.hpp"
+#include "report_owndata.hpp"
 #include "report_parts.hpp"
 
 namespace normlab::study::report_parts {
 
 namespace {
 
-namespace fs = std::filesystem;
-using nlohmann::json;
-
-// One run's figures at the checkpoint `normlab eval` and `predict` load: best.safetensors'
-// evaluation (summary.json's best_checkpoint) when the run kept one, else its last evaluation.
-struct Kept {
-  int64_t step = -1;
-  bool best = false;
-  std::string metric;  // the kept metric ("loss", "macro_f1", ...); empty for the last evaluation
-  double accuracy = NAN, macro_f1 = NAN;
-  train::Confusion confusion;
-};
-
-Kept kept_figures(const RunResult& r) {
-  Kept k;
-  if (r.evals.empty()) return k;
-  const EvalPoint* point = &r.evals.back();
-  std::error_code ec;
-  const fs::path summary = fs::path(r.spec.dir) / "summary.json";
-  if (!r.spec.dir.empty() && fs::is_regular_file(summary, ec)) {
-    // read_run has read this file strictly already; here only its best_checkpoint is wanted.
-    const json s = json::parse(io::read_file(summary.string(), size_t{1} << 24), nullptr, /*allow_exceptions=*/false);
-    if (s.is_object() && s.contains("best_checkpoint") && s.at("best_checkpoint").is_object()) {
-      const json& best = s.at("best_checkpoint");
-      if (best.contains("step") && best.at("step").is_number_integer())
-        for (const EvalPoint& e : r.evals)
-          if (e.step == best.at("step").get<int64_t>()) {
-            point = &e;
-            k.best = true;
-            k.metric =
-                best.contains("metric") && best.at("metric").is_string() ? best.at("metric").get<std::string>() : "";
-          }
-    }
-  }
-  k.step = point->step;
-  k.accuracy = point->trained.accuracy;
-  k.macro_f1 = point->trained.macro_f1;
-  k.confusion = point->trained_confusion;
-  return k;
-}
-
-// A figure over a cell's seeds: mean and 95% t interval from two seeds on; from one seed, the
-// run's own interval over its held-out examples (Wilson, bootstrap).
-struct Figure {
-  double mean = NAN, low = NAN, high = NAN;
-  size_t seeds = 0;
-  std::string text() const {
-    if (!std::isfinite(mean)) return "–";
-    if (!std::isfinite(low)) return fmt_num(mean);
-    return fmt::format("{} [{}, {}]", fmt_num(mean), fmt_num(std::max(0.0, low)), fmt_num(std::min(1.0, high)));
-  }
-};
-
-Figure figure(const std::vector<double>& values, const std::vector<train::Confusion>& confusions, bool f1) {
-  Figure f;
-  f.seeds = values.size();
-  if (values.size() >= 2) {
-    const Interval i = t_interval(values);
-    f.mean = i.mean, f.low = i.low, f.high = i.high;
-  } else if (values.size() == 1) {
-    f.mean = values.front();
-    if (!confusions.front().empty()) {
-      const train::HeldOutScore s = train::held_out_score(confusions.front());
-      f.low = f1 ? s.macro_f1_low : s.accuracy_low;
-      f.high = f1 ? s.macro_f1_high : s.accuracy_high;
-    }
-  }
-  return f;
-}
-
-// One variant at its best rate (the first screen's row): its runs' kept figures, by seed.
-struct Cell {
-  const StudyRow* row = nullptr;
-  double lr = 0;
-  std::map<uint64_t, Kept> by_seed;
-  Figure accuracy, macro_f1;
-  std::vector<double> values(double Kept::*field) const {
-    std::vector<double> out;
-    for (const auto& [seed, k] : by_seed) out.push_back(k.*field);
-    return out;
-  }
-};
-
-std::vector<Cell> cells_of(const Context& c, const FirstScreenNumbers& numbers) {
-  std::vector<Cell> cells;
-  for (const StudyRow& row : numbers.table.rows) {
-    if (row.curve.empty()) continue;
-    Cell cell;
-    cell.row = &row;
-    cell.lr = row.curve.best_lr();
-    if (const GroupSummary* g = c.group(row.variant, cell.lr, row.setting))
-      for (const RunResult* r : g->runs) {
-        const Kept k = kept_figures(*r);
-        if (std::isfinite(k.accuracy)) cell.by_seed[r->spec.seed()] = k;
-      }
-    if (cell.by_seed.empty()) continue;
-    std::vector<train::Confusion> confusions;
-    for (const auto& [seed, k] : cell.by_seed) confusions.push_back(k.confusion);
-    cell.accuracy = figure(cell.values(&Kept::accuracy), confusions, false);
-    cell.macro_f1 = figure(cell.values(&Kept::macro_f1), confusions, true);
-    cells.push_back(std::move(cell));
-  }
-  return cells;
-}
-
-// The baseline of the compare's base config, fitted once per process and data (a live report is
-// redrawn many times).
-std::optional<train::BaselineScore> cached_baseline(const train::RunConfig& base) {
-  static std::mutex mutex;
-  static std::map<std::string, std::optional<train::BaselineScore>> cache;
-  std::string key = train::to_json(base).dump();
-  for (const auto& file : {base.task.train_file, base.task.valid_file}) {
-    std::error_code ec;
-    if (file)
-      key += fmt::format("|{}", fs::file_size(*file, ec)),
-          key += fmt::format("|{}", ec ? 0 : fs::last_write_time(*file, ec).time_since_epoch().count());
-  }
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (const auto it = cache.find(key); it != cache.end()) return it->second;
-  std::optional<train::BaselineScore> score;
-  try {
-    score = train::config_baseline(base);
-  } catch (const InputError&) {
-    score = std::nullopt;  // the data no longer reads as it did: the report says the baseline is missing
-  }
-  return cache.emplace(key, score).first->second;
-}
-
-// Each run's macro-F1 with its interval over the held-out examples (bootstrap), by seed.
-std::vector<Figure> run_figures(const Cell& cell) {
-  std::vector<Figure> out;
-  for (const auto& [seed, k] : cell.by_seed) {
-    Figure f;
-    f.mean = k.macro_f1;
-    if (!k.confusion.empty()) {
-      const train::HeldOutScore s = train::held_out_score(k.confusion);
-      f.low = s.macro_f1_low, f.high = s.macro_f1_high;
-    }
-    out.push_back(f);
-  }
-  return out;
-}
+// The figures (report_owndata_figures.cpp).
+using own_data::cached_baseline;
+using own_data::Cell;
+using own_data::cells_of;
+using own_data::Figure;
+using own_data::run_figures;
 
 // "beats the baseline" / "below the baseline" / "level with the baseline" (docs/compare.md): every
 // seed's run scored on the same held-out examples as the baseline, its macro-F1 interval (bootstrap

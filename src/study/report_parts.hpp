@@ -90,8 +90,8 @@ std::string short_setting(const Context& c, const std::string& setting);
 // "1.8 [1.2, >3.0]": a boundary ratio with its interval, an open end marked < or >.
 std::string ratio_with_interval(const BoundaryRatio& r);
 // report_owndata.cpp: an own-data compare (a data-defined task) answers in a classifier's words:
-// held-out macro-F1 and accuracy per variant at its kept checkpoint, against the bag-of-words
-// baseline and against the best variant (docs/compare.md, "Own data").
+// held-out macro-F1 and accuracy per variant at its kept checkpoint (report_owndata_figures.cpp),
+// against the bag-of-words baseline and against the best variant (docs/compare.md, "Own data").
 bool is_own_data_report(const Context& c);
 struct OwnDataAnswer {
   std::vector<std::string> verdict;  // the Answer's (at most three) sentences

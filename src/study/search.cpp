@@ -124,12 +124,6 @@ size_t peak_index(const std::vector<RateOutcome>& tested) {
   return best;
 }
 
-namespace {
-
-bool mostly_learned(const RateOutcome& r) { return 2 * r.learned > r.runs; }
-
-}  // namespace
-
 std::vector<double> refine_rates(const std::vector<RateOutcome>& tested, int max_new) {
   if (tested.size() < 2) return {};
   const size_t peak = peak_index(tested);

@@ -47,6 +47,8 @@ struct RateOutcome {
   int runs = 0;     // finished (diverged included; unfinished and never-evaluated runs left out)
   double fraction() const { return runs > 0 ? double(learned) / runs : 0.0; }
 };
+// Strictly more than half of the finished runs learned (the search's rounds and the boundary fit).
+inline bool mostly_learned(const RateOutcome& r) { return 2 * r.learned > r.runs; }
 // The outcome at `lr` of `runs` (classify()). The search's rounds refine where either rule's
 // fractions change.
 RateOutcome rate_outcome(double lr, const std::vector<const RunResult*>& runs,
