@@ -41,7 +41,7 @@ TEST_CASE("write_files_atomic: every file whole, old ones replaced, no temporary
   io::write_files_atomic({});  // nothing to write: no directory to sync, no error
 }
 
-TEST_CASE("write_files_atomic: a failure names its file; the files before it are written, the rest untouched") {
+TEST_CASE("write_files_atomic: a failure names its file, the files before it are written and the rest untouched") {
   TempDir dir("normlab_test_files_atomic_fail");
   const std::string a = dir.sub("a.json"), c = dir.write("c.json", "old c");
   const std::string blocked = dir.sub("b.json");

@@ -25,7 +25,7 @@ std::string metrics_text(int loss_digit) {
 
 }  // namespace
 
-TEST_CASE("read_run: a finished run read twice gives the same records; a changed file is read again") {
+TEST_CASE("read_run: a finished run read twice gives the same records, and a changed file is read again") {
   TempDir dir("normlab_test_read_run_cache");
   dir.write("metrics.jsonl", metrics_text(3));
   dir.write("summary.json", R"({"steps": 2})");
