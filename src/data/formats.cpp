@@ -168,10 +168,7 @@ void for_each_conll_sentence(std::string_view contents, const std::string& path,
   };
   size_t start = 0;
   while (start < contents.size()) {
-    size_t end = contents.find('\n', start);
-    if (end == std::string_view::npos) end = contents.size();
-    std::string_view line = contents.substr(start, end - start);
-    start = end + 1;
+    std::string_view line = io::next_line(contents, start);
     ++line_number;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.find_first_not_of(" \t") == std::string_view::npos) {

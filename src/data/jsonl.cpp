@@ -68,9 +68,7 @@ void for_each_line(const std::string& contents, const std::string& path, io::Sto
   size_t start = 0;
   int64_t line_number = 0;
   while (start < contents.size()) {
-    size_t end = contents.find('\n', start);
-    if (end == std::string::npos) end = contents.size();
-    std::string_view line(contents.data() + start, end - start);
+    std::string_view line = io::next_line(contents, start);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // tolerate CRLF files
     ++line_number;
     // Blank lines at the very end (an editor's extra newline) end the file; anywhere else they are
@@ -78,7 +76,6 @@ void for_each_line(const std::string& contents, const std::string& path, io::Sto
     if (is_blank(line) && contents.find_first_not_of(" \t\r\n", start) == std::string::npos) break;
     if (line_number % 1024 == 0) io::throw_if_stopped(stop);
     on_line(line, fmt::format("{}:{}", path, line_number));
-    start = end + 1;  // a final newline ends the last line; it does not start an empty one
   }
 }
 

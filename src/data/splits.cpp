@@ -62,10 +62,7 @@ std::vector<std::string> write_text_splits(const std::string& verses_path, const
   int64_t line_number = 0;
   size_t start = 0;
   while (start < contents.size()) {
-    size_t end = contents.find('\n', start);
-    if (end == std::string::npos) end = contents.size();
-    std::string_view line(contents.data() + start, end - start);
-    start = end + 1;
+    const std::string_view line = io::next_line(contents, start);
     ++line_number;
     size_t space = line.find(' ');
     if (space == 0 || space == std::string_view::npos) {

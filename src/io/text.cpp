@@ -146,6 +146,14 @@ std::string escape_control(std::string_view text) {
   return out;
 }
 
+std::string_view next_line(std::string_view contents, size_t& start) {
+  size_t end = contents.find('\n', start);
+  if (end == std::string_view::npos) end = contents.size();
+  const std::string_view line = contents.substr(start, end - start);
+  start = end + 1;
+  return line;
+}
+
 std::string escape_control_lines(std::string_view text) {
   std::string out;
   size_t start = 0;

@@ -325,21 +325,8 @@ void copy_padded(float* dst, int64_t ld, const float* src, int64_t src_ld, int64
 inline void transpose8x8(float* dst, int64_t ld, const float* src, int64_t src_ld, int64_t n) {
   __m256 r[8];
   for (int i = 0; i < 8; i++) r[i] = i < n ? _mm256_loadu_ps(src + i * src_ld) : _mm256_setzero_ps();
-  __m256 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  for (int i = 0; i < 4; i++) {
-    _mm256_storeu_ps(dst + i * ld, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
-    _mm256_storeu_ps(dst + (i + 4) * ld, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
-  }
+  transpose8(r);
+  for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + i * ld, r[i]);
 }
 #endif
 

@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 #include <cmath>
+#include <initializer_list>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "common.hpp"
@@ -63,15 +65,29 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& ga
   return out;
 }
 
+namespace {
+
+// The checks of a norm across the batch (BatchNorm, PowerNorm): x is (tokens, features) and each
+// per-feature tensor, where given, is (features): the affine weight and bias and the two running
+// statistics, named as in the error. Returns the feature count C.
+int64_t check_across_batch(const char* op, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                           std::initializer_list<std::pair<const Tensor*, const char*>> statistics) {
+  require(x.dim() == 2,
+          [&] { return fmt::format("{}: expects (tokens, features), got {}", op, shape_str(x.shape())); });
+  const int64_t C = x.size(1);
+  check_param(gamma, {C}, op, "weight (gamma)");
+  check_param(beta, {C}, op, "bias (beta)");
+  for (const auto& [stat, name] : statistics) check_param(*stat, {C}, op, name);
+  return C;
+}
+
+}  // namespace
+
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor running_mean, Tensor running_var,
                   bool training, float momentum, float eps, kernels::RankSum* ranks) {
-  require(x.dim() == 2,
-          [&] { return fmt::format("batch_norm: expects (tokens, features), got {}", shape_str(x.shape())); });
-  const int64_t N = x.size(0), C = x.size(1);
-  check_param(gamma, {C}, "batch_norm", "weight (gamma)");
-  check_param(beta, {C}, "batch_norm", "bias (beta)");
-  check_param(running_mean, {C}, "batch_norm", "running_mean");
-  check_param(running_var, {C}, "batch_norm", "running_var");
+  const int64_t C = check_across_batch("batch_norm", x, gamma, beta,
+                                       {{&running_mean, "running_mean"}, {&running_var, "running_var"}});
+  const int64_t N = x.size(0);
   Tensor out = Tensor::empty(x.shape());
   auto mean = std::make_shared<std::vector<float>>(C);
   auto rstd = std::make_shared<std::vector<float>>(C);
@@ -120,13 +136,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tens
 
 Tensor power_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor running_phi, Tensor grad_ema,
                   bool training, float momentum, float eps) {
-  require(x.dim() == 2,
-          [&] { return fmt::format("power_norm: expects (tokens, features), got {}", shape_str(x.shape())); });
-  const int64_t N = x.size(0), C = x.size(1);
-  check_param(gamma, {C}, "power_norm", "weight (gamma)");
-  check_param(beta, {C}, "power_norm", "bias (beta)");
-  check_param(running_phi, {C}, "power_norm", "running_phi");
-  check_param(grad_ema, {C}, "power_norm", "grad_ema");
+  const int64_t C =
+      check_across_batch("power_norm", x, gamma, beta, {{&running_phi, "running_phi"}, {&grad_ema, "grad_ema"}});
+  const int64_t N = x.size(0);
   require(running_phi.defined() && grad_ema.defined(), "power_norm: needs running_phi and grad_ema");
   Tensor out = Tensor::empty(x.shape());
   auto rstd = std::make_shared<std::vector<float>>(C);

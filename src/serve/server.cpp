@@ -25,31 +25,27 @@ namespace internal {
 // virtual: a derived class may override it (GateListener, server_parts.hpp, whose override hands
 // the connection to the gate) but not call it. The gate's workers call the original on a plain
 // httplib::Server (the responder, Impl::http, which holds the routes) through a member pointer; the
-// pointer is taken in an explicit instantiation, where access is not checked ([temp.spec.general]/6).
-using ProcessSocket = bool (httplib::Server::*)(int);
-ProcessSocket& process_socket() {
-  static ProcessSocket fn = nullptr;
-  return fn;
+// pointer is taken in an explicit instantiation, where access is not checked ([temp.spec.general]/6):
+// Take<M> stores M, at static initialization, where taken<decltype(M)>() finds it.
+template <typename Member>
+Member& taken() {
+  static Member member = nullptr;
+  return member;
 }
-template <ProcessSocket F>
-struct TakeProcessSocket {
-  static inline const bool taken = (process_socket() = F, true);
+template <auto M>
+struct Take {
+  static inline const bool done = (taken<decltype(M)>() = M, true);
 };
-template struct TakeProcessSocket<&httplib::Server::process_and_close_socket>;
+using ProcessSocket = bool (httplib::Server::*)(int);
+ProcessSocket& process_socket() { return taken<ProcessSocket>(); }
+template struct Take<&httplib::Server::process_and_close_socket>;
 // The responder never listens, but cpp-httplib answers only while its listening socket is set
 // (process_server_socket_core and the content providers' "is the server stopping" check compare it
 // with INVALID_SOCKET, nothing else): the responder is given the listener's, and INVALID_SOCKET at
 // stop, which also ends every answer still being written.
 using ServerSocket = std::atomic<int> httplib::Server::*;
-ServerSocket& server_socket() {
-  static ServerSocket member = nullptr;
-  return member;
-}
-template <ServerSocket M>
-struct TakeServerSocket {
-  static inline const bool taken = (server_socket() = M, true);
-};
-template struct TakeServerSocket<&httplib::Server::svr_sock_>;
+ServerSocket& server_socket() { return taken<ServerSocket>(); }
+template struct Take<&httplib::Server::svr_sock_>;
 
 // Runs each task where it is enqueued: the task is the gate's admit, which never blocks.
 class InlineQueue : public httplib::TaskQueue {

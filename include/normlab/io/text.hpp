@@ -34,6 +34,11 @@ void require_utf8(std::string_view text, std::string_view what);
 // invalid byte: InputError "PATH:LINE: invalid UTF-8 (byte 0xff at column N)".
 void require_utf8_lines(std::string_view contents, std::string_view path);
 
+// The line of `contents` that begins at `start`, without its '\n'; `start` moves past that '\n'. Read
+// a file as `while (start < contents.size()) { line = next_line(contents, start); ... }`: a final
+// newline ends the last line, it does not start an empty one. A '\r' before the '\n' stays.
+std::string_view next_line(std::string_view contents, size_t& start);
+
 // `text` with every maximal invalid sequence (Unicode's "maximal subpart": a lead byte and the
 // continuation bytes that fit it, or one stray byte) replaced by U+FFFD; `replaced` counts them.
 std::string replace_invalid_utf8(std::string_view text, int64_t* replaced = nullptr);
