@@ -8,8 +8,9 @@
 # moves only when training itself changes) and of the whole file.
 #   usage: scripts/check/isa_bits.sh [path/to/normlab]     STEPS=N (default 20)
 set -euo pipefail
+# The binary as given, resolved before leaving the caller's directory.
+bin=$(realpath -e "${1:-$(dirname "$0")/../../build/normlab}") || { echo "isa_bits: no binary ${1:-build/normlab}" >&2; exit 2; }
 cd "$(dirname "$0")/../.."
-bin=${1:-build/normlab}
 steps=${STEPS:-20}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -18,6 +19,7 @@ isas=()
 for isa in generic avx2 avx512; do
   if NORMLAB_ISA=$isa "$bin" --version >/dev/null 2>&1; then isas+=("$isa"); fi
 done
+((${#isas[@]})) || { echo "isa_bits: $bin runs on no kernel path (normlab --version failed)" >&2; exit 1; }
 
 strip_timing() { sed -E 's/,?"tokens_per_s":[^,}]*//' "$1"; }
 # The diagnostics keys (docs/run-directory.md), lists or numbers: what remains is what trained.
