@@ -25,6 +25,7 @@
 #include "normlab/kernels/layer_norm.hpp"
 #include "isa_kernels.hpp"
 #include "lanes.hpp"
+#include "layer_norm_simd.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -55,6 +56,17 @@ double row_sum(const float* x, int64_t n, Prefetch prefetch) {  // x: (n)
   double total = 0.0;
   int64_t i = 0;
   if (n >= kLanes) {
+#if defined(__AVX2__)
+    // The same lanes in registers (simd::Lanes): each line's floats converted from memory.
+    simd::Lanes lanes = simd::Lanes::zero();
+    lanes.add(simd::Lanes::load(x));
+    for (i = kLanes; i + kLanes <= n; i += kLanes) {
+      prefetch(i);
+      lanes.add(simd::Lanes::load(x + i));
+    }
+    prefetch(0);
+    total = lanes.sum();
+#else
     double lanes[kLanes];
     for (int l = 0; l < kLanes; l++) lanes[l] = 0.0 + double(x[l]);
     for (i = kLanes; i + kLanes <= n; i += kLanes) {  // kLanes floats = one cache line
@@ -66,6 +78,7 @@ double row_sum(const float* x, int64_t n, Prefetch prefetch) {  // x: (n)
     }
     prefetch(0);  // the first line, skipped above
     total = sum_lanes(lanes);
+#endif
   }
   for (; i < n; i++) total += double(x[i]);
   return total;
@@ -78,6 +91,11 @@ double row_sum_squared_deviation(const float* x, int64_t n, double center) {  //
   double total = 0.0;
   int64_t i = 0;
   if (n >= kLanes) {
+#if defined(__AVX2__)
+    simd::Lanes lanes = simd::Lanes::zero();
+    for (i = 0; i + kLanes <= n; i += kLanes) lanes.add_squared_deviation(simd::Lanes::load(x + i), center);
+    total = lanes.sum();
+#else
     double lanes[kLanes];
     for (int l = 0; l < kLanes; l++) {
       double deviation = double(x[l]) - center;
@@ -90,6 +108,7 @@ double row_sum_squared_deviation(const float* x, int64_t n, double center) {  //
       }
     }
     total = sum_lanes(lanes);
+#endif
   }
   for (; i < n; i++) {
     double deviation = double(x[i]) - center;
@@ -102,39 +121,33 @@ double row_sum_squared_deviation(const float* x, int64_t n, double center) {  //
 // exactly 0, so y = beta.
 double row_rstd(double var, float eps) { return 1.0 / std::sqrt(var + double(eps)); }
 
-// normalize_row's gamma-and-beta loop with non-temporal stores of y where the path has them
-// (AVX2, AVX-512): the same operations on each element (no fma: -ffp-contract=off), only the
-// stores bypass the cache. An ordinary store first reads the line it writes, so a forward whose
-// output is far larger than the caches moves three streams (x, y read, y written) instead of two.
-void normalize_row_stream(float* __restrict y, const float* __restrict x,              // (cols), (cols)
+// normalize_row's gamma-and-beta loop on AVX2 and AVX-512, with non-temporal stores of y when
+// `stream` (from the first vector-aligned element of y on; streaming stores need alignment). The
+// same operations on each element (no fma contraction: -ffp-contract=off; the two subtractions run
+// on the multiply-add ports, layer_norm_simd.hpp). An ordinary store first reads the line it
+// writes, so a forward whose output is far larger than the caches moves three streams (x, y read,
+// y written) instead of two.
+#if defined(__AVX2__)
+template <bool kStream>
+void normalize_row_affine(float* __restrict y, const float* __restrict x,              // (cols), (cols)
                           const float* __restrict gamma, const float* __restrict beta,  // (cols), (cols)
                           int64_t cols, float mean_hi, float mean_lo, float rstd_f) {
+  using namespace simd;
   int64_t i = 0;
-#if defined(__AVX2__)
-#if defined(__AVX512F__)
-  constexpr int64_t kWidth = 16;
-#else
-  constexpr int64_t kWidth = 8;
-#endif
-  // Ordinary stores up to the first vector-aligned element of y (streaming stores need alignment).
-  for (; i < cols && (reinterpret_cast<uintptr_t>(y + i) % (kWidth * sizeof(float))) != 0; i++)
-    y[i] = (((x[i] - mean_hi) - mean_lo) * rstd_f) * gamma[i] + beta[i];
-#if defined(__AVX512F__)
-  const __m512 hi = _mm512_set1_ps(mean_hi), lo = _mm512_set1_ps(mean_lo), r = _mm512_set1_ps(rstd_f);
-  for (; i + kWidth <= cols; i += kWidth) {
-    const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), hi), lo), r);
-    _mm512_stream_ps(y + i, _mm512_add_ps(_mm512_mul_ps(xhat, _mm512_loadu_ps(gamma + i)), _mm512_loadu_ps(beta + i)));
+  if constexpr (kStream) {
+    for (; i < cols && (reinterpret_cast<uintptr_t>(y + i) % (kFloats * sizeof(float))) != 0; i++)
+      y[i] = (((x[i] - mean_hi) - mean_lo) * rstd_f) * gamma[i] + beta[i];
   }
-#else
-  const __m256 hi = _mm256_set1_ps(mean_hi), lo = _mm256_set1_ps(mean_lo), r = _mm256_set1_ps(rstd_f);
-  for (; i + kWidth <= cols; i += kWidth) {
-    const __m256 xhat = _mm256_mul_ps(_mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), hi), lo), r);
-    _mm256_stream_ps(y + i, _mm256_add_ps(_mm256_mul_ps(xhat, _mm256_loadu_ps(gamma + i)), _mm256_loadu_ps(beta + i)));
+  const VF hi = vf_set1(mean_hi), lo = vf_set1(mean_lo), r = vf_set1(rstd_f);
+  for (; i + kFloats <= cols; i += kFloats) {
+    const VF xhat = vf_mul(vf_sub_on_fma(vf_sub_on_fma(vf_load(x + i), hi), lo), r);
+    const VF out = vf_add(vf_mul(xhat, vf_load(gamma + i)), vf_load(beta + i));
+    if constexpr (kStream) vf_stream(y + i, out);
+    else vf_store(y + i, out);
   }
-#endif
-#endif
   for (; i < cols; i++) y[i] = (((x[i] - mean_hi) - mean_lo) * rstd_f) * gamma[i] + beta[i];
 }
+#endif
 
 // y = gamma * xhat + beta for one row, in float (gamma, beta may be nullptr). x - mean is formed
 // as (x - mean_hi) - mean_lo with mean = mean_hi + mean_lo to double precision: x - mean_hi is
@@ -147,10 +160,15 @@ void normalize_row(float* __restrict y,                                         
   const float mean_hi = float(mean);
   const float mean_lo = float(mean - double(mean_hi));
   const float rstd_f = float(rstd);
-  if (stream && gamma != nullptr && beta != nullptr) {
-    normalize_row_stream(y, x, gamma, beta, cols, mean_hi, mean_lo, rstd_f);
+#if defined(__AVX2__)
+  if (gamma != nullptr && beta != nullptr) {
+    if (stream) normalize_row_affine<true>(y, x, gamma, beta, cols, mean_hi, mean_lo, rstd_f);
+    else normalize_row_affine<false>(y, x, gamma, beta, cols, mean_hi, mean_lo, rstd_f);
     return;
   }
+#else
+  (void)stream;  // streaming stores only where the path has them
+#endif
   if (gamma != nullptr && beta != nullptr) {
     for (int64_t i = 0; i < cols; i++) {
       float xhat = ((x[i] - mean_hi) - mean_lo) * rstd_f;
