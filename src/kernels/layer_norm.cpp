@@ -16,6 +16,8 @@
 //     thread_rows                         each thread's contiguous block of rows
 //     for_row_groups                      groups of R while they fit in L1 (the backward's on
 //                                         AVX-512: in L2), then single rows
+//     *_simd, row_sum_pair, normalize_row_affine   AVX2/AVX-512: the same operations with
+//                                         intrinsics (layer_norm_simd.hpp says why)
 //   Part 3, the public kernels:
 //     layer_norm_forward, layer_norm_backward   split the rows over threads, then for_row_groups
 //
@@ -316,7 +318,10 @@ BackwardRowSums backward_row_sums_simd(float* __restrict g, float* __restrict xh
   int64_t i = 0;
   for (; i + kLanes <= cols; i += kLanes) {
     if (i != 0) prefetch(i);
-    VF g_xhat0[kLineFloats], g_line[kLineFloats], xhat0_line[kLineFloats];
+    VF g_xhat0[kLineFloats];
+#if defined(__AVX512F__)
+    VF g_line[kLineFloats], xhat0_line[kLineFloats];
+#endif
     for (int k = 0; k < kLineFloats; k++) {
       const int64_t o = i + k * kFloats;
       const VF xhat0 = vf_mul(vf_sub(vf_load(x + o), mean_v), rstd_v);
@@ -324,8 +329,10 @@ BackwardRowSums backward_row_sums_simd(float* __restrict g, float* __restrict xh
       vf_store(g + o, g_k);
       vf_store(xhat0_row + o, xhat0);
       g_xhat0[k] = vf_mul(g_k, xhat0);
+#if defined(__AVX512F__)
       g_line[k] = g_k;
       xhat0_line[k] = xhat0;
+#endif
     }
 #if defined(__AVX512F__)
     // A line is one register here, and reading its halves back right after storing it stalls; a
@@ -428,21 +435,22 @@ constexpr int64_t kMaxGroupFloats = 2048;
 // The forward's output is written with streaming stores (normalize_row_stream) from this many
 // elements on (16 MB): an output that large leaves the caches before anything reads it.
 constexpr int64_t kStreamOutputFloats = int64_t{1} << 22;
-// On AVX-512 the backward's limit is larger (64 KB, cols <= 4096): its group also keeps a column's
+// The portable backward (every path's rows without gamma, and the generic path's): on AVX-512 its
+// limit is larger (64 KB, cols <= 4096): its group also keeps a column's
 // dgamma and dbeta partials in registers across the group's rows (backward_rows_update), where one
 // row at a time loads and stores both (cols) double arrays for every row, and that saves more than
 // the crowding of L1 costs. With AVX2's 16 vector registers it does not (docs/PERFORMANCE.md,
 // "LayerNorm"), so the other paths keep the forward's limit. Either way the bits are the same.
-// The AVX2/AVX-512 backward (backward_rows_simd) groups 4 rows while a group spans at most 8 KB
-// per array (cols <= 512): its pass 1 also writes xhat0, and at 768 columns a group of 4 (or 2)
-// rows' five arrays crowd L1 (64x128x768: 3.2 ms in groups of 4, 2.9 ms one row at a time).
-constexpr int kBackwardGroupSimd = 4;
-constexpr int64_t kMaxBackwardGroupFloatsSimd = kMaxGroupFloats;
 #if defined(__AVX512F__)
 constexpr int64_t kMaxBackwardGroupFloats = 16384;
 #else
 constexpr int64_t kMaxBackwardGroupFloats = kMaxGroupFloats;
 #endif
+// The AVX2/AVX-512 backward (backward_rows_simd) groups 4 rows while a group spans at most 8 KB
+// per array (cols <= 512): its pass 1 also writes xhat0, and at 768 columns a group of 4 (or 2)
+// rows' five arrays crowd L1 (64x128x768: 3.2 ms in groups of 4, 2.9 ms one row at a time).
+constexpr int kBackwardGroupSimd = 4;
+constexpr int64_t kMaxBackwardGroupFloatsSimd = kMaxGroupFloats;
 
 // Prefetch of the 64-byte lines at offset i of the next row of each of kReads inputs and of this
 // row's output. The first line of each is asked for after the row (prefetch(0)).

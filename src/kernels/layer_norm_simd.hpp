@@ -28,7 +28,9 @@ inline VD vd_add(VD a, VD b) { return _mm512_add_pd(a, b); }
 inline VD vd_mul(VD a, VD b) { return _mm512_mul_pd(a, b); }
 inline VD vd_sub_on_fma(VD a, VD b) { return _mm512_fmsub_pd(a, _mm512_set1_pd(1.0), b); }
 inline VD vd_add_on_fma(VD a, VD b) { return _mm512_fmadd_pd(a, _mm512_set1_pd(1.0), b); }
-inline VD vd_from_floats(const float* p) { return _mm512_cvtps_pd(_mm256_loadu_ps(p)); }  // p: (8)
+// (The all-lanes maskz forms: GCC 12 warns about the undefined passthrough of the plain
+// conversions, extracts and casts.)
+inline VD vd_from_floats(const float* p) { return _mm512_maskz_cvtps_pd(0xFF, _mm256_loadu_ps(p)); }  // p: (8)
 inline VD vd_load(const double* p) { return _mm512_loadu_pd(p); }
 inline void vd_store(double* p, VD v) { _mm512_storeu_pd(p, v); }
 inline VF vf_set1(float v) { return _mm512_set1_ps(v); }
@@ -41,8 +43,17 @@ inline VF vf_mul(VF a, VF b) { return _mm512_mul_ps(a, b); }
 inline VF vf_sub_on_fma(VF a, VF b) { return _mm512_fmsub_ps(a, _mm512_set1_ps(1.0f), b); }
 inline VF vf_add_on_fma(VF a, VF b) { return _mm512_fmadd_ps(a, _mm512_set1_ps(1.0f), b); }
 // The doubles of floats 0-7 and 8-15 of v.
-inline VD vd_low(VF v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
-inline VD vd_high(VF v) { return _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)); }
+inline VD vd_low(VF v) {
+  return _mm512_maskz_cvtps_pd(0xFF, _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 0)));
+}
+inline VD vd_high(VF v) {
+  return _mm512_maskz_cvtps_pd(0xFF, _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 1)));
+}
+// The 8 sums lane l + lane l+8 (sum_lanes' first step) as one 256-bit vector of each half.
+inline __m256d vd_pairs_halves(const VD (&v)[2]) {
+  const VD pairs = _mm512_add_pd(v[0], v[1]);
+  return _mm256_add_pd(_mm512_maskz_extractf64x4_pd(0xF, pairs, 0), _mm512_maskz_extractf64x4_pd(0xF, pairs, 1));
+}
 #else
 using VD = __m256d;  // 4 doubles
 using VF = __m256;   // 8 floats
@@ -68,6 +79,10 @@ inline VF vf_sub_on_fma(VF a, VF b) { return _mm256_fmsub_ps(a, _mm256_set1_ps(1
 inline VF vf_add_on_fma(VF a, VF b) { return _mm256_fmadd_ps(a, _mm256_set1_ps(1.0f), b); }
 inline VD vd_low(VF v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
 inline VD vd_high(VF v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
+// sum_lanes' first two steps: (lane l + lane l+8), then (pair l + pair l+4).
+inline __m256d vd_pairs_halves(const VD (&v)[4]) {
+  return _mm256_add_pd(_mm256_add_pd(v[0], v[2]), _mm256_add_pd(v[1], v[3]));
+}
 #endif
 
 // Vectors per line of kLanes (16) elements.
@@ -114,11 +129,12 @@ struct Lanes {
       v[k] = vd_add(v[k], vd_mul(deviation, deviation));
     }
   }
-  // sum_lanes of lanes.hpp: the same pairwise combination.
+  // sum_lanes of lanes.hpp: the same pairwise combination, on registers (not through a stack
+  // array: see attention.cpp on GCC 12's AddressSanitizer and stored vectors).
   double sum() const {
-    double lanes[kLanes];
-    for (int k = 0; k < kLineDoubles; k++) vd_store(lanes + k * kDoubles, v[k]);
-    return sum_lanes(lanes);
+    const __m256d quads = vd_pairs_halves(v);  // pairs l + l+4, l < 4
+    const __m128d twos = _mm_add_pd(_mm256_castpd256_pd128(quads), _mm256_extractf128_pd(quads, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(twos, _mm_unpackhi_pd(twos, twos)));
   }
 };
 
