@@ -16,6 +16,8 @@
 //     thread_rows                         each thread's contiguous block of rows
 //     for_row_groups                      groups of R while they fit in L1 (the backward's on
 //                                         AVX-512: in L2), then single rows
+//     *_simd, row_sum_pair, normalize_row_affine   AVX2/AVX-512: the same operations with
+//                                         intrinsics (layer_norm_simd.hpp says why)
 //   Part 3, the public kernels:
 //     layer_norm_forward, layer_norm_backward   split the rows over threads, then for_row_groups
 //
@@ -25,6 +27,7 @@
 #include "normlab/kernels/layer_norm.hpp"
 #include "isa_kernels.hpp"
 #include "lanes.hpp"
+#include "layer_norm_simd.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -55,6 +58,17 @@ double row_sum(const float* x, int64_t n, Prefetch prefetch) {  // x: (n)
   double total = 0.0;
   int64_t i = 0;
   if (n >= kLanes) {
+#if defined(__AVX2__)
+    // The same lanes in registers (simd::Lanes): each line's floats converted from memory.
+    simd::Lanes lanes = simd::Lanes::zero();
+    lanes.add(simd::Lanes::load(x));
+    for (i = kLanes; i + kLanes <= n; i += kLanes) {
+      prefetch(i);
+      lanes.add(simd::Lanes::load(x + i));
+    }
+    prefetch(0);
+    total = lanes.sum();
+#else
     double lanes[kLanes];
     for (int l = 0; l < kLanes; l++) lanes[l] = 0.0 + double(x[l]);
     for (i = kLanes; i + kLanes <= n; i += kLanes) {  // kLanes floats = one cache line
@@ -66,10 +80,39 @@ double row_sum(const float* x, int64_t n, Prefetch prefetch) {  // x: (n)
     }
     prefetch(0);  // the first line, skipped above
     total = sum_lanes(lanes);
+#endif
   }
   for (; i < n; i++) total += double(x[i]);
   return total;
 }
+
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// row_sum of two rows of n >= kLanes floats side by side on AVX2: their lanes are eight
+// independent chains, enough to hide the latency of additions issued on the multiply-add
+// ports (a * 1 + b: the same rounding), while the conversions keep the adders busy: 2.3 cycles a
+// line of 16 against 4.0 for one row, whose conversions and additions all queue on the adders. On
+// AVX-512 a row's lanes are two registers and its conversions half as many; pairs made it slower.
+template <class Prefetch>
+void row_sum_pair(double (&total)[2], const float* x0, const float* x1, int64_t n,  // (n), (n)
+                  Prefetch prefetch0, Prefetch prefetch1) {
+  simd::Lanes lanes0 = simd::Lanes::zero(), lanes1 = simd::Lanes::zero();
+  lanes0.add_on_fma(simd::Lanes::load(x0));
+  lanes1.add_on_fma(simd::Lanes::load(x1));
+  int64_t i = kLanes;
+  for (; i + kLanes <= n; i += kLanes) {
+    prefetch0(i);
+    prefetch1(i);
+    lanes0.add_on_fma(simd::Lanes::load(x0 + i));
+    lanes1.add_on_fma(simd::Lanes::load(x1 + i));
+  }
+  prefetch0(0);
+  prefetch1(0);
+  total[0] = lanes0.sum();
+  total[1] = lanes1.sum();
+  for (int64_t j = i; j < n; j++) total[0] += double(x0[j]);
+  for (int64_t j = i; j < n; j++) total[1] += double(x1[j]);
+}
+#endif
 
 // sum_i (x[i] - center)^2, in double. This is the second pass of the two-pass variance: the
 // deviations are formed before squaring, so a row with mean 1e4 and std 1 loses nothing, where
@@ -78,6 +121,11 @@ double row_sum_squared_deviation(const float* x, int64_t n, double center) {  //
   double total = 0.0;
   int64_t i = 0;
   if (n >= kLanes) {
+#if defined(__AVX2__)
+    simd::Lanes lanes = simd::Lanes::zero();
+    for (i = 0; i + kLanes <= n; i += kLanes) lanes.add_squared_deviation(simd::Lanes::load(x + i), center);
+    total = lanes.sum();
+#else
     double lanes[kLanes];
     for (int l = 0; l < kLanes; l++) {
       double deviation = double(x[l]) - center;
@@ -90,6 +138,7 @@ double row_sum_squared_deviation(const float* x, int64_t n, double center) {  //
       }
     }
     total = sum_lanes(lanes);
+#endif
   }
   for (; i < n; i++) {
     double deviation = double(x[i]) - center;
@@ -102,39 +151,33 @@ double row_sum_squared_deviation(const float* x, int64_t n, double center) {  //
 // exactly 0, so y = beta.
 double row_rstd(double var, float eps) { return 1.0 / std::sqrt(var + double(eps)); }
 
-// normalize_row's gamma-and-beta loop with non-temporal stores of y where the path has them
-// (AVX2, AVX-512): the same operations on each element (no fma: -ffp-contract=off), only the
-// stores bypass the cache. An ordinary store first reads the line it writes, so a forward whose
-// output is far larger than the caches moves three streams (x, y read, y written) instead of two.
-void normalize_row_stream(float* __restrict y, const float* __restrict x,              // (cols), (cols)
+// normalize_row's gamma-and-beta loop on AVX2 and AVX-512, with non-temporal stores of y when
+// `stream` (from the first vector-aligned element of y on; streaming stores need alignment). The
+// same operations on each element (no fma contraction: -ffp-contract=off; the subtraction of mean_lo
+// runs on the multiply-add ports, layer_norm_simd.hpp, which balances them with the adders). An ordinary store first reads the line it
+// writes, so a forward whose output is far larger than the caches moves three streams (x, y read,
+// y written) instead of two.
+#if defined(__AVX2__)
+template <bool kStream>
+void normalize_row_affine(float* __restrict y, const float* __restrict x,              // (cols), (cols)
                           const float* __restrict gamma, const float* __restrict beta,  // (cols), (cols)
                           int64_t cols, float mean_hi, float mean_lo, float rstd_f) {
+  using namespace simd;
   int64_t i = 0;
-#if defined(__AVX2__)
-#if defined(__AVX512F__)
-  constexpr int64_t kWidth = 16;
-#else
-  constexpr int64_t kWidth = 8;
-#endif
-  // Ordinary stores up to the first vector-aligned element of y (streaming stores need alignment).
-  for (; i < cols && (reinterpret_cast<uintptr_t>(y + i) % (kWidth * sizeof(float))) != 0; i++)
-    y[i] = (((x[i] - mean_hi) - mean_lo) * rstd_f) * gamma[i] + beta[i];
-#if defined(__AVX512F__)
-  const __m512 hi = _mm512_set1_ps(mean_hi), lo = _mm512_set1_ps(mean_lo), r = _mm512_set1_ps(rstd_f);
-  for (; i + kWidth <= cols; i += kWidth) {
-    const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), hi), lo), r);
-    _mm512_stream_ps(y + i, _mm512_add_ps(_mm512_mul_ps(xhat, _mm512_loadu_ps(gamma + i)), _mm512_loadu_ps(beta + i)));
+  if constexpr (kStream) {
+    for (; i < cols && (reinterpret_cast<uintptr_t>(y + i) % (kFloats * sizeof(float))) != 0; i++)
+      y[i] = (((x[i] - mean_hi) - mean_lo) * rstd_f) * gamma[i] + beta[i];
   }
-#else
-  const __m256 hi = _mm256_set1_ps(mean_hi), lo = _mm256_set1_ps(mean_lo), r = _mm256_set1_ps(rstd_f);
-  for (; i + kWidth <= cols; i += kWidth) {
-    const __m256 xhat = _mm256_mul_ps(_mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), hi), lo), r);
-    _mm256_stream_ps(y + i, _mm256_add_ps(_mm256_mul_ps(xhat, _mm256_loadu_ps(gamma + i)), _mm256_loadu_ps(beta + i)));
+  const VF hi = vf_set1(mean_hi), lo = vf_set1(mean_lo), r = vf_set1(rstd_f);
+  for (; i + kFloats <= cols; i += kFloats) {
+    const VF xhat = vf_mul(vf_sub_on_fma(vf_sub(vf_load(x + i), hi), lo), r);
+    const VF out = vf_add(vf_mul(xhat, vf_load(gamma + i)), vf_load(beta + i));
+    if constexpr (kStream) vf_stream(y + i, out);
+    else vf_store(y + i, out);
   }
-#endif
-#endif
   for (; i < cols; i++) y[i] = (((x[i] - mean_hi) - mean_lo) * rstd_f) * gamma[i] + beta[i];
 }
+#endif
 
 // y = gamma * xhat + beta for one row, in float (gamma, beta may be nullptr). x - mean is formed
 // as (x - mean_hi) - mean_lo with mean = mean_hi + mean_lo to double precision: x - mean_hi is
@@ -147,10 +190,15 @@ void normalize_row(float* __restrict y,                                         
   const float mean_hi = float(mean);
   const float mean_lo = float(mean - double(mean_hi));
   const float rstd_f = float(rstd);
-  if (stream && gamma != nullptr && beta != nullptr) {
-    normalize_row_stream(y, x, gamma, beta, cols, mean_hi, mean_lo, rstd_f);
+#if defined(__AVX2__)
+  if (gamma != nullptr && beta != nullptr) {
+    if (stream) normalize_row_affine<true>(y, x, gamma, beta, cols, mean_hi, mean_lo, rstd_f);
+    else normalize_row_affine<false>(y, x, gamma, beta, cols, mean_hi, mean_lo, rstd_f);
     return;
   }
+#else
+  (void)stream;  // streaming stores only where the path has them
+#endif
   if (gamma != nullptr && beta != nullptr) {
     for (int64_t i = 0; i < cols; i++) {
       float xhat = ((x[i] - mean_hi) - mean_lo) * rstd_f;
@@ -253,6 +301,65 @@ BackwardRowSums backward_row_sums(float* __restrict g,                          
   return sums;
 }
 
+#if defined(__AVX2__)
+// backward_row_sums on AVX2 and AVX-512 for cols >= kLanes: the same operations on each element,
+// and xhat0 also kept (xhat0_row) for pass 2, which then reads neither x nor the mean. g and xhat0
+// are converted to double from the lines just stored (the cheap form of the conversion), g * xhat0
+// from its register; the sums of xhat0 and g * xhat0 are added on the multiply-add ports (12 or 6
+// chains: enough to hide their latency), the sum of g on the adders, beside the conversions.
+template <bool kAffine, class Prefetch>
+BackwardRowSums backward_row_sums_simd(float* __restrict g, float* __restrict xhat0_row,           // (cols), (cols)
+                                       const float* __restrict dy, const float* __restrict x,  // (cols), (cols)
+                                       const float* __restrict gamma,                          // (cols) if kAffine
+                                       int64_t cols, float mean, float rstd, Prefetch prefetch) {
+  using namespace simd;
+  Lanes lanes_g = Lanes::zero(), lanes_g_xhat0 = Lanes::zero(), lanes_xhat0 = Lanes::zero();
+  const VF mean_v = vf_set1(mean), rstd_v = vf_set1(rstd);
+  int64_t i = 0;
+  for (; i + kLanes <= cols; i += kLanes) {
+    if (i != 0) prefetch(i);
+    VF g_xhat0[kLineFloats];
+#if defined(__AVX512F__)
+    VF g_line[kLineFloats], xhat0_line[kLineFloats];
+#endif
+    for (int k = 0; k < kLineFloats; k++) {
+      const int64_t o = i + k * kFloats;
+      const VF xhat0 = vf_mul(vf_sub(vf_load(x + o), mean_v), rstd_v);
+      const VF g_k = kAffine ? vf_mul(vf_load(dy + o), vf_load(gamma + o)) : vf_load(dy + o);
+      vf_store(g + o, g_k);
+      vf_store(xhat0_row + o, xhat0);
+      g_xhat0[k] = vf_mul(g_k, xhat0);
+#if defined(__AVX512F__)
+      g_line[k] = g_k;
+      xhat0_line[k] = xhat0;
+#endif
+    }
+#if defined(__AVX512F__)
+    // A line is one register here, and reading its halves back right after storing it stalls; a
+    // sum is two chains, too few to hide the multiply-add ports' latency.
+    lanes_g.add(Lanes::of(g_line));
+    lanes_xhat0.add(Lanes::of(xhat0_line));
+    lanes_g_xhat0.add(Lanes::of(g_xhat0));
+#else
+    lanes_g.add(Lanes::load(g + i));
+    lanes_xhat0.add_on_fma(Lanes::load(xhat0_row + i));
+    lanes_g_xhat0.add_on_fma(Lanes::of(g_xhat0));
+#endif
+  }
+  prefetch(0);
+  BackwardRowSums sums = {lanes_g.sum(), lanes_g_xhat0.sum(), lanes_xhat0.sum()};
+  for (; i < cols; i++) {
+    float xhat0 = (x[i] - mean) * rstd;
+    g[i] = kAffine ? dy[i] * gamma[i] : dy[i];
+    xhat0_row[i] = xhat0;
+    sums.g += double(g[i]);
+    sums.g_xhat0 += double(g[i] * xhat0);
+    sums.xhat0 += double(xhat0);
+  }
+  return sums;
+}
+#endif
+
 // The row's three means from its sums, in float for pass 2.
 struct BackwardRowMeans {
   float shift;        // mean(xhat0): what xhat0 is off by
@@ -328,7 +435,8 @@ constexpr int64_t kMaxGroupFloats = 2048;
 // The forward's output is written with streaming stores (normalize_row_stream) from this many
 // elements on (16 MB): an output that large leaves the caches before anything reads it.
 constexpr int64_t kStreamOutputFloats = int64_t{1} << 22;
-// On AVX-512 the backward's limit is larger (64 KB, cols <= 4096): its group also keeps a column's
+// The portable backward (every path's rows without gamma, and the generic path's): on AVX-512 its
+// limit is larger (64 KB, cols <= 4096): its group also keeps a column's
 // dgamma and dbeta partials in registers across the group's rows (backward_rows_update), where one
 // row at a time loads and stores both (cols) double arrays for every row, and that saves more than
 // the crowding of L1 costs. With AVX2's 16 vector registers it does not (docs/PERFORMANCE.md,
@@ -338,6 +446,11 @@ constexpr int64_t kMaxBackwardGroupFloats = 16384;
 #else
 constexpr int64_t kMaxBackwardGroupFloats = kMaxGroupFloats;
 #endif
+// The AVX2/AVX-512 backward (backward_rows_simd) groups 4 rows while a group spans at most 8 KB
+// per array (cols <= 512): its pass 1 also writes xhat0, and at 768 columns a group of 4 (or 2)
+// rows' five arrays crowd L1 (64x128x768: 3.2 ms in groups of 4, 2.9 ms one row at a time).
+constexpr int kBackwardGroupSimd = 4;
+constexpr int64_t kMaxBackwardGroupFloatsSimd = kMaxGroupFloats;
 
 // Prefetch of the 64-byte lines at offset i of the next row of each of kReads inputs and of this
 // row's output. The first line of each is asked for after the row (prefetch(0)).
@@ -364,10 +477,21 @@ void forward_rows(float* y, float* mean, float* rstd,                   // (R, c
                   const float* gamma, const float* beta, int64_t cols,  // (cols), (cols)
                   float eps, bool stream) {
   double row_mean[R], row_rstd_[R];
-  for (int r = 0; r < R; r++) {
-    const float* x_r = x + r * cols;  // (cols)
-    const PrefetchNext<1> prefetch{{next_row(x_r, x + R * cols, r, remaining, cols)}, stream ? nullptr : y + r * cols};
-    row_mean[r] = row_sum(x_r, cols, prefetch) / double(cols);
+  auto prefetch_of = [&](int r) {
+    return PrefetchNext<1>{{next_row(x + r * cols, x + R * cols, r, remaining, cols)}, stream ? nullptr : y + r * cols};
+  };
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  if (R % 2 == 0 && cols >= kLanes) {
+    for (int r = 0; r < R; r += 2) {
+      double total[2];
+      row_sum_pair(total, x + r * cols, x + (r + 1) * cols, cols, prefetch_of(r), prefetch_of(r + 1));
+      row_mean[r] = total[0] / double(cols);
+      row_mean[r + 1] = total[1] / double(cols);
+    }
+  } else
+#endif
+  {
+    for (int r = 0; r < R; r++) row_mean[r] = row_sum(x + r * cols, cols, prefetch_of(r)) / double(cols);
   }
   for (int r = 0; r < R; r++)
     row_rstd_[r] = row_rstd(row_sum_squared_deviation(x + r * cols, cols, row_mean[r]) / double(cols), eps);
@@ -403,6 +527,85 @@ void backward_rows_update(float* __restrict dx,                                 
     dbeta_partial[j] = dbeta_j;
   }
 }
+
+#if defined(__AVX2__)
+// backward_rows_update on AVX2 and AVX-512 (R >= 1 rows, dgamma/dbeta partials wanted), with xhat0
+// from pass 1: xhat = xhat0 - shift is the same float as (x - mean) * rstd - shift. A line's
+// dgamma and dbeta partials stay in registers across the R rows, each row's share added in row
+// order; dout * xhat is converted from its register, dout from memory.
+template <int R, bool kWithDx>
+void backward_rows_update_simd(float* __restrict dx,                                        // (R, cols)
+                               double* __restrict dgamma_partial,                           // (cols)
+                               double* __restrict dbeta_partial,                            // (cols)
+                               const float* __restrict g, const float* __restrict xhat0,    // (R, cols), (R, cols)
+                               const float* __restrict dy,                                  // (R, cols)
+                               int64_t cols, const float* rstd, const BackwardRowMeans* m) {  // (R), (R)
+  using namespace simd;
+  int64_t j = 0;
+  for (; j + kLanes <= cols; j += kLanes) {
+    Lanes dgamma_j, dbeta_j;
+    for (int k = 0; k < kLineDoubles; k++) {
+      dgamma_j.v[k] = vd_load(dgamma_partial + j + k * kDoubles);
+      dbeta_j.v[k] = vd_load(dbeta_partial + j + k * kDoubles);
+    }
+    for (int r = 0; r < R; r++) {
+      const int64_t row = r * cols + j;
+      const VF shift = vf_set1(m[r].shift), mean_g = vf_set1(m[r].mean_g);
+      const VF mean_g_xhat = vf_set1(m[r].mean_g_xhat), rstd_r = vf_set1(rstd[r]);
+      VF dy_xhat[kLineFloats];
+      for (int k = 0; k < kLineFloats; k++) {
+        const int64_t o = row + k * kFloats;
+        const VF xhat = vf_sub(vf_load(xhat0 + o), shift);
+        if constexpr (kWithDx) {
+          const VF t = vf_sub_on_fma(vf_sub_on_fma(vf_load(g + o), mean_g), vf_mul(xhat, mean_g_xhat));
+          vf_store(dx + o, vf_add(vf_load(dx + o), vf_mul(rstd_r, t)));
+        }
+        dy_xhat[k] = vf_mul(vf_load(dy + o), xhat);
+      }
+      dgamma_j.add(Lanes::of(dy_xhat));
+      dbeta_j.add(Lanes::load(dy + row));
+    }
+    for (int k = 0; k < kLineDoubles; k++) {
+      vd_store(dgamma_partial + j + k * kDoubles, dgamma_j.v[k]);
+      vd_store(dbeta_partial + j + k * kDoubles, dbeta_j.v[k]);
+    }
+  }
+  for (; j < cols; j++) {
+    double dgamma_c = dgamma_partial[j];
+    double dbeta_c = dbeta_partial[j];
+    for (int r = 0; r < R; r++) {
+      const int64_t k = r * cols + j;
+      float xhat = xhat0[k] - m[r].shift;
+      if constexpr (kWithDx) dx[k] += rstd[r] * ((g[k] - m[r].mean_g) - xhat * m[r].mean_g_xhat);
+      dgamma_c += double(dy[k] * xhat);
+      dbeta_c += double(dy[k]);
+    }
+    dgamma_partial[j] = dgamma_c;
+    dbeta_partial[j] = dbeta_c;
+  }
+}
+
+// Both passes for R rows of cols >= kLanes with dgamma/dbeta partials, on AVX2 and AVX-512. g and
+// xhat0 are (R, cols) scratch rows.
+template <int R, class PrefetchOf>
+void backward_rows_simd(float* dx, double* dgamma_partial, double* dbeta_partial,  // (R, cols), (cols), (cols)
+                        float* g, float* xhat0,                                    // (R, cols) scratch each
+                        const float* dy, const float* x, const float* gamma,       // (R, cols), (R, cols), (cols)
+                        const float* mean, const float* rstd, int64_t cols,        // (R), (R)
+                        PrefetchOf prefetch_of) {                                  // row r -> its prefetch
+  BackwardRowMeans means[R];
+  for (int r = 0; r < R; r++) {
+    const int64_t o = r * cols;
+    const BackwardRowSums sums =
+        gamma != nullptr
+            ? backward_row_sums_simd<true>(g + o, xhat0 + o, dy + o, x + o, gamma, cols, mean[r], rstd[r], prefetch_of(r))
+            : backward_row_sums_simd<false>(g + o, xhat0 + o, dy + o, x + o, gamma, cols, mean[r], rstd[r], prefetch_of(r));
+    means[r] = backward_row_means(sums, cols);
+  }
+  if (dx != nullptr) backward_rows_update_simd<R, true>(dx, dgamma_partial, dbeta_partial, g, xhat0, dy, cols, rstd, means);
+  else backward_rows_update_simd<R, false>(nullptr, dgamma_partial, dbeta_partial, g, xhat0, dy, cols, rstd, means);
+}
+#endif
 
 // Both passes for R consecutive rows, step by step across the rows. g is a (R, cols) scratch.
 template <int R>
@@ -516,7 +719,7 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
     partial_of[size_t(thread)] = partial.data();
     std::vector<float> own_g;
     std::vector<float>& g_rows = team == 1 ? single_g : own_g;  // g of a group, from pass 1 to pass 2
-    if (g_rows.size() < kBackwardGroup * width) g_rows.resize(kBackwardGroup * width);
+    if (g_rows.size() < 2 * kBackwardGroup * width) g_rows.resize(2 * kBackwardGroup * width);
     double* dgamma_thread = need_param_grads ? partial.data() : nullptr;         // (cols)
     double* dbeta_thread = need_param_grads ? partial.data() + width : nullptr;  // (cols)
     auto dx_at = [&](int64_t r) { return dinp != nullptr ? dinp + r * cols : nullptr; };
@@ -532,6 +735,30 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
                        mean + r, rstd + r, rows - (r + G), cols);
     };
     const RowRange range = thread_rows(rows, thread, team);
+#if defined(__AVX2__)
+    if (need_param_grads && cols >= kLanes) {
+      float* g_scratch = g_rows.data();                                // (kBackwardGroup, cols)
+      float* xhat0_scratch = g_rows.data() + kBackwardGroup * width;  // (kBackwardGroup, cols)
+      auto simd_rows = [&]<int G>(int64_t r) {
+        const float *dy = dout + r * cols, *x = inp + r * cols;
+        float* dx = dx_at(r);
+        const int64_t remaining = rows - (r + G);
+        auto prefetch_of = [&](int k) {
+          const int64_t o = k * cols;
+          return PrefetchNext<2>{{next_row(dy + o, dy + G * cols, k, remaining, cols),
+                                  next_row(x + o, x + G * cols, k, remaining, cols)},
+                                 dx != nullptr ? dx + o : g_scratch + o};
+        };
+        backward_rows_simd<G>(dx, dgamma_thread, dbeta_thread, g_scratch, xhat0_scratch, dy, x, gamma, mean + r,
+                              rstd + r, cols, prefetch_of);
+      };
+      for_row_groups<kBackwardGroupSimd>(
+          range, cols, kMaxBackwardGroupFloatsSimd,
+          [&](int64_t r) { simd_rows.template operator()<kBackwardGroupSimd>(r); },
+          [&](int64_t r) { simd_rows.template operator()<1>(r); });
+      return;
+    }
+#endif
     for_row_groups<kBackwardGroup>(range, cols, kMaxBackwardGroupFloats, [&](int64_t r) { group.template operator()<kBackwardGroup>(r); }, row);
   });
 
