@@ -54,7 +54,7 @@ constexpr int64_t kNR = 32;  // columns of C per micro-tile: 8 x 2 zmm = 16 of t
 constexpr int64_t kMR = 6;  // 6 x 2 ymm = 12 of the 16 ymm (BLIS's Haswell kernel)
 constexpr int64_t kNR = 16;
 #else
-// generic: 4 x 4 floats held as doubles in 8 xmm (math::sse2::fma_fast), with room for a row of B,
+// generic: 4 x 4 floats held as doubles in 8 xmm (math::sse2::fma_row), with room for a row of B,
 // a broadcast of A and the temporaries of the 16 registers of SSE2.
 constexpr int64_t kMR = 4;
 constexpr int64_t kNR = 4;
@@ -77,7 +77,7 @@ constexpr int64_t kMaxSplitKOutput = 256 * 256;
 constexpr int64_t kMaxSplitKPartials = int64_t{1} << 22;
 
 // One fused multiply-add, one rounding, on every path: vfmadd on avx2/avx512; on generic the
-// double-precision emulation of math/exact_fma.hpp (fma_fast in the micro-kernel, fma_exact where
+// double-precision emulation of math/exact_fma.hpp (fma_row in the micro-kernel, fma_exact where
 // it cannot be used), which gives the same bits without FMA instructions.
 #if defined(__AVX2__)
 inline float multiply_add(float a, float b, float c) { return std::fma(a, b, c); }
@@ -345,19 +345,18 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
 #else
 #if !defined(__AVX2__)
 // generic: the fma chains of a 4 x 4 micro-tile, acc[i][j] = fma(A(i, k), Bp[k][j], acc) for k in
-// order from +0, two columns per xmm register of doubles. Returns false, with acc unspecified,
-// when some step may differ from std::fma (math::sse2::fma_fast's midpoint flag): the caller
-// then runs the chains again with fma_exact. Operands must have no tiny values (has_tiny).
+// order from +0, two columns per xmm register of doubles, one row of four chains per
+// math::sse2::fma_row (which redoes the rare step that may differ from std::fma with fma_exact).
+// Operands must have no tiny values (has_tiny).
 // Not inlined: inside the tile loop GCC runs out of the 16 xmm registers and spills the
 // accumulators, which puts a store and a load into every chain step.
 template <bool kARowsContiguous>
-__attribute__((noinline)) bool chain_fast(float (&acc)[kMR][kNR], const float* __restrict A, int64_t a_stride,
+__attribute__((noinline)) void chain_fast(float (&acc)[kMR][kNR], const float* __restrict A, int64_t a_stride,
                                           const float* __restrict Bp, int64_t kc) {
   static_assert(kMR == 4 && kNR == 4);
   using namespace math::sse2;
   __m128d c00 = _mm_setzero_pd(), c01 = c00, c10 = c00, c11 = c00;
   __m128d c20 = c00, c21 = c00, c30 = c00, c31 = c00;
-  __m128i flags = _mm_setzero_si128();
   const int64_t row_step = kARowsContiguous ? 1 : a_stride;
   const int64_t k_step = kARowsContiguous ? a_stride : 1;
   for (int64_t k = 0; k < kc; ++k) {
@@ -365,14 +364,10 @@ __attribute__((noinline)) bool chain_fast(float (&acc)[kMR][kNR], const float* _
     const __m128d b0 = _mm_cvtps_pd(b);
     const __m128d b1 = _mm_cvtps_pd(_mm_movehl_ps(b, b));
     const float* a = A + k * k_step;
-    __m128d a_ik = broadcast(a[0]);
-    fma_fast(a_ik, b0, b1, c00, c01, flags);
-    a_ik = broadcast(a[row_step]);
-    fma_fast(a_ik, b0, b1, c10, c11, flags);
-    a_ik = broadcast(a[2 * row_step]);
-    fma_fast(a_ik, b0, b1, c20, c21, flags);
-    a_ik = broadcast(a[3 * row_step]);
-    fma_fast(a_ik, b0, b1, c30, c31, flags);
+    fma_row(broadcast(a[0]), b0, b1, c00, c01);
+    fma_row(broadcast(a[row_step]), b0, b1, c10, c11);
+    fma_row(broadcast(a[2 * row_step]), b0, b1, c20, c21);
+    fma_row(broadcast(a[3 * row_step]), b0, b1, c30, c31);
   }
   store2(acc[0], c00);
   store2(acc[0] + 2, c01);
@@ -382,7 +377,6 @@ __attribute__((noinline)) bool chain_fast(float (&acc)[kMR][kNR], const float* _
   store2(acc[2] + 2, c21);
   store2(acc[3], c30);
   store2(acc[3] + 2, c31);
-  return !any(flags);
 }
 #endif
 
@@ -403,7 +397,8 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
   // keeps it in vector registers.
   float acc[kMR][kNR] = {};
 #if !defined(__AVX2__)
-  if (exact || !chain_fast<kARowsContiguous>(acc, A, a_stride, Bp, kc))
+  if (!exact) chain_fast<kARowsContiguous>(acc, A, a_stride, Bp, kc);
+  else
 #endif
   {
     for (int64_t i = 0; i < kMR; ++i)
