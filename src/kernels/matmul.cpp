@@ -15,7 +15,8 @@
 //   A is read in place: the kernel broadcasts each of its values anyway, so packing A would only
 //   cost a copy. Two exceptions are packed per tile and K block into (kc, kMR) panels: a last row
 //   panel of fewer than kMR rows (zero-padded, so the kernel never reads past A), and tn with
-//   M > 256, whose steps are a page apart in A.
+//   M > 256, whose steps are a page apart in A. (generic converts A, per tile and K block, and B,
+//   per B panel slice, to doubles instead: see its micro-kernel.)
 //
 //   The output is split into tiles of whole micro-tiles, distributed over threads with
 //   schedule(static); each thread packs the B panels of its tile's columns into its own buffer.
