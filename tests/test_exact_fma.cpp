@@ -1,6 +1,6 @@
 // The generic path's software fused multiply-add (include/normlab/kernels/exact_fma.hpp) against
-// std::fma, bit for bit: fma_exact on any input, and the kernels' fast two-lane version with its
-// fallback (flagged lanes and tiny operands go to fma_exact), on random values and on the cases
+// std::fma, bit for bit: fma_exact on any input, and the kernels' four-lane step sse2::fma_row
+// with its fallbacks (midpoint steps and tiny operands go to fma_exact), on random values and on the cases
 // that break a naive double emulation: sums rounded to a float midpoint, subnormals, overflow,
 // signed zeros, NaN and inf, cancellation.
 #include <doctest/doctest.h>
@@ -36,14 +36,29 @@ bool same_bits(float x, float y) {
   return std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y);
 }
 
-// What a kernel computes for one multiply-add: fma_fast when neither operand is tiny and the
-// midpoint flag stays clear, else fma_exact.
+// fma_row's four lanes must each give their own result: cases where two lanes disagree.
+int lane_disagreements = 0;
+
+// What a kernel computes for one multiply-add: sse2::fma_row when neither operand is tiny, else
+// fma_exact. The case runs in each of fma_row's four lanes in turn (zeros in the others, 0 * a +
+// 0), and the four results must agree.
 float kernel_fma(float a, float b, float c) {
 #if defined(__SSE2__)
   if (!math::has_tiny(&a, 1) && !math::has_tiny(&b, 1)) {
-    __m128i flags = _mm_setzero_si128();
-    const __m128d r = math::sse2::fma_fast(_mm_set1_pd(a), _mm_set1_pd(b), _mm_set1_pd(c), flags);
-    if (!math::sse2::any(flags)) return float(_mm_cvtsd_f64(r));
+    float r[4];
+    for (int lane = 0; lane < 4; lane++) {
+      alignas(16) double bs[4] = {0, 0, 0, 0}, cs[4] = {0, 0, 0, 0};
+      bs[lane] = double(b);
+      cs[lane] = double(c);
+      __m128d c0 = _mm_load_pd(cs), c1 = _mm_load_pd(cs + 2);
+      math::sse2::fma_row(_mm_set1_pd(double(a)), _mm_load_pd(bs), _mm_load_pd(bs + 2), c0, c1);
+      _mm_store_pd(cs, c0);
+      _mm_store_pd(cs + 2, c1);
+      r[lane] = float(cs[lane]);
+    }
+    for (int lane = 1; lane < 4; lane++)
+      if (!same_bits(r[lane], r[0])) lane_disagreements++;
+    return r[0];
   }
 #endif
   return math::fma_exact(a, b, c);
@@ -134,6 +149,7 @@ TEST_CASE("exact fma: random values of every magnitude equal std::fma bit for bi
     check({random_float(rng, -20, 20), random_float(rng, -20, 20), random_float(rng, -40, 40)}, bad_fast, bad_exact);
   }
   CHECK(bad_fast == 0);
+  CHECK(lane_disagreements == 0);
   CHECK(bad_exact == 0);
 }
 
@@ -146,6 +162,7 @@ TEST_CASE("exact fma: sums that round to a float midpoint in double, where the n
     if (!same_bits(naive_fma(t.a, t.b, t.c), std::fma(t.a, t.b, t.c))) naive_wrong++;
   }
   CHECK(bad_fast == 0);
+  CHECK(lane_disagreements == 0);
   CHECK(bad_exact == 0);
   // the cases are hard ones: one rounding to double then one to float gets many of them wrong
   CHECK(naive_wrong > 10000);
@@ -156,6 +173,7 @@ TEST_CASE("exact fma: sums that round to a float midpoint in double, where the n
     if (!same_bits(naive_fma(t.a, t.b, t.c), std::fma(t.a, t.b, t.c))) naive_wrong++;
   }
   CHECK(bad_fast == 0);
+  CHECK(lane_disagreements == 0);
   CHECK(bad_exact == 0);
   CHECK(naive_wrong > 5000);  // what has_tiny is for: the midpoint test alone misses these
 }
@@ -177,6 +195,7 @@ TEST_CASE("exact fma: subnormals and tiny products and overflow and cancellation
     check({a, b, -std::nextafter(a * b, 0.0f)}, bad_fast, bad_exact);
   }
   CHECK(bad_fast == 0);
+  CHECK(lane_disagreements == 0);
   CHECK(bad_exact == 0);
 }
 
@@ -214,6 +233,7 @@ TEST_CASE("exact fma: signed zeros and NaN and inf and the extremes") {
     for (float b : values)
       for (float c : values) check({a, b, c}, bad_fast, bad_exact);
   CHECK(bad_fast == 0);
+  CHECK(lane_disagreements == 0);
   CHECK(bad_exact == 0);
   // the sign of an exact zero: +0 from x - x, -0 only from -0 + -0
   CHECK(std::signbit(math::fma_exact(1.0f, 1.0f, -1.0f)) == false);

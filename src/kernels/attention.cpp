@@ -170,15 +170,14 @@ __attribute__((always_inline)) inline void tile(float* c, int64_t ldc, Strided A
 }
 
 #else
-// generic: the same chains, two columns per xmm register of doubles with math::sse2::fma_fast;
-// when a step may differ from std::fma (its midpoint flag), or the operands have tiny values
-// (exact), the tile's chains run again with math::fma_exact.
+// generic: the same chains, two columns per xmm register of doubles with math::sse2::fma_row
+// (which redoes the rare step that may differ from std::fma with fma_exact); when the operands
+// have tiny values (exact), the tile's chains run with math::fma_exact.
 template <int R, int NV>
 inline void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t K, bool add, bool exact) {
   constexpr int kCols = NV * int(kW);
   constexpr int kX = kCols / 2;  // xmm per row
   float acc[R][kCols];
-  bool done = false;
   if (!exact) {
     using namespace math::sse2;
     __m128d x[R][kX];
@@ -186,7 +185,6 @@ inline void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, 
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
       for (int j = 0; j < kX; j++) x[r][j] = _mm_setzero_pd();
-    __m128i flags = _mm_setzero_si128();
     for (int64_t k = 0; k < K; k++) {
       __m128d bk[kX];
       const float* bp = b + k * ldb;
@@ -201,18 +199,14 @@ inline void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, 
       for (int r = 0; r < R; r++) {
         const __m128d a = broadcast(ak[r * A.row_stride]);
 #pragma GCC unroll 8
-        for (int j = 0; j < kX; j += 2) fma_fast(a, bk[j], bk[j + 1], x[r][j], x[r][j + 1], flags);
+        for (int j = 0; j < kX; j += 2) fma_row(a, bk[j], bk[j + 1], x[r][j], x[r][j + 1]);
       }
     }
-    if (!any(flags)) {
 #pragma GCC unroll 32
-      for (int r = 0; r < R; r++)
+    for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
-        for (int j = 0; j < kX; j++) store2(acc[r] + 2 * j, x[r][j]);
-      done = true;
-    }
-  }
-  if (!done) {
+      for (int j = 0; j < kX; j++) store2(acc[r] + 2 * j, x[r][j]);
+  } else {
     for (int r = 0; r < R; r++)
       for (int j = 0; j < kCols; j++) {
         float chain = 0.0f;
@@ -258,7 +252,7 @@ inline void tile_rows(float* c, int64_t ldc, Strided A, const float* b, int64_t 
 // Column panels of 2 vectors (B's slice, K x 2 vectors, stays in L1 while the rows go by), and a
 // last panel of one vector when N leaves one.
 void product(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t M, int64_t K, int64_t N, bool add) {
-  // generic: fma_fast needs operands without tiny values (math/exact_fma.hpp). A is M rows of K
+  // generic: fma_row needs operands without tiny values (math/exact_fma.hpp). A is M rows of K
   // (k_stride 1) or K rows of M (row_stride 1); B is K rows of N.
 #if defined(__AVX2__)
   constexpr bool exact = false;

@@ -15,7 +15,8 @@
 //   A is read in place: the kernel broadcasts each of its values anyway, so packing A would only
 //   cost a copy. Two exceptions are packed per tile and K block into (kc, kMR) panels: a last row
 //   panel of fewer than kMR rows (zero-padded, so the kernel never reads past A), and tn with
-//   M > 256, whose steps are a page apart in A.
+//   M > 256, whose steps are a page apart in A. (generic converts A, per tile and K block, and B,
+//   per B panel slice, to doubles instead: see its micro-kernel.)
 //
 //   The output is split into tiles of whole micro-tiles, distributed over threads with
 //   schedule(static); each thread packs the B panels of its tile's columns into its own buffer.
@@ -54,7 +55,7 @@ constexpr int64_t kNR = 32;  // columns of C per micro-tile: 8 x 2 zmm = 16 of t
 constexpr int64_t kMR = 6;  // 6 x 2 ymm = 12 of the 16 ymm (BLIS's Haswell kernel)
 constexpr int64_t kNR = 16;
 #else
-// generic: 4 x 4 floats held as doubles in 8 xmm (math::sse2::fma_fast), with room for a row of B,
+// generic: 4 x 4 floats held as doubles in 8 xmm (math::sse2::fma_row), with room for a row of B,
 // a broadcast of A and the temporaries of the 16 registers of SSE2.
 constexpr int64_t kMR = 4;
 constexpr int64_t kNR = 4;
@@ -77,7 +78,7 @@ constexpr int64_t kMaxSplitKOutput = 256 * 256;
 constexpr int64_t kMaxSplitKPartials = int64_t{1} << 22;
 
 // One fused multiply-add, one rounding, on every path: vfmadd on avx2/avx512; on generic the
-// double-precision emulation of math/exact_fma.hpp (fma_fast in the micro-kernel, fma_exact where
+// double-precision emulation of math/exact_fma.hpp (fma_row in the micro-kernel, fma_exact where
 // it cannot be used), which gives the same bits without FMA instructions.
 #if defined(__AVX2__)
 inline float multiply_add(float a, float b, float c) { return std::fma(a, b, c); }
@@ -343,37 +344,70 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
     }
 }
 #else
-#if !defined(__AVX2__)
-// generic: the fma chains of a 4 x 4 micro-tile, acc[i][j] = fma(A(i, k), Bp[k][j], acc) for k in
-// order from +0, two columns per xmm register of doubles. Returns false, with acc unspecified,
-// when some step may differ from std::fma (math::sse2::fma_fast's midpoint flag): the caller
-// then runs the chains again with fma_exact. Operands must have no tiny values (has_tiny).
+// generic: the micro-kernel reads its operands as doubles, converted once per K block and tile
+// (A) or per B panel and K block (B) rather than in its loop: SSE2 has no broadcast from a float
+// and no conversion that is not an instruction of its own, and in the loop those took the same
+// pipes as the chains' additions and roundings (a 4 x 4 step: ~17 cycles with floats, ~12.5 with
+// doubles read as they are used). A panel holds op(A)(i, k) twice, the two lanes of the register
+// its row is multiplied with.
+struct DoublePanels {
+  std::vector<double> a;  // (p_end - p_begin) panels of (kc, kMR, 2), zero past row M
+  std::vector<double> b;  // (kc, kNR)
+  // which block of A `a` holds (row_panels_times checks it)
+  const float* a_data = nullptr;
+  int64_t p_begin = -1, p_end = -1, k0 = -1, kc = -1;
+};
+thread_local DoublePanels t_doubles;
+
+// Row panels [p_begin, p_end) of op(A), steps [k0, k0 + kc), into t_doubles.a. Called by the
+// drivers for every K block of every tile, before its B panels: A's values may change between
+// calls at the same address, so a block is never reused across calls.
+void a_to_doubles(Operand A, int64_t M, int64_t p_begin, int64_t p_end, int64_t k0, int64_t kc) {
+  DoublePanels& d = t_doubles;
+  const auto size = static_cast<size_t>((p_end - p_begin) * kc * kMR * 2);
+  if (d.a.size() < size) d.a.resize(size);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    double* dst = d.a.data() + (p - p_begin) * kc * kMR * 2;
+    for (int64_t i = 0; i < kMR; ++i) {
+      const int64_t row = p * kMR + i;
+      double* di = dst + i * 2;
+      if (row >= M) {
+        for (int64_t k = 0; k < kc; ++k) di[k * kMR * 2] = di[k * kMR * 2 + 1] = 0.0;
+        continue;
+      }
+      const float* src = A.data + row * A.row_stride + k0 * A.k_stride;
+      for (int64_t k = 0; k < kc; ++k) di[k * kMR * 2] = di[k * kMR * 2 + 1] = double(src[k * A.k_stride]);
+    }
+  }
+  d.a_data = A.data;
+  d.p_begin = p_begin;
+  d.p_end = p_end;
+  d.k0 = k0;
+  d.kc = kc;
+}
+
+// The fma chains of a 4 x 4 micro-tile, acc[i][j] = fma(op(A)(i, k), B(k, j), acc) for k in order
+// from +0, a and b as a_to_doubles and row_panels_times lay them out; two columns per xmm
+// register of doubles, one row of four chains per math::sse2::fma_row (which redoes the rare step
+// that may differ from std::fma with fma_exact). Operands must have no tiny values (has_tiny).
 // Not inlined: inside the tile loop GCC runs out of the 16 xmm registers and spills the
 // accumulators, which puts a store and a load into every chain step.
-template <bool kARowsContiguous>
-__attribute__((noinline)) bool chain_fast(float (&acc)[kMR][kNR], const float* __restrict A, int64_t a_stride,
-                                          const float* __restrict Bp, int64_t kc) {
+__attribute__((noinline)) void chain_fast(float (&acc)[kMR][kNR], const double* __restrict a,
+                                          const double* __restrict b, int64_t kc) {
   static_assert(kMR == 4 && kNR == 4);
-  using namespace math::sse2;
+  using math::sse2::fma_row;
   __m128d c00 = _mm_setzero_pd(), c01 = c00, c10 = c00, c11 = c00;
   __m128d c20 = c00, c21 = c00, c30 = c00, c31 = c00;
-  __m128i flags = _mm_setzero_si128();
-  const int64_t row_step = kARowsContiguous ? 1 : a_stride;
-  const int64_t k_step = kARowsContiguous ? a_stride : 1;
   for (int64_t k = 0; k < kc; ++k) {
-    const __m128 b = _mm_loadu_ps(Bp + k * kNR);
-    const __m128d b0 = _mm_cvtps_pd(b);
-    const __m128d b1 = _mm_cvtps_pd(_mm_movehl_ps(b, b));
-    const float* a = A + k * k_step;
-    __m128d a_ik = broadcast(a[0]);
-    fma_fast(a_ik, b0, b1, c00, c01, flags);
-    a_ik = broadcast(a[row_step]);
-    fma_fast(a_ik, b0, b1, c10, c11, flags);
-    a_ik = broadcast(a[2 * row_step]);
-    fma_fast(a_ik, b0, b1, c20, c21, flags);
-    a_ik = broadcast(a[3 * row_step]);
-    fma_fast(a_ik, b0, b1, c30, c31, flags);
+    const __m128d b0 = _mm_load_pd(b + k * kNR);
+    const __m128d b1 = _mm_load_pd(b + k * kNR + 2);
+    const double* ak = a + k * kMR * 2;
+    fma_row(_mm_load_pd(ak), b0, b1, c00, c01);
+    fma_row(_mm_load_pd(ak + 2), b0, b1, c10, c11);
+    fma_row(_mm_load_pd(ak + 4), b0, b1, c20, c21);
+    fma_row(_mm_load_pd(ak + 6), b0, b1, c30, c31);
   }
+  using math::sse2::store2;
   store2(acc[0], c00);
   store2(acc[0] + 2, c01);
   store2(acc[1], c10);
@@ -382,39 +416,27 @@ __attribute__((noinline)) bool chain_fast(float (&acc)[kMR][kNR], const float* _
   store2(acc[2] + 2, c21);
   store2(acc[3], c30);
   store2(acc[3] + 2, c31);
-  return !any(flags);
 }
-#endif
 
-// C (rows, cols) with row stride ldc (+)= op(A) (kMR, kc) @ Bp (kc, kNR), Bp a packed B panel;
-// only the top-left rows x cols of the kMR x kNR micro-tile are stored. When not adding and
-// bias is given, C = product + bias[j] (the linear layer's bias, in the same store). With relu
-// (the last K block of a fused linear + ReLU), what is stored is relu_of the value.
-// A is read in place, in one of two layouts (a template parameter, so each loop is unrolled with
-// constant offsets):
-//   kARowsContiguous = true:  op(A)(i, k) = A[k * a_stride + i]   (A^T of a (K,M) matrix, or a
-//                                                                   packed (kc, kMR) panel)
-//   kARowsContiguous = false: op(A)(i, k) = A[i * a_stride + k]   (a row-major (M,K) matrix)
-template <bool kARowsContiguous>
-void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride, const float* __restrict Bp,
-                  int64_t kc, int64_t rows, int64_t cols, bool add, const float* bias, bool relu,
-                  [[maybe_unused]] bool exact) {
-  // The accumulator is a fixed-size local array: after full unrolling of the i and j loops GCC
-  // keeps it in vector registers.
-  float acc[kMR][kNR] = {};
-#if !defined(__AVX2__)
-  if (exact || !chain_fast<kARowsContiguous>(acc, A, a_stride, Bp, kc))
-#endif
-  {
+// C (rows, cols) with row stride ldc (+)= op(A) (kMR, kc) @ B (kc, kNR), both as doubles (a: one
+// panel of a_to_doubles, b: as row_panels_times converts it); only the top-left rows x cols of the
+// kMR x kNR micro-tile are stored. When not adding and bias is given, C = product + bias[j] (the
+// linear layer's bias, in the same store). With relu (the last K block of a fused linear + ReLU),
+// what is stored is relu_of the value. exact: an operand has tiny values, and every step is
+// fma_exact.
+void micro_kernel(float* C, int64_t ldc, const double* __restrict a, const double* __restrict b, int64_t kc,
+                  int64_t rows, int64_t cols, bool add, const float* bias, bool relu, bool exact) {
+  float acc[kMR][kNR];
+  if (!exact) {
+    chain_fast(acc, a, b, kc);
+  } else {
     for (int64_t i = 0; i < kMR; ++i)
       for (int64_t j = 0; j < kNR; ++j) acc[i][j] = 0.0f;
-    for (int64_t k = 0; k < kc; ++k) {
-      const float* b = Bp + k * kNR;
+    for (int64_t k = 0; k < kc; ++k)
       for (int64_t i = 0; i < kMR; ++i) {
-        const float a_ik = kARowsContiguous ? A[k * a_stride + i] : A[i * a_stride + k];
-        for (int64_t j = 0; j < kNR; ++j) acc[i][j] = multiply_add(a_ik, b[j], acc[i][j]);
+        const float a_ik = float(a[(k * kMR + i) * 2]);
+        for (int64_t j = 0; j < kNR; ++j) acc[i][j] = multiply_add(a_ik, float(b[k * kNR + j]), acc[i][j]);
       }
-    }
   }
   if (!relu && rows == kMR && cols == kNR) {  // whole tile: loops of constant length
     if (add) {
@@ -435,6 +457,29 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
       }
   }
 }
+
+// generic's row_panels_times (the avx paths' is below): the same contract, with A read from
+// t_doubles (a_to_doubles of this block; converted here if the caller did not) and b (kc, kNR)
+// converted to doubles once for all the row panels. packed_a and pack_begin are not used: a
+// ragged last panel is zero-padded by a_to_doubles.
+template <bool kARowsContiguous>
+void row_panels_times(float* C, int64_t ldc, Operand A, int64_t M, const float* /*packed_a*/,
+                      int64_t /*pack_begin*/, int64_t p_begin, int64_t p_end, int64_t k0, int64_t kc, const float* b,
+                      int64_t cols, bool add, const float* bias, bool relu, bool exact) {
+  DoublePanels& d = t_doubles;
+  if (d.a_data != A.data || d.p_begin != p_begin || d.p_end != p_end || d.k0 != k0 || d.kc != kc)
+    a_to_doubles(A, M, p_begin, p_end, k0, kc);
+  if (d.b.size() < static_cast<size_t>(kc * kNR)) d.b.resize(static_cast<size_t>(kc * kNR));
+  double* bd = d.b.data();
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m128 b4 = _mm_loadu_ps(b + k * kNR);
+    _mm_store_pd(bd + k * kNR, _mm_cvtps_pd(b4));
+    _mm_store_pd(bd + k * kNR + 2, _mm_cvtps_pd(_mm_movehl_ps(b4, b4)));
+  }
+  for (int64_t p = p_begin; p < p_end; ++p)
+    micro_kernel(C + p * kMR * ldc, ldc, d.a.data() + (p - p_begin) * kc * kMR * 2, bd, kc,
+                 std::min(kMR, M - p * kMR), cols, add, bias, relu, exact);
+}
 #endif
 
 // Scratch buffers reused across calls (grow only). thread_local, so the serial path can run on
@@ -449,6 +494,7 @@ thread_local std::vector<float> t_packed_b;
 // Split `panels` into `groups` nearly equal contiguous ranges: group g is [begin, end).
 inline int64_t group_begin(int64_t g, int64_t panels, int64_t groups) { return g * panels / groups; }
 
+#if defined(__AVX2__)
 // Row panels [p_begin, p_end) of op(A), K block [k0, k0 + kc), times one packed B panel slice
 // b (kc, kNR): C's rows of those panels, first `cols` columns, (+)= the product (micro_kernel's
 // add and bias). Panels from pack_begin on are read from packed_a (consecutive (kc, kMR) panels,
@@ -469,6 +515,7 @@ void row_panels_times(float* C, int64_t ldc, Operand A, int64_t M, const float* 
     }
   }
 }
+#endif
 
 // First K block of thread t's share when the K blocks are cut into `threads` contiguous runs of
 // about equal length (in steps; the last block may be short).
@@ -514,6 +561,9 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
       const int64_t k0 = kb * kKC, kc = std::min(kKC, K - k0);
       float* packed_a = thread_buffer(t_packed_a, (row_panels - pack_begin) * kc * kMR);
       pack_a_panels(packed_a, A, M, pack_begin, row_panels, k0, kc);
+#if !defined(__AVX2__)
+      a_to_doubles(A, M, 0, row_panels, k0, kc);  // generic: the micro-kernel reads A as doubles
+#endif
       float* packed_b = thread_buffer(t_packed_b, kc * kNR);
       float* part = partials + kb * M * N;
       for (int64_t q = 0; q < col_panels; ++q) {
@@ -630,6 +680,9 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
       const int64_t kc = std::min(kKC, K - k0);
       pack_a_panels(packed_a, A, M, pack_begin, p_end, k0, kc);
+#if !defined(__AVX2__)
+      a_to_doubles(A, M, p_begin, p_end, k0, kc);  // generic: the micro-kernel reads A as doubles
+#endif
       // The first K block overwrites C (with the bias added, if any) unless accumulating; later
       // blocks add to it. The last one applies the ReLU, if any, as it stores.
       const bool add = accumulate || k0 > 0;

@@ -13,11 +13,11 @@
 //   precision of 53 >= 24 + 2 bits then makes the second rounding, to float, the correct one.
 //   The error of the sum comes from TwoSum (Knuth), six additions.
 //
-//   fma_fast (the kernels' common case, two lanes at a time): s = p + c rounded to nearest, then
-//   to float. This is wrong only if s is exactly halfway between two floats while p + c is not
-//   (the first rounding made a tie). The float midpoints of a normal-range s are the doubles whose
-//   low 29 mantissa bits are 1000...0, so the kernel flags such s and redoes its tile with
-//   fma_exact. Below the float normal range a midpoint has a different pattern; there the sum
+//   sse2::fma_row (the kernels' common case, four lanes at a time): s = p + c rounded to nearest,
+//   then to float. This is wrong only if s is exactly halfway between two floats while p + c is
+//   not (the first rounding made a tie). The float midpoints of a normal-range s are the doubles
+//   whose low 29 mantissa bits are 1000...0, so fma_row tests for such s and redoes that step
+//   with fma_exact. Below the float normal range a midpoint has a different pattern; there the sum
 //   is exact as long as no operand is "tiny" (0 < |x| < 2^-50): both are then multiples of 2^-73,
 //   p of 2^-146 and c of 2^-149, so any p + c below 2^-126 has at most 23 significant bits and
 //   both roundings are exact. The kernels check their operands with has_tiny and use fma_exact
@@ -53,7 +53,7 @@ inline float fma_exact(float a, float b, float c) {
 }
 
 // Whether some x[i] is tiny: 0 < |x[i]| < 2^-50 (subnormals included; zeros, NaN and inf are not).
-// A kernel whose operands have none may use fma_fast.
+// A kernel whose operands have none may use sse2::fma_row.
 inline bool has_tiny(const float* x, int64_t n) {
   uint32_t found = 0;
   for (int64_t i = 0; i < n; i++) {
@@ -76,32 +76,41 @@ namespace sse2 {
 inline void store2(float* p, __m128d x) { _mm_store_sd(reinterpret_cast<double*>(p), _mm_castps_pd(_mm_cvtpd_ps(x))); }
 inline __m128d broadcast(float a) { return _mm_set1_pd(double(a)); }
 
-// c = fma(a, b, c) in two lanes, each a float held as a double; the result is such a float too.
-// Lanes where it may be wrong (see above) set bits in `flags`; with no tiny operand, flags that
-// stay zero mean every lane is exactly std::fma's.
-// The midpoint test: lanes whose low 29 mantissa bits are 1 followed by 28 zeros (the low 32 bits
-// of each double are compared; the high half's masked value, 0, never matches the -1 there).
-inline __m128d fma_fast(__m128d a, __m128d b, __m128d c, __m128i& flags) {
-  const __m128d s = _mm_add_pd(_mm_mul_pd(a, b), c);
-  const __m128i mask = _mm_set_epi32(0, 0x1fffffff, 0, 0x1fffffff);
-  const __m128i half = _mm_set_epi32(-1, 0x10000000, -1, 0x10000000);
-  flags = _mm_or_si128(flags, _mm_cmpeq_epi32(_mm_and_si128(_mm_castpd_si128(s), mask), half));
-  return _mm_cvtps_pd(_mm_cvtpd_ps(s));
+// fma(a, b, c) in two lanes, each a float held as a double, with fma_exact: the slow step of
+// fma_row below, out of line so that its calls and spills stay off the kernels' loops.
+[[gnu::noinline, gnu::cold]] inline __m128d fma2_exact(__m128d a, __m128d b, __m128d c) {
+  alignas(16) double x[2], y[2], z[2];
+  _mm_store_pd(x, a);
+  _mm_store_pd(y, b);
+  _mm_store_pd(z, c);
+  return _mm_set_pd(double(fma_exact(float(x[1]), float(y[1]), float(z[1]))),
+                    double(fma_exact(float(x[0]), float(y[0]), float(z[0]))));
 }
 
-// The same for four lanes, c0 = fma(a, b0, c0) and c1 = fma(a, b1, c1): the two sums' low halves
-// are tested together, in one register (about 15% faster in the GEMM's micro-kernel).
-inline void fma_fast(__m128d a, __m128d b0, __m128d b1, __m128d& c0, __m128d& c1, __m128i& flags) {
+// One step of a row of four chains, each a float held as a double: c0 = fma(a, b0, c0) and
+// c1 = fma(a, b1, c1), std::fma's bits whenever no operand is tiny (has_tiny).
+// The sums are rounded to double and then to float; that is wrong only when a sum lands on a
+// float midpoint (see above): the four sums' low 32 bits are tested together, in one register
+// (the low 29 mantissa bits 1 followed by 28 zeros), and such a step, rare, is redone for its four
+// lanes with fma_exact. A midpoint that the double sum reached exactly (a float plus a product
+// with few significant bits, e.g. attention's exponential 1 of a row's largest score times V)
+// is redone too: it costs the slow step, not a wrong result. The test is a branch, not a flag
+// or-ed over the chain: the compare's result goes to a general register, off the vector pipes
+// that the conversions and additions fill (a 4 x 4 step on doubles: 12.6 cycles with the branch,
+// 12.3 with no test, 18.6 with the flag), and no chain is ever run twice.
+inline void fma_row(__m128d a, __m128d b0, __m128d b1, __m128d& c0, __m128d& c1) {
   const __m128d s0 = _mm_add_pd(_mm_mul_pd(a, b0), c0);
   const __m128d s1 = _mm_add_pd(_mm_mul_pd(a, b1), c1);
   const __m128i low = _mm_castps_si128(_mm_shuffle_ps(_mm_castpd_ps(s0), _mm_castpd_ps(s1), 0x88));
-  flags =
-      _mm_or_si128(flags, _mm_cmpeq_epi32(_mm_and_si128(low, _mm_set1_epi32(0x1fffffff)), _mm_set1_epi32(0x10000000)));
+  const __m128i midpoint = _mm_cmpeq_epi32(_mm_and_si128(low, _mm_set1_epi32(0x1fffffff)), _mm_set1_epi32(0x10000000));
+  if (__builtin_expect(_mm_movemask_epi8(midpoint) != 0, 0)) {
+    c0 = fma2_exact(a, b0, c0);
+    c1 = fma2_exact(a, b1, c1);
+    return;
+  }
   c0 = _mm_cvtps_pd(_mm_cvtpd_ps(s0));
   c1 = _mm_cvtps_pd(_mm_cvtpd_ps(s1));
 }
-
-inline bool any(__m128i flags) { return _mm_movemask_epi8(flags) != 0; }
 
 }  // namespace sse2
 #endif
