@@ -4,7 +4,7 @@
 // per-thread scratch (kQueryBlock, L), and only two numbers per query row are kept for the
 // backward pass: the row's largest raw score and 1 / (sum of its exponentials). The backward pass
 // recomputes the block's exponentials from them, bit for bit the forward's. (Sequences of at most
-// 128 tokens keep their exponentials instead, at most 128 floats per row: see keeps_exps.)
+// 256 tokens keep their exponentials instead, at most 256 floats per row: see keeps_exps.)
 //
 // Why blocks of whole rows and not the online softmax over key tiles of GPU flash attention: a
 // block's row of scores (kQueryBlock x L floats, 192 KB at L = 1024) fits in a CPU core's L2, and
@@ -528,14 +528,16 @@ struct Pair {
 // two heads of one sequence write to different cache lines.
 inline int64_t stats_index(int64_t t, int64_t h, int64_t T) { return (h * T + t) * 2; }
 
-// Sequences up to kAttentionKeptExpsMaxLength (128) tokens also keep their exponentials e (L, Lp)
-// per head in the cache, after the statistics: at most 128 floats per token and head, and the
+// Sequences up to kAttentionKeptExpsMaxLength (256) tokens also keep their exponentials e (L, Lp)
+// per head in the cache, after the statistics: at most 256 floats per token and head, and the
 // backward reads them instead of recomputing S = Q K^T and its exps (a fifth of the backward's
-// products and all of its second pass of exps); beyond it, memory stays linear. Measured
-// when it was chosen: a limit of 64 gave the step +4.6% on 1..64 tokens; 128 gives attention
-// on 8 x 128 tokens 1.06 -> 0.87 ms (avx512) and 1.79 -> 1.38 ms (avx2), the step +6.6% on avx2
-// and about nothing on avx512, where the GEMMs lose to the kept matrices' cache footprint what
-// attention gains. 256 gave avx2 +9% at L = 256 for 1 KiB per token and head: not taken.
+// products and all of its second pass of exps); beyond it, memory stays linear. Measured when
+// chosen: a limit of 64 gave the step +4.6% on 1..64 tokens; 128 gives attention on 8 x 128 tokens
+// 1.06 -> 0.87 ms (avx512) and 1.79 -> 1.38 ms (avx2), the step +6.6% on avx2; 256 gives attention
+// on 8 x 256 tokens 6.1 -> 4.6-5.1 ms (avx2) and 3.4-3.9 -> 2.8-3.0 ms (avx512), the step 5-7% on
+// avx2 and about nothing on avx512, where the GEMMs lose to the kept matrices' cache footprint
+// (8 MiB a layer at 8 x 256 tokens and 4 heads) what attention gains. Writing them with streaming
+// stores, past the caches, gave nothing measurable either way.
 inline bool keeps_exps(int64_t L) { return L > 0 && L <= kAttentionKeptExpsMaxLength; }
 
 // Where the kept exponentials start in the cache, per sequence (-1: not kept), and the cache's
