@@ -403,6 +403,23 @@ float row_max(const float* s, int64_t Lp) {
   return m0;
 }
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// (min_j s_j - max) * scale over the real scores s[0..L): a lower bound of every real argument of
+// the row's exponentials. NaN scores are left out (min_ps(x, acc) keeps acc for a NaN x): they
+// give NaN arguments, which exp8_in_range takes.
+inline float row_min_argument(const float* s, int64_t L, float m, float scale) {
+  __m256 lo = _mm256_set1_ps(INFINITY);
+  int64_t j = 0;
+  for (; j + 8 <= L; j += 8) lo = _mm256_min_ps(_mm256_loadu_ps(s + j), lo);
+  __m128 x = _mm_min_ps(_mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1));
+  x = _mm_min_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_min_ss(x, _mm_shuffle_ps(x, x, 1));
+  float mn = _mm_cvtss_f32(x);
+  for (; j < L; j++) mn = s[j] < mn ? s[j] : mn;
+  return (mn - m) * scale;
+}
+#endif
+
 // Row of raw scores s (Lp floats, the first L real) -> exponentials e_j = exp((s_j - max) * scale)
 // in place, zero past L. stats gets {max raw score, 1 / sum of the exponentials}. The row is not
 // normalized here: the caller scales the product e V by 1 / sum instead (hd numbers, not L).
@@ -428,7 +445,22 @@ void softmax_row(float* s, int64_t L, int64_t Lp, float scale, float* stats) {
 #elif defined(__AVX2__)
   const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(scale);
   __m256 lo = _mm256_setzero_ps(), hi = lo;
-  for (int64_t j = 0; j < Lp; j += kLanes) {
+  // When the row's smallest real score gives an argument of at least -86, every real argument is
+  // in [-86, 0] or a quiet NaN (s - max and the product by scale round monotonically), and the
+  // whole chunks of real scores take exp8_in_range: the same bits in fewer instructions. The
+  // chunk holding the padding (-inf) takes exp8_nonpositive; the sums run in the same order.
+  int64_t j = 0;
+  if (row_min_argument(s, L, m, scale) >= -86.0f) {
+    for (; j + kLanes <= L; j += kLanes) {
+      const __m256 e_lo = exp8_in_range(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv), sv));
+      const __m256 e_hi = exp8_in_range(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), mv), sv));
+      _mm256_storeu_ps(s + j, e_lo);
+      _mm256_storeu_ps(s + j + 8, e_hi);
+      lo = _mm256_add_ps(lo, e_lo);
+      hi = _mm256_add_ps(hi, e_hi);
+    }
+  }
+  for (; j < Lp; j += kLanes) {
     const __m256 e_lo = exp8_nonpositive(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv), sv));
     const __m256 e_hi = exp8_nonpositive(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), mv), sv));
     _mm256_storeu_ps(s + j, e_lo);
