@@ -23,20 +23,22 @@ struct Range {
   const char* what;
 };
 
-ExpSweep sweep(Isa isa, const Range& r) {
-  return isa == Isa::avx512 ? normlab::test::avx512::exp_sweep(r.first, r.last, r.stride)
-                            : normlab::test::avx2::exp_sweep(r.first, r.last, r.stride);
+ExpSweep sweep(Isa isa, const Range& r, bool in_range) {
+  return isa == Isa::avx512 ? normlab::test::avx512::exp_sweep(r.first, r.last, r.stride, in_range)
+                            : normlab::test::avx2::exp_sweep(r.first, r.last, r.stride, in_range);
 }
 
-void check_ranges(const std::vector<Range>& ranges) {
+// in_range: avx2's exp8_in_range, for arguments in [-86, 0] and quiet NaNs (avx2 only).
+void check_ranges(const std::vector<Range>& ranges, bool in_range = false) {
   int paths = 0;
   for (Isa isa : {Isa::avx2, Isa::avx512}) {
+    if (in_range && isa != Isa::avx2) continue;
     if (!normlab::kernels::cpu_supports(isa)) continue;
     paths++;
     for (const Range& r : ranges) {
       CAPTURE(normlab::kernels::isa_name(isa));
       CAPTURE(r.what);
-      const ExpSweep s = sweep(isa, r);
+      const ExpSweep s = sweep(isa, r, in_range);
       char bits[16];
       std::snprintf(bits, sizeof bits, "0x%08x", unsigned(s.first_mismatch));
       INFO("first input that differs: bits " << bits);
@@ -59,6 +61,17 @@ TEST_CASE("attention exp: the vector exp gives math::exp's bits (every 61st nega
       {0xFF800000u, 0xFFFFFFFFu, 1, "-inf and every NaN with the sign bit set"},
       {0x7F800001u, 0x7FFFFFFFu, 1, "every NaN with the sign bit clear"},
   });
+}
+
+TEST_CASE("attention exp: avx2's in-range exp gives math::exp's bits on [-86, 0] and every quiet NaN") {
+  // The softmax rows whose smallest argument is at least -86 take it (src/kernels/attention.cpp).
+  check_ranges({{0x80000000u, 0xC2AC0000u, 61, "every 61st float of [-86, -0]"},
+                {0x80000000u, 0x80100000u, 1, "-0 and the smallest subnormals"},
+                {0xC2AB0000u, 0xC2AC0000u, 1, "-85.5 .. -86"},
+                {0xBF000000u, 0xBF400000u, 1, "-0.5 .. -0.75"},
+                {0xFFC00000u, 0xFFFFFFFFu, 1, "every quiet NaN with the sign bit set"},
+                {0x7FC00000u, 0x7FFFFFFFu, 1, "every quiet NaN with the sign bit clear"}},
+               true);
 }
 
 TEST_CASE("attention exp: every float with the sign bit set" * doctest::skip()) {

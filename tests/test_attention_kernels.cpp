@@ -118,26 +118,27 @@ std::vector<double> to_double(const std::vector<float>& v) { return std::vector<
 
 }  // namespace
 
-TEST_CASE("attention cache: two floats per token and head, and the exponentials of sequences up to 128") {
+TEST_CASE("attention cache: two floats per token and head, and the exponentials of sequences up to 256") {
   // Statistics 2 * T * NH floats, rounded up to 16 when exponentials follow; then per sequence of
-  // at most 128 tokens NH (L, Lp) matrices, Lp = L rounded up to 16. At most 128 floats per token
+  // at most 256 tokens NH (L, Lp) matrices, Lp = L rounded up to 16. At most 256 floats per token
   // and head: linear in the lengths, never the (L, L) matrices of long sequences.
-  REQUIRE(nk::kAttentionKeptExpsMaxLength == 128);
+  REQUIRE(nk::kAttentionKeptExpsMaxLength == 256);
   const std::vector<int64_t> offsets = offsets_of({3, 1, 0, 5});
   CHECK(nk::attention_cache_size(offsets.data(), 4, 2) == 48 + 2 * (3 * 16 + 1 * 16 + 5 * 16));
   CHECK(nk::attention_cache_size(offsets.data(), 0, 2) == 0);
   const std::vector<int64_t> long_one = offsets_of({1024});
   CHECK(nk::attention_cache_size(long_one.data(), 1, 4) == 2 * 4 * 1024);
-  const std::vector<int64_t> at_limit = offsets_of({128}), past_limit = offsets_of({129});
-  CHECK(nk::attention_cache_size(at_limit.data(), 1, 4) == 2 * 4 * 128 + 4 * 128 * 128);
-  CHECK(nk::attention_cache_size(past_limit.data(), 1, 4) == 2 * 4 * 129);
-  const std::vector<int64_t> mixed = offsets_of({100, 129});                   // one keeps (Lp = 112), one does not
-  CHECK(nk::attention_cache_size(mixed.data(), 2, 2) == 928 + 2 * 100 * 112);  // 2 * 229 * 2 = 916 -> 928
+  const std::vector<int64_t> at_limit = offsets_of({256}), past_limit = offsets_of({257});
+  CHECK(nk::attention_cache_size(at_limit.data(), 1, 4) == 2 * 4 * 256 + 4 * 256 * 256);
+  CHECK(nk::attention_cache_size(past_limit.data(), 1, 4) == 2 * 4 * 257);
+  const std::vector<int64_t> mixed = offsets_of({100, 257});                     // one keeps (Lp = 112), one does not
+  CHECK(nk::attention_cache_size(mixed.data(), 2, 2) == 1440 + 2 * 100 * 112);  // 2 * 357 * 2 = 1428 -> 1440
 }
 
 TEST_CASE("attention forward matches a padded, key-masked double reference") {
-  // 1..130 rows: query blocks of 48 rows, whole and partial, and rows padded to 16 floats
-  const std::vector<int64_t> lengths = {1, 5, 17, 3, 1, 32, 9, 130, 48};
+  // 1..260 rows: query blocks of 48 rows, whole and partial, and rows padded to 16 floats; 260
+  // past kAttentionKeptExpsMaxLength (only its statistics are kept)
+  const std::vector<int64_t> lengths = {1, 5, 17, 3, 1, 32, 9, 130, 48, 260};
   const std::vector<int64_t> offsets = offsets_of(lengths);
   const int64_t B = int64_t(lengths.size());
   const int64_t T = offsets[B];
@@ -162,7 +163,7 @@ TEST_CASE("attention forward matches a padded, key-masked double reference") {
       max_stat_err =
           std::max(max_stat_err, std::abs(double(att[n]) - ref_stats[n]) / std::max(1.0, std::abs(ref_stats[n])));
     CHECK(max_stat_err < 1e-6);
-    // Then, for the sequences of at most 64 tokens, each head's exponentials (L, Lp):
+    // Then, for the sequences of at most kAttentionKeptExpsMaxLength tokens, each head's exponentials (L, Lp):
     // exp((s_ij - max_i) / sqrt(hd)), zero in the padding columns.
     const int64_t hd = C / NH;
     int64_t start = (int64_t(ref_stats.size()) + 15) / 16 * 16;
@@ -170,7 +171,7 @@ TEST_CASE("attention forward matches a padded, key-masked double reference") {
     bool padding_zero = true;
     for (int64_t b = 0; b < B; b++) {
       const int64_t L = lengths[size_t(b)], Lp = (L + 15) / 16 * 16;
-      if (L > 64) continue;
+      if (L > nk::kAttentionKeptExpsMaxLength) continue;
       for (int64_t h = 0; h < NH; h++, start += L * Lp) {
         for (int64_t i = 0; i < L; i++) {
           const double m = ref_stats[size_t((h * T + offsets[b] + i) * 2)];
@@ -240,7 +241,8 @@ namespace {
 
 // loss = sum(out * weights). Checks attention_backward against central differences, both of the
 // float forward itself (loose: float rounding) and of the double reference (tight).
-void check_attention_gradient(const std::vector<int64_t>& lengths, int64_t C, int64_t NH) {
+// every > 1: only every every-th input is perturbed (long sequences, where each forward costs L^2).
+void check_attention_gradient(const std::vector<int64_t>& lengths, int64_t C, int64_t NH, size_t every = 1) {
   const std::vector<int64_t> offsets = offsets_of(lengths);
   const int64_t B = int64_t(lengths.size());
   const int64_t T = offsets[B];
@@ -279,7 +281,7 @@ void check_attention_gradient(const std::vector<int64_t>& lengths, int64_t C, in
   double max_err32 = 0.0;
   double max_rel_err64 = 0.0;
   double max_grad = 0.0;
-  for (size_t n = 0; n < qkv.size(); n++) {
+  for (size_t n = 0; n < qkv.size(); n += every) {
     std::vector<float> x = qkv;
     x[n] = qkv[n] + eps32;
     const double plus32 = float_loss(x);
@@ -314,6 +316,10 @@ TEST_CASE("attention backward matches central finite differences") {
   SUBCASE("tiny sequences and heads (partial register tiles only)") { check_attention_gradient({1, 3, 4, 2}, 8, 2); }
   SUBCASE("lengths and head size that fill whole 8x8 tiles") { check_attention_gradient({9, 1, 17}, 32, 2); }
   SUBCASE("two query blocks, the second partial") { check_attention_gradient({53, 2}, 8, 1); }
+  SUBCASE("a sequence past kAttentionKeptExpsMaxLength: the backward recomputes the exponentials") {
+    REQUIRE(nk::kAttentionKeptExpsMaxLength < 260);
+    check_attention_gradient({260, 3}, 4, 1, 23);
+  }
 }
 
 // One length set, at 1, 2 and 3 threads against 1: its own (non-inlined) frame, so the test case's

@@ -244,8 +244,8 @@ TEST_CASE("cli: bench headers name the OpenMP wait setting of the environment, w
 
 TEST_CASE("cli: bench attention times the kernels and keeps a cache linear in the tokens") {
   TempDir dir;
-  // sequences of 200 tokens: past the 128 up to which the exponentials are kept as well
-  Result r = run_cli(dir, "bench attention --shape 2,200,32,4 --repeats 2 --threads 1 --json");
+  // sequences of 300 tokens: past the 256 up to which the exponentials are kept as well
+  Result r = run_cli(dir, "bench attention --shape 2,300,32,4 --repeats 2 --threads 1 --json");
   INFO(r.err);
   REQUIRE(r.code == 0);
   json out = json::parse(r.out);
@@ -253,7 +253,7 @@ TEST_CASE("cli: bench attention times the kernels and keeps a cache linear in th
   // Only that a time was taken: how the two compare is for benchmarks on a quiet machine, and two
   // repeats on a shared one can put either first.
   CHECK(out["forward_backward_ms"].get<double>() > 0);
-  CHECK(out["cache_floats"] == 2 * 2 * 200 * 4);  // two floats per token and head
+  CHECK(out["cache_floats"] == 2 * 2 * 300 * 4);  // two floats per token and head
   CHECK(out["head_dim"] == 8);
   for (const char* shape : {"2,100,32", "2,100,32,5", "2,0,32,4", "2,100,32,4,1", "2,x,32,4"}) {
     INFO(shape);

@@ -4,7 +4,7 @@
 // per-thread scratch (kQueryBlock, L), and only two numbers per query row are kept for the
 // backward pass: the row's largest raw score and 1 / (sum of its exponentials). The backward pass
 // recomputes the block's exponentials from them, bit for bit the forward's. (Sequences of at most
-// 128 tokens keep their exponentials instead, at most 128 floats per row: see keeps_exps.)
+// 256 tokens keep their exponentials instead, at most 256 floats per row: see keeps_exps.)
 //
 // Why blocks of whole rows and not the online softmax over key tiles of GPU flash attention: a
 // block's row of scores (kQueryBlock x L floats, 192 KB at L = 1024) fits in a CPU core's L2, and
@@ -397,6 +397,23 @@ float row_max(const float* s, int64_t Lp) {
   return m0;
 }
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// (min_j s_j - max) * scale over the real scores s[0..L): a lower bound of every real argument of
+// the row's exponentials. NaN scores are left out (min_ps(x, acc) keeps acc for a NaN x): they
+// give NaN arguments, which exp8_in_range takes.
+inline float row_min_argument(const float* s, int64_t L, float m, float scale) {
+  __m256 lo = _mm256_set1_ps(INFINITY);
+  int64_t j = 0;
+  for (; j + 8 <= L; j += 8) lo = _mm256_min_ps(_mm256_loadu_ps(s + j), lo);
+  __m128 x = _mm_min_ps(_mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1));
+  x = _mm_min_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_min_ss(x, _mm_shuffle_ps(x, x, 1));
+  float mn = _mm_cvtss_f32(x);
+  for (; j < L; j++) mn = s[j] < mn ? s[j] : mn;
+  return (mn - m) * scale;
+}
+#endif
+
 // Row of raw scores s (Lp floats, the first L real) -> exponentials e_j = exp((s_j - max) * scale)
 // in place, zero past L. stats gets {max raw score, 1 / sum of the exponentials}. The row is not
 // normalized here: the caller scales the product e V by 1 / sum instead (hd numbers, not L).
@@ -422,7 +439,22 @@ void softmax_row(float* s, int64_t L, int64_t Lp, float scale, float* stats) {
 #elif defined(__AVX2__)
   const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(scale);
   __m256 lo = _mm256_setzero_ps(), hi = lo;
-  for (int64_t j = 0; j < Lp; j += kLanes) {
+  // When the row's smallest real score gives an argument of at least -86, every real argument is
+  // in [-86, 0] or a quiet NaN (s - max and the product by scale round monotonically), and the
+  // whole chunks of real scores take exp8_in_range: the same bits in fewer instructions. The
+  // chunk holding the padding (-inf) takes exp8_nonpositive; the sums run in the same order.
+  int64_t j = 0;
+  if (row_min_argument(s, L, m, scale) >= -86.0f) {
+    for (; j + kLanes <= L; j += kLanes) {
+      const __m256 e_lo = exp8_in_range(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv), sv));
+      const __m256 e_hi = exp8_in_range(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), mv), sv));
+      _mm256_storeu_ps(s + j, e_lo);
+      _mm256_storeu_ps(s + j + 8, e_hi);
+      lo = _mm256_add_ps(lo, e_lo);
+      hi = _mm256_add_ps(hi, e_hi);
+    }
+  }
+  for (; j < Lp; j += kLanes) {
     const __m256 e_lo = exp8_nonpositive(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv), sv));
     const __m256 e_hi = exp8_nonpositive(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), mv), sv));
     _mm256_storeu_ps(s + j, e_lo);
@@ -522,14 +554,16 @@ struct Pair {
 // two heads of one sequence write to different cache lines.
 inline int64_t stats_index(int64_t t, int64_t h, int64_t T) { return (h * T + t) * 2; }
 
-// Sequences up to kAttentionKeptExpsMaxLength (128) tokens also keep their exponentials e (L, Lp)
-// per head in the cache, after the statistics: at most 128 floats per token and head, and the
+// Sequences up to kAttentionKeptExpsMaxLength (256) tokens also keep their exponentials e (L, Lp)
+// per head in the cache, after the statistics: at most 256 floats per token and head, and the
 // backward reads them instead of recomputing S = Q K^T and its exps (a fifth of the backward's
-// products and all of its second pass of exps); beyond it, memory stays linear. Measured
-// when it was chosen: a limit of 64 gave the step +4.6% on 1..64 tokens; 128 gives attention
-// on 8 x 128 tokens 1.06 -> 0.87 ms (avx512) and 1.79 -> 1.38 ms (avx2), the step +6.6% on avx2
-// and about nothing on avx512, where the GEMMs lose to the kept matrices' cache footprint what
-// attention gains. 256 gave avx2 +9% at L = 256 for 1 KiB per token and head: not taken.
+// products and all of its second pass of exps); beyond it, memory stays linear. Measured when
+// chosen: a limit of 64 gave the step +4.6% on 1..64 tokens; 128 gives attention on 8 x 128 tokens
+// 1.06 -> 0.87 ms (avx512) and 1.79 -> 1.38 ms (avx2), the step +6.6% on avx2; 256 gives attention
+// on 8 x 256 tokens 6.1 -> 4.6-5.1 ms (avx2) and 3.4-3.9 -> 2.8-3.0 ms (avx512), the step 5-7% on
+// avx2 and about nothing on avx512, where the GEMMs lose to the kept matrices' cache footprint
+// (8 MiB a layer at 8 x 256 tokens and 4 heads) what attention gains. Writing them with streaming
+// stores, past the caches, gave nothing measurable either way.
 inline bool keeps_exps(int64_t L) { return L > 0 && L <= kAttentionKeptExpsMaxLength; }
 
 // Where the kept exponentials start in the cache, per sequence (-1: not kept), and the cache's

@@ -76,6 +76,28 @@ inline __m256 exp8_nonpositive(__m256 x) {
   }
   return _mm256_blendv_ps(e, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
+
+// exp8_nonpositive for arguments in [-86, 0] and quiet NaNs only (a softmax row whose smallest
+// argument is at least -86; arithmetic gives only quiet NaNs): there the clamp at -104 changes
+// nothing, n >= -125 so the exponent add is exact, and a quiet NaN comes out as itself (each
+// operation returns its first NaN operand, the conversion of a NaN n gives INT_MIN, whose shift
+// by 23 adds 0 to m's bits), so the clamp, the range check and the NaN blend go: 27 instructions
+// for 8 lanes instead of 33, the same bits.
+inline __m256 exp8_in_range(__m256 x) {
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 r = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693145751953125f))),
+                                 _mm256_mul_ps(n, _mm256_set1_ps(1.42860682030941723e-6f)));
+  __m256 q = _mm256_set1_ps(1.0f / 5040.0f);
+  q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(1.0f / 720.0f));
+  q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(1.0f / 120.0f));
+  q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(1.0f / 24.0f));
+  q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(1.0f / 6.0f));
+  q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(0.5f));
+  const __m256 m = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(r, _mm256_mul_ps(_mm256_mul_ps(r, r), q)));
+  const __m256i ni = _mm256_cvttps_epi32(n);
+  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(m), _mm256_slli_epi32(ni, 23)));
+}
 #endif
 
 }  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

@@ -168,7 +168,7 @@ MemoryEstimate estimate_memory(const RunConfig& config) {
   const double train_tokens = batch * train_length;
   const double train_rows = per_sequence ? batch : train_tokens;
   // Attention keeps 2 floats per token and head for its backward (it recomputes the probabilities:
-  // kernels/attention.hpp), and for sequences of at most 128 tokens their exponentials, up to the
+  // kernels/attention.hpp), and for sequences of at most 256 tokens their exponentials, up to the
   // length rounded up to 16 floats per token and head; its per-thread scratch holds a block of 48
   // query rows against all the keys, twice, and a few (keys, head size) matrices.
   // (NORMLAB_ISA=reference keeps every (len, len) probability matrix instead; this estimate is

@@ -16,18 +16,20 @@ namespace normlab::test::NORMLAB_KERNEL_ISA {
 namespace {
 #if defined(__AVX512F__)
 constexpr int kW = 16;
-inline void vector_exp(const float* x, float* e) {
+inline void vector_exp(const float* x, float* e, bool) {
   _mm512_storeu_ps(e, kernels::NORMLAB_KERNEL_ISA::exp16_nonpositive(_mm512_loadu_ps(x)));
 }
 #else
 constexpr int kW = 8;
-inline void vector_exp(const float* x, float* e) {
-  _mm256_storeu_ps(e, kernels::NORMLAB_KERNEL_ISA::exp8_nonpositive(_mm256_loadu_ps(x)));
+inline void vector_exp(const float* x, float* e, bool in_range) {
+  const __m256 v = _mm256_loadu_ps(x);
+  _mm256_storeu_ps(e, in_range ? kernels::NORMLAB_KERNEL_ISA::exp8_in_range(v)
+                               : kernels::NORMLAB_KERNEL_ISA::exp8_nonpositive(v));
 }
 #endif
 }  // namespace
 
-ExpSweep exp_sweep(uint32_t first, uint32_t last, uint32_t stride) {
+ExpSweep exp_sweep(uint32_t first, uint32_t last, uint32_t stride, bool in_range) {
   ExpSweep result;
   float x[kW], e[kW];
   uint64_t bits = first;
@@ -38,7 +40,7 @@ ExpSweep exp_sweep(uint32_t first, uint32_t last, uint32_t stride) {
       std::memcpy(&x[n], &b, sizeof b);
     }
     for (int l = n; l < kW; l++) x[l] = x[0];  // a last, partial vector: its unused lanes repeat one
-    vector_exp(x, e);
+    vector_exp(x, e, in_range);
     for (int l = 0; l < n; l++) {
       const float want = math::exp(x[l]);
       uint32_t got_bits, want_bits;

@@ -19,11 +19,11 @@
 // sequence never write one cache line): att[(h * T + t) * 2 + 0] = the largest raw score
 // q_t . k_j of row t (unscaled), and att[(h * T + t) * 2 + 1] = 1 / sum_j exp((q_t . k_j - max) /
 // sqrt(hd)), T = offsets[B]. The backward recomputes the probabilities from them, bit for bit.
-// Sequences of at most kAttentionKeptExpsMaxLength (128) tokens also keep their exponentials
+// Sequences of at most kAttentionKeptExpsMaxLength (256) tokens also keep their exponentials
 // e_ij = exp((q_i . k_j - max_i) / sqrt(hd)): after the statistics (rounded up to 16 floats),
 // sequence by sequence, each head's (L, Lp) matrix with Lp = L rounded up to 16 (zero past L). For
 // them the backward reads e instead of recomputing q k^T and its exponentials. Memory: 2 * T * NH
-// floats plus at most 128 * NH per token of a short sequence, linear in the lengths.
+// floats plus at most 256 * NH per token of a short sequence, linear in the lengths.
 // (The reference kernels in kernels/reference/attention.hpp keep the whole matrices instead.)
 #include <cstdint>
 
@@ -32,7 +32,7 @@
 namespace normlab::kernels {
 
 // Sequences up to this many tokens keep their exponentials for the backward (above).
-inline constexpr int64_t kAttentionKeptExpsMaxLength = 128;
+inline constexpr int64_t kAttentionKeptExpsMaxLength = 256;
 
 // Number of floats in the cache: 2 * offsets[B] * NH of row statistics (rows before offsets[0]
 // included, so a row's statistics sit at its token index within each head's block), then the
