@@ -16,8 +16,9 @@
 //   row of B apart: with few rows of C the copy costs more than it saves.
 //   A is read in place: the kernel broadcasts each of its values anyway, so packing A would only
 //   cost a copy. Two exceptions are packed per tile and K block into (kc, kMR) panels: a last row
-//   panel of fewer than kMR rows (zero-padded, so the kernel never reads past A), and tn with
-//   M > 256, whose steps are a page apart in A.
+//   panel of fewer than kMR rows (zero-padded, so the kernel never reads past A; nn and nt on the
+//   FMA paths read it in place instead, their kernel re-reading the last row for the missing
+//   ones), and tn with M > 256, whose steps are a page apart in A.
 //
 //   The output is split into tiles of whole micro-tiles, distributed over threads with
 //   schedule(static); each thread packs the B panels of its tile's columns into its own buffer.
@@ -70,6 +71,15 @@ constexpr int64_t kMaxTileRowPanels = 96 / kMR;
 constexpr int64_t kMaxTileColPanels = 256 / kNR;
 // tn reads A (K,M) in place up to this M; beyond it, A's row panels are packed per tile.
 constexpr int64_t kMaxInPlaceTnRows = 256;
+// nn and nt on the FMA paths read a last row panel of fewer than kMR rows in place too, through the
+// kernel's kClampRows (rows past the end re-read the last row), instead of packing it: at 135 rows
+// (16 panels and 7 rows) its copy, element by element, was ~0.6% of the demo's step. tn (A^T)
+// packs it: its rows are contiguous, the last row would read past A.
+#if defined(__AVX2__)
+constexpr bool kInPlaceRaggedA = true;
+#else
+constexpr bool kInPlaceRaggedA = false;
+#endif
 // nn and tn read B in place (the FMA paths) up to this many elements of B (256 KB: it stays in L2).
 constexpr int64_t kMaxInPlaceB = int64_t{1} << 16;
 // Below this many multiply-adds a call runs on the calling thread: starting a team costs more.
@@ -200,7 +210,7 @@ void pack_a_panels(float* __restrict dst, Operand A, int64_t M, int64_t p_begin,
 // registers too, but zeroed a 1 KB array on the stack on every call (a `rep stos`, 3% of the
 // kernel's time at K = 64) and stored a partial tile element by element from that array. Here a
 // tile of fewer than kMR rows stores only its rows, one of fewer than kNR columns through masks.
-template <bool kARowsContiguous>
+template <bool kARowsContiguous, bool kClampRows = false>
 inline void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride,
                          const float* __restrict Bp, int64_t kc, int64_t rows, int64_t cols, bool add,
                          const float* bias, bool relu, [[maybe_unused]] bool exact, int64_t b_stride = kNR) {
@@ -209,6 +219,15 @@ inline void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64
   __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
   const int64_t row_step = kARowsContiguous ? 1 : a_stride;  // distance between A(i, k) and A(i+1, k)
   const int64_t k_step = kARowsContiguous ? a_stride : 1;    // distance between A(i, k) and A(i, k+1)
+  // Row i's offset in A. With kClampRows (a last row panel of fewer than kMR rows read in place),
+  // the rows past `rows` re-read the last one, A having no more: their sums are never stored.
+  const int64_t r1 = kClampRows ? std::min<int64_t>(1, rows - 1) * row_step : row_step;
+  const int64_t r2 = kClampRows ? std::min<int64_t>(2, rows - 1) * row_step : 2 * row_step;
+  const int64_t r3 = kClampRows ? std::min<int64_t>(3, rows - 1) * row_step : 3 * row_step;
+  const int64_t r4 = kClampRows ? std::min<int64_t>(4, rows - 1) * row_step : 4 * row_step;
+  const int64_t r5 = kClampRows ? std::min<int64_t>(5, rows - 1) * row_step : 5 * row_step;
+  const int64_t r6 = kClampRows ? std::min<int64_t>(6, rows - 1) * row_step : 6 * row_step;
+  const int64_t r7 = kClampRows ? std::min<int64_t>(7, rows - 1) * row_step : 7 * row_step;
   for (int64_t k = 0; k < kc; ++k) {
     const __m512 b0 = _mm512_loadu_ps(Bp + k * b_stride);
     const __m512 b1 = _mm512_loadu_ps(Bp + k * b_stride + 16);
@@ -216,25 +235,25 @@ inline void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64
     __m512 a_ik = _mm512_set1_ps(a[0]);
     c00 = _mm512_fmadd_ps(a_ik, b0, c00);
     c01 = _mm512_fmadd_ps(a_ik, b1, c01);
-    a_ik = _mm512_set1_ps(a[row_step]);
+    a_ik = _mm512_set1_ps(a[r1]);
     c10 = _mm512_fmadd_ps(a_ik, b0, c10);
     c11 = _mm512_fmadd_ps(a_ik, b1, c11);
-    a_ik = _mm512_set1_ps(a[2 * row_step]);
+    a_ik = _mm512_set1_ps(a[r2]);
     c20 = _mm512_fmadd_ps(a_ik, b0, c20);
     c21 = _mm512_fmadd_ps(a_ik, b1, c21);
-    a_ik = _mm512_set1_ps(a[3 * row_step]);
+    a_ik = _mm512_set1_ps(a[r3]);
     c30 = _mm512_fmadd_ps(a_ik, b0, c30);
     c31 = _mm512_fmadd_ps(a_ik, b1, c31);
-    a_ik = _mm512_set1_ps(a[4 * row_step]);
+    a_ik = _mm512_set1_ps(a[r4]);
     c40 = _mm512_fmadd_ps(a_ik, b0, c40);
     c41 = _mm512_fmadd_ps(a_ik, b1, c41);
-    a_ik = _mm512_set1_ps(a[5 * row_step]);
+    a_ik = _mm512_set1_ps(a[r5]);
     c50 = _mm512_fmadd_ps(a_ik, b0, c50);
     c51 = _mm512_fmadd_ps(a_ik, b1, c51);
-    a_ik = _mm512_set1_ps(a[6 * row_step]);
+    a_ik = _mm512_set1_ps(a[r6]);
     c60 = _mm512_fmadd_ps(a_ik, b0, c60);
     c61 = _mm512_fmadd_ps(a_ik, b1, c61);
-    a_ik = _mm512_set1_ps(a[7 * row_step]);
+    a_ik = _mm512_set1_ps(a[r7]);
     c70 = _mm512_fmadd_ps(a_ik, b0, c70);
     c71 = _mm512_fmadd_ps(a_ik, b1, c71);
   }
@@ -280,7 +299,7 @@ inline void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64
 // The avx2 micro-kernel is spelled out with intrinsics: GCC vectorizes the plain loops below into
 // 128-bit pieces with shuffles for a 6 x 16 tile. Same arithmetic: acc = fma(a_ik, b_kj, acc) for
 // k in order, then C = acc or C += acc.
-template <bool kARowsContiguous>
+template <bool kARowsContiguous, bool kClampRows = false>
 void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride, const float* __restrict Bp,
                   int64_t kc, int64_t rows, int64_t cols, bool add, const float* bias, bool relu,
                   [[maybe_unused]] bool exact, int64_t b_stride = kNR) {
@@ -290,6 +309,13 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
   __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   const int64_t row_step = kARowsContiguous ? 1 : a_stride;  // distance between A(i, k) and A(i+1, k)
   const int64_t k_step = kARowsContiguous ? a_stride : 1;    // distance between A(i, k) and A(i, k+1)
+  // Row i's offset in A. With kClampRows (a last row panel of fewer than kMR rows read in place),
+  // the rows past `rows` re-read the last one, A having no more: their sums are never stored.
+  const int64_t r1 = kClampRows ? std::min<int64_t>(1, rows - 1) * row_step : row_step;
+  const int64_t r2 = kClampRows ? std::min<int64_t>(2, rows - 1) * row_step : 2 * row_step;
+  const int64_t r3 = kClampRows ? std::min<int64_t>(3, rows - 1) * row_step : 3 * row_step;
+  const int64_t r4 = kClampRows ? std::min<int64_t>(4, rows - 1) * row_step : 4 * row_step;
+  const int64_t r5 = kClampRows ? std::min<int64_t>(5, rows - 1) * row_step : 5 * row_step;
   for (int64_t k = 0; k < kc; ++k) {
     const __m256 b0 = _mm256_loadu_ps(Bp + k * b_stride);
     const __m256 b1 = _mm256_loadu_ps(Bp + k * b_stride + 8);
@@ -297,19 +323,19 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
     __m256 a_ik = _mm256_broadcast_ss(a);
     c00 = _mm256_fmadd_ps(a_ik, b0, c00);
     c01 = _mm256_fmadd_ps(a_ik, b1, c01);
-    a_ik = _mm256_broadcast_ss(a + row_step);
+    a_ik = _mm256_broadcast_ss(a + r1);
     c10 = _mm256_fmadd_ps(a_ik, b0, c10);
     c11 = _mm256_fmadd_ps(a_ik, b1, c11);
-    a_ik = _mm256_broadcast_ss(a + 2 * row_step);
+    a_ik = _mm256_broadcast_ss(a + r2);
     c20 = _mm256_fmadd_ps(a_ik, b0, c20);
     c21 = _mm256_fmadd_ps(a_ik, b1, c21);
-    a_ik = _mm256_broadcast_ss(a + 3 * row_step);
+    a_ik = _mm256_broadcast_ss(a + r3);
     c30 = _mm256_fmadd_ps(a_ik, b0, c30);
     c31 = _mm256_fmadd_ps(a_ik, b1, c31);
-    a_ik = _mm256_broadcast_ss(a + 4 * row_step);
+    a_ik = _mm256_broadcast_ss(a + r4);
     c40 = _mm256_fmadd_ps(a_ik, b0, c40);
     c41 = _mm256_fmadd_ps(a_ik, b1, c41);
-    a_ik = _mm256_broadcast_ss(a + 5 * row_step);
+    a_ik = _mm256_broadcast_ss(a + r5);
     c50 = _mm256_fmadd_ps(a_ik, b0, c50);
     c51 = _mm256_fmadd_ps(a_ik, b1, c51);
   }
@@ -469,7 +495,11 @@ void row_panels_times(float* C, int64_t ldc, Operand A, int64_t M, const float* 
     if (p < pack_begin) {
       const float* a = A.data + p * kMR * A.row_stride + k0 * A.k_stride;
 #if defined(__AVX2__)
-      micro_kernel<kARowsContiguous>(c, ldc, a, a_stride, b, kc, kMR, cols, add, bias, relu, exact, b_stride);
+      const int64_t rows = std::min(kMR, M - p * kMR);  // < kMR only for nn / nt (kInPlaceRaggedA)
+      if (!kARowsContiguous && rows < kMR)
+        micro_kernel<kARowsContiguous, true>(c, ldc, a, a_stride, b, kc, rows, cols, add, bias, relu, exact, b_stride);
+      else
+        micro_kernel<kARowsContiguous>(c, ldc, a, a_stride, b, kc, kMR, cols, add, bias, relu, exact, b_stride);
 #else
       micro_kernel<kARowsContiguous>(c, ldc, a, a_stride, b, kc, kMR, cols, add, bias, relu, exact);
 #endif
@@ -649,8 +679,9 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
     }
 
     // Row panels [pack_begin, p_end) are copied into (kc, kMR) panels before use: every panel of
-    // the tile when pack_a, else only a last panel of fewer than kMR rows (zero-padded).
-    const bool ragged = p_end == row_panels && M % kMR != 0;
+    // the tile when pack_a, else only a last panel of fewer than kMR rows (zero-padded), unless
+    // the kernel reads that one in place too (kInPlaceRaggedA).
+    const bool ragged = p_end == row_panels && M % kMR != 0 && !(kInPlaceRaggedA && !kARowsContiguous);
     const int64_t pack_begin = pack_a ? p_begin : (ragged ? p_end - 1 : p_end);
     float* packed_a = thread_buffer(t_packed_a, (p_end - pack_begin) * kKC * kMR);
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
