@@ -11,9 +11,9 @@
 //
 //   B is packed into panels of (K, kNR): kNR columns of C interleaved k by k, zero-padded past N.
 //   This is where nt differs from nn / tn (its B is stored (N,K) and gets transposed here);
-//   nothing else is ever transposed. On the FMA paths a small B of nn / tn (at most 64k floats: a
-//   weight, or a short batch's activations) is read in place instead, its whole panels' rows a
-//   row of B apart: with few rows of C the copy costs more than it saves.
+//   nothing else is ever transposed. On the FMA paths a B of nn / tn with short rows (N <= 256: a
+//   small model's weight or activations) is read in place instead, its whole panels' rows a row
+//   of B apart: with few rows of C the copy costs more than it saves.
 //   A is read in place: the kernel broadcasts each of its values anyway, so packing A would only
 //   cost a copy. Two exceptions are packed per tile and K block into (kc, kMR) panels: a last row
 //   panel of fewer than kMR rows (zero-padded, so the kernel never reads past A; nn and nt on the
@@ -80,8 +80,11 @@ constexpr bool kInPlaceRaggedA = true;
 #else
 constexpr bool kInPlaceRaggedA = false;
 #endif
-// nn and tn read B in place (the FMA paths) up to this many elements of B (256 KB: it stays in L2).
-constexpr int64_t kMaxInPlaceB = int64_t{1} << 16;
+// nn and tn read B in place (the FMA paths) when its rows are at most this many floats apart (1 KB;
+// at 4 KB a K block's rows of a panel fall into few L1 sets: 1030x256x1024 nn went 2.07 -> 2.32 ms)
+// and it has at most this many elements (2 MB: the largest measured).
+constexpr int64_t kMaxInPlaceBRowStride = 256;
+constexpr int64_t kMaxInPlaceB = int64_t{1} << 19;
 // Below this many multiply-adds a call runs on the calling thread: starting a team costs more.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
 // tn with several threads and a C of at most this many elements is split over K (gemm_split_k),
@@ -647,13 +650,14 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
   // Tile t covers column group t / row_groups and row group t % row_groups: the consecutive
   // tiles a thread gets under schedule(static) mostly share their columns, and packed_col_group
   // (the group whose B panels the thread's buffer holds) lets them reuse the packed panels.
-  // nn and tn on the FMA paths, when B is small (a weight or a short batch's activations): its
-  // whole panels are read in place, their rows B.k_stride apart, instead of copied into packed
-  // panels first; the kernels read the same values in the same order. At 135 rows a packed panel
-  // serves only 17 row panels, and the copy was 3-11% of each product (135x64x256 tn 18.8 ->
-  // 16.8 us); from 512x512 on, in place is within +-2%.
+  // nn and tn on the FMA paths, when B's rows are short (N <= 256: a weight's or a model's
+  // activations): its whole panels are read in place, their rows B.k_stride = N apart, instead of
+  // copied into packed panels first; the kernels read the same values in the same order. At 135
+  // rows a packed panel serves only 17 row panels, and the copy was 3-11% of each product
+  // (135x64x256 tn 18.8 -> 16.8 us); at 1040 rows 64x1040x256 tn 148 -> 130 us, the others
+  // within +-2%.
 #if defined(__AVX2__)
-  const bool b_in_place = B.row_stride == 1 && K * N <= kMaxInPlaceB;
+  const bool b_in_place = B.row_stride == 1 && N <= kMaxInPlaceBRowStride && K * N <= kMaxInPlaceB;
 #else
   constexpr bool b_in_place = false;
 #endif
