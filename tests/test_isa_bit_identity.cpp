@@ -229,8 +229,7 @@ TEST_CASE("bit identity across paths: per-tensor sums of squares for the gradien
   std::vector<double> expected(sizes.size());
   for (size_t k = 0; k < sizes.size(); k++) {  // one tensor alone, the lanes of kernels/adam.hpp
     double lanes[8] = {};
-    for (int64_t i = 0; i < sizes[k]; i++)
-      lanes[i % 8] += double(grads[k][size_t(i)]) * double(grads[k][size_t(i)]);
+    for (int64_t i = 0; i < sizes[k]; i++) lanes[i % 8] += double(grads[k][size_t(i)]) * double(grads[k][size_t(i)]);
     for (int width = 4; width >= 1; width /= 2)
       for (int l = 0; l < width; l++) lanes[l] += lanes[l + width];
     expected[k] = lanes[0];

@@ -72,10 +72,9 @@ void bias_grad_serial(GradOut dbias, const float* __restrict dout, const float* 
     bias_grad_block<kSerialBiasBlock>(sum + o0, dout + o0, mask ? mask + o0 : nullptr, masked ? masked + o0 : nullptr,
                                       N, OC);
   for (; o0 + kBiasBlock <= OC; o0 += kBiasBlock)
-    bias_grad_block<kBiasBlock>(sum + o0, dout + o0, mask ? mask + o0 : nullptr, masked ? masked + o0 : nullptr, N,
-                                OC);
-  for (; o0 < OC; o0++) bias_grad_block<1>(sum + o0, dout + o0, mask ? mask + o0 : nullptr,
-                                           masked ? masked + o0 : nullptr, N, OC);
+    bias_grad_block<kBiasBlock>(sum + o0, dout + o0, mask ? mask + o0 : nullptr, masked ? masked + o0 : nullptr, N, OC);
+  for (; o0 < OC; o0++)
+    bias_grad_block<1>(sum + o0, dout + o0, mask ? mask + o0 : nullptr, masked ? masked + o0 : nullptr, N, OC);
   float* db = dbias.data;
   for (int64_t o = 0; o < OC; o++) db[o] = dbias.accumulate ? db[o] + sum[o] : sum[o];
 }

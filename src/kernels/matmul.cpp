@@ -214,10 +214,11 @@ void pack_a_panels(float* __restrict dst, Operand A, int64_t M, int64_t p_begin,
 // registers too, but zeroed a 1 KB array on the stack on every call (a `rep stos`, 3% of the
 // kernel's time at K = 64) and stored a partial tile element by element from that array. Here a
 // tile of fewer than kMR rows stores only its rows, one of fewer than kNR columns through masks.
+// Bp's rows are b_stride apart: kNR in a packed panel, B's row stride when read in place.
 template <bool kARowsContiguous, bool kClampRows = false>
-inline void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride,
-                         const float* __restrict Bp, int64_t kc, int64_t rows, int64_t cols, bool add,
-                         const float* bias, bool relu, [[maybe_unused]] bool exact, int64_t b_stride = kNR) {
+inline void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride, const float* __restrict Bp,
+                         int64_t kc, int64_t rows, int64_t cols, bool add, const float* bias, bool relu,
+                         [[maybe_unused]] bool exact, int64_t b_stride = kNR) {
   static_assert(kMR == 8 && kNR == 32);
   __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
   __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
@@ -321,7 +322,8 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
   const int64_t r4 = kClampRows ? std::min<int64_t>(4, rows - 1) * row_step : 4 * row_step;
   const int64_t r5 = kClampRows ? std::min<int64_t>(5, rows - 1) * row_step : 5 * row_step;
   // The k loop for a B row stride known at compile time (kNR: a packed panel) or not (B read in
-  // place): with a run-time stride the packed case ran 1-3% slower at 512^3.
+  // place), so the packed case runs the code it ran before in-place B (with a run-time stride it
+  // measured 1-3% slower at 512^3 in one stretch, within the noise in another).
   auto steps = [&](auto stride) {
     for (int64_t k = 0; k < kc; ++k) {
       const __m256 b0 = _mm256_loadu_ps(Bp + k * stride);
@@ -508,8 +510,7 @@ void row_panels_times(float* C, int64_t ldc, Operand A, int64_t M, const float* 
       const int64_t rows = std::min(kMR, M - p * kMR);  // < kMR only for nn / nt (kInPlaceRaggedA)
       if (!kARowsContiguous && rows < kMR)
         micro_kernel<kARowsContiguous, true>(c, ldc, a, a_stride, b, kc, rows, cols, add, bias, relu, exact, b_stride);
-      else
-        micro_kernel<kARowsContiguous>(c, ldc, a, a_stride, b, kc, kMR, cols, add, bias, relu, exact, b_stride);
+      else micro_kernel<kARowsContiguous>(c, ldc, a, a_stride, b, kc, kMR, cols, add, bias, relu, exact, b_stride);
 #else
       micro_kernel<kARowsContiguous>(c, ldc, a, a_stride, b, kc, kMR, cols, add, bias, relu, exact);
 #endif
@@ -654,9 +655,6 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
   // stride of M floats, a new page every few steps, and the L1 and TLB miss on every step.
   const bool pack_a = kARowsContiguous && M > kMaxInPlaceTnRows;
 
-  // Tile t covers column group t / row_groups and row group t % row_groups: the consecutive
-  // tiles a thread gets under schedule(static) mostly share their columns, and packed_col_group
-  // (the group whose B panels the thread's buffer holds) lets them reuse the packed panels.
   // nn and tn on the FMA paths, when B's rows are short (N <= 256: a weight's or a model's
   // activations): its whole panels are read in place, their rows B.k_stride = N apart, instead of
   // copied into packed panels first; the kernels read the same values in the same order. At 135
@@ -668,6 +666,9 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
 #else
   constexpr bool b_in_place = false;
 #endif
+  // Tile t covers column group t / row_groups and row group t % row_groups: the consecutive
+  // tiles a thread gets under schedule(static) mostly share their columns, and packed_col_group
+  // (the group whose B panels the thread's buffer holds) lets them reuse the packed panels.
   auto run_tile = [&](int64_t t, int64_t& packed_col_group) {
     const int64_t col_group = t / row_groups, row_group = t % row_groups;
     const int64_t p_begin = group_begin(row_group, row_panels, row_groups);
@@ -677,7 +678,7 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
 
     // packed B: the tile's column panels, each (K, kNR), zero-padded past N (only a last panel of
     // fewer than kNR columns when b_in_place). Packed even when its layout would allow reading it
-    // in place if B is large: a panel's slice for one K block is then contiguous and stays in L1
+    // in place if its rows are long: a panel's slice for one K block is then contiguous and stays in L1
     // while the row panels of A stream past it.
     float* packed_b = thread_buffer(t_packed_b, max_tile_col_panels * K * kNR);
     if (packed_col_group != col_group) {
