@@ -102,6 +102,42 @@ TEST_CASE("bit identity across paths: GEMM in all layouts with edges and several
   }
 }
 
+TEST_CASE("bit identity across paths: GEMM at the demo's 135 rows, B read in place (N <= 256) and packed") {
+  struct Shape {
+    int64_t M, K, N;
+  };
+  // 135 = 16 panels of 8 and 7 rows (nn and nt read the last 7 in place on the FMA paths); N = 256
+  // reads B in place for nn and tn, N = 257 packs it; K = 300 crosses a 256-block in place.
+  for (Shape s : {Shape{135, 64, 256}, Shape{135, 300, 64}, Shape{135, 64, 257}, Shape{256, 135, 64}}) {
+    const std::string what =
+        "matmul M=" + std::to_string(s.M) + " K=" + std::to_string(s.K) + " N=" + std::to_string(s.N);
+    check_every_path(what, [&] {
+      const auto a = randn(s.M * s.K, 21), b = randn(s.K * s.N, 22);
+      auto nn = randn(s.M * s.N, 23), nt = nn, tn = nn;
+      matmul_nn(nn.data(), a.data(), b.data(), s.M, s.K, s.N, true);
+      matmul_nt(nt.data(), a.data(), b.data(), s.M, s.K, s.N, false);  // b read as (N, K)
+      matmul_tn(tn.data(), a.data(), b.data(), s.M, s.K, s.N, false);  // a read as (K, M)
+      return Buffers{nn, nt, tn};
+    });
+  }
+}
+
+TEST_CASE("bit identity across paths: Linear + ReLU backward at 135 rows, dbias in register blocks and their rest") {
+  // OC = 200: the serial dbias's blocks of 128 (avx512) or 64 (avx2), then of 32, then single
+  // columns; 135 x 200 stays on one thread at every thread count.
+  const int64_t N = 135, C = 64, OC = 200;
+  check_every_path("linear_relu OC=200", [&] {
+    const auto x = randn(N * C, 24), w = randn(OC * C, 25, 0.1f), bias = randn(OC, 26), dy = randn(N * OC, 27);
+    std::vector<float> y(N * OC);
+    auto dx = randn(N * C, 28), dw = randn(OC * C, 29), db = randn(OC, 30);
+    linear_relu_forward(y.data(), x.data(), w.data(), bias.data(), N, C, OC);
+    linear_relu_backward(dx.data(), dw.data(), db.data(), dy.data(), y.data(), x.data(), w.data(), N, C, OC);
+    std::vector<float> db2(OC);
+    linear_backward(GradOut{}, GradOut{}, GradOut{db2.data(), false}, dy.data(), x.data(), w.data(), N, C, OC);
+    return Buffers{y, dx, dw, db, db2};
+  });
+}
+
 TEST_CASE("bit identity across paths: Linear forward and backward") {
   const int64_t N = 45, C = 40, OC = 72;
   check_every_path("linear", [&] {
@@ -193,8 +229,7 @@ TEST_CASE("bit identity across paths: per-tensor sums of squares for the gradien
   std::vector<double> expected(sizes.size());
   for (size_t k = 0; k < sizes.size(); k++) {  // one tensor alone, the lanes of kernels/adam.hpp
     double lanes[8] = {};
-    for (int64_t i = 0; i < sizes[k]; i++)
-      lanes[i % 8] += double(grads[k][size_t(i)]) * double(grads[k][size_t(i)]);
+    for (int64_t i = 0; i < sizes[k]; i++) lanes[i % 8] += double(grads[k][size_t(i)]) * double(grads[k][size_t(i)]);
     for (int width = 4; width >= 1; width /= 2)
       for (int l = 0; l < width; l++) lanes[l] += lanes[l + width];
     expected[k] = lanes[0];

@@ -16,33 +16,65 @@ namespace {
 // dbias is summed in blocks of this many columns, one block per loop iteration: the partial sums
 // of a block fit in registers, and rows are read in contiguous runs.
 constexpr int64_t kBiasBlock = 32;
+// The serial sum's blocks: as many columns as keep every adder busy without spilling (8 zmm on
+// avx512, 8 ymm on avx2, 8 xmm on generic).
+#if defined(__AVX512F__)
+constexpr int64_t kSerialBiasBlock = 128;
+#elif defined(__AVX2__)
+constexpr int64_t kSerialBiasBlock = 64;
+#else
+constexpr int64_t kSerialBiasBlock = 32;
+#endif
+
+// The gradient at a ReLU's pre-activation from the gradient at its output: dout where the unit was
+// on (out > 0, the same test as relu_backward's pre-activation > 0), else 0. Both arguments are
+// read whatever out is: a conditional read would compile to a masked load.
+inline float relu_grad(float out, float dout) { return out > 0.0f ? dout : 0.0f; }
+
+// sum[o] (+)= d[n][o] over rows [0, N) in order, for the W columns of d (row stride OC) at `d`;
+// with mask, d is relu_grad(mask, dout), also stored into `masked`. W a constant: GCC unrolls the
+// columns and keeps the W sums in registers across the rows.
+template <int64_t W>
+void bias_grad_block(float* __restrict sum, const float* __restrict dout, const float* __restrict mask,
+                     float* __restrict masked, int64_t N, int64_t OC) {
+  float s[W];
+  for (int64_t o = 0; o < W; o++) s[o] = sum[o];
+  for (int64_t n = 0; n < N; n++) {
+    const float* __restrict row = dout + n * OC;
+    if (mask != nullptr) {
+      const float* __restrict on = mask + n * OC;
+      float* __restrict d = masked + n * OC;
+      for (int64_t o = 0; o < W; o++) {
+        const float v = relu_grad(on[o], row[o]);
+        d[o] = v;
+        s[o] += v;
+      }
+    } else {
+      for (int64_t o = 0; o < W; o++) s[o] += row[o];
+    }
+  }
+  for (int64_t o = 0; o < W; o++) sum[o] = s[o];
+}
 
 // On one thread: dbias[o] (+)= sum over n in order of d[n][o], d (N, OC), every column's chain
-// from +0 as the threaded pipeline below sums it, but all the columns in one pass over the rows:
-// a row of OC floats is OC / 16 independent vector adds, where the pipeline's blocks of 32 wait on
-// the add latency row after row (OC = 256 at 135 rows: 8 passes of 135 dependent adds). With
-// `mask` (a ReLU's output, (N, OC)), d is dout where mask > 0, else 0, and is also stored into
-// `masked` (the gradient at the pre-activation), in the same pass.
+// from +0 as the threaded pipeline below sums it, the columns in blocks of kSerialBiasBlock held
+// in registers over all the rows (the pipeline's blocks of 32 wait on the add latency row after
+// row). With `mask` (a ReLU's output, (N, OC)), d is relu_grad(mask, dout) and is also stored
+// into `masked` (the gradient at the pre-activation), in the same pass.
 void bias_grad_serial(GradOut dbias, const float* __restrict dout, const float* __restrict mask,
                       float* __restrict masked, int64_t N, int64_t OC) {
   thread_local std::vector<float> t_sum;
   if (t_sum.size() < size_t(OC)) t_sum.resize(size_t(OC));
   float* __restrict sum = t_sum.data();
   for (int64_t o = 0; o < OC; o++) sum[o] = 0.0f;
-  for (int64_t n = 0; n < N; n++) {
-    const float* __restrict row = dout + n * OC;
-    if (mask != nullptr) {
-      const float* __restrict on = mask + n * OC;
-      float* __restrict d = masked + n * OC;
-      for (int64_t o = 0; o < OC; o++) {
-        const float v = on[o] > 0.0f ? row[o] : 0.0f;
-        d[o] = v;
-        sum[o] += v;
-      }
-    } else {
-      for (int64_t o = 0; o < OC; o++) sum[o] += row[o];
-    }
-  }
+  int64_t o0 = 0;
+  for (; o0 + kSerialBiasBlock <= OC; o0 += kSerialBiasBlock)
+    bias_grad_block<kSerialBiasBlock>(sum + o0, dout + o0, mask ? mask + o0 : nullptr, masked ? masked + o0 : nullptr,
+                                      N, OC);
+  for (; o0 + kBiasBlock <= OC; o0 += kBiasBlock)
+    bias_grad_block<kBiasBlock>(sum + o0, dout + o0, mask ? mask + o0 : nullptr, masked ? masked + o0 : nullptr, N, OC);
+  for (; o0 < OC; o0++)
+    bias_grad_block<1>(sum + o0, dout + o0, mask ? mask + o0 : nullptr, masked ? masked + o0 : nullptr, N, OC);
   float* db = dbias.data;
   for (int64_t o = 0; o < OC; o++) db[o] = dbias.accumulate ? db[o] + sum[o] : sum[o];
 }
@@ -68,8 +100,7 @@ void linear_relu_backward(GradOut dinp, GradOut dweight, GradOut dbias,  // (N, 
                           const float* dout, const float* out,           // (N, OC), (N, OC)
                           const float* inp, const float* weight,         // (N, C), (OC, C)
                           int64_t N, int64_t C, int64_t OC) {
-  // The gradient at the pre-activation: dout where the unit was on (out > 0, the same test as
-  // relu_backward's pre-activation > 0), else 0. The unfused graph adds it into a zeroed buffer,
+  // The gradient at the pre-activation: relu_grad(out, dout). The unfused graph adds it into a zeroed buffer,
   // which turns a -0 into +0; here a -0 stays, and changes nothing: every sum it enters below (the
   // GEMMs' fma chains, dbias) starts from +0, and +0 + -0 = +0.
   thread_local std::vector<float> t_dpre;
@@ -83,10 +114,7 @@ void linear_relu_backward(GradOut dinp, GradOut dweight, GradOut dbias,  // (N, 
     return;
   }
   parallel_for(N * OC, N * OC >= kMinParallelElements, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; i++) {
-      const float d = dout[i];  // read whatever out is: a conditional read compiles to a masked load
-      dpre[i] = out[i] > 0.0f ? d : 0.0f;
-    }
+    for (int64_t i = begin; i < end; i++) dpre[i] = relu_grad(out[i], dout[i]);
   });
   // Qualified: by its GradOut arguments the call would also find the public, dispatching one.
   NORMLAB_KERNEL_ISA::linear_backward(dinp, dweight, dbias, dpre, inp, weight, N, C, OC);

@@ -11,12 +11,15 @@
 //
 //   B is packed into panels of (K, kNR): kNR columns of C interleaved k by k, zero-padded past N.
 //   This is where nt differs from nn / tn (its B is stored (N,K) and gets transposed here);
-//   nothing else is ever transposed.
+//   nothing else is ever transposed. On the FMA paths a B of nn / tn with short rows (N <= 256: a
+//   small model's weight or activations) is read in place instead, its whole panels' rows a row
+//   of B apart: with few rows of C the copy costs more than it saves.
 //   A is read in place: the kernel broadcasts each of its values anyway, so packing A would only
 //   cost a copy. Two exceptions are packed per tile and K block into (kc, kMR) panels: a last row
-//   panel of fewer than kMR rows (zero-padded, so the kernel never reads past A), and tn with
-//   M > 256, whose steps are a page apart in A. (generic converts A, per tile and K block, and B,
-//   per B panel slice, to doubles instead: see its micro-kernel.)
+//   panel of fewer than kMR rows (zero-padded, so the kernel never reads past A; nn and nt on the
+//   FMA paths read it in place instead, their kernel re-reading the last row for the missing
+//   ones), and tn with M > 256, whose steps are a page apart in A. (generic converts A, per tile
+//   and K block, and B, per B panel slice, to doubles instead: see its micro-kernel.)
 //
 //   The output is split into tiles of whole micro-tiles, distributed over threads with
 //   schedule(static); each thread packs the B panels of its tile's columns into its own buffer.
@@ -35,8 +38,10 @@
 #include "normlab/kernels/exact_fma.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX2__)
@@ -69,6 +74,20 @@ constexpr int64_t kMaxTileRowPanels = 96 / kMR;
 constexpr int64_t kMaxTileColPanels = 256 / kNR;
 // tn reads A (K,M) in place up to this M; beyond it, A's row panels are packed per tile.
 constexpr int64_t kMaxInPlaceTnRows = 256;
+// nn and nt on the FMA paths read a last row panel of fewer than kMR rows in place too, through the
+// kernel's kClampRows (rows past the end re-read the last row), instead of packing it: at 135 rows
+// (16 panels and 7 rows) its copy, element by element, was ~0.6% of the demo's step. tn (A^T)
+// packs it: its rows are contiguous, the last row would read past A.
+#if defined(__AVX2__)
+constexpr bool kInPlaceRaggedA = true;
+#else
+constexpr bool kInPlaceRaggedA = false;
+#endif
+// nn and tn read B in place (the FMA paths) when its rows are at most this many floats apart (1 KB;
+// at 4 KB a K block's rows of a panel fall into few L1 sets: 1030x256x1024 nn went 2.07 -> 2.32 ms)
+// and it has at most this many elements (2 MB: the largest measured).
+constexpr int64_t kMaxInPlaceBRowStride = 256;
+constexpr int64_t kMaxInPlaceB = int64_t{1} << 19;
 // Below this many multiply-adds a call runs on the calling thread: starting a team costs more.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
 // tn with several threads and a C of at most this many elements is split over K (gemm_split_k),
@@ -197,41 +216,51 @@ void pack_a_panels(float* __restrict dst, Operand A, int64_t M, int64_t p_begin,
 // registers too, but zeroed a 1 KB array on the stack on every call (a `rep stos`, 3% of the
 // kernel's time at K = 64) and stored a partial tile element by element from that array. Here a
 // tile of fewer than kMR rows stores only its rows, one of fewer than kNR columns through masks.
-template <bool kARowsContiguous>
-inline void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride,
-                         const float* __restrict Bp, int64_t kc, int64_t rows, int64_t cols, bool add,
-                         const float* bias, bool relu, [[maybe_unused]] bool exact) {
+// Bp's rows are b_stride apart: kNR in a packed panel, B's row stride when read in place.
+template <bool kARowsContiguous, bool kClampRows = false>
+inline void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride, const float* __restrict Bp,
+                         int64_t kc, int64_t rows, int64_t cols, bool add, const float* bias, bool relu,
+                         [[maybe_unused]] bool exact, int64_t b_stride = kNR) {
   static_assert(kMR == 8 && kNR == 32);
   __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
   __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
   const int64_t row_step = kARowsContiguous ? 1 : a_stride;  // distance between A(i, k) and A(i+1, k)
   const int64_t k_step = kARowsContiguous ? a_stride : 1;    // distance between A(i, k) and A(i, k+1)
+  // Row i's offset in A. With kClampRows (a last row panel of fewer than kMR rows read in place),
+  // the rows past `rows` re-read the last one, A having no more: their sums are never stored.
+  const int64_t r1 = kClampRows ? std::min<int64_t>(1, rows - 1) * row_step : row_step;
+  const int64_t r2 = kClampRows ? std::min<int64_t>(2, rows - 1) * row_step : 2 * row_step;
+  const int64_t r3 = kClampRows ? std::min<int64_t>(3, rows - 1) * row_step : 3 * row_step;
+  const int64_t r4 = kClampRows ? std::min<int64_t>(4, rows - 1) * row_step : 4 * row_step;
+  const int64_t r5 = kClampRows ? std::min<int64_t>(5, rows - 1) * row_step : 5 * row_step;
+  const int64_t r6 = kClampRows ? std::min<int64_t>(6, rows - 1) * row_step : 6 * row_step;
+  const int64_t r7 = kClampRows ? std::min<int64_t>(7, rows - 1) * row_step : 7 * row_step;
   for (int64_t k = 0; k < kc; ++k) {
-    const __m512 b0 = _mm512_loadu_ps(Bp + k * kNR);
-    const __m512 b1 = _mm512_loadu_ps(Bp + k * kNR + 16);
+    const __m512 b0 = _mm512_loadu_ps(Bp + k * b_stride);
+    const __m512 b1 = _mm512_loadu_ps(Bp + k * b_stride + 16);
     const float* a = A + k * k_step;
     __m512 a_ik = _mm512_set1_ps(a[0]);
     c00 = _mm512_fmadd_ps(a_ik, b0, c00);
     c01 = _mm512_fmadd_ps(a_ik, b1, c01);
-    a_ik = _mm512_set1_ps(a[row_step]);
+    a_ik = _mm512_set1_ps(a[r1]);
     c10 = _mm512_fmadd_ps(a_ik, b0, c10);
     c11 = _mm512_fmadd_ps(a_ik, b1, c11);
-    a_ik = _mm512_set1_ps(a[2 * row_step]);
+    a_ik = _mm512_set1_ps(a[r2]);
     c20 = _mm512_fmadd_ps(a_ik, b0, c20);
     c21 = _mm512_fmadd_ps(a_ik, b1, c21);
-    a_ik = _mm512_set1_ps(a[3 * row_step]);
+    a_ik = _mm512_set1_ps(a[r3]);
     c30 = _mm512_fmadd_ps(a_ik, b0, c30);
     c31 = _mm512_fmadd_ps(a_ik, b1, c31);
-    a_ik = _mm512_set1_ps(a[4 * row_step]);
+    a_ik = _mm512_set1_ps(a[r4]);
     c40 = _mm512_fmadd_ps(a_ik, b0, c40);
     c41 = _mm512_fmadd_ps(a_ik, b1, c41);
-    a_ik = _mm512_set1_ps(a[5 * row_step]);
+    a_ik = _mm512_set1_ps(a[r5]);
     c50 = _mm512_fmadd_ps(a_ik, b0, c50);
     c51 = _mm512_fmadd_ps(a_ik, b1, c51);
-    a_ik = _mm512_set1_ps(a[6 * row_step]);
+    a_ik = _mm512_set1_ps(a[r6]);
     c60 = _mm512_fmadd_ps(a_ik, b0, c60);
     c61 = _mm512_fmadd_ps(a_ik, b1, c61);
-    a_ik = _mm512_set1_ps(a[7 * row_step]);
+    a_ik = _mm512_set1_ps(a[r7]);
     c70 = _mm512_fmadd_ps(a_ik, b0, c70);
     c71 = _mm512_fmadd_ps(a_ik, b1, c71);
   }
@@ -277,39 +306,53 @@ inline void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64
 // The avx2 micro-kernel is spelled out with intrinsics: GCC vectorizes the plain loops below into
 // 128-bit pieces with shuffles for a 6 x 16 tile. Same arithmetic: acc = fma(a_ik, b_kj, acc) for
 // k in order, then C = acc or C += acc.
-template <bool kARowsContiguous>
+template <bool kARowsContiguous, bool kClampRows = false>
 void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride, const float* __restrict Bp,
                   int64_t kc, int64_t rows, int64_t cols, bool add, const float* bias, bool relu,
-                  [[maybe_unused]] bool exact) {
+                  [[maybe_unused]] bool exact, int64_t b_stride = kNR) {
   static_assert(kMR == 6 && kNR == 16);
   // Twelve named accumulators, not an array: with an array GCC stores it to the stack every step.
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   const int64_t row_step = kARowsContiguous ? 1 : a_stride;  // distance between A(i, k) and A(i+1, k)
   const int64_t k_step = kARowsContiguous ? a_stride : 1;    // distance between A(i, k) and A(i, k+1)
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(Bp + k * kNR);
-    const __m256 b1 = _mm256_loadu_ps(Bp + k * kNR + 8);
-    const float* a = A + k * k_step;
-    __m256 a_ik = _mm256_broadcast_ss(a);
-    c00 = _mm256_fmadd_ps(a_ik, b0, c00);
-    c01 = _mm256_fmadd_ps(a_ik, b1, c01);
-    a_ik = _mm256_broadcast_ss(a + row_step);
-    c10 = _mm256_fmadd_ps(a_ik, b0, c10);
-    c11 = _mm256_fmadd_ps(a_ik, b1, c11);
-    a_ik = _mm256_broadcast_ss(a + 2 * row_step);
-    c20 = _mm256_fmadd_ps(a_ik, b0, c20);
-    c21 = _mm256_fmadd_ps(a_ik, b1, c21);
-    a_ik = _mm256_broadcast_ss(a + 3 * row_step);
-    c30 = _mm256_fmadd_ps(a_ik, b0, c30);
-    c31 = _mm256_fmadd_ps(a_ik, b1, c31);
-    a_ik = _mm256_broadcast_ss(a + 4 * row_step);
-    c40 = _mm256_fmadd_ps(a_ik, b0, c40);
-    c41 = _mm256_fmadd_ps(a_ik, b1, c41);
-    a_ik = _mm256_broadcast_ss(a + 5 * row_step);
-    c50 = _mm256_fmadd_ps(a_ik, b0, c50);
-    c51 = _mm256_fmadd_ps(a_ik, b1, c51);
-  }
+  // Row i's offset in A. With kClampRows (a last row panel of fewer than kMR rows read in place),
+  // the rows past `rows` re-read the last one, A having no more: their sums are never stored.
+  const int64_t r1 = kClampRows ? std::min<int64_t>(1, rows - 1) * row_step : row_step;
+  const int64_t r2 = kClampRows ? std::min<int64_t>(2, rows - 1) * row_step : 2 * row_step;
+  const int64_t r3 = kClampRows ? std::min<int64_t>(3, rows - 1) * row_step : 3 * row_step;
+  const int64_t r4 = kClampRows ? std::min<int64_t>(4, rows - 1) * row_step : 4 * row_step;
+  const int64_t r5 = kClampRows ? std::min<int64_t>(5, rows - 1) * row_step : 5 * row_step;
+  // The k loop for a B row stride known at compile time (kNR: a packed panel) or not (B read in
+  // place), so the packed case runs the code it ran before in-place B (with a run-time stride it
+  // measured 1-3% slower at 512^3 in one stretch, within the noise in another).
+  auto steps = [&](auto stride) {
+    for (int64_t k = 0; k < kc; ++k) {
+      const __m256 b0 = _mm256_loadu_ps(Bp + k * stride);
+      const __m256 b1 = _mm256_loadu_ps(Bp + k * stride + 8);
+      const float* a = A + k * k_step;
+      __m256 a_ik = _mm256_broadcast_ss(a);
+      c00 = _mm256_fmadd_ps(a_ik, b0, c00);
+      c01 = _mm256_fmadd_ps(a_ik, b1, c01);
+      a_ik = _mm256_broadcast_ss(a + r1);
+      c10 = _mm256_fmadd_ps(a_ik, b0, c10);
+      c11 = _mm256_fmadd_ps(a_ik, b1, c11);
+      a_ik = _mm256_broadcast_ss(a + r2);
+      c20 = _mm256_fmadd_ps(a_ik, b0, c20);
+      c21 = _mm256_fmadd_ps(a_ik, b1, c21);
+      a_ik = _mm256_broadcast_ss(a + r3);
+      c30 = _mm256_fmadd_ps(a_ik, b0, c30);
+      c31 = _mm256_fmadd_ps(a_ik, b1, c31);
+      a_ik = _mm256_broadcast_ss(a + r4);
+      c40 = _mm256_fmadd_ps(a_ik, b0, c40);
+      c41 = _mm256_fmadd_ps(a_ik, b1, c41);
+      a_ik = _mm256_broadcast_ss(a + r5);
+      c50 = _mm256_fmadd_ps(a_ik, b0, c50);
+      c51 = _mm256_fmadd_ps(a_ik, b1, c51);
+    }
+  };
+  if (b_stride == kNR) steps(std::integral_constant<int64_t, kNR>{});
+  else steps(b_stride);
   alignas(32) float tile[kMR][kNR];
   const __m256 acc[kMR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
   if (rows == kMR && cols == kNR) {
@@ -465,7 +508,9 @@ void micro_kernel(float* C, int64_t ldc, const double* __restrict a, const doubl
 template <bool kARowsContiguous>
 void row_panels_times(float* C, int64_t ldc, Operand A, int64_t M, const float* /*packed_a*/,
                       int64_t /*pack_begin*/, int64_t p_begin, int64_t p_end, int64_t k0, int64_t kc, const float* b,
-                      int64_t cols, bool add, const float* bias, bool relu, bool exact) {
+                      [[maybe_unused]] int64_t b_stride, int64_t cols, bool add, const float* bias, bool relu,
+                      bool exact) {
+  assert(b_stride == kNR);  // generic always packs B
   DoublePanels& d = t_doubles;
   if (d.a_data != A.data || d.p_begin != p_begin || d.p_end != p_end || d.k0 != k0 || d.kc != kc)
     a_to_doubles(A, M, p_begin, p_end, k0, kc);
@@ -495,23 +540,28 @@ thread_local std::vector<float> t_packed_b;
 inline int64_t group_begin(int64_t g, int64_t panels, int64_t groups) { return g * panels / groups; }
 
 #if defined(__AVX2__)
-// Row panels [p_begin, p_end) of op(A), K block [k0, k0 + kc), times one packed B panel slice
-// b (kc, kNR): C's rows of those panels, first `cols` columns, (+)= the product (micro_kernel's
-// add and bias). Panels from pack_begin on are read from packed_a (consecutive (kc, kMR) panels,
-// the first being panel pack_begin), the others in place.
+// Row panels [p_begin, p_end) of op(A), K block [k0, k0 + kc), times one B panel slice b
+// (kc, kNR), its rows b_stride apart (kNR when packed; in place, B's row stride): C's rows of those
+// panels, first `cols` columns, (+)= the product (micro_kernel's add and bias). Panels from
+// pack_begin on are read from packed_a (consecutive (kc, kMR) panels, the first being panel
+// pack_begin), the others in place.
 template <bool kARowsContiguous>
 void row_panels_times(float* C, int64_t ldc, Operand A, int64_t M, const float* packed_a, int64_t pack_begin,
-                      int64_t p_begin, int64_t p_end, int64_t k0, int64_t kc, const float* b, int64_t cols, bool add,
-                      const float* bias, bool relu, bool exact) {
+                      int64_t p_begin, int64_t p_end, int64_t k0, int64_t kc, const float* b,
+                      int64_t b_stride, int64_t cols, bool add, const float* bias, bool relu,
+                      bool exact) {
   const int64_t a_stride = kARowsContiguous ? A.k_stride : A.row_stride;
   for (int64_t p = p_begin; p < p_end; ++p) {
     float* c = C + p * kMR * ldc;
     if (p < pack_begin) {
       const float* a = A.data + p * kMR * A.row_stride + k0 * A.k_stride;
-      micro_kernel<kARowsContiguous>(c, ldc, a, a_stride, b, kc, kMR, cols, add, bias, relu, exact);
+      const int64_t rows = std::min(kMR, M - p * kMR);  // < kMR only for nn / nt (kInPlaceRaggedA)
+      if (!kARowsContiguous && rows < kMR)
+        micro_kernel<kARowsContiguous, true>(c, ldc, a, a_stride, b, kc, rows, cols, add, bias, relu, exact, b_stride);
+      else micro_kernel<kARowsContiguous>(c, ldc, a, a_stride, b, kc, kMR, cols, add, bias, relu, exact, b_stride);
     } else {
       const float* a = packed_a + (p - pack_begin) * kc * kMR;
-      micro_kernel<true>(c, ldc, a, kMR, b, kc, std::min(kMR, M - p * kMR), cols, add, bias, relu, exact);
+      micro_kernel<true>(c, ldc, a, kMR, b, kc, std::min(kMR, M - p * kMR), cols, add, bias, relu, exact, b_stride);
     }
   }
 }
@@ -571,7 +621,7 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
         pack_panel<kNR>(packed_b, B.data + q * kNR * B.row_stride + k0 * B.k_stride, B.row_stride, B.k_stride, cols,
                         kc);
         row_panels_times<kARowsContiguous>(part + q * kNR, N, A, M, packed_a, pack_begin, 0, row_panels, k0, kc,
-                                           packed_b, cols, false, nullptr, false, exact);
+                                           packed_b, kNR, cols, false, nullptr, false, exact);
       }
     }
   });
@@ -650,6 +700,17 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
   // stride of M floats, a new page every few steps, and the L1 and TLB miss on every step.
   const bool pack_a = kARowsContiguous && M > kMaxInPlaceTnRows;
 
+  // nn and tn on the FMA paths, when B's rows are short (N <= 256: a weight's or a model's
+  // activations): its whole panels are read in place, their rows B.k_stride = N apart, instead of
+  // copied into packed panels first; the kernels read the same values in the same order. At 135
+  // rows a packed panel serves only 17 row panels, and the copy was 3-11% of each product
+  // (135x64x256 tn 18.8 -> 16.8 us); at 1040 rows 64x1040x256 tn 148 -> 130 us, the others
+  // within +-2%.
+#if defined(__AVX2__)
+  const bool b_in_place = B.row_stride == 1 && N <= kMaxInPlaceBRowStride && K * N <= kMaxInPlaceB;
+#else
+  constexpr bool b_in_place = false;
+#endif
   // Tile t covers column group t / row_groups and row group t % row_groups: the consecutive
   // tiles a thread gets under schedule(static) mostly share their columns, and packed_col_group
   // (the group whose B panels the thread's buffer holds) lets them reuse the packed panels.
@@ -660,12 +721,14 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
     const int64_t q_begin = group_begin(col_group, col_panels, col_groups);
     const int64_t q_end = group_begin(col_group + 1, col_panels, col_groups);
 
-    // packed B: the tile's column panels, each (K, kNR), zero-padded past N. Packed even when its
-    // layout would allow reading it in place (nn, tn): a panel's slice for one K block is then
-    // contiguous and stays in L1 while the row panels of A stream past it.
+    // packed B: the tile's column panels, each (K, kNR), zero-padded past N (only a last panel of
+    // fewer than kNR columns when b_in_place). Packed even when its layout would allow reading it
+    // in place if its rows are long: a panel's slice for one K block is then contiguous and stays in L1
+    // while the row panels of A stream past it.
     float* packed_b = thread_buffer(t_packed_b, max_tile_col_panels * K * kNR);
     if (packed_col_group != col_group) {
       for (int64_t q = q_begin; q < q_end; ++q) {
+        if (b_in_place && N - q * kNR >= kNR) continue;
         pack_panel<kNR>(packed_b + (q - q_begin) * K * kNR, B.data + q * kNR * B.row_stride, B.row_stride, B.k_stride,
                         std::min(kNR, N - q * kNR), K);
       }
@@ -673,8 +736,9 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
     }
 
     // Row panels [pack_begin, p_end) are copied into (kc, kMR) panels before use: every panel of
-    // the tile when pack_a, else only a last panel of fewer than kMR rows (zero-padded).
-    const bool ragged = p_end == row_panels && M % kMR != 0;
+    // the tile when pack_a, else only a last panel of fewer than kMR rows (zero-padded), unless
+    // the kernel reads that one in place too (kInPlaceRaggedA).
+    const bool ragged = p_end == row_panels && M % kMR != 0 && !(kInPlaceRaggedA && !kARowsContiguous);
     const int64_t pack_begin = pack_a ? p_begin : (ragged ? p_end - 1 : p_end);
     float* packed_a = thread_buffer(t_packed_a, (p_end - pack_begin) * kKC * kMR);
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
@@ -689,10 +753,11 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
       const bool relu_now = relu && k0 + kc == K;
       for (int64_t q = q_begin; q < q_end; ++q) {
         const int64_t cols = std::min(kNR, N - q * kNR);
-        const float* b = packed_b + (q - q_begin) * K * kNR + k0 * kNR;
+        const bool in_place = b_in_place && cols == kNR;
+        const float* b = in_place ? B.data + q * kNR + k0 * B.k_stride : packed_b + (q - q_begin) * K * kNR + k0 * kNR;
         const float* bias_q = bias != nullptr ? bias + q * kNR : nullptr;
-        row_panels_times<kARowsContiguous>(C + q * kNR, N, A, M, packed_a, pack_begin, p_begin, p_end, k0, kc, b, cols,
-                                           add, bias_q, relu_now, exact);
+        row_panels_times<kARowsContiguous>(C + q * kNR, N, A, M, packed_a, pack_begin, p_begin, p_end, k0, kc, b,
+                                           in_place ? B.k_stride : kNR, cols, add, bias_q, relu_now, exact);
       }
     }
   };
