@@ -117,8 +117,10 @@ void RunDirectory::begin_resume(const RunConfig& config, int64_t step) {
   }
 }
 
-void RunDirectory::append_metrics(const json& record) {
-  const std::string line = record_line(record) + "\n";
+void RunDirectory::append_metrics(const json& record) { append_metrics_line(record_line(record)); }
+
+void RunDirectory::append_metrics_line(const std::string& record) {
+  const std::string line = record + "\n";
   if (const int err = io::write_all(metrics_fd_, line.data(), line.size()); err != 0) {
     throw InputError(fmt::format("{}: write failed: {}", paths_.metrics, std::strerror(err)));
   }

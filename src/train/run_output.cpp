@@ -64,6 +64,7 @@ class Owner final : public RunOutput {
   bool is_open() const override { return run_dir_.has_value(); }
   bool evaluates() const override { return true; }
   void append_metrics(const nlohmann::json& record) override { run_dir_->append_metrics(record); }
+  void append_step(const StepRecord& record) override { run_dir_->append_metrics_line(step_record_line(record)); }
   void checkpoint(int64_t step, const std::function<void(const std::string&)>& save) override {
     save(run_dir_->paths().checkpoint);
     logger_.checkpoint(step, run_dir_->paths().checkpoint);
@@ -88,6 +89,7 @@ class Follower final : public RunOutput {
   bool is_open() const override { return true; }
   bool evaluates() const override { return false; }
   void append_metrics(const nlohmann::json&) override {}
+  void append_step(const StepRecord&) override {}
   void checkpoint(int64_t, const std::function<void(const std::string&)>&) override {}
   void save_best(int64_t, const std::function<void(const std::string&)>&) override {}
   void write_summary(const nlohmann::json&) override {}

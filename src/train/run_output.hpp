@@ -35,6 +35,7 @@ class RunOutput {
   virtual bool is_open() const = 0;
   virtual bool evaluates() const = 0;
   virtual void append_metrics(const nlohmann::json& record) = 0;
+  virtual void append_step(const StepRecord& record) = 0;  // its metrics.jsonl line
   // save(path) writes the checkpoint, on the rank that writes it.
   virtual void checkpoint(int64_t step, const std::function<void(const std::string&)>& save) = 0;
   // save(path) writes the best checkpoint (train.keep_best), on the rank that writes.

@@ -400,7 +400,7 @@ TrainSummary Trainer::fit() {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     record.tokens_per_s = seconds > 0 ? double(record.tokens) / seconds : 0.0;
     clock_.charge(RunPart::steps);
-    output_->append_metrics(to_json(record));
+    output_->append_step(record);
     last_record_ = record;
     logger_->step(record, t.steps);
     clock_.charge(RunPart::logs);

@@ -55,6 +55,7 @@ class RunDirectory {
   // One line of metrics.jsonl, written with one write(2) so a kill never leaves half a line
   // followed by another record.
   void append_metrics(const nlohmann::json& record);
+  void append_metrics_line(const std::string& line);  // a line record_line made, without its newline
   void write_summary(const nlohmann::json& summary);
 
  private:
