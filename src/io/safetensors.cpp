@@ -437,13 +437,19 @@ void write_safetensors(const std::string& path, const std::map<std::string, std:
   write_safetensors(path, metadata, views_of(tensors));
 }
 
+std::unique_ptr<AtomicFileWriter> stage_safetensors(const std::string& path,
+                                                    const std::map<std::string, std::string>& metadata,
+                                                    std::vector<TensorView> tensors) {
+  const std::string prefix = safetensors_prefix(metadata, tensors);
+  auto writer = std::make_unique<AtomicFileWriter>(path);
+  writer->write(prefix);
+  for (const TensorView& view : tensors) writer->write(view.data, view.size);
+  return writer;
+}
+
 void write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
                        std::vector<TensorView> tensors) {
-  const std::string prefix = safetensors_prefix(metadata, tensors);
-  AtomicFileWriter writer(path);
-  writer.write(prefix);
-  for (const TensorView& view : tensors) writer.write(view.data, view.size);
-  writer.commit();
+  stage_safetensors(path, metadata, std::move(tensors))->commit();
 }
 
 TensorRecord make_f32(std::string name, std::vector<int64_t> shape, const float* data) {

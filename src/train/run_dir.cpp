@@ -126,8 +126,12 @@ void RunDirectory::append_metrics_line(const std::string& record) {
   }
 }
 
-void RunDirectory::write_summary(const json& summary) {
-  io::write_file_atomic(paths_.summary, nlohmann::ordered_json(summary).dump(2) + "\n");
+void RunDirectory::write_summary(const json& summary, io::AtomicFileWriter* checkpoint) {
+  io::AtomicFileWriter file(paths_.summary);
+  file.write(nlohmann::ordered_json(summary).dump(2) + "\n");
+  // The checkpoint first: its rename comes before the summary's, as when each was committed alone.
+  if (checkpoint != nullptr) io::commit_together({checkpoint, &file});
+  else file.commit();
 }
 
 int64_t metrics_prefix_for_resume(const std::string& path, int64_t step) {

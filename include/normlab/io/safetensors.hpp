@@ -12,10 +12,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace normlab::io {
+
+class AtomicFileWriter;  // io/atomic_file.hpp
 
 struct TensorRecord {
   std::string name;
@@ -67,6 +70,11 @@ struct TensorView {
 // The same file bytes as the records' overload, each tensor written straight from its view.
 void write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
                        std::vector<TensorView> tensors);
+// The same, but not yet committed: the caller commits it (with other files: commit_together) or
+// drops it (nothing written).
+std::unique_ptr<AtomicFileWriter> stage_safetensors(const std::string& path,
+                                                    const std::map<std::string, std::string>& metadata,
+                                                    std::vector<TensorView> tensors);
 
 // Records from plain row-major arrays of product(shape) elements (data may be null if that is 0).
 TensorRecord make_f32(std::string name, std::vector<int64_t> shape, const float* data);

@@ -56,7 +56,8 @@ class RunDirectory {
   // followed by another record.
   void append_metrics(const nlohmann::json& record);
   void append_metrics_line(const std::string& line);  // a line record_line made, without its newline
-  void write_summary(const nlohmann::json& summary);
+  // summary.json, committed together with `checkpoint` when one is given (io::commit_together).
+  void write_summary(const nlohmann::json& summary, io::AtomicFileWriter* checkpoint = nullptr);
 
  private:
   RunPaths paths_;
