@@ -50,7 +50,8 @@ struct CompareTiming {
   int jobs = 1;
   int finished_runs = 0;   // runs this compare trained to their summary (finished or diverged)
   train::PartTimes parts;  // their records (a resumed run: its last session), summed
-  // Their processes beyond their records: exec, loading, exit (child's wall / CPU - the record's).
+  // Their processes beyond their records: the launch (fork), summary.json with the last checkpoint's
+  // commit, exit (child's wall / CPU - the record's).
   double process_wall_s = 0.0, process_cpu_s = 0.0;
   int other_runs = 0;  // runs that crashed, failed or were stopped: their whole process
   double other_wall_s = 0.0, other_cpu_s = 0.0;
