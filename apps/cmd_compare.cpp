@@ -90,7 +90,11 @@ void add_compare(CLI::App& app) {
       "Rerunning with the same --out skips finished runs and resumes interrupted ones whose config is the\n"
       "one asked for; a run trained with another config stops the command (exit 2) unless --retrain-changed.\n"
       "Ctrl-C stops every running run with a checkpoint (exit 130).");
-  cmd->callback([options] { run(*options); });
+  cmd->callback([options] {
+    // Each run calls the command line in a forked process rather than exec'ing the binary again.
+    options->train_entry = [](const std::vector<std::string>& args) { return run_command_line(args); };
+    run(*options);
+  });
 }
 
 }  // namespace normlab::cli

@@ -68,8 +68,9 @@ class ConsoleLogger : public train::SessionLogger {
     const double elapsed = std::chrono::duration<double>(now - session_start_).count();
     const int64_t done = record.step - *first_step_ + 1;
     const double eta = elapsed / double(done) * double(total_steps - record.step);
-    const std::string loss =
-        record.diverged && !std::isfinite(record.loss) ? "nan" : fmt::format("{:.4f}", record.loss);
+    const auto loss = [&record] {
+      return record.diverged && !std::isfinite(record.loss) ? std::string("nan") : fmt::format("{:.4f}", record.loss);
+    };
     if (terminal_) {
       const bool last = record.step == total_steps || record.diverged;
       if (!last && now - last_draw_ < std::chrono::milliseconds(100)) return;
@@ -77,7 +78,7 @@ class ConsoleLogger : public train::SessionLogger {
       constexpr int kWidth = 24;
       const int filled = static_cast<int>(double(kWidth) * double(record.step) / double(total_steps));
       fmt::print(stderr, "\r[{}{}] {}/{} loss {} acc {:.3f} lr {:.2e} ETA {}\033[K", std::string(size_t(filled), '#'),
-                 std::string(size_t(kWidth - filled), '.'), record.step, total_steps, loss, record.accuracy, record.lr,
+                 std::string(size_t(kWidth - filled), '.'), record.step, total_steps, loss(), record.accuracy, record.lr,
                  format_duration(eta));
       std::fflush(stderr);
       bar_drawn_ = true;
@@ -85,7 +86,7 @@ class ConsoleLogger : public train::SessionLogger {
     }
     if (record.step % log_every_ != 0 && record.step != total_steps && !record.diverged) return;
     fmt::print(stderr, "step {}/{}  loss {}  acc {:.4f}  lr {:.3e}  grad_norm {:.3f}  tok/s {:.0f}  ETA {}\n",
-               record.step, total_steps, loss, record.accuracy, record.lr, record.grad_norm, record.tokens_per_s,
+               record.step, total_steps, loss(), record.accuracy, record.lr, record.grad_norm, record.tokens_per_s,
                format_duration(eta));
   }
 

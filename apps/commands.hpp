@@ -3,6 +3,7 @@
 // The callbacks throw normlab::InputError for bad input; main() turns that into exit code 2.
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 #include "normlab/train/saved_run.hpp"
 #include "normlab/train/session.hpp"
@@ -49,4 +50,10 @@ using train::kExitTerminated;
 struct ExitCode {
   int code;
 };
+
+// The command line on argv (apps/normlab.cpp): parse, run the verb, turn its errors into one line
+// and an exit code, which it returns. main() calls it; so does each run compare forks (args: the
+// arguments after the program's name).
+int run_command_line(int argc, char** argv);
+int run_command_line(const std::vector<std::string>& args);
 }  // namespace normlab::cli

@@ -182,12 +182,7 @@ int check_verb(const CLI::App& app, int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  // Activations are freed and reallocated every step: keep freed memory in the heap for reuse, not
-  // a fresh mmap (page faults and zero-filling) per buffer.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 512 << 20);
-  mallopt(M_TOP_PAD, 64 << 20);
+int normlab::cli::run_command_line(int argc, char** argv) {
   CLI::App app{"normlab: train small Transformer encoders and study Layer Normalization"};
   // "kernels: avx2": NORMLAB_ISA or the best path this CPU runs; "kernels: reference" under
   // NORMLAB_ISA=reference (the plain loops, for reading and debugging).
@@ -244,4 +239,22 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+int normlab::cli::run_command_line(const std::vector<std::string>& args) {
+  std::vector<std::string> strings{"normlab"};
+  strings.insert(strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  return run_command_line(int(strings.size()), argv.data());
+}
+
+int main(int argc, char** argv) {
+  // Activations are freed and reallocated every step: keep freed memory in the heap for reuse, not
+  // a fresh mmap (page faults and zero-filling) per buffer.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  mallopt(M_TOP_PAD, 64 << 20);
+  return normlab::cli::run_command_line(argc, argv);
 }

@@ -84,3 +84,31 @@ TEST_CASE("compare: kill -9 ends its runs with a checkpoint - a rerun that meets
   CHECK(last.code == 0);
   for (const std::string& name : names) CHECK(fs::exists(out + "/runs/" + name + "/summary.json"));
 }
+
+TEST_CASE("compare: its runs are forked from its launcher, not exec'ed, and are compare's own children") {
+  TempDir dir("normlab_test_compare_forked");
+  dir.write("base.json", kBase);
+  const std::string config = dir.write("compare.json", R"({"base": "base.json", "grid": {"seeds": [0]}})");
+  const std::string out = dir.sub("out");
+  PausePoint pause(dir, "step 1");
+  Child compare({"compare", "--config", config, "--out", out, "--jobs", "1"}, dir.sub("compare.out"),
+                dir.sub("compare.err"), {}, {pause.env()});
+  REQUIRE(compare.started());
+  const std::vector<pid_t> runs = pause.wait(1);
+  REQUIRE(runs.size() == 1);
+  // The run's command line is compare's (no exec), its parent compare itself (adopted from the
+  // launcher's fork): compare waits for it, reads its CPU time and signals it as any child.
+  std::string cmdline = read_text("/proc/" + std::to_string(runs[0]) + "/cmdline");
+  for (char& c : cmdline) c = c == '\0' ? ' ' : c;
+  CHECK(cmdline.find(" compare --config ") != std::string::npos);
+  const std::string status = read_text("/proc/" + std::to_string(runs[0]) + "/status");
+  CHECK(status.find("\nPPid:\t" + std::to_string(compare.pid()) + "\n") != std::string::npos);
+  pause.resume(runs[0]);
+  CHECK(compare.wait() == 0);
+  // It trained to the end as an exec'ed run would: its summary, and its output in its log.
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(out + "/runs")) names.push_back(entry.path().filename().string());
+  REQUIRE(names.size() == 1);
+  CHECK(fs::exists(out + "/runs/" + names[0] + "/summary.json"));
+  CHECK(read_text(out + "/logs/" + names[0] + ".log").find("trained 6 steps") != std::string::npos);
+}

@@ -112,6 +112,12 @@ TEST_CASE("safetensors writer output matches a hand-built byte layout") {
   CHECK(serialize_safetensors({{"k", "v"}}, tensors) == expected);
   // Same records in the other order: identical bytes.
   CHECK(serialize_safetensors({{"k", "v"}}, {tensors[1], tensors[0]}) == expected);
+  // Written from views of the arrays (a checkpoint's tensors, no copy), in either order: the same bytes.
+  const std::vector<TensorView> views = {{"a", "F32", {2}, a, sizeof a}, {"b", "I64", {1}, b, sizeof b}};
+  write_safetensors(dir.sub("views.safetensors"), {{"k", "v"}}, views);
+  CHECK(slurp(dir.sub("views.safetensors")) == expected);
+  write_safetensors(dir.sub("views.safetensors"), {{"k", "v"}}, std::vector<TensorView>{views[1], views[0]});
+  CHECK(slurp(dir.sub("views.safetensors")) == expected);
   // No metadata: the key is omitted, as the reference writer does; header stays 8-aligned.
   std::string bare = serialize_safetensors({}, tensors);
   CHECK(!contains(bare, "__metadata__"));
@@ -425,6 +431,9 @@ TEST_CASE("safetensors writer rejects inconsistent records as UsageError and wri
   CHECK_THROWS_AS(write_safetensors(path, {{"k", "\xff"}}, {good}), UsageError);
   CHECK_THROWS_AS(make_f32("x", {-1}, values), UsageError);
   CHECK_THROWS_AS(make_f32("x", {2}, nullptr), UsageError);
+  // Views are checked as records are, before anything is written.
+  CHECK_THROWS_AS(write_safetensors(path, {}, std::vector<TensorView>{{"w", "F32", {2}, values, 4}}), UsageError);
+  CHECK_THROWS_AS(write_safetensors(path, {}, std::vector<TensorView>{{"w", "F32", {2}, nullptr, 8}}), UsageError);
   CHECK(slurp(path) == "previous");
 }
 

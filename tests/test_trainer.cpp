@@ -507,3 +507,42 @@ TEST_CASE("trainer: step records carry the batch composition, which the length r
   CHECK_THROWS_WITH_AS(check_config(config, "c.json"), doctest::Contains("c.json: task.length_regime: \"bucketed\""),
                        InputError);
 }
+
+TEST_CASE("trainer: a step's metrics.jsonl line is record_line(to_json(record)) byte for byte") {
+  using normlab::train::StepRecord;
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  StepRecord plain;
+  plain.step = 7;
+  plain.loss = 1.25;
+  plain.accuracy = 0.5;
+  plain.lr = 3e-4;
+  plain.grad_norm = 0.1 + 0.2;
+  plain.tokens = 144;
+  plain.sequences = 32;
+  plain.shortest = 1;
+  plain.longest = 8;
+  plain.tokens_per_s = 81234.56789;
+  StepRecord full = plain;  // every optional field, non-finite values among them
+  full.step = 50;
+  full.residual_rms = {1.0, nan, 2.5e-12};
+  full.layer_grad_norms = {0.5, inf, 1e300};
+  full.attention_max_logit = {3.0, -inf};
+  full.attention_entropy_mean = {0.69314718055994529, 1.0 / 3.0};
+  full.attention_entropy_min = {0.0, 1e-7};
+  full.update_ratio = {1e-3, nan};
+  full.log_z_mean = 2.0;
+  full.log_z_max_abs = nan;
+  full.z_loss = 4e-4;
+  StepRecord diverged = plain;
+  diverged.loss = nan;
+  diverged.grad_norm = nan;
+  diverged.diverged = true;
+  for (const StepRecord& record : {plain, full, diverged}) {
+    const std::string line = normlab::train::step_record_line(record);
+    CAPTURE(line);
+    CHECK(line == normlab::train::record_line(normlab::train::to_json(record)));
+  }
+  CHECK(normlab::train::step_record_line(plain) ==
+        R"({"step":7,"accuracy":0.5,"grad_norm":0.30000000000000004,"longest":8,"loss":1.25,"lr":0.0003,)"
+        R"("sequences":32,"shortest":1,"tokens":144,"tokens_per_s":81234.56789})");
+}

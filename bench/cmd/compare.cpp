@@ -67,6 +67,7 @@ void run(const BenchCompareOptions& options) {
   study::CompareOptions compare;
   compare.config = options.config;
   compare.jobs = options.jobs;
+  compare.train_entry = [](const std::vector<std::string>& args) { return run_command_line(args); };  // as compare
   if (options.out.empty()) {
     temporary = std::make_unique<TemporaryDirectory>();
     compare.out = temporary->path;

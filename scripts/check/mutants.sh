@@ -254,8 +254,8 @@ mutant "majority: a tie goes to 1 instead of the first token" \
 # ---- checkpoint layout (test_checkpoint_layout.cpp)
 mutant "checkpoint: square weights saved transposed" \
   src/train/checkpoint.cpp \
-  'for (const auto& [name, tensor] : tensors) records.push_back(io::make_f32(name, tensor.shape(), tensor.data()));' \
-  'for (const auto& [name, tensor] : tensors) { std::vector<float> v(tensor.data(), tensor.data() + tensor.numel()); if (tensor.shape().size() == 2 && tensor.shape()[0] == tensor.shape()[1]) { const int64_t n = tensor.shape()[0]; for (int64_t i = 0; i < n; i++) for (int64_t j = 0; j < n; j++) v[size_t(i * n + j)] = tensor.data()[j * n + i]; } records.push_back(io::make_f32(name, tensor.shape(), v.data())); }' \
+  'views.push_back({name, "F32", tensor.shape(), tensor.data(), size_t(tensor.numel()) * sizeof(float)});' \
+  '{ static std::vector<std::vector<float>> kept; kept.emplace_back(tensor.data(), tensor.data() + tensor.numel()); std::vector<float>& v = kept.back(); if (tensor.shape().size() == 2 && tensor.shape()[0] == tensor.shape()[1]) { const int64_t n = tensor.shape()[0]; for (int64_t i = 0; i < n; i++) for (int64_t j = 0; j < n; j++) v[size_t(i * n + j)] = tensor.data()[j * n + i]; } views.push_back({name, "F32", tensor.shape(), v.data(), v.size() * sizeof(float)}); }' \
   '*checkpoint layout*'
 
 # ---- data-parallel runs (test_dist_mpi.cpp, test_compare_shards.cpp)

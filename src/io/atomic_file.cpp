@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <ext/stdio_filebuf.h>
 #include <vector>
 
@@ -76,33 +77,67 @@ AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
 AtomicFileWriter::~AtomicFileWriter() { abandon(); }
 
 void AtomicFileWriter::abandon() {
-  if (fd_ < 0) return;
-  ::close(fd_);
+  if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
-  ::unlink(temp_path_.c_str());
+  if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
+  temp_path_.clear();
 }
 
 void AtomicFileWriter::write(const void* data, size_t size) {
   if (fd_ < 0) throw UsageError("AtomicFileWriter: write after commit");
   if (const int err = write_all(fd_, data, size); err != 0) {
+    const std::string path = path_;
     abandon();
-    throw_write_error(path_, err);
+    throw_write_error(path, err);
   }
 }
 
-void AtomicFileWriter::commit(bool sync_directory) {
+void AtomicFileWriter::start_sync() {
+  // Only a hint: the writeback starts now (the blocks are allocated in the filesystem's current
+  // transaction), and the fsync that must follow finds it done or under way.
+  if (fd_ >= 0) ::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
+}
+
+void AtomicFileWriter::finish_sync() {
   if (fd_ < 0) throw UsageError("AtomicFileWriter: commit twice");
   int err = ::fsync(fd_) != 0 ? errno : 0;
   // close() can report a deferred write error (NFS, quota), so its result counts too.
   if (::close(fd_) != 0 && err == 0) err = errno;
   fd_ = -1;
-  if (err == 0 && ::rename(temp_path_.c_str(), path_.c_str()) != 0) err = errno;
   if (err != 0) {
-    ::unlink(temp_path_.c_str());
+    abandon();
     throw_write_error(path_, err);
   }
+}
 
+void AtomicFileWriter::publish() {
+  if (fd_ >= 0 || temp_path_.empty()) throw UsageError("AtomicFileWriter: publish before its sync, or twice");
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    abandon();
+    throw_write_error(path_, err);
+  }
+  temp_path_.clear();
+}
+
+void AtomicFileWriter::commit(bool sync_directory) {
+  finish_sync();
+  publish();
   if (sync_directory) sync_parent_directory(path_);
+}
+
+void commit_together(const std::vector<AtomicFileWriter*>& files) {
+  for (const AtomicFileWriter* file : files) {
+    if (parent_directory(file->path()) != parent_directory(files.front()->path()))
+      throw UsageError("commit_together: " + file->path() + " is not in the directory of " + files.front()->path());
+  }
+  // Every file's writeback first, so that the first fsync commits the filesystem's journal for
+  // all of them and the others find their blocks written and recorded: two journal commits (the
+  // data, the renames) instead of two per file.
+  for (AtomicFileWriter* file : files) file->start_sync();
+  for (AtomicFileWriter* file : files) file->finish_sync();
+  for (AtomicFileWriter* file : files) file->publish();
+  if (!files.empty()) sync_parent_directory(files.back()->path());
 }
 
 void write_file_atomic(const std::string& path, const void* data, size_t size) {
@@ -120,12 +155,14 @@ void write_files_atomic(const std::vector<NamedText>& files) {
     if (parent_directory(file.path) != parent_directory(files.front().path))
       throw UsageError("write_files_atomic: " + file.path + " is not in the directory of " + files.front().path);
   }
+  std::vector<std::unique_ptr<AtomicFileWriter>> writers;
+  std::vector<AtomicFileWriter*> pointers;
   for (const NamedText& file : files) {
-    AtomicFileWriter writer(file.path);
-    writer.write(file.contents.data(), file.contents.size());
-    writer.commit(/*sync_directory=*/false);
+    writers.push_back(std::make_unique<AtomicFileWriter>(file.path));
+    writers.back()->write(file.contents.data(), file.contents.size());
+    pointers.push_back(writers.back().get());
   }
-  if (!files.empty()) sync_parent_directory(files.back().path);
+  commit_together(pointers);
 }
 
 void remove_stale_temp_files(const std::string& path) {

@@ -346,18 +346,18 @@ SafetensorsFile read_safetensors(const std::string& path) { return read_file_che
 
 SafetensorsFile read_safetensors_header(const std::string& path) { return read_file_checked(path, false); }
 
-std::string serialize_safetensors(const std::map<std::string, std::string>& metadata,
-                                  const std::vector<TensorRecord>& tensors) {
-  std::vector<const TensorRecord*> sorted;
-  sorted.reserve(tensors.size());
-  for (const TensorRecord& record : tensors) sorted.push_back(&record);
+namespace {
+
+// The 8-byte length and the header of a file holding `tensors` (sorted here into file order, in
+// which their bytes follow the header). Throws UsageError for inconsistent views.
+std::string safetensors_prefix(const std::map<std::string, std::string>& metadata, std::vector<TensorView>& tensors) {
   // Element sizes are powers of two and the buffer starts 8-aligned, so largest-first order puts
   // every tensor at a multiple of its element size (zero-copy readers need that); name order
   // within a size makes the bytes independent of the caller's order.
-  std::sort(sorted.begin(), sorted.end(), [](const TensorRecord* a, const TensorRecord* b) {
-    size_t a_size = safetensors_dtype_size(a->dtype), b_size = safetensors_dtype_size(b->dtype);
+  std::sort(tensors.begin(), tensors.end(), [](const TensorView& a, const TensorView& b) {
+    size_t a_size = safetensors_dtype_size(a.dtype), b_size = safetensors_dtype_size(b.dtype);
     if (a_size != b_size) return a_size > b_size;
-    return a->name < b->name;
+    return a.name < b.name;
   });
 
   // Compact JSON in the reference writer's layout: __metadata__ first (omitted when empty), then
@@ -375,26 +375,26 @@ std::string serialize_safetensors(const std::map<std::string, std::string>& meta
   }
   std::set<std::string> names;
   uint64_t offset = 0;
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    const TensorRecord& record = *sorted[i];
-    const std::string where = "safetensors: tensor " + single_quoted(record.name) + ": ";
-    if (record.name == "__metadata__") throw UsageError(where + "reserved name");
-    if (!names.insert(record.name).second) throw UsageError(where + "duplicate name");
-    size_t element_size = safetensors_dtype_size(record.dtype);
-    if (element_size == 0) throw UsageError(where + "unknown dtype " + single_quoted(record.dtype));
+  for (const TensorView& view : tensors) {
+    const std::string where = "safetensors: tensor " + single_quoted(view.name) + ": ";
+    if (view.name == "__metadata__") throw UsageError(where + "reserved name");
+    if (!names.insert(view.name).second) throw UsageError(where + "duplicate name");
+    size_t element_size = safetensors_dtype_size(view.dtype);
+    if (element_size == 0) throw UsageError(where + "unknown dtype " + single_quoted(view.dtype));
     uint64_t expected_bytes = 0;
-    if (!checked_byte_count(record.shape, element_size, &expected_bytes)) {
-      throw UsageError(where + "invalid shape " + format_shape(record.shape));
+    if (!checked_byte_count(view.shape, element_size, &expected_bytes)) {
+      throw UsageError(where + "invalid shape " + format_shape(view.shape));
     }
-    if (expected_bytes != record.bytes.size()) {
-      throw UsageError(where + "has " + std::to_string(record.bytes.size()) + " bytes but shape " +
-                       format_shape(record.shape) + " of " + record.dtype + " needs " + std::to_string(expected_bytes));
+    if (expected_bytes != view.size) {
+      throw UsageError(where + "has " + std::to_string(view.size) + " bytes but shape " + format_shape(view.shape) +
+                       " of " + view.dtype + " needs " + std::to_string(expected_bytes));
     }
+    if (view.size > 0 && view.data == nullptr) throw UsageError(where + "null data for shape " + format_shape(view.shape));
     if (header.size() > 1) header += ",";
-    header += json_string(record.name, "tensor name") + ":{\"dtype\":\"" + record.dtype + "\",\"shape\":[";
-    for (size_t d = 0; d < record.shape.size(); ++d) {
+    header += json_string(view.name, "tensor name") + ":{\"dtype\":\"" + view.dtype + "\",\"shape\":[";
+    for (size_t d = 0; d < view.shape.size(); ++d) {
       if (d > 0) header += ",";
-      header += std::to_string(record.shape[d]);
+      header += std::to_string(view.shape[d]);
     }
     header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + expected_bytes) + "]}";
     offset += expected_bytes;
@@ -404,20 +404,52 @@ std::string serialize_safetensors(const std::map<std::string, std::string>& meta
   header.append((8 - header.size() % 8) % 8, ' ');
 
   std::string out;
-  out.reserve(8 + header.size() + size_t(offset));
+  out.reserve(8 + header.size());
   uint64_t header_bytes = header.size();
   for (int i = 0; i < 8; ++i) out.push_back(char((header_bytes >> (8 * i)) & 0xff));
   out += header;
-  for (const TensorRecord* record : sorted) {
-    out.append(reinterpret_cast<const char*>(record->bytes.data()), record->bytes.size());
-  }
+  return out;
+}
+
+std::vector<TensorView> views_of(const std::vector<TensorRecord>& tensors) {
+  std::vector<TensorView> views;
+  views.reserve(tensors.size());
+  for (const TensorRecord& record : tensors)
+    views.push_back({record.name, record.dtype, record.shape, record.bytes.data(), record.bytes.size()});
+  return views;
+}
+
+}  // namespace
+
+std::string serialize_safetensors(const std::map<std::string, std::string>& metadata,
+                                  const std::vector<TensorRecord>& tensors) {
+  std::vector<TensorView> views = views_of(tensors);
+  std::string out = safetensors_prefix(metadata, views);
+  size_t total = out.size();
+  for (const TensorView& view : views) total += view.size;
+  out.reserve(total);
+  for (const TensorView& view : views) out.append(static_cast<const char*>(view.data), view.size);
   return out;
 }
 
 void write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
                        const std::vector<TensorRecord>& tensors) {
-  std::string contents = serialize_safetensors(metadata, tensors);
-  write_file_atomic(path, contents);
+  write_safetensors(path, metadata, views_of(tensors));
+}
+
+std::unique_ptr<AtomicFileWriter> stage_safetensors(const std::string& path,
+                                                    const std::map<std::string, std::string>& metadata,
+                                                    std::vector<TensorView> tensors) {
+  const std::string prefix = safetensors_prefix(metadata, tensors);
+  auto writer = std::make_unique<AtomicFileWriter>(path);
+  writer->write(prefix);
+  for (const TensorView& view : tensors) writer->write(view.data, view.size);
+  return writer;
+}
+
+void write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
+                       std::vector<TensorView> tensors) {
+  stage_safetensors(path, metadata, std::move(tensors))->commit();
 }
 
 TensorRecord make_f32(std::string name, std::vector<int64_t> shape, const float* data) {

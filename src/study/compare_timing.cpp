@@ -87,7 +87,7 @@ std::vector<CompareTiming::Row> CompareTiming::rows() const {
                           part(RunPart::logs, "logs (metrics.jsonl, run log)"),
                           part(RunPart::setup, "run setup (config, data, model, run directory)"),
                           part(RunPart::finish, "run finish"),
-                          {"process start and exit (exec, libraries, exit)", process_wall_s, process_cpu_s}};
+                          {"process start and exit (launch, summary.json, exit)", process_wall_s, process_cpu_s}};
   if (other_runs > 0)
     out.push_back(
         {fmt::format("runs that crashed, failed or were stopped ({})", other_runs), other_wall_s, other_cpu_s});

@@ -32,6 +32,7 @@ namespace fs = std::filesystem;
 using scheduler_parts::add_runs;
 using scheduler_parts::ChildRecord;
 using scheduler_parts::PassTotals;
+using scheduler_parts::RunLauncher;
 using scheduler_parts::RunWatcher;
 using scheduler_parts::self_cpu_seconds;
 using scheduler_parts::self_exe;
@@ -197,12 +198,11 @@ bool wait_for_other_shards(const ComparePlan& plan, const fs::path& out, const C
 // Trains what the plan still needs in passes: a grid in one; a search pass by pass, the plan read
 // again after each, until no round adds a run this process trains. Returns the final plan.
 ComparePlan train_passes(ComparePlan plan, const CompareOptions& options, const Shard& shard, PassTotals& totals,
-                         CompareLogger& logger, io::StopFlag stop) {
+                         RunLauncher& launcher, CompareLogger& logger, io::StopFlag stop) {
   const fs::path out(options.out);
   std::vector<io::DirLock> run_locks;
   std::set<std::string> locked;
   const int jobs = options.jobs > 0 ? options.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
-  const std::string exe = self_exe();
   int idle_polls = 0;
   for (int pass = 0;; ++pass) {
     lock_runs(plan, out, shard, run_locks, locked);
@@ -216,7 +216,7 @@ ComparePlan train_passes(ComparePlan plan, const CompareOptions& options, const 
     if (pass > 0) logger.note(fmt::format("compare: search: the next round adds {} run(s) here", queue.size()));
     idle_polls = 0;
     RunWatcher watcher(plan, out, jobs, already_done, logger, stop);
-    watcher.run(std::move(queue), exe);
+    watcher.run(std::move(queue), launcher);
     if (!options.report_only) watcher.print_progress(true);
     totals.failed += watcher.failed();
     if (totals.bad_input.empty()) totals.bad_input = watcher.bad_input();
@@ -239,6 +239,8 @@ CompareResult run_compare(const CompareOptions& options, CompareLogger& logger, 
   const auto started = std::chrono::steady_clock::now();
   const double cpu_before = self_cpu_seconds();
   const Shard shard = check_options(options);
+  // Before the plan and the runs' records are read: the launcher is forked while compare is small.
+  RunLauncher launcher(self_exe(), options.report_only ? TrainEntry{} : options.train_entry);
   ComparePlan plan = load_compare_plan(options.config, options.out);
   const fs::path out(options.out);
   if (options.report_only && !fs::is_directory(out / "runs"))
@@ -256,7 +258,7 @@ CompareResult run_compare(const CompareOptions& options, CompareLogger& logger, 
     plan = load_compare_plan(options.config, options.out);
   }
   PassTotals totals;
-  plan = train_passes(std::move(plan), options, shard, totals, logger, stop);
+  plan = train_passes(std::move(plan), options, shard, totals, launcher, logger, stop);
   CompareResult result;
   const auto report_start = std::chrono::steady_clock::now();
   if (!shard) draw_report(plan, out, result);

@@ -1,6 +1,6 @@
 // The compare's runs as child processes (scheduler_parts.hpp: RunWatcher): each a `normlab train`
-// in its own process group, tied to compare's life, watched through its pidfd, counted by its exit
-// code; a crash or failure said in its log and the others go on.
+// started by the RunLauncher (scheduler_launcher.cpp), watched through its pidfd, counted by its
+// exit code; a crash or failure said in its log and the others go on.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
@@ -22,37 +22,6 @@
 namespace normlab::study::scheduler_parts {
 
 namespace {
-
-pid_t launch(const std::string& exe, const std::vector<std::string>& args, const std::string& log_path) {
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(exe.c_str()));
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const pid_t compare = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) throw InputError(fmt::format("compare: fork failed: {}", std::strerror(errno)));
-  if (pid == 0) {
-    // Its own process group: a Ctrl-C at the terminal reaches compare only, which then sends each
-    // run one SIGTERM (a run that got both would take the second as "stop at once").
-    setpgid(0, 0);
-    // The run ends with compare, even when compare is killed (kill -9): the kernel sends it SIGTERM
-    // when compare dies, so it finishes its step, writes a checkpoint and exits, and a rerun resumes
-    // it. Kept across exec. If compare died before this line the signal never comes: leave now.
-    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != compare) _exit(128 + SIGTERM);
-    const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK,
-                          0644);  // a FIFO or link fails
-    if (fd >= 0) {
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-      ::close(fd);
-    }
-    const int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-    execv(exe.c_str(), argv.data());
-    _exit(127);
-  }
-  return pid;
-}
 
 std::string signal_name(int signal_number) {
   const char* abbrev = sigabbrev_np(signal_number);
@@ -77,7 +46,7 @@ std::string self_exe() {
   return p.string();
 }
 
-void RunWatcher::run(std::deque<size_t> queue, const std::string& exe) {
+void RunWatcher::run(std::deque<size_t> queue, RunLauncher& launcher) {
   to_run_ = queue.size();
   start_ = std::chrono::steady_clock::now();
   auto last_print = std::chrono::steady_clock::now();
@@ -85,7 +54,7 @@ void RunWatcher::run(std::deque<size_t> queue, const std::string& exe) {
     while (running_.size() < size_t(jobs_) && !queue.empty() && !stopped() && bad_input_.empty()) {
       const size_t i = queue.front();
       queue.pop_front();
-      launch_run(i, exe);
+      launch_run(i, launcher);
     }
     if (stopped() && !forwarded_) stop_running();
     int status = 0;
@@ -139,7 +108,7 @@ void RunWatcher::wait_for_a_run() {
   }
 }
 
-void RunWatcher::launch_run(size_t i, const std::string& exe) {
+void RunWatcher::launch_run(size_t i, RunLauncher& launcher) {
   const RunSpec& run = plan_.runs[i];
   const fs::path dir = out_ / "runs" / run.name;
   // A run that another process still trains (the run of a compare killed a moment ago, writing
@@ -158,7 +127,7 @@ void RunWatcher::launch_run(size_t i, const std::string& exe) {
                                 "1"};
   if (fs::exists(dir / "checkpoint.safetensors")) args.push_back("--resume");
   const auto started = std::chrono::steady_clock::now();
-  const pid_t pid = launch(exe, args, (out_ / "logs" / (run.name + ".log")).string());
+  const pid_t pid = launcher.launch(args, (out_ / "logs" / (run.name + ".log")).string());
   running_[pid] = {i, started, int(::syscall(SYS_pidfd_open, pid, 0))};
 }
 

@@ -33,6 +33,29 @@ using train::kExitTerminated;
 // The running normlab binary, which compare launches for each run.
 std::string self_exe();
 
+// Starts each run's process (scheduler_launcher.cpp): with an entry, from a launcher process forked
+// now, while compare is small and has one thread (no exec, no loading); without one, or when the
+// launcher cannot be had, by exec'ing `exe`. Either way the run is a child of this process, in its
+// own process group, sent SIGTERM when compare dies, its stdout and stderr appended to its log.
+// Lives until every run it started has been waited for.
+class RunLauncher {
+ public:
+  RunLauncher(std::string exe, TrainEntry entry);
+  RunLauncher(const RunLauncher&) = delete;
+  RunLauncher& operator=(const RunLauncher&) = delete;
+  ~RunLauncher();
+  // `normlab ARGS...`; its pid. Throws InputError when no process can be made.
+  pid_t launch(const std::vector<std::string>& args, const std::string& log_path);
+  bool forks() const { return socket_ >= 0; }  // runs come from the launcher (no exec)
+
+ private:
+  pid_t exec_run(const std::vector<std::string>& args, const std::string& log_path) const;
+  std::string exe_;
+  TrainEntry entry_;
+  pid_t launcher_pid_ = -1;
+  int socket_ = -1;  // compare's end of the launcher's socket pair
+};
+
 // One child process of a compare, once it has exited: how and what it cost.
 struct ChildRecord {
   size_t index = 0;                  // in plan.runs
@@ -48,7 +71,7 @@ class RunWatcher {
              io::StopFlag stop)
       : plan_(plan), out_(out), jobs_(jobs), already_done_(already_done), logger_(logger), stop_(stop) {}
 
-  void run(std::deque<size_t> queue, const std::string& exe);
+  void run(std::deque<size_t> queue, RunLauncher& launcher);
   void print_progress(bool final_line);
   int failed() const { return failed_; }
   const std::vector<ChildRecord>& children() const { return children_; }
@@ -63,7 +86,7 @@ class RunWatcher {
   bool stopped() const { return io::stop_signal(stop_) != 0; }
   // Until a run exits, a signal arrives or 100 ms pass (scheduler_children.cpp).
   void wait_for_a_run();
-  void launch_run(size_t i, const std::string& exe);
+  void launch_run(size_t i, RunLauncher& launcher);
   // Each run finishes its step, writes a checkpoint and exits 130/143; rerunning resumes it.
   void stop_running();
   // A run has exited with `status` (wait4's, with its CPU time in `usage`): counted by its exit code.

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "normlab/error.hpp"
+#include "normlab/io/atomic_file.hpp"
 #include "normlab/io/json_depth.hpp"
 
 namespace normlab::train {
@@ -19,18 +20,25 @@ bool is_optimizer_name(const std::string& name) { return name.rfind(kOptimizerPr
 
 }  // namespace
 
-void write_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer* optimizer,
-                      std::map<std::string, std::string> metadata) {
+std::unique_ptr<io::AtomicFileWriter> stage_checkpoint(const std::string& path, const nn::Module& model,
+                                                       const optim::Optimizer* optimizer,
+                                                       std::map<std::string, std::string> metadata) {
   metadata.insert_or_assign("format", std::string(kCheckpointFormat));
   metadata.insert_or_assign("format_version", std::string(kCheckpointVersion));
-  std::vector<io::TensorRecord> records;
-  auto add = [&records](const nn::NamedTensors& tensors) {
-    for (const auto& [name, tensor] : tensors) records.push_back(io::make_f32(name, tensor.shape(), tensor.data()));
-  };
-  add(model.named_parameters());
-  add(model.named_buffers());
-  if (optimizer) add(optimizer->state());
-  io::write_safetensors(path, metadata, records);
+  // The tensors' bytes go to the file from where they are (about 3.6 MB for the demo's model and
+  // Adam's moments), not through a copy per tensor and another of the whole file.
+  const nn::NamedTensors parameters = model.named_parameters(), buffers = model.named_buffers();
+  const nn::NamedTensors state = optimizer ? optimizer->state() : nn::NamedTensors{};
+  std::vector<io::TensorView> views;
+  for (const nn::NamedTensors* tensors : {&parameters, &buffers, &state})
+    for (const auto& [name, tensor] : *tensors)
+      views.push_back({name, "F32", tensor.shape(), tensor.data(), size_t(tensor.numel()) * sizeof(float)});
+  return io::stage_safetensors(path, metadata, std::move(views));
+}
+
+void write_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer* optimizer,
+                      std::map<std::string, std::string> metadata) {
+  stage_checkpoint(path, model, optimizer, std::move(metadata))->commit();
 }
 
 io::SafetensorsFile read_checkpoint(const std::string& path) {

@@ -117,6 +117,42 @@ json to_json(const StepRecord& record) {
   return out;
 }
 
+std::string step_record_line(const StepRecord& record) {
+  // The keys in record_line's order ("step", then sorted), each value as to_json gives it.
+  using ordered = nlohmann::ordered_json;
+  const auto finite = [](double value) { return std::isfinite(value) ? ordered(value) : ordered(nullptr); };
+  const auto list = [&](const std::vector<double>& values) {
+    ordered out = ordered::array();
+    for (double v : values) out.push_back(finite(v));
+    return out;
+  };
+  ordered line;
+  line["step"] = record.step;
+  line["accuracy"] = record.accuracy;
+  const std::pair<const char*, const std::vector<double>*> attention[] = {
+      {"attention_entropy_mean", &record.attention_entropy_mean},
+      {"attention_entropy_min", &record.attention_entropy_min},
+      {"attention_max_logit", &record.attention_max_logit}};
+  for (const auto& [key, values] : attention)
+    if (!values->empty()) line[key] = list(*values);
+  if (record.diverged) line["diverged"] = true;
+  line["grad_norm"] = finite(record.grad_norm);
+  if (!record.layer_grad_norms.empty()) line["layer_grad_norms"] = list(record.layer_grad_norms);
+  if (record.log_z_max_abs) line["log_z_max_abs"] = finite(*record.log_z_max_abs);
+  if (record.log_z_mean) line["log_z_mean"] = finite(*record.log_z_mean);
+  line["longest"] = record.longest;
+  line["loss"] = finite(record.loss);
+  line["lr"] = record.lr;
+  if (!record.residual_rms.empty()) line["residual_rms"] = list(record.residual_rms);
+  line["sequences"] = record.sequences;
+  line["shortest"] = record.shortest;
+  line["tokens"] = record.tokens;
+  line["tokens_per_s"] = record.tokens_per_s;
+  if (!record.update_ratio.empty()) line["update_ratio"] = list(record.update_ratio);
+  if (record.z_loss) line["z_loss"] = finite(*record.z_loss);
+  return line.dump();
+}
+
 StepRecord step_record_from_json(const json& value, const std::string& where) {
   StepRecord record;
   record.step = step_of(value, where, "step record");

@@ -20,9 +20,10 @@ double process_cpu_seconds() {
   return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
-// The process's start as static initialization sees it, before main.
-const std::chrono::steady_clock::time_point kProcessStartWall = std::chrono::steady_clock::now();
-const double kProcessStartCpu = process_cpu_seconds();
+// The process's start as static initialization sees it, before main (or the fork that made it:
+// restart_process_clock).
+std::chrono::steady_clock::time_point process_start_wall = std::chrono::steady_clock::now();
+double process_start_cpu = process_cpu_seconds();
 std::atomic<bool> process_start_claimed{false};
 
 nlohmann::json parts_json(const std::array<double, kRunParts>& seconds) {
@@ -48,6 +49,12 @@ void parts_from_json(const nlohmann::json& j, const char* key, std::array<double
 }  // namespace
 
 const char* to_string(RunPart part) { return kPartNames[size_t(part)]; }
+
+void restart_process_clock() {
+  process_start_cpu = process_cpu_seconds();
+  process_start_wall = std::chrono::steady_clock::now();
+  process_start_claimed.store(false);
+}
 
 double PartTimes::wall_total() const {
   double sum = 0.0;
@@ -88,7 +95,7 @@ RunClock::Mark RunClock::Mark::now() {
 }
 
 RunClock::RunClock() {
-  mark_ = process_start_claimed.exchange(true) ? Mark::now() : Mark{kProcessStartWall, kProcessStartCpu};
+  mark_ = process_start_claimed.exchange(true) ? Mark::now() : Mark{process_start_wall, process_start_cpu};
 }
 
 void RunClock::charge(RunPart part) {

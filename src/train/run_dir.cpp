@@ -117,15 +117,21 @@ void RunDirectory::begin_resume(const RunConfig& config, int64_t step) {
   }
 }
 
-void RunDirectory::append_metrics(const json& record) {
-  const std::string line = record_line(record) + "\n";
+void RunDirectory::append_metrics(const json& record) { append_metrics_line(record_line(record)); }
+
+void RunDirectory::append_metrics_line(const std::string& record) {
+  const std::string line = record + "\n";
   if (const int err = io::write_all(metrics_fd_, line.data(), line.size()); err != 0) {
     throw InputError(fmt::format("{}: write failed: {}", paths_.metrics, std::strerror(err)));
   }
 }
 
-void RunDirectory::write_summary(const json& summary) {
-  io::write_file_atomic(paths_.summary, nlohmann::ordered_json(summary).dump(2) + "\n");
+void RunDirectory::write_summary(const json& summary, io::AtomicFileWriter* checkpoint) {
+  io::AtomicFileWriter file(paths_.summary);
+  file.write(nlohmann::ordered_json(summary).dump(2) + "\n");
+  // The checkpoint first: its rename comes before the summary's, as when each was committed alone.
+  if (checkpoint != nullptr) io::commit_together({checkpoint, &file});
+  else file.commit();
 }
 
 int64_t metrics_prefix_for_resume(const std::string& path, int64_t step) {

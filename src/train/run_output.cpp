@@ -64,6 +64,7 @@ class Owner final : public RunOutput {
   bool is_open() const override { return run_dir_.has_value(); }
   bool evaluates() const override { return true; }
   void append_metrics(const nlohmann::json& record) override { run_dir_->append_metrics(record); }
+  void append_step(const StepRecord& record) override { run_dir_->append_metrics_line(step_record_line(record)); }
   void checkpoint(int64_t step, const std::function<void(const std::string&)>& save) override {
     save(run_dir_->paths().checkpoint);
     logger_.checkpoint(step, run_dir_->paths().checkpoint);
@@ -71,12 +72,36 @@ class Owner final : public RunOutput {
   void save_best(int64_t, const std::function<void(const std::string&)>& save) override {
     save(run_dir_->paths().best);
   }
-  void write_summary(const nlohmann::json& summary) override { run_dir_->write_summary(summary); }
+  void stage_checkpoint(int64_t step, const StageCheckpoint& stage) override {
+    commit_checkpoint();
+    staged_ = stage(run_dir_->paths().checkpoint);
+    staged_step_ = step;
+  }
+  void commit_checkpoint() override {
+    if (!staged_) return;
+    std::unique_ptr<io::AtomicFileWriter> staged = std::move(staged_);
+    staged->commit();
+    logger_.checkpoint(staged_step_, run_dir_->paths().checkpoint);
+  }
+  void write_summary(const nlohmann::json& summary) override {
+    std::unique_ptr<io::AtomicFileWriter> staged = std::move(staged_);
+    run_dir_->write_summary(summary, staged.get());
+    if (staged) logger_.checkpoint(staged_step_, run_dir_->paths().checkpoint);
+  }
+  // A staged checkpoint is never dropped: an error between staging and the summary still leaves it.
+  ~Owner() override {
+    try {
+      if (staged_) staged_->commit();
+    } catch (const std::exception&) {  // the error that got here is the one to report
+    }
+  }
 
  private:
   TrainLogger silent_;  // declared before logger_, which may refer to it
   TrainLogger& logger_;
   std::optional<RunDirectory> run_dir_;
+  std::unique_ptr<io::AtomicFileWriter> staged_;  // the last checkpoint, written, not yet committed
+  int64_t staged_step_ = 0;
 };
 
 class Follower final : public RunOutput {
@@ -88,8 +113,11 @@ class Follower final : public RunOutput {
   bool is_open() const override { return true; }
   bool evaluates() const override { return false; }
   void append_metrics(const nlohmann::json&) override {}
+  void append_step(const StepRecord&) override {}
   void checkpoint(int64_t, const std::function<void(const std::string&)>&) override {}
   void save_best(int64_t, const std::function<void(const std::string&)>&) override {}
+  void stage_checkpoint(int64_t, const StageCheckpoint&) override {}
+  void commit_checkpoint() override {}
   void write_summary(const nlohmann::json&) override {}
 
  private:

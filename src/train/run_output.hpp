@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "normlab/io/atomic_file.hpp"
 #include "normlab/train/config.hpp"
 #include "normlab/train/data_fingerprint.hpp"
 #include "normlab/train/records.hpp"
@@ -35,10 +36,17 @@ class RunOutput {
   virtual bool is_open() const = 0;
   virtual bool evaluates() const = 0;
   virtual void append_metrics(const nlohmann::json& record) = 0;
+  virtual void append_step(const StepRecord& record) = 0;  // its metrics.jsonl line
   // save(path) writes the checkpoint, on the rank that writes it.
   virtual void checkpoint(int64_t step, const std::function<void(const std::string&)>& save) = 0;
   // save(path) writes the best checkpoint (train.keep_best), on the rank that writes.
   virtual void save_best(int64_t step, const std::function<void(const std::string&)>& save) = 0;
+  // The run's last checkpoint: stage(path) writes it without committing it, on the rank that
+  // writes; write_summary commits it together with summary.json (io::commit_together: two journal
+  // commits, not four), commit_checkpoint alone (a run that stops without a summary).
+  using StageCheckpoint = std::function<std::unique_ptr<io::AtomicFileWriter>(const std::string&)>;
+  virtual void stage_checkpoint(int64_t step, const StageCheckpoint& stage) = 0;
+  virtual void commit_checkpoint() = 0;
   virtual void write_summary(const nlohmann::json& summary) = 0;
 };
 

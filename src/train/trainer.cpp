@@ -400,7 +400,7 @@ TrainSummary Trainer::fit() {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     record.tokens_per_s = seconds > 0 ? double(record.tokens) / seconds : 0.0;
     clock_.charge(RunPart::steps);
-    output_->append_metrics(to_json(record));
+    output_->append_step(record);
     last_record_ = record;
     logger_->step(record, t.steps);
     clock_.charge(RunPart::logs);
@@ -418,13 +418,21 @@ TrainSummary Trainer::fit() {
                       monitor_best_->step));
       break;
     }
-    if (t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) checkpoint();
+    // The last step's checkpoint is the run's final one, after the loop.
+    if (t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0 && step_ < t.steps) checkpoint();
     io::test_pause("step", step_, stop_flag_);
   }
   // Finished: a last evaluation. Finished or stopped on request: a checkpoint of the final state
   // (a diverged run keeps its last periodic one: the broken state is not worth resuming).
   if (!diverged_at && !stopped() && last_eval_step_ != step_) record_eval();
-  if (!diverged_at && last_checkpoint_step_ != step_) checkpoint();
+  // Written now and committed with summary.json (one journal commit for both files' data, one for
+  // their renames), or alone when the run stops without a summary.
+  if (!diverged_at && last_checkpoint_step_ != step_) {
+    clock_.charge(RunPart::steps);
+    last_checkpoint_step_ = step_;
+    output_->stage_checkpoint(step_, [&](const std::string& path) { return stage_checkpoint_file(path); });
+    clock_.charge(RunPart::checkpoints);
+  }
 
   TrainSummary summary = make_summary();
   summary.stop_request = stop_request();
@@ -432,7 +440,10 @@ TrainSummary Trainer::fit() {
   summary.diverged_at_step = diverged_at;
   // A stop that came after the last step and its evaluation changes nothing: the run is finished.
   if (summary.interrupted() && step_ == t.steps && last_eval_step_ == step_) summary.stop_request = 0;
-  if (summary.interrupted()) return summary;  // not finished: no summary.json, so resume continues it
+  if (summary.interrupted()) {  // not finished: no summary.json, so resume continues it
+    output_->commit_checkpoint();
+    return summary;
+  }
   clock_.charge(RunPart::finish);
   json summary_json = to_json(summary);
   summary_json["timing"] = clock_.summary_json();

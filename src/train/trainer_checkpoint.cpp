@@ -83,6 +83,14 @@ void Trainer::restore_trainer_state(const json& state, const std::string& where)
 }
 
 void Trainer::save_checkpoint(const std::string& path) const {
+  write_checkpoint(path, *model_, optimizer_.get(), checkpoint_metadata());
+}
+
+std::unique_ptr<io::AtomicFileWriter> Trainer::stage_checkpoint_file(const std::string& path) const {
+  return stage_checkpoint(path, *model_, optimizer_.get(), checkpoint_metadata());
+}
+
+std::map<std::string, std::string> Trainer::checkpoint_metadata() const {
   std::map<std::string, std::string> metadata;
   metadata["normlab_version"] = NORMLAB_VERSION;
   metadata["config"] = to_json(config_).dump();
@@ -107,7 +115,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
   metadata["data"] = to_json(data_files_).dump();
   if (task_.is_masked_lm()) metadata["task_characters"] = json(text_task_characters(task_)).dump();
   metadata["trainer"] = trainer_state().dump();
-  write_checkpoint(path, *model_, optimizer_.get(), std::move(metadata));
+  return metadata;
 }
 
 void Trainer::check_data_unchanged(const io::SafetensorsFile& file, const std::string& path) {

@@ -23,10 +23,12 @@ void write_file_atomic(const std::string& path, const void* data, size_t size);
 void write_file_atomic(const std::string& path, std::string_view contents);
 
 // Several files of one directory, each written as write_file_atomic does (temporary, fsync,
-// rename), with one fsync of their directory after the last rename instead of one after each: the
-// same guarantee once it returns (every file whole and durable: old or new after a kill or a power
-// cut), at one directory sync. A failure throws as write_file_atomic does, naming the file; the
-// files before it are renamed in place, that file and the ones after it untouched.
+// rename), committed together (commit_together): every file's data synced before the first
+// rename, one fsync of their directory after the last: the same guarantee once it returns (every
+// file whole and durable: old or new after a kill or a power cut) at two journal commits instead of
+// two per file. A failure throws as write_file_atomic does, naming the file; a failed sync leaves
+// every file untouched, a failed rename the files before it renamed in place, that file and the
+// ones after it untouched.
 struct NamedText {
   std::string path;
   std::string_view contents;
@@ -47,12 +49,22 @@ class AtomicFileWriter {
   // fsync, rename over the path and, unless sync_directory is false (write_files_atomic syncs
   // once for several files), fsync the directory.
   void commit(bool sync_directory = true);
+  // commit() in steps, for commit_together: start writing the data out (returns at once); fsync
+  // and close; rename over the path. Each failure removes the temporary and throws.
+  void start_sync();
+  void finish_sync();
+  void publish();
+  const std::string& path() const { return path_; }
 
  private:
   void abandon();
-  std::string path_, temp_path_;
+  std::string path_, temp_path_;  // temp_path_ empty once published or abandoned
   int fd_ = -1;
 };
+
+// Commits writers of one directory together (write_files_atomic): each one's data synced, then
+// each renamed in order, then one directory sync. Throws as write_files_atomic does.
+void commit_together(const std::vector<AtomicFileWriter*>& files);
 
 // Writes all `size` bytes to `fd`, retrying partial and interrupted writes; 0, or the errno of the
 // failure.

@@ -12,10 +12,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace normlab::io {
+
+class AtomicFileWriter;  // io/atomic_file.hpp
 
 struct TensorRecord {
   std::string name;
@@ -54,6 +57,24 @@ std::string serialize_safetensors(const std::map<std::string, std::string>& meta
 // serialize_safetensors + write_file_atomic: the old file survives any failure.
 void write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
                        const std::vector<TensorRecord>& tensors);
+
+// A tensor's bytes where they already are (a model's parameters): written from there, not copied
+// into a record first. `data` must stay valid until the write returns.
+struct TensorView {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  size_t size = 0;  // product(shape) * dtype size bytes
+};
+// The same file bytes as the records' overload, each tensor written straight from its view.
+void write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
+                       std::vector<TensorView> tensors);
+// The same, but not yet committed: the caller commits it (with other files: commit_together) or
+// drops it (nothing written).
+std::unique_ptr<AtomicFileWriter> stage_safetensors(const std::string& path,
+                                                    const std::map<std::string, std::string>& metadata,
+                                                    std::vector<TensorView> tensors);
 
 // Records from plain row-major arrays of product(shape) elements (data may be null if that is 0).
 TensorRecord make_f32(std::string name, std::vector<int64_t> shape, const float* data);

@@ -8,6 +8,7 @@
 // (search.hpp). Each run has one owner (a lock under DIR/.locks), so shards may share one --out.
 // A run that crashes (killed by a signal) or fails is recorded in its log and counted, and the
 // compare goes on with the others (a search's later passes too); a rerun retries it.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,12 +17,19 @@
 
 namespace normlab::study {
 
+// Runs `normlab ARGS...` (ARGS without the program name) in this process, as the command line's
+// main would, and returns its exit code; it catches what it throws.
+using TrainEntry = std::function<int(const std::vector<std::string>& args)>;
+
 struct CompareOptions {
   std::string config, out;
   int jobs = 0;  // runs at once (0: one per core)
   bool report_only = false;
   bool retrain_changed = false;
   std::string shard;  // "I/K": train the runs whose index is I modulo K, draw no report
+  // The command line's entry: each run is then forked from a launcher process and calls it, instead
+  // of exec'ing the normlab binary (the loading and initialising saved). Empty: exec.
+  TrainEntry train_entry;
 };
 
 // Where a compare's progress goes: the library never prints.
@@ -42,7 +50,8 @@ struct CompareTiming {
   int jobs = 1;
   int finished_runs = 0;   // runs this compare trained to their summary (finished or diverged)
   train::PartTimes parts;  // their records (a resumed run: its last session), summed
-  // Their processes beyond their records: exec, loading, exit (child's wall / CPU - the record's).
+  // Their processes beyond their records: the launch (fork), summary.json with the last checkpoint's
+  // commit, exit (child's wall / CPU - the record's).
   double process_wall_s = 0.0, process_cpu_s = 0.0;
   int other_runs = 0;  // runs that crashed, failed or were stopped: their whole process
   double other_wall_s = 0.0, other_cpu_s = 0.0;

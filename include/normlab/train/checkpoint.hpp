@@ -8,10 +8,12 @@
 //   metadata  "format" = "normlab.checkpoint", "format_version" = "1", "config" (resolved config
 //             JSON), "step", and whatever the trainer adds (RNG and sampler states, ...).
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "normlab/io/atomic_file.hpp"
 #include "normlab/io/safetensors.hpp"
 #include "normlab/nn/module.hpp"
 #include "normlab/optim/optimizer.hpp"
@@ -25,6 +27,10 @@ inline constexpr const char* kCheckpointVersion = "1";
 // the format keys, atomically.
 void write_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer* optimizer,
                       std::map<std::string, std::string> metadata);
+// The same file, written but not committed (io::stage_safetensors).
+std::unique_ptr<io::AtomicFileWriter> stage_checkpoint(const std::string& path, const nn::Module& model,
+                                                       const optim::Optimizer* optimizer,
+                                                       std::map<std::string, std::string> metadata);
 
 // read_safetensors plus a check of the format keys: InputError "<path>: not a normlab checkpoint"
 // or "<path>: checkpoint format version X is not supported".

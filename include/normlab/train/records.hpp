@@ -98,6 +98,9 @@ nlohmann::json to_json(const TrainSummary& summary);
 
 // A metrics.jsonl line (no newline) with "step" (and "split") first; the other keys sorted.
 std::string record_line(const nlohmann::json& record);
+// A step's line: record_line(to_json(record)), byte for byte, written without the intermediate
+// objects (a line every step).
+std::string step_record_line(const StepRecord& record);
 
 // Receives a run's records as the trainer makes them (the library never prints); every method has
 // an empty default.

@@ -13,8 +13,9 @@
 //   logs         metrics.jsonl lines and the log
 //   finish       after the last step's checkpoint, before summary.json
 //
-// What happens before static initialization (exec, loading the shared libraries) and after the
-// summary (exit) is outside; `normlab compare` measures it from outside (study/scheduler.hpp).
+// What happens before static initialization (exec, loading the shared libraries; for a run that
+// compare forks, the fork) and after the summary (exit) is outside; `normlab compare` measures it
+// from outside (study/scheduler.hpp).
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -40,6 +41,10 @@ struct PartTimes {
 // {"wall_s": {"setup": ..., ...}, "cpu_s": {...}}; from_json throws InputError naming `where`.
 nlohmann::json to_json(const PartTimes& times);
 PartTimes part_times_from_json(const nlohmann::json& j, const std::string& where);
+
+// A process forked to train without exec (compare's runs, study/scheduler.hpp) starts its first
+// clock here, at the fork, not at its parent's static initialization.
+void restart_process_clock();
 
 class RunClock {
  public:

@@ -55,7 +55,9 @@ class RunDirectory {
   // One line of metrics.jsonl, written with one write(2) so a kill never leaves half a line
   // followed by another record.
   void append_metrics(const nlohmann::json& record);
-  void write_summary(const nlohmann::json& summary);
+  void append_metrics_line(const std::string& line);  // a line record_line made, without its newline
+  // summary.json, committed together with `checkpoint` when one is given (io::commit_together).
+  void write_summary(const nlohmann::json& summary, io::AtomicFileWriter* checkpoint = nullptr);
 
  private:
   RunPaths paths_;

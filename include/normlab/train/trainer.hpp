@@ -16,12 +16,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "normlab/io/atomic_file.hpp"
 #include "normlab/data/buckets.hpp"
 #include "normlab/data/dataset.hpp"
 #include "normlab/io/stop.hpp"
@@ -85,6 +87,9 @@ class Trainer {
   // std::nullopt if a stop was requested part-way.
   std::optional<EvalMetrics> evaluate_valid();
   void save_checkpoint(const std::string& path) const;
+  // The same checkpoint, written but not committed: the run's last, committed with summary.json.
+  std::unique_ptr<io::AtomicFileWriter> stage_checkpoint_file(const std::string& path) const;
+  std::map<std::string, std::string> checkpoint_metadata() const;
   // Restores everything a checkpoint holds (InputError naming the tensor / key on any mismatch, or
   // a data file whose content changed since the checkpoint, unless resume() accepts that).
   void load_checkpoint(const std::string& path);
