@@ -12,6 +12,10 @@ namespace normlab {
 namespace {
 thread_local bool g_grad_enabled = true;
 thread_local OpTimes* t_op_times = nullptr;
+// The gradient buffer of the output whose node's backward runs now, and its numel
+// (pass_gradient_through); null outside a backward.
+thread_local std::shared_ptr<Storage>* t_output_grad = nullptr;
+thread_local int64_t t_output_numel = 0;
 
 // The tensors a traversal has seen: an open-addressing set of pointers (linear probing, at most
 // half full), one allocation for the whole graph where std::unordered_set makes one per tensor.
@@ -130,7 +134,17 @@ void run_backward(const Tensor& root, const float* seed) {
     TensorImpl* impl = it->get();
     std::shared_ptr<Node> node = impl->grad_fn;
     if (!node) continue;  // a leaf: its gradient stays for the optimizer
-    if (impl->grad) node->backward(impl->grad->data());
+    if (impl->grad) {
+      t_output_grad = &impl->grad;
+      t_output_numel = shape_numel(impl->shape);
+      try {
+        node->backward(impl->grad->data());
+      } catch (...) {
+        t_output_grad = nullptr;
+        throw;
+      }
+      t_output_grad = nullptr;
+    }
     // Free the closure (and the activations it captured) and this intermediate gradient.
     node->backward = nullptr;
     node->inputs.clear();
@@ -139,6 +153,15 @@ void run_backward(const Tensor& root, const float* seed) {
     it->reset();  // done with this tensor: let its storage go if nothing else holds it
     if (times) times->charge(times->backward_s, node->name);
   }
+}
+
+bool pass_gradient_through(const Tensor& input) {
+  if (t_output_grad == nullptr || !*t_output_grad || t_output_grad->use_count() != 1) return false;
+  TensorImpl* in = input.impl();
+  if (in == nullptr || !in->requires_grad || in->grad) return false;
+  if (shape_numel(in->shape) != t_output_numel) return false;
+  in->grad = std::move(*t_output_grad);
+  return true;
 }
 
 int64_t graph_size(const Tensor& root) {

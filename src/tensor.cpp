@@ -3,6 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
+#include <mutex>
+#include <new>
+#include <vector>
 #include <limits>
 
 #include "normlab/autograd.hpp"
@@ -10,7 +15,117 @@
 #include "normlab/parallel.hpp"
 #include "normlab/rng.hpp"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define NORMLAB_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define NORMLAB_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define NORMLAB_POISON(p, n) ((void)(p), (void)(n))
+#define NORMLAB_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 namespace normlab {
+
+namespace detail {
+namespace {
+
+constexpr std::align_val_t kStorageAlignment{64};
+
+// Size classes: multiples of 64 bytes up to 1 KiB (16 classes), then 8 classes per power of two
+// (each 1/8 of it apart) up to kStorageCacheBlockBytes.
+constexpr size_t kSmallClasses = 16;
+constexpr size_t kNumClasses = kSmallClasses + 8 * 12;  // (1 KiB, 4 MiB]: 12 powers of two
+// A request takes the smallest kept block of its class or of the next ones up to this many classes
+// above (up to about twice its size): a batch's token count moves its activations' sizes from step
+// to step, and blocks of one exact class would leave the last step's blocks unused.
+constexpr size_t kClassesAbove = 8;
+
+size_t class_of(size_t bytes) {  // the smallest class holding `bytes`
+  if (bytes <= 1024) return std::max<size_t>(1, (bytes + 63) / 64) - 1;
+  const int e = std::bit_width(bytes - 1) - 1;  // 2^e < bytes <= 2^(e + 1), e >= 10
+  const size_t step = size_t{1} << (e - 3);
+  const size_t eighths = (bytes - (size_t{1} << e) + step - 1) / step;  // 1..8
+  return kSmallClasses + size_t(e - 10) * 8 + eighths - 1;
+}
+size_t class_bytes(size_t index) {
+  if (index < kSmallClasses) return (index + 1) * 64;
+  const size_t k = index - kSmallClasses, e = 10 + k / 8;
+  return (size_t{1} << e) + (k % 8 + 1) * (size_t{1} << (e - 3));
+}
+
+// Each block starts with one cache line holding its class (or, above the classes, its size): a
+// block may serve a smaller request than its own size, and its deallocation must find its class.
+constexpr size_t kHeader = 64;
+constexpr size_t kUncached = size_t(-1);
+
+// The freed blocks of each class, last freed on top. Leaked on purpose: tensors freed during static
+// destruction still find it; the process's end returns the blocks.
+struct StorageCache {
+  std::mutex mutex;
+  std::array<std::vector<char*>, kNumClasses> free;
+  size_t cached_bytes = 0;
+};
+StorageCache& storage_cache() {
+  static StorageCache* cache = new StorageCache;
+  return *cache;
+}
+
+char* new_block(size_t payload_bytes, size_t index) {
+  char* base = static_cast<char*>(::operator new(kHeader + payload_bytes, kStorageAlignment));
+  reinterpret_cast<size_t*>(base)[0] = index;
+  reinterpret_cast<size_t*>(base)[1] = payload_bytes;
+  return base;
+}
+
+}  // namespace
+
+void* storage_allocate(size_t bytes) {
+  if (bytes > kStorageCacheBlockBytes) return new_block(bytes, kUncached) + kHeader;
+  const size_t first = class_of(bytes);
+  StorageCache& cache = storage_cache();
+  {
+    std::lock_guard lock(cache.mutex);
+    for (size_t c = first; c < std::min(kNumClasses, first + kClassesAbove + 1); c++) {
+      std::vector<char*>& blocks = cache.free[c];
+      if (blocks.empty()) continue;
+      char* base = blocks.back();
+      blocks.pop_back();
+      cache.cached_bytes -= class_bytes(c);
+      NORMLAB_UNPOISON(base + kHeader, class_bytes(c));
+      return base + kHeader;
+    }
+  }
+  return new_block(class_bytes(first), first) + kHeader;
+}
+
+void storage_deallocate(void* block, size_t) noexcept {
+  if (block == nullptr) return;
+  char* base = static_cast<char*>(block) - kHeader;
+  const size_t index = reinterpret_cast<const size_t*>(base)[0];
+  const size_t payload = reinterpret_cast<const size_t*>(base)[1];
+  if (index != kUncached) {
+    StorageCache& cache = storage_cache();
+    std::lock_guard lock(cache.mutex);
+    if (cache.cached_bytes + payload <= kStorageCacheBytes) {
+      try {
+        cache.free[index].push_back(base);
+        cache.cached_bytes += payload;
+        NORMLAB_POISON(base + kHeader, payload);
+        return;
+      } catch (const std::bad_alloc&) {  // no room for the pointer: give the block back instead
+      }
+    }
+  }
+  ::operator delete(base, kHeader + payload, kStorageAlignment);
+}
+
+size_t storage_cached_bytes() {
+  StorageCache& cache = storage_cache();
+  std::lock_guard lock(cache.mutex);
+  return cache.cached_bytes;
+}
+
+}  // namespace detail
 
 namespace {
 // 2^34 floats = 64 GiB: far beyond this project's models; refusing it turns a typo into an error

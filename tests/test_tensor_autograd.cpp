@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include "normlab/autograd.hpp"
 #include "normlab/error.hpp"
@@ -62,6 +64,35 @@ TEST_CASE("tensor: factories, shape queries and reshape views") {
   CHECK(a.data()[1] == 2);
 }
 
+TEST_CASE("tensor: a freed storage block serves the next tensor of its size class, and what is kept is bounded") {
+  const float* first = nullptr;
+  {
+    Tensor a = Tensor::empty({1000});  // 4000 bytes: the class of 4096
+    first = a.data();
+  }
+  {
+    Tensor b = Tensor::empty({990});  // 3960 bytes: the same class, last freed first
+    CHECK(b.data() == first);
+    CHECK(reinterpret_cast<uintptr_t>(b.data()) % 64 == 0);
+    Tensor c = Tensor::empty({990});  // b holds that block: another one
+    CHECK(c.data() != first);
+  }
+  // 40 blocks of 3 MiB (120 MiB) freed at once: no more than the bound is kept for reuse.
+  {
+    std::vector<Tensor> many;
+    for (int i = 0; i < 40; ++i) many.push_back(Tensor::empty({(int64_t(3) << 20) / 4}));
+  }
+  CHECK(detail::storage_cached_bytes() <= detail::kStorageCacheBytes);
+  CHECK(detail::storage_cached_bytes() >= detail::kStorageCacheBytes - (int64_t(4) << 20));
+  // Above the largest class, blocks go straight back: the kept bytes do not change.
+  const size_t kept = detail::storage_cached_bytes();
+  { Tensor big = Tensor::empty({int64_t(8) << 20}); }
+  CHECK(detail::storage_cached_bytes() == kept);
+  // A zero-filled tensor in a reused block is still all zeros.
+  { Tensor dirty = Tensor::full({777}, 3.0f); }
+  CHECK(Tensor::zeros({777}).to_vector() == std::vector<float>(777, 0.0f));
+}
+
 TEST_CASE("tensor: seeded normal tensors are reproducible") {
   Rng r1(5), r2(5);
   CHECK(Tensor::normal({10}, r1).to_vector() == Tensor::normal({10}, r2).to_vector());
@@ -76,6 +107,38 @@ TEST_CASE("autograd: a tensor used twice receives the sum of both gradients") {
   CHECK(g[0] == doctest::Approx(3.0));
   CHECK(g[1] == doctest::Approx(-3.0));
   CHECK(g[2] == doctest::Approx(2.0));
+}
+
+TEST_CASE("autograd: a sum passes its gradient through to one input, and later gradients still add to it") {
+  // y = x + 2x: the add's gradient goes to x itself (its buffer), then mul_scalar's adds 2g to it.
+  Tensor x = Tensor::from_data({3}, {1, -2, 0.5f});
+  x.set_requires_grad();
+  ops::add(x, ops::mul_scalar(x, 2.0f)).backward(Tensor::from_data({3}, {1, 10, -0.25f}));
+  CHECK(x.grad().to_vector() == std::vector<float>{3, 30, -0.75f});
+  // The first input needs no gradient: the second takes the buffer.
+  Tensor c = Tensor::from_data({3}, {5, 6, 7});
+  Tensor w = Tensor::from_data({3}, {1, 2, 3});
+  w.set_requires_grad();
+  ops::add(c, w).backward(Tensor::from_data({3}, {-1, 0.5f, 4}));
+  CHECK(w.grad().to_vector() == std::vector<float>{-1, 0.5f, 4});
+  CHECK_FALSE(c.has_grad());
+  // A leaf that already has a gradient adds to it; x + x gets both.
+  ops::add(c, w).backward(Tensor::from_data({3}, {1, 1, 1}));
+  CHECK(w.grad().to_vector() == std::vector<float>{0, 1.5f, 5});
+  Tensor v = Tensor::from_data({2}, {1, 2});
+  v.set_requires_grad();
+  ops::add(v, v).backward(Tensor::from_data({2}, {3, -4}));
+  CHECK(v.grad().to_vector() == std::vector<float>{6, -8});
+  // Both inputs want a gradient: one takes the buffer, the other a copy; the seed is untouched.
+  Tensor a = Tensor::from_data({2}, {0, 0}), b = Tensor::from_data({2}, {0, 0});
+  a.set_requires_grad();
+  b.set_requires_grad();
+  Tensor seed = Tensor::from_data({2}, {7, -8});
+  ops::add(a, b).backward(seed);
+  CHECK(a.grad().to_vector() == std::vector<float>{7, -8});
+  CHECK(b.grad().to_vector() == std::vector<float>{7, -8});
+  CHECK(a.grad_data() != b.grad_data());
+  CHECK(seed.to_vector() == std::vector<float>{7, -8});
 }
 
 TEST_CASE("autograd: leaf gradients accumulate across backward calls until zero_grad") {

@@ -56,6 +56,12 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs);
 void record(Tensor& out, std::string name, std::vector<Tensor> inputs,
             std::function<void(const float* grad_output)> backward);
 
+// Inside a node's backward only: when d(loss)/d(input) is d(loss)/d(output) unchanged (a sum's
+// input, x + f), hands `input` the output's gradient buffer itself instead of a copy, if input
+// requires a gradient and has none yet and nothing else holds the buffer. True if it did: the
+// backward must then not write input's gradient (and may still read grad_output, now input's).
+bool pass_gradient_through(const Tensor& input);
+
 // Runs backward from `root`, seeding with `seed` (null means 1, and root must have one element).
 void run_backward(const Tensor& root, const float* seed);
 

@@ -39,16 +39,30 @@ void adam_update(float* __restrict p, float* __restrict m, float* __restrict v, 
 namespace {
 constexpr int kNormLanes = 8;
 
-// Lanes l, l + 8, ... of g's whole lines of 8, from line `from` to line `to`, `kSlots` tensors side
-// by side: each tensor's lanes are one chain of additions, and kSlots chains overlap in the core.
+// Lanes l, l + 8, ... of `lines` whole lines of 8 of kSlots tensors side by side (line[s] is slot
+// s's next line): each tensor's lanes are one chain of additions, and kSlots chains overlap in the
+// core. The lanes are held in locals for the loop.
 template <int kSlots>
-void add_squares(double (*lanes)[kNormLanes], const float* const* g, int64_t from, int64_t to) {
-  for (int64_t b = from; b < to; b++) {
+void add_squares(double (*lanes)[kNormLanes], const float* const* line, int64_t lines) {
+  double acc[kSlots][kNormLanes];
+  for (int s = 0; s < kSlots; s++)
+    for (int l = 0; l < kNormLanes; l++) acc[s][l] = lanes[s][l];
+  for (int64_t b = 0; b < lines; b++) {
     for (int s = 0; s < kSlots; s++) {
-      const float* line = g[s] + b * kNormLanes;
+      const float* x = line[s] + b * kNormLanes;
 #pragma omp simd
-      for (int l = 0; l < kNormLanes; l++) lanes[s][l] += double(line[l]) * double(line[l]);
+      for (int l = 0; l < kNormLanes; l++) acc[s][l] += double(x[l]) * double(x[l]);
     }
+  }
+  for (int s = 0; s < kSlots; s++)
+    for (int l = 0; l < kNormLanes; l++) lanes[s][l] = acc[s][l];
+}
+
+template <int kMaxSlots>
+void add_squares_of(int slots, double (*lanes)[kNormLanes], const float* const* line, int64_t lines) {
+  if constexpr (kMaxSlots >= 1) {
+    if (slots == kMaxSlots) return add_squares<kMaxSlots>(lanes, line, lines);
+    add_squares_of<kMaxSlots - 1>(slots, lanes, line, lines);
   }
 }
 
@@ -61,41 +75,62 @@ double finish_lanes(double* lanes, const float* g, int64_t numel) {
 }
 }  // namespace
 
-// Tensors taken largest first, kSlots at a time (4; 2 on the generic path, whose 16 SSE registers
-// hold 2 tensors' lanes with room to spare): the group's lines side by side while every tensor of
-// it has lines left, then each tensor's remaining lines alone. Only the grouping differs from one
-// tensor at a time; every lane gets the same additions in the same order.
+// Up to kSlots tensors' chains at once (8 on avx512, whose 32 registers hold 8 tensors' lanes; 4 on
+// avx2; 2 on the generic path's 16 SSE registers), each slot refilled with the next tensor as soon
+// as its tensor ends, so that the core always has kSlots chains to overlap however the sizes
+// differ. Only the interleaving differs from one tensor at a time; every lane gets the same
+// additions in the same order.
 void sums_of_squares(double* sums, const float* const* g, const int64_t* numel, int64_t count) {
-#if defined(__AVX2__)
+#if defined(__AVX512F__)
+  constexpr int kSlots = 8;
+#elif defined(__AVX2__)
   constexpr int kSlots = 4;
 #else
   constexpr int kSlots = 2;
 #endif
-  std::vector<int64_t> order(static_cast<size_t>(count));  // tensor indices, by numel, largest first
-  std::iota(order.begin(), order.end(), int64_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return numel[a] > numel[b]; });
-  int64_t k = 0;
-  for (; k + kSlots <= count; k += kSlots) {
-    double lanes[kSlots][kNormLanes] = {};
-    const float* group[kSlots];
-    int64_t lines = INT64_MAX;
-    for (int s = 0; s < kSlots; s++) {
-      group[s] = g[order[size_t(k + s)]];
-      lines = std::min(lines, numel[order[size_t(k + s)]] / kNormLanes);
+  double lanes[kSlots][kNormLanes];
+  const float* line[kSlots];  // each slot's next line
+  int64_t lines_left[kSlots], tensor[kSlots];
+  int active = 0;
+  int64_t next = 0;
+  while (true) {
+    // Fill the free slots; tensors of fewer than 8 elements are finished on the spot.
+    while (active < kSlots && next < count) {
+      const int64_t t = next++;
+      double* l = lanes[active];
+      std::fill(l, l + kNormLanes, 0.0);
+      if (numel[t] < kNormLanes) {
+        sums[t] = numel[t] > 0 ? finish_lanes(l, g[t], numel[t]) : 0.0;
+        continue;
+      }
+      line[active] = g[t];
+      lines_left[active] = numel[t] / kNormLanes;
+      tensor[active] = t;
+      active++;
     }
-    add_squares<kSlots>(lanes, group, 0, lines);
-    for (int s = 0; s < kSlots; s++) {
-      const int64_t t = order[size_t(k + s)];
-      add_squares<1>(&lanes[s], &group[s], lines, numel[t] / kNormLanes);
-      sums[t] = numel[t] > 0 ? finish_lanes(lanes[s], g[t], numel[t]) : 0.0;
+    if (active == 0) break;
+    int64_t lines = lines_left[0];
+    for (int s = 1; s < active; s++) lines = std::min(lines, lines_left[s]);
+    add_squares_of<kSlots>(active, lanes, line, lines);
+    // Finish the tensors that ended; the last active slot (not yet advanced) moves into a finished
+    // one's place and is advanced there.
+    for (int s = 0; s < active;) {
+      line[s] += lines * kNormLanes;
+      lines_left[s] -= lines;
+      if (lines_left[s] > 0) {
+        s++;
+        continue;
+      }
+      const int64_t t = tensor[s];
+      sums[t] = finish_lanes(lanes[s], g[t], numel[t]);
+      active--;
+      if (s != active) {
+        std::copy(lanes[active], lanes[active] + kNormLanes, lanes[s]);
+        line[s] = line[active];
+        lines_left[s] = lines_left[active];
+        tensor[s] = tensor[active];
+      }
     }
-  }
-  for (; k < count; k++) {
-    const int64_t t = order[size_t(k)];
-    double lanes[1][kNormLanes] = {};
-    const float* one[1] = {g[t]};
-    if (numel[t] > 0) add_squares<1>(lanes, one, 0, numel[t] / kNormLanes);
-    sums[t] = numel[t] > 0 ? finish_lanes(lanes[0], g[t], numel[t]) : 0.0;
   }
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "common.hpp"
@@ -105,7 +106,17 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* name) {
     const float* x = a.data();
     const float* y = b.data();
     if (flat) {  // one gradient element per input element: stored
-      const auto [da, db] = grad_outs<2>({&a, &b});
+      // A sum's gradient is the same for both inputs: one of them (the first that can) takes the
+      // output's gradient buffer itself, and only the other gets a copy.
+      bool a_passed = false, b_passed = false;
+      if constexpr (std::is_same_v<Op, Add>) {
+        if (a.impl() != b.impl()) {
+          a_passed = pass_gradient_through(a);
+          b_passed = !a_passed && pass_gradient_through(b);
+        }
+      }
+      const Tensor none;
+      const auto [da, db] = grad_outs<2>({a_passed ? &none : &a, b_passed ? &none : &b});
       parallel_for(n, n > kParallelGrain, [&](int64_t begin, int64_t end) {
         store_each(da, begin, end, [&](int64_t i) { return g[i] * Op::dfdx(x[i], y[i]); });
         // a and b one tensor (x + x): both add to its zeroed buffer, one thread per i
