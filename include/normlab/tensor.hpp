@@ -24,11 +24,12 @@ int64_t shape_numel(const Shape& shape);    // product of dims; 1 for a scalar (
 std::string shape_str(const Shape& shape);  // "[4, 100, 512]"
 
 namespace detail {
-// Tensor storage's memory (tensor.cpp): 64-byte aligned blocks rounded up to a size class (at most
-// 1/8 above the request), and a freed block kept for the next request of its class, most recently
-// freed first. A step allocates the same activations and gradients as the step before, so each
-// comes back in a block that is still in cache, without malloc's search, splitting and merging
-// (5% of the demo step's time when measured). What is kept is bounded (kStorageCacheBytes).
+// Tensor storage's memory (tensor.cpp): 64-byte aligned blocks of size classes (1/8 of a power of
+// two apart), a freed block kept for the next request of its class or of a class up to 8 below
+// (about half its size), the most recently freed first. A step allocates the activations and
+// gradients of the step before, of similar sizes, so each comes back in a block still in cache,
+// without malloc's search, splitting and merging (about 4% of the demo step in a profile). What is
+// kept is bounded (kStorageCacheBytes); larger blocks go back to the system when freed.
 inline constexpr std::size_t kStorageCacheBytes = std::size_t{64} << 20;  // kept in all, at most
 inline constexpr std::size_t kStorageCacheBlockBytes = std::size_t{4} << 20;  // larger blocks are not kept
 void* storage_allocate(std::size_t bytes);
