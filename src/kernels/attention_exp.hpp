@@ -50,10 +50,11 @@ inline __m512 exp16_nonpositive(__m512 x) {
 #endif
 
 #if defined(__AVX2__)
-inline __m256 exp8_nonpositive(__m256 x) {
-  const __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(-104.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+// math::exp's reduction and polynomial on 8 lanes: n = round(x / ln 2) and m = e^(x - n ln 2), so
+// that e^x = m 2^n; x at least -104 (the callers clamp or know it).
+inline __m256 exp8_mantissa(__m256 xc, __m256& n) {
+  n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 r = _mm256_sub_ps(_mm256_sub_ps(xc, _mm256_mul_ps(n, _mm256_set1_ps(0.693145751953125f))),
                                  _mm256_mul_ps(n, _mm256_set1_ps(1.42860682030941723e-6f)));
   __m256 q = _mm256_set1_ps(1.0f / 5040.0f);
@@ -63,6 +64,13 @@ inline __m256 exp8_nonpositive(__m256 x) {
   q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(1.0f / 6.0f));
   q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(0.5f));
   const __m256 m = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(r, _mm256_mul_ps(_mm256_mul_ps(r, r), q)));
+  return m;
+}
+
+inline __m256 exp8_nonpositive(__m256 x) {
+  const __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(-104.0f));
+  __m256 n;
+  const __m256 m = exp8_mantissa(xc, n);
   const __m256i ni = _mm256_cvttps_epi32(n);
   __m256 e = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(m), _mm256_slli_epi32(ni, 23)));
   // n below -125: (m 2^n1) 2^(n - n1), n1 = n / 2 rounded toward zero, as math::exp
@@ -84,17 +92,8 @@ inline __m256 exp8_nonpositive(__m256 x) {
 // by 23 adds 0 to m's bits), so the clamp, the range check and the NaN blend go: 27 instructions
 // for 8 lanes instead of 33, the same bits.
 inline __m256 exp8_in_range(__m256 x) {
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 r = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693145751953125f))),
-                                 _mm256_mul_ps(n, _mm256_set1_ps(1.42860682030941723e-6f)));
-  __m256 q = _mm256_set1_ps(1.0f / 5040.0f);
-  q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(1.0f / 720.0f));
-  q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(1.0f / 120.0f));
-  q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(1.0f / 24.0f));
-  q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(1.0f / 6.0f));
-  q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(0.5f));
-  const __m256 m = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(r, _mm256_mul_ps(_mm256_mul_ps(r, r), q)));
+  __m256 n;
+  const __m256 m = exp8_mantissa(x, n);
   const __m256i ni = _mm256_cvttps_epi32(n);
   return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(m), _mm256_slli_epi32(ni, 23)));
 }
