@@ -25,7 +25,7 @@
 #include "normlab/study/svg.hpp"
 #include "normlab/study/report.hpp"
 #include "normlab/study/run_dirs.hpp"
-#include "normlab/train/config.hpp"
+#include "run_config.hpp"
 #include "support.hpp"
 
 namespace fs = std::filesystem;
@@ -35,30 +35,6 @@ namespace serve = normlab::serve;
 
 namespace {
 
-// A run's config.json as the trainer resolves it, of the built-in task `task`.
-std::string config_of(const std::string& task, int64_t steps) {
-  const json config =
-      {{"model",
-        {{"d_model", 16},
-         {"heads", 2},
-         {"layers", 1},
-         {"ffn", 32},
-         {"max_len", 16},
-         {"norm", "layernorm"},
-         {"placement", "pre"}}},
-       {"task",
-        {{"name", task},
-         {"min_len", 1},
-         {"max_len", 8},
-         {"eval_max_len", 12},
-         {"eval_examples", 16},
-         {"bucket_width", 4}}},
-       {"optim", {{"lr", 0.01}, {"warmup_steps", 2}}},
-       {"train",
-        {{"steps", steps}, {"batch_size", 8}, {"eval_every", 1000}, {"log_every", 1}, {"seed", 0}, {"threads", 1}}}};
-  return normlab::train::to_json(normlab::train::config_from_json(config, "synthetic", ".", false)).dump(2);
-}
-
 std::string step_line(int64_t step, double loss) {
   return json{{"step", step}, {"loss", loss}, {"accuracy", 0.5}, {"grad_norm", 1.0}, {"lr", 0.01}}.dump() + "\n";
 }
@@ -66,7 +42,7 @@ std::string step_line(int64_t step, double loss) {
 // A finished run of `steps` steps of `task`.
 void write_finished_run(const fs::path& dir, const std::string& task, int64_t steps) {
   fs::create_directories(dir);
-  std::ofstream(dir / "config.json") << config_of(task, steps);
+  std::ofstream(dir / "config.json") << normlab::test::resolved_run_config({.task = task, .steps = steps});
   std::ofstream metrics(dir / "metrics.jsonl");
   for (int64_t s = 1; s <= steps; ++s) metrics << step_line(s, 2.0 - 0.001 * double(s));
   metrics << json{{"split", "valid"}, {"step", steps}, {"loss", 1.0}, {"accuracy", 0.75}, {"targets", 100}}.dump()

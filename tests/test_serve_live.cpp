@@ -23,7 +23,7 @@
 #include "chromium_cdp.hpp"
 #include "normlab/serve/series.hpp"
 #include "normlab/study/progress.hpp"
-#include "normlab/train/config.hpp"
+#include "run_config.hpp"
 #include "support.hpp"
 
 namespace fs = std::filesystem;
@@ -41,31 +41,9 @@ constexpr double kPageSeconds = 60;
 
 // A run's config.json as the trainer resolves it: the reverse task, 2 blocks of the given norm.
 std::string run_config(const std::string& norm, const std::string& placement, int64_t steps, uint64_t seed) {
-  const json config = {{"model",
-                        {{"d_model", 64},
-                         {"heads", 4},
-                         {"layers", 2},
-                         {"ffn", 256},
-                         {"max_len", 16},
-                         {"norm", norm},
-                         {"placement", placement}}},
-                       {"task",
-                        {{"name", "reverse"},
-                         {"min_len", 1},
-                         {"max_len", 8},
-                         {"eval_max_len", 12},
-                         {"eval_examples", 16},
-                         {"bucket_width", 4}}},
-                       {"optim", {{"lr", 0.01}, {"warmup_steps", 2}}},
-                       {"train",
-                        {{"steps", steps},
-                         {"batch_size", 32},
-                         {"eval_every", 1000},
-                         {"log_every", 1},
-                         {"seed", seed},
-                         {"diagnostics_every", 100},
-                         {"threads", 1}}}};
-  return normlab::train::to_json(normlab::train::config_from_json(config, "synthetic", ".", false)).dump(2);
+  return normlab::test::resolved_run_config({.d_model = 64, .heads = 4, .layers = 2, .ffn = 256, .norm = norm,
+                                             .placement = placement, .steps = steps, .batch_size = 32,
+                                             .seed = seed, .diagnostics_every = 100});
 }
 
 // A run directory as a trainer leaves it after `steps` steps: a loss falling from 2.5 with one
