@@ -18,6 +18,8 @@
 //                                         AVX-512: in L2), then single rows
 //     *_simd, row_sum_pair, normalize_row_affine   AVX2/AVX-512: the same operations with
 //                                         intrinsics (layer_norm_simd.hpp says why)
+//     backward_rows_recompute             AVX-512: pass 2 forms g and xhat0 again instead of
+//                                         reading pass 1's scratch rows (rows from memory, small calls)
 //   Part 3, the public kernels:
 //     layer_norm_forward, layer_norm_backward   split the rows over threads, then for_row_groups
 //
@@ -303,16 +305,21 @@ BackwardRowSums backward_row_sums(float* __restrict g,                          
 
 #if defined(__AVX2__)
 // backward_row_sums on AVX2 and AVX-512 for cols >= kLanes: the same operations on each element,
-// and xhat0 also kept (xhat0_row) for pass 2, which then reads neither x nor the mean. g and xhat0
-// are converted to double from the lines just stored (the cheap form of the conversion), g * xhat0
-// from its register; the sums of xhat0 and g * xhat0 are added on the multiply-add ports (12 or 6
-// chains: enough to hide their latency), the sum of g on the adders, beside the conversions.
-template <bool kAffine, class Prefetch>
+// and g and xhat0 also kept (g, xhat0_row) for pass 2, which then reads neither x nor the mean
+// (kStore; on AVX-512 backward_rows_recompute forms them again and wants neither stored). On AVX2
+// g and xhat0 are converted to double from the lines just stored (the cheap form of the
+// conversion), g * xhat0 from its register; the sums of xhat0 and g * xhat0 are added on the
+// multiply-add ports (12 or 6 chains: enough to hide their latency), the sum of g on the adders,
+// beside the conversions.
+template <bool kAffine, class Prefetch, bool kStore = true>
 BackwardRowSums backward_row_sums_simd(float* __restrict g, float* __restrict xhat0_row,           // (cols), (cols)
                                        const float* __restrict dy, const float* __restrict x,  // (cols), (cols)
                                        const float* __restrict gamma,                          // (cols) if kAffine
                                        int64_t cols, float mean, float rstd, Prefetch prefetch) {
   using namespace simd;
+#if !defined(__AVX512F__)
+  static_assert(kStore, "on AVX2 the sums convert the stored lines");
+#endif
   Lanes lanes_g = Lanes::zero(), lanes_g_xhat0 = Lanes::zero(), lanes_xhat0 = Lanes::zero();
   const VF mean_v = vf_set1(mean), rstd_v = vf_set1(rstd);
   int64_t i = 0;
@@ -326,8 +333,10 @@ BackwardRowSums backward_row_sums_simd(float* __restrict g, float* __restrict xh
       const int64_t o = i + k * kFloats;
       const VF xhat0 = vf_mul(vf_sub(vf_load(x + o), mean_v), rstd_v);
       const VF g_k = kAffine ? vf_mul(vf_load(dy + o), vf_load(gamma + o)) : vf_load(dy + o);
-      vf_store(g + o, g_k);
-      vf_store(xhat0_row + o, xhat0);
+      if constexpr (kStore) {
+        vf_store(g + o, g_k);
+        vf_store(xhat0_row + o, xhat0);
+      }
       g_xhat0[k] = vf_mul(g_k, xhat0);
 #if defined(__AVX512F__)
       g_line[k] = g_k;
@@ -349,11 +358,14 @@ BackwardRowSums backward_row_sums_simd(float* __restrict g, float* __restrict xh
   prefetch(0);
   BackwardRowSums sums = {lanes_g.sum(), lanes_g_xhat0.sum(), lanes_xhat0.sum()};
   for (; i < cols; i++) {
-    float xhat0 = (x[i] - mean) * rstd;
-    g[i] = kAffine ? dy[i] * gamma[i] : dy[i];
-    xhat0_row[i] = xhat0;
-    sums.g += double(g[i]);
-    sums.g_xhat0 += double(g[i] * xhat0);
+    const float xhat0 = (x[i] - mean) * rstd;
+    const float g_i = kAffine ? dy[i] * gamma[i] : dy[i];
+    if constexpr (kStore) {
+      g[i] = g_i;
+      xhat0_row[i] = xhat0;
+    }
+    sums.g += double(g_i);
+    sums.g_xhat0 += double(g_i * xhat0);
     sums.xhat0 += double(xhat0);
   }
   return sums;
@@ -451,6 +463,18 @@ constexpr int64_t kMaxBackwardGroupFloats = kMaxGroupFloats;
 // rows' five arrays crowd L1 (64x128x768: 3.2 ms in groups of 4, 2.9 ms one row at a time).
 constexpr int kBackwardGroupSimd = 4;
 constexpr int64_t kMaxBackwardGroupFloatsSimd = kMaxGroupFloats;
+// On AVX-512 (with gamma) two kinds of call take backward_rows_recompute instead of the scratch
+// rows, the same bits either way (docs/PERFORMANCE.md, "LayerNorm", has the measurements):
+//  - rows too long for those groups in a call whose arrays do not fit L2 (from 2^18 floats, 1 MB,
+//    per array: 64x128x768): one at a time, dout and x asked for three rows ahead during pass 1
+//    and dx two rows ahead during pass 2 (PrefetchNext asks for the next row only, all in pass 1);
+//  - a call on one thread (below kMinParallelElements: a small model's 138 x 64), whose rows sit
+//    in L1: in the groups of 4 up to 512 columns, with the scratch rows' prefetch.
+// Between the two (128 x 768 in L2, 8192 x 256 from memory in groups) the scratch rows measured
+// faster: there pass 2's arithmetic, which forming xhat0 and g again adds to, is what paces it.
+constexpr int64_t kRecomputeStreamMinFloats = int64_t{1} << 18;
+constexpr int kRecomputeReadRowsAhead = 3;
+constexpr int kRecomputeDxRowsAhead = 2;
 
 // Prefetch of the 64-byte lines at offset i of the next row of each of kReads inputs and of this
 // row's output. The first line of each is asked for after the row (prefetch(0)).
@@ -584,6 +608,77 @@ void backward_rows_update_simd(float* __restrict dx,                            
     dbeta_partial[j] = dbeta_c;
   }
 }
+
+#if defined(__AVX512F__)
+// Both passes for R rows of cols >= kLanes with dgamma/dbeta partials on AVX-512, without scratch
+// rows: pass 2 forms xhat0 = (x - mean) * rstd and g = dout * gamma again from x, dout and gamma,
+// the same operations on the same floats as pass 1 (so the same bits), and pass 1 stores nothing.
+// A row has three arrays in play (x, dout, dx) instead of five, and a line costs two stores fewer,
+// where loads and stores, not arithmetic, pace the passes: rows streamed from memory, and a small
+// model's rows in L1 (see the constants below). A line's dgamma/dbeta partials stay in registers
+// across the R rows, each row's share added in row order. prefetch_of(r): row r's hint in pass 1;
+// prefetch2(j): the hint at line j of pass 2.
+template <int R, bool kWithDx, class PrefetchOf, class Prefetch2>
+void backward_rows_recompute(float* __restrict dx,                                    // (R, cols)
+                             double* __restrict dgamma_partial,                       // (cols)
+                             double* __restrict dbeta_partial,                        // (cols)
+                             const float* __restrict dy, const float* __restrict x,  // (R, cols), (R, cols)
+                             const float* __restrict gamma,                          // (cols)
+                             const float* mean, const float* rstd, int64_t cols,     // (R), (R)
+                             PrefetchOf prefetch_of, Prefetch2 prefetch2) {
+  using namespace simd;
+  BackwardRowMeans m[R];
+  for (int r = 0; r < R; r++) {
+    const int64_t o = r * cols;
+    m[r] = backward_row_means(backward_row_sums_simd<true, decltype(prefetch_of(r)), false>(
+                                  nullptr, nullptr, dy + o, x + o, gamma, cols, mean[r], rstd[r], prefetch_of(r)),
+                              cols);
+  }
+  int64_t j = 0;
+  for (; j + kLanes <= cols; j += kLanes) {  // kLanes = one AVX-512 register of floats
+    prefetch2(j);
+    Lanes dgamma_j, dbeta_j;
+    for (int k = 0; k < kLineDoubles; k++) {
+      dgamma_j.v[k] = vd_load(dgamma_partial + j + k * kDoubles);
+      dbeta_j.v[k] = vd_load(dbeta_partial + j + k * kDoubles);
+    }
+    for (int r = 0; r < R; r++) {
+      const int64_t o = r * cols + j;
+      const VF rstd_r = vf_set1(rstd[r]);
+      const VF xhat = vf_sub(vf_mul(vf_sub(vf_load(x + o), vf_set1(mean[r])), rstd_r), vf_set1(m[r].shift));
+      const VF dy_o = vf_load(dy + o);
+      if constexpr (kWithDx) {
+        const VF g = vf_mul(dy_o, vf_load(gamma + j));
+        const VF t = vf_sub_on_fma(vf_sub_on_fma(g, vf_set1(m[r].mean_g)), vf_mul(xhat, vf_set1(m[r].mean_g_xhat)));
+        vf_store(dx + o, vf_add(vf_load(dx + o), vf_mul(rstd_r, t)));
+      }
+      const VF dy_xhat[kLineFloats] = {vf_mul(dy_o, xhat)};
+      dgamma_j.add(Lanes::of(dy_xhat));
+      dbeta_j.add(Lanes::load(dy + o));
+    }
+    for (int k = 0; k < kLineDoubles; k++) {
+      vd_store(dgamma_partial + j + k * kDoubles, dgamma_j.v[k]);
+      vd_store(dbeta_partial + j + k * kDoubles, dbeta_j.v[k]);
+    }
+  }
+  for (; j < cols; j++) {
+    double dgamma_c = dgamma_partial[j];
+    double dbeta_c = dbeta_partial[j];
+    for (int r = 0; r < R; r++) {
+      const int64_t k = r * cols + j;
+      const float xhat = (x[k] - mean[r]) * rstd[r] - m[r].shift;
+      if constexpr (kWithDx) {
+        const float g = dy[k] * gamma[j];
+        dx[k] += rstd[r] * ((g - m[r].mean_g) - xhat * m[r].mean_g_xhat);
+      }
+      dgamma_c += double(dy[k] * xhat);
+      dbeta_c += double(dy[k]);
+    }
+    dgamma_partial[j] = dgamma_c;
+    dbeta_partial[j] = dbeta_c;
+  }
+}
+#endif
 
 // Both passes for R rows of cols >= kLanes with dgamma/dbeta partials, on AVX2 and AVX-512. g and
 // xhat0 are (R, cols) scratch rows.
@@ -752,6 +847,56 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
         backward_rows_simd<G>(dx, dgamma_thread, dbeta_thread, g_scratch, xhat0_scratch, dy, x, gamma, mean + r,
                               rstd + r, cols, prefetch_of);
       };
+#if defined(__AVX512F__)
+      auto recompute_rows = [&]<int G>(int64_t r, auto prefetch_of, auto prefetch2) {
+        const float *dy = dout + r * cols, *x = inp + r * cols;
+        float* dx = dx_at(r);
+        if (dx != nullptr)
+          backward_rows_recompute<G, true>(dx, dgamma_thread, dbeta_thread, dy, x, gamma, mean + r, rstd + r, cols,
+                                           prefetch_of, prefetch2);
+        else
+          backward_rows_recompute<G, false>(nullptr, dgamma_thread, dbeta_thread, dy, x, gamma, mean + r, rstd + r,
+                                            cols, prefetch_of, prefetch2);
+      };
+      const bool grouped = kBackwardGroupSimd * cols <= kMaxBackwardGroupFloatsSimd;
+      if (gamma != nullptr && !grouped && rows * cols >= kRecomputeStreamMinFloats) {
+        auto ahead = [&](const float* row, int64_t r, int d) { return r + d < rows ? row + d * cols : row; };
+        for (int64_t r = range.begin; r < range.end; r++) {
+          const float *dy = dout + r * cols, *x = inp + r * cols;
+          const PrefetchNext<2> reads{{ahead(dy, r, kRecomputeReadRowsAhead), ahead(x, r, kRecomputeReadRowsAhead)},
+                                      nullptr};
+          float* dx = dx_at(r);
+          const float* dx_ahead = dx != nullptr ? ahead(dx, r, kRecomputeDxRowsAhead) : nullptr;
+          recompute_rows.template operator()<1>(
+              r, [&](int) { return reads; },
+              [dx_ahead](int64_t j) {
+                if (dx_ahead != nullptr) __builtin_prefetch(dx_ahead + j, 1, 3);
+              });
+        }
+        return;
+      }
+      if (gamma != nullptr && grouped && rows * cols < kMinParallelElements) {
+        auto rows_of = [&]<int G>(int64_t r) {
+          const float *dy = dout + r * cols, *x = inp + r * cols;
+          float* dx = dx_at(r);
+          const int64_t remaining = rows - (r + G);
+          recompute_rows.template operator()<G>(
+              r,
+              [&](int k) {
+                const int64_t o = k * cols;
+                return PrefetchNext<2>{{next_row(dy + o, dy + G * cols, k, remaining, cols),
+                                        next_row(x + o, x + G * cols, k, remaining, cols)},
+                                       dx != nullptr ? dx + o : nullptr};
+              },
+              [](int64_t) {});
+        };
+        for_row_groups<kBackwardGroupSimd>(
+            range, cols, kMaxBackwardGroupFloatsSimd,
+            [&](int64_t r) { rows_of.template operator()<kBackwardGroupSimd>(r); },
+            [&](int64_t r) { rows_of.template operator()<1>(r); });
+        return;
+      }
+#endif
       for_row_groups<kBackwardGroupSimd>(
           range, cols, kMaxBackwardGroupFloatsSimd,
           [&](int64_t r) { simd_rows.template operator()<kBackwardGroupSimd>(r); },

@@ -12,7 +12,8 @@
 //  - forward caches only mean and rstd per row, the backward recomputes xhat from x;
 //  - backward subtracts mean(xhat0) from xhat0 (computed with the float mean): the gradient does
 //    not depend on how well a float holds the mean;
-//  - backward keeps g = dout * gamma from pass 1 for pass 2: g - mean(g) is exactly 0 when it must be;
+//  - backward's pass 2 uses g = dout * gamma rounded as pass 1 rounded it (kept from pass 1, or the
+//    same product formed again, never fused into an FMA): g - mean(g) is exactly 0 when it must be;
 //  - dgamma/dbeta in per-thread double buffers, each allocated by its thread, summed in thread
 //    order: no false sharing, bit-identical at a fixed thread count;
 //  - small inputs stay on one thread: a team costs more than it saves.
