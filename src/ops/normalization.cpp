@@ -30,19 +30,21 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   Tensor out = Tensor::empty(x.shape());
   const bool grad = needs_grad({&x, &gamma, &beta});
   // Statistics per row (= per token): [rows], i.e. [batch, seq_len] for a [batch, seq_len, d_model]
-  // input. Only kept when backward will need them.
-  auto mean = std::make_shared<std::vector<float>>(grad ? rows : 0);
-  auto rstd = std::make_shared<std::vector<float>>(grad ? rows : 0);
-  kernels::layer_norm_forward(out.data(), grad ? mean->data() : nullptr, grad ? rstd->data() : nullptr, x.data(),
-                              gamma.defined() ? gamma.data() : nullptr, beta.defined() ? beta.data() : nullptr, rows,
-                              cols, eps);
+  // input; row 0 of `stats` the means, row 1 the reciprocal standard deviations. One block from the
+  // tensor storage, and only when backward will need them.
+  Tensor stats = grad ? Tensor::empty({2, rows}) : Tensor();
+  float* mean = grad ? stats.data() : nullptr;
+  float* rstd = grad ? stats.data() + rows : nullptr;
+  kernels::layer_norm_forward(out.data(), mean, rstd, x.data(), gamma.defined() ? gamma.data() : nullptr,
+                              beta.defined() ? beta.data() : nullptr, rows, cols, eps);
   if (!grad) return out;
   std::vector<Tensor> inputs{x};
   if (gamma.defined()) inputs.push_back(gamma);
   if (beta.defined()) inputs.push_back(beta);
-  record(out, "layer_norm", inputs, [x, gamma, beta, mean, rstd, rows, cols](const float* g) {
+  record(out, "layer_norm", inputs, [x, gamma, beta, stats, rows, cols](const float* g) {
     kernels::layer_norm_backward(grad_ptr(x), grad_ptr(gamma), grad_ptr(beta), g, x.data(),
-                                 gamma.defined() ? gamma.data() : nullptr, mean->data(), rstd->data(), rows, cols);
+                                 gamma.defined() ? gamma.data() : nullptr, stats.data(), stats.data() + rows, rows,
+                                 cols);
   });
   return out;
 }
