@@ -67,7 +67,8 @@ TEST_CASE("compare search: a variant's next round starts while another variant's
   std::map<pid_t, std::string> seen;
   pid_t held_pid = 0;
   std::string later_run;
-  while (later_run.empty()) {
+  // Until both have paused: `held` (it cannot finish before the test resumes it) and a later round's run.
+  while (later_run.empty() || held_pid == 0) {
     const std::vector<pid_t> paused = pause.wait(seen.size() + 1);
     REQUIRE(paused.size() > seen.size());  // empty after the bound: no new run paused
     for (pid_t pid : paused) {
@@ -79,16 +80,12 @@ TEST_CASE("compare search: a variant's next round starts while another variant's
         held_pid = pid;
         continue;
       }
-      if (!first_round.count(name)) {
-        later_run = name;
-        CHECK(held_pid != 0);  // `held` started (and holds) before the later round was chosen
-      }
+      if (!first_round.count(name) && later_run.empty()) later_run = name;
       pause.resume(pid);
     }
   }
   CHECK(later_run.rfind("none_", 0) == 0);
   CHECK(!fs::exists(fs::path(out) / "runs" / held / "summary.json"));
-  REQUIRE(held_pid != 0);
   pause.resume(held_pid);
   // The rest: every run that pauses from here goes on, until compare exits.
   while (!normlab::test::wait_until_gone(compare.pid(), std::chrono::seconds(0))) {
