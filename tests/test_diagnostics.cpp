@@ -13,6 +13,7 @@
 #include "normlab/error.hpp"
 #include "normlab/nn/diagnostics.hpp"
 #include "normlab/nn/encoder.hpp"
+#include "normlab/rng.hpp"
 
 using namespace normlab;
 
@@ -78,6 +79,39 @@ TEST_CASE("update ratio: ||dW|| / ||W|| per block, each block's parameters as on
   REQUIRE(ratios.size() == 2);
   CHECK(ratios[0] == 0.0);  // untouched
   CHECK(ratios[1] == 0.5);  // every value 2 -> 3: sqrt(n * 1) / sqrt(n * 4)
+}
+
+TEST_CASE("update ratio: blocks summed four at a time give each block's sequential sums, bit for bit") {
+  // 6 blocks (a group of four, then two) and 5 (four, then one alone): against the plain loop over
+  // every parameter in order, each block's two sums in double.
+  for (const int64_t layers : {6, 5}) {
+    nn::EncoderOptions opts;
+    opts.d_model = 8;
+    opts.num_heads = 2;
+    opts.num_layers = layers;
+    nn::TransformerEncoder encoder(opts, 3);
+    const auto before = nn::block_parameter_values(encoder);
+    Rng rng(7, 0);
+    for (auto& [name, t] : encoder.named_parameters())
+      for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] += 0.01f * float(rng.uniform() - 0.5);
+    std::vector<double> change(size_t(layers), 0.0), size(size_t(layers), 0.0);
+    const nn::NamedTensors params = encoder.named_parameters();
+    for (size_t p = 0; p < params.size(); ++p) {
+      if (params[p].first.rfind("layers.", 0) != 0) continue;
+      const size_t l = size_t(std::stoll(params[p].first.substr(7)));
+      for (int64_t i = 0; i < params[p].second.numel(); ++i) {
+        const double delta = double(params[p].second.data()[i]) - double(before[p][size_t(i)]);
+        change[l] += delta * delta;
+        size[l] += double(before[p][size_t(i)]) * double(before[p][size_t(i)]);
+      }
+    }
+    const std::vector<double> ratios = nn::per_layer_update_ratios(encoder, layers, before);
+    REQUIRE(ratios.size() == size_t(layers));
+    for (size_t l = 0; l < size_t(layers); ++l) {
+      CHECK(ratios[l] > 0.0);
+      CHECK(ratios[l] == std::sqrt(change[l] / size[l]));
+    }
+  }
 }
 
 namespace {

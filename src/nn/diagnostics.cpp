@@ -125,24 +125,68 @@ std::vector<std::vector<float>> block_parameter_values(const Module& model) {
   return values;
 }
 
+namespace {
+
+// One block's parameters in named_parameters order: (now, before, count) each.
+struct Segment {
+  const float* now;
+  const float* old;
+  size_t count;
+};
+
+// sum (now - old)^2 and sum old^2 over G blocks whose segments have the same sizes, each block's
+// sums in its own order: G independent chains advanced together (one chain waits on its adds).
+template <int G>
+void update_sums(const std::vector<std::vector<Segment>>& blocks, size_t first, double* change, double* size) {
+  double c[G], z[G];
+  for (int g = 0; g < G; ++g) c[g] = change[first + size_t(g)], z[g] = size[first + size_t(g)];
+  for (size_t k = 0; k < blocks[first].size(); ++k) {
+    const float* now[G];
+    const float* old[G];
+    for (int g = 0; g < G; ++g) now[g] = blocks[first + size_t(g)][k].now, old[g] = blocks[first + size_t(g)][k].old;
+    for (size_t i = 0; i < blocks[first][k].count; ++i)
+      for (int g = 0; g < G; ++g) {
+        const double delta = double(now[g][i]) - double(old[g][i]);
+        c[g] += delta * delta;
+        z[g] += double(old[g][i]) * double(old[g][i]);
+      }
+  }
+  for (int g = 0; g < G; ++g) change[first + size_t(g)] = c[g], size[first + size_t(g)] = z[g];
+}
+
+}  // namespace
+
 std::vector<double> per_layer_update_ratios(const Module& model, int64_t num_layers,
                                             const std::vector<std::vector<float>>& before) {
   std::vector<double> change(size_t(num_layers), 0.0), size(size_t(num_layers), 0.0);
   const NamedTensors params = model.named_parameters();
   if (params.size() != before.size())
     throw UsageError(fmt::format("per_layer_update_ratios: {} parameters, {} saved", params.size(), before.size()));
+  std::vector<std::vector<Segment>> blocks(static_cast<size_t>(num_layers));
   for (size_t p = 0; p < params.size(); ++p) {
     const int64_t layer = block_of(params[p].first, num_layers);
     if (layer < 0) continue;
-    const float* now = params[p].second.data();
     const std::vector<float>& old = before[p];
     if (int64_t(old.size()) != params[p].second.numel())
       throw UsageError(fmt::format("per_layer_update_ratios: {} changed size", params[p].first));
-    for (size_t i = 0; i < old.size(); ++i) {
-      const double delta = double(now[i]) - double(old[i]);
-      change[size_t(layer)] += delta * delta;
-      size[size_t(layer)] += double(old[i]) * double(old[i]);
-    }
+    blocks[size_t(layer)].push_back({params[p].second.data(), old.data(), old.size()});
+  }
+  // Blocks of one shape (every encoder layer) go four at a time; any other one on its own. Either
+  // way each block's two sums add its values in the order above, so the ratios have the same bits.
+  auto same_shape = [&](size_t a, size_t b) {
+    if (blocks[a].size() != blocks[b].size()) return false;
+    for (size_t k = 0; k < blocks[a].size(); ++k)
+      if (blocks[a][k].count != blocks[b][k].count) return false;
+    return true;
+  };
+  for (size_t first = 0; first < blocks.size();) {
+    size_t group = 1;
+    while (group < 4 && first + group < blocks.size() && same_shape(first, first + group)) ++group;
+    if (group == 4) update_sums<4>(blocks, first, change.data(), size.data());
+    else if (group == 3) update_sums<3>(blocks, first, change.data(), size.data());
+    else if (group == 2) update_sums<2>(blocks, first, change.data(), size.data());
+    else update_sums<1>(blocks, first, change.data(), size.data());
+    first += group;
   }
   std::vector<double> ratios(size_t(num_layers), 0.0);
   for (size_t l = 0; l < ratios.size(); ++l) ratios[l] = size[l] > 0 ? std::sqrt(change[l] / size[l]) : 0.0;

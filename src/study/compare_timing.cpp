@@ -40,13 +40,13 @@ std::optional<train::PartTimes> run_timing(const fs::path& dir) {
 
 }  // namespace
 
-void add_runs(CompareTiming& timing, const ComparePlan& plan, const fs::path& out, const PassTotals& totals) {
+void add_runs(CompareTiming& timing, const fs::path& out, const PassTotals& totals) {
   double child_wall = 0.0;
   for (const ChildRecord& child : totals.children) {
     child_wall += child.wall_s;
     std::optional<train::PartTimes> parts;
     if (child.code == kExitOk || child.code == kExitDiverged)
-      parts = run_timing(out / "runs" / plan.runs[child.index].name);
+      parts = run_timing(out / "runs" / child.name);
     if (!parts) {
       ++timing.other_runs;
       timing.other_wall_s += child.wall_s, timing.other_cpu_s += child.cpu_s;
@@ -57,7 +57,8 @@ void add_runs(CompareTiming& timing, const ComparePlan& plan, const fs::path& ou
     timing.process_wall_s += std::max(0.0, child.wall_s - parts->wall_total());
     timing.process_cpu_s += std::max(0.0, child.cpu_s - parts->cpu_total());
   }
-  timing.idle_s = std::max(0.0, totals.busy_slot_s - child_wall);
+  // A refill's plan read is the compare's own work (the rest of the slots' time), not an idle slot.
+  timing.idle_s = std::max(0.0, totals.busy_slot_s - child_wall - totals.refill_slot_s);
 }
 
 }  // namespace scheduler_parts

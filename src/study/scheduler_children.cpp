@@ -46,12 +46,28 @@ std::string self_exe() {
   return p.string();
 }
 
-void RunWatcher::run(std::deque<size_t> queue, RunLauncher& launcher) {
+void RunWatcher::run(std::deque<size_t> queue, RunLauncher& launcher, const Refill& refill) {
   to_run_ = queue.size();
   start_ = std::chrono::steady_clock::now();
   auto last_print = std::chrono::steady_clock::now();
-  while ((!queue.empty() && !stopped() && bad_input_.empty()) || !running_.empty()) {
-    while (running_.size() < size_t(jobs_) && !queue.empty() && !stopped() && bad_input_.empty()) {
+  bool exited_since_refill = true;  // the caller's plan was read before this pass's first launch
+  bool refilled = false;
+  auto can_launch = [&] { return !stopped() && bad_input_.empty(); };
+  for (;;) {
+    // A slot free and nothing queued: the next rounds the finished runs allow, while the other
+    // slots still train (a round waits only on its own variant and setting's runs).
+    if (refill && queue.empty() && exited_since_refill && running_.size() < size_t(jobs_) && can_launch()) {
+      const auto refill_start = std::chrono::steady_clock::now();
+      queue = refill();
+      refill_slot_s_ += double(size_t(jobs_) - running_.size()) *
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - refill_start).count();
+      exited_since_refill = false;
+      refilled = true;
+      refilled_empty_ = queue.empty();
+      to_run_ += queue.size();
+    }
+    if (!((!queue.empty() && can_launch()) || !running_.empty())) break;
+    while (running_.size() < size_t(jobs_) && !queue.empty() && can_launch()) {
       const size_t i = queue.front();
       queue.pop_front();
       launch_run(i, launcher);
@@ -62,10 +78,13 @@ void RunWatcher::run(std::deque<size_t> queue, RunLauncher& launcher) {
     const pid_t pid = wait4(-1, &status, WNOHANG, &usage);
     if (pid > 0 && running_.count(pid)) {
       reap(pid, status, usage);
+      exited_since_refill = true;
+      refilled_empty_ = false;
       print_progress(false);
       continue;
     }
     if (pid < 0 && errno == ECHILD) {
+      exited_since_refill = true;
       for (const auto& entry : running_)
         if (entry.second.pidfd >= 0) ::close(entry.second.pidfd);
       running_.clear();
@@ -77,7 +96,14 @@ void RunWatcher::run(std::deque<size_t> queue, RunLauncher& launcher) {
     }
     wait_for_a_run();
   }
+  if (!refilled) refilled_empty_ = false;
   busy_wall_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+std::set<std::string> RunWatcher::running_names() const {
+  std::set<std::string> names;
+  for (const auto& entry : running_) names.insert(entry.second.name);
+  return names;
 }
 
 void RunWatcher::print_progress(bool final_line) {
@@ -128,7 +154,7 @@ void RunWatcher::launch_run(size_t i, RunLauncher& launcher) {
   if (fs::exists(dir / "checkpoint.safetensors")) args.push_back("--resume");
   const auto started = std::chrono::steady_clock::now();
   const pid_t pid = launcher.launch(args, (out_ / "logs" / (run.name + ".log")).string());
-  running_[pid] = {i, started, int(::syscall(SYS_pidfd_open, pid, 0))};
+  running_[pid] = {run.name, started, int(::syscall(SYS_pidfd_open, pid, 0))};
 }
 
 // Each run finishes its step, writes a checkpoint and exits 130/143; rerunning resumes it.
@@ -149,8 +175,8 @@ void RunWatcher::reap(pid_t pid, int status, const rusage& usage) {
   busy_seconds_ += wall;
   const auto seconds = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  children_.push_back({run.index, code, wall, seconds(usage.ru_utime) + seconds(usage.ru_stime)});
-  const std::string& name = plan_.runs[run.index].name;
+  children_.push_back({run.name, code, wall, seconds(usage.ru_utime) + seconds(usage.ru_stime)});
+  const std::string& name = run.name;
   const std::string log = (out_ / "logs" / (name + ".log")).string();
   if (code == kExitOk) {
     ++done_;

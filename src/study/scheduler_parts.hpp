@@ -8,6 +8,7 @@
 #include <chrono>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -58,25 +59,36 @@ class RunLauncher {
 
 // One child process of a compare, once it has exited: how and what it cost.
 struct ChildRecord {
-  size_t index = 0;                  // in plan.runs
+  std::string name;                  // the run's (an index into plan.runs changes as a search's rounds grow)
   int code = 0;                      // exit code, or 128 + signal
   double wall_s = 0.0, cpu_s = 0.0;  // fork to exit; user + system CPU of the process (wait4)
 };
 
 // The queued runs as child processes, `jobs` at a time, watched until every one has exited and
 // none is left to launch (a signal or a run's bad input stops the launching); progress on stderr.
+// Refill: asked for more runs whenever the queue is empty, a slot is free and a run has exited
+// since it was last asked (a search's next rounds, read while the other slots still train); the
+// indices it returns are into the plan as it is then (the watcher holds the plan by reference).
 class RunWatcher {
  public:
   RunWatcher(const ComparePlan& plan, const fs::path& out, int jobs, int already_done, CompareLogger& logger,
              io::StopFlag stop)
       : plan_(plan), out_(out), jobs_(jobs), already_done_(already_done), logger_(logger), stop_(stop) {}
 
-  void run(std::deque<size_t> queue, RunLauncher& launcher);
+  using Refill = std::function<std::deque<size_t>()>;
+  void run(std::deque<size_t> queue, RunLauncher& launcher, const Refill& refill = {});
+  // The runs launched and not yet exited, by name (a refill must not queue them again).
+  std::set<std::string> running_names() const;
+  // True when the last refill came after the last run exited and added nothing: the plan read by
+  // it is final.
+  bool refilled_empty() const { return refilled_empty_; }
   void print_progress(bool final_line);
   int failed() const { return failed_; }
   const std::vector<ChildRecord>& children() const { return children_; }
   const std::vector<std::string>& failures() const { return failures_; }
   double busy_wall_s() const { return busy_wall_s_; }  // from the first launch to the last exit
+  // The slots' time while the refill read the plan: free slots x its wall time (the compare's own).
+  double refill_slot_s() const { return refill_slot_s_; }
   // Why launching stopped: "run NAME rejected its input; see LOG" when a run exited 2, or "run
   // NAME: DIR: the run directory is in use by another normlab process (pid N)..." for a run that
   // another process holds.
@@ -100,7 +112,7 @@ class RunWatcher {
   const io::StopFlag stop_;
   const bool tty_ = logger_.redraws();
   struct Running {
-    size_t index = 0;                               // in plan.runs
+    std::string name;                               // the run's
     std::chrono::steady_clock::time_point started;  // before the fork
     int pidfd = -1;                                 // readable when the run has exited; -1 without pidfd_open
   };
@@ -111,6 +123,8 @@ class RunWatcher {
   int done_ = 0, diverged_ = 0, failed_ = 0, interrupted_ = 0;
   std::string bad_input_;
   bool forwarded_ = false;  // the stop signal has been passed on to the running runs
+  bool refilled_empty_ = false;
+  double refill_slot_s_ = 0.0;
   double busy_seconds_ = 0;
   size_t to_run_ = 0;
   std::chrono::steady_clock::time_point start_;
@@ -125,12 +139,13 @@ struct PassTotals {
   std::vector<std::string> failures;
   std::vector<ChildRecord> children;
   double busy_slot_s = 0.0;  // jobs x the passes' wall time
+  double refill_slot_s = 0.0;  // of it, slots free while a refill read the plan
 };
 
 // This process's own CPU time so far (user + system).
 double self_cpu_seconds();
 // The runs' records (summary.json "timing") and what the compare saw of their processes, summed
 // into timing (compare_timing.cpp).
-void add_runs(CompareTiming& timing, const ComparePlan& plan, const fs::path& out, const PassTotals& totals);
+void add_runs(CompareTiming& timing, const fs::path& out, const PassTotals& totals);
 
 }  // namespace normlab::study::scheduler_parts

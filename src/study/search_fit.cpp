@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "normlab/study/search.hpp"
 
@@ -19,7 +22,6 @@ constexpr double kThetaMargin = 0.5;                // the grid reaches this far
 
 namespace {
 
-double log_sigmoid(double z) { return z < 0 ? z - std::log1p(std::exp(z)) : -std::log1p(std::exp(-z)); }
 double sigmoid(double z) { return z < 0 ? std::exp(z) / (1 + std::exp(z)) : 1 / (1 + std::exp(-z)); }
 
 // The rates a fit uses: ln lr (centered), learned, runs.
@@ -29,14 +31,31 @@ struct FitData {
   double center = 0;  // the mean of ln lr: the determinant below is computed on centered x
 };
 
+// ln sigmoid(z), ln sigmoid(-z) and sigmoid(z) from one exp and one log1p, e = exp(-|z|): the
+// same calls on the same arguments as the stable one-at-a-time forms, ln sigmoid(z) =
+// z < 0 ? z - log1p(exp(z)) : -log1p(exp(-z)), so the same values.
+struct Sigmoids {
+  double log_p, log_q, p;  // ln sigmoid(z), ln sigmoid(-z), sigmoid(z)
+};
+Sigmoids sigmoids(double z) {
+  if (z < 0) {  // -z > 0
+    const double e = std::exp(z), l = std::log1p(e);
+    return {z - l, -l, e / (1 + e)};
+  }
+  // z >= 0 (a -0.0 included): -z <= 0, and log_sigmoid(-z) takes its first branch only when -z < 0
+  const double e = std::exp(-z), l = std::log1p(e);
+  return {-l, -z < 0 ? -z - l : -l, 1 / (1 + e)};
+}
+
 // Firth's penalized log-likelihood of P(learned) = sigmoid(-s (x - theta)): the binomial
 // log-likelihood plus half the log-determinant of the Fisher information of (intercept, slope).
 double penalized_loglik(const FitData& d, double theta, double s) {
   double ll = 0, w0 = 0, w1 = 0, w2 = 0;
   for (size_t i = 0; i < d.x.size(); ++i) {
     const double eta = -s * (d.x[i] - theta);
-    ll += d.learned[i] * log_sigmoid(eta) + (d.runs[i] - d.learned[i]) * log_sigmoid(-eta);
-    const double p = sigmoid(eta), w = d.runs[i] * p * (1 - p);
+    const Sigmoids g = sigmoids(eta);
+    ll += d.learned[i] * g.log_p + (d.runs[i] - d.learned[i]) * g.log_q;
+    const double p = g.p, w = d.runs[i] * p * (1 - p);
     w0 += w;
     w1 += w * d.x[i];
     w2 += w * d.x[i] * d.x[i];
@@ -96,7 +115,9 @@ double BoundaryFit::p_learned(double lr) const {
   return sigmoid(-slope * (std::log(lr) - std::log(lr50)));
 }
 
-BoundaryFit fit_boundary(std::vector<RateOutcome> tested, double from, double to) {
+namespace {
+
+BoundaryFit fit_boundary_uncached(std::vector<RateOutcome> tested, double from, double to) {
   tested.erase(std::remove_if(tested.begin(), tested.end(), [](const RateOutcome& r) { return r.runs == 0; }),
                tested.end());
   std::sort(tested.begin(), tested.end(), [](const RateOutcome& a, const RateOutcome& b) { return a.lr < b.lr; });
@@ -144,6 +165,28 @@ BoundaryFit fit_boundary(std::vector<RateOutcome> tested, double from, double to
   fit.high_open = !(high <= std::log(to));
   fit.low = fit.low_open ? from : std::exp(low);
   fit.high = fit.high_open ? to : std::exp(high);
+  return fit;
+}
+
+}  // namespace
+
+// A report asks for the same fits from several of its sections (and a compare's report after
+// each read of the same runs): each is computed once per process. A pure function of its
+// arguments, so a remembered fit is the one it would compute.
+BoundaryFit fit_boundary(std::vector<RateOutcome> tested, double from, double to) {
+  using Key = std::tuple<std::vector<std::tuple<double, int, int>>, double, double>;
+  static std::mutex mutex;
+  static std::map<Key, BoundaryFit> fits;
+  Key key{{}, from, to};
+  for (const RateOutcome& r : tested) std::get<0>(key).emplace_back(r.lr, r.learned, r.runs);
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = fits.find(key); it != fits.end()) return it->second;
+  }
+  BoundaryFit fit = fit_boundary_uncached(std::move(tested), from, to);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (fits.size() >= 1024) fits.clear();  // bounded: a long-lived `normlab serve` redraws many reports
+  fits.emplace(std::move(key), fit);
   return fit;
 }
 
