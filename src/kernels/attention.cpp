@@ -599,12 +599,9 @@ ExpsLayout exps_layout(const int64_t* offsets, int64_t B, int64_t NH) {
 // ---- short pairs on avx512: at most 16 tokens, head dim 16 --------------------------------------
 // The small models' shape (d_model 64, 4 heads, sequences of a few tokens): a pair is a handful of
 // 16-float rows, so the general path's fixed costs (scratch matrices, padding fills, transposes
-// through memory, a call per row) outweigh its products. Here every row of a pair is one zmm
-// register: the same products (fma chains over k in order, from zero), the same softmax steps and
-// the same lane folds as the general path, so the same bits, with the rows kept in registers.
-
-inline __m256 low8(__m512 x) { return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(x), 0)); }
-inline __m256 high8(__m512 x) { return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(x), 1)); }
+// through memory, a call per row) outweigh its products. Here a pair lives in zmm registers, one
+// per key (below): the same products (fma chains over k in order, from zero), the same softmax
+// steps and the same lane folds as the general path, so the same bits.
 
 // The forward works on the pair transposed: register j holds key j's scores against every query,
 // lane i for query i (sT[j][i] = S_ij). What the general path does along a row (its max, its sum
