@@ -752,7 +752,8 @@ void pair_backward_short(float* dqkv, bool accumulate, const float* dout, const 
   // inv: lane i = 1/sum of row i (the odd floats of st)
   const int64_t n_first = std::min<int64_t>(2 * L, 16), n_second = 2 * L - n_first;
   const __m512 st_first = _mm512_maskz_loadu_ps(__mmask16((1u << n_first) - 1), st);
-  const __m512 st_second = _mm512_maskz_loadu_ps(__mmask16((1u << n_second) - 1), st + 16);
+  const __m512 st_second =
+      n_second > 0 ? _mm512_maskz_loadu_ps(__mmask16((1u << n_second) - 1), st + 16) : _mm512_setzero_ps();
   const __m512 inv = _mm512_permutex2var_ps(
       st_first, _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), st_second);
   // dP^T: d[j] lane i = query i's chain over c in order from zero; the padding keys' zero rows of
