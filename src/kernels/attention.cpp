@@ -845,7 +845,7 @@ void pair_backward_short(float* dqkv, bool accumulate, const float* dout, const 
 inline bool short_pair(int64_t L, int64_t hd) { return hd == 16 && L >= 1 && L <= 16; }
 
 #elif defined(__AVX2__)
-// ---- short pairs on avx2: the forward --------------------------------------------------------------
+// ---- short pairs on avx2 ------------------------------------------------------------------------
 // The avx512 forward's way (see there) with 8 queries a register: a pair of L <= 16 tokens is one
 // or two groups of queries, each against all the keys. The same operations as softmax_row's avx2
 // form on every element (exp8_nonpositive gives exp8_in_range's bits where that one applies).
@@ -859,87 +859,97 @@ inline void store_interleaved(float* dst, __m256 a, __m256 b, int64_t n) {
   if (n > 4) _mm256_maskstore_ps(dst + 8, first_n(2 * n - 8), _mm256_permute2f128_ps(lo, hi, 0x31));
 }
 
-// sum_halves of every lane across 16 registers: x[l] + x[l + 8], then + 4, + 2, + 1.
-inline __m256 sum_across(const __m256 x[16]) {
-  __m256 y[8];
-#pragma GCC unroll 8
-  for (int l = 0; l < 8; l++) y[l] = _mm256_add_ps(x[l], x[l + 8]);
-#pragma GCC unroll 4
-  for (int l = 0; l < 4; l++) y[l] = _mm256_add_ps(y[l], y[l + 4]);
-  y[0] = _mm256_add_ps(y[0], y[2]);
-  y[1] = _mm256_add_ps(y[1], y[3]);
-  return _mm256_add_ps(y[0], y[1]);
-}
-
-// pair_forward for L <= 16 and hd = 16, with the cache (stats and exps).
+// pair_forward for L <= 16 and hd = 16, with the cache (stats and exps). AVX2 has 16 ymm
+// registers, not the 16 x 16 the avx512 way keeps live, so a group's transposed queries and its
+// scores and exponentials (one row of 8 lanes per key) live in two small stack arrays, and each
+// product runs in halves of the head's 16 elements that fit the registers; a score's chain over c
+// is continued from where the first half stored it, in the same order.
 void pair_forward_short(float* out, float* stats, float* exps, const float* qkv, Pair p, int64_t T, int64_t C) {
   constexpr int64_t hd = 16;
+  static const float zero_row[16] = {};  // the keys from L on (their scores are not used)
   const int64_t C3 = 3 * C, L = p.L;
   const float scale = 1.0f / std::sqrt(float(hd));
   const float* q = qkv + p.t0 * C3 + p.h * hd;
   const float* k = q + C;
   const float* v = q + 2 * C;
-  const __m256 sv = _mm256_set1_ps(scale);
+  const __m256 sv = _mm256_set1_ps(scale), zero = _mm256_setzero_ps();
+  alignas(32) float qt[16 * 8];  // row c: lane i = query i0 + i's element c
+  alignas(32) float et[16 * 8];  // row j: key j's scores, then exponentials, lane i for query i0 + i
   for (int64_t i0 = 0; i0 < L; i0 += 8) {
     const int64_t n = std::min<int64_t>(8, L - i0);  // the group's queries i0 .. i0 + n
-    __m256 x[16];                                     // qT[c]: lane i = query i0 + i's element c
-#pragma GCC unroll 2
     for (int half = 0; half < 2; half++) {
+      __m256 r[8];
 #pragma GCC unroll 8
-      for (int i = 0; i < 8; i++)
-        x[half * 8 + i] = i < n ? _mm256_loadu_ps(q + (i0 + i) * C3 + half * 8) : _mm256_setzero_ps();
-      transpose8(x + half * 8);
+      for (int i = 0; i < 8; i++) r[i] = i < n ? _mm256_loadu_ps(q + (i0 + i) * C3 + half * 8) : zero;
+      transpose8(r);
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; c++) _mm256_store_ps(qt + (half * 8 + c) * 8, r[c]);
     }
-    // sT[j] = key j's chain over c in order from zero
-    __m256 e[16];
-#pragma GCC unroll 16
-    for (int j = 0; j < 16; j++) {
-      if (j >= L) {
-        e[j] = _mm256_setzero_ps();
-        continue;
+    // S^T: key j's chain over c in order from zero, elements 0..7 then 8..15, four keys at a time
+    for (int half = 0; half < 2; half++) {
+      __m256 x[8];
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; c++) x[c] = _mm256_load_ps(qt + (half * 8 + c) * 8);
+      for (int64_t j0 = 0; j0 < L; j0 += 4) {
+        __m256 acc[4];
+        const float* kj[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+          acc[u] = half == 0 ? zero : _mm256_load_ps(et + (j0 + u) * 8);
+          kj[u] = (j0 + u < L ? k + (j0 + u) * C3 : zero_row) + half * 8;
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++)
+#pragma GCC unroll 4
+          for (int u = 0; u < 4; u++) acc[u] = _mm256_fmadd_ps(_mm256_set1_ps(kj[u][c]), x[c], acc[u]);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) _mm256_store_ps(et + (j0 + u) * 8, acc[u]);
       }
-      const float* kj = k + j * C3;
-      __m256 acc = _mm256_setzero_ps();
-#pragma GCC unroll 16
-      for (int c = 0; c < 16; c++) acc = _mm256_fmadd_ps(_mm256_set1_ps(kj[c]), x[c], acc);
-      e[j] = acc;
     }
-    __m256 m = _mm256_max_ps(e[0], _mm256_set1_ps(-INFINITY));
-#pragma GCC unroll 16
-    for (int j = 1; j < 16; j++) {
-      if (j >= L) break;
-      m = _mm256_max_ps(e[j], m);
-    }
+    // row_max: the fold of the first of equals (see the avx512 forward)
+    __m256 m = _mm256_max_ps(_mm256_load_ps(et), _mm256_set1_ps(-INFINITY));
+    for (int64_t j = 1; j < L; j++) m = _mm256_max_ps(_mm256_load_ps(et + j * 8), m);
     const __m256 pad = exp8_nonpositive(_mm256_mul_ps(_mm256_sub_ps(_mm256_set1_ps(-INFINITY), m), sv));
-#pragma GCC unroll 16
-    for (int j = 0; j < 16; j++) e[j] = j < L ? exp8_nonpositive(_mm256_mul_ps(_mm256_sub_ps(e[j], m), sv)) : pad;
-    const __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), sum_across(e));
-    store_interleaved(stats + stats_index(p.t0 + i0, p.h, T), m, inv, n);
-    // O = (e V) / sum: lane i of oT[c] is query i0 + i's chain over the keys j < L in order
-    __m256 o[16];
-#pragma GCC unroll 16
-    for (int c = 0; c < 16; c++) o[c] = _mm256_setzero_ps();
-#pragma GCC unroll 16
-    for (int j = 0; j < 16; j++) {
-      if (j >= L) break;
-      const float* vj = v + j * C3;
-#pragma GCC unroll 16
-      for (int c = 0; c < 16; c++) o[c] = _mm256_fmadd_ps(_mm256_set1_ps(vj[c]), e[j], o[c]);
+    for (int64_t j = 0; j < 16; j++) {
+      const __m256 e = j < L ? exp8_nonpositive(_mm256_mul_ps(_mm256_sub_ps(_mm256_load_ps(et + j * 8), m), sv)) : pad;
+      _mm256_store_ps(et + j * 8, e);
     }
-#pragma GCC unroll 16
-    for (int c = 0; c < 16; c++) o[c] = _mm256_mul_ps(o[c], inv);
-    // back to rows: e[i], e[8 + i] = query i0 + i's keys 0..7, 8..15; the same for o's elements
-    transpose8(e);
-    transpose8(e + 8);
-    transpose8(o);
-    transpose8(o + 8);
+    // sum_halves across the 16 keys: lanes j and j + 8, then + 4, + 2, + 1
+    __m256 y[8];
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; l++) y[l] = _mm256_add_ps(_mm256_load_ps(et + l * 8), _mm256_load_ps(et + (l + 8) * 8));
+#pragma GCC unroll 4
+    for (int l = 0; l < 4; l++) y[l] = _mm256_add_ps(y[l], y[l + 4]);
+    y[0] = _mm256_add_ps(y[0], y[2]);
+    y[1] = _mm256_add_ps(y[1], y[3]);
+    const __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(y[0], y[1]));
+    store_interleaved(stats + stats_index(p.t0 + i0, p.h, T), m, inv, n);
+    // O = (e V) / sum, elements 0..7 then 8..15: lane i of o[c] is query i0 + i's chain over the
+    // keys j < L in order
     float* out_rows = out + (p.t0 + i0) * C + p.h * hd;
+    for (int half = 0; half < 2; half++) {
+      __m256 o[8];
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; c++) o[c] = zero;
+      for (int64_t j = 0; j < L; j++) {
+        const __m256 e = _mm256_load_ps(et + j * 8);
+        const float* vj = v + j * C3 + half * 8;
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) o[c] = _mm256_fmadd_ps(_mm256_set1_ps(vj[c]), e, o[c]);
+      }
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; c++) o[c] = _mm256_mul_ps(o[c], inv);
+      transpose8(o);  // o[i]: query i0 + i's elements 8 half .. 8 half + 8
+      for (int64_t i = 0; i < n; i++) _mm256_storeu_ps(out_rows + i * C + half * 8, o[i]);
+    }
+    // the exponentials as rows: query i0 + i's keys 0..7, then 8..15
     float* exp_rows = exps + i0 * 16;
-    for (int64_t i = 0; i < n; i++) {
-      _mm256_storeu_ps(exp_rows + i * 16, e[i]);
-      _mm256_storeu_ps(exp_rows + i * 16 + 8, e[8 + i]);
-      _mm256_storeu_ps(out_rows + i * C, o[i]);
-      _mm256_storeu_ps(out_rows + i * C + 8, o[8 + i]);
+    for (int kb = 0; kb < 2; kb++) {
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int u = 0; u < 8; u++) r[u] = _mm256_load_ps(et + (kb * 8 + u) * 8);
+      transpose8(r);
+      for (int64_t i = 0; i < n; i++) _mm256_storeu_ps(exp_rows + i * 16 + kb * 8, r[i]);
     }
   }
 }
@@ -1055,9 +1065,7 @@ inline bool short_pair(int64_t L, int64_t hd) { return hd == 16 && L >= 1 && L <
 void pair_forward(float* out, float* stats, float* exps, const float* qkv, Pair p, int64_t T, int64_t C, int64_t NH) {
   const int64_t hd = C / NH, C3 = 3 * C, L = p.L, Lp = padded(L), hp = padded(hd);
 #if defined(__AVX2__)
-  // (avx2: one group of 8 queries; two groups' 16 keys spill the 16 ymm registers, and the general
-  // path is faster there: at 16 x 16 tokens 0.027 against 0.036 ms)
-  if (short_pair(L, hd) && stats != nullptr && exps != nullptr && (kW == 16 || L <= 8))
+  if (short_pair(L, hd) && stats != nullptr && exps != nullptr)
     return pair_forward_short(out, stats, exps, qkv, p, T, C);
 #endif
   const float scale = 1.0f / std::sqrt(float(hd));
