@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -460,6 +461,71 @@ TEST_CASE("attention gives the same bits on every kernel path, short sequences i
       CHECK(got.dqkv_added == expected.dqkv_added);
       CHECK(got.dqkv_written == expected.dqkv_written);
     }
+  }
+  nkd::set_active_isa(saved);
+}
+
+TEST_CASE("short pairs with NaN, infinite and huge scores give every path's results in the same places") {
+  // Sequences of 1..16 tokens at head dim 16 (the short-pair kernels of avx2 and avx512): a NaN
+  // query (its row of scores NaN), an infinite key (scores +-inf and NaN), a sequence whose every
+  // query is NaN (each row's max is -inf, so even the padding keys' exponentials are NaN), huge
+  // keys (exponentials that underflow to 0) and an infinite output gradient. Finite results are
+  // compared bit for bit with the generic path's; a NaN by being a NaN in the same place (its
+  // payload may depend on the instruction order).
+  namespace nkd = normlab::kernels;
+  const std::vector<int64_t> lengths{3, 16, 1, 9, 12, 8, 5};
+  const std::vector<int64_t> offsets = offsets_of(lengths);
+  const int64_t B = int64_t(lengths.size()), T = offsets[B], C = 64, NH = 4, C3 = 3 * C;
+  std::vector<float> qkv = random_vector(size_t(T * C3), 41, 2.0f);
+  std::vector<float> dout = random_vector(size_t(T * C), 42);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  qkv[size_t((offsets[1] + 4) * C3 + 2)] = nan;                                    // a query of sequence 1, head 0
+  qkv[size_t((offsets[3] + 2) * C3 + C + 17)] = inf;                               // a key of sequence 3, head 1
+  for (int64_t t = offsets[2]; t < offsets[3]; t++) qkv[size_t(t * C3 + 40)] = nan;  // sequence 2, head 2
+  for (int64_t t = offsets[4]; t < offsets[5]; t++)                                // every query of sequence 4, head 3
+    qkv[size_t(t * C3 + 50)] = nan;
+  for (int64_t c = 0; c < C; c++) qkv[size_t((offsets[5] + 3) * C3 + C + c)] *= 1e4f;  // a huge key in sequence 5
+  dout[size_t((offsets[6] + 1) * C + 20)] = -inf;                                  // sequence 6, head 1
+  struct Result {
+    std::vector<float> out, att, dqkv_added, dqkv_written;
+  };
+  auto run = [&] {
+    Result r;
+    r.out.assign(size_t(T * C), 0.0f);
+    r.att.assign(size_t(nk::attention_cache_size(offsets.data(), B, NH)), 0.0f);
+    nk::attention_forward(r.out.data(), r.att.data(), qkv.data(), offsets.data(), B, C, NH);
+    r.dqkv_added = random_vector(size_t(T * C3), 43);
+    nk::attention_backward(nk::GradOut(r.dqkv_added.data(), true), dout.data(), qkv.data(), r.att.data(),
+                           offsets.data(), B, C, NH);
+    r.dqkv_written.assign(size_t(T * C3), 0.0f);
+    nk::attention_backward(nk::GradOut(r.dqkv_written.data(), false), dout.data(), qkv.data(), r.att.data(),
+                           offsets.data(), B, C, NH);
+    return r;
+  };
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); i++) {
+      if (std::isnan(a[i]) != std::isnan(b[i])) return false;
+      if (!std::isnan(a[i]) && std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return false;
+    }
+    return true;
+  };
+  const nkd::Isa saved = nkd::active_isa();
+  nkd::set_active_isa(nkd::Isa::generic);
+  const Result expected = run();
+  size_t nans = 0;
+  for (float x : expected.out) nans += std::isnan(x);
+  CHECK(nans > 0);                         // the NaN rows are NaN...
+  CHECK(nans < expected.out.size() / 4);  // ...and the rest are numbers
+  for (nkd::Isa isa : {nkd::Isa::avx2, nkd::Isa::avx512}) {
+    if (!nkd::cpu_supports(isa)) continue;
+    CAPTURE(nkd::isa_name(isa));
+    nkd::set_active_isa(isa);
+    const Result got = run();
+    CHECK(same(got.out, expected.out));
+    CHECK(same(got.att, expected.att));
+    CHECK(same(got.dqkv_added, expected.dqkv_added));
+    CHECK(same(got.dqkv_written, expected.dqkv_written));
   }
   nkd::set_active_isa(saved);
 }
