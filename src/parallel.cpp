@@ -39,6 +39,12 @@ constexpr int64_t kMaxCreditNs = 4'000'000;
 constexpr int64_t kProbeCreditNs = 500'000;
 constexpr int64_t kMinRestNs = 50'000'000;
 constexpr int64_t kMaxRestNs = 1'600'000'000;
+// A worker that claims no part of this many regions in a row is not running (another process holds
+// its core: idle, a worker claims a part a fraction of a microsecond after a region opens): the
+// caller rests as after a failure. Each of those regions ran its parts one after the other on the
+// caller, which costs more than the one-part form that a resting pool lets the GEMMs use
+// (pool_resting); the credit does not see it (the caller never waited).
+constexpr int kMaxAbsentRegions = 64;
 
 inline void cpu_pause() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -111,8 +117,18 @@ class Pool {
   void reset_adaptation() {
     credit_ns_ = kProbeCreditNs;
     rest_ns_ = kMinRestNs;
-    alone_until_ns_ = INT64_MIN;
+    alone_until_ns_.store(INT64_MIN, std::memory_order_relaxed);
+    absent_regions_ = 0;
   }
+  // Starts a rest at `now` (a failure: the next one rests twice as long).
+  void start_rest(int64_t now);
+
+ public:
+  bool resting() const {
+    return adapts_.load(std::memory_order_relaxed) && now_ns() < alone_until_ns_.load(std::memory_order_relaxed);
+  }
+
+ private:
   // Adds a region's saving to the credit: `mine` of its `parts` ran on the caller from t0 to t1,
   // the last one finished at t2.
   void account(int64_t parts, int64_t mine, int64_t t0, int64_t t1, int64_t t2);
@@ -141,7 +157,8 @@ class Pool {
   std::atomic<PoolClock> clock_{nullptr};
   int64_t credit_ns_ = kProbeCreditNs;
   int64_t rest_ns_ = kMinRestNs;
-  int64_t alone_until_ns_ = INT64_MIN;
+  std::atomic<int64_t> alone_until_ns_{INT64_MIN};  // written by the caller only; read by pool_resting
+  int absent_regions_ = 0;                          // regions in a row the workers took no part of
 };
 
 Pool& pool() {
@@ -240,7 +257,20 @@ int64_t Pool::now_ns() const {
       .count();
 }
 
+void Pool::start_rest(int64_t now) {
+  alone_until_ns_.store(now + rest_ns_, std::memory_order_relaxed);
+  rest_ns_ = std::min(kMaxRestNs, 2 * rest_ns_);
+  credit_ns_ = kProbeCreditNs;
+  absent_regions_ = 0;
+  rests_.fetch_add(1, std::memory_order_relaxed);
+}
+
 void Pool::account(int64_t parts, int64_t mine, int64_t t0, int64_t t1, int64_t t2) {
+  absent_regions_ = mine < parts ? 0 : absent_regions_ + 1;
+  if (absent_regions_ >= kMaxAbsentRegions) {
+    start_rest(t2);
+    return;
+  }
   // No part on the caller (the workers took them all): nothing to estimate the parts' cost from.
   if (mine <= 0) return;
   const double alone = double(t1 - t0) * double(parts) / double(mine);
@@ -249,10 +279,7 @@ void Pool::account(int64_t parts, int64_t mine, int64_t t0, int64_t t1, int64_t 
   if (credit_ns_ >= kMaxCreditNs) {
     rest_ns_ = kMinRestNs;
   } else if (credit_ns_ < 0) {
-    alone_until_ns_ = t2 + rest_ns_;
-    rest_ns_ = std::min(kMaxRestNs, 2 * rest_ns_);
-    credit_ns_ = kProbeCreditNs;
-    rests_.fetch_add(1, std::memory_order_relaxed);
+    start_rest(t2);
   }
 }
 
@@ -262,7 +289,7 @@ bool Pool::run(int64_t parts, int threads, PartTask task, void* context) {
   if (int(workers_.size()) != threads - 1) resize(threads - 1);
   const bool adapts = adapts_.load(std::memory_order_relaxed);
   const int64_t t0 = adapts ? now_ns() : 0;
-  if (adapts && t0 < alone_until_ns_) {
+  if (adapts && t0 < alone_until_ns_.load(std::memory_order_relaxed)) {
     // Resting: the caller runs the parts (run_parts, as for a busy pool); the workers sleep.
     alone_regions_.fetch_add(1, std::memory_order_relaxed);
     return false;
@@ -324,6 +351,7 @@ void run_parts(int64_t parts, PartTask task, void* context) {
 void set_worker_delay_for_tests(int microseconds) { pool().set_worker_delay(microseconds); }
 void set_pool_hook_for_tests(PoolHook hook) { pool().set_hook(hook); }
 PartCounts part_counts() { return pool().counts(); }
+bool pool_resting() { return num_threads() > 1 && pool().resting(); }
 void set_pool_adapts_for_tests(bool adapts) { pool().set_adapts(adapts); }
 void set_pool_clock_for_tests(PoolClock clock) { pool().set_clock(clock); }
 

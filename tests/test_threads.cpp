@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -22,6 +23,7 @@
 #include "normlab/io/safetensors.hpp"
 #include "normlab/kernels/batch_norm.hpp"
 #include "normlab/kernels/layer_norm.hpp"
+#include "normlab/kernels/matmul.hpp"
 #include "normlab/kernels/rms_norm.hpp"
 #include "normlab/kernels/activations.hpp"
 #include "normlab/parallel.hpp"
@@ -509,6 +511,92 @@ TEST_CASE("threads: when a descheduled worker costs more than it saves, the call
 
   set_pool_hook_for_tests(nullptr);
   set_pool_clock_for_tests(nullptr);
+}
+
+// A worker that takes no part of 64 regions in a row is not running: the pool rests as after a
+// failure, and says so (pool_resting), so that the GEMMs take their one-part form. The hook holds a
+// worker that reads a region until the caller has claimed every part of it; the fake clock stands
+// still, so the credit never moves.
+namespace {
+namespace absent {
+std::atomic<uint32_t> caller_waiting{0};
+std::atomic<int64_t> worker_claims{0};
+void hook(const PoolEvent& e) {
+  if (e.moment == PoolMoment::waiting) caller_waiting = e.region;
+  else if (e.by_worker && e.moment == PoolMoment::claiming) wait_until([&] { return caller_waiting.load() >= e.region; });
+  else if (e.by_worker && e.moment == PoolMoment::claimed) worker_claims++;
+}
+}  // namespace absent
+}  // namespace
+
+TEST_CASE("threads: when the workers take no part of 64 regions in a row, the pool rests and says so") {
+  ThreadCountGuard guard;
+  set_num_threads(2);
+  rest::clock_ns = 1'000'000'000;
+  set_pool_clock_for_tests(rest::read_clock);
+  absent::worker_claims = 0;
+  set_pool_hook_for_tests(absent::hook);
+  const PartCounts before = part_counts();
+  for (int region = 0; region < 63; ++region) CHECK(rest::region_ran_once());
+  CHECK(part_counts().rests == before.rests);
+  CHECK_FALSE(pool_resting());
+  CHECK(rest::region_ran_once());  // the 64th
+  CHECK(absent::worker_claims == 0);
+  CHECK(part_counts().rests == before.rests + 1);
+  CHECK(pool_resting());
+  CHECK(rest::region_ran_once());
+  CHECK(part_counts().alone_regions == before.alone_regions + 1);
+  rest::clock_ns += 50'000'000;  // the rest is over
+  CHECK_FALSE(pool_resting());
+  set_pool_hook_for_tests(nullptr);
+  set_pool_clock_for_tests(nullptr);
+  set_num_threads(1);
+  CHECK_FALSE(pool_resting());  // one thread: no pool
+}
+
+// The weight-gradient GEMM at 2 and 3 threads splits K by cost, cutting a K block between two
+// parts by its micro-tiles; a resting pool takes the one-part path. Every split sums each element
+// of C in the same order: the bits of 1 thread, for K just over whole blocks, between them and
+// short, M > 256 (A packed), ragged tiles, and accumulating into C.
+TEST_CASE("threads: the split-K weight gradient has 1 thread's bits at 2 and 3 threads, and while resting") {
+  ThreadCountGuard guard;
+  Rng rng(5);
+  struct Shape {
+    int64_t M, K, N;
+  };
+  for (Shape s : {Shape{64, 300, 256}, Shape{64, 1150, 256}, Shape{256, 1013, 64}, Shape{64, 769, 64},
+                  Shape{300, 900, 100}, Shape{70, 2049, 33}}) {
+    CAPTURE(s.M);
+    CAPTURE(s.K);
+    CAPTURE(s.N);
+    std::vector<float> A(size_t(s.K * s.M)), B(size_t(s.K * s.N)), C0(size_t(s.M * s.N));
+    for (float& v : A) v = rng.normal();
+    for (float& v : B) v = rng.normal();
+    for (float& v : C0) v = rng.normal();
+    const size_t bytes = C0.size() * sizeof(float);
+    auto product = [&](int threads, bool accumulate) {
+      set_num_threads(threads);
+      std::vector<float> C = C0;
+      kernels::matmul_tn(C.data(), A.data(), B.data(), s.M, s.K, s.N, accumulate);
+      return C;
+    };
+    for (bool accumulate : {false, true}) {
+      CAPTURE(accumulate);
+      const std::vector<float> one = product(1, accumulate);
+      CHECK(std::memcmp(one.data(), product(2, accumulate).data(), bytes) == 0);
+      CHECK(std::memcmp(one.data(), product(3, accumulate).data(), bytes) == 0);
+      // Resting (the fake clock inside a rest that a failure started): the one-part form.
+      rest::clock_ns = 1'000'000'000;
+      set_pool_clock_for_tests(rest::read_clock);
+      set_pool_hook_for_tests(absent::hook);
+      set_num_threads(2);
+      for (int region = 0; region < 64; ++region) rest::region_ran_once();
+      set_pool_hook_for_tests(nullptr);
+      CHECK(pool_resting());
+      CHECK(std::memcmp(one.data(), product(2, accumulate).data(), bytes) == 0);
+      set_pool_clock_for_tests(nullptr);
+    }
+  }
 }
 
 TEST_CASE("threads: an exception from a part reaches the caller after every part is done, and the pool still works") {

@@ -7,9 +7,9 @@
 // which thread ran it, so the bits depend on the thread count only; and when a worker is not
 // running (another process holds its core), the calling thread takes its parts instead of waiting
 // for the worker's next time slice (docs/PERFORMANCE.md, "Threads"). A worker descheduled after it
-// claimed a part still makes the caller wait; when such waits cost more than the workers save, the
-// pool runs regions on the calling thread alone for a while (the same parts in the same order: the
-// same bits), then tries the workers again.
+// claimed a part still makes the caller wait; when such waits cost more than the workers save, or
+// the workers take no part of many regions in a row, the pool runs regions on the calling thread
+// alone for a while (the same parts in the same order: the same bits), then tries the workers again.
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -102,6 +102,13 @@ struct PartCounts {
   int64_t alone_regions = 0, rests = 0;
 };
 PartCounts part_counts();
+
+// Whether the pool is resting now (its regions run on the calling thread alone, above). A kernel
+// whose bits do not depend on how its work is split (the GEMM; Linear's bias gradient) then takes
+// its one-part form, which does less than its parts one after the other (split-K's partials and
+// their sum; a pipeline's hand-offs). Advisory: a rest may begin or end right after; the results
+// are the same either way.
+bool pool_resting();
 
 // For tests only: whether the pool adapts (rests when the workers cost more than they save; on by
 // default), so that a test forcing an interleaving with the hooks above sees every region on the

@@ -112,7 +112,8 @@ void linear_relu_backward(GradOut dinp, GradOut dweight, GradOut dbias,  // (N, 
   const auto n = static_cast<size_t>(N * OC);
   if (t_dpre.size() < n) t_dpre.resize(n);
   float* dpre = t_dpre.data();  // (N, OC)
-  if (dbias.data != nullptr && parallel_parts(N * OC >= kMinParallelElements) == 1) {
+  // A resting pool (parallel.hpp) would run the parts on this thread: the one-thread pass then.
+  if (dbias.data != nullptr && parallel_parts(N * OC >= kMinParallelElements && !pool_resting()) == 1) {
     // One thread: dpre and dbias (the column sums of dpre) in one pass over dout and out.
     bias_grad_serial(dbias, dout, out, dpre, N, OC);
     NORMLAB_KERNEL_ISA::linear_backward(dinp, dweight, GradOut{}, dpre, inp, weight, N, C, OC);
@@ -128,34 +129,26 @@ void linear_relu_backward(GradOut dinp, GradOut dweight, GradOut dbias,  // (N, 
 void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,              // (N, C), (OC, C), (OC)
                      const float* dout, const float* inp, const float* weight,  // (N, OC), (N, C), (OC, C)
                      int64_t N, int64_t C, int64_t OC) {
-  // dinp (N,C) (+)= dout (N,OC) @ weight (OC,C)
-  if (dinp.data != nullptr) matmul_nn(dinp.data, dout, weight, N, OC, C, dinp.accumulate, /*parallel=*/true);
-  // dweight (OC,C) (+)= dout^T @ inp: dout is stored (N,OC), i.e. (K,M) for matmul_tn with K = N.
-  if (dweight.data != nullptr) matmul_tn(dweight.data, dout, inp, OC, N, C, dweight.accumulate, /*parallel=*/true);
-  if (dbias.data == nullptr) return;
   // dbias[o] (+)= sum_n dout[n][o], one float chain per column over n in order, so the result does
   // not depend on the thread count. The threads pass each chain along instead of splitting the
   // columns: thread t adds its own rows (the contiguous block of rows the GEMMs and row kernels
   // give it, so they are in its core's cache) to the partial sums thread t - 1 handed over, block
   // of 32 columns by block, and hands them on. Split by columns, each thread read every row, half
-  // of them from the other core, and left those lines shared for the next kernel to write. The
-  // pipeline costs one block's time more than an equal split: with OC = 64 (2 blocks), 3 steps for 2.
+  // of them from the other core, and left those lines shared for the next kernel to write.
   const int64_t blocks = (OC + kBiasBlock - 1) / kBiasBlock;
-  const int64_t team = parallel_parts(N * OC >= kMinParallelElements);
-  if (team == 1) {
-    bias_grad_serial(dbias, dout, nullptr, nullptr, N, OC);
-    return;
-  }
+  // A resting pool (parallel.hpp) would run the parts on this thread: the one-thread sum then.
+  const int64_t team =
+      dbias.data != nullptr ? parallel_parts(N * OC >= kMinParallelElements && !pool_resting()) : int64_t{1};
   // partial[b]: block b's sums after the rows of the threads that have passed it on; ready[b]: how
   // many threads have (written with release, read with acquire).
   thread_local std::vector<float> t_partial;
-  if (t_partial.size() < size_t(blocks * kBiasBlock)) t_partial.resize(size_t(blocks * kBiasBlock));
+  if (team > 1 && t_partial.size() < size_t(blocks * kBiasBlock)) t_partial.resize(size_t(blocks * kBiasBlock));
   float* partial = t_partial.data();
-  std::vector<std::atomic<int>> ready(static_cast<size_t>(blocks));
+  std::vector<std::atomic<int>> ready(static_cast<size_t>(team > 1 ? blocks : 0));
   for (auto& r : ready) r.store(0, std::memory_order_relaxed);
-  // Part t waits for part t - 1 only: parts are claimed in order, so part t - 1 has a thread.
-  run_parts(team, [&](int64_t t) {
-    const int64_t n_begin = N * t / team, n_end = N * (t + 1) / team;
+  // Part t's share of dbias: rows [n_begin, n_end). Part t waits for part t - 1 only: parts are
+  // claimed in order, so part t - 1 has a thread.
+  auto dbias_rows = [&](int64_t t, int64_t n_begin, int64_t n_end) {
     for (int64_t b = 0; b < blocks; b++) {
       const int64_t o_begin = b * kBiasBlock;
       const int64_t width = std::min(kBiasBlock, OC - o_begin);
@@ -188,7 +181,34 @@ void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,              
         for (int64_t o = 0; o < width; o++) db[o] = dbias.accumulate ? db[o] + sum[o] : sum[o];
       }
     }
-  });
+  };
+
+  if (team > 1 && dinp.data != nullptr) {
+    // dinp and dbias in one region, both split by rows: part t computes dinp's rows [r_t, r_t+1)
+    // (the GEMM's rows, whose sums do not depend on the split) and its share of dbias's chains;
+    // part 0 sums first and the others after their dinp rows, so that no part waits for its
+    // predecessor's sums (first, each of them waited for one block of them). Row cuts on
+    // multiples of 8 rows: whole micro-tiles.
+    auto row_cut = [&](int64_t t) { return t >= team ? N : std::min(N, (N * t / team + 4) / 8 * 8); };
+    run_parts(team, [&](int64_t t) {
+      const int64_t r0 = row_cut(t), r1 = row_cut(t + 1);
+      if (t == 0) dbias_rows(t, r0, r1);
+      if (r1 > r0)
+        matmul_nn(dinp.data + r0 * C, dout + r0 * OC, weight, r1 - r0, OC, C, dinp.accumulate, /*parallel=*/false);
+      if (t > 0) dbias_rows(t, r0, r1);
+    });
+  } else if (dinp.data != nullptr) {
+    // dinp (N,C) (+)= dout (N,OC) @ weight (OC,C)
+    matmul_nn(dinp.data, dout, weight, N, OC, C, dinp.accumulate, /*parallel=*/true);
+  }
+  // dweight (OC,C) (+)= dout^T @ inp: dout is stored (N,OC), i.e. (K,M) for matmul_tn with K = N.
+  if (dweight.data != nullptr) matmul_tn(dweight.data, dout, inp, OC, N, C, dweight.accumulate, /*parallel=*/true);
+  if (dbias.data == nullptr || (team > 1 && dinp.data != nullptr)) return;
+  if (team == 1) {
+    bias_grad_serial(dbias, dout, nullptr, nullptr, N, OC);
+    return;
+  }
+  run_parts(team, [&](int64_t t) { dbias_rows(t, N * t / team, N * (t + 1) / team); });
 }
 
 }  // namespace normlab::kernels::NORMLAB_KERNEL_ISA

@@ -27,7 +27,8 @@
 //   of A (the tile's rows of the block stay in L2): micro-kernel.
 //
 //   tn with a small C (a weight gradient: K is the batch's tokens) is split over K blocks instead
-//   (gemm_split_k), each thread a contiguous run of them, added to C in block order.
+//   (gemm_split_k), each thread a contiguous run of them (the block where two runs meet split by
+//   its micro-tiles), added to C in block order.
 //
 // The sum for one element of C does not depend on the tile shape, the thread count or the path:
 // an fma chain over k per K block, the blocks added to C in order.
@@ -567,26 +568,37 @@ void row_panels_times(float* C, int64_t ldc, Operand A, int64_t M, const float* 
 }
 #endif
 
-// First K block of thread t's share when the K blocks are cut into `threads` contiguous runs of
-// about equal length (in steps; the last block may be short).
-inline int64_t k_cut(int64_t t, int64_t threads, int64_t K) {
-  const int64_t k_blocks = (K + kKC - 1) / kKC;
-  return t >= threads ? k_blocks : std::min((K * t / threads + kKC / 2) / kKC, k_blocks);
-}
-
-// Whether those runs are all within 12.5% of an equal share of K.
-inline bool k_cuts_balance(int64_t threads, int64_t K) {
-  for (int64_t t = 0; t < threads; ++t) {
-    const int64_t steps = std::min(k_cut(t + 1, threads, K) * kKC, K) - k_cut(t, threads, K) * kKC;
-    if (steps * threads * 8 > K * 9 || steps * threads * 8 < K * 7) return false;
+// Pass 1's work, in the order the parts share it: K block by K block, within a block column panel
+// by column panel (q), within a panel row panel by row panel (p). Each micro-tile (kb, q, p) of a
+// block's partial costs about its kc steps plus kTileOverheadSteps (its accumulators' stores and the
+// kernel's entry); part t takes the micro-tiles whose cost prefix lies in [total * t / parts,
+// total * (t + 1) / parts): contiguous K, about its own rows, and the parts within one micro-tile's
+// cost of each other (cut at whole K blocks, they could be half a block apart). Who computes a
+// micro-tile never changes its chain or the order the blocks are added in: the same bits.
+constexpr int64_t kTileOverheadSteps = 8;
+struct SplitKWork {
+  int64_t K, tiles;  // tiles: micro-tiles per block (col_panels * row_panels)
+  int64_t block_cost(int64_t kb) const { return (std::min(kKC, K - kb * kKC) + kTileOverheadSteps) * tiles; }
+  int64_t total() const {
+    const int64_t full = K / kKC;
+    return full * (kKC + kTileOverheadSteps) * tiles + (K % kKC ? block_cost(full) : 0);
   }
-  return true;
-}
+  // The first micro-tile, as a global index kb * tiles + u, whose cost prefix reaches `cost`.
+  int64_t first_tile_at(int64_t cost) const {
+    const int64_t full_cost = (kKC + kTileOverheadSteps) * tiles;
+    int64_t kb = std::min(cost / full_cost, K / kKC);
+    int64_t rest = cost - kb * full_cost;
+    const int64_t k_blocks = (K + kKC - 1) / kKC;
+    if (kb >= k_blocks) return k_blocks * tiles;
+    const int64_t per_tile = std::min(kKC, K - kb * kKC) + kTileOverheadSteps;
+    return kb * tiles + std::min(tiles, (rest + per_tile / 2) / per_tile);
+  }
+};
 
 // A weight gradient dW = dY^T X (tn), split over K instead of over C. K is the batch's tokens
 // there and C is small, so a split of C makes every thread read every token's rows of dY and X,
 // half of them from the other core's cache, where the row-split GEMMs and row-wise kernels before
-// it left them. Here thread t takes a contiguous run of whole K blocks, about its own rows. Each
+// it left them. Here thread t takes a contiguous run of K, about its own rows (SplitKWork). Each
 // block's chain is computed from zero into that block's partial matrix, exactly as the tiled path
 // computes it; then the partials are added to C block by block, in order: C = ((C + b0) + b1) +
 // ..., or (b0 + b1) + ... when not accumulating, the tiled path's sequence of stores. So the bits
@@ -605,9 +617,14 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
   float* partials = thread_buffer(t_partials, k_blocks * M * N);  // (k_blocks, M, N)
 
   const int64_t team = threads;
-  // Pass 1: part t computes the partial products of its K blocks.
+  const SplitKWork work{K, col_panels * row_panels};
+  const int64_t total = work.total();
+  // Pass 1: part t computes the micro-tiles [first, last) of the blocks' partials (SplitKWork).
   run_parts(team, [&](int64_t t) {
-    for (int64_t kb = k_cut(t, team, K); kb < k_cut(t + 1, team, K); ++kb) {
+    const int64_t first = work.first_tile_at(total * t / team), last = work.first_tile_at(total * (t + 1) / team);
+    for (int64_t kb = first / work.tiles; kb * work.tiles < last; ++kb) {
+      const int64_t u_begin = std::max(first - kb * work.tiles, int64_t{0});
+      const int64_t u_end = std::min(last - kb * work.tiles, work.tiles);
       const int64_t k0 = kb * kKC, kc = std::min(kKC, K - k0);
       float* packed_a = thread_buffer(t_packed_a, (row_panels - pack_begin) * kc * kMR);
       pack_a_panels(packed_a, A, M, pack_begin, row_panels, k0, kc);
@@ -616,11 +633,13 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
 #endif
       float* packed_b = thread_buffer(t_packed_b, kc * kNR);
       float* part = partials + kb * M * N;
-      for (int64_t q = 0; q < col_panels; ++q) {
+      for (int64_t q = u_begin / row_panels; q * row_panels < u_end; ++q) {
+        const int64_t p_begin = std::max(u_begin - q * row_panels, int64_t{0});
+        const int64_t p_end = std::min(u_end - q * row_panels, row_panels);
         const int64_t cols = std::min(kNR, N - q * kNR);
         pack_panel<kNR>(packed_b, B.data + q * kNR * B.row_stride + k0 * B.k_stride, B.row_stride, B.k_stride, cols,
                         kc);
-        row_panels_times<kARowsContiguous>(part + q * kNR, N, A, M, packed_a, pack_begin, 0, row_panels, k0, kc,
+        row_panels_times<kARowsContiguous>(part + q * kNR, N, A, M, packed_a, pack_begin, p_begin, p_end, k0, kc,
                                            packed_b, kNR, cols, false, nullptr, false, exact);
       }
     }
@@ -668,9 +687,11 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
 #else
   const bool exact = math::has_tiny(A.data, M * K) || math::has_tiny(B.data, K * N);
 #endif
-  const int64_t threads = parallel_parts(parallel);
+  // A resting pool runs the parts on this thread anyway: then one part, which is split-K's partials
+  // and their sum saved (the bits do not depend on the split).
+  const int64_t threads = parallel_parts(parallel && !pool_resting());
   if (kARowsContiguous && !relu && threads > 1 && M * N <= kMaxSplitKOutput &&
-      (K + kKC - 1) / kKC * M * N <= kMaxSplitKPartials && k_cuts_balance(threads, K)) {
+      (K + kKC - 1) / kKC * M * N <= kMaxSplitKPartials && K >= kKC * threads) {
     gemm_split_k<kARowsContiguous>(C, A, B, M, K, N, accumulate, threads, exact);
     return;
   }
