@@ -32,6 +32,7 @@ inline constexpr int64_t kMinParallelElements = int64_t{1} << 15;
 // Every dispatched kernel, by name.
 #define NORMLAB_KERNEL_LIST(X)                                                                                        \
   X(adam_update) X(sums_of_squares)                                                                                  \
+  X(adam_update_sum_squares) X(all_finite)                                                                           \
   X(relu_forward) X(relu_backward) X(gelu_forward) X(gelu_backward) X(dyt_forward) X(dyt_backward)                    \
       X(attention_cache_size) X(attention_forward) X(attention_backward) X(batch_norm_forward_train)                  \
           X(batch_norm_forward_eval) X(batch_norm_backward) X(cross_entropy_forward) X(cross_entropy_backward)        \
