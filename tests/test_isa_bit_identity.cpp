@@ -15,6 +15,7 @@
 #include "isa_support.hpp"
 #include "normlab/kernels/activations.hpp"
 #include "normlab/kernels/adam.hpp"
+#include "normlab/kernels/add.hpp"
 #include "normlab/kernels/attention.hpp"
 #include "normlab/kernels/batch_norm.hpp"
 #include "normlab/kernels/cross_entropy.hpp"
@@ -576,4 +577,40 @@ TEST_CASE("bit identity across paths: all_finite finds each infinity and NaN") {
   CHECK(all_finite(x.data(), 9));
   x[8] = inf;
   CHECK(!all_finite(x.data(), 9));
+}
+
+// The residual sum and its gradient, written and added, over lengths around the vector widths; the
+// reference build's plain loops give the same bits.
+TEST_CASE("bit identity across paths: the residual add and its gradient") {
+  auto run = [] {
+    Buffers out;
+    for (int64_t N : {0, 1, 15, 16, 17, 8832, 8847}) {
+      const auto a = randn(N, 80), b = randn(N, 81, 3.0f), g = randn(N, 82);
+      std::vector<float> sum(size_t(N), -1.0f), written(size_t(N), std::numeric_limits<float>::quiet_NaN());
+      auto added = randn(N, 83);
+      add_forward(sum.data(), a.data(), b.data(), N);
+      add_backward(GradOut(written.data(), false), g.data(), N);
+      add_backward(GradOut(added.data(), true), g.data(), N);
+      add_backward(GradOut(), g.data(), N);  // not wanted: nothing to write
+      bool sums_right = true;
+      for (int64_t i = 0; i < N; i++) sums_right &= sum[size_t(i)] == a[size_t(i)] + b[size_t(i)];
+      CHECK(sums_right);
+      CHECK(std::memcmp(written.data(), g.data(), sizeof(float) * size_t(N)) == 0);
+      for (auto* buffer : {&sum, &written, &added}) out.push_back(*buffer);
+    }
+    return out;
+  };
+  check_every_path("add", run);
+  Buffers generic, reference;
+  {
+    test::ScopedIsa scoped(Isa::generic);
+    generic = run();
+  }
+  {
+    test::ScopedIsa scoped(Isa::reference);
+    reference = run();
+  }
+  REQUIRE(generic.size() == reference.size());
+  for (size_t k = 0; k < generic.size(); k++)
+    CHECK(std::memcmp(generic[k].data(), reference[k].data(), sizeof(float) * generic[k].size()) == 0);
 }

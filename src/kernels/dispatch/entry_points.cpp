@@ -23,6 +23,8 @@ double adam_update_sum_squares(float* p, float* m, float* v, const float* g, int
   NORMLAB_DISPATCH(adam_update_sum_squares, p, m, v, g, N, s);
 }
 bool all_finite(const float* x, int64_t N) { NORMLAB_DISPATCH(all_finite, x, N); }
+void add_forward(float* out, const float* a, const float* b, int64_t N) { NORMLAB_DISPATCH(add_forward, out, a, b, N); }
+void add_backward(GradOut dinp, const float* dout, int64_t N) { NORMLAB_DISPATCH(add_backward, dinp, dout, N); }
 void relu_forward(float* out, const float* inp, int64_t N) { NORMLAB_DISPATCH(relu_forward, out, inp, N); }
 void relu_backward(float* dinp, const float* dout, const float* inp, int64_t N) {
   NORMLAB_DISPATCH(relu_backward, dinp, dout, inp, N);
