@@ -278,17 +278,56 @@ double adam_update_sum_squares(float* p, float* m, float* v, const float* g, int
   return adam_and_squares<Decay::none>(p, m, v, g, N, c);
 }
 
-// The exponent bits all ones is infinity or NaN; an OR over the elements, with no early exit, so
-// that the loop is one vector compare per line.
+// The largest |x| as bits (the sign cleared): infinity is 0x7f800000, NaNs are above, every finite
+// float below. No early exit, so the loop is a few vector operations a line, with four running
+// maxima so that it is not one chain (on avx512 about twice the rate of one compare a line in L1).
+// SSE2 has no unsigned 32-bit max: the generic path compares each exponent with all ones instead.
 bool all_finite(const float* x, int64_t N) {
-  uint32_t special = 0;
+  constexpr uint32_t kInfinity = 0x7f800000u, kAbs = 0x7fffffffu;
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512i abs_mask = _mm512_set1_epi32(int(kAbs));
+  __m512i m0 = _mm512_setzero_si512(), m1 = m0, m2 = m0, m3 = m0;
+  for (; i + 64 <= N; i += 64) {
+    m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_loadu_si512(x + i), abs_mask));
+    m1 = _mm512_max_epu32(m1, _mm512_and_si512(_mm512_loadu_si512(x + i + 16), abs_mask));
+    m2 = _mm512_max_epu32(m2, _mm512_and_si512(_mm512_loadu_si512(x + i + 32), abs_mask));
+    m3 = _mm512_max_epu32(m3, _mm512_and_si512(_mm512_loadu_si512(x + i + 48), abs_mask));
+  }
+  uint32_t largest = _mm512_reduce_max_epu32(_mm512_max_epu32(_mm512_max_epu32(m0, m1), _mm512_max_epu32(m2, m3)));
+#elif defined(__AVX2__)
+  const __m256i abs_mask = _mm256_set1_epi32(int(kAbs));
+  __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
+  const auto line = [&](int64_t at) {
+    return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + at)), abs_mask);
+  };
+  for (; i + 32 <= N; i += 32) {
+    m0 = _mm256_max_epu32(m0, line(i));
+    m1 = _mm256_max_epu32(m1, line(i + 8));
+    m2 = _mm256_max_epu32(m2, line(i + 16));
+    m3 = _mm256_max_epu32(m3, line(i + 24));
+  }
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes),
+                     _mm256_max_epu32(_mm256_max_epu32(m0, m1), _mm256_max_epu32(m2, m3)));
+  uint32_t largest = *std::max_element(lanes, lanes + 8);
+#else
+  uint32_t special = 0;  // an OR of "exponent all ones"
 #pragma omp simd reduction(| : special)
-  for (int64_t i = 0; i < N; i++) {
+  for (int64_t k = 0; k < N; k++) {
+    uint32_t bits;
+    std::memcpy(&bits, x + k, sizeof(bits));
+    special |= (bits & kInfinity) == kInfinity ? 1u : 0u;
+  }
+  i = N;
+  uint32_t largest = special != 0 ? kInfinity : 0u;
+#endif
+  for (; i < N; i++) {
     uint32_t bits;
     std::memcpy(&bits, x + i, sizeof(bits));
-    special |= (bits & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
+    largest = std::max(largest, bits & kAbs);
   }
-  return special == 0;
+  return largest < kInfinity;
 }
 
 }  // namespace normlab::kernels::NORMLAB_KERNEL_ISA
