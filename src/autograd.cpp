@@ -6,12 +6,14 @@
 #include <utility>
 
 #include "normlab/error.hpp"
+#include "normlab/kernels/adam.hpp"
 
 namespace normlab {
 
 namespace {
 thread_local bool g_grad_enabled = true;
 thread_local OpTimes* t_op_times = nullptr;
+thread_local LeafGradientCheck* t_leaf_check = nullptr;
 // The gradient buffer of the output whose node's backward runs now, and its numel
 // (pass_gradient_through); null outside a backward.
 thread_local std::shared_ptr<Storage>* t_output_grad = nullptr;
@@ -91,6 +93,13 @@ void OpTimes::charge(std::map<std::string, double>& bucket, const std::string& n
 void set_op_times(OpTimes* times) { t_op_times = times; }
 OpTimes* op_times() { return t_op_times; }
 
+LeafGradientCheck::LeafGradientCheck() : previous_(t_leaf_check) { t_leaf_check = this; }
+LeafGradientCheck::~LeafGradientCheck() { t_leaf_check = previous_; }
+void LeafGradientCheck::add(const float* grad, int64_t numel) {
+  leaves_checked_++;
+  if (all_finite_ && !kernels::all_finite(grad, numel)) all_finite_ = false;
+}
+
 NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
 
@@ -130,10 +139,21 @@ void run_backward(const Tensor& root, const float* seed) {
   for (int64_t i = 0; i < root.numel(); ++i) root_grad[i] += seed ? seed[i] : 1.0f;
 
   if (times) times->charge(times->other_s, "backward: graph order, seed");
+  double* const leaf_check_s = times && t_leaf_check ? &times->other_s["backward: leaf gradients' finite check"] : nullptr;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     TensorImpl* impl = it->get();
     std::shared_ptr<Node> node = impl->grad_fn;
-    if (!node) continue;  // a leaf: its gradient stays for the optimizer
+    if (!node) {  // a leaf: its gradient, final now, stays for the optimizer
+      if (t_leaf_check && impl->grad) {
+        t_leaf_check->add(impl->grad->data(), shape_numel(impl->shape));
+        if (times) {  // one clock read per leaf, not a map lookup: ~80 leaves a step
+          const OpTimes::Clock::time_point now = OpTimes::Clock::now();
+          *leaf_check_s += std::chrono::duration<double>(now - times->mark).count();
+          times->mark = now;
+        }
+      }
+      continue;
+    }
     if (impl->grad) {
       t_output_grad = &impl->grad;
       t_output_numel = shape_numel(impl->shape);

@@ -15,6 +15,7 @@
 #include "isa_support.hpp"
 #include "normlab/kernels/activations.hpp"
 #include "normlab/kernels/adam.hpp"
+#include "normlab/kernels/add.hpp"
 #include "normlab/kernels/attention.hpp"
 #include "normlab/kernels/batch_norm.hpp"
 #include "normlab/kernels/cross_entropy.hpp"
@@ -489,4 +490,127 @@ TEST_CASE("bit identity across paths: attention with NaN, infinite and huge scor
     CHECK(same(got[0], generic[0]));
     CHECK(same(got[1], generic[1]));
   }
+}
+
+// The Adam update with the gradient's sum of squares from the same pass: on every path the same
+// p, m, v as adam_update and the same sum as sums_of_squares (which the tests above tie to the
+// plain lanes), for lengths around the vector widths (16, 8) and the lines of 8, all three forms.
+TEST_CASE("bit identity across paths: the Adam update with its sum of squares") {
+  AdamScalars s{};
+  s.beta1 = 0.9f, s.beta2 = 0.98f, s.one_minus_beta1 = 0.1f, s.one_minus_beta2 = 0.02f;
+  s.bias_correction2_sqrt = 0.14f, s.eps = 1e-8f, s.neg_step_size = -0.03f;
+  const std::vector<int64_t> sizes = {0, 1, 7, 8, 9, 15, 16, 17, 23, 24, 31, 32, 33, 100, 1013};
+  for (auto [decoupled, wd] : {std::pair{true, 0.01f}, std::pair{false, 0.01f}, std::pair{true, 0.0f}}) {
+    INFO("decoupled " << decoupled << ", weight decay " << wd);
+    s.decoupled = decoupled;
+    s.param_scale = decoupled ? 1.0f - 0.003f * wd : 1.0f;
+    s.grad_decay = decoupled ? 0.0f : wd;
+    check_every_path("adam_update_sum_squares", [&] {
+      Buffers out;
+      for (int64_t N : sizes) {
+        INFO("N " << N);
+        auto p = randn(N, 60, 1.0f), m = randn(N, 61, 0.01f), v = randn(N, 62, 1e-4f), g = randn(N, 63, 0.02f);
+        for (auto& x : v) x = x * x;
+        if (N > 5) g[5] = 0.0f;
+        auto p2 = p, m2 = m, v2 = v;
+        const double sum = adam_update_sum_squares(p.data(), m.data(), v.data(), g.data(), N, s);
+        adam_update(p2.data(), m2.data(), v2.data(), g.data(), N, s);
+        double expected = -1.0;
+        const float* gp = g.data();
+        sums_of_squares(&expected, &gp, &N, 1);
+        CHECK(std::memcmp(&sum, &expected, sizeof(double)) == 0);
+        CHECK(std::memcmp(p.data(), p2.data(), sizeof(float) * size_t(N)) == 0);
+        CHECK(std::memcmp(m.data(), m2.data(), sizeof(float) * size_t(N)) == 0);
+        CHECK(std::memcmp(v.data(), v2.data(), sizeof(float) * size_t(N)) == 0);
+        std::vector<float> bits(2);
+        std::memcpy(bits.data(), &sum, sizeof(double));
+        for (auto* b : {&p, &m, &v, &bits}) out.push_back(*b);
+      }
+      return out;
+    });
+    test::ScopedIsa reference(Isa::reference);  // the plain loop, the same bits as the generic path
+    auto p = randn(1013, 60, 1.0f), m = randn(1013, 61, 0.01f), v = randn(1013, 62, 1e-4f), g = randn(1013, 63, 0.02f);
+    for (auto& x : v) x = x * x;
+    g[5] = 0.0f;
+    auto p2 = p, m2 = m, v2 = v;
+    const double sum = adam_update_sum_squares(p.data(), m.data(), v.data(), g.data(), 1013, s);
+    {
+      test::ScopedIsa generic(Isa::generic);
+      const double generic_sum = adam_update_sum_squares(p2.data(), m2.data(), v2.data(), g.data(), 1013, s);
+      CHECK(std::memcmp(&sum, &generic_sum, sizeof(double)) == 0);
+    }
+    CHECK(p == p2);
+    CHECK(m == m2);
+    CHECK(v == v2);
+  }
+}
+
+// all_finite: an infinity or a NaN anywhere (in a vector's body or in the tail) is found, on every
+// path; the largest finite float, subnormals and -0 are finite.
+TEST_CASE("bit identity across paths: all_finite finds each infinity and NaN") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (Isa isa : test::available_isas()) {
+    test::ScopedIsa scoped(isa);
+    INFO(isa_name(isa));
+    for (int64_t N : {0, 1, 7, 16, 17, 40, 1013}) {
+      auto x = randn(N, 70, 1.0f);
+      if (N > 3) {
+        x[0] = std::numeric_limits<float>::max();
+        x[1] = -std::numeric_limits<float>::max();
+        x[2] = std::numeric_limits<float>::denorm_min();
+        x[3] = -0.0f;
+      }
+      CHECK(all_finite(x.data(), N));
+      for (int64_t at : {int64_t(0), N / 2, N - 1}) {
+        if (N == 0) continue;
+        for (float bad : {inf, -inf, nan, -nan}) {
+          auto y = x;
+          y[size_t(at)] = bad;
+          INFO("N " << N << ", at " << at << ", " << bad);
+          CHECK(!all_finite(y.data(), N));
+        }
+      }
+    }
+  }
+  test::ScopedIsa reference(Isa::reference);
+  std::vector<float> x(9, 1.0f);
+  CHECK(all_finite(x.data(), 9));
+  x[8] = inf;
+  CHECK(!all_finite(x.data(), 9));
+}
+
+// The residual sum and its gradient, written and added, over lengths around the vector widths; the
+// reference build's plain loops give the same bits.
+TEST_CASE("bit identity across paths: the residual add and its gradient") {
+  auto run = [] {
+    Buffers out;
+    for (int64_t N : {0, 1, 15, 16, 17, 8832, 8847}) {
+      const auto a = randn(N, 80), b = randn(N, 81, 3.0f), g = randn(N, 82);
+      std::vector<float> sum(size_t(N), -1.0f), written(size_t(N), std::numeric_limits<float>::quiet_NaN());
+      auto added = randn(N, 83);
+      add_forward(sum.data(), a.data(), b.data(), N);
+      add_backward(GradOut(written.data(), false), g.data(), N);
+      add_backward(GradOut(added.data(), true), g.data(), N);
+      add_backward(GradOut(), g.data(), N);  // not wanted: nothing to write
+      bool sums_right = true;
+      for (int64_t i = 0; i < N; i++) sums_right &= sum[size_t(i)] == a[size_t(i)] + b[size_t(i)];
+      CHECK(sums_right);
+      CHECK(std::memcmp(written.data(), g.data(), sizeof(float) * size_t(N)) == 0);
+      for (auto* buffer : {&sum, &written, &added}) out.push_back(*buffer);
+    }
+    return out;
+  };
+  check_every_path("add", run);
+  Buffers generic, reference;
+  {
+    test::ScopedIsa scoped(Isa::generic);
+    generic = run();
+  }
+  {
+    test::ScopedIsa scoped(Isa::reference);
+    reference = run();
+  }
+  REQUIRE(generic.size() == reference.size());
+  for (size_t k = 0; k < generic.size(); k++)
+    CHECK(std::memcmp(generic[k].data(), reference[k].data(), sizeof(float) * generic[k].size()) == 0);
 }

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <numbers>
 #include <string>
@@ -512,6 +513,62 @@ TEST_CASE("optim parallel updates are identical at 1 and 2 threads") {
     }
     CHECK(results[0] == results[1]);
     CHECK(results[0] != init.to_vector());
+  }
+  normlab::set_num_threads(saved_threads);
+}
+
+// step_and_grad_norm: the norm clip_grad_norm(params, 0) gives and the update step() gives, bit for
+// bit, for each optimizer, at 1 and 2 threads (the threads take whole tensors), over three steps;
+// a parameter without a gradient is left alone and counts zero.
+TEST_CASE("optim step_and_grad_norm equals clip_grad_norm then step, bit for bit") {
+  const int saved_threads = normlab::num_threads();
+  for (std::string name : {"adam", "adamw", "sgd"}) {
+    for (int threads : {1, 2}) {
+      INFO(name << ", " << threads << " threads");
+      normlab::set_num_threads(threads);
+      auto make_params = [] {
+        normlab::Rng rng(11);
+        NamedTensors params;
+        for (int64_t n : {int64_t(40000), int64_t(7), int64_t(0), int64_t(16), int64_t(12288), int64_t(33)}) {
+          Tensor t = Tensor::normal({n}, rng);
+          t.set_requires_grad(true);
+          params.emplace_back(std::string("layer.").append(std::to_string(params.size())).append(".weight"), t);
+        }
+        return params;
+      };
+      NamedTensors two_passes = make_params(), one_pass = make_params();
+      OptimizerOptions o = make_options(name, 0.01f);
+      o.momentum = 0.9f;
+      Optimizer a(o, two_passes), b(o, one_pass);
+      for (int step = 0; step < 3; step++) {
+        normlab::Rng rng(uint64_t(20 + step));
+        for (size_t k = 0; k < two_passes.size(); k++) {
+          two_passes[k].second.zero_grad();
+          one_pass[k].second.zero_grad();
+          if (k == 3 && step == 1) continue;  // no gradient this step
+          std::vector<float> g(size_t(two_passes[k].second.numel()));
+          for (auto& x : g) x = rng.normal(0.0f, 0.5f);
+          set_grad(two_passes[k].second, g);
+          set_grad(one_pass[k].second, g);
+        }
+        const double expected = clip_grad_norm(two_passes, 0.0);
+        a.step(1e-3);
+        const double norm = b.step_and_grad_norm(1e-3);
+        CHECK(std::memcmp(&norm, &expected, sizeof(double)) == 0);
+        CHECK(norm > 0.0);
+      }
+      CHECK(b.step_count() == 3);
+      for (size_t k = 0; k < two_passes.size(); k++) {
+        const Tensor& x = two_passes[k].second;
+        const Tensor& y = one_pass[k].second;
+        CHECK(std::memcmp(x.data(), y.data(), sizeof(float) * size_t(x.numel())) == 0);
+      }
+      const NamedTensors state_a = a.state(), state_b = b.state();
+      REQUIRE(state_a.size() == state_b.size());
+      for (size_t k = 0; k < state_a.size(); k++)
+        CHECK(std::memcmp(state_a[k].second.data(), state_b[k].second.data(),
+                          sizeof(float) * size_t(state_a[k].second.numel())) == 0);
+    }
   }
   normlab::set_num_threads(saved_threads);
 }

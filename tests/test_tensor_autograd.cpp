@@ -208,3 +208,42 @@ TEST_CASE("autograd: broadcasting matches NumPy rules and reduces gradients back
   ops::sum(c).backward();
   CHECK(b.grad().to_vector() == std::vector<float>{2, 2, 2});
 }
+
+// LeafGradientCheck: a finite loss whose backward overflows one leaf's gradient (d(a/b)/db =
+// -a/b^2, and b^2 underflows to 0) is caught; every leaf that got a gradient is checked once; a
+// check not alive, or a graph whose gradients are finite, reports nothing.
+TEST_CASE("autograd: LeafGradientCheck finds a non-finite leaf gradient under a finite loss") {
+  Tensor a = Tensor::from_data({2}, {1e-10f, 2.0f});
+  Tensor b = Tensor::from_data({2}, {1e-30f, 4.0f});
+  Tensor unused = Tensor::from_data({1}, {1.0f});
+  for (Tensor* t : {&a, &b, &unused}) t->set_requires_grad(true);
+  {
+    LeafGradientCheck check;
+    Tensor loss = ops::sum(ops::div(a, b));  // 1e20 + 0.5: finite
+    REQUIRE(std::isfinite(loss.item()));
+    loss.backward();
+    CHECK(!check.all_finite());
+    CHECK(check.leaves_checked() == 2);
+    CHECK(std::isinf(b.grad_data()[0]));
+  }
+  a.zero_grad();
+  b.zero_grad();
+  {
+    LeafGradientCheck outer;
+    {
+      LeafGradientCheck inner;  // the innermost alive one is told
+      ops::sum(ops::mul(a, b)).backward();
+      CHECK(inner.all_finite());
+      CHECK(inner.leaves_checked() == 2);
+    }
+    CHECK(outer.leaves_checked() == 0);
+    a.zero_grad();
+    b.zero_grad();
+    ops::sum(ops::div(a, b)).backward();
+    CHECK(!outer.all_finite());
+  }
+  a.zero_grad();
+  b.zero_grad();
+  ops::sum(ops::div(a, b)).backward();  // no check alive: nothing to tell, nothing breaks
+  CHECK(std::isinf(b.grad_data()[0]));
+}

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -265,6 +266,58 @@ TEST_CASE("trainer: a NaN stops the run and is recorded as divergence") {
   CHECK(written["diverged_at_step"] == 1);
   // No update was applied and no checkpoint of the broken state was written.
   CHECK(!fs::exists(RunPaths(dir.sub("run")).checkpoint));
+}
+
+// A NaN the forward drops but the backward spreads: one hidden unit of layer 0's FFN with NaN
+// weights has NaN pre-activations, which ReLU turns to 0 (the loss stays finite), while dX = dH W1
+// multiplies those NaN weights by the unit's zero gradients. With clipping off (the update then
+// takes the norm in its own pass when the backward found every gradient finite) and on, the step
+// is recorded as diverged with the norm NaN, and changes no parameter and no optimizer state.
+TEST_CASE("trainer: a non-finite gradient under a finite loss updates nothing") {
+  for (double clip : {0.0, 1.0}) {
+    INFO("clip_grad_norm " << clip);
+    RunConfig config = tiny_config();
+    config.optim.name = normlab::optim::OptimizerKind::adam;
+    config.optim.clip_grad_norm = clip;
+    Trainer trainer(config);
+    const StepRecord first = trainer.train_step(trainer.next_batch(), false);  // Adam's state is not zero now
+    REQUIRE(!first.diverged);
+    CHECK(std::isfinite(first.grad_norm));
+    REQUIRE(trainer.step() == 1);
+    bool poisoned = false;
+    for (auto& [name, tensor] : trainer.model().named_parameters()) {
+      if (name != "layers.0.linear1.weight") continue;
+      const int64_t d_model = tensor.shape()[1];
+      for (int64_t c = 0; c < d_model; c++) tensor.data()[c] = std::numeric_limits<float>::quiet_NaN();  // row 0
+      poisoned = true;
+    }
+    REQUIRE(poisoned);
+    std::vector<std::vector<float>> before;
+    for (const auto& [name, tensor] : trainer.model().named_parameters())
+      before.emplace_back(tensor.data(), tensor.data() + tensor.numel());
+    std::vector<std::vector<float>> state_before;
+    for (const auto& [name, tensor] : trainer.optimizer().state())
+      state_before.emplace_back(tensor.data(), tensor.data() + tensor.numel());
+
+    const StepRecord record = trainer.train_step(trainer.next_batch(), false);
+    CHECK(std::isfinite(record.loss));
+    CHECK(record.diverged);
+    CHECK(std::isnan(record.grad_norm));
+    CHECK(trainer.step() == 1);
+    CHECK(trainer.optimizer().step_count() == 1);
+    size_t k = 0;
+    for (const auto& [name, tensor] : trainer.model().named_parameters()) {
+      INFO(name);
+      CHECK(std::memcmp(tensor.data(), before[k].data(), sizeof(float) * before[k].size()) == 0);
+      k++;
+    }
+    k = 0;
+    for (const auto& [name, tensor] : trainer.optimizer().state()) {
+      INFO(name);
+      CHECK(std::memcmp(tensor.data(), state_before[k].data(), sizeof(float) * state_before[k].size()) == 0);
+      k++;
+    }
+  }
 }
 
 TEST_CASE("trainer: a huge learning rate without normalization diverges") {

@@ -65,6 +65,31 @@ bool pass_gradient_through(const Tensor& input);
 // Runs backward from `root`, seeding with `seed` (null means 1, and root must have one element).
 void run_backward(const Tensor& root, const float* seed);
 
+// While one is alive on this thread, run_backward checks each leaf's gradient for infinite and NaN
+// values at the point it becomes final: right after the last node that uses the leaf has run
+// (reverse topological order), while the gradient is still in cache. A later pass that must not
+// start on a non-finite gradient (the optimizer's update with the gradient norm in the same pass,
+// optim::Optimizer::step_and_grad_norm) learns here, for a read of hot data, that it may.
+// Gradients changed after the backward (summed over ranks, scaled, accumulated by a second
+// backward) are not covered.
+class LeafGradientCheck {
+ public:
+  LeafGradientCheck();
+  ~LeafGradientCheck();
+  LeafGradientCheck(const LeafGradientCheck&) = delete;
+  LeafGradientCheck& operator=(const LeafGradientCheck&) = delete;
+
+  // True if every leaf gradient checked so far was finite (true when none was checked).
+  bool all_finite() const { return all_finite_; }
+  int64_t leaves_checked() const { return leaves_checked_; }
+  void add(const float* grad, int64_t numel);  // run_backward's call, for one leaf
+
+ private:
+  bool all_finite_ = true;
+  int64_t leaves_checked_ = 0;
+  LeafGradientCheck* previous_;
+};
+
 // The number of nodes reachable from `root` (for tests and diagnostics).
 int64_t graph_size(const Tensor& root);
 

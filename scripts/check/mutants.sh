@@ -113,21 +113,26 @@ mutant "positions: sin and cos swapped" \
   '*golden*,*position*'
 mutant "trainer: gradient clipping applied after the optimizer step" \
   src/train/trainer.cpp \
-  '  record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
-  if (!std::isfinite(record.grad_norm)) {
-    record.diverged = true;
-    optimizer_->zero_grad();
-    return;
-  }
-  optimizer_->step(lr);' \
-  '  optimizer_->step(lr);
-  record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
-  if (!std::isfinite(record.grad_norm)) {
-    record.diverged = true;
-    optimizer_->zero_grad();
-    return;
-  }' \
+  '    record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
+    if (!std::isfinite(record.grad_norm)) {  // no update: parameters and optimizer state as they were
+      record.diverged = true;
+      optimizer_->zero_grad();
+      return;
+    }
+    optimizer_->step(lr);' \
+  '    optimizer_->step(lr);
+    record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
+    if (!std::isfinite(record.grad_norm)) {
+      record.diverged = true;
+      optimizer_->zero_grad();
+      return;
+    }' \
   '*train step*,*clip*'
+mutant "trainer: the update takes the gradient norm in its own pass without the backward's finite check" \
+  src/train/trainer.cpp \
+  'const bool grads_finite = !ranks_->active() && finite_check.leaves_checked() > 0 && finite_check.all_finite();' \
+  'const bool grads_finite = !ranks_->active();' \
+  '*non-finite gradient*'
 mutant "clip_grad_norm: scales gradients up when the norm is below max_norm" \
   src/optim/optimizer.cpp \
   '  if (clip_coef >= 1.0) return norm;' \

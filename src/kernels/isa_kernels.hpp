@@ -8,6 +8,7 @@
 // functions, each a switch on active_isa().
 #include "normlab/kernels/activations.hpp"
 #include "normlab/kernels/adam.hpp"
+#include "normlab/kernels/add.hpp"
 #include "normlab/kernels/attention.hpp"
 #include "normlab/kernels/batch_norm.hpp"
 #include "normlab/kernels/cross_entropy.hpp"
@@ -32,6 +33,8 @@ inline constexpr int64_t kMinParallelElements = int64_t{1} << 15;
 // Every dispatched kernel, by name.
 #define NORMLAB_KERNEL_LIST(X)                                                                                        \
   X(adam_update) X(sums_of_squares)                                                                                  \
+  X(adam_update_sum_squares) X(all_finite)                                                                           \
+  X(add_forward) X(add_backward)                                                                                     \
   X(relu_forward) X(relu_backward) X(gelu_forward) X(gelu_backward) X(dyt_forward) X(dyt_backward)                    \
       X(attention_cache_size) X(attention_forward) X(attention_backward) X(batch_norm_forward_train)                  \
           X(batch_norm_forward_eval) X(batch_norm_backward) X(cross_entropy_forward) X(cross_entropy_backward)        \

@@ -12,6 +12,7 @@
 #include "common.hpp"
 #include "normlab/autograd.hpp"
 #include "normlab/kernels/activations.hpp"
+#include "normlab/kernels/add.hpp"
 #include "normlab/parallel.hpp"
 
 namespace normlab::ops {
@@ -91,7 +92,11 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* name) {
   }
   if (flat) {
     parallel_for(n, n > kParallelGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) po[i] = Op::f(pa[i], pb[i]);
+      if constexpr (std::is_same_v<Op, Add>) {  // the residual sum: the kernel path's vector width
+        kernels::add_forward(po + begin, pa + begin, pb + begin, end - begin);
+      } else {
+        for (int64_t i = begin; i < end; ++i) po[i] = Op::f(pa[i], pb[i]);
+      }
     });
   } else if (scalar_b) {
     const float s = pb[0];
@@ -118,9 +123,17 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* name) {
       const Tensor none;
       const auto [da, db] = grad_outs<2>({a_passed ? &none : &a, b_passed ? &none : &b});
       parallel_for(n, n > kParallelGrain, [&](int64_t begin, int64_t end) {
-        store_each(da, begin, end, [&](int64_t i) { return g[i] * Op::dfdx(x[i], y[i]); });
-        // a and b one tensor (x + x): both add to its zeroed buffer, one thread per i
-        store_each(db, begin, end, [&](int64_t i) { return g[i] * Op::dfdy(x[i], y[i]); });
+        if constexpr (std::is_same_v<Op, Add>) {  // both gradients are g itself
+          const auto block = [&](const kernels::GradOut& d) {
+            return kernels::GradOut(d.data ? d.data + begin : nullptr, d.accumulate);
+          };
+          kernels::add_backward(block(da), g + begin, end - begin);
+          kernels::add_backward(block(db), g + begin, end - begin);  // x + x: both add to one zeroed buffer
+        } else {
+          store_each(da, begin, end, [&](int64_t i) { return g[i] * Op::dfdx(x[i], y[i]); });
+          // a and b one tensor (x + x): both add to its zeroed buffer, one thread per i
+          store_each(db, begin, end, [&](int64_t i) { return g[i] * Op::dfdy(x[i], y[i]); });
+        }
       });
     } else if (scalar_b) {
       // a's gradient element by element over the threads; b's, one sum over all elements in

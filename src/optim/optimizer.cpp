@@ -159,10 +159,49 @@ void Optimizer::step(double lr) {
       const int64_t end = std::min(hi, first[k] + params_[with_grad[k]].second.numel()) - first[k];
       if (begin >= end) continue;
       if (sgd) step_sgd(with_grad[k], lr, begin, end);
-      else step_adam(with_grad[k], lr, begin, end);
+      else step_adam(with_grad[k], lr, begin, end, false);
     }
   });
   if (OpTimes* times = op_times()) times->charge(times->other_s, "optimizer step");
+}
+
+double Optimizer::step_and_grad_norm(double lr) {
+  if (options_.name == OptimizerKind::sgd) {  // SGD's update reads g once already: two passes
+    const double norm = clip_grad_norm(params_, 0.0);
+    step(lr);
+    return norm;
+  }
+  if (!(std::isfinite(lr) && lr >= 0.0))
+    throw UsageError(fmt::format("optimizer: step lr must be >= 0 and finite (got {})", lr));
+  step_count_++;
+  // Each tensor's sum of squares is one chain of lanes over the whole tensor, so a thread takes
+  // whole tensors: those whose first element falls in its share of the elements (as in
+  // clip_grad_norm). Every element's update is independent, so the split changes no bit.
+  const auto count = static_cast<int64_t>(params_.size());
+  std::vector<double> sums(params_.size(), 0.0);
+  std::vector<int64_t> numel(params_.size(), 0);
+  int64_t total = 0;
+  for (size_t k = 0; k < params_.size(); k++) {
+    numel[k] = params_[k].second.has_grad() ? params_[k].second.numel() : 0;
+    total += numel[k];
+  }
+  const int64_t threads = parallel_parts(total >= kParallelMinElements);
+  run_parts(threads, [&](int64_t t) {
+    const int64_t lo = total * t / threads, hi = total * (t + 1) / threads;
+    int64_t begin = 0, end = 0, first = 0;
+    for (int64_t k = 0; k < count; first += numel[size_t(k)], k++) {
+      if (first < lo) begin = k + 1;
+      if (first < hi) end = k + 1;
+    }
+    if (t == 0) begin = 0;
+    if (t + 1 == threads) end = count;
+    for (int64_t k = begin; k < end; k++)
+      if (numel[size_t(k)] > 0) sums[size_t(k)] = step_adam(size_t(k), lr, 0, numel[size_t(k)], true);
+  });
+  double sum_sq = 0.0;  // in parameter order, as clip_grad_norm adds them
+  for (double s : sums) sum_sq += s;
+  if (OpTimes* times = op_times()) times->charge(times->other_s, "optimizer step and gradient norm");
+  return std::sqrt(sum_sq);
 }
 
 // torch.optim.SGD (dampening 0, no nesterov): d = g + wd*p; buf = momentum*buf + d; p -= lr*buf.
@@ -191,7 +230,7 @@ void Optimizer::step_sgd(size_t index, double lr, int64_t begin, int64_t end) {
 //   m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g
 //   p += -(lr / (1-beta1^t)) * m / (sqrt(v) / sqrt(1-beta2^t) + eps)
 // The scalars are computed in double, the state stays float32.
-void Optimizer::step_adam(size_t index, double lr, int64_t begin, int64_t end) {
+double Optimizer::step_adam(size_t index, double lr, int64_t begin, int64_t end, bool sum_squares) {
   Tensor& param = params_[index].second;
   float* p = param.data();               // (numel)
   const float* g = param.grad_data();    // (numel)
@@ -218,7 +257,9 @@ void Optimizer::step_adam(size_t index, double lr, int64_t begin, int64_t end) {
   s.neg_step_size = static_cast<float>(-(lr / bias_correction1));
   // The element loop is a kernel (kernels/adam.hpp) of the active path, the reference path's
   // plain loop included.
+  if (sum_squares) return kernels::adam_update_sum_squares(p + begin, m + begin, v + begin, g + begin, end - begin, s);
   kernels::adam_update(p + begin, m + begin, v + begin, g + begin, end - begin, s);
+  return 0.0;
 }
 
 void Optimizer::zero_grad() {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "normlab/autograd.hpp"
 #include "normlab/dist/data_parallel.hpp"
 #include "normlab/error.hpp"
 #include "normlab/io/test_pause.hpp"
@@ -196,6 +197,7 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
   // The figures the ranks add up beside the gradients: the z-loss, and the diagnostics' sums.
   const bool z_loss = config_.optim.z_loss > 0;
   StepFigures figures(config_.model.num_layers, config_.model.num_heads, ranks_->size(), diagnostics);
+  LeafGradientCheck finite_check;  // every gradient finite, as the backward leaves it?
   if (batch.batch_size() > 0) {  // an empty share still joins the reduction below
     nn::Diagnostics diag;
     // The masks one process draws for these sequences of the global batch.
@@ -233,12 +235,14 @@ StepRecord Trainer::train_step(const data::Batch& global, bool diagnostics) {
     optimizer_->zero_grad();
     return record;
   }
-  apply_update(record, lr, diagnostics);  // with the global gradients: the same on every rank
+  // With several ranks the sum over ranks has changed the gradients the backward checked.
+  const bool grads_finite = !ranks_->active() && finite_check.leaves_checked() > 0 && finite_check.all_finite();
+  apply_update(record, lr, diagnostics, grads_finite);  // with the global gradients: the same on every rank
   if (!record.diverged) ranks_->check_parameters(*model_, step_);
   return record;
 }
 
-void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics) {
+void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics, bool grads_finite) {
   std::vector<std::vector<float>> before;  // each block's weights before the update, for update_ratio
   if (diagnostics) {
     clock_.charge(RunPart::steps);
@@ -246,13 +250,19 @@ void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics) {
     before = nn::block_parameter_values(*model_);
     clock_.charge(RunPart::diagnostics);
   }
-  record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
-  if (!std::isfinite(record.grad_norm)) {
-    record.diverged = true;
-    optimizer_->zero_grad();
-    return;
+  if (grads_finite && !(config_.optim.clip_grad_norm > 0.0)) {
+    // Nothing to clip, and a finite norm known in advance: the norm from the update's own pass
+    // over the gradients (the same bits as clip_grad_norm's).
+    record.grad_norm = optimizer_->step_and_grad_norm(lr);
+  } else {
+    record.grad_norm = optim::clip_grad_norm(optimizer_->params(), config_.optim.clip_grad_norm);
+    if (!std::isfinite(record.grad_norm)) {  // no update: parameters and optimizer state as they were
+      record.diverged = true;
+      optimizer_->zero_grad();
+      return;
+    }
+    optimizer_->step(lr);
   }
-  optimizer_->step(lr);
   if (diagnostics) {
     clock_.charge(RunPart::steps);
     record.update_ratio = nn::per_layer_update_ratios(*model_, config_.model.num_layers, before);

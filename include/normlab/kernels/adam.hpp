@@ -31,4 +31,14 @@ void adam_update(float* p, float* m, float* v, const float* g, int64_t N, const 
 // several tensors' lanes side by side (one tensor's is a chain of dependent additions).
 void sums_of_squares(double* sums, const float* const* g, const int64_t* numel, int64_t count);
 
+// adam_update of one whole tensor (p, m, v, g: N floats each), returning sum of g[i]^2: the
+// tensor's sums_of_squares, the same bits, from the pass that reads g for the update (the gradient
+// norm without a pass of its own).
+double adam_update_sum_squares(float* p, float* m, float* v, const float* g, int64_t N, const AdamScalars& s);
+
+// True if none of x[0..N) is infinite or NaN: what a squared norm in double of floats needs to be
+// finite (N float squares cannot overflow a double), so a finite gradient norm can be known before
+// the pass that computes it (autograd.hpp, LeafGradientCheck).
+bool all_finite(const float* x, int64_t N);
+
 }  // namespace normlab::kernels

@@ -52,6 +52,11 @@ class Optimizer {
   // first: Adam's bias correction uses the new count, like PyTorch's per-parameter step when every
   // parameter gets a gradient.
   void step(double lr);
+  // step(lr), returning the global gradient norm that clip_grad_norm(params(), 0) returns (the
+  // same bits), taken from the update's own pass over the gradients (Adam, AdamW; SGD: the two
+  // passes). For gradients known to be finite only: unlike clip_grad_norm before step(), it cannot
+  // keep a non-finite gradient from updating its parameter.
+  double step_and_grad_norm(double lr);
   void zero_grad();  // drops every parameter's gradient buffer
   int64_t step_count() const { return step_count_; }
 
@@ -72,7 +77,9 @@ class Optimizer {
  private:
   // The update of elements [begin, end) of parameter `index`.
   void step_sgd(size_t index, double lr, int64_t begin, int64_t end);
-  void step_adam(size_t index, double lr, int64_t begin, int64_t end);
+  // sum_squares: also returns sum of g^2 over the range, which must be the whole tensor (the
+  // lanes of kernels::sums_of_squares); otherwise 0.
+  double step_adam(size_t index, double lr, int64_t begin, int64_t end, bool sum_squares);
   std::vector<std::string> state_kinds() const;  // "exp_avg", ... for this optimizer
   const std::vector<std::vector<float>>& state_buffers(const std::string& kind) const;
   std::vector<std::vector<float>>& state_buffers(const std::string& kind);

@@ -120,8 +120,9 @@ class Trainer {
   // The end of a step, once the gradients are in: per-layer gradient norms (diagnostics), clip, and
   // the update with `lr` (and, on a diagnostics step, each block's ||dW|| / ||W||), unless the
   // gradient norm is not finite: then `record` says diverged and the gradients are dropped. step()
-  // advances on an update.
-  void apply_update(StepRecord& record, double lr, bool diagnostics);
+  // advances on an update. grads_finite: the backward found every gradient finite (and nothing has
+  // changed them since), so with clipping off the norm may come from the update's own pass.
+  void apply_update(StepRecord& record, double lr, bool diagnostics, bool grads_finite);
   // Stop requested: the local flag, or with several ranks the request they agreed on in the last step.
   int stop_request() const;
 

@@ -19,6 +19,12 @@ void adam_update(float* p, float* m, float* v, const float* g, int64_t N, const 
 void sums_of_squares(double* sums, const float* const* g, const int64_t* numel, int64_t count) {
   NORMLAB_DISPATCH(sums_of_squares, sums, g, numel, count);
 }
+double adam_update_sum_squares(float* p, float* m, float* v, const float* g, int64_t N, const AdamScalars& s) {
+  NORMLAB_DISPATCH(adam_update_sum_squares, p, m, v, g, N, s);
+}
+bool all_finite(const float* x, int64_t N) { NORMLAB_DISPATCH(all_finite, x, N); }
+void add_forward(float* out, const float* a, const float* b, int64_t N) { NORMLAB_DISPATCH(add_forward, out, a, b, N); }
+void add_backward(GradOut dinp, const float* dout, int64_t N) { NORMLAB_DISPATCH(add_backward, dinp, dout, N); }
 void relu_forward(float* out, const float* inp, int64_t N) { NORMLAB_DISPATCH(relu_forward, out, inp, N); }
 void relu_backward(float* dinp, const float* dout, const float* inp, int64_t N) {
   NORMLAB_DISPATCH(relu_backward, dinp, dout, inp, N);

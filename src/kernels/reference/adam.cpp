@@ -30,4 +30,17 @@ void sums_of_squares(double* sums, const float* const* g, const int64_t* numel, 
   }
 }
 
+double adam_update_sum_squares(float* p, float* m, float* v, const float* g, int64_t N, const AdamScalars& s) {
+  reference::adam_update(p, m, v, g, N, s);
+  double sum = 0.0;
+  reference::sums_of_squares(&sum, &g, &N, 1);
+  return sum;
+}
+
+bool all_finite(const float* x, int64_t N) {
+  for (int64_t i = 0; i < N; i++)
+    if (!std::isfinite(x[i])) return false;
+  return true;
+}
+
 }  // namespace normlab::kernels::reference

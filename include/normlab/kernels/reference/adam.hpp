@@ -14,5 +14,9 @@ namespace normlab::kernels::reference {
 void adam_update(float* p, float* m, float* v, const float* g, int64_t N, const AdamScalars& s);
 // Each tensor's squared norm in 8 double lanes folded pairwise (kernels/adam.hpp).
 void sums_of_squares(double* sums, const float* const* g, const int64_t* numel, int64_t count);
+// adam_update, then the tensor's sum of squares as sums_of_squares takes it.
+double adam_update_sum_squares(float* p, float* m, float* v, const float* g, int64_t N, const AdamScalars& s);
+// No element infinite or NaN.
+bool all_finite(const float* x, int64_t N);
 
 }  // namespace normlab::kernels::reference
