@@ -4,6 +4,7 @@
 // neither queued twice nor removed. The plan it ends with is the one a sequential search chooses.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -112,4 +113,67 @@ TEST_CASE("compare search: a variant's next round starts while another variant's
     return kept;
   };
   CHECK(without_wall_time(read_text(out + "/runs.csv")) == without_wall_time(read_text(sequential + "/runs.csv")));
+}
+
+TEST_CASE("compare search: a plan that no longer reads mid-search stops the launching, the run in training finishes, exit 2") {
+  TempDir tmp;
+  tmp.write("base.json", R"({
+    "model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32, "max_len": 16},
+    "task": {"name": "reverse", "min_len": 1, "max_len": 3, "eval_max_len": 4, "eval_examples": 16, "bucket_width": 2},
+    "optim": {"lr": 0.01, "warmup_steps": 0},
+    "train": {"steps": 4, "batch_size": 8, "eval_every": 4, "log_every": 4, "diagnostics_every": 4,
+              "checkpoint_every": 4, "threads": 1}})");
+  const std::string config = tmp.write("search.json", R"({"base": "base.json",
+    "grid": {"variants": ["none", "pre-ln"], "seeds": [0]},
+    "search": {"lr": {"from": 0.003, "to": 0.03, "points": 2, "rounds": 0, "min": 0.0003, "max": 0.3}}})");
+  const std::string out = tmp.sub("out");
+  const study::ComparePlan round0 = study::load_compare_plan(config, "");
+  REQUIRE(round0.runs.size() == 4);
+  // Round 0's last two runs are launched when the first two exit, so both train at once and the
+  // plan is read again only when one of them exits, while the other (`held`) still trains.
+  const std::string other = round0.runs[2].name, held = round0.runs[3].name;
+
+  normlab::test::PausePoint pause(tmp, "step 1");
+  Child compare({"compare", "--config", config, "--out", out, "--jobs", "2"}, tmp.sub("stdout"), tmp.sub("stderr"), {},
+                {pause.env()});
+  std::map<pid_t, std::string> seen;
+  pid_t held_pid = 0, other_pid = 0;
+  while (held_pid == 0 || other_pid == 0) {
+    const std::vector<pid_t> paused = pause.wait(seen.size() + 1);
+    REQUIRE(paused.size() > seen.size());
+    for (pid_t pid : paused) {
+      if (seen.count(pid)) continue;
+      const std::string name = run_of(out, pid);
+      REQUIRE(!name.empty());
+      seen[pid] = name;
+      if (name == held) {
+        held_pid = pid;
+      } else if (name == other) {
+        other_pid = pid;
+      } else {
+        pause.resume(pid);
+      }
+    }
+  }
+  tmp.write("search.json", "{\"base\": ");  // the compare's config no longer reads
+  pause.resume(other_pid);
+  REQUIRE(normlab::test::wait_until_gone(other_pid));
+  // compare says so at once and waits for `held`, which is not stopped or lost.
+  const std::string waiting = "run(s) training finish first";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (read_text(tmp.sub("stderr")).find(waiting) == std::string::npos) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  CHECK(!fs::exists(fs::path(out) / "runs" / held / "summary.json"));
+  pause.resume(held_pid);
+  const std::string err = [&] {
+    const int code = compare.wait();
+    CHECK(code == 2);
+    return read_text(tmp.sub("stderr"));
+  }();
+  INFO(err);
+  CHECK(fs::exists(fs::path(out) / "runs" / held / "summary.json"));
+  CHECK(err.find("search.json") != std::string::npos);
+  CHECK(err.find("internal error") == std::string::npos);
 }

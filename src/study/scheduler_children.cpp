@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <exception>
 #include <thread>
 
 #include "normlab/error.hpp"
@@ -52,13 +53,22 @@ void RunWatcher::run(std::deque<size_t> queue, RunLauncher& launcher, const Refi
   auto last_print = std::chrono::steady_clock::now();
   bool exited_since_refill = true;  // the caller's plan was read before this pass's first launch
   bool refilled = false;
-  auto can_launch = [&] { return !stopped() && bad_input_.empty(); };
+  // A refill that threw (the plan no longer reads, a lock or a file fails): nothing more is
+  // launched, the runs training go on to their end (their work is kept), then the error goes up.
+  std::exception_ptr refill_error;
+  auto can_launch = [&] { return !stopped() && bad_input_.empty() && !refill_error; };
   for (;;) {
     // A slot free and nothing queued: the next rounds the finished runs allow, while the other
     // slots still train (a round waits only on its own variant and setting's runs).
     if (refill && queue.empty() && exited_since_refill && running_.size() < size_t(jobs_) && can_launch()) {
       const auto refill_start = std::chrono::steady_clock::now();
-      queue = refill();
+      try {
+        queue = refill();
+      } catch (const std::exception& e) {
+        refill_error = std::current_exception();
+        queue.clear();
+        logger_.note(fmt::format("compare: {}; the {} run(s) training finish first", e.what(), running_.size()));
+      }
       refill_slot_s_ += double(size_t(jobs_) - running_.size()) *
                         std::chrono::duration<double>(std::chrono::steady_clock::now() - refill_start).count();
       exited_since_refill = false;
@@ -98,6 +108,7 @@ void RunWatcher::run(std::deque<size_t> queue, RunLauncher& launcher, const Refi
   }
   if (!refilled) refilled_empty_ = false;
   busy_wall_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (refill_error) std::rethrow_exception(refill_error);
 }
 
 std::set<std::string> RunWatcher::running_names() const {

@@ -69,6 +69,7 @@ struct ChildRecord {
 // Refill: asked for more runs whenever the queue is empty, a slot is free and a run has exited
 // since it was last asked (a search's next rounds, read while the other slots still train); the
 // indices it returns are into the plan as it is then (the watcher holds the plan by reference).
+// A refill that throws stops the launching; the runs training finish, then run() rethrows its error.
 class RunWatcher {
  public:
   RunWatcher(const ComparePlan& plan, const fs::path& out, int jobs, int already_done, CompareLogger& logger,
