@@ -186,9 +186,10 @@ void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,              
   if (team > 1 && dinp.data != nullptr) {
     // dinp and dbias in one region, both split by rows: part t computes dinp's rows [r_t, r_t+1)
     // (the GEMM's rows, whose sums do not depend on the split) and its share of dbias's chains;
-    // part 0 sums first and the others after their dinp rows, so that no part waits for its
-    // predecessor's sums (first, each of them waited for one block of them). Row cuts on
-    // multiples of 8 rows: whole micro-tiles.
+    // part 0 sums first and the others after their dinp rows, so that at 2 threads part 1 finds
+    // part 0's sums ready (summing first, it waited for them block by block). From 3 threads on a
+    // part t >= 2 may still wait for part t - 1's sums, which come after its dinp rows: speed
+    // only, the chains' order is fixed. Row cuts on multiples of 8 rows: whole micro-tiles.
     auto row_cut = [&](int64_t t) { return t >= team ? N : std::min(N, (N * t / team + 4) / 8 * 8); };
     run_parts(team, [&](int64_t t) {
       const int64_t r0 = row_cut(t), r1 = row_cut(t + 1);
