@@ -37,21 +37,26 @@ std::string run_of(const std::string& out, pid_t pid) {
   return "";
 }
 
-}  // namespace
-
-TEST_CASE("compare search: a variant's next round starts while another variant's round-0 run still trains") {
-  TempDir tmp;
+// A search of 4-step runs of a tiny model, two variants, one seed: search.json (returned) and its
+// base.json in `tmp`. Two rates and room on both sides: the gate extends every variant's range by
+// one rate (its best rate is always at an edge of two), whatever the runs learn.
+std::string write_search(const TempDir& tmp) {
   tmp.write("base.json", R"({
     "model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32, "max_len": 16},
     "task": {"name": "reverse", "min_len": 1, "max_len": 3, "eval_max_len": 4, "eval_examples": 16, "bucket_width": 2},
     "optim": {"lr": 0.01, "warmup_steps": 0},
     "train": {"steps": 4, "batch_size": 8, "eval_every": 4, "log_every": 4, "diagnostics_every": 4,
               "checkpoint_every": 4, "threads": 1}})");
-  // Two rates and room on both sides: the gate extends every variant's range by one rate (its best
-  // rate is always at an edge of two), whatever the runs learn.
-  const std::string config = tmp.write("search.json", R"({"base": "base.json",
+  return tmp.write("search.json", R"({"base": "base.json",
     "grid": {"variants": ["none", "pre-ln"], "seeds": [0]},
     "search": {"lr": {"from": 0.003, "to": 0.03, "points": 2, "rounds": 0, "min": 0.0003, "max": 0.3}}})");
+}
+
+}  // namespace
+
+TEST_CASE("compare search: a variant's next round starts while another variant's round-0 run still trains") {
+  TempDir tmp;
+  const std::string config = write_search(tmp);
   const std::string out = tmp.sub("out");
   const study::ComparePlan round0 = study::load_compare_plan(config, "");
   REQUIRE(round0.runs.size() == 4);
@@ -117,15 +122,7 @@ TEST_CASE("compare search: a variant's next round starts while another variant's
 
 TEST_CASE("compare search: a plan that no longer reads mid-search stops the launching, the run in training finishes, exit 2") {
   TempDir tmp;
-  tmp.write("base.json", R"({
-    "model": {"d_model": 16, "heads": 2, "layers": 1, "ffn": 32, "max_len": 16},
-    "task": {"name": "reverse", "min_len": 1, "max_len": 3, "eval_max_len": 4, "eval_examples": 16, "bucket_width": 2},
-    "optim": {"lr": 0.01, "warmup_steps": 0},
-    "train": {"steps": 4, "batch_size": 8, "eval_every": 4, "log_every": 4, "diagnostics_every": 4,
-              "checkpoint_every": 4, "threads": 1}})");
-  const std::string config = tmp.write("search.json", R"({"base": "base.json",
-    "grid": {"variants": ["none", "pre-ln"], "seeds": [0]},
-    "search": {"lr": {"from": 0.003, "to": 0.03, "points": 2, "rounds": 0, "min": 0.0003, "max": 0.3}}})");
+  const std::string config = write_search(tmp);
   const std::string out = tmp.sub("out");
   const study::ComparePlan round0 = study::load_compare_plan(config, "");
   REQUIRE(round0.runs.size() == 4);

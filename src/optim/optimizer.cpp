@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "normlab/autograd.hpp"
 #include "normlab/error.hpp"
@@ -64,6 +66,24 @@ const AdamStepDoubles& adam_step_doubles(const OptimizerOptions& o, int64_t step
     last.bias_correction2 = 1.0 - std::pow(last.beta2, t);
   }
   return last;
+}
+
+// The tensors [begin, end) thread t of `threads` takes when whole tensors are shared out by their
+// elements (numel each, `total` in all): those whose first element falls in its share, the first
+// thread from tensor 0 and the last to the end. A sum over one tensor is one chain of lanes, so a
+// tensor is never split; which thread takes it changes no bit.
+std::pair<int64_t, int64_t> tensors_of_share(const std::vector<int64_t>& numel, int64_t total, int64_t t,
+                                             int64_t threads) {
+  const auto count = static_cast<int64_t>(numel.size());
+  const int64_t lo = total * t / threads, hi = total * (t + 1) / threads;
+  int64_t begin = 0, end = 0, first = 0;
+  for (int64_t k = 0; k < count; first += numel[size_t(k)], k++) {
+    if (first < lo) begin = k + 1;
+    if (first < hi) end = k + 1;
+  }
+  if (t == 0) begin = 0;
+  if (t + 1 == threads) end = count;
+  return {begin, end};
 }
 
 }  // namespace
@@ -177,7 +197,6 @@ double Optimizer::step_and_grad_norm(double lr) {
   // Each tensor's sum of squares is one chain of lanes over the whole tensor, so a thread takes
   // whole tensors: those whose first element falls in its share of the elements (as in
   // clip_grad_norm). Every element's update is independent, so the split changes no bit.
-  const auto count = static_cast<int64_t>(params_.size());
   std::vector<double> sums(params_.size(), 0.0);
   std::vector<int64_t> numel(params_.size(), 0);
   int64_t total = 0;
@@ -187,14 +206,7 @@ double Optimizer::step_and_grad_norm(double lr) {
   }
   const int64_t threads = parallel_parts(total >= kParallelMinElements);
   run_parts(threads, [&](int64_t t) {
-    const int64_t lo = total * t / threads, hi = total * (t + 1) / threads;
-    int64_t begin = 0, end = 0, first = 0;
-    for (int64_t k = 0; k < count; first += numel[size_t(k)], k++) {
-      if (first < lo) begin = k + 1;
-      if (first < hi) end = k + 1;
-    }
-    if (t == 0) begin = 0;
-    if (t + 1 == threads) end = count;
+    const auto [begin, end] = tensors_of_share(numel, total, t, threads);
     for (int64_t k = begin; k < end; k++)
       if (numel[size_t(k)] > 0) sums[size_t(k)] = step_adam(size_t(k), lr, 0, numel[size_t(k)], true);
   });
@@ -316,7 +328,6 @@ double clip_grad_norm(const nn::NamedTensors& params, double max_norm) {
   // One sum per tensor (kernels::sums_of_squares: several tensors side by side, each thread a
   // contiguous run of tensors), then the tensors' sums in order: the norm is the same at every
   // thread count.
-  const auto count = static_cast<int64_t>(params.size());
   std::vector<double> sums(params.size(), 0.0);
   std::vector<const float*> grads(params.size(), nullptr);
   std::vector<int64_t> numel(params.size(), 0);
@@ -327,15 +338,8 @@ double clip_grad_norm(const nn::NamedTensors& params, double max_norm) {
     total += numel[k];
   }
   const int64_t threads = parallel_parts(total >= kParallelMinElements);
-  run_parts(threads, [&](int64_t t) {  // tensors [begin, end): those whose first element falls in this share
-    const int64_t lo = total * t / threads, hi = total * (t + 1) / threads;
-    int64_t begin = 0, end = 0, first = 0;
-    for (int64_t k = 0; k < count; first += numel[size_t(k)], k++) {
-      if (first < lo) begin = k + 1;
-      if (first < hi) end = k + 1;
-    }
-    if (t == 0) begin = 0;
-    if (t + 1 == threads) end = count;
+  run_parts(threads, [&](int64_t t) {
+    const auto [begin, end] = tensors_of_share(numel, total, t, threads);
     if (begin < end) kernels::sums_of_squares(sums.data() + begin, grads.data() + begin, numel.data() + begin, end - begin);
   });
   double sum_sq = 0.0;
