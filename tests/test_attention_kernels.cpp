@@ -441,6 +441,10 @@ TEST_CASE("attention gives the same bits on every kernel path, short sequences i
       r.out.assign(size_t(T * C), 0.0f);
       r.att.assign(size_t(nk::attention_cache_size(offsets.data(), B, NH)), 0.0f);
       nk::attention_forward(r.out.data(), r.att.data(), qkv.data(), offsets.data(), B, C, NH);
+      // Without the cache (a forward without grad: evaluation) the same output, short pairs included.
+      std::vector<float> out_nocache(size_t(T * C), std::nanf(""));
+      nk::attention_forward(out_nocache.data(), nullptr, qkv.data(), offsets.data(), B, C, NH);
+      CHECK(out_nocache == r.out);
       r.dqkv_added = start;
       nk::attention_backward(nk::GradOut(r.dqkv_added.data(), true), dout.data(), qkv.data(), r.att.data(),
                              offsets.data(), B, C, NH);

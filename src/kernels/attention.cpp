@@ -666,7 +666,8 @@ inline __m512 sum_across(const __m512 x[16]) {
   return _mm512_add_ps(y[0], y[1]);
 }
 
-// pair_forward for L <= 16 and hd = 16, with the cache (stats and exps).
+// pair_forward for L <= 16 and hd = 16; the cache (stats and exps) written where given (training),
+// not without it (inference, evaluation): the same output either way.
 void pair_forward_short(float* out, float* stats, float* exps, const float* qkv, Pair p, int64_t T, int64_t C) {
   constexpr int64_t hd = 16;
   const int64_t C3 = 3 * C, L = p.L;
@@ -705,7 +706,7 @@ void pair_forward_short(float* out, float* stats, float* exps, const float* qkv,
 #pragma GCC unroll 16
   for (int j = 0; j < 16; j++) e[j] = j < L ? exp16_nonpositive(_mm512_mul_ps(_mm512_sub_ps(e[j], m), sv)) : pad;
   const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), sum_across(e));
-  store_interleaved(stats + stats_index(p.t0, p.h, T), m, inv, L);
+  if (stats != nullptr) store_interleaved(stats + stats_index(p.t0, p.h, T), m, inv, L);
   // O = (e V) / sum: lane i of oT[c] is query i's chain over the keys j < L in order
   __m512 o[16];
 #pragma GCC unroll 16
@@ -723,7 +724,7 @@ void pair_forward_short(float* out, float* stats, float* exps, const float* qkv,
   transpose16_inline(o);
   float* out_rows = out + p.t0 * C + p.h * hd;
   for (int64_t i = 0; i < L; i++) {
-    _mm512_storeu_ps(exps + i * 16, e[i]);
+    if (exps != nullptr) _mm512_storeu_ps(exps + i * 16, e[i]);
     _mm512_storeu_ps(out_rows + i * C, o[i]);
   }
 }
@@ -859,7 +860,7 @@ inline void store_interleaved(float* dst, __m256 a, __m256 b, int64_t n) {
   if (n > 4) _mm256_maskstore_ps(dst + 8, first_n(2 * n - 8), _mm256_permute2f128_ps(lo, hi, 0x31));
 }
 
-// pair_forward for L <= 16 and hd = 16, with the cache (stats and exps). AVX2 has 16 ymm
+// pair_forward for L <= 16 and hd = 16, the cache (stats and exps) written where given. AVX2 has 16 ymm
 // registers, not the 16 x 16 the avx512 way keeps live, so a group's transposed queries and its
 // scores and exponentials (one row of 8 lanes per key) live in two small stack arrays, and each
 // product runs in halves of the head's 16 elements that fit the registers; a score's chain over c
@@ -923,7 +924,7 @@ void pair_forward_short(float* out, float* stats, float* exps, const float* qkv,
     y[0] = _mm256_add_ps(y[0], y[2]);
     y[1] = _mm256_add_ps(y[1], y[3]);
     const __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(y[0], y[1]));
-    store_interleaved(stats + stats_index(p.t0 + i0, p.h, T), m, inv, n);
+    if (stats != nullptr) store_interleaved(stats + stats_index(p.t0 + i0, p.h, T), m, inv, n);
     // O = (e V) / sum, elements 0..7 then 8..15: lane i of o[c] is query i0 + i's chain over the
     // keys j < L in order
     float* out_rows = out + (p.t0 + i0) * C + p.h * hd;
@@ -943,6 +944,7 @@ void pair_forward_short(float* out, float* stats, float* exps, const float* qkv,
       for (int64_t i = 0; i < n; i++) _mm256_storeu_ps(out_rows + i * C + half * 8, o[i]);
     }
     // the exponentials as rows: query i0 + i's keys 0..7, then 8..15
+    if (exps == nullptr) continue;
     float* exp_rows = exps + i0 * 16;
     for (int kb = 0; kb < 2; kb++) {
       __m256 r[8];
@@ -1065,7 +1067,9 @@ inline bool short_pair(int64_t L, int64_t hd) { return hd == 16 && L >= 1 && L <
 void pair_forward(float* out, float* stats, float* exps, const float* qkv, Pair p, int64_t T, int64_t C, int64_t NH) {
   const int64_t hd = C / NH, C3 = 3 * C, L = p.L, Lp = padded(L), hp = padded(hd);
 #if defined(__AVX2__)
-  if (short_pair(L, hd) && stats != nullptr && exps != nullptr)
+  // Short pairs with their cache or without any (a forward without grad); a cache of statistics
+  // without the exponentials is never asked of them (sequences of up to 256 tokens keep both).
+  if (short_pair(L, hd) && (stats == nullptr) == (exps == nullptr))
     return pair_forward_short(out, stats, exps, qkv, p, T, C);
 #endif
   const float scale = 1.0f / std::sqrt(float(hd));
