@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "isa_support.hpp"
+#include "same_bytes.hpp"
 #include "normlab/kernels/activations.hpp"
 #include "normlab/kernels/adam.hpp"
 #include "normlab/kernels/add.hpp"
@@ -519,9 +520,9 @@ TEST_CASE("bit identity across paths: the Adam update with its sum of squares") 
         const float* gp = g.data();
         sums_of_squares(&expected, &gp, &N, 1);
         CHECK(std::memcmp(&sum, &expected, sizeof(double)) == 0);
-        CHECK(std::memcmp(p.data(), p2.data(), sizeof(float) * size_t(N)) == 0);
-        CHECK(std::memcmp(m.data(), m2.data(), sizeof(float) * size_t(N)) == 0);
-        CHECK(std::memcmp(v.data(), v2.data(), sizeof(float) * size_t(N)) == 0);
+        CHECK(normlab::test::same_bytes(p.data(), p2.data(), sizeof(float) * size_t(N)));
+        CHECK(normlab::test::same_bytes(m.data(), m2.data(), sizeof(float) * size_t(N)));
+        CHECK(normlab::test::same_bytes(v.data(), v2.data(), sizeof(float) * size_t(N)));
         std::vector<float> bits(2);
         std::memcpy(bits.data(), &sum, sizeof(double));
         for (auto* b : {&p, &m, &v, &bits}) out.push_back(*b);
@@ -595,7 +596,7 @@ TEST_CASE("bit identity across paths: the residual add and its gradient") {
       bool sums_right = true;
       for (int64_t i = 0; i < N; i++) sums_right &= sum[size_t(i)] == a[size_t(i)] + b[size_t(i)];
       CHECK(sums_right);
-      CHECK(std::memcmp(written.data(), g.data(), sizeof(float) * size_t(N)) == 0);
+      CHECK(normlab::test::same_bytes(written.data(), g.data(), sizeof(float) * size_t(N)));
       for (auto* buffer : {&sum, &written, &added}) out.push_back(*buffer);
     }
     return out;
@@ -612,5 +613,5 @@ TEST_CASE("bit identity across paths: the residual add and its gradient") {
   }
   REQUIRE(generic.size() == reference.size());
   for (size_t k = 0; k < generic.size(); k++)
-    CHECK(std::memcmp(generic[k].data(), reference[k].data(), sizeof(float) * generic[k].size()) == 0);
+    CHECK(normlab::test::same_bytes(generic[k].data(), reference[k].data(), sizeof(float) * generic[k].size()));
 }

@@ -19,6 +19,7 @@
 #include "normlab/rng.hpp"
 #include "normlab/shortest.hpp"
 #include "normlab/tensor.hpp"
+#include "same_bytes.hpp"
 
 using normlab::Shape;
 using normlab::Tensor;
@@ -561,13 +562,13 @@ TEST_CASE("optim step_and_grad_norm equals clip_grad_norm then step, bit for bit
       for (size_t k = 0; k < two_passes.size(); k++) {
         const Tensor& x = two_passes[k].second;
         const Tensor& y = one_pass[k].second;
-        CHECK(std::memcmp(x.data(), y.data(), sizeof(float) * size_t(x.numel())) == 0);
+        CHECK(normlab::test::same_bytes(x.data(), y.data(), sizeof(float) * size_t(x.numel())));
       }
       const NamedTensors state_a = a.state(), state_b = b.state();
       REQUIRE(state_a.size() == state_b.size());
       for (size_t k = 0; k < state_a.size(); k++)
-        CHECK(std::memcmp(state_a[k].second.data(), state_b[k].second.data(),
-                          sizeof(float) * size_t(state_a[k].second.numel())) == 0);
+        CHECK(normlab::test::same_bytes(state_a[k].second.data(), state_b[k].second.data(),
+                                        sizeof(float) * size_t(state_a[k].second.numel())));
     }
   }
   normlab::set_num_threads(saved_threads);
