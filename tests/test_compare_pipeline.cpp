@@ -52,6 +52,24 @@ std::string write_search(const TempDir& tmp) {
     "search": {"lr": {"from": 0.003, "to": 0.03, "points": 2, "rounds": 0, "min": 0.0003, "max": 0.3}}})");
 }
 
+// Until done(): waits for the next run to pause, names it (`seen`: pid -> run) and resumes it unless
+// keep(pid, name) says to hold it. Fails when the bound passes with no new run paused.
+template <class Keep, class Done>
+void collect_paused(normlab::test::PausePoint& pause, const std::string& out, std::map<pid_t, std::string>& seen,
+                    Keep keep, Done done) {
+  while (!done()) {
+    const std::vector<pid_t> paused = pause.wait(seen.size() + 1);
+    REQUIRE(paused.size() > seen.size());  // empty after the bound: no new run paused
+    for (pid_t pid : paused) {
+      if (seen.count(pid)) continue;
+      const std::string name = run_of(out, pid);
+      REQUIRE(!name.empty());
+      seen[pid] = name;
+      if (!keep(pid, name)) pause.resume(pid);
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("compare search: a variant's next round starts while another variant's round-0 run still trains") {
@@ -74,22 +92,17 @@ TEST_CASE("compare search: a variant's next round starts while another variant's
   pid_t held_pid = 0;
   std::string later_run;
   // Until both have paused: `held` (it cannot finish before the test resumes it) and a later round's run.
-  while (later_run.empty() || held_pid == 0) {
-    const std::vector<pid_t> paused = pause.wait(seen.size() + 1);
-    REQUIRE(paused.size() > seen.size());  // empty after the bound: no new run paused
-    for (pid_t pid : paused) {
-      if (seen.count(pid)) continue;
-      const std::string name = run_of(out, pid);
-      REQUIRE(!name.empty());
-      seen[pid] = name;
-      if (name == held) {
-        held_pid = pid;
-        continue;
-      }
-      if (!first_round.count(name) && later_run.empty()) later_run = name;
-      pause.resume(pid);
-    }
-  }
+  collect_paused(
+      pause, out, seen,
+      [&](pid_t pid, const std::string& name) {
+        if (name == held) {
+          held_pid = pid;
+          return true;
+        }
+        if (!first_round.count(name) && later_run.empty()) later_run = name;
+        return false;
+      },
+      [&] { return !later_run.empty() && held_pid != 0; });
   CHECK(later_run.rfind("none_", 0) == 0);
   CHECK(!fs::exists(fs::path(out) / "runs" / held / "summary.json"));
   pause.resume(held_pid);
@@ -135,23 +148,14 @@ TEST_CASE("compare search: a plan that no longer reads mid-search stops the laun
                 {pause.env()});
   std::map<pid_t, std::string> seen;
   pid_t held_pid = 0, other_pid = 0;
-  while (held_pid == 0 || other_pid == 0) {
-    const std::vector<pid_t> paused = pause.wait(seen.size() + 1);
-    REQUIRE(paused.size() > seen.size());
-    for (pid_t pid : paused) {
-      if (seen.count(pid)) continue;
-      const std::string name = run_of(out, pid);
-      REQUIRE(!name.empty());
-      seen[pid] = name;
-      if (name == held) {
-        held_pid = pid;
-      } else if (name == other) {
-        other_pid = pid;
-      } else {
-        pause.resume(pid);
-      }
-    }
-  }
+  collect_paused(
+      pause, out, seen,
+      [&](pid_t pid, const std::string& name) {
+        if (name == held) held_pid = pid;
+        if (name == other) other_pid = pid;
+        return name == held || name == other;
+      },
+      [&] { return held_pid != 0 && other_pid != 0; });
   tmp.write("search.json", "{\"base\": ");  // the compare's config no longer reads
   pause.resume(other_pid);
   REQUIRE(normlab::test::wait_until_gone(other_pid));
