@@ -64,6 +64,20 @@ TEST_CASE("tensor: factories, shape queries and reshape views") {
   CHECK(a.data()[1] == 2);
 }
 
+TEST_CASE("tensor: shape_numel takes up to 2^34 elements and refuses more, an overflowing product or a negative dim") {
+  const int64_t limit = int64_t(1) << 34;
+  CHECK(shape_numel({}) == 1);
+  CHECK(shape_numel({limit}) == limit);
+  CHECK(shape_numel({int64_t(1) << 17, int64_t(1) << 17}) == limit);
+  CHECK(shape_numel({2, 3, 0, 5}) == 0);
+  CHECK(shape_numel({0, INT64_MAX}) == 0);  // a zero dim first: nothing to overflow
+  CHECK_THROWS_WITH_AS(shape_numel({limit + 1}), "shape [17179869185] is too large", UsageError);
+  CHECK_THROWS_AS(shape_numel({int64_t(1) << 17, (int64_t(1) << 17) + 1}), UsageError);
+  CHECK_THROWS_AS(shape_numel({int64_t(1) << 33, int64_t(1) << 33}), UsageError);  // 2^66 overflows int64
+  CHECK_THROWS_AS(shape_numel({INT64_MAX, 0}), UsageError);  // the dims are checked in order: too large before the zero
+  CHECK_THROWS_WITH_AS(shape_numel({2, -1}), "negative dimension in shape [2, -1]", UsageError);
+}
+
 TEST_CASE("tensor: a freed storage block serves the next tensor of its size class, and what is kept is bounded") {
   const float* first = nullptr;
   {
