@@ -452,7 +452,7 @@ constexpr int64_t kMaxGroupFloats = 2048;
 // ahead (64x128x768 from memory, 1 thread: 2, 3 and 4 rows ahead measured 0.92-0.97, 0.86-0.92 and
 // 0.87-0.90 of the pairs' forward time).
 constexpr int kPipelinedReadRowsAhead = 4;
-// The forward's output is written with streaming stores (normalize_row_stream) from this many
+// The forward's output is written with streaming stores (normalize_row_affine<true>) from this many
 // elements on (16 MB): an output that large leaves the caches before anything reads it.
 constexpr int64_t kStreamOutputFloats = int64_t{1} << 22;
 // The portable backward (every path's rows without gamma, and the generic path's): on AVX-512 its
