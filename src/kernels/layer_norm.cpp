@@ -449,8 +449,8 @@ constexpr int64_t kMaxGroupFloats = 2048;
 // Rows too long for groups of kForwardGroup within that limit go in pairs while a pair fits it
 // (cols <= 1024): two rows' chains overlap where one row's does not fill the core. On AVX2 and
 // AVX-512 rows with gamma and beta take forward_rows_pipelined instead, asking for x this many rows
-// ahead (64x128x768 from memory, 1 thread: 2, 3 and 4 rows ahead measured 0.92-0.97, 0.86-0.92 and
-// 0.87-0.90 of the pairs' forward time).
+// ahead (64x128x768 from memory, 1 thread, the pairs' forward time: 2 rows ahead 0.92-0.97, 3 rows
+// 0.86-0.92, 4 rows 0.78-0.90 on AVX-512 and 0.80-0.88 on AVX2).
 constexpr int kPipelinedReadRowsAhead = 4;
 // The forward's output is written with streaming stores (normalize_row_affine<true>) from this many
 // elements on (16 MB): an output that large leaves the caches before anything reads it.
