@@ -465,9 +465,9 @@ TEST_CASE("layernorm: long rows streamed from memory give the generic path's bit
 }
 
 // A forward output of at least 2^22 floats is written with streaming stores, and on AVX2 and
-// AVX-512 rows over 256 columns go through the pipelined forward (a row's squared deviations in one
-// loop with the previous row's normalization): with the output vector-aligned (the fused loop
-// streams its stores) and one float off (the row's passes one after the other). The same bits as
+// AVX-512 rows of 257-1024 columns go through the pipelined forward (a row's squared deviations
+// in one loop with the previous row's normalization): with the output vector-aligned (the fused
+// loop streams its stores) and one float off (the row's passes one after the other). The same bits as
 // the generic path; 4097 rows: an odd count, so the last row's sum goes alone after the pairs.
 TEST_CASE("layernorm: a streamed forward output, aligned or not, gives the generic path's bits on every path") {
   const int64_t rows = 4097, cols = 1024;  // 4,195,328 floats: just above 2^22

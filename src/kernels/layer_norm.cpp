@@ -12,7 +12,7 @@
 //                        pass 2: dx and this thread's dgamma/dbeta partials (backward_row_update)
 //   Part 2, speed (no new math):
 //     forward_rows<R>, backward_rows<R>   the same steps for R rows side by side
-//     forward_rows_pipelined              AVX2/AVX-512, rows over 256 columns: a row's squared
+//     forward_rows_pipelined              AVX2/AVX-512, rows of 257-1024 columns: a row's squared
 //                                         deviations in one loop with the previous row's normalize
 //     PrefetchNext                        ask for the next rows while this one is summed
 //     thread_rows                         each thread's contiguous block of rows
@@ -448,9 +448,11 @@ constexpr int kBackwardGroup = 4;
 constexpr int64_t kMaxGroupFloats = 2048;
 // Rows too long for groups of kForwardGroup within that limit go in pairs while a pair fits it
 // (cols <= 1024): two rows' chains overlap where one row's does not fill the core. On AVX2 and
-// AVX-512 rows with gamma and beta take forward_rows_pipelined instead, asking for x this many rows
-// ahead (64x128x768 from memory, 1 thread, the pairs' forward time: 2 rows ahead 0.92-0.97, 3 rows
-// 0.86-0.92, 4 rows 0.78-0.90 on AVX-512 and 0.80-0.88 on AVX2).
+// AVX-512 those rows, with gamma and beta, take forward_rows_pipelined instead, asking for x this
+// many rows ahead (64x128x768 from memory, 1 thread, the pairs' forward time: 2 rows ahead
+// 0.92-0.97, 3 rows 0.86-0.92, 4 rows 0.78-0.90 on AVX-512 and 0.80-0.88 on AVX2; 1024 columns
+// 0.89 and 0.97). Longer rows keep one row at a time: at 2048 columns the pipelined forward
+// measured 1.05-1.11 on AVX-512 (two rows and gamma and beta, 32 KB, crowd L1 beside the rows ahead).
 constexpr int kPipelinedReadRowsAhead = 4;
 // The forward's output is written with streaming stores (normalize_row_affine<true>) from this many
 // elements on (16 MB): an output that large leaves the caches before anything reads it.
@@ -548,8 +550,8 @@ void forward_rows(float* y, float* mean, float* rstd,                   // (R, c
 // its loads and stores; interleaved line by line they overlap where one after the other they add.
 // y_b must be vector-aligned when kStream. Returns row a's sum.
 template <bool kStream>
-double squared_deviation_and_normalize(const float* __restrict x_a, double center,                  // (cols)
-                                       float* __restrict y_b, const float* __restrict x_b,          // (cols), (cols)
+double squared_deviation_and_normalize(const float* __restrict x_a, double center,                   // (cols)
+                                       float* __restrict y_b, const float* __restrict x_b,           // (cols), (cols)
                                        const float* __restrict gamma, const float* __restrict beta,  // (cols), (cols)
                                        int64_t cols, float mean_hi, float mean_lo, float rstd_f) {
   using namespace simd;
@@ -575,7 +577,7 @@ double squared_deviation_and_normalize(const float* __restrict x_a, double cente
   return total;
 }
 
-// The forward of a thread's rows of cols > 256 with gamma and beta, software-pipelined: row r's
+// The forward of a thread's rows of 257-1024 columns with gamma and beta, software-pipelined: row r's
 // sum, then row r's squared deviations interleaved with row r - 1's normalization
 // (squared_deviation_and_normalize), so that the store-bound last pass of a row runs beside the
 // port-bound middle pass of the next. Each row goes through exactly forward_row's operations: the
@@ -583,8 +585,7 @@ double squared_deviation_and_normalize(const float* __restrict x_a, double cente
 // advance during the sums.
 void forward_rows_pipelined(float* out, float* mean, float* rstd,                     // (rows, cols), (rows), (rows)
                             const float* inp, const float* gamma, const float* beta,  // (rows, cols), (cols), (cols)
-                            int64_t rows, int64_t cols, float eps, int64_t begin, int64_t end, bool stream,
-                            int ahead) {
+                            int64_t rows, int64_t cols, float eps, int64_t begin, int64_t end, bool stream, int ahead) {
   auto prefetch_of = [&](int64_t r) {
     return PrefetchNext<1>{{r + ahead < rows ? inp + (r + ahead) * cols : inp + r * cols},
                            stream ? nullptr : out + r * cols};
@@ -605,9 +606,11 @@ void forward_rows_pipelined(float* out, float* mean, float* rstd,               
       float* y = out + prev * cols;
       const float* x_prev = inp + prev * cols;
       if (!stream) {
-        squares = squared_deviation_and_normalize<false>(x, row_mean, y, x_prev, gamma, beta, cols, mean_hi, mean_lo, rstd_f);
+        squares =
+            squared_deviation_and_normalize<false>(x, row_mean, y, x_prev, gamma, beta, cols, mean_hi, mean_lo, rstd_f);
       } else if (aligned(y)) {
-        squares = squared_deviation_and_normalize<true>(x, row_mean, y, x_prev, gamma, beta, cols, mean_hi, mean_lo, rstd_f);
+        squares =
+            squared_deviation_and_normalize<true>(x, row_mean, y, x_prev, gamma, beta, cols, mean_hi, mean_lo, rstd_f);
       } else {
         squares = row_sum_squared_deviation(x, cols, row_mean);
         normalize_row(y, x_prev, gamma, beta, cols, prev_mean, prev_rstd, stream);
@@ -796,12 +799,14 @@ void backward_rows_recompute(float* __restrict dx,                              
 // before row a's: the same bits. kPass1/kPass2 say which rows there are (the first row has no b,
 // the last no a). prefetch1(i), prefetch2(j): the hints at line i of pass 1 and j of pass 2.
 template <bool kPass1, bool kPass2, bool kWithDx, class Prefetch1, class Prefetch2>
-BackwardRowSums backward_row_pass1_and_pass2(const float* __restrict dy_a, const float* __restrict x_a,  // (cols), (cols)
+BackwardRowSums backward_row_pass1_and_pass2(const float* __restrict dy_a,  // (cols)
+                                             const float* __restrict x_a,   // (cols)
                                              float mean_a, float rstd_a,
-                                             float* __restrict dx_b,                                    // (cols)
-                                             double* __restrict dgamma_partial,                         // (cols)
-                                             double* __restrict dbeta_partial,                          // (cols)
-                                             const float* __restrict dy_b, const float* __restrict x_b,  // (cols), (cols)
+                                             float* __restrict dx_b,             // (cols)
+                                             double* __restrict dgamma_partial,  // (cols)
+                                             double* __restrict dbeta_partial,   // (cols)
+                                             const float* __restrict dy_b,       // (cols)
+                                             const float* __restrict x_b,        // (cols)
                                              float mean_b, float rstd_b, BackwardRowMeans m,
                                              const float* __restrict gamma, int64_t cols,  // (cols)
                                              Prefetch1 prefetch1, Prefetch2 prefetch2) {
@@ -874,8 +879,9 @@ BackwardRowSums backward_row_pass1_and_pass2(const float* __restrict dy_a, const
 // kRecomputeReadRowsAhead rows ahead of the row in pass 1, dx kRecomputeDxRowsAhead rows ahead of
 // the row in pass 2.
 template <bool kWithDx>
-void backward_rows_pipelined(float* dinp, double* dgamma_partial, double* dbeta_partial,  // (rows, cols), (cols), (cols)
-                             const float* dout, const float* inp, const float* gamma,     // (rows, cols), (rows, cols), (cols)
+void backward_rows_pipelined(float* dinp,                                            // (rows, cols)
+                             double* dgamma_partial, double* dbeta_partial,              // (cols), (cols)
+                             const float* dout, const float* inp, const float* gamma,    // (rows, cols) x2, (cols)
                              const float* mean, const float* rstd, int64_t rows, int64_t cols,  // (rows), (rows)
                              int64_t begin, int64_t end) {
   auto ahead = [&](const float* p, int64_t r, int d) { return r + d < rows ? p + (r + d) * cols : p + r * cols; };
@@ -890,12 +896,10 @@ void backward_rows_pipelined(float* dinp, double* dgamma_partial, double* dbeta_
   };
   auto no_hint = [](int64_t) {};
   if (begin >= end) return;
-  BackwardRowMeans m_b = backward_row_means(
-      backward_row_pass1_and_pass2<true, false, kWithDx>(dout + begin * cols, inp + begin * cols, mean[begin],
-                                                         rstd[begin], nullptr, nullptr, nullptr, nullptr, nullptr, 0.0f,
-                                                         0.0f, BackwardRowMeans{}, gamma, cols, pass1_hint(begin),
-                                                         no_hint),
-      cols);
+  const BackwardRowSums first = backward_row_pass1_and_pass2<true, false, kWithDx>(
+      dout + begin * cols, inp + begin * cols, mean[begin], rstd[begin], nullptr, nullptr, nullptr, nullptr, nullptr,
+      0.0f, 0.0f, BackwardRowMeans{}, gamma, cols, pass1_hint(begin), no_hint);
+  BackwardRowMeans m_b = backward_row_means(first, cols);
   for (int64_t a = begin + 1; a <= end; a++) {
     const int64_t b = a - 1;
     float* dx_b = kWithDx ? dinp + b * cols : nullptr;
@@ -1012,7 +1016,8 @@ void layer_norm_forward(float* out, float* mean, float* rstd,                   
                       eps, stream);
     };
 #if defined(__AVX2__)
-    if (kForwardGroup * cols > kMaxGroupFloats && gamma != nullptr && beta != nullptr) {
+    if (kForwardGroup * cols > kMaxGroupFloats && 2 * cols <= kMaxGroupFloats && gamma != nullptr &&
+        beta != nullptr) {
       forward_rows_pipelined(out, mean, rstd, inp, gamma, beta, rows, cols, eps, range.begin, range.end, stream,
                              kPipelinedReadRowsAhead);
     } else
