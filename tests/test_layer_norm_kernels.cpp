@@ -459,4 +459,45 @@ TEST_CASE("layernorm: every path's vector passes give the generic path's bits, t
 TEST_CASE("layernorm: long rows streamed from memory give the generic path's bits on every path") {
   check_paths_against_generic(341, 769, {0, 1, 3}, false);   // 262,229 elements: just above 2^18
   check_paths_against_generic(257, 1024, {0, 1, 3}, false);  // 263,168
+  // At most 768 columns the AVX-512 passes of consecutive rows are pipelined (a row's pass 1 in one
+  // loop with the previous row's pass 2): 760 = 47 lines + 8.
+  check_paths_against_generic(345, 760, {0, 1, 3}, false);  // 262,200
+}
+
+// A forward output of at least 2^22 floats is written with streaming stores, and on AVX2 and
+// AVX-512 rows of 257-1024 columns go through the pipelined forward (a row's squared deviations
+// in one loop with the previous row's normalization): with the output vector-aligned (the fused
+// loop streams its stores) and one float off (the row's passes one after the other). The same bits as
+// the generic path; 4097 rows: an odd count, so the last row's sum goes alone after the pairs.
+TEST_CASE("layernorm: a streamed forward output, aligned or not, gives the generic path's bits on every path") {
+  const int64_t rows = 4097, cols = 1024;  // 4,195,328 floats: just above 2^22
+  normlab::Rng rng(4097);
+  std::vector<float> x(static_cast<size_t>(rows * cols)), gamma(static_cast<size_t>(cols)), beta(static_cast<size_t>(cols));
+  for (size_t i = 0; i < x.size(); i++) x[i] = (i / size_t(cols)) % 3 == 0 ? 1e4f + rng.normal() : rng.normal();
+  for (auto& v : gamma) v = 1.0f + 0.1f * rng.normal();
+  for (auto& v : beta) v = 0.1f * rng.normal();
+  // y at `offset` floats past the first 64-byte boundary of a buffer.
+  auto forward = [&](size_t offset) {
+    std::vector<float> buffer(x.size() + 32), mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
+    const size_t misalign = reinterpret_cast<uintptr_t>(buffer.data()) % 64 / sizeof(float);
+    float* y = buffer.data() + (misalign == 0 ? 0 : 16 - misalign) + offset;
+    normlab::kernels::layer_norm_forward(y, mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), rows, cols,
+                                         1e-12f);
+    std::vector<float> out(y, y + x.size());
+    out.insert(out.end(), mean.begin(), mean.end());
+    out.insert(out.end(), rstd.begin(), rstd.end());
+    return out;
+  };
+  for (size_t offset : {size_t{0}, size_t{1}}) {
+    std::vector<float> expected;
+    {
+      normlab::test::ScopedIsa generic(normlab::kernels::Isa::generic);
+      expected = forward(offset);
+    }
+    for (normlab::kernels::Isa isa : normlab::test::available_isas()) {
+      normlab::test::ScopedIsa scoped(isa);
+      CAPTURE(offset);
+      CHECK(same_bits(forward(offset), expected));
+    }
+  }
 }

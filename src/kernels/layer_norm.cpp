@@ -12,6 +12,8 @@
 //                        pass 2: dx and this thread's dgamma/dbeta partials (backward_row_update)
 //   Part 2, speed (no new math):
 //     forward_rows<R>, backward_rows<R>   the same steps for R rows side by side
+//     forward_rows_pipelined              AVX2/AVX-512, rows of 257-1024 columns: a row's squared
+//                                         deviations in one loop with the previous row's normalize
 //     PrefetchNext                        ask for the next rows while this one is summed
 //     thread_rows                         each thread's contiguous block of rows
 //     for_row_groups                      groups of R while they fit in L1 (the backward's on
@@ -20,6 +22,8 @@
 //                                         intrinsics (layer_norm_simd.hpp says why)
 //     backward_rows_recompute             AVX-512: pass 2 forms g and xhat0 again instead of
 //                                         reading pass 1's scratch rows (rows from memory, small calls)
+//     backward_rows_pipelined             AVX-512, rows from memory of 513-768 columns: the same,
+//                                         with a row's pass 1 in one loop with the previous row's pass 2
 //   Part 3, the public kernels:
 //     layer_norm_forward, layer_norm_backward   split the rows over threads, then for_row_groups
 //
@@ -443,8 +447,14 @@ constexpr int kBackwardGroup = 4;
 // prefetched) would crowd L1, where one row at a time stays in it between its passes.
 constexpr int64_t kMaxGroupFloats = 2048;
 // Rows too long for groups of kForwardGroup within that limit go in pairs while a pair fits it
-// (cols <= 1024): two rows' chains overlap where one row's does not fill the core.
-// The forward's output is written with streaming stores (normalize_row_stream) from this many
+// (cols <= 1024): two rows' chains overlap where one row's does not fill the core. On AVX2 and
+// AVX-512 those rows, with gamma and beta, take forward_rows_pipelined instead, asking for x this
+// many rows ahead (64x128x768 from memory, 1 thread, the pairs' forward time: 2 rows ahead
+// 0.92-0.97, 3 rows 0.86-0.92, 4 rows 0.78-0.90 on AVX-512 and 0.80-0.88 on AVX2; 1024 columns
+// 0.89 and 0.97). Longer rows keep one row at a time: at 2048 columns the pipelined forward
+// measured 1.05-1.11 on AVX-512 (two rows and gamma and beta, 32 KB, crowd L1 beside the rows ahead).
+constexpr int kPipelinedReadRowsAhead = 4;
+// The forward's output is written with streaming stores (normalize_row_affine<true>) from this many
 // elements on (16 MB): an output that large leaves the caches before anything reads it.
 constexpr int64_t kStreamOutputFloats = int64_t{1} << 22;
 // The portable backward (every path's rows without gamma, and the generic path's): on AVX-512 its
@@ -474,6 +484,12 @@ constexpr int64_t kMaxBackwardGroupFloatsSimd = kMaxGroupFloats;
 // faster: there pass 2's arithmetic, which forming xhat0 and g again adds to, is what paces it.
 constexpr int64_t kRecomputeStreamMinFloats = int64_t{1} << 18;
 constexpr int kRecomputeReadRowsAhead = 3;
+// Of those streamed calls, rows of at most this many columns take backward_rows_pipelined (a row's
+// pass 1 in one loop with the previous row's pass 2), where two rows' dout and x, one row's dx and
+// the (cols) dgamma/dbeta partials, 36 bytes a column, still fit L1 (48 KB) beside the rows ahead.
+// Backward time against one row at a time, 1 thread, 2^22.6 floats per array: 640 columns 0.89,
+// 768 0.96-0.97, 896 1.02, 1024 1.10.
+constexpr int64_t kMaxPipelinedBackwardCols = 768;
 constexpr int kRecomputeDxRowsAhead = 2;
 
 // Prefetch of the 64-byte lines at offset i of the next row of each of kReads inputs and of this
@@ -526,6 +542,100 @@ void forward_rows(float* y, float* mean, float* rstd,                   // (R, c
   for (int r = 0; r < R; r++)
     normalize_row(y + r * cols, x + r * cols, gamma, beta, cols, row_mean[r], row_rstd_[r], stream);
 }
+
+#if defined(__AVX2__)
+// One loop over the lines of two rows: row a's sum of squared deviations (row_sum_squared_deviation,
+// the same operations in the same lane order) and row b's y = gamma * xhat + beta
+// (normalize_row_affine's operations). The first pass is bound by its arithmetic ports, the second by
+// its loads and stores; interleaved line by line they overlap where one after the other they add.
+// y_b must be vector-aligned when kStream. Returns row a's sum.
+template <bool kStream>
+double squared_deviation_and_normalize(const float* __restrict x_a, double center,                   // (cols)
+                                       float* __restrict y_b, const float* __restrict x_b,           // (cols), (cols)
+                                       const float* __restrict gamma, const float* __restrict beta,  // (cols), (cols)
+                                       int64_t cols, float mean_hi, float mean_lo, float rstd_f) {
+  using namespace simd;
+  simd::Lanes lanes = simd::Lanes::zero();
+  const VF hi = vf_set1(mean_hi), lo = vf_set1(mean_lo), r = vf_set1(rstd_f);
+  int64_t i = 0;
+  for (; i + kLanes <= cols; i += kLanes) {
+    lanes.add_squared_deviation(simd::Lanes::load(x_a + i), center);
+    for (int k = 0; k < kLineFloats; k++) {
+      const int64_t o = i + k * kFloats;
+      const VF xhat = vf_mul(vf_sub_on_fma(vf_sub(vf_load(x_b + o), hi), lo), r);
+      const VF out = vf_add(vf_mul(xhat, vf_load(gamma + o)), vf_load(beta + o));
+      if constexpr (kStream) vf_stream(y_b + o, out);
+      else vf_store(y_b + o, out);
+    }
+  }
+  double total = i > 0 ? lanes.sum() : 0.0;
+  for (int64_t j = i; j < cols; j++) {
+    double deviation = double(x_a[j]) - center;
+    total += deviation * deviation;
+  }
+  for (int64_t j = i; j < cols; j++) y_b[j] = (((x_b[j] - mean_hi) - mean_lo) * rstd_f) * gamma[j] + beta[j];
+  return total;
+}
+
+// The forward of a thread's rows of 257-1024 columns with gamma and beta, software-pipelined: row r's
+// sum, then row r's squared deviations interleaved with row r - 1's normalization
+// (squared_deviation_and_normalize), so that the store-bound last pass of a row runs beside the
+// port-bound middle pass of the next. Each row goes through exactly forward_row's operations: the
+// same bits. On AVX2 the sums go two rows at a time (row_sum_pair). x is asked for `ahead` rows in
+// advance during the sums.
+void forward_rows_pipelined(float* out, float* mean, float* rstd,                     // (rows, cols), (rows), (rows)
+                            const float* inp, const float* gamma, const float* beta,  // (rows, cols), (cols), (cols)
+                            int64_t rows, int64_t cols, float eps, int64_t begin, int64_t end, bool stream, int ahead) {
+  auto prefetch_of = [&](int64_t r) {
+    return PrefetchNext<1>{{r + ahead < rows ? inp + (r + ahead) * cols : inp + r * cols},
+                           stream ? nullptr : out + r * cols};
+  };
+  auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % (simd::kFloats * sizeof(float)) == 0; };
+  int64_t prev = -1;  // the row whose normalization is pending
+  double prev_mean = 0.0, prev_rstd = 0.0;
+  // Row r's squared deviations (its mean known) beside prev's normalization; r becomes prev.
+  auto finish = [&](int64_t r, double row_mean) {
+    const float* x = inp + r * cols;
+    double squares;
+    if (prev < 0) {
+      squares = row_sum_squared_deviation(x, cols, row_mean);
+    } else {
+      const float mean_hi = float(prev_mean);
+      const float mean_lo = float(prev_mean - double(mean_hi));
+      const float rstd_f = float(prev_rstd);
+      float* y = out + prev * cols;
+      const float* x_prev = inp + prev * cols;
+      if (!stream) {
+        squares =
+            squared_deviation_and_normalize<false>(x, row_mean, y, x_prev, gamma, beta, cols, mean_hi, mean_lo, rstd_f);
+      } else if (aligned(y)) {
+        squares =
+            squared_deviation_and_normalize<true>(x, row_mean, y, x_prev, gamma, beta, cols, mean_hi, mean_lo, rstd_f);
+      } else {
+        squares = row_sum_squared_deviation(x, cols, row_mean);
+        normalize_row(y, x_prev, gamma, beta, cols, prev_mean, prev_rstd, stream);
+      }
+    }
+    const double row_rstd_ = row_rstd(squares / double(cols), eps);
+    if (mean != nullptr) mean[r] = float(row_mean);
+    if (rstd != nullptr) rstd[r] = float(row_rstd_);
+    prev = r;
+    prev_mean = row_mean;
+    prev_rstd = row_rstd_;
+  };
+  int64_t r = begin;
+#if !defined(__AVX512F__)
+  for (; r + 2 <= end; r += 2) {
+    double total[2];
+    row_sum_pair(total, inp + r * cols, inp + (r + 1) * cols, cols, prefetch_of(r), prefetch_of(r + 1));
+    finish(r, total[0] / double(cols));
+    finish(r + 1, total[1] / double(cols));
+  }
+#endif
+  for (; r < end; r++) finish(r, row_sum(inp + r * cols, cols, prefetch_of(r)) / double(cols));
+  if (prev >= 0) normalize_row(out + prev * cols, inp + prev * cols, gamma, beta, cols, prev_mean, prev_rstd, stream);
+}
+#endif
 
 // Pass 2 of R rows together, column by column with the R rows in order: the partials stay in
 // registers across the group, and each xhat serves both dx and dgamma. Row r's share is added
@@ -680,6 +790,134 @@ void backward_rows_recompute(float* __restrict dx,                              
 }
 #endif
 
+#if defined(__AVX512F__)
+// The backward of a thread's rows streamed from memory on AVX-512 (rows over 512 columns, gamma
+// given, dgamma/dbeta partials), software-pipelined: row a's pass 1 (backward_row_sums_simd without
+// scratch rows) in one loop with row b = a - 1's pass 2 (backward_rows_recompute's, one row), so
+// that a pass 1 bound by its arithmetic runs beside a pass 2 bound by loads and stores. Each row
+// goes through exactly the operations of backward_rows_recompute<1>, and row b's partials are added
+// before row a's: the same bits. kPass1/kPass2 say which rows there are (the first row has no b,
+// the last no a). prefetch1(i), prefetch2(j): the hints at line i of pass 1 and j of pass 2.
+template <bool kPass1, bool kPass2, bool kWithDx, class Prefetch1, class Prefetch2>
+BackwardRowSums backward_row_pass1_and_pass2(const float* __restrict dy_a,  // (cols)
+                                             const float* __restrict x_a,   // (cols)
+                                             float mean_a, float rstd_a,
+                                             float* __restrict dx_b,             // (cols)
+                                             double* __restrict dgamma_partial,  // (cols)
+                                             double* __restrict dbeta_partial,   // (cols)
+                                             const float* __restrict dy_b,       // (cols)
+                                             const float* __restrict x_b,        // (cols)
+                                             float mean_b, float rstd_b, BackwardRowMeans m,
+                                             const float* __restrict gamma, int64_t cols,  // (cols)
+                                             Prefetch1 prefetch1, Prefetch2 prefetch2) {
+  using namespace simd;
+  Lanes lanes_g = Lanes::zero(), lanes_g_xhat0 = Lanes::zero(), lanes_xhat0 = Lanes::zero();
+  const VF mean_a_v = vf_set1(mean_a), rstd_a_v = vf_set1(rstd_a);
+  const VF mean_b_v = vf_set1(mean_b), rstd_b_v = vf_set1(rstd_b), shift_b = vf_set1(m.shift);
+  const VF mean_g_b = vf_set1(m.mean_g), mean_g_xhat_b = vf_set1(m.mean_g_xhat);
+  int64_t i = 0;
+  for (; i + kLanes <= cols; i += kLanes) {  // kLanes = one AVX-512 register of floats
+    if constexpr (kPass1) {
+      if (i != 0) prefetch1(i);
+      const VF xhat0 = vf_mul(vf_sub(vf_load(x_a + i), mean_a_v), rstd_a_v);
+      const VF g = vf_mul(vf_load(dy_a + i), vf_load(gamma + i));
+      const VF g_line[kLineFloats] = {g}, xhat0_line[kLineFloats] = {xhat0}, g_xhat0[kLineFloats] = {vf_mul(g, xhat0)};
+      lanes_g.add(Lanes::of(g_line));
+      lanes_xhat0.add(Lanes::of(xhat0_line));
+      lanes_g_xhat0.add(Lanes::of(g_xhat0));
+    }
+    if constexpr (kPass2) {
+      prefetch2(i);
+      Lanes dgamma_j, dbeta_j;
+      for (int k = 0; k < kLineDoubles; k++) {
+        dgamma_j.v[k] = vd_load(dgamma_partial + i + k * kDoubles);
+        dbeta_j.v[k] = vd_load(dbeta_partial + i + k * kDoubles);
+      }
+      const VF xhat = vf_sub(vf_mul(vf_sub(vf_load(x_b + i), mean_b_v), rstd_b_v), shift_b);
+      const VF dy_o = vf_load(dy_b + i);
+      if constexpr (kWithDx) {
+        const VF g = vf_mul(dy_o, vf_load(gamma + i));
+        const VF t = vf_sub_on_fma(vf_sub_on_fma(g, mean_g_b), vf_mul(xhat, mean_g_xhat_b));
+        vf_store(dx_b + i, vf_add(vf_load(dx_b + i), vf_mul(rstd_b_v, t)));
+      }
+      const VF dy_xhat[kLineFloats] = {vf_mul(dy_o, xhat)};
+      dgamma_j.add(Lanes::of(dy_xhat));
+      dbeta_j.add(Lanes::load(dy_b + i));
+      for (int k = 0; k < kLineDoubles; k++) {
+        vd_store(dgamma_partial + i + k * kDoubles, dgamma_j.v[k]);
+        vd_store(dbeta_partial + i + k * kDoubles, dbeta_j.v[k]);
+      }
+    }
+  }
+  BackwardRowSums sums = {0.0, 0.0, 0.0};
+  if constexpr (kPass1) {
+    prefetch1(0);
+    sums = {lanes_g.sum(), lanes_g_xhat0.sum(), lanes_xhat0.sum()};
+    for (int64_t j = i; j < cols; j++) {
+      const float xhat0 = (x_a[j] - mean_a) * rstd_a;
+      const float g = dy_a[j] * gamma[j];
+      sums.g += double(g);
+      sums.g_xhat0 += double(g * xhat0);
+      sums.xhat0 += double(xhat0);
+    }
+  }
+  if constexpr (kPass2) {
+    for (int64_t j = i; j < cols; j++) {
+      const float xhat = (x_b[j] - mean_b) * rstd_b - m.shift;
+      if constexpr (kWithDx) {
+        const float g = dy_b[j] * gamma[j];
+        dx_b[j] += rstd_b * ((g - m.mean_g) - xhat * m.mean_g_xhat);
+      }
+      dgamma_partial[j] += double(dy_b[j] * xhat);
+      dbeta_partial[j] += double(dy_b[j]);
+    }
+  }
+  return sums;
+}
+
+// The thread's rows [begin, end) through backward_row_pass1_and_pass2: dout and x asked for
+// kRecomputeReadRowsAhead rows ahead of the row in pass 1, dx kRecomputeDxRowsAhead rows ahead of
+// the row in pass 2.
+template <bool kWithDx>
+void backward_rows_pipelined(float* dinp,                                            // (rows, cols)
+                             double* dgamma_partial, double* dbeta_partial,              // (cols), (cols)
+                             const float* dout, const float* inp, const float* gamma,    // (rows, cols) x2, (cols)
+                             const float* mean, const float* rstd, int64_t rows, int64_t cols,  // (rows), (rows)
+                             int64_t begin, int64_t end) {
+  auto ahead = [&](const float* p, int64_t r, int d) { return r + d < rows ? p + (r + d) * cols : p + r * cols; };
+  auto pass1_hint = [&](int64_t a) {
+    return PrefetchNext<2>{{ahead(dout, a, kRecomputeReadRowsAhead), ahead(inp, a, kRecomputeReadRowsAhead)}, nullptr};
+  };
+  auto pass2_hint = [&](int64_t b) {
+    const float* dx_ahead = kWithDx ? ahead(dinp, b, kRecomputeDxRowsAhead) : nullptr;
+    return [dx_ahead](int64_t j) {
+      if constexpr (kWithDx) __builtin_prefetch(dx_ahead + j, 1, 3);
+    };
+  };
+  auto no_hint = [](int64_t) {};
+  if (begin >= end) return;
+  const BackwardRowSums first = backward_row_pass1_and_pass2<true, false, kWithDx>(
+      dout + begin * cols, inp + begin * cols, mean[begin], rstd[begin], nullptr, nullptr, nullptr, nullptr, nullptr,
+      0.0f, 0.0f, BackwardRowMeans{}, gamma, cols, pass1_hint(begin), no_hint);
+  BackwardRowMeans m_b = backward_row_means(first, cols);
+  for (int64_t a = begin + 1; a <= end; a++) {
+    const int64_t b = a - 1;
+    float* dx_b = kWithDx ? dinp + b * cols : nullptr;
+    if (a < end) {
+      const BackwardRowSums sums = backward_row_pass1_and_pass2<true, true, kWithDx>(
+          dout + a * cols, inp + a * cols, mean[a], rstd[a], dx_b, dgamma_partial, dbeta_partial, dout + b * cols,
+          inp + b * cols, mean[b], rstd[b], m_b, gamma, cols, pass1_hint(a), pass2_hint(b));
+      m_b = backward_row_means(sums, cols);
+    } else {
+      backward_row_pass1_and_pass2<false, true, kWithDx>(nullptr, nullptr, 0.0f, 0.0f, dx_b, dgamma_partial,
+                                                         dbeta_partial, dout + b * cols, inp + b * cols, mean[b],
+                                                         rstd[b], m_b, gamma, cols, PrefetchNext<2>{}, pass2_hint(b));
+    }
+  }
+}
+#endif
+
+
 // Both passes for R rows of cols >= kLanes with dgamma/dbeta partials, on AVX2 and AVX-512. g and
 // xhat0 are (R, cols) scratch rows.
 template <int R, class PrefetchOf>
@@ -777,6 +1015,13 @@ void layer_norm_forward(float* out, float* mean, float* rstd,                   
       forward_rows<G>(out + r * cols, at(mean, r), at(rstd, r), inp + r * cols, rows - (r + G), gamma, beta, cols,
                       eps, stream);
     };
+#if defined(__AVX2__)
+    if (kForwardGroup * cols > kMaxGroupFloats && 2 * cols <= kMaxGroupFloats && gamma != nullptr &&
+        beta != nullptr) {
+      forward_rows_pipelined(out, mean, rstd, inp, gamma, beta, rows, cols, eps, range.begin, range.end, stream,
+                             kPipelinedReadRowsAhead);
+    } else
+#endif
     if (kForwardGroup * cols <= kMaxGroupFloats)
       for_row_groups<kForwardGroup>(range, cols, kMaxGroupFloats, [&](int64_t r) { group.template operator()<kForwardGroup>(r); }, row);
     else
@@ -859,6 +1104,16 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
                                             cols, prefetch_of, prefetch2);
       };
       const bool grouped = kBackwardGroupSimd * cols <= kMaxBackwardGroupFloatsSimd;
+      if (gamma != nullptr && !grouped && rows * cols >= kRecomputeStreamMinFloats &&
+          cols <= kMaxPipelinedBackwardCols) {
+        if (dinp != nullptr)
+          backward_rows_pipelined<true>(dinp, dgamma_thread, dbeta_thread, dout, inp, gamma, mean, rstd, rows, cols,
+                                        range.begin, range.end);
+        else
+          backward_rows_pipelined<false>(nullptr, dgamma_thread, dbeta_thread, dout, inp, gamma, mean, rstd, rows,
+                                         cols, range.begin, range.end);
+        return;
+      }
       if (gamma != nullptr && !grouped && rows * cols >= kRecomputeStreamMinFloats) {
         auto ahead = [&](const float* row, int64_t r, int d) { return r + d < rows ? row + d * cols : row; };
         for (int64_t r = range.begin; r < range.end; r++) {
