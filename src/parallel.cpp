@@ -47,10 +47,13 @@ constexpr int kMaxAbsentRegions = 64;
 // would then run tens of regions alone for nothing (50 ms is ~10 steps of bench-step.json at one
 // thread's speed). So kMinRestNs after absent workers (that failure cost little), and
 // kRestPerWait times the wait that failed after a wait, at most kMaxFirstWaitRestNs. A rest that
-// ends in another failure doubles, up to kMaxRestNs, so a core kept busy fails a few short tries and
-// then rests long; a credit back at its cap resets the length.
+// ends in another failure is kRestGrowth times longer, up to kMaxRestNs, so a core kept busy fails a
+// few short tries (each costs the caller up to 64 regions in their split form, and the worker's
+// wake-ups) and then rests long: as many tries in a 300 ms run as 50 ms rests doubling made; a
+// credit back at its cap resets the length.
 constexpr int64_t kMinRestNs = 4'000'000;
 constexpr int64_t kRestPerWait = 4;
+constexpr int64_t kRestGrowth = 4;
 constexpr int64_t kMaxFirstWaitRestNs = 50'000'000;
 constexpr int64_t kMaxRestNs = 1'600'000'000;
 
@@ -128,7 +131,7 @@ class Pool {
     alone_until_ns_.store(INT64_MIN, std::memory_order_relaxed);
     absent_regions_ = 0;
   }
-  // Starts a rest at `now` of at least `min_ns` (a failure: the next one rests twice as long).
+  // Starts a rest at `now` of at least `min_ns` (a failure: the next one rests kRestGrowth times longer).
   void start_rest(int64_t now, int64_t min_ns);
 
  public:
@@ -268,7 +271,7 @@ int64_t Pool::now_ns() const {
 void Pool::start_rest(int64_t now, int64_t min_ns) {
   const int64_t rest = std::max(rest_ns_, min_ns);
   alone_until_ns_.store(now + rest, std::memory_order_relaxed);
-  rest_ns_ = std::min(kMaxRestNs, 2 * rest);
+  rest_ns_ = std::min(kMaxRestNs, kRestGrowth * rest);
   credit_ns_ = kProbeCreditNs;
   absent_regions_ = 0;
   rests_.fetch_add(1, std::memory_order_relaxed);

@@ -433,8 +433,8 @@ TEST_CASE("threads: a worker held between reading a region and claiming its part
 // The pool's rest: a worker that claims a part and is then descheduled for 10 ms (the hook holds it
 // until the caller waits, then advances the pool's clock, a fake one, by 10 ms) costs the caller
 // more than the worker saved, so the caller runs the next regions alone, with the same parts, until
-// the rest (4 times the wait: 40 ms of that clock) is over; a second failure doubles the rest; a
-// first rest lasts at most 50 ms. No sleep: the clock moves only when the test moves it.
+// the rest (4 times the wait: 40 ms of that clock) is over; a second failure rests 4 times longer;
+// a first rest lasts at most 50 ms. No sleep: the clock moves only when the test moves it.
 namespace {
 namespace rest {
 std::atomic<int64_t> clock_ns{1'000'000'000};
@@ -493,7 +493,7 @@ TEST_CASE("threads: when a descheduled worker costs more than it saves, the call
   }
   CHECK(rest::worker_claims == 2);  // both regions ran on the caller alone
   CHECK(part_counts().alone_regions == before.alone_regions + 2);
-  // After the rest, the workers again; another stall rests twice as long.
+  // After the rest, the workers again; another stall rests 4 times as long.
   rest::clock_ns = stalled_at + 40'000'000;
   rest::stall_ns = 10'000'000;
   CHECK(rest::region_ran_once());
@@ -501,10 +501,10 @@ TEST_CASE("threads: when a descheduled worker costs more than it saves, the call
   CHECK(rest::worker_claims == 3);
   CHECK(part_counts().rests == before.rests + 2);
   const int64_t stalled_again = rest::clock_ns;
-  rest::clock_ns = stalled_again + 79'999'999;
+  rest::clock_ns = stalled_again + 159'999'999;
   CHECK(rest::region_ran_once());
   CHECK(rest::worker_claims == 3);
-  rest::clock_ns = stalled_again + 80'000'000;
+  rest::clock_ns = stalled_again + 160'000'000;
   CHECK(rest::region_ran_once());
   CHECK(rest::worker_claims == 4);
   CHECK(part_counts().alone_regions == before.alone_regions + 3);
@@ -528,7 +528,7 @@ TEST_CASE("threads: when a descheduled worker costs more than it saves, the call
 }
 
 // A worker that takes no part of 64 regions in a row is not running: the pool rests, 4 ms at first
-// (such a failure costs little; idle, its usual cause is a burst of another process), twice that
+// (such a failure costs little; idle, its usual cause is a burst of another process), 4 times that
 // after another such failure, and says so (pool_resting), so that the GEMMs take their one-part form. The hook holds a
 // worker that reads a region until the caller has claimed every part of it; the fake clock stands
 // still, so the credit never moves.
@@ -565,11 +565,11 @@ TEST_CASE("threads: when the workers take no part of 64 regions in a row, the po
   CHECK(pool_resting());
   rest::clock_ns += 1;  // the rest is over
   CHECK_FALSE(pool_resting());
-  // Absent again: 8 ms.
+  // Absent again: 16 ms.
   for (int region = 0; region < 64; ++region) CHECK(rest::region_ran_once());
   CHECK(absent::worker_claims == 0);
   CHECK(part_counts().rests == before.rests + 2);
-  rest::clock_ns += 7'999'999;
+  rest::clock_ns += 15'999'999;
   CHECK(pool_resting());
   rest::clock_ns += 1;
   CHECK_FALSE(pool_resting());
