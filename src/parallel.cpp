@@ -31,20 +31,31 @@ constexpr int kSpinChecks = 2000;
 // and its wait for the workers' last ones; with the parts of equal cost, running them all alone would
 // have taken (its parts' time) * parts / (its parts), and the region's saving is that minus the
 // region's time: negative when a worker claimed a part and was then descheduled by another process
-// on its core (the caller waits a scheduler slice, milliseconds). The savings add up into a credit,
-// capped at kMaxCreditNs; when the credit goes below zero the caller runs every region alone (same
-// parts, same bits) for a rest, then tries the workers again with kProbeCreditNs of credit. A rest
-// that ends in another failure doubles, up to kMaxRestNs; a credit back at its cap resets it.
+// on its core (the caller waits up to a scheduler slice, milliseconds). The savings add up into a
+// credit, capped at kMaxCreditNs; when the credit goes below zero the caller runs every region alone
+// (same parts, same bits) for a rest, then tries the workers again with kProbeCreditNs of credit.
 constexpr int64_t kMaxCreditNs = 4'000'000;
 constexpr int64_t kProbeCreditNs = 500'000;
-constexpr int64_t kMinRestNs = 50'000'000;
-constexpr int64_t kMaxRestNs = 1'600'000'000;
 // A worker that claims no part of this many regions in a row is not running (another process holds
 // its core: idle, a worker claims a part a fraction of a microsecond after a region opens): the
-// caller rests as after a failure. Each of those regions ran its parts one after the other on the
-// caller, which costs more than the one-part form that a resting pool lets the GEMMs use
-// (pool_resting); the credit does not see it (the caller never waited).
+// caller rests too. Each of those regions ran its parts one after the other on the caller, which
+// costs more than the one-part form that a resting pool lets the GEMMs use (pool_resting); the
+// credit does not see it (the caller never waited).
 constexpr int kMaxAbsentRegions = 64;
+// How long a rest lasts. The first after a good stretch is short: on an otherwise idle machine the
+// usual cause is another process's burst of a few milliseconds on the worker's core, and a long rest
+// would then run tens of regions alone for nothing (50 ms is ~10 steps of bench-step.json at one
+// thread's speed). So kMinRestNs after absent workers (that failure cost little), and
+// kRestPerWait times the wait that failed after a wait, at most kMaxFirstWaitRestNs. A rest that
+// ends in another failure is kRestGrowth times longer, up to kMaxRestNs, so a core kept busy fails a
+// few short tries (each costs the caller up to 64 regions in their split form, and the worker's
+// wake-ups) and then rests long: as many tries in a 300 ms run as 50 ms rests doubling made; a
+// credit back at its cap resets the length.
+constexpr int64_t kMinRestNs = 4'000'000;
+constexpr int64_t kRestPerWait = 4;
+constexpr int64_t kRestGrowth = 4;
+constexpr int64_t kMaxFirstWaitRestNs = 50'000'000;
+constexpr int64_t kMaxRestNs = 1'600'000'000;
 
 inline void cpu_pause() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -120,8 +131,8 @@ class Pool {
     alone_until_ns_.store(INT64_MIN, std::memory_order_relaxed);
     absent_regions_ = 0;
   }
-  // Starts a rest at `now` (a failure: the next one rests twice as long).
-  void start_rest(int64_t now);
+  // Starts a rest at `now` of at least `min_ns` (a failure: the next one rests kRestGrowth times longer).
+  void start_rest(int64_t now, int64_t min_ns);
 
  public:
   bool resting() const {
@@ -156,7 +167,7 @@ class Pool {
   std::atomic<bool> adapts_{true};
   std::atomic<PoolClock> clock_{nullptr};
   int64_t credit_ns_ = kProbeCreditNs;
-  int64_t rest_ns_ = kMinRestNs;
+  int64_t rest_ns_ = kMinRestNs;  // the next rest's length, at least
   std::atomic<int64_t> alone_until_ns_{INT64_MIN};  // written by the caller only; read by pool_resting
   int absent_regions_ = 0;                          // regions in a row the workers took no part of
 };
@@ -257,9 +268,10 @@ int64_t Pool::now_ns() const {
       .count();
 }
 
-void Pool::start_rest(int64_t now) {
-  alone_until_ns_.store(now + rest_ns_, std::memory_order_relaxed);
-  rest_ns_ = std::min(kMaxRestNs, 2 * rest_ns_);
+void Pool::start_rest(int64_t now, int64_t min_ns) {
+  const int64_t rest = std::max(rest_ns_, min_ns);
+  alone_until_ns_.store(now + rest, std::memory_order_relaxed);
+  rest_ns_ = std::min(kMaxRestNs, kRestGrowth * rest);
   credit_ns_ = kProbeCreditNs;
   absent_regions_ = 0;
   rests_.fetch_add(1, std::memory_order_relaxed);
@@ -268,7 +280,7 @@ void Pool::start_rest(int64_t now) {
 void Pool::account(int64_t parts, int64_t mine, int64_t t0, int64_t t1, int64_t t2) {
   absent_regions_ = mine < parts ? 0 : absent_regions_ + 1;
   if (absent_regions_ >= kMaxAbsentRegions) {
-    start_rest(t2);
+    start_rest(t2, kMinRestNs);
     return;
   }
   // No part on the caller (the workers took them all): nothing to estimate the parts' cost from.
@@ -279,7 +291,7 @@ void Pool::account(int64_t parts, int64_t mine, int64_t t0, int64_t t1, int64_t 
   if (credit_ns_ >= kMaxCreditNs) {
     rest_ns_ = kMinRestNs;
   } else if (credit_ns_ < 0) {
-    start_rest(t2);
+    start_rest(t2, std::min(kMaxFirstWaitRestNs, kRestPerWait * int64_t(-saved)));
   }
 }
 

@@ -433,13 +433,13 @@ TEST_CASE("threads: a worker held between reading a region and claiming its part
 // The pool's rest: a worker that claims a part and is then descheduled for 10 ms (the hook holds it
 // until the caller waits, then advances the pool's clock, a fake one, by 10 ms) costs the caller
 // more than the worker saved, so the caller runs the next regions alone, with the same parts, until
-// the rest (50 ms of that clock) is over; a second failure doubles the rest. No sleep: the clock
-// moves only when the test moves it.
+// the rest (4 times the wait: 40 ms of that clock) is over; a second failure rests 4 times longer;
+// a first rest lasts at most 50 ms. No sleep: the clock moves only when the test moves it.
 namespace {
 namespace rest {
 std::atomic<int64_t> clock_ns{1'000'000'000};
 int64_t read_clock() { return clock_ns.load(); }
-std::atomic<bool> stall{false};
+std::atomic<int64_t> stall_ns{0};  // how long a worker holding a part stalls
 std::atomic<uint32_t> worker_claimed{0}, caller_waiting{0};  // the last region of each event
 std::atomic<int64_t> worker_claims{0};
 
@@ -454,7 +454,7 @@ void hook(const PoolEvent& e) {
     worker_claimed = e.region;
     // Held until the caller has run the other part and waits: one claim by a worker per region.
     wait_until([&] { return caller_waiting.load() == e.region; });
-    if (stall) clock_ns += 10'000'000;
+    clock_ns += stall_ns.load();
   }
 }
 
@@ -471,7 +471,7 @@ TEST_CASE("threads: when a descheduled worker costs more than it saves, the call
   ThreadCountGuard guard;
   set_num_threads(2);
   rest::clock_ns = 1'000'000'000;
-  rest::stall = false;
+  rest::stall_ns = 0;
   rest::worker_claims = 0;
   set_pool_clock_for_tests(rest::read_clock);
   set_pool_hook_for_tests(rest::hook);
@@ -480,41 +480,56 @@ TEST_CASE("threads: when a descheduled worker costs more than it saves, the call
   // On the pool while the workers cost nothing (the clock stands still).
   CHECK(rest::region_ran_once());
   CHECK(rest::worker_claims == 1);
-  // A worker stalls 10 ms on its part: the pool rests for 50 ms.
-  rest::stall = true;
+  // A worker stalls 10 ms on its part: the pool rests for 40 ms.
+  rest::stall_ns = 10'000'000;
   CHECK(rest::region_ran_once());
-  rest::stall = false;
+  rest::stall_ns = 0;
   CHECK(rest::worker_claims == 2);
   CHECK(part_counts().rests == before.rests + 1);
   const int64_t stalled_at = rest::clock_ns;
-  for (int64_t at : {int64_t{0}, int64_t{49'999'999}}) {
+  for (int64_t at : {int64_t{0}, int64_t{39'999'999}}) {
     rest::clock_ns = stalled_at + at;
     CHECK(rest::region_ran_once());
   }
   CHECK(rest::worker_claims == 2);  // both regions ran on the caller alone
   CHECK(part_counts().alone_regions == before.alone_regions + 2);
-  // After the rest, the workers again; another stall rests twice as long.
-  rest::clock_ns = stalled_at + 50'000'000;
-  rest::stall = true;
+  // After the rest, the workers again; another stall rests 4 times as long.
+  rest::clock_ns = stalled_at + 40'000'000;
+  rest::stall_ns = 10'000'000;
   CHECK(rest::region_ran_once());
-  rest::stall = false;
+  rest::stall_ns = 0;
   CHECK(rest::worker_claims == 3);
   CHECK(part_counts().rests == before.rests + 2);
   const int64_t stalled_again = rest::clock_ns;
-  rest::clock_ns = stalled_again + 99'999'999;
+  rest::clock_ns = stalled_again + 159'999'999;
   CHECK(rest::region_ran_once());
   CHECK(rest::worker_claims == 3);
-  rest::clock_ns = stalled_again + 100'000'000;
+  rest::clock_ns = stalled_again + 160'000'000;
   CHECK(rest::region_ran_once());
   CHECK(rest::worker_claims == 4);
   CHECK(part_counts().alone_regions == before.alone_regions + 3);
+
+  // A fresh start (setting the clock resets the adaptation): a 30 ms stall rests 50 ms, not 120.
+  set_pool_clock_for_tests(rest::read_clock);
+  rest::stall_ns = 30'000'000;
+  CHECK(rest::region_ran_once());
+  rest::stall_ns = 0;
+  CHECK(rest::worker_claims == 5);
+  const int64_t stalled_long = rest::clock_ns;
+  rest::clock_ns = stalled_long + 49'999'999;
+  CHECK(rest::region_ran_once());
+  CHECK(rest::worker_claims == 5);
+  rest::clock_ns = stalled_long + 50'000'000;
+  CHECK(rest::region_ran_once());
+  CHECK(rest::worker_claims == 6);
 
   set_pool_hook_for_tests(nullptr);
   set_pool_clock_for_tests(nullptr);
 }
 
-// A worker that takes no part of 64 regions in a row is not running: the pool rests as after a
-// failure, and says so (pool_resting), so that the GEMMs take their one-part form. The hook holds a
+// A worker that takes no part of 64 regions in a row is not running: the pool rests, 4 ms at first
+// (such a failure costs little; idle, its usual cause is a burst of another process), 4 times that
+// after another such failure, and says so (pool_resting), so that the GEMMs take their one-part form. The hook holds a
 // worker that reads a region until the caller has claimed every part of it; the fake clock stands
 // still, so the credit never moves.
 namespace {
@@ -546,7 +561,17 @@ TEST_CASE("threads: when the workers take no part of 64 regions in a row, the po
   CHECK(pool_resting());
   CHECK(rest::region_ran_once());
   CHECK(part_counts().alone_regions == before.alone_regions + 1);
-  rest::clock_ns += 50'000'000;  // the rest is over
+  rest::clock_ns += 3'999'999;
+  CHECK(pool_resting());
+  rest::clock_ns += 1;  // the rest is over
+  CHECK_FALSE(pool_resting());
+  // Absent again: 16 ms.
+  for (int region = 0; region < 64; ++region) CHECK(rest::region_ran_once());
+  CHECK(absent::worker_claims == 0);
+  CHECK(part_counts().rests == before.rests + 2);
+  rest::clock_ns += 15'999'999;
+  CHECK(pool_resting());
+  rest::clock_ns += 1;
   CHECK_FALSE(pool_resting());
   set_pool_hook_for_tests(nullptr);
   set_pool_clock_for_tests(nullptr);
