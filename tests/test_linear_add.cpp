@@ -94,7 +94,7 @@ TEST_CASE("linear_add kernel: the bits of linear_forward then add_forward on eve
   // One K block and several (C = 300: the residual goes with the last block's store), micro-tile
   // edges on every path (135 = 16 x 8 + 7 rows; OC = 17), the demo's out_proj and linear2 shapes,
   // a product large enough for two threads, and C = 0 (out = residual + bias).
-  const std::vector<Sizes> shapes{{1, 1, 1},    {135, 64, 64}, {135, 256, 64}, {13, 300, 17},
+  const std::vector<Sizes> shapes{{1, 1, 1},    {135, 64, 64},   {135, 256, 64}, {13, 300, 17},
                                   {45, 40, 72}, {1040, 64, 256}, {6, 0, 5}};
   on_every_path([&] {
     for (const Sizes& s : shapes) {

@@ -82,7 +82,7 @@ Tensor EncoderLayer::feed_forward_hidden(const Tensor& x, const std::vector<int6
   Tensor h = options.activation == Activation::gelu ? ops::gelu(linear1.forward(x))
                                                     : ops::linear_relu(x, linear1.weight, linear1.bias);
   return ops::dropout(h, offsets, options.dropout, kernels::splitmix64(dropout_key, 1), first_sequence,
-                     is_training());  // (T, ffn)
+                      is_training());  // (T, ffn)
 }
 
 Tensor EncoderLayer::forward(const Tensor& x, const std::vector<int64_t>& offsets, uint64_t dropout_key,

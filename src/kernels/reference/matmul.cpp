@@ -76,7 +76,7 @@ void linear_add_forward(float* out,                                             
                         const float* inp, const float* weight, const float* bias,  // (N,C), (OC,C), (OC)
                         const float* residual,                                     // (N,OC)
                         int64_t N, int64_t C, int64_t OC) {
-  linear_forward(out, inp, weight, bias, N, C, OC);                      // f
+  linear_forward(out, inp, weight, bias, N, C, OC);                    // f
   for (int64_t i = 0; i < N * OC; i++) out[i] = residual[i] + out[i];  // x + f
 }
 
