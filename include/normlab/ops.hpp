@@ -50,6 +50,11 @@ Tensor cat_columns(const std::vector<Tensor>& parts);
 Tensor matmul(const Tensor& a, const Tensor& b);  // a (..., K) @ b (K, N) -> (..., N)
 // x (..., C), weight (OC, C) as in torch.nn.Linear, bias (OC) or undefined -> (..., OC)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// residual + linear(x, weight, bias) in one op, residual of the output's shape (..., OC): the
+// residual is added as the GEMM stores its output, one pass over it and one node fewer than
+// add(residual, linear(...)), with the same bits and gradients. The encoder's residual sum x + f
+// uses it where f ends in a Linear (nn::ResidualScheme::add_linear).
+Tensor linear_add(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual);
 // relu(linear(x, weight, bias)) in one op: the ReLU is applied as the GEMM stores its output, and
 // the pre-activation is never kept (the backward tells the active units by out > 0). The same
 // bits as the two ops; the encoder's feed-forward block uses it.

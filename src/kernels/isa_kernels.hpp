@@ -39,10 +39,10 @@ inline constexpr int64_t kMinParallelElements = int64_t{1} << 15;
       X(attention_cache_size) X(attention_forward) X(attention_backward) X(batch_norm_forward_train)                  \
           X(batch_norm_forward_eval) X(batch_norm_backward) X(cross_entropy_forward) X(cross_entropy_backward)        \
               X(dropout_forward) X(dropout_backward) X(embedding_forward) X(embedding_backward) X(layer_norm_forward) \
-                  X(layer_norm_backward) X(linear_forward) X(linear_backward) X(linear_relu_forward)                  \
-                      X(linear_relu_backward) X(matmul_nn) X(matmul_nt) X(matmul_tn) X(rms_norm_forward)              \
-                          X(rms_norm_backward) X(power_norm_forward) X(power_norm_backward) X(softmax_forward)        \
-                              X(softmax_backward)
+                  X(layer_norm_backward) X(linear_forward) X(linear_backward) X(linear_add_forward)                   \
+                      X(linear_relu_forward) X(linear_relu_backward) X(matmul_nn) X(matmul_nt) X(matmul_tn)           \
+                          X(rms_norm_forward) X(rms_norm_backward) X(power_norm_forward) X(power_norm_backward)       \
+                              X(softmax_forward) X(softmax_backward)
 
 // Declares `name` with the type of the public normlab::kernels::name (no default arguments: calls
 // between kernels of one path pass every argument).

@@ -92,13 +92,20 @@ void linear_forward(float* out,                                                /
     matmul_nt(out, inp, weight, N, C, OC, /*accumulate=*/false, /*parallel=*/true);
     return;
   }
-  matmul_nt_bias(out, inp, weight, bias, N, C, OC, /*relu=*/false);
+  matmul_nt_bias(out, inp, weight, bias, /*residual=*/nullptr, N, C, OC, /*relu=*/false);
+}
+
+void linear_add_forward(float* out,                                                // (N, OC)
+                        const float* inp, const float* weight, const float* bias,  // (N, C), (OC, C), (OC)
+                        const float* residual,                                     // (N, OC)
+                        int64_t N, int64_t C, int64_t OC) {
+  matmul_nt_bias(out, inp, weight, bias, residual, N, C, OC, /*relu=*/false);
 }
 
 void linear_relu_forward(float* out,                                                // (N, OC)
                          const float* inp, const float* weight, const float* bias,  // (N, C), (OC, C), (OC)
                          int64_t N, int64_t C, int64_t OC) {
-  matmul_nt_bias(out, inp, weight, bias, N, C, OC, /*relu=*/true);
+  matmul_nt_bias(out, inp, weight, bias, /*residual=*/nullptr, N, C, OC, /*relu=*/true);
 }
 
 void linear_relu_backward(GradOut dinp, GradOut dweight, GradOut dbias,  // (N, C), (OC, C), (OC)

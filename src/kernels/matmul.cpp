@@ -213,15 +213,17 @@ void pack_a_panels(float* __restrict dst, Operand A, int64_t M, int64_t p_begin,
 #if defined(__AVX512F__)
 // The avx512 micro-kernel, spelled out with intrinsics like the avx2 one below. Same arithmetic as
 // every path: acc = fma(a_ik, b_kj, acc) for k in order from +0, then C = acc (+ bias) or
-// C += acc, then the ReLU. Sixteen named zmm accumulators: the plain C++ kernel kept them in
+// C += acc, then residual + that (the residual sum fused into a linear layer), then the ReLU.
+// Residual, when given, is C's own (rows, cols) tile in a matrix of C's shape, row stride ldc:
+// the drivers pass it with the last K block only. Sixteen named zmm accumulators: the plain C++ kernel kept them in
 // registers too, but zeroed a 1 KB array on the stack on every call (a `rep stos`, 3% of the
 // kernel's time at K = 64) and stored a partial tile element by element from that array. Here a
 // tile of fewer than kMR rows stores only its rows, one of fewer than kNR columns through masks.
 // Bp's rows are b_stride apart: kNR in a packed panel, B's row stride when read in place.
 template <bool kARowsContiguous, bool kClampRows = false>
 inline void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride, const float* __restrict Bp,
-                         int64_t kc, int64_t rows, int64_t cols, bool add, const float* bias, bool relu,
-                         [[maybe_unused]] bool exact, int64_t b_stride = kNR) {
+                         int64_t kc, int64_t rows, int64_t cols, bool add, const float* bias,
+                         const float* residual, bool relu, [[maybe_unused]] bool exact, int64_t b_stride = kNR) {
   static_assert(kMR == 8 && kNR == 32);
   __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
   __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
@@ -274,13 +276,19 @@ inline void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64
     bias1 = _mm512_maskz_loadu_ps(m1, bias + 16);
   }
   const bool whole = cols == kNR;
-  auto store_row = [&](float* c, __m512 v0, __m512 v1) {
+  auto store_row = [&](int64_t i, __m512 v0, __m512 v1) {
+    float* c = C + i * ldc;
     if (add) {
       v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
       v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
     } else if (bias != nullptr) {
       v0 = _mm512_add_ps(v0, bias0);
       v1 = _mm512_add_ps(v1, bias1);
+    }
+    if (residual != nullptr) {  // residual + f, add_forward's order
+      const float* r = residual + i * ldc;
+      v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, r), v0);
+      v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, r + 16), v1);
     }
     if (relu) {  // max_ps(v, 0) = v > 0 ? v : 0, NaN and -0 included: relu_of
       v0 = _mm512_max_ps(v0, _mm512_setzero_ps());
@@ -294,23 +302,23 @@ inline void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64
       _mm512_mask_storeu_ps(c + 16, m1, v1);
     }
   };
-  store_row(C, c00, c01);
-  if (rows > 1) store_row(C + ldc, c10, c11);
-  if (rows > 2) store_row(C + 2 * ldc, c20, c21);
-  if (rows > 3) store_row(C + 3 * ldc, c30, c31);
-  if (rows > 4) store_row(C + 4 * ldc, c40, c41);
-  if (rows > 5) store_row(C + 5 * ldc, c50, c51);
-  if (rows > 6) store_row(C + 6 * ldc, c60, c61);
-  if (rows > 7) store_row(C + 7 * ldc, c70, c71);
+  store_row(0, c00, c01);
+  if (rows > 1) store_row(1, c10, c11);
+  if (rows > 2) store_row(2, c20, c21);
+  if (rows > 3) store_row(3, c30, c31);
+  if (rows > 4) store_row(4, c40, c41);
+  if (rows > 5) store_row(5, c50, c51);
+  if (rows > 6) store_row(6, c60, c61);
+  if (rows > 7) store_row(7, c70, c71);
 }
 #elif defined(__AVX2__)
 // The avx2 micro-kernel is spelled out with intrinsics: GCC vectorizes the plain loops below into
 // 128-bit pieces with shuffles for a 6 x 16 tile. Same arithmetic: acc = fma(a_ik, b_kj, acc) for
-// k in order, then C = acc or C += acc.
+// k in order, then C = acc (+ bias) or C += acc, then residual + that, then the ReLU.
 template <bool kARowsContiguous, bool kClampRows = false>
 void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_stride, const float* __restrict Bp,
-                  int64_t kc, int64_t rows, int64_t cols, bool add, const float* bias, bool relu,
-                  [[maybe_unused]] bool exact, int64_t b_stride = kNR) {
+                  int64_t kc, int64_t rows, int64_t cols, bool add, const float* bias, const float* residual,
+                  bool relu, [[maybe_unused]] bool exact, int64_t b_stride = kNR) {
   static_assert(kMR == 6 && kNR == 16);
   // Twelve named accumulators, not an array: with an array GCC stores it to the stack every step.
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
@@ -368,6 +376,11 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
         v0 = _mm256_add_ps(v0, _mm256_loadu_ps(bias));
         v1 = _mm256_add_ps(v1, _mm256_loadu_ps(bias + 8));
       }
+      if (residual != nullptr) {  // residual + f, add_forward's order
+        const float* r = residual + i * ldc;
+        v0 = _mm256_add_ps(_mm256_loadu_ps(r), v0);
+        v1 = _mm256_add_ps(_mm256_loadu_ps(r + 8), v1);
+      }
       if (relu) {  // max_ps(v, 0) = v > 0 ? v : 0, NaN and -0 included
         v0 = _mm256_max_ps(v0, zero);
         v1 = _mm256_max_ps(v1, zero);
@@ -383,7 +396,8 @@ void micro_kernel(float* C, int64_t ldc, const float* __restrict A, int64_t a_st
   }
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
-      const float v = add ? C[i * ldc + j] + tile[i][j] : bias != nullptr ? tile[i][j] + bias[j] : tile[i][j];
+      float v = add ? C[i * ldc + j] + tile[i][j] : bias != nullptr ? tile[i][j] + bias[j] : tile[i][j];
+      if (residual != nullptr) v = residual[i * ldc + j] + v;
       C[i * ldc + j] = relu ? relu_of(v) : v;
     }
 }
@@ -465,11 +479,13 @@ __attribute__((noinline)) void chain_fast(float (&acc)[kMR][kNR], const double* 
 // C (rows, cols) with row stride ldc (+)= op(A) (kMR, kc) @ B (kc, kNR), both as doubles (a: one
 // panel of a_to_doubles, b: as row_panels_times converts it); only the top-left rows x cols of the
 // kMR x kNR micro-tile are stored. When not adding and bias is given, C = product + bias[j] (the
-// linear layer's bias, in the same store). With relu (the last K block of a fused linear + ReLU),
-// what is stored is relu_of the value. exact: an operand has tiny values, and every step is
-// fma_exact.
+// linear layer's bias, in the same store). With residual (the last K block of a fused linear +
+// residual sum; C's tile in a matrix of C's shape), residual + the value; with relu (the last K
+// block of a fused linear + ReLU), what is stored is relu_of the value. exact: an operand has tiny
+// values, and every step is fma_exact.
 void micro_kernel(float* C, int64_t ldc, const double* __restrict a, const double* __restrict b, int64_t kc,
-                  int64_t rows, int64_t cols, bool add, const float* bias, bool relu, bool exact) {
+                  int64_t rows, int64_t cols, bool add, const float* bias, const float* residual, bool relu,
+                  bool exact) {
   float acc[kMR][kNR];
   if (!exact) {
     chain_fast(acc, a, b, kc);
@@ -482,7 +498,7 @@ void micro_kernel(float* C, int64_t ldc, const double* __restrict a, const doubl
         for (int64_t j = 0; j < kNR; ++j) acc[i][j] = multiply_add(a_ik, float(b[k * kNR + j]), acc[i][j]);
       }
   }
-  if (!relu && rows == kMR && cols == kNR) {  // whole tile: loops of constant length
+  if (!relu && residual == nullptr && rows == kMR && cols == kNR) {  // whole tile: loops of constant length
     if (add) {
       for (int64_t i = 0; i < kMR; ++i)
         for (int64_t j = 0; j < kNR; ++j) C[i * ldc + j] += acc[i][j];
@@ -496,7 +512,8 @@ void micro_kernel(float* C, int64_t ldc, const double* __restrict a, const doubl
   } else {
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j) {
-        const float v = add ? C[i * ldc + j] + acc[i][j] : bias != nullptr ? acc[i][j] + bias[j] : acc[i][j];
+        float v = add ? C[i * ldc + j] + acc[i][j] : bias != nullptr ? acc[i][j] + bias[j] : acc[i][j];
+        if (residual != nullptr) v = residual[i * ldc + j] + v;  // residual + f, add_forward's order
         C[i * ldc + j] = relu ? relu_of(v) : v;
       }
   }
@@ -509,8 +526,8 @@ void micro_kernel(float* C, int64_t ldc, const double* __restrict a, const doubl
 template <bool kARowsContiguous>
 void row_panels_times(float* C, int64_t ldc, Operand A, int64_t M, const float* /*packed_a*/,
                       int64_t /*pack_begin*/, int64_t p_begin, int64_t p_end, int64_t k0, int64_t kc, const float* b,
-                      [[maybe_unused]] int64_t b_stride, int64_t cols, bool add, const float* bias, bool relu,
-                      bool exact) {
+                      [[maybe_unused]] int64_t b_stride, int64_t cols, bool add, const float* bias,
+                      const float* residual, bool relu, bool exact) {
   assert(b_stride == kNR);  // generic always packs B
   DoublePanels& d = t_doubles;
   if (d.a_data != A.data || d.p_begin != p_begin || d.p_end != p_end || d.k0 != k0 || d.kc != kc)
@@ -524,7 +541,8 @@ void row_panels_times(float* C, int64_t ldc, Operand A, int64_t M, const float* 
   }
   for (int64_t p = p_begin; p < p_end; ++p)
     micro_kernel(C + p * kMR * ldc, ldc, d.a.data() + (p - p_begin) * kc * kMR * 2, bd, kc,
-                 std::min(kMR, M - p * kMR), cols, add, bias, relu, exact);
+                 std::min(kMR, M - p * kMR), cols, add, bias, residual ? residual + p * kMR * ldc : nullptr, relu,
+                 exact);
 }
 #endif
 
@@ -543,26 +561,29 @@ inline int64_t group_begin(int64_t g, int64_t panels, int64_t groups) { return g
 #if defined(__AVX2__)
 // Row panels [p_begin, p_end) of op(A), K block [k0, k0 + kc), times one B panel slice b
 // (kc, kNR), its rows b_stride apart (kNR when packed; in place, B's row stride): C's rows of those
-// panels, first `cols` columns, (+)= the product (micro_kernel's add and bias). Panels from
-// pack_begin on are read from packed_a (consecutive (kc, kMR) panels, the first being panel
-// pack_begin), the others in place.
+// panels, first `cols` columns, (+)= the product (micro_kernel's add, bias and residual, the
+// latter laid out like C). Panels from pack_begin on are read from packed_a (consecutive (kc, kMR)
+// panels, the first being panel pack_begin), the others in place.
 template <bool kARowsContiguous>
 void row_panels_times(float* C, int64_t ldc, Operand A, int64_t M, const float* packed_a, int64_t pack_begin,
                       int64_t p_begin, int64_t p_end, int64_t k0, int64_t kc, const float* b,
-                      int64_t b_stride, int64_t cols, bool add, const float* bias, bool relu,
+                      int64_t b_stride, int64_t cols, bool add, const float* bias, const float* residual, bool relu,
                       bool exact) {
   const int64_t a_stride = kARowsContiguous ? A.k_stride : A.row_stride;
   for (int64_t p = p_begin; p < p_end; ++p) {
     float* c = C + p * kMR * ldc;
+    const float* r = residual ? residual + p * kMR * ldc : nullptr;
     if (p < pack_begin) {
       const float* a = A.data + p * kMR * A.row_stride + k0 * A.k_stride;
       const int64_t rows = std::min(kMR, M - p * kMR);  // < kMR only for nn / nt (kInPlaceRaggedA)
       if (!kARowsContiguous && rows < kMR)
-        micro_kernel<kARowsContiguous, true>(c, ldc, a, a_stride, b, kc, rows, cols, add, bias, relu, exact, b_stride);
-      else micro_kernel<kARowsContiguous>(c, ldc, a, a_stride, b, kc, kMR, cols, add, bias, relu, exact, b_stride);
+        micro_kernel<kARowsContiguous, true>(c, ldc, a, a_stride, b, kc, rows, cols, add, bias, r, relu, exact,
+                                             b_stride);
+      else micro_kernel<kARowsContiguous>(c, ldc, a, a_stride, b, kc, kMR, cols, add, bias, r, relu, exact, b_stride);
     } else {
       const float* a = packed_a + (p - pack_begin) * kc * kMR;
-      micro_kernel<true>(c, ldc, a, kMR, b, kc, std::min(kMR, M - p * kMR), cols, add, bias, relu, exact, b_stride);
+      micro_kernel<true>(c, ldc, a, kMR, b, kc, std::min(kMR, M - p * kMR), cols, add, bias, r, relu, exact,
+                         b_stride);
     }
   }
 }
@@ -640,7 +661,7 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
         pack_panel<kNR>(packed_b, B.data + q * kNR * B.row_stride + k0 * B.k_stride, B.row_stride, B.k_stride, cols,
                         kc);
         row_panels_times<kARowsContiguous>(part + q * kNR, N, A, M, packed_a, pack_begin, p_begin, p_end, k0, kc,
-                                           packed_b, kNR, cols, false, nullptr, false, exact);
+                                           packed_b, kNR, cols, false, nullptr, nullptr, false, exact);
       }
     }
   });
@@ -668,13 +689,14 @@ void gemm_split_k(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t 
 // kernel.
 template <bool kARowsContiguous>
 void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool accumulate, bool parallel,
-          const float* bias = nullptr, bool relu = false) {
+          const float* bias = nullptr, const float* residual = nullptr, bool relu = false) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) {
         float& c = C[i * N + j];
         if (!accumulate) c = bias != nullptr ? bias[j] : 0.0f;
+        if (residual != nullptr) c = residual[i * N + j] + c;
         if (relu) c = relu_of(c);
       }
     return;
@@ -690,7 +712,7 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
   // A resting pool runs the parts on this thread anyway: then one part, which is split-K's partials
   // and their sum saved (the bits do not depend on the split).
   const int64_t threads = parallel_parts(parallel && !pool_resting());
-  if (kARowsContiguous && !relu && threads > 1 && M * N <= kMaxSplitKOutput &&
+  if (kARowsContiguous && !relu && residual == nullptr && threads > 1 && M * N <= kMaxSplitKOutput &&
       (K + kKC - 1) / kKC * M * N <= kMaxSplitKPartials && K >= kKC * threads) {
     gemm_split_k<kARowsContiguous>(C, A, B, M, K, N, accumulate, threads, exact);
     return;
@@ -769,16 +791,19 @@ void gemm(float* C, Operand A, Operand B, int64_t M, int64_t K, int64_t N, bool 
       a_to_doubles(A, M, p_begin, p_end, k0, kc);  // generic: the micro-kernel reads A as doubles
 #endif
       // The first K block overwrites C (with the bias added, if any) unless accumulating; later
-      // blocks add to it. The last one applies the ReLU, if any, as it stores.
+      // blocks add to it. The last one adds the residual and applies the ReLU, if any, as it stores.
       const bool add = accumulate || k0 > 0;
-      const bool relu_now = relu && k0 + kc == K;
+      const bool last_block = k0 + kc == K;
+      const bool relu_now = relu && last_block;
       for (int64_t q = q_begin; q < q_end; ++q) {
         const int64_t cols = std::min(kNR, N - q * kNR);
         const bool in_place = b_in_place && cols == kNR;
         const float* b = in_place ? B.data + q * kNR + k0 * B.k_stride : packed_b + (q - q_begin) * K * kNR + k0 * kNR;
         const float* bias_q = bias != nullptr ? bias + q * kNR : nullptr;
+        const float* residual_q = residual != nullptr && last_block ? residual + q * kNR : nullptr;
         row_panels_times<kARowsContiguous>(C + q * kNR, N, A, M, packed_a, pack_begin, p_begin, p_end, k0, kc, b,
-                                           in_place ? B.k_stride : kNR, cols, add, bias_q, relu_now, exact);
+                                           in_place ? B.k_stride : kNR, cols, add, bias_q, residual_q, relu_now,
+                                           exact);
       }
     }
   };
@@ -808,9 +833,10 @@ void matmul_nt(float* C, const float* A, const float* B, int64_t M, int64_t K, i
   gemm<false>(C, Operand{A, K, 1}, Operand{B, K, 1}, M, K, N, accumulate, parallel);
 }
 
-void matmul_nt_bias(float* C, const float* A, const float* B, const float* bias, int64_t M, int64_t K, int64_t N,
-                    bool relu) {
-  gemm<false>(C, Operand{A, K, 1}, Operand{B, K, 1}, M, K, N, /*accumulate=*/false, /*parallel=*/true, bias, relu);
+void matmul_nt_bias(float* C, const float* A, const float* B, const float* bias, const float* residual, int64_t M,
+                    int64_t K, int64_t N, bool relu) {
+  gemm<false>(C, Operand{A, K, 1}, Operand{B, K, 1}, M, K, N, /*accumulate=*/false, /*parallel=*/true, bias, residual,
+              relu);
 }
 
 void matmul_tn(float* C, const float* A, const float* B, int64_t M, int64_t K, int64_t N, bool accumulate,

@@ -37,6 +37,10 @@ MultiheadAttention::MultiheadAttention(int64_t d_model, int64_t heads, Rng& rng,
 }
 
 Tensor MultiheadAttention::forward(const Tensor& x, const std::vector<int64_t>& offsets, Tensor* qkv_out) const {
+  return out_proj.forward(attend(x, offsets, qkv_out));  // (T, d)
+}
+
+Tensor MultiheadAttention::attend(const Tensor& x, const std::vector<int64_t>& offsets, Tensor* qkv_out) const {
   Tensor qkv = ops::linear(x, in_proj_weight, in_proj_bias);  // (T, 3d): queries, keys, values
   if (q_norm) {
     // Each head's queries (keys) are a row of the (T * heads, head_dim) view of the (T, d) third:
@@ -49,8 +53,7 @@ Tensor MultiheadAttention::forward(const Tensor& x, const std::vector<int64_t>& 
     qkv = ops::cat_columns({per_head(*q_norm, 0), per_head(*k_norm, d), ops::narrow_columns(qkv, 2 * d, d)});
   }
   if (qkv_out) *qkv_out = qkv;
-  Tensor heads = ops::attention(qkv, offsets, num_heads);  // (T, d), each sequence on its own
-  return out_proj.forward(heads);                          // (T, d)
+  return ops::attention(qkv, offsets, num_heads);  // (T, d), each sequence on its own
 }
 
 // ---------------------------------------------------------------- one block
@@ -71,38 +74,51 @@ EncoderLayer::EncoderLayer(const EncoderOptions& opts, Rng& rng)
   }
 }
 
-Tensor EncoderLayer::feed_forward(const Tensor& x, const std::vector<int64_t>& offsets, uint64_t dropout_key,
-                                  int64_t first_sequence) const {
+Tensor EncoderLayer::feed_forward_hidden(const Tensor& x, const std::vector<int64_t>& offsets, uint64_t dropout_key,
+                                         int64_t first_sequence) const {
   // ReLU is fused into the first linear layer (the GEMM applies it as it stores: one pass over the
   // (tokens, ffn) activations fewer, and no pre-activation kept); the same numbers as
   // ops::relu(linear1.forward(x)).
   Tensor h = options.activation == Activation::gelu ? ops::gelu(linear1.forward(x))
                                                     : ops::linear_relu(x, linear1.weight, linear1.bias);
-  h = ops::dropout(h, offsets, options.dropout, kernels::splitmix64(dropout_key, 1), first_sequence, is_training());
-  return linear2.forward(h);
+  return ops::dropout(h, offsets, options.dropout, kernels::splitmix64(dropout_key, 1), first_sequence,
+                      is_training());  // (T, ffn)
 }
 
 Tensor EncoderLayer::forward(const Tensor& x, const std::vector<int64_t>& offsets, uint64_t dropout_key,
                              int64_t first_sequence, Tensor* attention_qkv) {
   const bool train = is_training();
-  auto drop = [&](const Tensor& t, uint64_t site) {
-    return ops::dropout(t, offsets, options.dropout, kernels::splitmix64(dropout_key, site), first_sequence, train);
+  // The residual scheme adds each sublayer's output f back: x + f, x + alpha * f, ...
+  // (nn/residual_registry.hpp). Each f is dropout(last(hidden)), last the sublayer's final Linear;
+  // with dropout off (evaluation, or p = 0) f is last(hidden) itself, and the scheme gets the
+  // Linear to compute the sum with (add_linear: the plain x + f fuses it into the Linear's GEMM).
+  // sublayer 0 is attention (dropout site 0), 1 the feed-forward block (site 2).
+  auto sum = [&](const Tensor& x_in, const Linear& last, const Tensor& hidden, int sublayer) {
+    if (!train || options.dropout == 0.0f) return residual->add_linear(x_in, last, hidden, sublayer);
+    const uint64_t site = sublayer == 0 ? 0 : 2;
+    Tensor f = ops::dropout(last.forward(hidden), offsets, options.dropout, kernels::splitmix64(dropout_key, site),
+                            first_sequence, train);
+    return residual->add(x_in, f, sublayer);
   };
-  auto attn = [&](const Tensor& t) { return drop(self_attn.forward(t, offsets, attention_qkv), 0); };
-  auto ffn = [&](const Tensor& t) { return drop(feed_forward(t, offsets, dropout_key, first_sequence), 2); };
+  // x + attn(t), x + ffn(t): t is x, or norm(x) for pre placement.
+  auto attn_sum = [&](const Tensor& x_in, const Tensor& t) {
+    return sum(x_in, self_attn.out_proj, self_attn.attend(t, offsets, attention_qkv), 0);
+  };
+  auto ffn_sum = [&](const Tensor& x_in, const Tensor& t) {
+    return sum(x_in, linear2, feed_forward_hidden(t, offsets, dropout_key, first_sequence), 1);
+  };
 
-  // The residual scheme adds each sublayer's output f back: x + f, x + alpha * f, ... (nn/residual_registry.hpp).
   if (!norm1) {  // no norm layer: nothing but the scheme keeps the stream's scale in check
-    Tensor h = residual->add(x, attn(x), 0);
-    return residual->add(h, ffn(h), 1);
+    Tensor h = attn_sum(x, x);
+    return ffn_sum(h, h);
   }
   if (options.placement == Placement::post) {  // original Transformer: normalize the sum
-    Tensor h = norm1->forward(residual->add(x, attn(x), 0));
-    return norm2->forward(residual->add(h, ffn(h), 1));
+    Tensor h = norm1->forward(attn_sum(x, x));
+    return norm2->forward(ffn_sum(h, h));
   }
   // pre: normalize the sublayer's input; the residual path itself is never normalized
-  Tensor h = residual->add(x, attn(norm1->forward(x)), 0);
-  return residual->add(h, ffn(norm2->forward(h)), 1);
+  Tensor h = attn_sum(x, norm1->forward(x));
+  return ffn_sum(h, norm2->forward(h));
 }
 
 // ---------------------------------------------------------------- the stack

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "normlab/error.hpp"
+#include "normlab/nn/layers.hpp"
 #include "normlab/nn/registry.hpp"
 
 namespace normlab::nn {
@@ -12,6 +13,10 @@ namespace normlab::nn {
 ResidualEntry plain_residual_entry();  // src/nn/residuals/plain.cpp
 ResidualEntry rezero_entry();          // src/nn/residuals/rezero.cpp
 ResidualEntry layer_scale_entry();     // src/nn/residuals/layer_scale.cpp
+
+Tensor ResidualScheme::add_linear(const Tensor& x, const Linear& last, const Tensor& hidden, int sublayer) const {
+  return add(x, last.forward(hidden), sublayer);
+}
 
 const std::vector<ResidualEntry>& residual_registry() {
   static const std::vector<ResidualEntry> registry{

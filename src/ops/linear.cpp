@@ -1,4 +1,5 @@
-// Linear algebra: matmul and the linear layer (alone, or with its ReLU fused), on our GEMM.
+// Linear algebra: matmul and the linear layer (alone, with its ReLU fused, or with the residual sum
+// that follows it fused), on our GEMM.
 #include "normlab/ops.hpp"
 
 #include <fmt/format.h>
@@ -6,8 +7,10 @@
 
 #include "common.hpp"
 #include "normlab/autograd.hpp"
+#include "normlab/kernels/add.hpp"
 #include "normlab/kernels/linear.hpp"
 #include "normlab/kernels/matmul.hpp"
+#include "normlab/parallel.hpp"
 
 namespace normlab::ops {
 
@@ -43,7 +46,10 @@ LinearSizes linear_sizes(const Tensor& x, const Tensor& weight, const Tensor& bi
     return fmt::format("{}: input {} does not match weight {} (expected [out, {}])", op, shape_str(x.shape()),
                        shape_str(weight.shape()), x.dim() >= 1 ? x.size(-1) : 0);
   });
-  const int64_t C = weight.size(1), OC = weight.size(0), N = C == 0 ? 0 : x.numel() / C;
+  const int64_t C = weight.size(1), OC = weight.size(0);
+  // The rows: x's leading dims (not numel / C, which has no answer at C = 0: the output is then the
+  // bias, or 0, in every row).
+  const int64_t N = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
   check_param(bias, {OC}, op, "bias");
   Shape out_shape = x.shape();
   out_shape.back() = OC;
@@ -59,6 +65,36 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (!needs_grad({&x, &weight, &bias})) return out;
   record(out, "linear", inputs, [x, weight, bias, N, C, OC](const float* g) {
     const auto [dx, dweight, dbias] = grad_outs<3>({&x, &weight, &bias});
+    kernels::linear_backward(dx, dweight, dbias, g, x.data(), weight.data(), N, C, OC);
+  });
+  return out;
+}
+
+Tensor linear_add(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual) {
+  auto [N, C, OC, out, inputs] = linear_sizes(x, weight, bias, "linear_add");
+  require(residual.shape() == out.shape(), [&] {
+    return fmt::format("linear_add: residual {} does not match the output {}", shape_str(residual.shape()),
+                       shape_str(out.shape()));
+  });
+  kernels::linear_add_forward(out.data(), x.data(), weight.data(), bias.defined() ? bias.data() : nullptr,
+                              residual.data(), N, C, OC);
+  if (!needs_grad({&x, &weight, &bias, &residual})) return out;
+  inputs.push_back(residual);
+  record(out, "linear_add", inputs, [x, weight, bias, residual, N, C, OC](const float* g) {
+    // d out / d residual is the identity: the residual's gradient is g, as the add's backward gave
+    // it. Handed g's buffer itself when it has none yet, as add does, unless it is also one of the
+    // Linear's inputs (linear_add(x, W, b, x)): the Linear's backward reads g while it writes that
+    // input's gradient.
+    const bool aliased = residual.impl() == x.impl() || residual.impl() == weight.impl() ||
+                         (bias.defined() && residual.impl() == bias.impl());
+    const bool passed = !aliased && pass_gradient_through(residual);
+    const Tensor none;
+    const auto [dx, dweight, dbias, dresidual] = grad_outs<4>({&x, &weight, &bias, passed ? &none : &residual});
+    const int64_t n = N * OC;
+    parallel_for(n, n > kParallelGrain, [&](int64_t begin, int64_t end) {
+      kernels::add_backward(kernels::GradOut(dresidual.data ? dresidual.data + begin : nullptr, dresidual.accumulate),
+                            g + begin, end - begin);
+    });
     kernels::linear_backward(dx, dweight, dbias, g, x.data(), weight.data(), N, C, OC);
   });
   return out;

@@ -26,6 +26,15 @@ void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,              
                      const float* dout, const float* inp, const float* weight,  // (N, OC), (N, C), (OC, C)
                      int64_t N, int64_t C, int64_t OC);
 
+// Linear followed by a residual sum in one pass: out = residual + (inp @ weight^T + bias), the
+// residual added as the GEMM stores C (its last K block). The same bits as linear_forward into f
+// then add_forward(out, residual, f): the same two numbers added once. out must not be residual.
+// The backward is linear_backward's, and the residual's gradient is dout itself (add_backward).
+void linear_add_forward(float* out,                                                // (N, OC)
+                        const float* inp, const float* weight, const float* bias,  // (N, C), (OC, C), (OC)
+                        const float* residual,                                     // (N, OC)
+                        int64_t N, int64_t C, int64_t OC);
+
 // Linear followed by ReLU in one pass: out = relu(inp @ weight^T + bias), the ReLU applied as the
 // GEMM stores C. The same bits as linear_forward then relu_forward; the pre-activation is never
 // stored (the backward needs only out: out > 0 exactly where the pre-activation is).

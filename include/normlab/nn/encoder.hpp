@@ -105,8 +105,12 @@ struct DropoutStep {
 class MultiheadAttention : public Module {
  public:
   MultiheadAttention(int64_t d_model, int64_t num_heads, Rng& rng, QkNorm qk_norm = QkNorm::none, float eps = 1e-12f);
-  // (T, d) -> (T, d). qkv, when given, receives the attention's input (T, 3d) after qk-norm.
+  // (T, d) -> (T, d): out_proj(attend(x)). qkv, when given, receives the attention's input (T, 3d)
+  // after qk-norm.
   Tensor forward(const Tensor& x, const std::vector<int64_t>& offsets, Tensor* qkv = nullptr) const;
+  // (T, d) -> (T, d): every head's output side by side, before out_proj (which the encoder layer
+  // may fuse with its residual sum, ResidualScheme::add_linear).
+  Tensor attend(const Tensor& x, const std::vector<int64_t>& offsets, Tensor* qkv = nullptr) const;
   int64_t num_heads;
   Tensor in_proj_weight, in_proj_bias;
   Linear out_proj;
@@ -128,8 +132,9 @@ class EncoderLayer : public Module {
   std::unique_ptr<NormLayer> norm1, norm2;   // null for norm "none"
 
  private:
-  Tensor feed_forward(const Tensor& x, const std::vector<int64_t>& offsets, uint64_t dropout_key,
-                      int64_t first_sequence) const;
+  // The feed-forward block up to linear2: dropout(activation(linear1(x))), (T, d) -> (T, ffn).
+  Tensor feed_forward_hidden(const Tensor& x, const std::vector<int64_t>& offsets, uint64_t dropout_key,
+                             int64_t first_sequence) const;
 };
 
 // The stack: layers.N and the final norm (pre placement only), like torch.nn.TransformerEncoder.

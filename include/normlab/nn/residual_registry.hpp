@@ -22,12 +22,21 @@
 
 namespace normlab::nn {
 
+class Linear;  // nn/layers.hpp
+
 // One block's residual sums. Its parameters are the block's own (layers.N.resweight for ReZero):
 // the block registers it as a child under no name of its own, before its sublayers.
 class ResidualScheme : public Module {
  public:
   // x + scale(f) for sublayer 0 (attention) or 1 (feed-forward); x and f (tokens, d_model).
   virtual Tensor add(const Tensor& x, const Tensor& f, int sublayer) const = 0;
+  // The same sum for f = last(hidden), last the sublayer's final Linear (attention's out_proj, the
+  // feed-forward's linear2) when nothing stands between it and the sum (no dropout). By default
+  // add(x, last.forward(hidden), sublayer). The plain sum x + f overrides it with ops::linear_add,
+  // which adds x as the GEMM stores f: one pass over (tokens, d_model) and one graph node fewer,
+  // the same bits. A scheme that scales f first (ReZero, LayerScale) keeps the default: its scale
+  // is an op of its own between the Linear and the sum, whose gradient needs f.
+  virtual Tensor add_linear(const Tensor& x, const Linear& last, const Tensor& hidden, int sublayer) const;
 };
 
 // The math of a scheme. Fields in the order a scheme's file writes them.

@@ -111,6 +111,10 @@ void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias, const float* 
                      const float* weight, int64_t N, int64_t C, int64_t OC) {
   NORMLAB_DISPATCH(linear_backward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
+void linear_add_forward(float* out, const float* inp, const float* weight, const float* bias, const float* residual,
+                        int64_t N, int64_t C, int64_t OC) {
+  NORMLAB_DISPATCH(linear_add_forward, out, inp, weight, bias, residual, N, C, OC);
+}
 void linear_relu_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
                          int64_t OC) {
   NORMLAB_DISPATCH(linear_relu_forward, out, inp, weight, bias, N, C, OC);

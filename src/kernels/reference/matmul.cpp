@@ -72,6 +72,14 @@ void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,              
     }
 }
 
+void linear_add_forward(float* out,                                                // (N,OC)
+                        const float* inp, const float* weight, const float* bias,  // (N,C), (OC,C), (OC)
+                        const float* residual,                                     // (N,OC)
+                        int64_t N, int64_t C, int64_t OC) {
+  linear_forward(out, inp, weight, bias, N, C, OC);                    // f
+  for (int64_t i = 0; i < N * OC; i++) out[i] = residual[i] + out[i];  // x + f
+}
+
 void linear_relu_forward(float* out,                                                // (N,OC)
                          const float* inp, const float* weight, const float* bias,  // (N,C), (OC,C), (OC)
                          int64_t N, int64_t C, int64_t OC) {

@@ -31,6 +31,13 @@ void linear_backward(GradOut dinp, GradOut dweight, GradOut dbias,              
                      const float* dout, const float* inp, const float* weight,  // (N,OC), (N,C), (OC,C)
                      int64_t N, int64_t C, int64_t OC);
 
+// out = residual + (inp @ weight^T + bias): linear_forward, then the residual added to its output
+// in float, as add_forward adds x + f.
+void linear_add_forward(float* out,                                                // (N,OC)
+                        const float* inp, const float* weight, const float* bias,  // (N,C), (OC,C), (OC)
+                        const float* residual,                                     // (N,OC)
+                        int64_t N, int64_t C, int64_t OC);
+
 // out = relu(inp @ weight^T + bias): linear_forward, then relu_forward on its output.
 void linear_relu_forward(float* out,                                                // (N,OC)
                          const float* inp, const float* weight, const float* bias,  // (N,C), (OC,C), (OC)
