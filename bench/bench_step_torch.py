@@ -17,6 +17,8 @@ and gradient afresh; with the defaults, each large one is mmap'ed and unmapped p
 page faults (measured here: torch's 1-thread median 98 ms/step with the defaults, 51 ms with the
 thresholds raised). The reference should be PyTorch at its best, not its allocator at its worst.
 The normlab child inherits the same environment (it sets its own mallopt thresholds anyway).
+With --normlab, `BIN bench step` times as many steps after as many untimed ones as PyTorch does
+(--steps, --warmup), each side on its own batches of the same lengths' distribution.
 
 On a shared, noisy machine a run's ratio moves with the machine's phases, which can change between
 the PyTorch part and the normlab part of one run. --rounds R repeats both R times, alternating which
@@ -141,7 +143,9 @@ def current_rss_mib():
 
 def run_normlab(args, threads):
     """Result dict from `BIN bench step --config FILE --threads N --json`, or None with a message."""
-    command = [args.normlab, "bench", "step", "--config", args.config, "--threads", str(threads), "--json"]
+    # The same number of timed and untimed steps as the PyTorch side.
+    command = [args.normlab, "bench", "step", "--config", args.config, "--threads", str(threads),
+               "--repeats", str(args.steps), "--warmup", str(args.warmup), "--json"]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=args.normlab_timeout)
     except (OSError, subprocess.TimeoutExpired) as error:

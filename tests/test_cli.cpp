@@ -193,11 +193,19 @@ TEST_CASE("cli: bench step prints step time and throughput") {
   CHECK(out["step_ms"].get<double>() > 0);
   CHECK(out["tokens_per_s"].get<double>() > 0);
   CHECK(out["repeats"] == 3);
+  CHECK(out["warmup"] == 3);  // the default
   CHECK(out["openmp_wait"].is_string());  // what idle OpenMP threads did, beside the times
   Result table = run_cli(dir, "bench step --config " + config + " --repeats 2");
   CHECK(table.code == 0);
   CHECK(table.out.find("tokens/s") != std::string::npos);
   CHECK(run_cli(dir, "bench step --config " + config + " --repeats 0").code == 2);
+  // --warmup: the untimed steps before the timed ones (the PyTorch script passes its own count).
+  Result warm = run_cli(dir, "bench step --config " + config + " --repeats 2 --warmup 0 --json");
+  REQUIRE(warm.code == 0);
+  CHECK(json::parse(warm.out)["warmup"] == 0);
+  const Result bad_warmup = run_cli(dir, "bench step --config " + config + " --warmup -1");
+  CHECK(bad_warmup.code == 2);
+  CHECK(bad_warmup.err.find("--warmup") != std::string::npos);
   // The peak RSS is this process's own (VmHWM), not the size of whatever started it.
   CHECK(out["peak_rss_mib"].get<double>() > 1.0);
   CHECK(out["peak_rss_mib"].get<double>() < 1024.0);

@@ -1,4 +1,4 @@
-// normlab bench step --config FILE [--threads N] [--repeats R] [--set K=V]... [--json]
+// normlab bench step --config FILE [--threads N] [--repeats R] [--warmup W] [--set K=V]... [--json]
 #include <fmt/core.h>
 
 #include <memory>
@@ -21,6 +21,7 @@ struct BenchStepOptions {
   std::vector<std::string> overrides;
   int threads = -1;  // -1: as the config says
   int repeats = 20;
+  int warmup = 3;
   bool json = false;
   bool breakdown = false;
 };
@@ -29,12 +30,15 @@ void run(const BenchStepOptions& options) {
   if (options.repeats < 1 || options.repeats > 10000) {
     throw InputError(fmt::format("--repeats: must be between 1 and 10000 (got {})", options.repeats));
   }
+  if (options.warmup < 0 || options.warmup > 10000) {
+    throw InputError(fmt::format("--warmup: must be between 0 and 10000 (got {})", options.warmup));
+  }
   std::vector<std::string> overrides = options.overrides;
   if (options.threads >= 0) overrides.push_back(fmt::format("train.threads={}", options.threads));
   train::RunConfig config = train::load_config(options.config, overrides);
   if (config.train.threads > 0) set_num_threads(static_cast<int>(config.train.threads));
 
-  bench::BenchStepResult r = bench::bench_step(config, options.repeats, 3, options.breakdown);
+  bench::BenchStepResult r = bench::bench_step(config, options.repeats, options.warmup, options.breakdown);
   const train::ModelConfig& m = config.model;
   if (options.json) {
     nlohmann::json out = {{"benchmark", "step"},
@@ -110,6 +114,8 @@ void add_bench_step(CLI::App& bench) {
   cmd->add_option("--threads", options->threads, "Threads (overrides train.threads; 0: all cores)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--repeats", options->repeats, "Timed steps; the median is reported")->capture_default_str();
+  cmd->add_option("--warmup", options->warmup, "Untimed steps before them (their batches are the first ones drawn)")
+      ->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object instead of a table");
   cmd->add_flag("--breakdown", options->breakdown,
                 "Also time each op of the step (forward, backward) and the optimizer");
