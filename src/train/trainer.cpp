@@ -1,6 +1,7 @@
 #include "normlab/train/trainer.hpp"
 
 #include <fmt/format.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <charconv>
@@ -272,6 +273,10 @@ void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics, bool
 }
 
 std::optional<EvalMetrics> Trainer::evaluate_valid() {
+  // The training step's activations and gradients are free now, in holes of the heap that the
+  // evaluation's buffers (other sizes: whole validation buckets) may not fit; give their pages back
+  // first, so that the peak resident set is what is live, not where the allocator placed it.
+  ::malloc_trim(0);
   // data-parallel: rank 0 evaluates alone while the others wait at the next step's reduction, so
   // it finishes the evaluation (the ranks agree on a stop only inside that reduction).
   return evaluate_unless_stopped(*model_, valid_batches_, buckets_, ranks_->active() ? nullptr : stop_flag_, false,
