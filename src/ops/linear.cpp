@@ -91,10 +91,10 @@ Tensor linear_add(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     const Tensor none;
     const auto [dx, dweight, dbias, dresidual] = grad_outs<4>({&x, &weight, &bias, passed ? &none : &residual});
     const int64_t n = N * OC;
-    parallel_for(n, n > kParallelGrain, [&](int64_t begin, int64_t end) {
-      kernels::add_backward(kernels::GradOut(dresidual.data ? dresidual.data + begin : nullptr, dresidual.accumulate),
-                            g + begin, end - begin);
-    });
+    if (dresidual.data)  // none when g was handed over (the encoder's case) or no gradient is wanted
+      parallel_for(n, n > kParallelGrain, [&](int64_t begin, int64_t end) {
+        kernels::add_backward(kernels::GradOut(dresidual.data + begin, dresidual.accumulate), g + begin, end - begin);
+      });
     kernels::linear_backward(dx, dweight, dbias, g, x.data(), weight.data(), N, C, OC);
   });
   return out;
