@@ -275,8 +275,11 @@ void Trainer::apply_update(StepRecord& record, double lr, bool diagnostics, bool
 std::optional<EvalMetrics> Trainer::evaluate_valid() {
   // The training step's activations and gradients are free now, in holes of the heap that the
   // evaluation's buffers (other sizes: whole validation buckets) may not fit; give their pages back
-  // first, so that the peak resident set is what is live, not where the allocator placed it.
-  ::malloc_trim(0);
+  // first, so that the peak resident set is what is live, not where the allocator placed it. Only
+  // when the holes are large (fordblks counts the top chunk too, keepcost is that top chunk): a
+  // small model's few MB are not worth the next step's page faults.
+  const struct mallinfo2 heap = ::mallinfo2();
+  if (heap.fordblks - heap.keepcost >= (size_t{16} << 20)) ::malloc_trim(0);
   // data-parallel: rank 0 evaluates alone while the others wait at the next step's reduction, so
   // it finishes the evaluation (the ranks agree on a stop only inside that reduction).
   return evaluate_unless_stopped(*model_, valid_batches_, buckets_, ranks_->active() ? nullptr : stop_flag_, false,
