@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "isa_support.hpp"
+#include "leaf.hpp"
 #include "normlab/kernels/attention.hpp"
 #include "normlab/kernels/linear.hpp"
 #include "normlab/kernels/reference/attention.hpp"
@@ -143,12 +144,7 @@ TEST_CASE("grad out: attention backward overwrites every row, with the bits of a
 
 namespace {
 
-Tensor leaf(const Shape& shape, uint64_t seed, float scale = 1.0f) {
-  Rng rng(seed);
-  Tensor t = Tensor::normal(shape, rng, 0.0f, scale);
-  t.set_requires_grad();
-  return t;
-}
+using test::leaf;
 
 // Backward of sum(f(inputs) * r) twice: once as the first gradient to reach each input (written
 // into an unfilled buffer; freed buffers full of NaN are left for the allocator to hand out), once

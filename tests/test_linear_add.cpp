@@ -14,6 +14,7 @@
 
 #include "isa_support.hpp"
 #include "same_bytes.hpp"
+#include "leaf.hpp"
 #include "normlab/autograd.hpp"
 #include "normlab/error.hpp"
 #include "normlab/gradcheck.hpp"
@@ -28,12 +29,7 @@ using namespace normlab;
 
 namespace {
 
-Tensor leaf(const Shape& shape, uint64_t seed, float scale = 1.0f) {
-  Rng rng(seed);
-  Tensor t = Tensor::normal(shape, rng, 0.0f, scale);
-  t.set_requires_grad();
-  return t;
-}
+using test::leaf;
 
 bool same(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && test::same_bytes(a.data(), b.data(), a.size() * sizeof(float));
