@@ -73,7 +73,8 @@ nn::AttentionStatistics plain_attention_statistics(const std::vector<float>& qkv
         float top = -INFINITY;
         for (int64_t j = offsets[b]; j < offsets[b + 1]; ++j) {
           float dot = 0.0f;
-          for (int64_t c = 0; c < D; ++c) dot += qkv[size_t(i * row + h * D + c)] * qkv[size_t(j * row + C + h * D + c)];
+          for (int64_t c = 0; c < D; ++c)
+            dot += qkv[size_t(i * row + h * D + c)] * qkv[size_t(j * row + C + h * D + c)];
           s.push_back(dot * scale);
           top = max_keep_nan(top, s.back());
           max_abs = max_keep_nan(max_abs, std::fabs(s.back()));
@@ -116,7 +117,8 @@ TEST_CASE("attention statistics: the bits of a plain loop over queries, for ever
       const nn::AttentionStatistics want = plain_attention_statistics(qkv, offsets, C, heads);
       CHECK(got.queries == want.queries);
       REQUIRE(got.entropy_sum.size() == size_t(heads));
-      for (int64_t h = 0; h < heads; ++h) CHECK(same_or_both_nan(got.entropy_sum[size_t(h)], want.entropy_sum[size_t(h)]));
+      for (int64_t h = 0; h < heads; ++h)
+        CHECK(same_or_both_nan(got.entropy_sum[size_t(h)], want.entropy_sum[size_t(h)]));
       CHECK(same_or_both_nan(got.max_abs_logit, want.max_abs_logit));
       if (poison == 0) CHECK(std::isfinite(got.entropy_sum[0]));
       if (poison > 0) CHECK(std::isnan(got.max_abs_logit + got.entropy_sum[0] + got.entropy_sum[1]));

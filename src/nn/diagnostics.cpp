@@ -8,7 +8,6 @@
 #include <limits>
 #include <string>
 #include <type_traits>
-#include <utility>
 
 #include "normlab/error.hpp"
 #include "normlab/kernels/math.hpp"
@@ -172,6 +171,14 @@ struct Segment {
   size_t count;
 };
 
+// run(std::integral_constant<int, G>, first) with G = group (1 <= group <= G0): one instantiation a size.
+template <int G0, class Run>
+void run_group(size_t group, size_t first, Run& run) {
+  if constexpr (G0 > 1)
+    if (group < size_t(G0)) return run_group<G0 - 1>(group, first, run);
+  run(std::integral_constant<int, G0>{}, first);
+}
+
 // Runs run(std::integral_constant<int, G>, first) over consecutive groups of up to MaxGroup blocks
 // for which same(first, other) holds (blocks of one shape: every encoder layer), G the group's size.
 template <int MaxGroup, class Same, class Run>
@@ -179,9 +186,7 @@ void in_groups(size_t blocks, Same same, Run run) {
   for (size_t first = 0; first < blocks;) {
     size_t group = 1;
     while (group < MaxGroup && first + group < blocks && same(first, first + group)) ++group;
-    [&]<int... G>(std::integer_sequence<int, G...>) {
-      ((group == size_t(G + 1) ? run(std::integral_constant<int, G + 1>{}, first) : void()), ...);
-    }(std::make_integer_sequence<int, MaxGroup>{});
+    run_group<MaxGroup>(group, first, run);
     first += group;
   }
 }
