@@ -41,8 +41,8 @@ AttentionStatistics attention_statistics(const Tensor& qkv, const std::vector<in
   const int64_t B = int64_t(offsets.size()) - 1, C = qkv.size(1) / 3, D = C / num_heads, row = 3 * C;
   const float scale = float(1.0 / std::sqrt(double(D)));
   const float* base = qkv.data();
-  // The queries of a sequence are padded to a whole number of kLanes (logits 0, never read back),
-  // so that every loop over queries is whole vectors, without a scalar tail.
+  // The queries of a sequence are padded to a whole number of kLanes (their logits set to 0, and
+  // never counted), so that every loop over queries is whole vectors, without a scalar tail.
   constexpr int64_t kLanes = 8;
   // Four queries' logits as one value (GCC's vector extension: an SSE register on the generic
   // x86-64 build; a multiply and an add, never an fma), kept in registers over the D products,
@@ -108,6 +108,7 @@ AttentionStatistics attention_statistics(const Tensor& qkv, const std::vector<in
       float* __restrict wp = w.data();
       for (int64_t j = 0; j < L; ++j)
         for (int64_t i = 0; i < Lp; ++i) sp[j * Lp + i] -= tp[i];
+          // (math::exp's clamps become branches here, so GCC keeps this loop scalar on every build.)
 #pragma omp simd  // elementwise: each lane computes what the scalar loop would
       for (int64_t e = 0; e < L * Lp; ++e) wp[e] = math::exp(sp[e]);
       double* __restrict Sp = S.data();
