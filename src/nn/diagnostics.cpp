@@ -108,7 +108,7 @@ AttentionStatistics attention_statistics(const Tensor& qkv, const std::vector<in
       float* __restrict wp = w.data();
       for (int64_t j = 0; j < L; ++j)
         for (int64_t i = 0; i < Lp; ++i) sp[j * Lp + i] -= tp[i];
-#pragma omp simd  // elementwise; math::exp's clamps become branches, so GCC keeps it scalar today
+#pragma omp simd  // elementwise (math::exp's clamps become branches: GCC 12 leaves it scalar)
       for (int64_t e = 0; e < L * Lp; ++e) wp[e] = math::exp(sp[e]);
       double* __restrict Sp = S.data();
       double* __restrict weighted_p = weighted.data();
