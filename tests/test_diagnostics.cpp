@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "normlab/error.hpp"
+#include "normlab/kernels/math.hpp"
 #include "normlab/nn/diagnostics.hpp"
 #include "normlab/nn/encoder.hpp"
 #include "normlab/rng.hpp"
@@ -51,6 +52,109 @@ TEST_CASE("attention statistics: known logits give known entropy and max |logit|
   CHECK_THROWS_AS(nn::attention_statistics(Tensor::from_data({3, 24}, qkv), {0, 2}, 2), UsageError);
 }
 
+namespace {
+
+// attention_statistics as a plain loop: one query at a time, its logits, maximum, S and weighted sum
+// over its keys in order (the figures' definition, in the operations' order the function keeps).
+nn::AttentionStatistics plain_attention_statistics(const std::vector<float>& qkv, const std::vector<int64_t>& offsets,
+                                                   int64_t C, int64_t heads) {
+  const int64_t D = C / heads, row = 3 * C;
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  auto max_keep_nan = [](auto a, auto b) { return a != a || b <= a ? a : b; };
+  nn::AttentionStatistics out;
+  out.entropy_sum.assign(size_t(heads), 0.0);
+  out.queries = offsets.back();
+  for (size_t b = 0; b + 1 < offsets.size(); ++b)
+    for (int64_t h = 0; h < heads; ++h) {
+      double entropy = 0.0;
+      float max_abs = 0.0f;
+      for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i) {
+        std::vector<float> s;
+        float top = -INFINITY;
+        for (int64_t j = offsets[b]; j < offsets[b + 1]; ++j) {
+          float dot = 0.0f;
+          for (int64_t c = 0; c < D; ++c)
+            dot += qkv[size_t(i * row + h * D + c)] * qkv[size_t(j * row + C + h * D + c)];
+          s.push_back(dot * scale);
+          top = max_keep_nan(top, s.back());
+          max_abs = max_keep_nan(max_abs, std::fabs(s.back()));
+        }
+        double S = 0.0, weighted = 0.0;
+        for (float logit : s) {
+          const float shifted = logit - top;
+          const float w = math::exp(shifted);
+          S += double(w);
+          weighted += double(w) * double(shifted);
+        }
+        entropy += std::log(S) - weighted / S;
+      }
+      out.entropy_sum[size_t(h)] += entropy;
+      out.max_abs_logit = max_keep_nan(out.max_abs_logit, double(max_abs));
+    }
+  return out;
+}
+
+bool same_or_both_nan(double a, double b) { return a == b ? std::signbit(a) == std::signbit(b) : a != a && b != b; }
+
+}  // namespace
+
+TEST_CASE("attention statistics: the bits of a plain loop over queries, for every length, NaN and inf included") {
+  // Lengths around the 8 query lanes (1, 7, 8, 9, 17) and an empty sequence; 2 heads of 16 features
+  // (the demo's head size) and 3 of 4. Logits up to ~10, so exp's range is used. Then an infinite
+  // key (logits +-inf, NaN where they meet) and a NaN query.
+  const std::vector<int64_t> offsets = {0, 1, 8, 8, 16, 25, 42};
+  const int64_t T = offsets.back();
+  for (const auto& [C, heads] : {std::pair<int64_t, int64_t>{32, 2}, {12, 3}}) {
+    Rng rng(11, uint64_t(C));
+    std::vector<float> qkv(size_t(T * 3 * C));
+    for (float& v : qkv) v = float(4.0 * (rng.uniform() - 0.5));
+    for (int poison = 0; poison < 3; ++poison) {
+      if (poison == 1) qkv[size_t(20 * 3 * C + C + 1)] = INFINITY;  // a key of sequence 4 (tokens 16..24)
+      if (poison == 2) qkv[size_t(30 * 3 * C + 2)] = NAN;           // a query of sequence 5
+      CAPTURE(C);
+      CAPTURE(poison);
+      const nn::AttentionStatistics got = nn::attention_statistics(Tensor::from_data({T, 3 * C}, qkv), offsets, heads);
+      const nn::AttentionStatistics want = plain_attention_statistics(qkv, offsets, C, heads);
+      CHECK(got.queries == want.queries);
+      REQUIRE(got.entropy_sum.size() == size_t(heads));
+      for (int64_t h = 0; h < heads; ++h)
+        CHECK(same_or_both_nan(got.entropy_sum[size_t(h)], want.entropy_sum[size_t(h)]));
+      CHECK(same_or_both_nan(got.max_abs_logit, want.max_abs_logit));
+      if (poison == 0) CHECK(std::isfinite(got.entropy_sum[0]));
+      if (poison > 0) CHECK(std::isnan(got.max_abs_logit + got.entropy_sum[0] + got.entropy_sum[1]));
+    }
+  }
+}
+
+TEST_CASE("sums of squares: blocks summed together give each block's plain sequential sum, bit for bit") {
+  // 11 blocks: 9 of one shape (a group of eight, then one), one of another shape, one more of the
+  // first; sizes that are no multiple of anything.
+  Rng rng(5, 0);
+  std::vector<std::vector<float>> data;
+  std::vector<nn::Segments> blocks;
+  for (int b = 0; b < 11; ++b) {
+    const std::vector<size_t> sizes = b == 9 ? std::vector<size_t>{7, 130} : std::vector<size_t>{13, 1, 301};
+    nn::Segments block;
+    for (size_t n : sizes) {
+      data.emplace_back(n);
+      for (float& v : data.back()) v = float(rng.uniform() - 0.5) * float(1 + b);
+      block.emplace_back(data.back().data(), n);
+    }
+    blocks.push_back(block);
+  }
+  const std::vector<double> sums = nn::sums_of_squares(blocks);
+  REQUIRE(sums.size() == blocks.size());
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    double want = 0.0;
+    for (const auto& [x, n] : blocks[b])
+      for (size_t i = 0; i < n; ++i) want += double(x[i]) * double(x[i]);
+    CHECK(sums[b] == want);
+    CHECK(want > 0.0);
+  }
+  CHECK(nn::sums_of_squares({}).empty());
+  CHECK(nn::sums_of_squares({nn::Segments{}}) == std::vector<double>{0.0});
+}
+
 TEST_CASE("log Z statistics: log Z of [0, 0] is ln 2, of [100, 100] 100 + ln 2, of [-3, -3] ln 2 - 3") {
   const nn::LogZStatistics s = nn::log_z_statistics(Tensor::from_data({3, 2}, {0, 0, 100, 100, -3, -3}));
   const double ln2 = std::log(2.0);
@@ -81,10 +185,10 @@ TEST_CASE("update ratio: ||dW|| / ||W|| per block, each block's parameters as on
   CHECK(ratios[1] == 0.5);  // every value 2 -> 3: sqrt(n * 1) / sqrt(n * 4)
 }
 
-TEST_CASE("update ratio: blocks summed four at a time give each block's sequential sums, bit for bit") {
-  // 6 blocks (a group of four, then two) and 5 (four, then one alone): against the plain loop over
+TEST_CASE("update ratio: blocks summed six at a time give each block's sequential sums, bit for bit") {
+  // 6 blocks (one group), 5 (a group of five) and 9 (six, then three): against the plain loop over
   // every parameter in order, each block's two sums in double.
-  for (const int64_t layers : {6, 5}) {
+  for (const int64_t layers : {6, 5, 9}) {
     nn::EncoderOptions opts;
     opts.d_model = 8;
     opts.num_heads = 2;

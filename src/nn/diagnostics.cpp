@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "normlab/error.hpp"
 #include "normlab/kernels/math.hpp"
@@ -38,51 +41,85 @@ AttentionStatistics attention_statistics(const Tensor& qkv, const std::vector<in
   const int64_t B = int64_t(offsets.size()) - 1, C = qkv.size(1) / 3, D = C / num_heads, row = 3 * C;
   const float scale = float(1.0 / std::sqrt(double(D)));
   const float* base = qkv.data();
+  // The queries of a sequence are padded to a whole number of kLanes (their logits set to 0, and
+  // never counted), so that every loop over queries is whole vectors, without a scalar tail.
+  constexpr int64_t kLanes = 8;
+  // Four queries' logits as one value (GCC's vector extension: an SSE register on the generic
+  // x86-64 build; a multiply and an add, never an fma), kept in registers over the D products,
+  // where a plain array of kLanes stays scalar.
+  typedef float Lanes __attribute__((vector_size(4 * sizeof(float))));
+  int64_t longest = 0;
+  for (int64_t b = 0; b < B; ++b) longest = std::max(longest, offsets[size_t(b) + 1] - offsets[size_t(b)]);
+  const int64_t longest_padded = (longest + kLanes - 1) / kLanes * kLanes;
   // One (sequence, head) pair per task; each writes its own slot, combined below in a fixed order,
   // so the figures do not depend on the thread count. In float as the attention kernel computes
-  // (our exp: the same bits on every CPU), each loop over keys vectorizing: a query's logits are
-  // accumulated feature by feature over all its keys at once (keys transposed to (D, L)), each
-  // logit still adding its D products in order. Sums over keys and queries in double.
+  // (our exp: the same bits on every CPU), the sums over keys and queries in double. Each loop runs
+  // over queries (the vector lanes) while each query's own figures keep the order of a plain loop:
+  // a logit adds its D products in order, a query's maximum, S and weighted sum go over its keys in
+  // order, and the entropy adds the queries in order. Only max |s| is taken lane by lane, which
+  // gives the same maximum.
   std::vector<double> entropy(size_t(B * num_heads), 0.0), largest(size_t(B * num_heads), 0.0);
   parallel_for(B * num_heads, qkv.numel() > (1 << 14), [&](int64_t begin, int64_t end) {
-    std::vector<float> keys, logits, weights;
+    // Sized once for the longest sequence: qt (D, Lp) the queries transposed, s and w (L, Lp) key by
+    // key the queries' logits and exp weights, top (Lp), S and weighted (Lp) per query.
+    const size_t lanes = size_t(longest_padded), matrix = size_t(longest) * lanes;
+    std::vector<float> qt(size_t(D) * lanes), s(matrix), w(matrix), top(lanes);
+    std::vector<double> S(lanes), weighted(lanes);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / num_heads, h = task % num_heads;
-      const int64_t first = offsets[size_t(b)], length = offsets[size_t(b) + 1] - first;
-      keys.resize(size_t(D * length));
-      logits.resize(size_t(length));
-      weights.resize(size_t(length));
-      for (int64_t j = 0; j < length; ++j)
-        for (int64_t c = 0; c < D; ++c) keys[size_t(c * length + j)] = base[(first + j) * row + C + h * D + c];
-      double entropy_sum = 0.0;
-      float max_abs = 0.0f;
-      for (int64_t i = 0; i < length; ++i) {
-        const float* q = base + (first + i) * row + h * D;
-        float* s = logits.data();
-        std::fill(s, s + length, 0.0f);
-        for (int64_t c = 0; c < D; ++c) {
-          const float qc = q[c];
-          const float* k = keys.data() + c * length;
-          for (int64_t j = 0; j < length; ++j) s[j] += qc * k[j];
+      const int64_t first = offsets[size_t(b)], L = offsets[size_t(b) + 1] - first;
+      const int64_t Lp = (L + kLanes - 1) / kLanes * kLanes;
+      for (int64_t i = 0; i < Lp; ++i)
+        for (int64_t c = 0; c < D; ++c) qt[size_t(c * Lp + i)] = i < L ? base[(first + i) * row + h * D + c] : 0.0f;
+      // s[j][i] = (q_i . k_j) * scale, q_i . k_j adding its products c = 0, 1, ... from 0.
+      for (int64_t j = 0; j < L; ++j) {
+        const float* k = base + (first + j) * row + C + h * D;
+        for (int64_t i0 = 0; i0 < Lp; i0 += kLanes) {
+          Lanes acc0 = {}, acc1 = {};
+          for (int64_t c = 0; c < D; ++c) {
+            Lanes q0, q1;
+            std::memcpy(&q0, qt.data() + c * Lp + i0, sizeof q0);
+            std::memcpy(&q1, qt.data() + c * Lp + i0 + 4, sizeof q1);
+            acc0 += k[c] * q0;
+            acc1 += k[c] * q1;
+          }
+          acc0 *= scale;
+          acc1 *= scale;
+          std::memcpy(s.data() + j * Lp + i0, &acc0, sizeof acc0);
+          std::memcpy(s.data() + j * Lp + i0 + 4, &acc1, sizeof acc1);
         }
-        float top = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < length; ++j) {
-          s[j] *= scale;
-          top = max_keep_nan(top, s[j]);
-          max_abs = max_keep_nan(max_abs, std::fabs(s[j]));
-        }
-        // H = log S - sum_j w_j (s_j - top) / S, w_j = exp(s_j - top), S = sum_j w_j
-        float* __restrict w = weights.data();
-        for (int64_t j = 0; j < length; ++j) s[j] -= top;
-#pragma omp simd  // elementwise: each lane computes what the scalar loop would
-        for (int64_t j = 0; j < length; ++j) w[j] = math::exp(s[j]);
-        double S = 0.0, weighted = 0.0;
-        for (int64_t j = 0; j < length; ++j) {
-          S += double(weights[size_t(j)]);
-          weighted += double(weights[size_t(j)]) * double(s[j]);
-        }
-        entropy_sum += std::log(S) - weighted / S;
+        // The padding queries' logits exactly 0 (k_j * 0 is NaN for an infinite k_j).
+        for (int64_t i = L; i < Lp; ++i) s[size_t(j * Lp + i)] = 0.0f;
       }
+      // Each query's largest logit over its keys in order; max |s| lane by lane.
+      float* __restrict tp = top.data();
+      float max_abs_lane[kLanes] = {};
+      for (int64_t i = 0; i < Lp; ++i) tp[i] = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < L; ++j) {
+        const float* sj = s.data() + j * Lp;
+        for (int64_t i = 0; i < Lp; ++i) tp[i] = max_keep_nan(tp[i], sj[i]);
+        for (int64_t i0 = 0; i0 < Lp; i0 += kLanes)
+          for (int64_t u = 0; u < kLanes; ++u) max_abs_lane[u] = max_keep_nan(max_abs_lane[u], std::fabs(sj[i0 + u]));
+      }
+      float max_abs = 0.0f;
+      for (int64_t u = 0; u < kLanes; ++u) max_abs = max_keep_nan(max_abs, max_abs_lane[u]);
+      // H = log S - sum_j w_j (s_j - top) / S, w_j = exp(s_j - top), S = sum_j w_j
+      float* __restrict sp = s.data();
+      float* __restrict wp = w.data();
+      for (int64_t j = 0; j < L; ++j)
+        for (int64_t i = 0; i < Lp; ++i) sp[j * Lp + i] -= tp[i];
+#pragma omp simd  // elementwise (math::exp's clamps become branches: GCC 12 leaves it scalar)
+      for (int64_t e = 0; e < L * Lp; ++e) wp[e] = math::exp(sp[e]);
+      double* __restrict Sp = S.data();
+      double* __restrict weighted_p = weighted.data();
+      for (int64_t i = 0; i < Lp; ++i) Sp[i] = 0.0, weighted_p[i] = 0.0;
+      for (int64_t j = 0; j < L; ++j)
+        for (int64_t i = 0; i < Lp; ++i) {
+          Sp[i] += double(wp[j * Lp + i]);
+          weighted_p[i] += double(wp[j * Lp + i]) * double(sp[j * Lp + i]);
+        }
+      double entropy_sum = 0.0;
+      for (int64_t i = 0; i < L; ++i) entropy_sum += std::log(Sp[i]) - weighted_p[i] / Sp[i];
       entropy[size_t(task)] = entropy_sum;
       largest[size_t(task)] = double(max_abs);
     }
@@ -134,6 +171,41 @@ struct Segment {
   size_t count;
 };
 
+// run(std::integral_constant<int, G>, first) with G = group (1 <= group <= G0): one instantiation a size.
+template <int G0, class Run>
+void run_group(size_t group, size_t first, Run& run) {
+  if constexpr (G0 > 1)
+    if (group < size_t(G0)) return run_group<G0 - 1>(group, first, run);
+  run(std::integral_constant<int, G0>{}, first);
+}
+
+// Runs run(std::integral_constant<int, G>, first) over consecutive groups of up to MaxGroup blocks
+// for which same(first, other) holds (blocks of one shape: every encoder layer), G the group's size.
+template <int MaxGroup, class Same, class Run>
+void in_groups(size_t blocks, Same same, Run run) {
+  for (size_t first = 0; first < blocks;) {
+    size_t group = 1;
+    while (group < MaxGroup && first + group < blocks && same(first, first + group)) ++group;
+    run_group<MaxGroup>(group, first, run);
+    first += group;
+  }
+}
+
+// sum x^2 over G blocks of segments of the same sizes, each block's sum in its own order: G
+// independent chains advanced together (one chain waits on its adds).
+template <int G>
+void square_sums(const std::vector<Segments>& blocks, size_t first, double* sum) {
+  double z[G];
+  for (int g = 0; g < G; ++g) z[g] = 0.0;
+  for (size_t k = 0; k < blocks[first].size(); ++k) {
+    const float* x[G];
+    for (int g = 0; g < G; ++g) x[g] = blocks[first + size_t(g)][k].first;
+    for (size_t i = 0; i < blocks[first][k].second; ++i)
+      for (int g = 0; g < G; ++g) z[g] += double(x[g][i]) * double(x[g][i]);
+  }
+  for (int g = 0; g < G; ++g) sum[first + size_t(g)] = z[g];
+}
+
 // sum (now - old)^2 and sum old^2 over G blocks whose segments have the same sizes, each block's
 // sums in its own order: G independent chains advanced together (one chain waits on its adds).
 template <int G>
@@ -156,6 +228,19 @@ void update_sums(const std::vector<std::vector<Segment>>& blocks, size_t first, 
 
 }  // namespace
 
+std::vector<double> sums_of_squares(const std::vector<Segments>& blocks) {
+  std::vector<double> sums(blocks.size(), 0.0);
+  auto same_shape = [&](size_t a, size_t b) {
+    if (blocks[a].size() != blocks[b].size()) return false;
+    for (size_t k = 0; k < blocks[a].size(); ++k)
+      if (blocks[a][k].second != blocks[b][k].second) return false;
+    return true;
+  };
+  in_groups<8>(blocks.size(), same_shape,
+               [&](auto group, size_t first) { square_sums<decltype(group)::value>(blocks, first, sums.data()); });
+  return sums;
+}
+
 std::vector<double> per_layer_update_ratios(const Module& model, int64_t num_layers,
                                             const std::vector<std::vector<float>>& before) {
   std::vector<double> change(size_t(num_layers), 0.0), size(size_t(num_layers), 0.0);
@@ -171,23 +256,18 @@ std::vector<double> per_layer_update_ratios(const Module& model, int64_t num_lay
       throw UsageError(fmt::format("per_layer_update_ratios: {} changed size", params[p].first));
     blocks[size_t(layer)].push_back({params[p].second.data(), old.data(), old.size()});
   }
-  // Blocks of one shape (every encoder layer) go four at a time; any other one on its own. Either
-  // way each block's two sums add its values in the order above, so the ratios have the same bits.
+  // Blocks of one shape (every encoder layer) go up to six at a time (two chains each); any other
+  // one on its own. Either way each block's two sums add its values in the order above, so the
+  // ratios have the same bits.
   auto same_shape = [&](size_t a, size_t b) {
     if (blocks[a].size() != blocks[b].size()) return false;
     for (size_t k = 0; k < blocks[a].size(); ++k)
       if (blocks[a][k].count != blocks[b][k].count) return false;
     return true;
   };
-  for (size_t first = 0; first < blocks.size();) {
-    size_t group = 1;
-    while (group < 4 && first + group < blocks.size() && same_shape(first, first + group)) ++group;
-    if (group == 4) update_sums<4>(blocks, first, change.data(), size.data());
-    else if (group == 3) update_sums<3>(blocks, first, change.data(), size.data());
-    else if (group == 2) update_sums<2>(blocks, first, change.data(), size.data());
-    else update_sums<1>(blocks, first, change.data(), size.data());
-    first += group;
-  }
+  in_groups<6>(blocks.size(), same_shape, [&](auto group, size_t first) {
+    update_sums<decltype(group)::value>(blocks, first, change.data(), size.data());
+  });
   std::vector<double> ratios(size_t(num_layers), 0.0);
   for (size_t l = 0; l < ratios.size(); ++l) ratios[l] = size[l] > 0 ? std::sqrt(change[l] / size[l]) : 0.0;
   return ratios;

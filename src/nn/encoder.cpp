@@ -7,6 +7,7 @@
 #include "normlab/autograd.hpp"
 #include "normlab/error.hpp"
 #include "normlab/names.hpp"
+#include "normlab/nn/diagnostics.hpp"
 #include "normlab/kernels/dropout.hpp"
 #include "normlab/ops.hpp"
 
@@ -141,20 +142,21 @@ Tensor TransformerEncoder::forward(const Tensor& x, const std::vector<int64_t>& 
                                    const DropoutStep& dropout) {
   Tensor h = x;
   if (diagnostics) *diagnostics = Diagnostics{};
+  std::vector<Tensor> outputs;  // diagnostics: each block's output, summed once the stack is done
   for (size_t l = 0; l < layers.size(); ++l) {
     Tensor* qkv = nullptr;
     if (diagnostics) qkv = &diagnostics->attention_qkv.emplace_back();
     h = layers[l]->forward(h, offsets, kernels::dropout_key(dropout_seed, dropout.step, l), dropout.first_sequence,
                            qkv);
-    if (diagnostics) {
-      const float* v = h.data();
-      const int64_t n = h.numel();  // once: numel() is a call, not a field
-      double sum_sq = 0.0;
-      for (int64_t i = 0; i < n; ++i) sum_sq += double(v[i]) * double(v[i]);
-      diagnostics->residual_sum_sq.push_back(sum_sq);
-      diagnostics->residual_values = h.numel();
+    if (diagnostics) outputs.push_back(h);
+  }
+  if (diagnostics) {
+    std::vector<Segments> values;
+    for (const Tensor& y : outputs) values.push_back({{y.data(), size_t(y.numel())}});
+    diagnostics->residual_sum_sq = sums_of_squares(values);
+    diagnostics->residual_values = outputs.empty() ? 0 : h.numel();
+    for (double sum_sq : diagnostics->residual_sum_sq)
       diagnostics->residual_rms.push_back(h.numel() ? std::sqrt(sum_sq / double(h.numel())) : 0.0);
-    }
   }
   if (norm) h = norm->forward(h);
   return h;
@@ -212,17 +214,18 @@ void EncoderModel::sum_batch_norm_statistics(kernels::RankSum* ranks) {
 }
 
 std::vector<double> per_layer_grad_norms(const Module& model, int64_t num_layers) {
-  std::vector<double> sum_sq(static_cast<size_t>(num_layers), 0.0);
+  // Each layer's gradients in named_parameters order, one sum of squares per layer (the layers'
+  // sums advanced together).
+  std::vector<Segments> layers(static_cast<size_t>(num_layers));
   for (const auto& [name, t] : model.named_parameters()) {
     if (name.rfind("layers.", 0) != 0 || !t.has_grad()) continue;
     const int64_t layer = std::stoll(name.substr(7));
     if (layer < 0 || layer >= num_layers) continue;
-    const float* g = t.grad_data();
-    const int64_t n = t.numel();
-    for (int64_t i = 0; i < n; ++i) sum_sq[size_t(layer)] += double(g[i]) * double(g[i]);
+    layers[size_t(layer)].emplace_back(t.grad_data(), size_t(t.numel()));
   }
-  for (double& v : sum_sq) v = std::sqrt(v);
-  return sum_sq;
+  std::vector<double> norms = sums_of_squares(layers);
+  for (double& v : norms) v = std::sqrt(v);
+  return norms;
 }
 
 std::string to_string(Placement placement) { return name_in(kPlacementNames, placement); }

@@ -6,6 +6,7 @@
 // computing them changes no bit of training. Plain loops in a fixed order, compiled once (not per
 // kernel path), so every kernel path and thread count gives the same figures.
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "normlab/nn/module.hpp"
@@ -33,6 +34,12 @@ struct LogZStatistics {
   double max_abs = 0.0;  // max over rows of |log Z|
 };
 LogZStatistics log_z_statistics(const Tensor& logits);
+
+// One block's values as consecutive segments (data, count): a layer's gradients, its output.
+using Segments = std::vector<std::pair<const float*, size_t>>;
+// sum of double(x)^2 over each block's segments in order (blocks.size()): each block one serial sum,
+// as a plain loop adds it; blocks of one shape are advanced together, which changes no bit.
+std::vector<double> sums_of_squares(const std::vector<Segments>& blocks);
 
 // A copy of every block parameter ("layers.N."), in named_parameters order (other parameters:
 // empty), taken before an update for per_layer_update_ratios.
