@@ -3,6 +3,8 @@
 #include "normlab/ops.hpp"
 
 #include <fmt/format.h>
+#include <functional>
+#include <numeric>
 #include <vector>
 
 #include "common.hpp"
@@ -47,9 +49,10 @@ LinearSizes linear_sizes(const Tensor& x, const Tensor& weight, const Tensor& bi
                        shape_str(weight.shape()), x.dim() >= 1 ? x.size(-1) : 0);
   });
   const int64_t C = weight.size(1), OC = weight.size(0);
-  // The rows: x's leading dims (not numel / C, which has no answer at C = 0: the output is then the
-  // bias, or 0, in every row).
-  const int64_t N = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
+  // The rows: the product of x's leading dims (not numel / C, which has no answer at C = 0: the
+  // output is then the bias, or 0, in every row). No overflow: x's shape passed shape_numel.
+  const Shape& dims = x.shape();
+  const int64_t N = std::accumulate(dims.begin(), dims.end() - 1, int64_t{1}, std::multiplies<>());
   check_param(bias, {OC}, op, "bias");
   Shape out_shape = x.shape();
   out_shape.back() = OC;
