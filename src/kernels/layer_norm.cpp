@@ -120,6 +120,23 @@ void row_sum_pair(double (&total)[2], const float* x0, const float* x1, int64_t 
 }
 #endif
 
+// total + sum over i in [begin, n) of (x[i] - center)^2, in order: the elements past the last whole
+// vector of the second pass below.
+double add_squared_deviations(double total, const float* x, int64_t begin, int64_t n, double center) {
+  for (int64_t i = begin; i < n; i++) {
+    double deviation = double(x[i]) - center;
+    total += deviation * deviation;
+  }
+  return total;
+}
+
+// One element of y = gamma * xhat + beta, xhat = ((x - mean_hi) - mean_lo) * rstd (normalize_row
+// says why the mean comes in two parts): every path's element, in this order.
+inline float normalize_affine_element(float x, float gamma, float beta, float mean_hi, float mean_lo, float rstd_f) {
+  const float xhat = ((x - mean_hi) - mean_lo) * rstd_f;
+  return xhat * gamma + beta;
+}
+
 // sum_i (x[i] - center)^2, in double. This is the second pass of the two-pass variance: the
 // deviations are formed before squaring, so a row with mean 1e4 and std 1 loses nothing, where
 // E[x^2] - E[x]^2 would subtract two numbers near 1e8 and keep garbage.
@@ -146,11 +163,7 @@ double row_sum_squared_deviation(const float* x, int64_t n, double center) {  //
     total = sum_lanes(lanes);
 #endif
   }
-  for (; i < n; i++) {
-    double deviation = double(x[i]) - center;
-    total += deviation * deviation;
-  }
-  return total;
+  return add_squared_deviations(total, x, i, n, center);
 }
 
 // rstd = 1 / sqrt(var + eps). A constant row has var 0: rstd = 1/sqrt(eps) and every xhat is
@@ -164,6 +177,19 @@ double row_rstd(double var, float eps) { return 1.0 / std::sqrt(var + double(eps
 // writes, so a forward whose output is far larger than the caches moves three streams (x, y read,
 // y written) instead of two.
 #if defined(__AVX2__)
+// One vector of normalize_affine_element's operations at offset i (hi, lo, r: mean_hi, mean_lo and
+// rstd broadcast); y + i vector-aligned when kStream.
+template <bool kStream>
+inline void normalize_affine_vector(float* __restrict y, const float* __restrict x,              // (cols), (cols)
+                                    const float* __restrict gamma, const float* __restrict beta,  // (cols), (cols)
+                                    int64_t i, simd::VF hi, simd::VF lo, simd::VF r) {
+  using namespace simd;
+  const VF xhat = vf_mul(vf_sub_on_fma(vf_sub(vf_load(x + i), hi), lo), r);
+  const VF out = vf_add(vf_mul(xhat, vf_load(gamma + i)), vf_load(beta + i));
+  if constexpr (kStream) vf_stream(y + i, out);
+  else vf_store(y + i, out);
+}
+
 template <bool kStream>
 void normalize_row_affine(float* __restrict y, const float* __restrict x,              // (cols), (cols)
                           const float* __restrict gamma, const float* __restrict beta,  // (cols), (cols)
@@ -172,16 +198,11 @@ void normalize_row_affine(float* __restrict y, const float* __restrict x,       
   int64_t i = 0;
   if constexpr (kStream) {
     for (; i < cols && (reinterpret_cast<uintptr_t>(y + i) % (kFloats * sizeof(float))) != 0; i++)
-      y[i] = (((x[i] - mean_hi) - mean_lo) * rstd_f) * gamma[i] + beta[i];
+      y[i] = normalize_affine_element(x[i], gamma[i], beta[i], mean_hi, mean_lo, rstd_f);
   }
   const VF hi = vf_set1(mean_hi), lo = vf_set1(mean_lo), r = vf_set1(rstd_f);
-  for (; i + kFloats <= cols; i += kFloats) {
-    const VF xhat = vf_mul(vf_sub_on_fma(vf_sub(vf_load(x + i), hi), lo), r);
-    const VF out = vf_add(vf_mul(xhat, vf_load(gamma + i)), vf_load(beta + i));
-    if constexpr (kStream) vf_stream(y + i, out);
-    else vf_store(y + i, out);
-  }
-  for (; i < cols; i++) y[i] = (((x[i] - mean_hi) - mean_lo) * rstd_f) * gamma[i] + beta[i];
+  for (; i + kFloats <= cols; i += kFloats) normalize_affine_vector<kStream>(y, x, gamma, beta, i, hi, lo, r);
+  for (; i < cols; i++) y[i] = normalize_affine_element(x[i], gamma[i], beta[i], mean_hi, mean_lo, rstd_f);
 }
 #endif
 
@@ -206,10 +227,8 @@ void normalize_row(float* __restrict y,                                         
   (void)stream;  // streaming stores only where the path has them
 #endif
   if (gamma != nullptr && beta != nullptr) {
-    for (int64_t i = 0; i < cols; i++) {
-      float xhat = ((x[i] - mean_hi) - mean_lo) * rstd_f;
-      y[i] = xhat * gamma[i] + beta[i];
-    }
+    for (int64_t i = 0; i < cols; i++)
+      y[i] = normalize_affine_element(x[i], gamma[i], beta[i], mean_hi, mean_lo, rstd_f);
   } else {
     for (int64_t i = 0; i < cols; i++) {
       float xhat = ((x[i] - mean_hi) - mean_lo) * rstd_f;
@@ -560,20 +579,12 @@ double squared_deviation_and_normalize(const float* __restrict x_a, double cente
   int64_t i = 0;
   for (; i + kLanes <= cols; i += kLanes) {
     lanes.add_squared_deviation(simd::Lanes::load(x_a + i), center);
-    for (int k = 0; k < kLineFloats; k++) {
-      const int64_t o = i + k * kFloats;
-      const VF xhat = vf_mul(vf_sub_on_fma(vf_sub(vf_load(x_b + o), hi), lo), r);
-      const VF out = vf_add(vf_mul(xhat, vf_load(gamma + o)), vf_load(beta + o));
-      if constexpr (kStream) vf_stream(y_b + o, out);
-      else vf_store(y_b + o, out);
-    }
+    for (int k = 0; k < kLineFloats; k++)
+      normalize_affine_vector<kStream>(y_b, x_b, gamma, beta, i + k * kFloats, hi, lo, r);
   }
-  double total = i > 0 ? lanes.sum() : 0.0;
-  for (int64_t j = i; j < cols; j++) {
-    double deviation = double(x_a[j]) - center;
-    total += deviation * deviation;
-  }
-  for (int64_t j = i; j < cols; j++) y_b[j] = (((x_b[j] - mean_hi) - mean_lo) * rstd_f) * gamma[j] + beta[j];
+  const double total = add_squared_deviations(i > 0 ? lanes.sum() : 0.0, x_a, i, cols, center);
+  for (int64_t j = i; j < cols; j++)
+    y_b[j] = normalize_affine_element(x_b[j], gamma[j], beta[j], mean_hi, mean_lo, rstd_f);
   return total;
 }
 
@@ -916,7 +927,6 @@ void backward_rows_pipelined(float* dinp,                                       
   }
 }
 #endif
-
 
 // Both passes for R rows of cols >= kLanes with dgamma/dbeta partials, on AVX2 and AVX-512. g and
 // xhat0 are (R, cols) scratch rows.
