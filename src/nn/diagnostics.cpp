@@ -247,7 +247,7 @@ void update_sums(const std::vector<std::vector<UpdateSegment>>& blocks, size_t f
 
 }  // namespace
 
-std::vector<double> sums_of_squares(const std::vector<Segments>& blocks) {
+std::vector<double> serial_sums_of_squares(const std::vector<Segments>& blocks) {
   std::vector<double> sums(blocks.size(), 0.0);
   in_groups_of_one_shape<8>(
       blocks, [&](auto group, size_t first) { square_sums<decltype(group)::value>(blocks, first, sums.data()); });
