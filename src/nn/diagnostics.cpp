@@ -58,7 +58,7 @@ AttentionStatistics attention_statistics(const Tensor& qkv, const std::vector<in
   // a logit adds its D products in order, a query's maximum, S and weighted sum go over its keys in
   // order, and the entropy adds the queries in order. Only max |s| is taken lane by lane, which
   // gives the same maximum.
-  std::vector<double> entropy(size_t(B * num_heads), 0.0), largest(size_t(B * num_heads), 0.0);
+  std::vector<double> task_entropy_sum(size_t(B * num_heads), 0.0), task_max_abs_logit(size_t(B * num_heads), 0.0);
   parallel_for(B * num_heads, qkv.numel() > (1 << 14), [&](int64_t begin, int64_t end) {
     // Sized once for the longest sequence: qt (D, Lp) the queries transposed, s and w (L, Lp) key by
     // key the queries' logits and exp weights, top (Lp), S and weighted (Lp) per query.
@@ -120,16 +120,16 @@ AttentionStatistics attention_statistics(const Tensor& qkv, const std::vector<in
         }
       double entropy_sum = 0.0;
       for (int64_t i = 0; i < L; ++i) entropy_sum += std::log(Sp[i]) - weighted_p[i] / Sp[i];
-      entropy[size_t(task)] = entropy_sum;
-      largest[size_t(task)] = double(max_abs);
+      task_entropy_sum[size_t(task)] = entropy_sum;
+      task_max_abs_logit[size_t(task)] = double(max_abs);
     }
   });
   AttentionStatistics out;
   out.entropy_sum.assign(size_t(num_heads), 0.0);
   out.queries = qkv.size(0);
   for (int64_t task = 0; task < B * num_heads; ++task) {
-    out.entropy_sum[size_t(task % num_heads)] += entropy[size_t(task)];
-    out.max_abs_logit = max_keep_nan(out.max_abs_logit, largest[size_t(task)]);
+    out.entropy_sum[size_t(task % num_heads)] += task_entropy_sum[size_t(task)];
+    out.max_abs_logit = max_keep_nan(out.max_abs_logit, task_max_abs_logit[size_t(task)]);
   }
   return out;
 }
@@ -141,11 +141,11 @@ LogZStatistics log_z_statistics(const Tensor& logits) {
   LogZStatistics out;
   out.rows = N;
   for (int64_t n = 0; n < N; ++n) {
-    const float* r = z + n * V;
+    const float* row = z + n * V;
     double top = -std::numeric_limits<double>::infinity();
-    for (int64_t v = 0; v < V; ++v) top = max_keep_nan(top, double(r[v]));
+    for (int64_t v = 0; v < V; ++v) top = max_keep_nan(top, double(row[v]));
     double S = 0.0;
-    for (int64_t v = 0; v < V; ++v) S += math::detail::exp_double_nonpositive(double(r[v]) - top);
+    for (int64_t v = 0; v < V; ++v) S += math::detail::exp_double_nonpositive(double(row[v]) - top);
     const double log_z = top + std::log(S);
     out.sum += log_z;
     out.max_abs = max_keep_nan(out.max_abs, std::fabs(log_z));
@@ -249,8 +249,9 @@ void update_sums(const std::vector<std::vector<UpdateSegment>>& blocks, size_t f
 
 std::vector<double> serial_sums_of_squares(const std::vector<Segments>& blocks) {
   std::vector<double> sums(blocks.size(), 0.0);
-  in_groups_of_one_shape<8>(
-      blocks, [&](auto group, size_t first) { square_sums<decltype(group)::value>(blocks, first, sums.data()); });
+  in_groups_of_one_shape<8>(blocks, [&](auto group, size_t first) {
+    square_sums<decltype(group)::value>(blocks, first, sums.data());
+  });
   return sums;
 }
 
