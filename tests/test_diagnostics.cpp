@@ -126,7 +126,7 @@ TEST_CASE("attention statistics: the bits of a plain loop over queries, for ever
   }
 }
 
-TEST_CASE("sums of squares: blocks summed together give each block's plain sequential sum, bit for bit") {
+TEST_CASE("serial sums of squares: blocks summed together give each block's plain sequential sum, bit for bit") {
   // 11 blocks: 9 of one shape (a group of eight, then one), one of another shape, one more of the
   // first; sizes that are no multiple of anything.
   Rng rng(5, 0);
@@ -142,7 +142,7 @@ TEST_CASE("sums of squares: blocks summed together give each block's plain seque
     }
     blocks.push_back(block);
   }
-  const std::vector<double> sums = nn::sums_of_squares(blocks);
+  const std::vector<double> sums = nn::serial_sums_of_squares(blocks);
   REQUIRE(sums.size() == blocks.size());
   for (size_t b = 0; b < blocks.size(); ++b) {
     double want = 0.0;
@@ -151,8 +151,8 @@ TEST_CASE("sums of squares: blocks summed together give each block's plain seque
     CHECK(sums[b] == want);
     CHECK(want > 0.0);
   }
-  CHECK(nn::sums_of_squares({}).empty());
-  CHECK(nn::sums_of_squares({nn::Segments{}}) == std::vector<double>{0.0});
+  CHECK(nn::serial_sums_of_squares({}).empty());
+  CHECK(nn::serial_sums_of_squares({nn::Segments{}}) == std::vector<double>{0.0});
 }
 
 TEST_CASE("log Z statistics: log Z of [0, 0] is ln 2, of [100, 100] 100 + ln 2, of [-3, -3] ln 2 - 3") {

@@ -58,7 +58,7 @@ AttentionStatistics attention_statistics(const Tensor& qkv, const std::vector<in
   // a logit adds its D products in order, a query's maximum, S and weighted sum go over its keys in
   // order, and the entropy adds the queries in order. Only max |s| is taken lane by lane, which
   // gives the same maximum.
-  std::vector<double> entropy(size_t(B * num_heads), 0.0), largest(size_t(B * num_heads), 0.0);
+  std::vector<double> task_entropy_sum(size_t(B * num_heads), 0.0), task_max_abs_logit(size_t(B * num_heads), 0.0);
   parallel_for(B * num_heads, qkv.numel() > (1 << 14), [&](int64_t begin, int64_t end) {
     // Sized once for the longest sequence: qt (D, Lp) the queries transposed, s and w (L, Lp) key by
     // key the queries' logits and exp weights, top (Lp), S and weighted (Lp) per query.
@@ -120,16 +120,16 @@ AttentionStatistics attention_statistics(const Tensor& qkv, const std::vector<in
         }
       double entropy_sum = 0.0;
       for (int64_t i = 0; i < L; ++i) entropy_sum += std::log(Sp[i]) - weighted_p[i] / Sp[i];
-      entropy[size_t(task)] = entropy_sum;
-      largest[size_t(task)] = double(max_abs);
+      task_entropy_sum[size_t(task)] = entropy_sum;
+      task_max_abs_logit[size_t(task)] = double(max_abs);
     }
   });
   AttentionStatistics out;
   out.entropy_sum.assign(size_t(num_heads), 0.0);
   out.queries = qkv.size(0);
   for (int64_t task = 0; task < B * num_heads; ++task) {
-    out.entropy_sum[size_t(task % num_heads)] += entropy[size_t(task)];
-    out.max_abs_logit = max_keep_nan(out.max_abs_logit, largest[size_t(task)]);
+    out.entropy_sum[size_t(task % num_heads)] += task_entropy_sum[size_t(task)];
+    out.max_abs_logit = max_keep_nan(out.max_abs_logit, task_max_abs_logit[size_t(task)]);
   }
   return out;
 }
@@ -141,11 +141,11 @@ LogZStatistics log_z_statistics(const Tensor& logits) {
   LogZStatistics out;
   out.rows = N;
   for (int64_t n = 0; n < N; ++n) {
-    const float* r = z + n * V;
+    const float* row = z + n * V;
     double top = -std::numeric_limits<double>::infinity();
-    for (int64_t v = 0; v < V; ++v) top = max_keep_nan(top, double(r[v]));
+    for (int64_t v = 0; v < V; ++v) top = max_keep_nan(top, double(row[v]));
     double S = 0.0;
-    for (int64_t v = 0; v < V; ++v) S += math::detail::exp_double_nonpositive(double(r[v]) - top);
+    for (int64_t v = 0; v < V; ++v) S += math::detail::exp_double_nonpositive(double(row[v]) - top);
     const double log_z = top + std::log(S);
     out.sum += log_z;
     out.max_abs = max_keep_nan(out.max_abs, std::fabs(log_z));
@@ -164,29 +164,46 @@ std::vector<std::vector<float>> block_parameter_values(const Module& model) {
 
 namespace {
 
-// One block's parameters in named_parameters order: (now, before, count) each.
-struct Segment {
+// One block's parameter for the update ratio: its values now, the same values saved before the
+// update, and their count. A block is a vector of these, in named_parameters order.
+struct UpdateSegment {
   const float* now;
-  const float* old;
+  const float* before;
   size_t count;
 };
 
-// run(std::integral_constant<int, G>, first) with G = group (1 <= group <= G0): one instantiation a size.
-template <int G0, class Run>
-void run_group(size_t group, size_t first, Run& run) {
-  if constexpr (G0 > 1)
-    if (group < size_t(G0)) return run_group<G0 - 1>(group, first, run);
-  run(std::integral_constant<int, G0>{}, first);
+// A segment's number of values, for same_shape (a Segments entry is (data, count)).
+size_t count_of(const std::pair<const float*, size_t>& segment) { return segment.second; }
+size_t count_of(const UpdateSegment& segment) { return segment.count; }
+
+// Whether blocks a and b have segments of the same sizes in the same order (every encoder layer has).
+template <class Block>
+bool same_shape(const Block& a, const Block& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t k = 0; k < a.size(); ++k)
+    if (count_of(a[k]) != count_of(b[k])) return false;
+  return true;
 }
 
-// Runs run(std::integral_constant<int, G>, first) over consecutive groups of up to MaxGroup blocks
-// for which same(first, other) holds (blocks of one shape: every encoder layer), G the group's size.
-template <int MaxGroup, class Same, class Run>
-void in_groups(size_t blocks, Same same, Run run) {
-  for (size_t first = 0; first < blocks;) {
+// sum_group(std::integral_constant<int, G>{}, first) with G = group (1 <= group <= G0): the group's
+// size as a template argument, so that its G chains are a fixed number of registers.
+template <int G0, class SumGroup>
+void with_group_size(size_t group, size_t first, SumGroup& sum_group) {
+  if constexpr (G0 > 1)
+    if (group < size_t(G0)) return with_group_size<G0 - 1>(group, first, sum_group);
+  sum_group(std::integral_constant<int, G0>{}, first);
+}
+
+// Calls sum_group(std::integral_constant<int, G>{}, first) for each run of up to MaxGroup
+// consecutive blocks [first, first + G) of the first one's shape; a block unlike the next is a
+// group of one. The grouping only decides which blocks' sums advance together, never their order.
+template <int MaxGroup, class Block, class SumGroup>
+void in_groups_of_one_shape(const std::vector<Block>& blocks, SumGroup sum_group) {
+  for (size_t first = 0; first < blocks.size();) {
     size_t group = 1;
-    while (group < MaxGroup && first + group < blocks && same(first, first + group)) ++group;
-    run_group<MaxGroup>(group, first, run);
+    while (group < MaxGroup && first + group < blocks.size() && same_shape(blocks[first], blocks[first + group]))
+      ++group;
+    with_group_size<MaxGroup>(group, first, sum_group);
     first += group;
   }
 }
@@ -194,82 +211,74 @@ void in_groups(size_t blocks, Same same, Run run) {
 // sum x^2 over G blocks of segments of the same sizes, each block's sum in its own order: G
 // independent chains advanced together (one chain waits on its adds).
 template <int G>
-void square_sums(const std::vector<Segments>& blocks, size_t first, double* sum) {
-  double z[G];
-  for (int g = 0; g < G; ++g) z[g] = 0.0;
+void square_sums(const std::vector<Segments>& blocks, size_t first, double* sum_sq) {
+  double sum[G];
+  for (int g = 0; g < G; ++g) sum[g] = 0.0;
   for (size_t k = 0; k < blocks[first].size(); ++k) {
     const float* x[G];
     for (int g = 0; g < G; ++g) x[g] = blocks[first + size_t(g)][k].first;
     for (size_t i = 0; i < blocks[first][k].second; ++i)
-      for (int g = 0; g < G; ++g) z[g] += double(x[g][i]) * double(x[g][i]);
+      for (int g = 0; g < G; ++g) sum[g] += double(x[g][i]) * double(x[g][i]);
   }
-  for (int g = 0; g < G; ++g) sum[first + size_t(g)] = z[g];
+  for (int g = 0; g < G; ++g) sum_sq[first + size_t(g)] = sum[g];
 }
 
-// sum (now - old)^2 and sum old^2 over G blocks whose segments have the same sizes, each block's
-// sums in its own order: G independent chains advanced together (one chain waits on its adds).
+// sum (now - before)^2 and sum before^2 over G blocks whose segments have the same sizes, each
+// block's sums in its own order: 2G independent chains advanced together.
 template <int G>
-void update_sums(const std::vector<std::vector<Segment>>& blocks, size_t first, double* change, double* size) {
-  double c[G], z[G];
-  for (int g = 0; g < G; ++g) c[g] = change[first + size_t(g)], z[g] = size[first + size_t(g)];
+void update_sums(const std::vector<std::vector<UpdateSegment>>& blocks, size_t first, double* change_sq,
+                 double* before_sq) {
+  double change[G], size[G];  // block first + g: sum (now - before)^2, sum before^2
+  for (int g = 0; g < G; ++g) change[g] = 0.0, size[g] = 0.0;
   for (size_t k = 0; k < blocks[first].size(); ++k) {
     const float* now[G];
-    const float* old[G];
-    for (int g = 0; g < G; ++g) now[g] = blocks[first + size_t(g)][k].now, old[g] = blocks[first + size_t(g)][k].old;
+    const float* before[G];
+    for (int g = 0; g < G; ++g)
+      now[g] = blocks[first + size_t(g)][k].now, before[g] = blocks[first + size_t(g)][k].before;
     for (size_t i = 0; i < blocks[first][k].count; ++i)
       for (int g = 0; g < G; ++g) {
-        const double delta = double(now[g][i]) - double(old[g][i]);
-        c[g] += delta * delta;
-        z[g] += double(old[g][i]) * double(old[g][i]);
+        const double delta = double(now[g][i]) - double(before[g][i]);
+        change[g] += delta * delta;
+        size[g] += double(before[g][i]) * double(before[g][i]);
       }
   }
-  for (int g = 0; g < G; ++g) change[first + size_t(g)] = c[g], size[first + size_t(g)] = z[g];
+  for (int g = 0; g < G; ++g) change_sq[first + size_t(g)] = change[g], before_sq[first + size_t(g)] = size[g];
 }
 
 }  // namespace
 
-std::vector<double> sums_of_squares(const std::vector<Segments>& blocks) {
+std::vector<double> serial_sums_of_squares(const std::vector<Segments>& blocks) {
   std::vector<double> sums(blocks.size(), 0.0);
-  auto same_shape = [&](size_t a, size_t b) {
-    if (blocks[a].size() != blocks[b].size()) return false;
-    for (size_t k = 0; k < blocks[a].size(); ++k)
-      if (blocks[a][k].second != blocks[b][k].second) return false;
-    return true;
-  };
-  in_groups<8>(blocks.size(), same_shape,
-               [&](auto group, size_t first) { square_sums<decltype(group)::value>(blocks, first, sums.data()); });
+  in_groups_of_one_shape<8>(blocks, [&](auto group, size_t first) {
+    square_sums<decltype(group)::value>(blocks, first, sums.data());
+  });
   return sums;
 }
 
 std::vector<double> per_layer_update_ratios(const Module& model, int64_t num_layers,
                                             const std::vector<std::vector<float>>& before) {
-  std::vector<double> change(size_t(num_layers), 0.0), size(size_t(num_layers), 0.0);
   const NamedTensors params = model.named_parameters();
   if (params.size() != before.size())
     throw UsageError(fmt::format("per_layer_update_ratios: {} parameters, {} saved", params.size(), before.size()));
-  std::vector<std::vector<Segment>> blocks(static_cast<size_t>(num_layers));
+  std::vector<std::vector<UpdateSegment>> blocks(static_cast<size_t>(num_layers));
   for (size_t p = 0; p < params.size(); ++p) {
     const int64_t layer = block_of(params[p].first, num_layers);
     if (layer < 0) continue;
-    const std::vector<float>& old = before[p];
-    if (int64_t(old.size()) != params[p].second.numel())
+    const std::vector<float>& saved = before[p];
+    if (int64_t(saved.size()) != params[p].second.numel())
       throw UsageError(fmt::format("per_layer_update_ratios: {} changed size", params[p].first));
-    blocks[size_t(layer)].push_back({params[p].second.data(), old.data(), old.size()});
+    blocks[size_t(layer)].push_back({params[p].second.data(), saved.data(), saved.size()});
   }
   // Blocks of one shape (every encoder layer) go up to six at a time (two chains each); any other
   // one on its own. Either way each block's two sums add its values in the order above, so the
   // ratios have the same bits.
-  auto same_shape = [&](size_t a, size_t b) {
-    if (blocks[a].size() != blocks[b].size()) return false;
-    for (size_t k = 0; k < blocks[a].size(); ++k)
-      if (blocks[a][k].count != blocks[b][k].count) return false;
-    return true;
-  };
-  in_groups<6>(blocks.size(), same_shape, [&](auto group, size_t first) {
-    update_sums<decltype(group)::value>(blocks, first, change.data(), size.data());
+  std::vector<double> change_sq(size_t(num_layers), 0.0), before_sq(size_t(num_layers), 0.0);
+  in_groups_of_one_shape<6>(blocks, [&](auto group, size_t first) {
+    update_sums<decltype(group)::value>(blocks, first, change_sq.data(), before_sq.data());
   });
   std::vector<double> ratios(size_t(num_layers), 0.0);
-  for (size_t l = 0; l < ratios.size(); ++l) ratios[l] = size[l] > 0 ? std::sqrt(change[l] / size[l]) : 0.0;
+  for (size_t l = 0; l < ratios.size(); ++l)
+    ratios[l] = before_sq[l] > 0 ? std::sqrt(change_sq[l] / before_sq[l]) : 0.0;
   return ratios;
 }
 

@@ -153,7 +153,7 @@ Tensor TransformerEncoder::forward(const Tensor& x, const std::vector<int64_t>& 
   if (diagnostics) {
     std::vector<Segments> values;
     for (const Tensor& y : outputs) values.push_back({{y.data(), size_t(y.numel())}});
-    diagnostics->residual_sum_sq = sums_of_squares(values);
+    diagnostics->residual_sum_sq = serial_sums_of_squares(values);
     diagnostics->residual_values = outputs.empty() ? 0 : h.numel();
     for (double sum_sq : diagnostics->residual_sum_sq)
       diagnostics->residual_rms.push_back(h.numel() ? std::sqrt(sum_sq / double(h.numel())) : 0.0);
@@ -223,7 +223,7 @@ std::vector<double> per_layer_grad_norms(const Module& model, int64_t num_layers
     if (layer < 0 || layer >= num_layers) continue;
     layers[size_t(layer)].emplace_back(t.grad_data(), size_t(t.numel()));
   }
-  std::vector<double> norms = sums_of_squares(layers);
+  std::vector<double> norms = serial_sums_of_squares(layers);
   for (double& v : norms) v = std::sqrt(v);
   return norms;
 }

@@ -39,7 +39,9 @@ LogZStatistics log_z_statistics(const Tensor& logits);
 using Segments = std::vector<std::pair<const float*, size_t>>;
 // sum of double(x)^2 over each block's segments in order (blocks.size()): each block one serial sum,
 // as a plain loop adds it; blocks of one shape are advanced together, which changes no bit.
-std::vector<double> sums_of_squares(const std::vector<Segments>& blocks);
+// Serial on purpose: this order is part of the recorded diagnostics (residual RMS, per-layer gradient
+// norms); kernels::sums_of_squares adds in 8 lanes, another order, so other bits.
+std::vector<double> serial_sums_of_squares(const std::vector<Segments>& blocks);
 
 // A copy of every block parameter ("layers.N."), in named_parameters order (other parameters:
 // empty), taken before an update for per_layer_update_ratios.
