@@ -23,14 +23,13 @@ T max_keep_nan(T a, T b) {
   return a != a || b <= a ? a : b;
 }
 
-// The block index of a parameter name "layers.N...", or -1.
-int64_t block_of(const std::string& name, int64_t num_layers) {
+}  // namespace
+
+int64_t block_index(const std::string& name, int64_t num_layers) {
   if (name.rfind("layers.", 0) != 0) return -1;
   const int64_t layer = std::stoll(name.substr(7));
   return layer >= 0 && layer < num_layers ? layer : -1;
 }
-
-}  // namespace
 
 AttentionStatistics attention_statistics(const Tensor& qkv, const std::vector<int64_t>& offsets, int64_t num_heads) {
   if (qkv.dim() != 2 || qkv.size(1) % 3 != 0 || num_heads < 1 || (qkv.size(1) / 3) % num_heads != 0 ||
@@ -262,7 +261,7 @@ std::vector<double> per_layer_update_ratios(const Module& model, int64_t num_lay
     throw UsageError(fmt::format("per_layer_update_ratios: {} parameters, {} saved", params.size(), before.size()));
   std::vector<std::vector<UpdateSegment>> blocks(static_cast<size_t>(num_layers));
   for (size_t p = 0; p < params.size(); ++p) {
-    const int64_t layer = block_of(params[p].first, num_layers);
+    const int64_t layer = block_index(params[p].first, num_layers);
     if (layer < 0) continue;
     const std::vector<float>& saved = before[p];
     if (int64_t(saved.size()) != params[p].second.numel())

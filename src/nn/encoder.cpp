@@ -218,9 +218,8 @@ std::vector<double> per_layer_grad_norms(const Module& model, int64_t num_layers
   // sums advanced together).
   std::vector<Segments> layers(static_cast<size_t>(num_layers));
   for (const auto& [name, t] : model.named_parameters()) {
-    if (name.rfind("layers.", 0) != 0 || !t.has_grad()) continue;
-    const int64_t layer = std::stoll(name.substr(7));
-    if (layer < 0 || layer >= num_layers) continue;
+    const int64_t layer = block_index(name, num_layers);
+    if (layer < 0 || !t.has_grad()) continue;
     layers[size_t(layer)].emplace_back(t.grad_data(), size_t(t.numel()));
   }
   std::vector<double> norms = serial_sums_of_squares(layers);

@@ -6,6 +6,7 @@
 // computing them changes no bit of training. Plain loops in a fixed order, compiled once (not per
 // kernel path), so every kernel path and thread count gives the same figures.
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -36,6 +37,9 @@ struct LogZStatistics {
 LogZStatistics log_z_statistics(const Tensor& logits);
 
 // One block's values as consecutive segments (data, count): a layer's gradients, its output.
+// The block a parameter belongs to: N for a name "layers.N..." with 0 <= N < num_layers, else -1.
+int64_t block_index(const std::string& name, int64_t num_layers);
+
 using Segments = std::vector<std::pair<const float*, size_t>>;
 // sum of double(x)^2 over each block's segments in order (blocks.size()): each block one serial sum,
 // as a plain loop adds it; blocks of one shape are advanced together, which changes no bit.
