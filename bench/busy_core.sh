@@ -5,7 +5,11 @@
 # it. Every sample is one process; 1- and 2-thread processes alternate (1 first in odd rounds, 2
 # first in even ones), and so do the binaries given (a build before and after a change), so a phase
 # of the machine falls on all of them. Prints one line per process, then the median of each (side,
-# load, threads) group. Timings need the shared lock:
+# load, threads) group. A normlab process's line also says what ran its timed steps, where the
+# binary prints it (bench step --json's "pool" and "cpu"): the pool's rests and regions run alone,
+# the parts the workers ran, this process's CPU time over the wall time (near 2 at 2 threads when
+# the worker ran throughout: it spins between regions), and the CPU time the hypervisor (steal) and
+# other processes took meanwhile, in ms. Timings need the shared lock:
 #   flock /tmp/normlab-bench.lock bench/busy_core.sh [path/to/normlab ...]
 #   ROUNDS=N (default 5)  REPEATS=R timed steps per process (30)  LOADS="idle busy"  TORCH=1
 # PyTorch runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (this machine sets them for old
@@ -33,9 +37,17 @@ stop_load() {
 }
 trap stop_load EXIT
 
-normlab_ms() {  # binary threads
+normlab_ms() {  # binary threads: "step_ms" and, where printed, "rests=R alone=A workers=W cpu/wall=C steal=S others=O"
   "$1" bench step --config configs/bench-step.json --threads "$2" --repeats "$repeats" --json |
-    sed -E 's/.*"step_ms":([0-9.eE+-]+).*/\1/' | awk '{ printf "%.2f\n", $1 }'
+    /usr/bin/python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+line = "%.2f" % r["step_ms"]
+if "pool" in r:
+    p, c = r["pool"], r["cpu"]
+    line += "   rests=%d alone=%d workers=%d cpu/wall=%.2f steal=%.0f others=%.0f" % (
+        p["rests"], p["alone_regions"], p["by_workers"], c["process_ms"] / c["wall_ms"], c["steal_ms"], c["others_ms"])
+print(line)'
 }
 torch_ms() {
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 bench/bench_step_torch.py --norm-first \
@@ -61,7 +73,7 @@ for load in $loads; do
   stop_load
 done
 echo "medians of the processes (ms):"
-sort -k1,1 -k2,2 -k3,3n -k4,4g "$raw" | awk '
+awk '{ print $1, $2, $3, $4 }' "$raw" | sort -k1,1 -k2,2 -k3,3n -k4,4g | awk '
   { key = $1 " " $2 " " $3 " thread(s)"; vals[key] = vals[key] " " $4; cnt[key]++; all[key, cnt[key]] = $4
     if (!(key in seen)) { seen[key] = 1; order[++k] = key } }
   END {

@@ -36,12 +36,19 @@ constexpr int kSpinChecks = 2000;
 // (same parts, same bits) for a rest, then tries the workers again with kProbeCreditNs of credit.
 constexpr int64_t kMaxCreditNs = 4'000'000;
 constexpr int64_t kProbeCreditNs = 500'000;
-// A worker that claims no part of this many regions in a row is not running (another process holds
-// its core: idle, a worker claims a part a fraction of a microsecond after a region opens): the
-// caller rests too. Each of those regions ran its parts one after the other on the caller, which
-// costs more than the one-part form that a resting pool lets the GEMMs use (pool_resting); the
-// credit does not see it (the caller never waited).
+// Workers that claim no part of a region were not running (another process holds their core: idle, a
+// worker claims a part a fraction of a microsecond after a region opens). Such a region ran its parts
+// one after the other on the caller, which costs more than the one-part form that a resting pool
+// lets the GEMMs use (pool_resting), and the credit does not see it (the caller never waited). So
+// the caller counts them: +1 for a region without the workers, -kPresentWeight (down to 0) for one
+// they took part in, and rests when the count reaches kMaxAbsentRegions: 64 regions in a row, or
+// more spread out. A worker on a core that another process keeps busy runs now and then, for a few
+// regions of a step; counting regions in a row only, those few reset the count and the caller ran
+// its split forms, and waited for the parts such a worker claimed and was descheduled on, for steps
+// on end. With the weight, workers that take part in fewer than 1 region in kPresentWeight + 1 make
+// the pool rest; idle, they take part in nearly all.
 constexpr int kMaxAbsentRegions = 64;
+constexpr int kPresentWeight = 2;
 // How long a rest lasts. The first after a good stretch is short: on an otherwise idle machine the
 // usual cause is another process's burst of a few milliseconds on the worker's core, and a long rest
 // would then run tens of regions alone for nothing (50 ms is ~10 steps of bench-step.json at one
@@ -169,7 +176,7 @@ class Pool {
   int64_t credit_ns_ = kProbeCreditNs;
   int64_t rest_ns_ = kMinRestNs;  // the next rest's length, at least
   std::atomic<int64_t> alone_until_ns_{INT64_MIN};  // written by the caller only; read by pool_resting
-  int absent_regions_ = 0;                          // regions in a row the workers took no part of
+  int absent_regions_ = 0;  // regions the workers took no part of, less kPresentWeight per one they did
 };
 
 Pool& pool() {
@@ -278,7 +285,7 @@ void Pool::start_rest(int64_t now, int64_t min_ns) {
 }
 
 void Pool::account(int64_t parts, int64_t mine, int64_t t0, int64_t t1, int64_t t2) {
-  absent_regions_ = mine < parts ? 0 : absent_regions_ + 1;
+  absent_regions_ = mine < parts ? std::max(0, absent_regions_ - kPresentWeight) : absent_regions_ + 1;
   if (absent_regions_ >= kMaxAbsentRegions) {
     start_rest(t2, kMinRestNs);
     return;

@@ -210,6 +210,13 @@ TEST_CASE("cli: bench step prints step time and throughput") {
   CHECK(out["peak_rss_mib"].get<double>() > 1.0);
   CHECK(out["peak_rss_mib"].get<double>() < 1024.0);
   CHECK(!out.contains("breakdown"));  // timed only when asked
+  // What ran the timed steps: at 1 thread no region opens on the pool.
+  Result one = run_cli(dir, "bench step --config " + config + " --repeats 2 --threads 1 --json");
+  REQUIRE(one.code == 0);
+  const json timed = json::parse(one.out);
+  CHECK(timed["pool"] == json{{"by_caller", 0}, {"by_workers", 0}, {"alone_regions", 0}, {"rests", 0}});
+  CHECK(timed["cpu"]["wall_ms"].get<double>() > 0);
+  CHECK(timed["cpu"]["process_ms"].get<double>() >= 0);
 }
 
 TEST_CASE("cli: bench step --breakdown says which ops and phases the step's time went to") {

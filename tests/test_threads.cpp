@@ -464,6 +464,32 @@ bool region_ran_once() {
   run_parts(2, [&](int64_t part) { runs[size_t(part)]++; });
   return runs[0] == 1 && runs[1] == 1;
 }
+
+// A worker stalls stall_ns on the part it claimed; the pool must then rest exactly rest_ns of the
+// clock: the regions right after the stall and 1 ns before the rest ends run on the caller alone,
+// the one at its end on the pool again (a worker claims a part of it).
+void stall_then_rest(int64_t stall, int64_t rest) {
+  CAPTURE(stall);
+  CAPTURE(rest);
+  const int64_t claims = worker_claims;
+  const PartCounts before = part_counts();
+  stall_ns = stall;
+  CHECK(region_ran_once());
+  stall_ns = 0;
+  CHECK(worker_claims == claims + 1);
+  CHECK(part_counts().rests == before.rests + 1);
+  const int64_t stalled_at = clock_ns;
+  for (int64_t at : {int64_t{0}, rest - 1}) {
+    clock_ns = stalled_at + at;
+    CHECK(region_ran_once());
+  }
+  CHECK(worker_claims == claims + 1);  // both regions ran on the caller alone
+  CHECK(part_counts().alone_regions == before.alone_regions + 2);
+  clock_ns = stalled_at + rest;
+  CHECK(region_ran_once());
+  CHECK(worker_claims == claims + 2);
+  CHECK(part_counts().rests == before.rests + 1);
+}
 }  // namespace rest
 }  // namespace
 
@@ -480,49 +506,14 @@ TEST_CASE("threads: when a descheduled worker costs more than it saves, the call
   // On the pool while the workers cost nothing (the clock stands still).
   CHECK(rest::region_ran_once());
   CHECK(rest::worker_claims == 1);
-  // A worker stalls 10 ms on its part: the pool rests for 40 ms.
-  rest::stall_ns = 10'000'000;
-  CHECK(rest::region_ran_once());
-  rest::stall_ns = 0;
-  CHECK(rest::worker_claims == 2);
-  CHECK(part_counts().rests == before.rests + 1);
-  const int64_t stalled_at = rest::clock_ns;
-  for (int64_t at : {int64_t{0}, int64_t{39'999'999}}) {
-    rest::clock_ns = stalled_at + at;
-    CHECK(rest::region_ran_once());
-  }
-  CHECK(rest::worker_claims == 2);  // both regions ran on the caller alone
-  CHECK(part_counts().alone_regions == before.alone_regions + 2);
-  // After the rest, the workers again; another stall rests 4 times as long.
-  rest::clock_ns = stalled_at + 40'000'000;
-  rest::stall_ns = 10'000'000;
-  CHECK(rest::region_ran_once());
-  rest::stall_ns = 0;
-  CHECK(rest::worker_claims == 3);
-  CHECK(part_counts().rests == before.rests + 2);
-  const int64_t stalled_again = rest::clock_ns;
-  rest::clock_ns = stalled_again + 159'999'999;
-  CHECK(rest::region_ran_once());
-  CHECK(rest::worker_claims == 3);
-  rest::clock_ns = stalled_again + 160'000'000;
-  CHECK(rest::region_ran_once());
-  CHECK(rest::worker_claims == 4);
-  CHECK(part_counts().alone_regions == before.alone_regions + 3);
-
+  CHECK(part_counts().rests == before.rests);
+  // A worker stalls 10 ms on its part: the pool rests for 40 ms; another stall rests 4 times as long.
+  rest::stall_then_rest(10'000'000, 40'000'000);
+  rest::stall_then_rest(10'000'000, 160'000'000);
   // A fresh start (setting the clock resets the adaptation): a 30 ms stall rests 50 ms, not 120.
   set_pool_clock_for_tests(rest::read_clock);
-  rest::stall_ns = 30'000'000;
-  CHECK(rest::region_ran_once());
-  rest::stall_ns = 0;
-  CHECK(rest::worker_claims == 5);
-  const int64_t stalled_long = rest::clock_ns;
-  rest::clock_ns = stalled_long + 49'999'999;
-  CHECK(rest::region_ran_once());
-  CHECK(rest::worker_claims == 5);
-  rest::clock_ns = stalled_long + 50'000'000;
-  CHECK(rest::region_ran_once());
-  CHECK(rest::worker_claims == 6);
-
+  rest::stall_then_rest(30'000'000, 50'000'000);
+  CHECK(rest::worker_claims == 7);
   set_pool_hook_for_tests(nullptr);
   set_pool_clock_for_tests(nullptr);
 }
@@ -577,6 +568,67 @@ TEST_CASE("threads: when the workers take no part of 64 regions in a row, the po
   set_pool_clock_for_tests(nullptr);
   set_num_threads(1);
   CHECK_FALSE(pool_resting());  // one thread: no pool
+}
+
+// A worker on a core that another process keeps busy runs now and then: it takes part in a few
+// regions and misses the rest. Each region it takes part in counts 2 against the regions it missed,
+// so a worker in 1 region of 3 keeps the pool on, and one in 1 of 4 makes it rest once the count
+// reaches 64: after 62 cycles of 4 regions (3 more missed than offset each cycle), give or take the
+// cycle's phase. Counting regions in a row only, that worker would have kept the pool on forever.
+// The hook lets the worker claim a part of every `every`th region (the caller waits for that
+// claim) and holds it out of the others until the caller has claimed every part; the fake clock
+// stands still, so the credit never moves.
+namespace {
+namespace sporadic {
+std::atomic<uint32_t> every{3};
+void hook(const PoolEvent& e) {
+  if (e.moment == PoolMoment::waiting) {
+    rest::hook(e);
+    absent::hook(e);
+  } else if (e.region % every == 0) {
+    rest::hook(e);  // the worker claims a part, the caller the other
+  } else {
+    absent::hook(e);  // the caller claims both
+  }
+}
+
+// Regions run until the pool rests (at most `limit`); how many.
+int regions_until_rest(int limit) {
+  const int64_t rests = part_counts().rests;
+  for (int region = 1; region <= limit; ++region) {
+    REQUIRE(rest::region_ran_once());
+    if (part_counts().rests > rests) return region;
+  }
+  return limit + 1;
+}
+}  // namespace sporadic
+}  // namespace
+
+TEST_CASE("threads: a worker that takes part in too few regions makes the pool rest, though never absent long") {
+  ThreadCountGuard guard;
+  set_num_threads(2);
+  rest::clock_ns = 1'000'000'000;
+  rest::stall_ns = 0;
+  set_pool_hook_for_tests(sporadic::hook);
+
+  sporadic::every = 3;
+  set_pool_clock_for_tests(rest::read_clock);  // resets the count
+  rest::worker_claims = 0;
+  CHECK(sporadic::regions_until_rest(300) == 301);
+  CHECK(rest::worker_claims == 100);
+  CHECK_FALSE(pool_resting());
+
+  sporadic::every = 4;
+  set_pool_clock_for_tests(rest::read_clock);
+  rest::worker_claims = 0;
+  const int regions = sporadic::regions_until_rest(300);
+  CHECK(regions >= 4 * 62 - 3);
+  CHECK(regions <= 4 * 62 + 3);
+  CHECK(rest::worker_claims >= 61);  // it took part all along
+  CHECK(pool_resting());
+
+  set_pool_hook_for_tests(nullptr);
+  set_pool_clock_for_tests(nullptr);
 }
 
 // The weight-gradient GEMM at 2 and 3 threads splits K by cost, cutting a K block between two

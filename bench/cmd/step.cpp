@@ -73,6 +73,20 @@ void run(const BenchStepOptions& options) {
                           {"flops_definition",
                            "6*rows*in*out per Linear + 12*d_model*L^2 per layer and sequence (docs/PERFORMANCE.md)"},
                           {"tokens_per_s_definition", "real (unpadded) tokens of the timed steps / their total time"}};
+    out["pool"] = {{"by_caller", r.pool.by_caller},
+                   {"by_workers", r.pool.by_workers},
+                   {"alone_regions", r.pool.alone_regions},
+                   {"rests", r.pool.rests}};
+    out["cpu"] = {{"wall_ms", r.wall_ms},
+                  {"process_ms", r.process_cpu_ms},
+                  {"involuntary_switches", r.involuntary_switches},
+                  {"steal_ms", r.steal_ms},
+                  {"others_ms", r.others_cpu_ms}};
+    out["pool_definition"] =
+        "over the timed steps: parts run by the caller and by the pool's workers, regions the caller ran alone "
+        "while the pool rested, rests started (docs/PERFORMANCE.md, Threads); cpu: their wall time, this process's "
+        "CPU time and involuntary switches, the machine's steal and other processes' CPU time (/proc/stat, 10 ms "
+        "ticks)";
     if (options.breakdown) {
       nlohmann::json rows = nlohmann::json::array();
       for (const auto& part : r.breakdown)

@@ -1,6 +1,8 @@
 #include "normlab/bench/step.hpp"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -42,6 +44,36 @@ double step_flops(const nn::ModelOptions& model, const std::vector<int64_t>& len
   return 6.0 * tokens * linear_weights + 6.0 * head_rows * d * classes + layers * 12.0 * d * sum_sq;
 }
 
+namespace {
+
+// This process's CPU time (ms) and involuntary context switches so far.
+struct ProcessUsage {
+  double cpu_ms = 0.0;
+  int64_t involuntary_switches = 0;
+};
+ProcessUsage process_usage() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto ms = [](const timeval& t) { return double(t.tv_sec) * 1e3 + double(t.tv_usec) * 1e-3; };
+  return {ms(u.ru_utime) + ms(u.ru_stime), int64_t(u.ru_nivcsw)};
+}
+
+// The machine's busy and steal time so far, all cores, from the "cpu" line of /proc/stat (ms, at
+// the tick's resolution); zeros where there is none.
+struct MachineTimes {
+  double busy_ms = 0.0, steal_ms = 0.0;
+};
+MachineTimes machine_times() {
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (!(stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) || cpu != "cpu") return {};
+  const double ms_per_tick = 1e3 / double(sysconf(_SC_CLK_TCK));
+  return {(user + nice + system + irq + softirq) * ms_per_tick, steal * ms_per_tick};
+}
+
+}  // namespace
+
 BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warmup, bool breakdown) {
   if (repeats < 1 || warmup < 0) {
     throw UsageError(fmt::format("bench_step: repeats {} must be >= 1 and warmup {} >= 0", repeats, warmup));
@@ -59,8 +91,18 @@ BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warm
   std::vector<double> times_ms;
   double total_s = 0.0, total_tokens = 0.0, total_flops = 0.0;
   std::map<std::pair<std::string, std::string>, std::vector<double>> parts_ms;  // (phase, name) -> per step
+  PartCounts pool_before;
+  ProcessUsage usage_before;
+  MachineTimes machine_before;
+  std::chrono::steady_clock::time_point timed_begin;
   for (int i = 0; i < warmup + repeats; ++i) {
     const data::Batch& batch = batches[size_t(i)];
+    if (i == warmup) {
+      pool_before = part_counts();
+      usage_before = process_usage();
+      machine_before = machine_times();
+      timed_begin = std::chrono::steady_clock::now();
+    }
     OpTimes times;
     if (breakdown) set_op_times(&times);
     const auto begin = std::chrono::steady_clock::now();
@@ -81,6 +123,19 @@ BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warm
     std::vector<int64_t> lengths;
     for (int64_t b = 0; b < batch.batch_size(); ++b) lengths.push_back(batch.length(b));
     total_flops += step_flops(trainer.model().model_options, lengths);
+  }
+  {
+    const auto timed_end = std::chrono::steady_clock::now();
+    const PartCounts pool = part_counts();
+    const ProcessUsage usage = process_usage();
+    const MachineTimes machine = machine_times();
+    result.pool = {pool.by_caller - pool_before.by_caller, pool.by_workers - pool_before.by_workers,
+                   pool.alone_regions - pool_before.alone_regions, pool.rests - pool_before.rests};
+    result.wall_ms = std::chrono::duration<double, std::milli>(timed_end - timed_begin).count();
+    result.process_cpu_ms = usage.cpu_ms - usage_before.cpu_ms;
+    result.involuntary_switches = usage.involuntary_switches - usage_before.involuntary_switches;
+    result.steal_ms = machine.steal_ms - machine_before.steal_ms;
+    result.others_cpu_ms = std::max(0.0, machine.busy_ms - machine_before.busy_ms - result.process_cpu_ms);
   }
   result.step_ms = median(times_ms);
   for (auto& [key, values] : parts_ms) {

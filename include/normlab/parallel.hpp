@@ -8,8 +8,9 @@
 // running (another process holds its core), the calling thread takes its parts instead of waiting
 // for the worker's next time slice (docs/PERFORMANCE.md, "Threads"). A worker descheduled after it
 // claimed a part still makes the caller wait; when such waits cost more than the workers save, or
-// the workers take no part of many regions in a row, the pool runs regions on the calling thread
-// alone for a while (the same parts in the same order: the same bits), then tries the workers again.
+// the workers take no part of most regions (not running: another process holds their core), the
+// pool runs regions on the calling thread alone for a while (the same parts in the same order: the
+// same bits), then tries the workers again.
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -94,9 +95,10 @@ using PoolHook = void (*)(const PoolEvent& event);
 void set_pool_hook_for_tests(PoolHook hook);  // nullptr: none
 
 // How many parts of the regions so far the calling thread ran and how many the workers ran; for
-// tests (that both took part) and benchmarks. `alone_regions`: regions the caller ran alone
-// because the pool was resting (their parts are not in by_caller); `rests`: how many times the
-// pool started to rest (waiting for descheduled workers cost more than they saved).
+// tests (that both took part) and benchmarks (`bench step --json` prints them for its timed steps).
+// `alone_regions`: regions the caller ran alone because the pool was resting (their parts are not
+// in by_caller); `rests`: how many times the pool started to rest (waiting for descheduled workers
+// cost more than they saved, or the workers took part in too few regions).
 struct PartCounts {
   int64_t by_caller = 0, by_workers = 0;
   int64_t alone_regions = 0, rests = 0;

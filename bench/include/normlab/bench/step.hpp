@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "normlab/nn/encoder.hpp"
+#include "normlab/parallel.hpp"
 #include "normlab/train/config.hpp"
 
 namespace normlab::bench {
@@ -43,6 +44,16 @@ struct BenchStepResult {
     double ms = 0.0;
   };
   std::vector<Part> breakdown;
+  // What ran the timed steps (docs/PERFORMANCE.md, "Threads"): the pool's counts over them
+  // (part_counts: parts run by the caller and by the workers, regions the caller ran alone while the
+  // pool rested, rests started), their wall time, this process's CPU time and involuntary context
+  // switches (getrusage), and the machine's, from /proc/stat at the kernel tick's resolution
+  // (10 ms): the time the hypervisor ran something else on the cores (steal) and the CPU time of
+  // other processes (every core's busy time minus this process's). At 2 threads a worker spins
+  // between regions, so process_cpu_ms near 2 x wall_ms says both threads ran throughout.
+  PartCounts pool;
+  double wall_ms = 0.0, process_cpu_ms = 0.0, steal_ms = 0.0, others_cpu_ms = 0.0;
+  int64_t involuntary_switches = 0;
 };
 
 // Model FLOPs of one training step of this model on a batch with these sequence lengths (see
