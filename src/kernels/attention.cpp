@@ -788,7 +788,8 @@ void pair_forward_short(float* out, float* stats, float* exps, const float* qkv,
 // would not fit the 32 registers), go one head after the other. Each head's numbers meet exactly
 // pair_forward_short's operations in the same order: the same bits. NP = 2 (forward, 64 pairs of
 // L tokens, `bench attention --shape 16,L,64,4 --threads 1`: L = 4 4.5 -> 3.6 us, L = 8 5.9 ->
-// 4.9, L = 12 and 16 about 2% faster); four heads at once spilled and took 1.7x as long. The
+// 4.9, L = 12 and 16 about 2% faster; the demo step, whose batches mix lengths 1-16, within the
+// spread: docs/PERFORMANCE.md, "Attention"); four heads at once spilled and took 1.7x as long. The
 // backward's pairs stay alone: two heads side by side measured 5-10% slower (its x, dP and e^T,
 // 48 registers a head, spill already).
 template <int NP>
