@@ -533,3 +533,81 @@ TEST_CASE("short pairs with NaN, infinite and huge scores give every path's resu
   }
   nkd::set_active_isa(saved);
 }
+
+TEST_CASE("attention: short sequences with an even number of heads give the bits of each head alone") {
+  // On avx512 a sequence of at most 16 tokens at head dim 16 runs its heads two at a time
+  // (heads_forward_short) when the number of heads is even; with an odd number each (sequence,
+  // head) pair runs alone (pair_forward_short). Heads 0-2 of a 4-head layout (d_model 64) hold the
+  // numbers of a 3-head layout (d_model 48): their outputs, statistics and gradients (the backward
+  // reads the exponentials the forward kept) must be the same bits, NaN payloads included, on every
+  // path, with and without the cache. Lengths 1-16 and NaN, infinite and huge values as in the
+  // test above.
+  namespace nkd = normlab::kernels;
+  std::vector<int64_t> lengths;
+  for (int64_t L = 1; L <= 16; L++) lengths.push_back(L);
+  lengths.push_back(5);
+  const std::vector<int64_t> offsets = offsets_of(lengths);
+  const int64_t B = int64_t(lengths.size()), T = offsets[B];
+  const int64_t C3h = 48, C4h = 64;  // d_model of the 3- and 4-head layouts
+  std::vector<float> qkv3 = random_vector(size_t(T * 3 * C3h), 51, 2.0f);
+  const std::vector<float> dout3 = random_vector(size_t(T * C3h), 52);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  qkv3[size_t((offsets[9] + 4) * 3 * C3h + 2)] = nan;                                      // a query, head 0
+  qkv3[size_t((offsets[11] + 2) * 3 * C3h + C3h + 17)] = inf;                              // a key, head 1
+  for (int64_t t = offsets[6]; t < offsets[7]; t++) qkv3[size_t(t * 3 * C3h + 40)] = nan;  // every query, head 2
+  for (int64_t c = 0; c < C3h; c++) qkv3[size_t((offsets[13] + 3) * 3 * C3h + C3h + c)] *= 1e4f;  // a huge key
+  // The same numbers in heads 0-2 of the 4-head layout; head 3 its own.
+  std::vector<float> qkv4 = random_vector(size_t(T * 3 * C4h), 53, 2.0f);
+  std::vector<float> dout4 = random_vector(size_t(T * C4h), 54);
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t part = 0; part < 3; part++)
+      for (int64_t c = 0; c < C3h; c++) qkv4[size_t(t * 3 * C4h + part * C4h + c)] = qkv3[size_t(t * 3 * C3h + part * C3h + c)];
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t c = 0; c < C3h; c++) dout4[size_t(t * C4h + c)] = dout3[size_t(t * C3h + c)];
+  struct Result {
+    std::vector<float> out, out_nocache, att, dqkv;
+  };
+  auto run = [&](const std::vector<float>& qkv, const std::vector<float>& dout, int64_t C, int64_t NH) {
+    Result r;
+    r.out.assign(size_t(T * C), 0.0f);
+    r.out_nocache.assign(size_t(T * C), 0.0f);
+    r.att.assign(size_t(nk::attention_cache_size(offsets.data(), B, NH)), 0.0f);
+    nk::attention_forward(r.out.data(), r.att.data(), qkv.data(), offsets.data(), B, C, NH);
+    nk::attention_forward(r.out_nocache.data(), nullptr, qkv.data(), offsets.data(), B, C, NH);
+    r.dqkv.assign(size_t(T * 3 * C), 0.0f);
+    nk::attention_backward(nk::GradOut(r.dqkv.data(), false), dout.data(), qkv.data(), r.att.data(), offsets.data(),
+                           B, C, NH);
+    return r;
+  };
+  const nkd::Isa saved = nkd::active_isa();
+  for (nkd::Isa isa : {nkd::Isa::generic, nkd::Isa::avx2, nkd::Isa::avx512}) {
+    if (!nkd::cpu_supports(isa)) continue;
+    CAPTURE(nkd::isa_name(isa));
+    nkd::set_active_isa(isa);
+    const Result three = run(qkv3, dout3, C3h, 3), four = run(qkv4, dout4, C4h, 4);
+    bool out_same = true, stats_same = true, dqkv_same = true;
+    size_t nans = 0;
+    for (int64_t t = 0; t < T; t++) {
+      for (int64_t c = 0; c < C3h; c++) {
+        const float a = three.out[size_t(t * C3h + c)], b = four.out[size_t(t * C4h + c)];
+        const float b_nocache = four.out_nocache[size_t(t * C4h + c)];
+        out_same = out_same && std::memcmp(&a, &b, sizeof(float)) == 0 && std::memcmp(&a, &b_nocache, sizeof(float)) == 0;
+        nans += std::isnan(a);
+      }
+      for (int64_t part = 0; part < 3; part++)
+        for (int64_t c = 0; c < C3h; c++) {
+          const float a = three.dqkv[size_t(t * 3 * C3h + part * C3h + c)];
+          const float b = four.dqkv[size_t(t * 3 * C4h + part * C4h + c)];
+          dqkv_same = dqkv_same && std::memcmp(&a, &b, sizeof(float)) == 0;
+        }
+    }
+    // The statistics are head-major, (NH, T, 2): heads 0-2 are the first 3 * 2T floats of both.
+    stats_same = std::memcmp(three.att.data(), four.att.data(), size_t(3 * 2 * T) * sizeof(float)) == 0;
+    CHECK(out_same);
+    CHECK(stats_same);
+    CHECK(dqkv_same);
+    CHECK(nans > 0);
+    CHECK(nans < size_t(T * C3h) / 4);
+  }
+  nkd::set_active_isa(saved);
+}

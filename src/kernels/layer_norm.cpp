@@ -498,7 +498,7 @@ constexpr int64_t kMaxBackwardGroupFloatsSimd = kMaxGroupFloats;
 //    per array: 64x128x768): one at a time, dout and x asked for three rows ahead during pass 1
 //    and dx two rows ahead during pass 2 (PrefetchNext asks for the next row only, all in pass 1);
 //  - a call on one thread (below kMinParallelElements: a small model's 138 x 64), whose rows sit
-//    in L1: in the groups of 4 up to 512 columns, with the scratch rows' prefetch.
+//    in L1 and L2: in the groups of 4 up to 512 columns, without prefetch hints.
 // Between the two (128 x 768 in L2, 8192 x 256 from memory in groups) the scratch rows measured
 // faster: there pass 2's arithmetic, which forming xhat0 and g again adds to, is what paces it.
 constexpr int64_t kRecomputeStreamMinFloats = int64_t{1} << 18;
@@ -534,7 +534,7 @@ template <int R>
 void forward_rows(float* y, float* mean, float* rstd,                   // (R, cols), (R), (R)
                   const float* x, int64_t remaining,                    // (R, cols), rows after these
                   const float* gamma, const float* beta, int64_t cols,  // (cols), (cols)
-                  float eps, bool stream) {
+                  float eps, bool stream, bool hints) {
   double row_mean[R], row_rstd_[R];
   auto prefetch_of = [&](int r) {
     return PrefetchNext<1>{{next_row(x + r * cols, x + R * cols, r, remaining, cols)}, stream ? nullptr : y + r * cols};
@@ -550,7 +550,10 @@ void forward_rows(float* y, float* mean, float* rstd,                   // (R, c
   } else
 #endif
   {
-    for (int r = 0; r < R; r++) row_mean[r] = row_sum(x + r * cols, cols, prefetch_of(r)) / double(cols);
+    if (hints)
+      for (int r = 0; r < R; r++) row_mean[r] = row_sum(x + r * cols, cols, prefetch_of(r)) / double(cols);
+    else
+      for (int r = 0; r < R; r++) row_mean[r] = row_sum(x + r * cols, cols, NoPrefetch{}) / double(cols);
   }
   for (int r = 0; r < R; r++)
     row_rstd_[r] = row_rstd(row_sum_squared_deviation(x + r * cols, cols, row_mean[r]) / double(cols), eps);
@@ -1013,6 +1016,13 @@ void layer_norm_forward(float* out, float* mean, float* rstd,                   
                         int64_t rows, int64_t cols, float eps) {
   const int64_t parts = parallel_parts(rows * cols >= kMinParallelElements);
   const bool stream = rows * cols >= kStreamOutputFloats;
+  // Prefetch hints in the row groups' sums, except on AVX-512 in a call on one thread (a small
+  // model's 138 x 64, its rows in L1 and L2), where they cost load slots and give nothing.
+#if defined(__AVX512F__)
+  const bool hints = rows * cols >= kMinParallelElements;
+#else
+  const bool hints = true;
+#endif
   run_parts(parts, [&](int64_t part) {
     const RowRange range = thread_rows(rows, int(part), int(parts));
     auto at = [](float* p, int64_t r) { return p != nullptr ? p + r : nullptr; };
@@ -1023,7 +1033,7 @@ void layer_norm_forward(float* out, float* mean, float* rstd,                   
     };
     auto group = [&]<int G>(int64_t r) {
       forward_rows<G>(out + r * cols, at(mean, r), at(rstd, r), inp + r * cols, rows - (r + G), gamma, beta, cols,
-                      eps, stream);
+                      eps, stream, hints);
     };
 #if defined(__AVX2__)
     if (kForwardGroup * cols > kMaxGroupFloats && 2 * cols <= kMaxGroupFloats && gamma != nullptr &&
@@ -1141,19 +1151,11 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
         return;
       }
       if (gamma != nullptr && grouped && rows * cols < kMinParallelElements) {
+        // No prefetch hints: the call's rows sit in L1 and L2 (dout and x, 35 KB each at 138 x 64,
+        // written by the ops just before), and the hints, two a line in pass 1, cost load slots
+        // and gave nothing (the demo step's layer_norm backward 0.043-0.044 -> 0.040-0.041 ms).
         auto rows_of = [&]<int G>(int64_t r) {
-          const float *dy = dout + r * cols, *x = inp + r * cols;
-          float* dx = dx_at(r);
-          const int64_t remaining = rows - (r + G);
-          recompute_rows.template operator()<G>(
-              r,
-              [&](int k) {
-                const int64_t o = k * cols;
-                return PrefetchNext<2>{{next_row(dy + o, dy + G * cols, k, remaining, cols),
-                                        next_row(x + o, x + G * cols, k, remaining, cols)},
-                                       dx != nullptr ? dx + o : nullptr};
-              },
-              [](int64_t) {});
+          recompute_rows.template operator()<G>(r, [](int) { return NoPrefetch{}; }, [](int64_t) {});
         };
         for_row_groups<kBackwardGroupSimd>(
             range, cols, kMaxBackwardGroupFloatsSimd,

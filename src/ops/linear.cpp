@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <functional>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "common.hpp"
@@ -56,7 +57,10 @@ LinearSizes linear_sizes(const Tensor& x, const Tensor& weight, const Tensor& bi
   check_param(bias, {OC}, op, "bias");
   Shape out_shape = x.shape();
   out_shape.back() = OC;
-  LinearSizes sizes{N, C, OC, Tensor::empty(out_shape), {x, weight}};
+  LinearSizes sizes{N, C, OC, Tensor::empty(out_shape), {}};
+  sizes.inputs.reserve(4);  // one allocation for x, weight, bias and linear_add's residual
+  sizes.inputs.push_back(x);
+  sizes.inputs.push_back(weight);
   if (bias.defined()) sizes.inputs.push_back(bias);
   return sizes;
 }
@@ -66,7 +70,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   auto [N, C, OC, out, inputs] = linear_sizes(x, weight, bias, "linear");
   kernels::linear_forward(out.data(), x.data(), weight.data(), bias.defined() ? bias.data() : nullptr, N, C, OC);
   if (!needs_grad({&x, &weight, &bias})) return out;
-  record(out, "linear", inputs, [x, weight, bias, N, C, OC](const float* g) {
+  record(out, "linear", std::move(inputs), [x, weight, bias, N, C, OC](const float* g) {
     const auto [dx, dweight, dbias] = grad_outs<3>({&x, &weight, &bias});
     kernels::linear_backward(dx, dweight, dbias, g, x.data(), weight.data(), N, C, OC);
   });
@@ -83,7 +87,7 @@ Tensor linear_add(const Tensor& x, const Tensor& weight, const Tensor& bias, con
                               residual.data(), N, C, OC);
   if (!needs_grad({&x, &weight, &bias, &residual})) return out;
   inputs.push_back(residual);
-  record(out, "linear_add", inputs, [x, weight, bias, residual, N, C, OC](const float* g) {
+  record(out, "linear_add", std::move(inputs), [x, weight, bias, residual, N, C, OC](const float* g) {
     // d out / d residual is the identity: the residual's gradient is g, as the add's backward gave
     // it. Handed g's buffer itself when it has none yet, as add does, unless it is also one of the
     // Linear's inputs (linear_add(x, W, b, x)): the Linear's backward reads g while it writes that
@@ -108,7 +112,7 @@ Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   kernels::linear_relu_forward(out.data(), x.data(), weight.data(), bias.defined() ? bias.data() : nullptr, N, C, OC);
   if (!needs_grad({&x, &weight, &bias})) return out;
   // The node keeps out's values, not the tensor (out owns the node: no cycle).
-  record(out, "linear_relu", inputs, [x, weight, bias, y = out.detach(), N, C, OC](const float* g) {
+  record(out, "linear_relu", std::move(inputs), [x, weight, bias, y = out.detach(), N, C, OC](const float* g) {
     const auto [dx, dweight, dbias] = grad_outs<3>({&x, &weight, &bias});
     kernels::linear_relu_backward(dx, dweight, dbias, g, y.data(), x.data(), weight.data(), N, C, OC);
   });

@@ -38,10 +38,12 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   kernels::layer_norm_forward(out.data(), mean, rstd, x.data(), gamma.defined() ? gamma.data() : nullptr,
                               beta.defined() ? beta.data() : nullptr, rows, cols, eps);
   if (!grad) return out;
-  std::vector<Tensor> inputs{x};
+  std::vector<Tensor> inputs;
+  inputs.reserve(3);  // one allocation, not one per push_back
+  inputs.push_back(x);
   if (gamma.defined()) inputs.push_back(gamma);
   if (beta.defined()) inputs.push_back(beta);
-  record(out, "layer_norm", inputs, [x, gamma, beta, stats, rows, cols](const float* g) {
+  record(out, "layer_norm", std::move(inputs), [x, gamma, beta, stats, rows, cols](const float* g) {
     kernels::layer_norm_backward(grad_ptr(x), grad_ptr(gamma), grad_ptr(beta), g, x.data(),
                                  gamma.defined() ? gamma.data() : nullptr, stats.data(), stats.data() + rows, rows,
                                  cols);
@@ -60,7 +62,7 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& ga
   if (!needs_grad({&x, &gamma})) return out;
   std::vector<Tensor> inputs{x};
   if (gamma.defined()) inputs.push_back(gamma);
-  record(out, "rms_norm", inputs, [x, gamma, rstd, rows, cols](const float* g) {
+  record(out, "rms_norm", std::move(inputs), [x, gamma, rstd, rows, cols](const float* g) {
     kernels::rms_norm_backward(grad_ptr(x), grad_ptr(gamma), g, x.data(), gamma.defined() ? gamma.data() : nullptr,
                                rstd->data(), rows, cols);
   });
@@ -113,7 +115,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tens
   std::vector<Tensor> inputs{x};
   if (gamma.defined()) inputs.push_back(gamma);
   if (beta.defined()) inputs.push_back(beta);
-  record(out, "batch_norm", inputs, [x, gamma, beta, mean, rstd, N, C, training, ranks](const float* g) {
+  record(out, "batch_norm", std::move(inputs), [x, gamma, beta, mean, rstd, N, C, training, ranks](const float* g) {
     const float* pgam = gamma.defined() ? gamma.data() : nullptr;
     if (training) {
       kernels::batch_norm_backward(grad_ptr(x), grad_ptr(gamma), grad_ptr(beta), g, x.data(), pgam, mean->data(),
@@ -151,7 +153,7 @@ Tensor power_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tens
   std::vector<Tensor> inputs{x};
   if (gamma.defined()) inputs.push_back(gamma);
   if (beta.defined()) inputs.push_back(beta);
-  record(out, "power_norm", inputs, [x, gamma, beta, grad_ema, rstd, N, C, training, momentum](const float* g) {
+  record(out, "power_norm", std::move(inputs), [x, gamma, beta, grad_ema, rstd, N, C, training, momentum](const float* g) {
     // Training: the approximate gradient, and grad_ema moves on (once per backward of this forward).
     Tensor ema = grad_ema;
     kernels::power_norm_backward(grad_ptr(x), grad_ptr(gamma), grad_ptr(beta), training ? ema.data() : nullptr, g,
