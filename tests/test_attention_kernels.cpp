@@ -534,14 +534,13 @@ TEST_CASE("short pairs with NaN, infinite and huge scores give every path's resu
   nkd::set_active_isa(saved);
 }
 
-TEST_CASE("attention: short sequences with an even number of heads give the bits of each head alone") {
-  // On avx512 a sequence of at most 16 tokens at head dim 16 runs its heads two at a time
-  // (heads_forward_short) when the number of heads is even; with an odd number each (sequence,
-  // head) pair runs alone (pair_forward_short). Heads 0-2 of a 4-head layout (d_model 64) hold the
-  // numbers of a 3-head layout (d_model 48): their outputs, statistics and gradients (the backward
-  // reads the exponentials the forward kept) must be the same bits, NaN payloads included, on every
-  // path, with and without the cache. Lengths 1-16 and NaN, infinite and huge values as in the
-  // test above.
+TEST_CASE("attention: each head's bits do not depend on the other heads") {
+  // A (sequence, head) pair reads only its own head's columns of qkv, whatever kernel runs it (the
+  // short pairs' forms included) and however the pairs are grouped or split over threads. Heads
+  // 0-2 of a 4-head layout (d_model 64) hold the numbers of a 3-head layout (d_model 48): their
+  // outputs, statistics and gradients (the backward reads the exponentials the forward kept) must
+  // be the same bits, NaN payloads included, on every path, with and without the cache. Lengths
+  // 1-16 and NaN, infinite and huge values as in the test above.
   namespace nkd = normlab::kernels;
   std::vector<int64_t> lengths;
   for (int64_t L = 1; L <= 16; L++) lengths.push_back(L);

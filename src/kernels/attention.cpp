@@ -778,164 +778,6 @@ void pair_forward_short(float* out, float* stats, float* exps, const float* qkv,
   }
 }
 
-
-// pair_forward_short for NP heads of one sequence at once (the same t0 and L). A pair alone is one
-// chain of dependent steps (the scores, the max fold over the keys, the exponentials' polynomial,
-// the sum tree, 1/sum, O), and a pair's instructions fill most of the core's reorder window, so
-// the next pair's chain barely overlaps it. Here the softmax of NP heads (max, exponentials, sum,
-// 1/sum) and, for pairs of at most 8 tokens, O's row-form chains run side by side in one
-// instruction stream; Q's transposes and the scores, and O of longer pairs (two heads' o and e
-// would not fit the 32 registers), go one head after the other. Each head's numbers meet exactly
-// pair_forward_short's operations in the same order: the same bits. NP = 2 (forward, 64 pairs of
-// L tokens, `bench attention --shape 16,L,64,4 --threads 1`: L = 4 4.5 -> 3.6 us, L = 8 5.9 ->
-// 4.9, L = 12 and 16 about 2% faster; the demo step, whose batches mix lengths 1-16, within the
-// spread: docs/PERFORMANCE.md, "Attention"); four heads at once spilled and took 1.7x as long. The
-// backward's pairs stay alone: two heads side by side measured 5-10% slower (its x, dP and e^T,
-// 48 registers a head, spill already).
-template <int NP>
-void heads_forward_short(float* out, float* stats, float* const* exps, const float* qkv, const Pair* ps, int64_t T,
-                         int64_t C) {
-  constexpr int64_t hd = 16;
-  const int64_t C3 = 3 * C, L = ps[0].L;
-  const float scale = 1.0f / std::sqrt(float(hd));
-  const float* q[NP];
-  const float* k[NP];
-  const float* v[NP];
-  for (int h = 0; h < NP; h++) {
-    q[h] = qkv + ps[h].t0 * C3 + ps[h].h * hd;
-    k[h] = q[h] + C;
-    v[h] = q[h] + 2 * C;
-  }
-  __m512 x[NP][16];
-#pragma GCC unroll 4
-  for (int h = 0; h < NP; h++) {
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) x[h][i] = i < L ? _mm512_loadu_ps(q[h] + i * C3) : _mm512_setzero_ps();
-    transpose16_inline(x[h]);
-  }
-  alignas(64) static const float zero_row[16] = {};
-  __m512 e[NP][16];
-  auto score_keys = [&](int j0) {
-    const float* kj[NP][8];
-    __m512 acc[NP][8];
-#pragma GCC unroll 4
-    for (int h = 0; h < NP; h++)
-#pragma GCC unroll 8
-      for (int u = 0; u < 8; u++) {
-        kj[h][u] = j0 + u < L ? k[h] + (j0 + u) * C3 : zero_row;
-        acc[h][u] = _mm512_setzero_ps();
-      }
-#pragma GCC unroll 4
-    for (int h = 0; h < NP; h++)
-#pragma GCC unroll 16
-      for (int c = 0; c < 16; c++)
-#pragma GCC unroll 8
-        for (int u = 0; u < 8; u++) acc[h][u] = _mm512_fmadd_ps(_mm512_set1_ps(kj[h][u][c]), x[h][c], acc[h][u]);
-#pragma GCC unroll 4
-    for (int h = 0; h < NP; h++)
-#pragma GCC unroll 8
-      for (int u = 0; u < 8; u++) e[h][j0 + u] = acc[h][u];
-  };
-  score_keys(0);
-  if (L > 8) {
-    score_keys(8);
-  } else {
-#pragma GCC unroll 4
-    for (int h = 0; h < NP; h++)
-#pragma GCC unroll 8
-      for (int j = 8; j < 16; j++) e[h][j] = _mm512_setzero_ps();
-  }
-  __m512 m[NP];
-#pragma GCC unroll 4
-  for (int h = 0; h < NP; h++) m[h] = _mm512_maskz_max_ps(kAll, e[h][0], _mm512_set1_ps(-INFINITY));
-#pragma GCC unroll 16
-  for (int j = 1; j < 16; j++) {
-    if (j >= L) break;
-#pragma GCC unroll 4
-    for (int h = 0; h < NP; h++) m[h] = _mm512_maskz_max_ps(kAll, e[h][j], m[h]);
-  }
-  const __m512 sv = _mm512_set1_ps(scale);
-  __m512 inv[NP];
-#pragma GCC unroll 4
-  for (int h = 0; h < NP; h++) {
-    const __m512 pad = exp16_nonpositive(_mm512_mul_ps(_mm512_sub_ps(_mm512_set1_ps(-INFINITY), m[h]), sv));
-#pragma GCC unroll 16
-    for (int j = 0; j < 16; j++)
-      e[h][j] = j < L ? exp16_nonpositive(_mm512_mul_ps(_mm512_sub_ps(e[h][j], m[h]), sv)) : pad;
-  }
-#pragma GCC unroll 4
-  for (int h = 0; h < NP; h++) {
-    inv[h] = _mm512_div_ps(_mm512_set1_ps(1.0f), sum_across(e[h]));
-    if (stats != nullptr) store_interleaved(stats + stats_index(ps[h].t0, ps[h].h, T), m[h], inv[h], L);
-  }
-  if (L <= 8) {
-    alignas(64) float e_stack[NP][8 * 16], inv_stack[NP][16];
-    float* e_rows[NP];
-#pragma GCC unroll 4
-    for (int h = 0; h < NP; h++) {
-      transpose16_inline(e[h]);
-      e_rows[h] = exps[h] != nullptr ? exps[h] : e_stack[h];
-#pragma GCC unroll 8
-      for (int i = 0; i < 8; i++) {
-        if (i >= L) break;
-        _mm512_storeu_ps(e_rows[h] + i * 16, e[h][i]);
-      }
-      _mm512_store_ps(inv_stack[h], inv[h]);
-    }
-    __m512 vr[NP][8], acc[NP][8];
-    const float* ei[NP][8];
-#pragma GCC unroll 4
-    for (int h = 0; h < NP; h++)
-#pragma GCC unroll 8
-      for (int u = 0; u < 8; u++) {
-        vr[h][u] = u < L ? _mm512_loadu_ps(v[h] + u * C3) : _mm512_setzero_ps();
-        ei[h][u] = e_rows[h] + (u < L ? u : 0) * 16;
-        acc[h][u] = _mm512_setzero_ps();
-      }
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) {
-      if (j >= L) break;
-#pragma GCC unroll 4
-      for (int h = 0; h < NP; h++)
-#pragma GCC unroll 8
-        for (int u = 0; u < 8; u++) acc[h][u] = _mm512_fmadd_ps(_mm512_set1_ps(ei[h][u][j]), vr[h][j], acc[h][u]);
-    }
-#pragma GCC unroll 4
-    for (int h = 0; h < NP; h++) {
-      float* out_rows = out + ps[h].t0 * C + ps[h].h * hd;
-#pragma GCC unroll 8
-      for (int u = 0; u < 8; u++) {
-        if (u >= L) break;
-        _mm512_storeu_ps(out_rows + u * C, _mm512_mul_ps(acc[h][u], _mm512_set1_ps(inv_stack[h][u])));
-      }
-    }
-    return;
-  }
-  // longer pairs: O one head after the other (two heads' o and e would not fit the registers)
-#pragma GCC unroll 4
-  for (int h = 0; h < NP; h++) {
-    __m512 o[16];
-#pragma GCC unroll 16
-    for (int c = 0; c < 16; c++) o[c] = _mm512_setzero_ps();
-#pragma GCC unroll 16
-    for (int j = 0; j < 16; j++) {
-      if (j >= L) break;
-      const float* vj = v[h] + j * C3;
-#pragma GCC unroll 16
-      for (int c = 0; c < 16; c++) o[c] = _mm512_fmadd_ps(_mm512_set1_ps(vj[c]), e[h][j], o[c]);
-    }
-#pragma GCC unroll 16
-    for (int c = 0; c < 16; c++) o[c] = _mm512_mul_ps(o[c], inv[h]);
-    transpose16_inline(e[h]);
-    transpose16_inline(o);
-    float* out_rows = out + ps[h].t0 * C + ps[h].h * hd;
-    for (int64_t i = 0; i < L; i++) {
-      if (exps[h] != nullptr) _mm512_storeu_ps(exps[h] + i * 16, e[h][i]);
-      _mm512_storeu_ps(out_rows + i * C, o[i]);
-    }
-  }
-}
-
 // dst = dst + x when accumulating, else x.
 inline void store_or_add(float* dst, __m512 x, bool accumulate) {
   _mm512_storeu_ps(dst, accumulate ? _mm512_add_ps(_mm512_loadu_ps(dst), x) : x);
@@ -1486,21 +1328,14 @@ constexpr int64_t kPairOverhead = 128;
 // When even that cannot balance (one long sequence and a single head, say), the pairs are dealt
 // out longest first, one part each, to whichever thread is free. Each pair writes only its own rows and head columns,
 // so the split never changes a bit.
-// seq(b, L) may take all NH heads of sequence b at once when a run holds them all: it returns
-// true when it did (then fn is not called for them).
-template <class F, class Seq>
-void for_each_pair(const int64_t* offsets, int64_t B, int64_t C, int64_t NH, F&& fn, Seq&& seq) {
+template <class F>
+void for_each_pair(const int64_t* offsets, int64_t B, int64_t C, int64_t NH, F&& fn) {
   const int64_t hd = C / NH;
   // The pairs [p_begin, p_end) of the order p = b * NH + h (one division, not one per pair).
   auto run_pairs = [&](int64_t p_begin, int64_t p_end) {
     int64_t b = p_begin / NH, h = p_begin % NH;
     for (int64_t p = p_begin; p < p_end; p++) {
       const int64_t L = offsets[b + 1] - offsets[b];
-      if (h == 0 && p + NH <= p_end && L > 0 && seq(b, L)) {
-        p += NH - 1;
-        b++;
-        continue;
-      }
       if (L > 0) fn(Pair{offsets[b], L, h, b});
       if (++h == NH) {
         h = 0;
@@ -1555,24 +1390,9 @@ void attention_forward(float* out, float* att, const float* qkv, const int64_t* 
   check_shapes("attention_forward", offsets, B, C, NH);
   const int64_t T = B > 0 ? offsets[B] : 0;
   const ExpsLayout layout = exps_layout(offsets, B, NH);
-  auto pair = [&](Pair p) {
+  for_each_pair(offsets, B, C, NH, [&](Pair p) {
     pair_forward(out, att, att != nullptr ? layout.exps_of(att, p) : nullptr, qkv, p, T, C, NH);
-  };
-#if defined(__AVX512F__)
-  auto sequence = [&](int64_t b, int64_t L) {
-    if (C / NH != 16 || NH % 2 != 0 || !short_pair(L, 16)) return false;
-    for (int64_t h = 0; h < NH; h += 2) {
-      const Pair ps[2] = {{offsets[b], L, h, b}, {offsets[b], L, h + 1, b}};
-      float* const exps[2] = {att != nullptr ? layout.exps_of(att, ps[0]) : nullptr,
-                              att != nullptr ? layout.exps_of(att, ps[1]) : nullptr};
-      heads_forward_short<2>(out, att, exps, qkv, ps, T, C);
-    }
-    return true;
-  };
-#else
-  auto sequence = [](int64_t, int64_t) { return false; };
-#endif
-  for_each_pair(offsets, B, C, NH, pair, sequence);
+  });
 }
 
 void attention_backward(GradOut dqkv, const float* dout, const float* qkv, const float* att, const int64_t* offsets,
@@ -1583,10 +1403,9 @@ void attention_backward(GradOut dqkv, const float* dout, const float* qkv, const
   const ExpsLayout layout = exps_layout(offsets, B, NH);
   // Rows before the first sequence belong to no pair: an overwrite gives them their gradient, 0.
   if (!dqkv.accumulate) std::fill(dqkv.data, dqkv.data + (B > 0 ? offsets[0] : 0) * 3 * C, 0.0f);
-  for_each_pair(
-      offsets, B, C, NH,
-      [&](Pair p) { pair_backward(dqkv.data, dqkv.accumulate, dout, qkv, att, layout.exps_of(att, p), p, T, C, NH); },
-      [](int64_t, int64_t) { return false; });
+  for_each_pair(offsets, B, C, NH, [&](Pair p) {
+    pair_backward(dqkv.data, dqkv.accumulate, dout, qkv, att, layout.exps_of(att, p), p, T, C, NH);
+  });
 }
 
 }  // namespace normlab::kernels::NORMLAB_KERNEL_ISA
