@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "isa_support.hpp"
@@ -107,4 +108,33 @@ TEST_CASE("cli: --version names the kernel path and NORMLAB_ISA forces one and a
   Run train = run_with_env(dir, "NORMLAB_ISA=bogus", "train --config /nonexistent.json");
   CHECK(train.code == 2);
   CHECK(train.err.find("NORMLAB_ISA") != std::string::npos);
+}
+
+TEST_CASE("cli: bench gemm --peak gives each vector path's multiply-add peak and the GEMM's share of it") {
+  // The peak bounds every kernel of the path on this core, so the share is what a faster kernel
+  // could still gain. The scalar paths have no fixed vector width: null, not a made-up figure.
+  TempDir dir;
+  for (kernels::Isa isa : normlab::test::available_isas()) {
+    const std::string name = kernels::isa_name(isa);
+    Run run = run_with_env(dir, "NORMLAB_ISA=" + name, "bench gemm --shape 9,10,11 --repeats 2 --threads 1 --json --peak");
+    INFO(name << ": " << run.err);
+    REQUIRE(run.code == 0);
+    const nlohmann::json out = nlohmann::json::parse(run.out);
+    if (isa == kernels::Isa::avx512 || isa == kernels::Isa::avx2) {
+      const double peak = out["fma_peak_gflops_per_thread"].get<double>();
+      CHECK(peak > 0.0);
+      CHECK(out["share_of_peak"].get<double>() == out["gflops"].get<double>() / peak);
+    } else {
+      CHECK(out["fma_peak_gflops_per_thread"].is_null());
+      CHECK(out["share_of_peak"].is_null());
+    }
+    CHECK(out["definition"].contains("share_of_peak"));
+  }
+  // Without --peak nothing is measured or printed.
+  Run plain = run_with_env(dir, "", "bench gemm --shape 9,10,11 --repeats 2 --threads 1 --json");
+  REQUIRE(plain.code == 0);
+  CHECK_FALSE(nlohmann::json::parse(plain.out).contains("fma_peak_gflops_per_thread"));
+  Run text = run_with_env(dir, "env -u NORMLAB_ISA", "bench gemm --shape 9,10,11 --repeats 2 --threads 1 --peak");
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("the path's multiply-add peak: ") != std::string::npos);
 }
