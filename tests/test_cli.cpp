@@ -195,6 +195,13 @@ TEST_CASE("cli: bench step prints step time and throughput") {
   CHECK(out["repeats"] == 3);
   CHECK(out["warmup"] == 3);  // the default
   CHECK(out["openmp_wait"].is_string());  // what idle OpenMP threads did, beside the times
+  // The products alone at the path's multiply-add peak: a bound below the step (null on scalar paths).
+  if (!out["fma_peak_gflops_per_thread"].is_null()) {
+    const double bound = out["products_at_peak_ms"].get<double>();
+    CHECK(bound == out["flops_per_step"].get<double>() /
+                       (out["fma_peak_gflops_per_thread"].get<double>() * 1e9 * out["threads"].get<double>()) * 1e3);
+    CHECK(bound < out["step_ms"].get<double>());
+  }
   Result table = run_cli(dir, "bench step --config " + config + " --repeats 2");
   CHECK(table.code == 0);
   CHECK(table.out.find("tokens/s") != std::string::npos);

@@ -160,6 +160,9 @@ BenchStepResult bench_step(const train::RunConfig& config, int repeats, int warm
   result.gemm_1t_gflops = bench_gemm("nn", 512, 512, 512, 10).gflops;
   set_num_threads(threads);
   result.mfu = result.gflops / result.gemm_1t_gflops;
+  result.fma_peak_gflops = fma_peak_gflops();
+  if (result.fma_peak_gflops > 0.0)
+    result.products_at_peak_ms = result.flops_per_step / (result.fma_peak_gflops * 1e9 * result.threads) * 1e3;
   return result;
 }
 
