@@ -132,6 +132,16 @@ double add_squared_deviations(double total, const float* x, int64_t begin, int64
   return total;
 }
 
+// The row's double mean as two floats, mean = hi + lo to double precision (normalize_row says why
+// the mean comes in two parts): every normalization's split, in this order.
+struct SplitMean {
+  float hi, lo;
+};
+inline SplitMean split_mean(double mean) {
+  const float hi = float(mean);
+  return {hi, float(mean - double(hi))};
+}
+
 // One element of y = gamma * xhat + beta, xhat = ((x - mean_hi) - mean_lo) * rstd (normalize_row
 // says why the mean comes in two parts): every path's element, in this order.
 inline float normalize_affine_element(float x, float gamma, float beta, float mean_hi, float mean_lo, float rstd_f) {
@@ -216,8 +226,8 @@ void normalize_row(float* __restrict y,                                         
                    const float* __restrict x,                                    // (cols)
                    const float* __restrict gamma, const float* __restrict beta,  // (cols), (cols)
                    int64_t cols, double mean, double rstd, bool stream = false) {
-  const float mean_hi = float(mean);
-  const float mean_lo = float(mean - double(mean_hi));
+  const SplitMean split = split_mean(mean);
+  const float mean_hi = split.hi, mean_lo = split.lo;
   const float rstd_f = float(rstd);
 #if defined(__AVX2__)
   if (gamma != nullptr && beta != nullptr) {
@@ -616,8 +626,8 @@ void forward_rows_pipelined(float* out, float* mean, float* rstd,               
     if (prev < 0) {
       squares = row_sum_squared_deviation(x, cols, row_mean);
     } else {
-      const float mean_hi = float(prev_mean);
-      const float mean_lo = float(prev_mean - double(mean_hi));
+      const SplitMean split = split_mean(prev_mean);
+      const float mean_hi = split.hi, mean_lo = split.lo;
       const float rstd_f = float(prev_rstd);
       float* y = out + prev * cols;
       const float* x_prev = inp + prev * cols;
