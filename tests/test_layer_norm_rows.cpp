@@ -67,8 +67,8 @@ TEST_CASE("layernorm rows in groups and left over give the bits of each row alon
       int64_t rows, cols;
       bool threaded;
     };
-    std::vector<Shape> shapes = {{131, 256, true}, {37, 1024, true}, {9, 4096, true}, {9, 4100, true},
-                                 {45, 768, true},  {67, 513, true}};
+    std::vector<Shape> shapes = {{131, 256, true}, {37, 1024, true}, {9, 4096, true},
+                                 {9, 4100, true},  {45, 768, true},  {67, 513, true}};
     for (int64_t cols : {1, 16, 19, 64})
       for (int64_t rows : {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 17, 37}) shapes.push_back({rows, cols, false});
     for (const Shape& shape : shapes) {

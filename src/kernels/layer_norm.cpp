@@ -956,17 +956,18 @@ void backward_rows_pipelined(float* dinp,                                       
 // run on the multiply-add ports (a * 1 + b, the same rounding), balancing them with the adders,
 // which carry every conversion.
 template <int kHalf, bool kPass1, bool kPass2, bool kWithDx>
-inline void backward_half_pass1_and_pass2(simd::VD (&lanes_g)[2], simd::VD (&lanes_xhat0)[2],        // lanes of half
-                                          simd::VD (&lanes_g_xhat0)[2],                              // kHalf, out
-                                          float* __restrict g_a, float* __restrict xhat0_a,          // (cols), (cols)
+inline void backward_half_pass1_and_pass2(simd::VD (&lanes_g)[2], simd::VD (&lanes_xhat0)[2],         // lanes of half
+                                          simd::VD (&lanes_g_xhat0)[2],                               // kHalf, out
+                                          float* __restrict g_a, float* __restrict xhat0_a,           // (cols), (cols)
                                           const float* __restrict dy_a, const float* __restrict x_a,  // (cols), (cols)
                                           float mean_a, float rstd_a,
-                                          float* __restrict dx_b,                                        // (cols)
-                                          double* __restrict dgamma_partial,                             // (cols)
-                                          double* __restrict dbeta_partial,                              // (cols)
-                                          const float* __restrict g_b, const float* __restrict xhat0_b,  // (cols), (cols)
-                                          const float* __restrict dy_b,                                  // (cols)
-                                          float rstd_b, BackwardRowMeans m,
+                                          float* __restrict dx_b,                       // (cols)
+                                          double* __restrict dgamma_partial,            // (cols)
+                                          double* __restrict dbeta_partial,             // (cols)
+                                          const float* __restrict g_b,                  // (cols)
+                                          const float* __restrict xhat0_b,              // (cols)
+                                          const float* __restrict dy_b,                 // (cols)
+                                          float rstd_b, BackwardRowMeans m,             // row b's
                                           const float* __restrict gamma, int64_t cols,  // (cols)
                                           const PrefetchNext<2>& prefetch) {
   using namespace simd;
@@ -1024,15 +1025,15 @@ BackwardRowSums backward_row_pass1_and_pass2_scratch(float* __restrict g_a, floa
   {
     VD g[2], xhat0[2], g_xhat0[2];
     backward_half_pass1_and_pass2<0, kPass1, kPass2, kWithDx>(g, xhat0, g_xhat0, g_a, xhat0_a, dy_a, x_a, mean_a,
-                                                             rstd_a, dx_b, dgamma_partial, dbeta_partial, g_b,
-                                                             xhat0_b, dy_b, rstd_b, m, gamma, cols, prefetch);
+                                                              rstd_a, dx_b, dgamma_partial, dbeta_partial, g_b, xhat0_b,
+                                                              dy_b, rstd_b, m, gamma, cols, prefetch);
     for (int k = 0; k < 2; k++) lanes_g.v[k] = g[k], lanes_xhat0.v[k] = xhat0[k], lanes_g_xhat0.v[k] = g_xhat0[k];
   }
   {
     VD g[2], xhat0[2], g_xhat0[2];
     backward_half_pass1_and_pass2<1, kPass1, kPass2, kWithDx>(g, xhat0, g_xhat0, g_a, xhat0_a, dy_a, x_a, mean_a,
-                                                             rstd_a, dx_b, dgamma_partial, dbeta_partial, g_b,
-                                                             xhat0_b, dy_b, rstd_b, m, gamma, cols, prefetch);
+                                                              rstd_a, dx_b, dgamma_partial, dbeta_partial, g_b, xhat0_b,
+                                                              dy_b, rstd_b, m, gamma, cols, prefetch);
     for (int k = 0; k < 2; k++)
       lanes_g.v[2 + k] = g[k], lanes_xhat0.v[2 + k] = xhat0[k], lanes_g_xhat0.v[2 + k] = g_xhat0[k];
   }
@@ -1066,11 +1067,12 @@ BackwardRowSums backward_row_pass1_and_pass2_scratch(float* __restrict g_a, floa
 // slots: g of rows 0 and 1 mod 2, then xhat0 of rows 0 and 1 mod 2. dout and x are asked for one
 // row ahead of row a, dx for row a (its pass 2 comes in the next step).
 template <bool kWithDx>
-void backward_rows_pipelined_scratch(float* dinp,                                          // (rows, cols)
-                                     double* dgamma_partial, double* dbeta_partial,        // (cols), (cols)
-                                     float* scratch,                                       // (4, cols)
-                                     const float* dout, const float* inp, const float* gamma,  // (rows, cols) x2, (cols)
-                                     const float* mean, const float* rstd,                 // (rows), (rows)
+void backward_rows_pipelined_scratch(float* dinp,                                    // (rows, cols)
+                                     double* dgamma_partial, double* dbeta_partial,  // (cols), (cols)
+                                     float* scratch,                                 // (4, cols)
+                                     const float* dout, const float* inp,            // (rows, cols), (rows, cols)
+                                     const float* gamma,                             // (cols)
+                                     const float* mean, const float* rstd,           // (rows), (rows)
                                      int64_t rows, int64_t cols, int64_t begin, int64_t end) {
   if (begin >= end) return;
   auto g_slot = [&](int64_t r) { return scratch + (r % 2) * cols; };
@@ -1079,17 +1081,22 @@ void backward_rows_pipelined_scratch(float* dinp,                               
     const int64_t next = a + 1 < rows ? a + 1 : a;
     return PrefetchNext<2>{{dout + next * cols, inp + next * cols}, kWithDx ? dinp + a * cols : nullptr};
   };
-  const BackwardRowSums first = backward_row_pass1_and_pass2_scratch<true, false, kWithDx>(
-      g_slot(begin), xhat0_slot(begin), dout + begin * cols, inp + begin * cols, mean[begin], rstd[begin], nullptr,
-      nullptr, nullptr, nullptr, nullptr, nullptr, 0.0f, BackwardRowMeans{}, gamma, cols, hint(begin));
+  const BackwardRowSums first =
+      backward_row_pass1_and_pass2_scratch<true, false, kWithDx>(g_slot(begin), xhat0_slot(begin), dout + begin * cols,
+                                                                 inp + begin * cols, mean[begin], rstd[begin], nullptr,
+                                                                 nullptr, nullptr, nullptr, nullptr, nullptr, 0.0f,
+                                                                 BackwardRowMeans{}, gamma, cols, hint(begin));
   BackwardRowMeans m_b = backward_row_means(first, cols);
   for (int64_t a = begin + 1; a <= end; a++) {
     const int64_t b = a - 1;
     float* dx_b = kWithDx ? dinp + b * cols : nullptr;
     if (a < end) {
-      const BackwardRowSums sums = backward_row_pass1_and_pass2_scratch<true, true, kWithDx>(
-          g_slot(a), xhat0_slot(a), dout + a * cols, inp + a * cols, mean[a], rstd[a], dx_b, dgamma_partial,
-          dbeta_partial, g_slot(b), xhat0_slot(b), dout + b * cols, rstd[b], m_b, gamma, cols, hint(a));
+      const BackwardRowSums sums =
+          backward_row_pass1_and_pass2_scratch<true, true, kWithDx>(g_slot(a), xhat0_slot(a), dout + a * cols,
+                                                                    inp + a * cols, mean[a], rstd[a], dx_b,
+                                                                    dgamma_partial, dbeta_partial, g_slot(b),
+                                                                    xhat0_slot(b), dout + b * cols, rstd[b], m_b, gamma,
+                                                                    cols, hint(a));
       m_b = backward_row_means(sums, cols);
     } else {
       const PrefetchNext<2> none{{dout + b * cols, inp + b * cols}, nullptr};  // the row itself: in cache
