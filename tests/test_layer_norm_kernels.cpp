@@ -464,6 +464,27 @@ TEST_CASE("layernorm: long rows streamed from memory give the generic path's bit
   check_paths_against_generic(345, 760, {0, 1, 3}, false);  // 262,200
 }
 
+// On AVX2, rows of 513-768 columns (with gamma) take the pipelined backward: a row's pass 1 in one
+// loop with the previous row's pass 2, each over half lines, through two alternating scratch slots.
+// The same bits as the generic path for a first row with no pass 2 before it and a last with no
+// pass 1 after it (1 row), row counts odd and even, rows that start off a vector boundary (513, 760
+// columns: a tail of 1 and 8 floats), whole lines (640, 768), 769 columns (one past the limit: the
+// rows one at a time), and on 2 threads calls above the parallel threshold (2^15 elements), whose
+// halves of the rows run the pipeline each from its own first row.
+TEST_CASE("layernorm: the AVX2 pipelined backward's rows give the generic path's bits on 1 and 2 threads") {
+  ThreadGuard guard;
+  normlab::set_num_threads(1);
+  for (int64_t cols : {513, 640, 760, 768, 769}) {
+    for (int64_t rows : {1, 2, 3, 6}) check_paths_against_generic(rows, cols, {0, 1, 3}, false);
+  }
+  for (int threads : {1, 2}) {
+    normlab::set_num_threads(threads);
+    CAPTURE(threads);
+    check_paths_against_generic(45, 768, {0, 3}, false);  // 34,560 elements: rows 23 + 22 on 2 threads
+    check_paths_against_generic(67, 513, {0, 1}, false);  // 34,371: 34 + 33
+  }
+}
+
 // A forward output of at least 2^22 floats is written with streaming stores, and on AVX2 and
 // AVX-512 rows of 257-1024 columns go through the pipelined forward (a row's squared deviations
 // in one loop with the previous row's normalization): with the output vector-aligned (the fused

@@ -60,12 +60,15 @@ TEST_CASE("layernorm rows in groups and left over give the bits of each row alon
     // 44 + 44 + 43) end in partial groups too. Rows of 1024 floats are too long for the forward's
     // groups (2048 floats) and for the backward's on avx2 and generic, not for avx512's backward
     // (groups up to 16384 floats, kMaxBackwardGroupFloats): 4096 columns is its last grouped width
-    // and 4100 the first one taken a row at a time.
+    // and 4100 the first one taken a row at a time. Rows of 513-768 columns take avx2's pipelined
+    // backward (a row's pass 1 beside the previous row's pass 2): 45 x 768 and 67 x 513 are above
+    // the threshold, so each thread's block starts and ends its own pipeline.
     struct Shape {
       int64_t rows, cols;
       bool threaded;
     };
-    std::vector<Shape> shapes = {{131, 256, true}, {37, 1024, true}, {9, 4096, true}, {9, 4100, true}};
+    std::vector<Shape> shapes = {{131, 256, true}, {37, 1024, true}, {9, 4096, true},
+                                 {9, 4100, true},  {45, 768, true},  {67, 513, true}};
     for (int64_t cols : {1, 16, 19, 64})
       for (int64_t rows : {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 17, 37}) shapes.push_back({rows, cols, false});
     for (const Shape& shape : shapes) {

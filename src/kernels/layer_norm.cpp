@@ -24,6 +24,8 @@
 //                                         reading pass 1's scratch rows (rows from memory, small calls)
 //     backward_rows_pipelined             AVX-512, rows from memory of 513-768 columns: the same,
 //                                         with a row's pass 1 in one loop with the previous row's pass 2
+//     backward_rows_pipelined_scratch     AVX2, rows of 513-768 columns: a row's pass 1 in one loop
+//                                         with the previous row's pass 2, by half lines, scratch rows kept
 //   Part 3, the public kernels:
 //     layer_norm_forward, layer_norm_backward   split the rows over threads, then for_row_groups
 //
@@ -130,6 +132,16 @@ double add_squared_deviations(double total, const float* x, int64_t begin, int64
   return total;
 }
 
+// The row's double mean as two floats, mean = hi + lo to double precision (normalize_row says why
+// the mean comes in two parts): every normalization's split, in this order.
+struct SplitMean {
+  float hi, lo;
+};
+inline SplitMean split_mean(double mean) {
+  const float hi = float(mean);
+  return {hi, float(mean - double(hi))};
+}
+
 // One element of y = gamma * xhat + beta, xhat = ((x - mean_hi) - mean_lo) * rstd (normalize_row
 // says why the mean comes in two parts): every path's element, in this order.
 inline float normalize_affine_element(float x, float gamma, float beta, float mean_hi, float mean_lo, float rstd_f) {
@@ -214,8 +226,8 @@ void normalize_row(float* __restrict y,                                         
                    const float* __restrict x,                                    // (cols)
                    const float* __restrict gamma, const float* __restrict beta,  // (cols), (cols)
                    int64_t cols, double mean, double rstd, bool stream = false) {
-  const float mean_hi = float(mean);
-  const float mean_lo = float(mean - double(mean_hi));
+  const SplitMean split = split_mean(mean);
+  const float mean_hi = split.hi, mean_lo = split.lo;
   const float rstd_f = float(rstd);
 #if defined(__AVX2__)
   if (gamma != nullptr && beta != nullptr) {
@@ -507,7 +519,10 @@ constexpr int kRecomputeReadRowsAhead = 3;
 // pass 1 in one loop with the previous row's pass 2), where two rows' dout and x, one row's dx and
 // the (cols) dgamma/dbeta partials, 36 bytes a column, still fit L1 (48 KB) beside the rows ahead.
 // Backward time against one row at a time, 1 thread, 2^22.6 floats per array: 640 columns 0.89,
-// 768 0.96-0.97, 896 1.02, 1024 1.10.
+// 768 0.96-0.97, 896 1.02, 1024 1.10. On AVX2 every call with such rows (gamma given) takes
+// backward_rows_pipelined_scratch, whose two scratch slots of g and xhat0 add 16 bytes a column
+// (48 with the rest at 768 columns: the L1's size); at 64x128x768 it takes 0.95-0.97 of one row
+// at a time from memory, 0.95-0.97 with the rows in L2 (64 x 768).
 constexpr int64_t kMaxPipelinedBackwardCols = 768;
 constexpr int kRecomputeDxRowsAhead = 2;
 
@@ -614,8 +629,8 @@ void forward_rows_pipelined(float* out, float* mean, float* rstd,               
     if (prev < 0) {
       squares = row_sum_squared_deviation(x, cols, row_mean);
     } else {
-      const float mean_hi = float(prev_mean);
-      const float mean_lo = float(prev_mean - double(mean_hi));
+      const SplitMean split = split_mean(prev_mean);
+      const float mean_hi = split.hi, mean_lo = split.lo;
       const float rstd_f = float(prev_rstd);
       float* y = out + prev * cols;
       const float* x_prev = inp + prev * cols;
@@ -931,6 +946,172 @@ void backward_rows_pipelined(float* dinp,                                       
 }
 #endif
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// The backward of a thread's rows of 513-768 columns on AVX2 (gamma given, dgamma/dbeta partials),
+// software-pipelined as on AVX-512 but with pass 1's scratch rows: row a's pass 1
+// (backward_row_sums_simd's operations, its g and xhat0 stored in scratch slot a % 2) in one loop
+// with row b = a - 1's pass 2 (backward_rows_update_simd<1>'s operations, reading slot b % 2).
+// Each step runs the loop twice over the rows' lines, once per half line (lanes 0-7, then 8-15):
+// pass 1 then keeps 6 double accumulators in registers instead of 12, which beside pass 2's values
+// would not fit AVX2's 16 (a spilled accumulator puts a store and a load on its sum's chain every
+// line; GCC spills 4 of the 12 even in pass 1 alone). Each lane's sum still adds its elements in
+// row order, and row b's partials are added before row a's: the same bits. Pass 2's partial sums
+// run on the multiply-add ports (a * 1 + b, the same rounding), balancing them with the adders,
+// which carry every conversion.
+template <int kHalf, bool kPass1, bool kPass2, bool kWithDx>
+inline void backward_half_pass1_and_pass2(simd::VD (&lanes_g)[2], simd::VD (&lanes_xhat0)[2],         // lanes of half
+                                          simd::VD (&lanes_g_xhat0)[2],                               // kHalf, out
+                                          float* __restrict g_a, float* __restrict xhat0_a,           // (cols), (cols)
+                                          const float* __restrict dy_a, const float* __restrict x_a,  // (cols), (cols)
+                                          float mean_a, float rstd_a,
+                                          float* __restrict dx_b,                       // (cols)
+                                          double* __restrict dgamma_partial,            // (cols)
+                                          double* __restrict dbeta_partial,             // (cols)
+                                          const float* __restrict g_b,                  // (cols)
+                                          const float* __restrict xhat0_b,              // (cols)
+                                          const float* __restrict dy_b,                 // (cols)
+                                          float rstd_b, BackwardRowMeans m,             // row b's
+                                          const float* __restrict gamma, int64_t cols,  // (cols)
+                                          const PrefetchNext<2>& prefetch) {
+  using namespace simd;
+  const VF mean_a_v = vf_set1(mean_a), rstd_a_v = vf_set1(rstd_a);
+  const VF shift_b = vf_set1(m.shift), mean_g_b = vf_set1(m.mean_g), mean_g_xhat_b = vf_set1(m.mean_g_xhat);
+  const VF rstd_b_v = vf_set1(rstd_b);
+  for (int k = 0; k < 2; k++) lanes_g[k] = lanes_xhat0[k] = lanes_g_xhat0[k] = vd_zero();
+  for (int64_t i = 0; i + kLanes <= cols; i += kLanes) {
+    if (kHalf == 0 && i != 0) prefetch(i);
+    const int64_t o = i + kHalf * kFloats;  // this half line: floats o .. o + 7, lanes kHalf * 8 ...
+    if constexpr (kPass1) {
+      const VF xhat0 = vf_mul(vf_sub(vf_load(x_a + o), mean_a_v), rstd_a_v);
+      const VF g = vf_mul(vf_load(dy_a + o), vf_load(gamma + o));
+      vf_store(g_a + o, g);
+      vf_store(xhat0_a + o, xhat0);
+      const VF g_xhat0 = vf_mul(g, xhat0);
+      for (int k = 0; k < 2; k++) lanes_g[k] = vd_add(lanes_g[k], vd_from_floats(g_a + o + k * kDoubles));
+      for (int k = 0; k < 2; k++)
+        lanes_xhat0[k] = vd_add_on_fma(vd_from_floats(xhat0_a + o + k * kDoubles), lanes_xhat0[k]);
+      lanes_g_xhat0[0] = vd_add_on_fma(vd_low(g_xhat0), lanes_g_xhat0[0]);
+      lanes_g_xhat0[1] = vd_add_on_fma(vd_high(g_xhat0), lanes_g_xhat0[1]);
+    }
+    if constexpr (kPass2) {
+      const VF xhat = vf_sub(vf_load(xhat0_b + o), shift_b);
+      if constexpr (kWithDx) {
+        const VF t = vf_sub_on_fma(vf_sub_on_fma(vf_load(g_b + o), mean_g_b), vf_mul(xhat, mean_g_xhat_b));
+        vf_store(dx_b + o, vf_add(vf_load(dx_b + o), vf_mul(rstd_b_v, t)));
+      }
+      const VF dy_xhat = vf_mul(vf_load(dy_b + o), xhat);
+      const VD dgamma_terms[2] = {vd_low(dy_xhat), vd_high(dy_xhat)};
+      for (int k = 0; k < 2; k++) {
+        const int64_t c = o + k * kDoubles;
+        vd_store(dgamma_partial + c, vd_add_on_fma(dgamma_terms[k], vd_load(dgamma_partial + c)));
+        vd_store(dbeta_partial + c, vd_add_on_fma(vd_from_floats(dy_b + c), vd_load(dbeta_partial + c)));
+      }
+    }
+  }
+}
+
+// One step of backward_rows_pipelined_scratch: row a's pass 1 (kPass1) and row b's pass 2 (kPass2),
+// the two halves, then the tails past the last whole line. Returns row a's sums.
+template <bool kPass1, bool kPass2, bool kWithDx>
+BackwardRowSums backward_row_pass1_and_pass2_scratch(float* __restrict g_a, float* __restrict xhat0_a,  // (cols) x2
+                                                     const float* __restrict dy_a, const float* __restrict x_a,
+                                                     float mean_a, float rstd_a,
+                                                     float* __restrict dx_b,             // (cols)
+                                                     double* __restrict dgamma_partial,  // (cols)
+                                                     double* __restrict dbeta_partial,   // (cols)
+                                                     const float* __restrict g_b, const float* __restrict xhat0_b,
+                                                     const float* __restrict dy_b, float rstd_b, BackwardRowMeans m,
+                                                     const float* __restrict gamma, int64_t cols,  // (cols)
+                                                     const PrefetchNext<2>& prefetch) {
+  using namespace simd;
+  Lanes lanes_g, lanes_xhat0, lanes_g_xhat0;  // lanes 0-7 from half 0, 8-15 from half 1
+  {
+    VD g[2], xhat0[2], g_xhat0[2];
+    backward_half_pass1_and_pass2<0, kPass1, kPass2, kWithDx>(g, xhat0, g_xhat0, g_a, xhat0_a, dy_a, x_a, mean_a,
+                                                              rstd_a, dx_b, dgamma_partial, dbeta_partial, g_b, xhat0_b,
+                                                              dy_b, rstd_b, m, gamma, cols, prefetch);
+    for (int k = 0; k < 2; k++) lanes_g.v[k] = g[k], lanes_xhat0.v[k] = xhat0[k], lanes_g_xhat0.v[k] = g_xhat0[k];
+  }
+  {
+    VD g[2], xhat0[2], g_xhat0[2];
+    backward_half_pass1_and_pass2<1, kPass1, kPass2, kWithDx>(g, xhat0, g_xhat0, g_a, xhat0_a, dy_a, x_a, mean_a,
+                                                              rstd_a, dx_b, dgamma_partial, dbeta_partial, g_b, xhat0_b,
+                                                              dy_b, rstd_b, m, gamma, cols, prefetch);
+    for (int k = 0; k < 2; k++)
+      lanes_g.v[2 + k] = g[k], lanes_xhat0.v[2 + k] = xhat0[k], lanes_g_xhat0.v[2 + k] = g_xhat0[k];
+  }
+  prefetch(0);
+  const int64_t tail = cols / kLanes * kLanes;
+  BackwardRowSums sums = {0.0, 0.0, 0.0};
+  if constexpr (kPass1) {
+    sums = {lanes_g.sum(), lanes_g_xhat0.sum(), lanes_xhat0.sum()};
+    for (int64_t j = tail; j < cols; j++) {
+      const float xhat0 = (x_a[j] - mean_a) * rstd_a;
+      const float g = dy_a[j] * gamma[j];
+      g_a[j] = g;
+      xhat0_a[j] = xhat0;
+      sums.g += double(g);
+      sums.g_xhat0 += double(g * xhat0);
+      sums.xhat0 += double(xhat0);
+    }
+  }
+  if constexpr (kPass2) {
+    for (int64_t j = tail; j < cols; j++) {
+      const float xhat = xhat0_b[j] - m.shift;
+      if constexpr (kWithDx) dx_b[j] += rstd_b * ((g_b[j] - m.mean_g) - xhat * m.mean_g_xhat);
+      dgamma_partial[j] += double(dy_b[j] * xhat);
+      dbeta_partial[j] += double(dy_b[j]);
+    }
+  }
+  return sums;
+}
+
+// The thread's rows [begin, end) through backward_row_pass1_and_pass2_scratch. scratch holds the
+// slots: g of rows 0 and 1 mod 2, then xhat0 of rows 0 and 1 mod 2. dout and x are asked for one
+// row ahead of row a, dx for row a (its pass 2 comes in the next step).
+template <bool kWithDx>
+void backward_rows_pipelined_scratch(float* dinp,                                    // (rows, cols)
+                                     double* dgamma_partial, double* dbeta_partial,  // (cols), (cols)
+                                     float* scratch,                                 // (4, cols)
+                                     const float* dout, const float* inp,            // (rows, cols), (rows, cols)
+                                     const float* gamma,                             // (cols)
+                                     const float* mean, const float* rstd,           // (rows), (rows)
+                                     int64_t rows, int64_t cols, int64_t begin, int64_t end) {
+  if (begin >= end) return;
+  auto g_slot = [&](int64_t r) { return scratch + (r % 2) * cols; };
+  auto xhat0_slot = [&](int64_t r) { return scratch + (2 + r % 2) * cols; };
+  auto hint = [&](int64_t a) {
+    const int64_t next = a + 1 < rows ? a + 1 : a;
+    return PrefetchNext<2>{{dout + next * cols, inp + next * cols}, kWithDx ? dinp + a * cols : nullptr};
+  };
+  const BackwardRowSums first =
+      backward_row_pass1_and_pass2_scratch<true, false, kWithDx>(g_slot(begin), xhat0_slot(begin), dout + begin * cols,
+                                                                 inp + begin * cols, mean[begin], rstd[begin], nullptr,
+                                                                 nullptr, nullptr, nullptr, nullptr, nullptr, 0.0f,
+                                                                 BackwardRowMeans{}, gamma, cols, hint(begin));
+  BackwardRowMeans m_b = backward_row_means(first, cols);
+  for (int64_t a = begin + 1; a <= end; a++) {
+    const int64_t b = a - 1;
+    float* dx_b = kWithDx ? dinp + b * cols : nullptr;
+    if (a < end) {
+      const BackwardRowSums sums =
+          backward_row_pass1_and_pass2_scratch<true, true, kWithDx>(g_slot(a), xhat0_slot(a), dout + a * cols,
+                                                                    inp + a * cols, mean[a], rstd[a], dx_b,
+                                                                    dgamma_partial, dbeta_partial, g_slot(b),
+                                                                    xhat0_slot(b), dout + b * cols, rstd[b], m_b, gamma,
+                                                                    cols, hint(a));
+      m_b = backward_row_means(sums, cols);
+    } else {
+      const PrefetchNext<2> none{{dout + b * cols, inp + b * cols}, nullptr};  // the row itself: in cache
+      backward_row_pass1_and_pass2_scratch<false, true, kWithDx>(nullptr, nullptr, nullptr, nullptr, 0.0f, 0.0f, dx_b,
+                                                                 dgamma_partial, dbeta_partial, g_slot(b),
+                                                                 xhat0_slot(b), dout + b * cols, rstd[b], m_b, gamma,
+                                                                 cols, none);
+    }
+  }
+}
+#endif
+
 // Both passes for R rows of cols >= kLanes with dgamma/dbeta partials, on AVX2 and AVX-512. g and
 // xhat0 are (R, cols) scratch rows.
 template <int R, class PrefetchOf>
@@ -1161,6 +1342,17 @@ void layer_norm_backward(float* dinp, float* dgamma, float* dbeta,              
             range, cols, kMaxBackwardGroupFloatsSimd,
             [&](int64_t r) { rows_of.template operator()<kBackwardGroupSimd>(r); },
             [&](int64_t r) { rows_of.template operator()<1>(r); });
+        return;
+      }
+#else
+      if (gamma != nullptr && kBackwardGroupSimd * cols > kMaxBackwardGroupFloatsSimd &&
+          cols <= kMaxPipelinedBackwardCols) {
+        if (dinp != nullptr)
+          backward_rows_pipelined_scratch<true>(dinp, dgamma_thread, dbeta_thread, g_rows.data(), dout, inp, gamma, mean,
+                                                rstd, rows, cols, range.begin, range.end);
+        else
+          backward_rows_pipelined_scratch<false>(nullptr, dgamma_thread, dbeta_thread, g_rows.data(), dout, inp, gamma,
+                                                 mean, rstd, rows, cols, range.begin, range.end);
         return;
       }
 #endif
