@@ -282,3 +282,17 @@ TEST_CASE("diagnostics in a run: at step 1 (the initial weights) and every diagn
   // Stripped of the diagnostics, the two runs wrote the same records, to the last bit.
   CHECK(step_records(with, true) == step_records(without, true));
 }
+
+TEST_CASE("diagnostics: block_index reads N of a block parameter's name layers.N. and -1 for anything else") {
+  CHECK(nn::block_index("layers.0.self_attn.in_proj_weight", 6) == 0);
+  CHECK(nn::block_index("layers.5.norm2.bias", 6) == 5);
+  CHECK(nn::block_index("layers.12.linear1.weight", 13) == 12);
+  CHECK(nn::block_index("layers.6.linear1.weight", 6) == -1);  // past the last block
+  CHECK(nn::block_index("layers.x.weight", 6) == -1);          // no number: no throw
+  CHECK(nn::block_index("layers.-1.weight", 6) == -1);
+  CHECK(nn::block_index("layers.99999999999999999999.weight", 6) == -1);  // out of int64's range
+  CHECK(nn::block_index("layers.3", 6) == -1);  // no parameter after the block
+  CHECK(nn::block_index("layers.", 6) == -1);
+  CHECK(nn::block_index("embedding.weight", 6) == -1);
+  CHECK(nn::block_index("norm.weight", 6) == -1);
+}

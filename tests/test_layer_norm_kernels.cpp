@@ -467,8 +467,8 @@ TEST_CASE("layernorm: long rows streamed from memory give the generic path's bit
 // On AVX2, rows of 513-768 columns (with gamma) take the pipelined backward: a row's pass 1 in one
 // loop with the previous row's pass 2, each over half lines, through two alternating scratch slots.
 // The same bits as the generic path for a first row with no pass 2 before it and a last with no
-// pass 1 after it (1 row), row counts odd and even, rows that start off a vector boundary (513, 760
-// columns: a tail of 1 and 8 floats), whole lines (640, 768), 769 columns (one past the limit: the
+// pass 1 after it (1 row), row counts odd and even, rows that start off a 16-float line (513, 760
+// columns: a tail of 1 and 8 floats past the last whole line), whole lines (640, 768), 769 columns (one past the limit: the
 // rows one at a time), and on 2 threads calls above the parallel threshold (2^15 elements), whose
 // halves of the rows run the pipeline each from its own first row.
 TEST_CASE("layernorm: the AVX2 pipelined backward's rows give the generic path's bits on 1 and 2 threads") {

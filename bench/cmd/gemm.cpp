@@ -98,7 +98,7 @@ void run(const BenchGemmOptions& options) {
       out["share_of_peak"] = peak > 0.0 ? nlohmann::json(share) : nlohmann::json(nullptr);
       out["definition"]["fma_peak_gflops_per_thread"] =
           "12 independent chains of the path's vector fused multiply-adds on the calling thread, 2 flops a "
-          "lane, best of 20 runs; null on the generic and reference paths";
+          "lane, best of 20 runs; null on the generic and reference paths (no fixed vector width)";
       out["definition"]["share_of_peak"] = "gflops / (fma_peak_gflops_per_thread * threads)";
     }
     fmt::print("{}\n", out.dump());
@@ -110,11 +110,13 @@ void run(const BenchGemmOptions& options) {
   fmt::print("  min    {:9.4f} ms  {:7.1f} GFLOP/s\n", r.min_ms, r.gflops_best);
   fmt::print("  (GFLOP/s = 2*M*N*K / seconds / 1e9)\n");
   if (options.peak && peak > 0.0) {
-    fmt::print("  the path's multiply-add peak: {:.1f} GFLOP/s a thread (12 independent FMA chains); the median call "
-               "is {:.1f}% of it{}\n",
-               peak, 100.0 * share, r.threads == 1 ? "" : fmt::format(" x {} threads", r.threads));
+    fmt::print(
+        "  the path's multiply-add peak: {:.1f} GFLOP/s a thread (12 independent FMA chains); the median call "
+        "is {:.1f}% of it{}\n",
+        peak, 100.0 * share, r.threads == 1 ? "" : fmt::format(" x {} threads", r.threads));
   } else if (options.peak) {
-    fmt::print("  the path's multiply-add peak: not measured on the {} path (scalar code)\n", kernels::active_isa_name());
+    fmt::print("  the path's multiply-add peak: not measured on the {} path (no fixed vector width)\n",
+               kernels::active_isa_name());
   }
 }
 

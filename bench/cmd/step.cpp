@@ -77,7 +77,7 @@ void run(const BenchStepOptions& options) {
                           {"products_at_peak_definition",
                            "flops_per_step / (fma_peak_gflops_per_thread * threads): the step's products alone at the "
                            "path's multiply-add peak (12 independent FMA chains), a bound no step can beat; null on "
-                           "the scalar paths"},
+                           "the generic and reference paths"},
                           {"flops_definition",
                            "6*rows*in*out per Linear + 12*d_model*L^2 per layer and sequence (docs/PERFORMANCE.md)"},
                           {"tokens_per_s_definition", "real (unpadded) tokens of the timed steps / their total time"}};
@@ -118,8 +118,9 @@ void run(const BenchStepOptions& options) {
   fmt::print("  MFU         {:9.1f} %  of this path's 1-thread GEMM rate ({:.1f} GFLOP/s, 512^3){}\n", 100.0 * r.mfu,
              r.gemm_1t_gflops, r.threads > 1 ? fmt::format("; {:.1f} % per thread", 100.0 * r.mfu / r.threads) : "");
   if (r.fma_peak_gflops > 0.0)
-    fmt::print("  bound       {:9.3f} ms  the products alone at the path's multiply-add peak ({:.1f} GFLOP/s a thread)\n",
-               r.products_at_peak_ms, r.fma_peak_gflops);
+    fmt::print(
+        "  bound       {:9.3f} ms  the products alone at the path's multiply-add peak ({:.1f} GFLOP/s a thread)\n",
+        r.products_at_peak_ms, r.fma_peak_gflops);
   fmt::print("  peak RSS    {:9.1f} MiB  (the whole process, VmHWM)\n", r.peak_rss_mib);
   if (!options.breakdown) return;
   double sum_ms = 0.0;

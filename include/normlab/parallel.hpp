@@ -8,9 +8,9 @@
 // running (another process holds its core), the calling thread takes its parts instead of waiting
 // for the worker's next time slice (docs/PERFORMANCE.md, "Threads"). A worker descheduled after it
 // claimed a part still makes the caller wait; when such waits cost more than the workers save, or
-// the workers take no part of most regions (not running: another process holds their core), the
-// pool runs regions on the calling thread alone for a while (the same parts in the same order: the
-// same bits), then tries the workers again.
+// the workers take part in fewer than 1 region in 3 (not running: another process holds their
+// core), the pool runs regions on the calling thread alone for a while (the same parts in the same
+// order: the same bits), then tries the workers again.
 #include <cstdint>
 #include <string>
 #include <type_traits>

@@ -519,10 +519,10 @@ constexpr int kRecomputeReadRowsAhead = 3;
 // pass 1 in one loop with the previous row's pass 2), where two rows' dout and x, one row's dx and
 // the (cols) dgamma/dbeta partials, 36 bytes a column, still fit L1 (48 KB) beside the rows ahead.
 // Backward time against one row at a time, 1 thread, 2^22.6 floats per array: 640 columns 0.89,
-// 768 0.96-0.97, 896 1.02, 1024 1.10. On AVX2 every call with such rows (gamma given) takes
-// backward_rows_pipelined_scratch, whose two scratch slots of g and xhat0 add 16 bytes a column
-// (48 with the rest at 768 columns: the L1's size); at 64x128x768 it takes 0.95-0.97 of one row
-// at a time from memory, 0.95-0.97 with the rows in L2 (64 x 768).
+// 768 0.96-0.97, 896 1.02, 1024 1.10. On AVX2 every call with such rows (gamma given, dgamma and
+// dbeta wanted) takes backward_rows_pipelined_scratch, whose two scratch slots of g and xhat0 add
+// 16 bytes a column (48 with the rest at 768 columns: the L1's size); at 64x128x768 it takes
+// 0.95-0.97 of one row at a time from memory, 0.95-0.97 with the rows in L2 (64 x 768).
 constexpr int64_t kMaxPipelinedBackwardCols = 768;
 constexpr int kRecomputeDxRowsAhead = 2;
 

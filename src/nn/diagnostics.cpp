@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "normlab/error.hpp"
@@ -26,8 +28,13 @@ T max_keep_nan(T a, T b) {
 }  // namespace
 
 int64_t block_index(const std::string& name, int64_t num_layers) {
-  if (name.rfind("layers.", 0) != 0) return -1;
-  const int64_t layer = std::stoll(name.substr(7));
+  constexpr std::string_view prefix = "layers.";
+  if (name.rfind(prefix, 0) != 0) return -1;
+  const char* first = name.data() + prefix.size();
+  const char* last = name.data() + name.size();
+  int64_t layer = -1;
+  const auto [end, error] = std::from_chars(first, last, layer);
+  if (error != std::errc() || end == first || end == last || *end != '.') return -1;
   return layer >= 0 && layer < num_layers ? layer : -1;
 }
 

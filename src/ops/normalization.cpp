@@ -22,6 +22,20 @@ namespace normlab::ops {
 
 using namespace detail;  // the shared checks and gradient buffers (common.hpp)
 
+namespace {
+
+// A norm node's inputs: x, then gamma and beta where the layer has them, in one allocation.
+std::vector<Tensor> norm_inputs(const Tensor& x, const Tensor& gamma, const Tensor& beta) {
+  std::vector<Tensor> inputs;
+  inputs.reserve(3);
+  inputs.push_back(x);
+  if (gamma.defined()) inputs.push_back(gamma);
+  if (beta.defined()) inputs.push_back(beta);
+  return inputs;
+}
+
+}  // namespace
+
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& gamma, const Tensor& beta, float eps) {
   const int64_t cols = trailing_cols(x, normalized_shape, "layer_norm");
   check_param(gamma, normalized_shape, "layer_norm", "weight (gamma)");
@@ -38,11 +52,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   kernels::layer_norm_forward(out.data(), mean, rstd, x.data(), gamma.defined() ? gamma.data() : nullptr,
                               beta.defined() ? beta.data() : nullptr, rows, cols, eps);
   if (!grad) return out;
-  std::vector<Tensor> inputs;
-  inputs.reserve(3);  // one allocation, not one per push_back
-  inputs.push_back(x);
-  if (gamma.defined()) inputs.push_back(gamma);
-  if (beta.defined()) inputs.push_back(beta);
+  std::vector<Tensor> inputs = norm_inputs(x, gamma, beta);
   record(out, "layer_norm", std::move(inputs), [x, gamma, beta, stats, rows, cols](const float* g) {
     kernels::layer_norm_backward(grad_ptr(x), grad_ptr(gamma), grad_ptr(beta), g, x.data(),
                                  gamma.defined() ? gamma.data() : nullptr, stats.data(), stats.data() + rows, rows,
@@ -60,8 +70,7 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& ga
   kernels::rms_norm_forward(out.data(), rstd->data(), x.data(), gamma.defined() ? gamma.data() : nullptr, rows, cols,
                             eps);
   if (!needs_grad({&x, &gamma})) return out;
-  std::vector<Tensor> inputs{x};
-  if (gamma.defined()) inputs.push_back(gamma);
+  std::vector<Tensor> inputs = norm_inputs(x, gamma, Tensor());
   record(out, "rms_norm", std::move(inputs), [x, gamma, rstd, rows, cols](const float* g) {
     kernels::rms_norm_backward(grad_ptr(x), grad_ptr(gamma), g, x.data(), gamma.defined() ? gamma.data() : nullptr,
                                rstd->data(), rows, cols);
@@ -112,9 +121,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tens
     }
   }
   if (!needs_grad({&x, &gamma, &beta})) return out;
-  std::vector<Tensor> inputs{x};
-  if (gamma.defined()) inputs.push_back(gamma);
-  if (beta.defined()) inputs.push_back(beta);
+  std::vector<Tensor> inputs = norm_inputs(x, gamma, beta);
   record(out, "batch_norm", std::move(inputs), [x, gamma, beta, mean, rstd, N, C, training, ranks](const float* g) {
     const float* pgam = gamma.defined() ? gamma.data() : nullptr;
     if (training) {
@@ -150,9 +157,7 @@ Tensor power_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tens
                               gamma.defined() ? gamma.data() : nullptr, beta.defined() ? beta.data() : nullptr, N, C,
                               eps, training ? momentum : 0.0f);
   if (!needs_grad({&x, &gamma, &beta})) return out;
-  std::vector<Tensor> inputs{x};
-  if (gamma.defined()) inputs.push_back(gamma);
-  if (beta.defined()) inputs.push_back(beta);
+  std::vector<Tensor> inputs = norm_inputs(x, gamma, beta);
   record(out, "power_norm", std::move(inputs), [x, gamma, beta, grad_ema, rstd, N, C, training, momentum](const float* g) {
     // Training: the approximate gradient, and grad_ema moves on (once per backward of this forward).
     Tensor ema = grad_ema;

@@ -36,10 +36,11 @@ struct LogZStatistics {
 };
 LogZStatistics log_z_statistics(const Tensor& logits);
 
-// One block's values as consecutive segments (data, count): a layer's gradients, its output.
-// The block a parameter belongs to: N for a name "layers.N..." with 0 <= N < num_layers, else -1.
+// The block a parameter belongs to: N for a name "layers.N." with 0 <= N < num_layers, else -1
+// (other names, "layers.x", an N out of range).
 int64_t block_index(const std::string& name, int64_t num_layers);
 
+// One block's values as consecutive segments (data, count): a layer's gradients, its output.
 using Segments = std::vector<std::pair<const float*, size_t>>;
 // sum of double(x)^2 over each block's segments in order (blocks.size()): each block one serial sum,
 // as a plain loop adds it; blocks of one shape are advanced together, which changes no bit.

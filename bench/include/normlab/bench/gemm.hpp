@@ -28,8 +28,8 @@ GemmBenchResult bench_gemm(std::string_view variant, int64_t M, int64_t K, int64
 // The calling thread's multiply-add peak on the active kernel path, GFLOP/s: 12 independent chains
 // of vector fused multiply-adds (enough to fill two FMA pipes of 4 cycles' latency), 2 flops per
 // lane, the best of `runs` runs of about 3 ms. What no kernel of that path can beat on this core:
-// a GEMM's share of it says how much is left. 0 on the generic and reference paths (scalar code,
-// no fixed vector width).
+// a GEMM's share of it says how much is left. 0 on the generic and reference paths (no fixed
+// vector width: what the compiler makes of plain loops).
 double fma_peak_gflops(int runs = 20);
 
 }  // namespace normlab::bench

@@ -36,8 +36,8 @@ struct BenchStepResult {
   // right after the steps; mfu = gflops / gemm_1t_gflops (so above 1 is possible with threads).
   double gemm_1t_gflops = 0.0;
   double mfu = 0.0;
-  // The path's multiply-add peak on one thread (fma_peak_gflops, bench/gemm.hpp; 0 on the scalar
-  // paths), and the step's products alone at that peak on every thread: flops_per_step / (peak *
+  // The path's multiply-add peak on one thread (fma_peak_gflops, bench/gemm.hpp; 0 on the generic
+  // and reference paths), and the step's products alone at that peak on every thread: flops_per_step / (peak *
   // threads). No step of this model on this path and thread count can be shorter; what the rest of
   // the step (norms, softmax, the optimizer, ...) may take, against a target time, is what is left.
   double fma_peak_gflops = 0.0;
